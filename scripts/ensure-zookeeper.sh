@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Makes sure a JRE and Debian's ZooKeeper jars are present, installing them with apt-get if not.
+# Skipped when ZOOKEEPER_CLASSPATH points at jars of your own.
+set -euo pipefail
+
+need=()
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+if [ -z "${ZOOKEEPER_CLASSPATH:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
+  need+=(zookeeper)
+fi
+# Optional extras, listed by the caller (e.g. libcurator-recipes-java for interop tests).
+for pkg in "$@"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
+echo "zklock: installing ${need[*]} with apt-get" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite against real ZooKeeper servers the tests start themselves.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/ensure-zookeeper.sh
+
+before=$(pgrep -f 'zklock-zk-' | sort || true)
+cargo test --all-features --all-targets -- "$@"
+cargo test --all-features --doc
+# No ZooKeeper JVM of this suite may outlive it.
+sleep 1
+after=$(pgrep -f 'zklock-zk-' | sort || true)
+left=$(comm -13 <(echo "$before") <(echo "$after") | grep -v '^$' || true)
+if [ -n "$left" ]; then
+  echo "ZooKeeper processes left running after the suite:" >&2
+  ps -o pid,args -p $left >&2 || true
+  exit 1
+fi
+echo "no ZooKeeper process left behind"

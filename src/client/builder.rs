@@ -1,0 +1,319 @@
+//! `ClientBuilder`: everything a Client is configured with, checked before any I/O.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::types::Acl;
+use super::Client;
+use crate::error::{Error, Result};
+use crate::path;
+use crate::retry::{ExponentialBackoffRetry, RetryPolicy};
+
+/// Largest node data ZooKeeper accepts by default (`jute.maxbuffer`).
+pub(crate) const MAX_DATA_LEN: usize = 1024 * 1024;
+
+/// Builds a [`Client`] (Curator's `CuratorFrameworkFactory.builder()`).
+///
+/// Defaults: session timeout 60 s, connection timeout 15 s, `ExponentialBackoffRetry(1 s, 3)`
+/// (Curator's recipe defaults), no namespace, no auth, ACL `world:anyone` all, default node data
+/// = this host's IP address as text (Curator's), no per-operation timeout.
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::Client::builder("zk1:2181,zk2:2181,zk3:2181")
+///     .session_timeout(Duration::from_secs(10))
+///     .connection_timeout(Duration::from_secs(5))
+///     .retry_policy(zklock::RetryNTimes::new(5, Duration::from_millis(500))?)
+///     .namespace("myapp")
+///     .digest_auth("app", "secret")
+///     .connect()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClientBuilder {
+    pub(crate) connect_string: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) operation_timeout: Option<Duration>,
+    pub(crate) retry: Arc<dyn RetryPolicy>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) auth: Vec<(String, Vec<u8>)>,
+    pub(crate) default_acl: Vec<Acl>,
+    pub(crate) default_data: Option<Vec<u8>>,
+    pub(crate) can_be_read_only: bool,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("connect_string", &self.connect_string)
+            .field("session_timeout", &self.session_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("retry", &self.retry)
+            .field("namespace", &self.namespace)
+            .field(
+                "auth_schemes",
+                &self.auth.iter().map(|a| &a.0).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    pub(crate) fn new(connect_string: &str) -> ClientBuilder {
+        ClientBuilder {
+            connect_string: connect_string.to_owned(),
+            session_timeout: Duration::from_secs(60),
+            connection_timeout: Duration::from_secs(15),
+            operation_timeout: None,
+            retry: Arc::new(
+                ExponentialBackoffRetry::new(Duration::from_secs(1), 3).expect("valid default"),
+            ),
+            namespace: None,
+            auth: Vec::new(),
+            default_acl: vec![Acl::open_unsafe()],
+            default_data: None,
+            can_be_read_only: false,
+        }
+    }
+
+    /// Session timeout asked of the server (it may grant less or more, within its bounds).
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.session_timeout = d;
+        self
+    }
+
+    /// How long one attempt waits for a connection before it counts as a `ConnectionLoss` for
+    /// the retry policy; also bounds [`ClientBuilder::connect`].
+    pub fn connection_timeout(mut self, d: Duration) -> Self {
+        self.connection_timeout = d;
+        self
+    }
+
+    /// A deadline for every operation of the Client's own API (none by default: the retry policy
+    /// bounds them). Recipes pass their own deadlines.
+    pub fn operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = Some(d);
+        self
+    }
+
+    /// The retry policy for connection losses.
+    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
+        self.retry = Arc::new(policy);
+        self
+    }
+
+    /// Every path is taken relative to `/<namespace>`, created on first connection (Curator's
+    /// namespace). Nested namespaces (`a/b`) are allowed.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_owned());
+        self
+    }
+
+    /// Authentication sent on every connection (`scheme`, raw auth bytes).
+    pub fn auth(mut self, scheme: &str, auth: &[u8]) -> Self {
+        self.auth.push((scheme.to_owned(), auth.to_vec()));
+        self
+    }
+
+    /// `digest` authentication as `user:password`.
+    pub fn digest_auth(self, user: &str, password: &str) -> Self {
+        self.auth("digest", format!("{user}:{password}").as_bytes())
+    }
+
+    /// ACL for nodes this Client creates when the call names none.
+    pub fn default_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.default_acl = acl;
+        self
+    }
+
+    /// Data for nodes this Client creates when the call gives none.
+    pub fn default_data(mut self, data: &[u8]) -> Self {
+        self.default_data = Some(data.to_vec());
+        self
+    }
+
+    /// Allow connecting to read-only servers (reported as `ConnectionState::ReadOnly`).
+    pub fn can_be_read_only(mut self, yes: bool) -> Self {
+        self.can_be_read_only = yes;
+        self
+    }
+
+    /// Checks the configuration and starts the Client's threads; connecting goes on in the
+    /// background. Operations wait for the connection (up to the connection timeout per attempt).
+    pub fn build(self) -> Result<Client> {
+        let config = self.validate()?;
+        Client::start(config)
+    }
+
+    /// [`build`](Self::build), then waits up to the connection timeout for the first session.
+    /// Fails with [`Error::ConnectionLoss`] if none could be made.
+    pub fn connect(self) -> Result<Client> {
+        let timeout = self.connection_timeout;
+        let client = self.build()?;
+        if client.block_until_connected(timeout) {
+            Ok(client)
+        } else {
+            client.close();
+            Err(Error::ConnectionLoss)
+        }
+    }
+
+    fn validate(mut self) -> Result<Config> {
+        let hosts = parse_hosts(&self.connect_string)?;
+        let timeout = |name: &str, d: Duration| {
+            if d.is_zero() {
+                Err(Error::invalid(format!("{name} must be greater than zero")))
+            } else if d > Duration::from_secs(24 * 3600) {
+                Err(Error::invalid(format!(
+                    "{name} of {d:?} is unreasonably long"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        timeout("session timeout", self.session_timeout)?;
+        timeout("connection timeout", self.connection_timeout)?;
+        if let Some(d) = self.operation_timeout {
+            timeout("operation timeout", d)?;
+        }
+        if self.session_timeout > Duration::from_millis(i32::MAX as u64) {
+            return Err(Error::invalid(
+                "session timeout does not fit ZooKeeper's i32 ms",
+            ));
+        }
+        let namespace = match self.namespace.take() {
+            None => None,
+            Some(ns) => Some(path::validate_namespace(&ns)?),
+        };
+        if self.default_acl.is_empty() {
+            return Err(Error::invalid("default ACL must not be empty"));
+        }
+        let default_data = self.default_data.take().unwrap_or_else(local_address);
+        if default_data.len() > MAX_DATA_LEN {
+            return Err(Error::invalid("default data is over 1 MiB"));
+        }
+        Ok(Config {
+            hosts,
+            namespace,
+            default_data,
+            builder: self,
+        })
+    }
+}
+
+/// A checked configuration.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) hosts: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) default_data: Vec<u8>,
+    pub(crate) builder: ClientBuilder,
+}
+
+/// Checks `host:port[,host:port…]`; a chroot suffix is refused in favour of `namespace`.
+fn parse_hosts(s: &str) -> Result<String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(Error::invalid(
+            "connect string is empty: expected host:port[,host:port…]",
+        ));
+    }
+    if s.contains('/') {
+        return Err(Error::invalid(format!(
+            "connect string {s:?} has a chroot suffix: use ClientBuilder::namespace instead"
+        )));
+    }
+    let mut hosts = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let bad = |why: &str| Err(Error::invalid(format!("connect string {s:?}: {why}")));
+        if part.is_empty() {
+            return bad("empty host entry");
+        }
+        let (host, port) = match part.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(':') || h.starts_with('[') => (h, Some(p)),
+            _ => (part, None),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return bad("bad host name");
+        }
+        let port = match port {
+            None => 2181,
+            Some(p) => match p.parse::<u16>() {
+                Ok(p) if p != 0 => p,
+                _ => return bad("port must be a number from 1 to 65535"),
+            },
+        };
+        if host.contains(':') {
+            hosts.push(format!("[{host}]:{port}"));
+        } else {
+            hosts.push(format!("{host}:{port}"));
+        }
+    }
+    Ok(hosts.join(","))
+}
+
+/// Curator's default node data: this host's address as text.
+fn local_address() -> Vec<u8> {
+    let ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            // No packet is sent: connecting a UDP socket only picks the outgoing interface.
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    ip.to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings() {
+        assert_eq!(parse_hosts("a:1,b:2").unwrap(), "a:1,b:2");
+        assert_eq!(parse_hosts(" a , b:3 ").unwrap(), "a:2181,b:3");
+        assert_eq!(parse_hosts("[::1]:2181").unwrap(), "[::1]:2181");
+        for bad in [
+            "",
+            " ",
+            ",",
+            "a:1,,b:2",
+            "a:x",
+            "a:0",
+            "a:70000",
+            ":2181",
+            "a:1/chroot",
+            "a b:1",
+        ] {
+            assert!(
+                matches!(parse_hosts(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_configuration_is_refused_before_io() {
+        let b = || ClientBuilder::new("127.0.0.1:1");
+        assert!(b().session_timeout(Duration::ZERO).validate().is_err());
+        assert!(b().connection_timeout(Duration::ZERO).validate().is_err());
+        assert!(b().operation_timeout(Duration::ZERO).validate().is_err());
+        assert!(b().namespace("").validate().is_err());
+        assert!(b().namespace("a/../b").validate().is_err());
+        assert!(b().default_acl(vec![]).validate().is_err());
+        assert!(b()
+            .default_data(&vec![0; MAX_DATA_LEN + 1])
+            .validate()
+            .is_err());
+        let c = b().namespace("app/x").validate().unwrap();
+        assert_eq!(c.namespace.as_deref(), Some("/app/x"));
+        assert!(!c.default_data.is_empty());
+    }
+}

@@ -1,0 +1,699 @@
+//! The Client: Curator's `CuratorFramework` for plain threads.
+
+mod builder;
+mod runtime;
+mod session;
+mod types;
+mod watcher;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_lite::future;
+use zookeeper_client as zk;
+
+pub use self::builder::ClientBuilder;
+pub(crate) use self::builder::MAX_DATA_LEN;
+pub(crate) use self::runtime::Runtime;
+use self::runtime::Signal;
+use self::session::Shared;
+pub use self::types::{
+    Acl, ConnectionState, CreateMode, Perms, Stat, Watch, WatchEvent, WatchEventKind,
+};
+#[allow(unused_imports)] // the lock recipes park on these
+pub(crate) use self::watcher::{Registration, Waiter};
+#[cfg(all(test, feature = "testing"))]
+mod tests;
+use self::watcher::{Message, Registry, WatchTarget, WatcherThread};
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::path;
+use crate::retry::RetryBudget;
+
+/// A connection to a ZooKeeper ensemble that keeps its session through faults: the analogue of
+/// Curator's `CuratorFramework`. Cheap to clone; all clones share one session.
+///
+/// # Threads
+/// Each Client starts two threads: `zklock-io-N` runs the wire client (sockets, pings,
+/// reconnects) and `zklock-watch-N` delivers watch events and connection states. Both end when
+/// [`close`](Client::close) is called or the last clone is dropped. The process also has one
+/// `async-io` reactor thread shared by all Clients, started on first use.
+///
+/// # Retries and deadlines
+/// Each call is one retry budget from the Client's [`RetryPolicy`](crate::RetryPolicy): a
+/// connection loss is retried after the policy's sleep; an attempt waits at most the connection
+/// timeout for a connection. With [`ClientBuilder::operation_timeout`] a call also fails with
+/// [`Error::Timeout`] once that much time has passed, whatever step it is in.
+///
+/// # Sessions
+/// States follow Curator (see [`ConnectionState`]). After `Lost` the Client opens a new session
+/// by itself; operations wait for it.
+///
+/// # Example
+/// ```no_run
+/// use zklock::{Client, CreateMode};
+/// # fn main() -> zklock::Result<()> {
+/// let client = Client::connect("127.0.0.1:2181")?;
+/// let path = client.create("/app/workers/w-").mode(CreateMode::EphemeralSequential)
+///     .parents_as_containers().data(b"hello").call()?;
+/// assert_eq!(client.data(&path)?.0, b"hello");
+/// client.close();
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    runtime: Runtime,
+    watcher: WatcherThread,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Inner {
+    fn close(&self) {
+        if self.shared.mark_closed() {
+            self.shared.registry.wake_all();
+            runtime::block_on(
+                self.shared.finished.wait(),
+                Deadline::after(Duration::from_secs(5)),
+            );
+        }
+        self.runtime.shutdown();
+        self.watcher.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("hosts", &self.inner.shared.config.hosts)
+            .field("namespace", &self.inner.shared.config.namespace)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// The deadline and retry budget of one user call, shared by its nested steps (CURATOR-559).
+pub(crate) struct Call {
+    pub(crate) deadline: Deadline,
+    pub(crate) budget: RetryBudget,
+}
+
+impl Client {
+    /// A builder for the connect string `host:port[,host:port…]`.
+    pub fn builder(connect_string: &str) -> ClientBuilder {
+        ClientBuilder::new(connect_string)
+    }
+
+    /// Connects with the defaults and waits for the first session (up to 15 s).
+    pub fn connect(connect_string: &str) -> Result<Client> {
+        Client::builder(connect_string).connect()
+    }
+
+    fn start(config: builder::Config) -> Result<Client> {
+        let id = CLIENT_IDS.fetch_add(1, Ordering::Relaxed);
+        let io = |e: std::io::Error| Error::ZooKeeper(format!("cannot start a thread: {e}"));
+        let registry = Arc::new(Registry::default());
+        let watcher =
+            WatcherThread::start(format!("zklock-watch-{id}"), registry.clone()).map_err(io)?;
+        let runtime = Runtime::start(format!("zklock-io-{id}")).map_err(io)?;
+        let shared = Arc::new(Shared::new(
+            config,
+            registry,
+            watcher.tx.clone(),
+            runtime.executor(),
+        ));
+        runtime.spawn(session::supervise(shared.clone()));
+        Ok(Client {
+            inner: Arc::new(Inner {
+                shared,
+                runtime,
+                watcher,
+            }),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// Closes the session (its ephemeral nodes go) and ends the Client's threads. Every later
+    /// call fails with [`Error::Closed`]. Idempotent; also done when the last clone drops.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+
+    /// Whether [`close`](Client::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared().is_closed()
+    }
+
+    /// The latest connection state; `None` before the first connection.
+    pub fn state(&self) -> Option<ConnectionState> {
+        self.shared().conn.lock().state
+    }
+
+    /// Whether requests can be served right now.
+    pub fn is_connected(&self) -> bool {
+        self.shared().conn.lock().connected
+    }
+
+    /// Waits until connected; returns whether it is.
+    pub fn block_until_connected(&self, timeout: Duration) -> bool {
+        self.shared().wait_connected(timeout)
+    }
+
+    /// The current session's id, if a session is open.
+    pub fn session_id(&self) -> Option<i64> {
+        self.shared()
+            .conn
+            .lock()
+            .zk
+            .as_ref()
+            .map(|zk| zk.session_id().0)
+    }
+
+    /// The session timeout the server granted, if a session is open.
+    pub fn negotiated_session_timeout(&self) -> Option<Duration> {
+        self.shared()
+            .conn
+            .lock()
+            .zk
+            .as_ref()
+            .map(|zk| zk.session_timeout())
+    }
+
+    /// The namespace paths are relative to (`/app`), if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.shared().config.namespace.as_deref()
+    }
+
+    /// A channel that receives every later connection state, in order.
+    pub fn connection_states(&self) -> crossbeam_channel::Receiver<ConnectionState> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let conn = self.shared().conn.lock();
+        self.shared().registry.add_channel(conn.seq, tx);
+        rx
+    }
+
+    /// Calls `f` with every later connection state, in order, on the Client's watcher thread.
+    /// Keep it short: it delays other listeners and watch deliveries (never the session).
+    /// Returns an id for [`remove_connection_state_listener`](Client::remove_connection_state_listener).
+    pub fn on_connection_state(&self, f: impl FnMut(ConnectionState) + Send + 'static) -> u64 {
+        let conn = self.shared().conn.lock();
+        self.shared().registry.add_callback(conn.seq, Box::new(f))
+    }
+
+    /// Removes a listener; returns whether it was registered.
+    pub fn remove_connection_state_listener(&self, id: u64) -> bool {
+        self.shared().registry.remove_callback(id)
+    }
+
+    // ----- operations -----
+
+    pub(crate) fn new_call(&self, deadline: Deadline) -> Call {
+        Call {
+            deadline,
+            budget: RetryBudget::new(self.shared().config.builder.retry.clone()),
+        }
+    }
+
+    fn user_call(&self) -> Call {
+        let deadline = match self.shared().config.builder.operation_timeout {
+            Some(d) => Deadline::after(d),
+            None => Deadline::NEVER,
+        };
+        self.new_call(deadline)
+    }
+
+    /// Runs one operation with the call's deadline and retry budget.
+    pub(crate) fn run<T, F, Fut>(&self, what: &str, call: &mut Call, mut op: F) -> Result<T>
+    where
+        F: FnMut(zk::Client, u64) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        loop {
+            let attempt = self
+                .shared()
+                .session(call.deadline)
+                .and_then(|(zk, generation)| {
+                    runtime::block_on(op(zk, generation), call.deadline)
+                        .unwrap_or(Err(Error::Timeout))
+                });
+            match attempt {
+                Err(e) if e.is_retryable() => {
+                    let Some(sleep) = call.budget.next_sleep() else {
+                        return Err(e);
+                    };
+                    if call.deadline.remaining().is_some_and(|left| left <= sleep) {
+                        return Err(Error::Timeout);
+                    }
+                    log::debug!("{what}: {e}; retry {} in {sleep:?}", call.budget.retries());
+                    self.shared().sleep(sleep);
+                    if self.is_closed() {
+                        return Err(Error::Closed);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Starts creating a node; finish with [`Create::call`].
+    pub fn create<'a>(&'a self, path: &'a str) -> Create<'a> {
+        Create {
+            client: self,
+            path,
+            mode: CreateMode::Persistent,
+            data: None,
+            acl: None,
+            parents: false,
+            protected: false,
+        }
+    }
+
+    /// Deletes a node, whatever its version.
+    pub fn delete(&self, path: &str) -> Result<()> {
+        self.delete_in(path, None, &mut self.user_call())
+    }
+
+    /// Deletes a node if its data version is `version`.
+    pub fn delete_version(&self, path: &str, version: i32) -> Result<()> {
+        self.delete_in(path, Some(version), &mut self.user_call())
+    }
+
+    pub(crate) fn delete_in(
+        &self,
+        path: &str,
+        version: Option<i32>,
+        call: &mut Call,
+    ) -> Result<()> {
+        path::validate(path, false)?;
+        self.run("delete", call, |zk, _| async move {
+            zk.delete(path, version)
+                .await
+                .map_err(|e| Error::from_zk(e, path))
+        })
+    }
+
+    /// Curator's guaranteed delete: deletes the node (a missing node counts as deleted); if that
+    /// fails for lack of a connection, the error is returned and the delete is retried in the
+    /// background until it succeeds or the session ends.
+    pub fn delete_guaranteed(&self, path: &str) -> Result<()> {
+        self.delete_guaranteed_in(path, &mut self.user_call())
+    }
+
+    pub(crate) fn delete_guaranteed_in(&self, path: &str, call: &mut Call) -> Result<()> {
+        match self.delete_in(path, None, call) {
+            Ok(()) | Err(Error::NoNode(_)) => Ok(()),
+            Err(e @ (Error::ConnectionLoss | Error::Timeout)) => {
+                self.delete_in_background(path);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Retries deleting `path` on the executor thread until it is gone or its session ends.
+    pub(crate) fn delete_in_background(&self, path: &str) {
+        let Some(zk) = self.shared().conn.lock().zk.clone() else {
+            return;
+        };
+        let path = path.to_owned();
+        self.shared().spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                match zk.delete(&path, None).await {
+                    Ok(()) | Err(zk::Error::NoNode) => return,
+                    Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+                    Err(
+                        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::SessionMoved,
+                    ) => {
+                        runtime::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                    Err(e) => {
+                        log::warn!("guaranteed delete of {path} gave up: {e}");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// The names of a node's children (unsorted, as the server returns them).
+    pub fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.children_in(path, &mut self.user_call())
+    }
+
+    pub(crate) fn children_in(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
+        path::validate(path, false)?;
+        self.run("children", call, |zk, _| async move {
+            zk.list_children(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))
+        })
+    }
+
+    /// A node's data and stat.
+    pub fn data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
+        self.data_in(path, &mut self.user_call())
+    }
+
+    pub(crate) fn data_in(&self, path: &str, call: &mut Call) -> Result<(Vec<u8>, Stat)> {
+        path::validate(path, false)?;
+        self.run("data", call, |zk, _| async move {
+            let (data, stat) = zk
+                .get_data(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok((data, stat.into()))
+        })
+    }
+
+    /// A node's data and stat, and a one-shot [`Watch`] that fires on its next change or
+    /// deletion. Uses `getData`, so no watch is left behind on a node that does not exist.
+    pub fn data_watch(&self, path: &str) -> Result<(Vec<u8>, Stat, Watch)> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cancel = Signal::default();
+        let (data, stat) = self.data_watch_in(
+            path,
+            WatchTarget::Channel(tx),
+            cancel.clone(),
+            &mut self.user_call(),
+        )?;
+        Ok((data, stat, Watch { rx, cancel }))
+    }
+
+    /// `getData` with a watch whose firing goes to `target`; setting `cancel` removes the watch.
+    pub(crate) fn data_watch_in(
+        &self,
+        path: &str,
+        target: WatchTarget,
+        cancel: Signal,
+        call: &mut Call,
+    ) -> Result<(Vec<u8>, Stat)> {
+        path::validate(path, false)?;
+        let (data, stat, watcher) = self.run("data_watch", call, |zk, _| async move {
+            zk.get_and_watch_data(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))
+        })?;
+        let events = self.shared().events.clone();
+        self.shared().spawn(async move {
+            let fired = future::or(async { Some(watcher.changed().await) }, async {
+                cancel.wait().await;
+                None
+            })
+            .await;
+            // On cancel the watcher is dropped here, which removes the watch from the server.
+            if let Some(event) = fired {
+                let _ = events.send(Message::Watch(target, WatchEvent::from_zk(event)));
+            }
+        });
+        Ok((data, stat.into()))
+    }
+
+    /// Sets a node's data, whatever its version; returns the new stat.
+    pub fn set_data(&self, path: &str, data: &[u8]) -> Result<Stat> {
+        self.set_data_in(path, data, None, &mut self.user_call())
+    }
+
+    /// Sets a node's data if its version is `version`.
+    pub fn set_data_version(&self, path: &str, data: &[u8], version: i32) -> Result<Stat> {
+        self.set_data_in(path, data, Some(version), &mut self.user_call())
+    }
+
+    pub(crate) fn set_data_in(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+        call: &mut Call,
+    ) -> Result<Stat> {
+        path::validate(path, false)?;
+        check_data(data)?;
+        self.run("set_data", call, |zk, _| async move {
+            let stat = zk
+                .set_data(path, data, version)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok(stat.into())
+        })
+    }
+
+    /// A node's stat, or `None` if it does not exist. Sets no watch.
+    pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        path::validate(path, false)?;
+        self.run("exists", &mut self.user_call(), |zk, _| async move {
+            let stat = zk
+                .check_stat(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok(stat.map(Stat::from))
+        })
+    }
+
+    /// Waits until the server this Client is connected to has caught up with the leader.
+    pub fn sync(&self, path: &str) -> Result<()> {
+        path::validate(path, false)?;
+        self.run("sync", &mut self.user_call(), |zk, _| async move {
+            zk.sync(path).await.map_err(|e| Error::from_zk(e, path))
+        })
+    }
+
+    /// Registers a recipe's waiter: it is woken on every connection-state change until the
+    /// registration drops.
+    #[allow(dead_code)] // used by the lock recipes
+    pub(crate) fn register_waiter(&self, waiter: &Arc<Waiter>) -> Registration {
+        self.shared().registry.register(waiter)
+    }
+
+    /// `getData` with a watch that wakes `waiter` (and only it) when it fires. Dropping the
+    /// returned guard removes the watch if it has not fired.
+    #[allow(dead_code)] // used by the lock recipes
+    pub(crate) fn data_watch_waiter(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        call: &mut Call,
+    ) -> Result<(Vec<u8>, Stat, WatchGuard)> {
+        let cancel = Signal::default();
+        let target = WatchTarget::Waiter(waiter.clone());
+        let (data, stat) = self.data_watch_in(path, target, cancel.clone(), call)?;
+        Ok((data, stat, WatchGuard(cancel)))
+    }
+
+    /// Blocks the Client's I/O thread (no reads, writes or reconnects) until the returned
+    /// sender drops, so a test can act on the session without this Client racing it.
+    #[cfg(feature = "testing")]
+    pub(crate) fn freeze_io_for_testing(&self) -> crossbeam_channel::Sender<()> {
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        self.shared().spawn(async move {
+            let _ = ack_tx.send(());
+            let _ = rx.recv_timeout(Duration::from_secs(120));
+        });
+        let _ = ack_rx.recv_timeout(Duration::from_secs(60));
+        tx
+    }
+
+    #[cfg(feature = "testing")]
+    pub(crate) fn session_for_testing(&self) -> Option<(String, zk::SessionInfo)> {
+        let conn = self.shared().conn.lock();
+        conn.zk
+            .as_ref()
+            .map(|zk| (self.shared().config.hosts.clone(), zk.session().clone()))
+    }
+}
+
+/// Removes a recipe's watch when dropped.
+#[must_use]
+pub(crate) struct WatchGuard(Signal);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+fn check_data(data: &[u8]) -> Result<()> {
+    if data.len() > MAX_DATA_LEN {
+        return Err(Error::invalid(format!(
+            "node data of {} bytes is over ZooKeeper's 1 MiB limit",
+            data.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A node creation being set up by [`Client::create`] (Curator's `create()` builder).
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// use zklock::{Acl, CreateMode};
+/// let path = client
+///     .create("/locks/job/lock-")
+///     .mode(CreateMode::EphemeralSequential)
+///     .parents_as_containers()
+///     .protected()
+///     .acl(vec![Acl::open_unsafe()])
+///     .call()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "nothing is created until `call()`"]
+#[derive(Debug)]
+pub struct Create<'a> {
+    client: &'a Client,
+    path: &'a str,
+    mode: CreateMode,
+    data: Option<&'a [u8]>,
+    acl: Option<Vec<Acl>>,
+    parents: bool,
+    protected: bool,
+}
+
+impl<'a> Create<'a> {
+    /// The node's mode (default `Persistent`).
+    pub fn mode(mut self, mode: CreateMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The node's data (default: the Client's default data).
+    pub fn data(mut self, data: &'a [u8]) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// The node's ACL (default: the Client's default ACL).
+    pub fn acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    /// Create missing parents as containers (Curator's `creatingParentContainersIfNeeded`).
+    pub fn parents_as_containers(mut self) -> Self {
+        self.parents = true;
+        self
+    }
+
+    /// Curator's `withProtection`: prefix the name with `_c_<uuid>-` so that, when a reply is
+    /// lost, the retry finds the node this call made instead of making a second one.
+    pub fn protected(mut self) -> Self {
+        self.protected = true;
+        self
+    }
+
+    /// Creates the node; returns its path (with the sequence for sequential modes).
+    pub fn call(self) -> Result<String> {
+        let mut call = self.client.user_call();
+        self.call_in(&mut call).map(|(path, _)| path)
+    }
+
+    /// Creates the node within a recipe's call; returns its path and stat.
+    pub(crate) fn call_in(self, call: &mut Call) -> Result<(String, Stat)> {
+        let client = self.client;
+        path::validate(self.path, self.mode.is_sequential())?;
+        if self.path == "/" {
+            return Err(Error::InvalidPath {
+                path: "/".into(),
+                reason: "the root exists already",
+            });
+        }
+        let config = &client.shared().config;
+        let data = self.data.unwrap_or(&config.default_data);
+        check_data(data)?;
+        let acl = self.acl.as_ref().unwrap_or(&config.builder.default_acl);
+        if acl.is_empty() {
+            return Err(Error::invalid("ACL must not be empty"));
+        }
+        let acl: Vec<zk::Acl> = acl.iter().map(Acl::to_zk).collect();
+        let protection = self.protected.then(path::new_protected_id);
+        let target = match &protection {
+            Some(id) => path::protected(self.path, id),
+            None => self.path.to_owned(),
+        };
+        let (mode, parents, target) = (self.mode, self.parents, target.as_str());
+        let acl = &acl[..];
+        let mut attempts = 0u32;
+        client.run("create", call, |zk, _| {
+            attempts += 1;
+            let look_first = protection.is_some() && attempts > 1;
+            let shared = client.inner.shared.clone();
+            async move {
+                let options = mode.to_zk().with_acls(zk::Acls::new(acl));
+                if look_first {
+                    if let Some(found) = find_protected(&zk, target, mode, &shared).await? {
+                        return Ok(found);
+                    }
+                }
+                let mut result = zk.create(target, data, &options).await;
+                if parents && matches!(result, Err(zk::Error::NoNode)) {
+                    let parent = path::parent(target);
+                    let dirs = zk::CreateMode::Container.with_acls(zk::Acls::new(acl));
+                    zk.mkdir(parent, &dirs)
+                        .await
+                        .map_err(|e| Error::from_zk(e, parent))?;
+                    result = zk.create(target, data, &options).await;
+                }
+                let (stat, seq) = result.map_err(|e| Error::from_zk(e, target))?;
+                let created = if mode.is_sequential() {
+                    format!("{target}{seq}")
+                } else {
+                    target.to_owned()
+                };
+                Ok((created, stat.into()))
+            }
+        })
+    }
+}
+
+/// After a lost create reply: our protected node, if the server made it. An ephemeral one is
+/// adopted only if it belongs to the current session; one of an earlier session is deleted in
+/// the background (CURATOR-45, CURATOR-498).
+async fn find_protected(
+    zk: &zk::Client,
+    target: &str,
+    mode: CreateMode,
+    shared: &Arc<Shared>,
+) -> Result<Option<(String, Stat)>> {
+    let parent = path::parent(target);
+    let prefix = path::name(target);
+    let children = match zk.list_children(parent).await {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(e) => return Err(Error::from_zk(e, parent)),
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let found = path::join(parent, &name);
+    let stat = match zk.check_stat(&found).await {
+        Ok(Some(stat)) => Stat::from(stat),
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(Error::from_zk(e, &found)),
+    };
+    if mode.is_ephemeral() && stat.ephemeral_owner != zk.session_id().0 {
+        let zk = zk.clone();
+        shared.spawn(async move {
+            let _ = zk.delete(&found, None).await;
+        });
+        return Ok(None);
+    }
+    Ok(Some((found, stat)))
+}

@@ -1,0 +1,181 @@
+//! The library-owned threads that run the async wire client, and the small `block_on` that lets
+//! user threads wait for it. Users never see a future or a runtime.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, JoinHandle, Thread};
+
+use async_executor::Executor;
+use parking_lot::Mutex;
+
+use crate::deadline::Deadline;
+
+/// A one-shot flag a future can wait for; set from any thread.
+#[derive(Clone, Default)]
+pub(crate) struct Signal(Arc<Mutex<SignalState>>);
+
+#[derive(Default)]
+struct SignalState {
+    set: bool,
+    wakers: Vec<Waker>,
+}
+
+impl Signal {
+    pub(crate) fn set(&self) {
+        let wakers = {
+            let mut s = self.0.lock();
+            s.set = true;
+            std::mem::take(&mut s.wakers)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.lock().set
+    }
+
+    /// Resolves once [`Signal::set`] was called.
+    pub(crate) fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
+        let state = self.0.clone();
+        std::future::poll_fn(move |cx| {
+            let mut s = state.lock();
+            if s.set {
+                Poll::Ready(())
+            } else {
+                if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    s.wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        })
+    }
+}
+
+/// One executor thread per Client. zookeeper-client spawns its session task through `spawns`;
+/// this thread installs itself as the spawner, so every task of this Client runs here.
+pub(crate) struct Runtime {
+    executor: Arc<Executor<'static>>,
+    stop: Signal,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Spawner(Arc<Executor<'static>>);
+
+impl spawns::Spawn for Spawner {
+    fn spawn(&self, task: spawns::Task) {
+        self.0.spawn(Box::into_pin(task.future)).detach();
+    }
+}
+
+impl Runtime {
+    pub(crate) fn start(name: String) -> std::io::Result<Runtime> {
+        let executor = Arc::new(Executor::new());
+        let stop = Signal::default();
+        let thread = thread::Builder::new().name(name).spawn({
+            let executor = executor.clone();
+            let stop = stop.wait();
+            move || {
+                let spawner = Spawner(executor.clone());
+                let _scope = spawns::enter(&spawner);
+                // async-io's block_on lets this thread drive the I/O reactor while it waits.
+                async_io::block_on(executor.run(stop));
+            }
+        })?;
+        Ok(Runtime {
+            executor,
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    pub(crate) fn executor(&self) -> std::sync::Weak<Executor<'static>> {
+        Arc::downgrade(&self.executor)
+    }
+
+    pub(crate) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        self.executor.spawn(f).detach();
+    }
+
+    /// Stops the executor (pending tasks are dropped) and joins its thread.
+    pub(crate) fn shutdown(&self) {
+        self.stop.set();
+        let handle = self.thread.lock().take();
+        if let Some(handle) = handle {
+            if handle.thread().id() != thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `f` on the calling thread until it completes or `deadline` passes (`None`).
+pub(crate) fn block_on<F: Future>(f: F, deadline: Deadline) -> Option<F::Output> {
+    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        match deadline.remaining() {
+            None => thread::park(),
+            Some(d) if d.is_zero() => return None,
+            Some(d) => thread::park_timeout(d),
+        }
+    }
+}
+
+/// Sleeps inside a task on the executor thread.
+pub(crate) async fn sleep(d: std::time::Duration) {
+    async_io::Timer::after(d).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn block_on_returns_none_at_the_deadline_and_signal_wakes() {
+        let signal = Signal::default();
+        assert_eq!(
+            block_on(signal.wait(), Deadline::after(Duration::from_millis(20))),
+            None
+        );
+        let s2 = signal.clone();
+        let t = thread::spawn(move || s2.set());
+        assert_eq!(block_on(signal.wait(), Deadline::NEVER), Some(()));
+        t.join().unwrap();
+        assert!(signal.is_set());
+    }
+
+    #[test]
+    fn runtime_runs_tasks_and_its_thread_exits_on_shutdown() {
+        let rt = Runtime::start("zklock-test-rt".into()).unwrap();
+        let done = Signal::default();
+        let d2 = done.clone();
+        rt.spawn(async move {
+            sleep(Duration::from_millis(5)).await;
+            d2.set();
+        });
+        assert_eq!(
+            block_on(done.wait(), Deadline::after(Duration::from_secs(30))),
+            Some(())
+        );
+        rt.shutdown();
+        assert!(rt.thread.lock().is_none());
+    }
+}

@@ -1,0 +1,69 @@
+//! The waiter mechanism the lock recipes park on, against a real server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::testing::TestingServer;
+
+#[test]
+fn a_watch_wakes_only_its_waiter_and_state_changes_wake_all() {
+    let mut server = TestingServer::start().unwrap();
+    let client = Client::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .connect()
+        .unwrap();
+    client
+        .create("/w/a")
+        .parents_as_containers()
+        .call()
+        .unwrap();
+    let (watched, bystander) = (Arc::new(Waiter::default()), Arc::new(Waiter::default()));
+    let _r1 = client.register_waiter(&watched);
+    let _r2 = client.register_waiter(&bystander);
+    let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
+    let (seen_w, seen_b) = (watched.epoch(), bystander.epoch());
+    let (_, _, guard) = client
+        .data_watch_waiter("/w/a", &watched, &mut call)
+        .unwrap();
+    client.delete("/w/a").unwrap();
+    assert!(
+        watched.wait(seen_w, Deadline::after(Duration::from_secs(60))),
+        "watch never woke"
+    );
+    assert_eq!(
+        bystander.epoch(),
+        seen_b,
+        "a waiter without the watch was woken"
+    );
+    drop(guard);
+
+    let (seen_w, seen_b) = (watched.epoch(), bystander.epoch());
+    server.restart().unwrap();
+    assert!(watched.wait(seen_w, Deadline::after(Duration::from_secs(60))));
+    assert!(bystander.wait(seen_b, Deadline::after(Duration::from_secs(60))));
+    client.close();
+}
+
+#[test]
+fn a_dropped_watch_guard_leaves_no_watch_on_the_server() {
+    let server = TestingServer::start().unwrap();
+    let client = Client::connect(&server.connect_string()).unwrap();
+    client.create("/g").call().unwrap();
+    let waiter = Arc::new(Waiter::default());
+    let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
+    let (_, _, guard) = client.data_watch_waiter("/g", &waiter, &mut call).unwrap();
+    let watches = || server.four_letter("wchc").unwrap();
+    assert!(watches().contains("/g"), "watch not set: {}", watches());
+    drop(guard);
+    let deadline = Deadline::after(Duration::from_secs(60));
+    while watches().contains("/g") {
+        assert!(
+            !deadline.expired(),
+            "watch left on the server: {}",
+            watches()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client.close();
+}

@@ -1,0 +1,257 @@
+//! The watcher thread: one per Client. It receives watch events and connection-state changes over
+//! a crossbeam channel, wakes exactly the waiter a watch belongs to, wakes every registered waiter
+//! on a state change, and runs state listeners in order. Nothing here does ZooKeeper I/O, so a slow
+//! listener delays only other listeners and wake-ups, never the session (CURATOR-716).
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Weak};
+use std::thread::{self, JoinHandle};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::types::{ConnectionState, WatchEvent};
+use crate::deadline::Deadline;
+
+/// A per-waiter parking slot. Wakes are counted, so a wake that lands between a waiter's check
+/// and its park is never lost: the waiter parks only while the count is still what it saw.
+#[derive(Default)]
+pub(crate) struct Waiter {
+    wakes: Mutex<u64>,
+    cv: Condvar,
+}
+
+#[allow(dead_code)] // the lock recipes park here
+impl Waiter {
+    pub(crate) fn epoch(&self) -> u64 {
+        *self.wakes.lock()
+    }
+
+    pub(crate) fn wake(&self) {
+        *self.wakes.lock() += 1;
+        self.cv.notify_all();
+    }
+
+    /// Parks until woken after `seen` or until the deadline; returns whether it was woken.
+    pub(crate) fn wait(&self, seen: u64, deadline: Deadline) -> bool {
+        let mut wakes = self.wakes.lock();
+        while *wakes == seen {
+            match deadline.instant() {
+                None => self.cv.wait(&mut wakes),
+                Some(at) => {
+                    if self.cv.wait_until(&mut wakes, at).timed_out() {
+                        return *wakes != seen;
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Where a fired watch goes.
+pub(crate) enum WatchTarget {
+    /// A user's [`Watch`](crate::Watch).
+    Channel(Sender<WatchEvent>),
+    /// A parked waiter of a recipe.
+    Waiter(Arc<Waiter>),
+}
+
+pub(crate) type Callback = Box<dyn FnMut(ConnectionState) + Send>;
+
+pub(crate) enum Message {
+    /// The n-th state emitted, counting from 1.
+    State(u64, ConnectionState),
+    Watch(WatchTarget, WatchEvent),
+    Stop,
+}
+
+/// Registry of waiters and listeners, shared by the Client and its watcher thread.
+#[derive(Default)]
+pub(crate) struct Registry {
+    waiters: Mutex<HashMap<u64, Weak<Waiter>>>,
+    next_id: Mutex<u64>,
+    /// (id, states already emitted when registered, callback)
+    callbacks: Mutex<Vec<(u64, u64, Callback)>>,
+    channels: Mutex<Vec<(u64, Sender<ConnectionState>)>>,
+}
+
+impl Registry {
+    fn next_id(&self) -> u64 {
+        let mut id = self.next_id.lock();
+        *id += 1;
+        *id
+    }
+
+    /// Registers a waiter for state-change wake-ups until the returned guard drops.
+    pub(crate) fn register(self: &Arc<Self>, waiter: &Arc<Waiter>) -> Registration {
+        let id = self.next_id();
+        self.waiters.lock().insert(id, Arc::downgrade(waiter));
+        Registration {
+            registry: self.clone(),
+            id,
+        }
+    }
+
+    /// Adds a listener for the states after the `since`-th.
+    pub(crate) fn add_callback(&self, since: u64, f: Callback) -> u64 {
+        let id = self.next_id();
+        self.callbacks.lock().push((id, since, f));
+        id
+    }
+
+    pub(crate) fn remove_callback(&self, id: u64) -> bool {
+        let mut callbacks = self.callbacks.lock();
+        let before = callbacks.len();
+        callbacks.retain(|(i, _, _)| *i != id);
+        callbacks.len() != before
+    }
+
+    pub(crate) fn add_channel(&self, since: u64, tx: Sender<ConnectionState>) {
+        self.channels.lock().push((since, tx));
+    }
+
+    pub(crate) fn wake_all(&self) {
+        let waiters: Vec<Arc<Waiter>> = self
+            .waiters
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        waiters.iter().for_each(|w| w.wake());
+    }
+
+    fn deliver_state(&self, seq: u64, state: ConnectionState) {
+        self.wake_all();
+        self.channels
+            .lock()
+            .retain(|(since, tx)| seq <= *since || tx.send(state).is_ok());
+        let mut callbacks = self.callbacks.lock();
+        for (_, _, f) in callbacks.iter_mut().filter(|(_, since, _)| seq > *since) {
+            if catch_unwind(AssertUnwindSafe(|| f(state))).is_err() {
+                log::error!("a connection-state listener panicked on {state:?}");
+            }
+        }
+    }
+}
+
+/// Removes a waiter from the registry on drop.
+pub(crate) struct Registration {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.waiters.lock().remove(&self.id);
+    }
+}
+
+pub(crate) struct WatcherThread {
+    pub(crate) tx: Sender<Message>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl WatcherThread {
+    pub(crate) fn start(name: String, registry: Arc<Registry>) -> std::io::Result<WatcherThread> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let thread = thread::Builder::new()
+            .name(name)
+            .spawn(move || run(rx, registry))?;
+        Ok(WatcherThread {
+            tx,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Delivers what was queued before, then ends the thread and joins it (unless called from it).
+    pub(crate) fn shutdown(&self) {
+        let _ = self.tx.send(Message::Stop);
+        let handle = self.thread.lock().take();
+        if let Some(handle) = handle {
+            if handle.thread().id() != thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
+    for message in rx {
+        match message {
+            Message::State(seq, state) => registry.deliver_state(seq, state),
+            Message::Watch(WatchTarget::Channel(tx), event) => {
+                let _ = tx.send(event);
+            }
+            Message::Watch(WatchTarget::Waiter(waiter), _) => waiter.wake(),
+            Message::Stop => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_wake_before_the_park_is_not_lost() {
+        let w = Waiter::default();
+        let seen = w.epoch();
+        w.wake();
+        assert!(w.wait(seen, Deadline::after(Duration::from_secs(30))));
+        let seen = w.epoch();
+        assert!(!w.wait(seen, Deadline::after(Duration::from_millis(10))));
+    }
+
+    #[test]
+    fn state_changes_wake_registered_waiters_only_while_registered() {
+        let registry = Arc::new(Registry::default());
+        let w = Arc::new(Waiter::default());
+        let reg = registry.register(&w);
+        let seen = w.epoch();
+        registry.deliver_state(1, ConnectionState::Suspended);
+        assert!(w.epoch() > seen);
+        drop(reg);
+        let seen = w.epoch();
+        registry.deliver_state(2, ConnectionState::Reconnected);
+        assert_eq!(w.epoch(), seen);
+    }
+
+    #[test]
+    fn listeners_get_states_in_order_and_a_panicking_one_does_not_stop_others() {
+        let registry = Arc::new(Registry::default());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        registry.add_channel(0, tx);
+        let id = registry.add_callback(0, Box::new(|_| panic!("listener bug")));
+        let watcher = WatcherThread::start("zklock-test-watcher".into(), registry.clone()).unwrap();
+        // A channel added after the first state gets only the later ones.
+        let (late_tx, late_rx) = crossbeam_channel::unbounded();
+        registry.add_channel(1, late_tx);
+        let states = [
+            ConnectionState::Connected,
+            ConnectionState::Suspended,
+            ConnectionState::Lost,
+        ];
+        for (i, s) in states.into_iter().enumerate() {
+            watcher.tx.send(Message::State(i as u64 + 1, s)).unwrap();
+        }
+        let got: Vec<_> = (0..3)
+            .map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ConnectionState::Connected,
+                ConnectionState::Suspended,
+                ConnectionState::Lost
+            ]
+        );
+        assert!(registry.remove_callback(id));
+        watcher.shutdown();
+        let late: Vec<_> = late_rx.try_iter().collect();
+        assert_eq!(late, [ConnectionState::Suspended, ConnectionState::Lost]);
+        assert!(watcher.thread.lock().is_none());
+    }
+}

@@ -1,0 +1,60 @@
+//! One deadline per user call; internals never see a `Duration` budget.
+
+use std::time::{Duration, Instant};
+
+/// The point in time a call must finish by, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline(Option<Instant>);
+
+impl Deadline {
+    pub(crate) const NEVER: Deadline = Deadline(None);
+
+    pub(crate) fn after(d: Duration) -> Deadline {
+        Deadline(Instant::now().checked_add(d))
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn at(at: Instant) -> Deadline {
+        Deadline(Some(at))
+    }
+
+    /// Time left; `None` when unbounded. Zero once passed.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        self.0
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    pub(crate) fn expired(&self) -> bool {
+        self.remaining() == Some(Duration::ZERO)
+    }
+
+    /// The earlier of this deadline and `now + d`.
+    pub(crate) fn min_after(&self, d: Duration) -> Deadline {
+        let other = Deadline::after(d);
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => Deadline(Some(a.min(b))),
+            (a, b) => Deadline(a.or(b)),
+        }
+    }
+
+    pub(crate) fn instant(&self) -> Option<Instant> {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_has_no_remaining_and_min_picks_the_earlier() {
+        assert_eq!(Deadline::NEVER.remaining(), None);
+        assert!(!Deadline::NEVER.expired());
+        let d = Deadline::NEVER.min_after(Duration::from_secs(1));
+        assert!(d.remaining().unwrap() <= Duration::from_secs(1));
+        let far = Deadline::after(Duration::from_secs(100)).min_after(Duration::from_secs(1));
+        assert!(far.remaining().unwrap() <= Duration::from_secs(1));
+        assert!(Deadline::after(Duration::ZERO).expired());
+        assert!(Deadline::at(Instant::now()).expired());
+    }
+}

@@ -1,0 +1,135 @@
+//! The one error type of zklock.
+
+use std::fmt;
+
+/// What went wrong, grouped by what the caller can do about it.
+///
+/// Input is checked before any I/O: a malformed path, connect string or timeout is reported as
+/// [`Error::InvalidArgument`] / [`Error::InvalidPath`] and nothing is sent to ZooKeeper. Nothing in
+/// zklock panics on a server's answer: an unexpected one becomes [`Error::ZooKeeper`].
+///
+/// # Example
+/// ```
+/// # fn main() {
+/// let err = zklock::Client::builder("").build().unwrap_err();
+/// assert!(matches!(err, zklock::Error::InvalidArgument(_)));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bad argument: connect string, timeout, data size, retry parameters. Fix the call.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A path ZooKeeper would refuse (relative, trailing slash, `.` / `..`, NUL, empty component).
+    #[error("invalid path {path:?}: {reason}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// The connection was lost and the retry policy (or the call's deadline) gave up; the session
+    /// may still be alive. Retrying later may succeed.
+    #[error("connection to ZooKeeper lost")]
+    ConnectionLoss,
+    /// The ZooKeeper session ended; ephemeral nodes of it are gone. The [`Client`](crate::Client)
+    /// opens a new session by itself.
+    #[error("ZooKeeper session expired")]
+    SessionExpired,
+    /// The call's deadline passed before it could complete.
+    #[error("operation timed out")]
+    Timeout,
+    /// The node does not exist.
+    #[error("no node {0:?}")]
+    NoNode(String),
+    /// The node already exists.
+    #[error("node {0:?} already exists")]
+    NodeExists(String),
+    /// The node has children.
+    #[error("node {0:?} has children")]
+    NotEmpty(String),
+    /// The expected version did not match.
+    #[error("bad version for node {0:?}")]
+    BadVersion(String),
+    /// The ACL forbids this client the operation.
+    #[error("not authorised for {0:?}")]
+    NoAuth(String),
+    /// The [`Client`](crate::Client) was closed.
+    #[error("client closed")]
+    Closed,
+    /// A thread released a lock it does not hold.
+    #[error("the current thread does not hold this lock")]
+    NotOwner,
+    /// Any other answer of the server or the wire client, with its description.
+    #[error("ZooKeeper error: {0}")]
+    ZooKeeper(String),
+}
+
+/// `Result<T, zklock::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether the retry policy may retry the operation that failed with this error.
+    pub(crate) fn is_retryable(&self) -> bool {
+        matches!(self, Error::ConnectionLoss)
+    }
+
+    /// Maps a wire-client error for the operation on `path`.
+    pub(crate) fn from_zk(err: zookeeper_client::Error, path: &str) -> Error {
+        use zookeeper_client::Error as Zk;
+        match err {
+            // OperationTimeout and SessionMoved are retried like Curator does (RetryLoop).
+            Zk::ConnectionLoss | Zk::Timeout | Zk::SessionMoved => Error::ConnectionLoss,
+            Zk::SessionExpired => Error::SessionExpired,
+            Zk::ClientClosed => Error::Closed,
+            Zk::NoNode => Error::NoNode(path.to_owned()),
+            Zk::NodeExists => Error::NodeExists(path.to_owned()),
+            Zk::NotEmpty => Error::NotEmpty(path.to_owned()),
+            Zk::BadVersion => Error::BadVersion(path.to_owned()),
+            Zk::NoAuth => Error::NoAuth(path.to_owned()),
+            Zk::BadArguments(msg) => Error::InvalidArgument(format!("{path:?}: {msg}")),
+            other => Error::ZooKeeper(format!("{path:?}: {other}")),
+        }
+    }
+
+    pub(crate) fn invalid(what: impl fmt::Display) -> Error {
+        Error::InvalidArgument(what.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn check<T: Send + Sync + 'static + std::error::Error>() {}
+        check::<Error>();
+    }
+
+    #[test]
+    fn wire_errors_map_by_what_the_caller_can_do() {
+        use zookeeper_client::Error as Zk;
+        assert_eq!(
+            Error::from_zk(Zk::ConnectionLoss, "/a"),
+            Error::ConnectionLoss
+        );
+        assert_eq!(
+            Error::from_zk(Zk::SessionMoved, "/a"),
+            Error::ConnectionLoss
+        );
+        assert_eq!(
+            Error::from_zk(Zk::SessionExpired, "/a"),
+            Error::SessionExpired
+        );
+        assert_eq!(Error::from_zk(Zk::NoNode, "/a"), Error::NoNode("/a".into()));
+        assert_eq!(Error::from_zk(Zk::NoAuth, "/a"), Error::NoAuth("/a".into()));
+        assert!(matches!(
+            Error::from_zk(Zk::Unimplemented, "/a"),
+            Error::ZooKeeper(_)
+        ));
+        assert!(Error::ConnectionLoss.is_retryable());
+        assert!(!Error::SessionExpired.is_retryable());
+    }
+}

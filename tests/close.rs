@@ -1,0 +1,49 @@
+//! After `close()` every thread a Client started has exited. Alone in its test binary, so no
+//! other test's Client threads are counted.
+
+mod common;
+
+use std::time::Duration;
+
+use zklock::testing::TestingServer;
+
+fn zklock_threads() -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(name) = std::fs::read_to_string(task.path().join("comm")) {
+            if name.starts_with("zklock-io-") || name.starts_with("zklock-watch-") {
+                names.push(name.trim().to_owned());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn close_and_drop_end_every_thread_the_client_started() {
+    let server = TestingServer::start().unwrap();
+    assert_eq!(zklock_threads(), Vec::<String>::new());
+    let client = common::client(&server.connect_string(), Duration::from_secs(20));
+    let clone = client.clone();
+    assert_eq!(zklock_threads().len(), 2, "{:?}", zklock_threads());
+    let (_, _, watch) = {
+        client.create("/t").call().unwrap();
+        client.data_watch("/t").unwrap()
+    };
+    client.close();
+    assert_eq!(zklock_threads(), Vec::<String>::new());
+    // The watch can only have seen its session end.
+    let event = watch.try_event();
+    assert!(
+        event
+            .as_ref()
+            .map_or(true, |e| e.kind == zklock::WatchEventKind::SessionEnded),
+        "{event:?}"
+    );
+    drop(clone);
+
+    let dropped = common::client(&server.connect_string(), Duration::from_secs(20));
+    assert_eq!(zklock_threads().len(), 2);
+    drop(dropped);
+    assert_eq!(zklock_threads(), Vec::<String>::new());
+}

@@ -1,0 +1,70 @@
+//! Shared helpers for the integration tests: every test starts its own real ZooKeeper.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use zklock::{Client, ConnectionState};
+
+/// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
+pub fn timing() -> u32 {
+    std::env::var("ZKLOCK_TIMING_FACTOR")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A generous deadline for something that should happen within seconds.
+pub fn patience() -> Duration {
+    Duration::from_secs(60) * timing()
+}
+
+/// Polls `cond` until it holds or `patience()` passes; panics with `what` on timeout.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + patience();
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// The next state on `rx`, or a panic naming what was expected.
+pub fn next_state(rx: &Receiver<ConnectionState>, expected: &str) -> ConnectionState {
+    rx.recv_timeout(patience())
+        .unwrap_or_else(|_| panic!("no state change: expected {expected}"))
+}
+
+/// Waits for `want` on `rx`, returning the states seen before it.
+pub fn expect_state(rx: &Receiver<ConnectionState>, want: ConnectionState) -> Vec<ConnectionState> {
+    let mut seen = Vec::new();
+    loop {
+        let s = next_state(rx, &format!("{want:?} (seen {seen:?})"));
+        if s == want {
+            return seen;
+        }
+        seen.push(s);
+    }
+}
+
+pub fn client(connect: &str, session: Duration) -> Client {
+    Client::builder(connect)
+        .session_timeout(session)
+        .connection_timeout(Duration::from_secs(30))
+        .connect()
+        .expect("connect")
+}
+
+pub fn init_logging() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("zookeeper_client=debug")
+        .with_test_writer()
+        .try_init();
+}
+
+/// Asserts that the next state on `rx` is `want`.
+pub fn expect_next(rx: &Receiver<ConnectionState>, want: ConnectionState) {
+    let got = next_state(rx, &format!("{want:?}"));
+    assert_eq!(got, want, "expected {want:?} next");
+}
