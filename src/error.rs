@@ -61,6 +61,10 @@ pub enum Error {
     /// A thread released a lock it does not hold.
     #[error("the current thread does not hold this lock")]
     NotOwner,
+    /// The lock had been lost (session expired, node deleted) before it was released: whatever
+    /// it protected may have been touched by another holder meanwhile.
+    #[error("the lock had been lost before it was released")]
+    LockLost,
     /// Any other answer of the server or the wire client, with its description.
     #[error("ZooKeeper error: {0}")]
     ZooKeeper(String),

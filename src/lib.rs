@@ -50,16 +50,20 @@
 mod client;
 mod deadline;
 mod error;
+mod locks;
 mod path;
 mod retry;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use crate::client::{
-    Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, Perms, Stat, Watch,
-    WatchEvent, WatchEventKind,
+    Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, LockHealth, Perms, Stat,
+    Watch, WatchEvent, WatchEventKind,
 };
 pub use crate::error::{Error, Result};
+pub use crate::locks::{
+    InterProcessMutex, LockDriver, LockNode, MutexGuard, Predicate, StandardDriver, UnfairDriver,
+};
 pub use crate::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,

@@ -1,8 +1,10 @@
 //! The Client: Curator's `CuratorFramework` for plain threads.
 
 mod builder;
+mod keeper;
 mod runtime;
 mod session;
+mod store;
 mod types;
 mod watcher;
 
@@ -16,17 +18,20 @@ use zookeeper_client as zk;
 
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
+pub(crate) use self::keeper::KeeperGuard;
+pub use self::keeper::LockHealth;
 pub(crate) use self::runtime::Runtime;
-use self::runtime::Signal;
+pub(crate) use self::runtime::Signal;
 use self::session::Shared;
+pub(crate) use self::store::{create_protected, NodeSpec, Store};
 pub use self::types::{
     Acl, ConnectionState, CreateMode, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 #[allow(unused_imports)] // the lock recipes park on these
-pub(crate) use self::watcher::{Registration, Waiter};
+pub(crate) use self::watcher::{Registration, Registry, Waiter};
 #[cfg(all(test, feature = "testing"))]
 mod tests;
-use self::watcher::{Message, Registry, WatchTarget, WatcherThread};
+use self::watcher::{Message, WatchTarget, WatcherThread};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::path;
@@ -245,30 +250,41 @@ impl Client {
         Fut: Future<Output = Result<T>>,
     {
         loop {
-            let attempt = self
-                .shared()
-                .session(call.deadline)
-                .and_then(|(zk, generation)| {
-                    runtime::block_on(op(zk, generation), call.deadline)
-                        .unwrap_or(Err(Error::Timeout))
-                });
-            match attempt {
+            match self.run_once(call, &mut op) {
                 Err(e) if e.is_retryable() => {
-                    let Some(sleep) = call.budget.next_sleep() else {
-                        return Err(e);
-                    };
-                    if call.deadline.remaining().is_some_and(|left| left <= sleep) {
-                        return Err(Error::Timeout);
-                    }
-                    log::debug!("{what}: {e}; retry {} in {sleep:?}", call.budget.retries());
-                    self.shared().sleep(sleep);
-                    if self.is_closed() {
-                        return Err(Error::Closed);
-                    }
+                    log::debug!("{what}: {e}");
+                    self.backoff(call, e)?;
                 }
                 other => return other,
             }
         }
+    }
+
+    /// One attempt: waits for a connected session (up to the connection timeout), then runs `op`.
+    pub(crate) fn run_once<T, F, Fut>(&self, call: &mut Call, op: F) -> Result<T>
+    where
+        F: FnOnce(zk::Client, u64) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let (zk, generation) = self.shared().session(call.deadline)?;
+        runtime::block_on(op(zk, generation), call.deadline).unwrap_or(Err(Error::Timeout))
+    }
+
+    /// After a retryable failure: sleeps as the retry policy says and returns `Ok`, or returns
+    /// the error when the policy (or the deadline) gives up.
+    pub(crate) fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        let Some(sleep) = call.budget.next_sleep() else {
+            return Err(err);
+        };
+        if call.deadline.remaining().is_some_and(|left| left <= sleep) {
+            return Err(Error::Timeout);
+        }
+        log::debug!("{err}; retry {} in {sleep:?}", call.budget.retries());
+        self.shared().sleep(sleep);
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 
     /// Starts creating a node; finish with [`Create::call`].
@@ -456,8 +472,12 @@ impl Client {
 
     /// A node's stat, or `None` if it does not exist. Sets no watch.
     pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.exists_in(path, &mut self.user_call())
+    }
+
+    pub(crate) fn exists_in(&self, path: &str, call: &mut Call) -> Result<Option<Stat>> {
         path::validate(path, false)?;
-        self.run("exists", &mut self.user_call(), |zk, _| async move {
+        self.run("exists", call, |zk, _| async move {
             let stat = zk
                 .check_stat(path)
                 .await
@@ -474,26 +494,10 @@ impl Client {
         })
     }
 
-    /// Registers a recipe's waiter: it is woken on every connection-state change until the
-    /// registration drops.
-    #[allow(dead_code)] // used by the lock recipes
-    pub(crate) fn register_waiter(&self, waiter: &Arc<Waiter>) -> Registration {
-        self.shared().registry.register(waiter)
-    }
-
-    /// `getData` with a watch that wakes `waiter` (and only it) when it fires. Dropping the
-    /// returned guard removes the watch if it has not fired.
-    #[allow(dead_code)] // used by the lock recipes
-    pub(crate) fn data_watch_waiter(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        call: &mut Call,
-    ) -> Result<(Vec<u8>, Stat, WatchGuard)> {
-        let cancel = Signal::default();
-        let target = WatchTarget::Waiter(waiter.clone());
-        let (data, stat) = self.data_watch_in(path, target, cancel.clone(), call)?;
-        Ok((data, stat, WatchGuard(cancel)))
+    /// Runs `f` on the Client's watcher thread, after what is queued there already (user
+    /// callbacks must never run on the I/O thread).
+    pub(crate) fn on_watcher_thread(&self, f: impl FnOnce() + Send + 'static) {
+        let _ = self.shared().events.send(Message::Run(Box::new(f)));
     }
 
     /// Blocks the Client's I/O thread (no reads, writes or reconnects) until the returned
@@ -521,7 +525,7 @@ impl Client {
 
 /// Removes a recipe's watch when dropped.
 #[must_use]
-pub(crate) struct WatchGuard(Signal);
+pub(crate) struct WatchGuard(pub(crate) Signal);
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
@@ -608,92 +612,23 @@ impl<'a> Create<'a> {
     /// Creates the node within a recipe's call; returns its path and stat.
     pub(crate) fn call_in(self, call: &mut Call) -> Result<(String, Stat)> {
         let client = self.client;
-        path::validate(self.path, self.mode.is_sequential())?;
-        if self.path == "/" {
-            return Err(Error::InvalidPath {
-                path: "/".into(),
-                reason: "the root exists already",
-            });
-        }
         let config = &client.shared().config;
-        let data = self.data.unwrap_or(&config.default_data);
-        check_data(data)?;
-        let acl = self.acl.as_ref().unwrap_or(&config.builder.default_acl);
-        if acl.is_empty() {
-            return Err(Error::invalid("ACL must not be empty"));
-        }
-        let acl: Vec<zk::Acl> = acl.iter().map(Acl::to_zk).collect();
-        let protection = self.protected.then(path::new_protected_id);
-        let target = match &protection {
-            Some(id) => path::protected(self.path, id),
-            None => self.path.to_owned(),
+        let spec = NodeSpec {
+            path: self.path,
+            data: self.data.unwrap_or(&config.default_data),
+            mode: self.mode,
+            acl: self.acl.as_deref(),
+            parents: self.parents,
         };
-        let (mode, parents, target) = (self.mode, self.parents, target.as_str());
-        let acl = &acl[..];
-        let mut attempts = 0u32;
-        client.run("create", call, |zk, _| {
-            attempts += 1;
-            let look_first = protection.is_some() && attempts > 1;
-            let shared = client.inner.shared.clone();
-            async move {
-                let options = mode.to_zk().with_acls(zk::Acls::new(acl));
-                if look_first {
-                    if let Some(found) = find_protected(&zk, target, mode, &shared).await? {
-                        return Ok(found);
-                    }
-                }
-                let mut result = zk.create(target, data, &options).await;
-                if parents && matches!(result, Err(zk::Error::NoNode)) {
-                    let parent = path::parent(target);
-                    let dirs = zk::CreateMode::Container.with_acls(zk::Acls::new(acl));
-                    zk.mkdir(parent, &dirs)
-                        .await
-                        .map_err(|e| Error::from_zk(e, parent))?;
-                    result = zk.create(target, data, &options).await;
-                }
-                let (stat, seq) = result.map_err(|e| Error::from_zk(e, target))?;
-                let created = if mode.is_sequential() {
-                    format!("{target}{seq}")
-                } else {
-                    target.to_owned()
-                };
-                Ok((created, stat.into()))
+        spec.validate()?;
+        if self.protected {
+            return store::create_protected(client, &spec, call);
+        }
+        loop {
+            match client.create_once(&spec, call) {
+                Err(e) if e.is_retryable() => client.backoff(call, e)?,
+                other => return other,
             }
-        })
+        }
     }
-}
-
-/// After a lost create reply: our protected node, if the server made it. An ephemeral one is
-/// adopted only if it belongs to the current session; one of an earlier session is deleted in
-/// the background (CURATOR-45, CURATOR-498).
-async fn find_protected(
-    zk: &zk::Client,
-    target: &str,
-    mode: CreateMode,
-    shared: &Arc<Shared>,
-) -> Result<Option<(String, Stat)>> {
-    let parent = path::parent(target);
-    let prefix = path::name(target);
-    let children = match zk.list_children(parent).await {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => return Ok(None),
-        Err(e) => return Err(Error::from_zk(e, parent)),
-    };
-    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
-        return Ok(None);
-    };
-    let found = path::join(parent, &name);
-    let stat = match zk.check_stat(&found).await {
-        Ok(Some(stat)) => Stat::from(stat),
-        Ok(None) => return Ok(None),
-        Err(e) => return Err(Error::from_zk(e, &found)),
-    };
-    if mode.is_ephemeral() && stat.ephemeral_owner != zk.session_id().0 {
-        let zk = zk.clone();
-        shared.spawn(async move {
-            let _ = zk.delete(&found, None).await;
-        });
-        return Ok(None);
-    }
-    Ok(Some((found, stat)))
 }

@@ -42,6 +42,8 @@ pub(crate) struct Conn {
     pub(crate) connected: bool,
     /// Number of states emitted so far; listeners registered later skip the earlier ones.
     pub(crate) seq: u64,
+    /// Set when the current session is over for this Client (expired, locally lost, closed).
+    pub(crate) ended: Signal,
 }
 
 enum End {
@@ -172,9 +174,11 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             ConnectionState::Connected
         };
         had_session = true;
+        let ended = Signal::default();
         shared.set(state, |c| {
             c.zk = Some(zk.clone());
             c.generation += 1;
+            c.ended = ended.clone();
         });
         let end = monitor(&shared, &zk).await;
         {
@@ -182,6 +186,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             conn.zk = None;
             conn.connected = false;
         }
+        ended.set();
         if let End::Stop = end {
             close_session(zk).await;
             break;

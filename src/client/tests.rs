@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::client::Store;
 use crate::testing::TestingServer;
 
 #[test]
@@ -19,18 +20,20 @@ fn a_watch_wakes_only_its_waiter_and_state_changes_wake_all() {
         .call()
         .unwrap();
     let (watched, bystander) = (Arc::new(Waiter::default()), Arc::new(Waiter::default()));
-    let _r1 = client.register_waiter(&watched);
-    let _r2 = client.register_waiter(&bystander);
+    let _r1 = client.register(&watched);
+    let _r2 = client.register(&bystander);
     let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
     let (seen_w, seen_b) = (watched.epoch(), bystander.epoch());
-    let (_, _, guard) = client
-        .data_watch_waiter("/w/a", &watched, &mut call)
-        .unwrap();
+    let guard = client
+        .watch("/w/a", &watched, &mut call)
+        .unwrap()
+        .expect("node exists");
     client.delete("/w/a").unwrap();
     assert!(
         watched.wait(seen_w, Deadline::after(Duration::from_secs(60))),
         "watch never woke"
     );
+    assert!(watched.saw_deleted_since(seen_w, "/w/a"));
     assert_eq!(
         bystander.epoch(),
         seen_b,
@@ -52,7 +55,11 @@ fn a_dropped_watch_guard_leaves_no_watch_on_the_server() {
     client.create("/g").call().unwrap();
     let waiter = Arc::new(Waiter::default());
     let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
-    let (_, _, guard) = client.data_watch_waiter("/g", &waiter, &mut call).unwrap();
+    let guard = client
+        .watch("/g", &waiter, &mut call)
+        .unwrap()
+        .expect("node exists");
+    assert!(client.watch("/none", &waiter, &mut call).unwrap().is_none());
     let watches = || server.four_letter("wchc").unwrap();
     assert!(watches().contains("/g"), "watch not set: {}", watches());
     drop(guard);

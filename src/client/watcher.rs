@@ -18,35 +18,75 @@ use crate::deadline::Deadline;
 /// and its park is never lost: the waiter parks only while the count is still what it saw.
 #[derive(Default)]
 pub(crate) struct Waiter {
-    wakes: Mutex<u64>,
+    slot: Mutex<Slot>,
     cv: Condvar,
+}
+
+#[derive(Default, Clone)]
+struct Slot {
+    wakes: u64,
+    state_changes: u64,
+    /// The last watch event delivered to this waiter.
+    last_watch: Option<WatchEvent>,
+}
+
+/// What a waiter saw before parking; compare after waking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    wakes: u64,
+    state_changes: u64,
 }
 
 #[allow(dead_code)] // the lock recipes park here
 impl Waiter {
-    pub(crate) fn epoch(&self) -> u64 {
-        *self.wakes.lock()
+    pub(crate) fn epoch(&self) -> Seen {
+        let slot = self.slot.lock();
+        Seen {
+            wakes: slot.wakes,
+            state_changes: slot.state_changes,
+        }
     }
 
+    /// Wakes for a connection-state change.
     pub(crate) fn wake(&self) {
-        *self.wakes.lock() += 1;
+        let mut slot = self.slot.lock();
+        slot.wakes += 1;
+        slot.state_changes += 1;
+        self.cv.notify_all();
+    }
+
+    /// Wakes for a fired watch.
+    pub(crate) fn wake_watch(&self, event: WatchEvent) {
+        let mut slot = self.slot.lock();
+        slot.wakes += 1;
+        slot.last_watch = Some(event);
         self.cv.notify_all();
     }
 
     /// Parks until woken after `seen` or until the deadline; returns whether it was woken.
-    pub(crate) fn wait(&self, seen: u64, deadline: Deadline) -> bool {
-        let mut wakes = self.wakes.lock();
-        while *wakes == seen {
+    pub(crate) fn wait(&self, seen: Seen, deadline: Deadline) -> bool {
+        let mut slot = self.slot.lock();
+        while slot.wakes == seen.wakes {
             match deadline.instant() {
-                None => self.cv.wait(&mut wakes),
+                None => self.cv.wait(&mut slot),
                 Some(at) => {
-                    if self.cv.wait_until(&mut wakes, at).timed_out() {
-                        return *wakes != seen;
+                    if self.cv.wait_until(&mut slot, at).timed_out() {
+                        return slot.wakes != seen.wakes;
                     }
                 }
             }
         }
         true
+    }
+
+    /// Whether, since `seen`, the node at `path` was reported deleted by a watch and no
+    /// connection-state change happened (so no session change either).
+    pub(crate) fn saw_deleted_since(&self, seen: Seen, path: &str) -> bool {
+        let slot = self.slot.lock();
+        slot.state_changes == seen.state_changes
+            && slot.last_watch.as_ref().is_some_and(|e| {
+                e.kind == super::types::WatchEventKind::NodeDeleted && e.path == path
+            })
     }
 }
 
@@ -64,6 +104,8 @@ pub(crate) enum Message {
     /// The n-th state emitted, counting from 1.
     State(u64, ConnectionState),
     Watch(WatchTarget, WatchEvent),
+    /// A user callback that must not run on the I/O thread.
+    Run(Box<dyn FnOnce() + Send>),
     Stop,
 }
 
@@ -184,7 +226,12 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
             Message::Watch(WatchTarget::Channel(tx), event) => {
                 let _ = tx.send(event);
             }
-            Message::Watch(WatchTarget::Waiter(waiter), _) => waiter.wake(),
+            Message::Watch(WatchTarget::Waiter(waiter), event) => waiter.wake_watch(event),
+            Message::Run(f) => {
+                if catch_unwind(AssertUnwindSafe(f)).is_err() {
+                    log::error!("a lock-health listener panicked");
+                }
+            }
             Message::Stop => break,
         }
     }
@@ -193,6 +240,7 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::types::WatchEventKind;
     use std::time::Duration;
 
     #[test]
@@ -203,6 +251,18 @@ mod tests {
         assert!(w.wait(seen, Deadline::after(Duration::from_secs(30))));
         let seen = w.epoch();
         assert!(!w.wait(seen, Deadline::after(Duration::from_millis(10))));
+        let deleted = |p: &str| WatchEvent {
+            kind: WatchEventKind::NodeDeleted,
+            path: p.into(),
+        };
+        w.wake_watch(deleted("/l/a"));
+        assert!(w.saw_deleted_since(seen, "/l/a"));
+        assert!(!w.saw_deleted_since(seen, "/l/b"));
+        w.wake();
+        assert!(
+            !w.saw_deleted_since(seen, "/l/a"),
+            "a state change voids the shortcut"
+        );
     }
 
     #[test]
@@ -212,7 +272,7 @@ mod tests {
         let reg = registry.register(&w);
         let seen = w.epoch();
         registry.deliver_state(1, ConnectionState::Suspended);
-        assert!(w.epoch() > seen);
+        assert_ne!(w.epoch(), seen);
         drop(reg);
         let seen = w.epoch();
         registry.deliver_state(2, ConnectionState::Reconnected);

@@ -1,0 +1,216 @@
+//! The few ZooKeeper operations the lock algorithm needs, as a trait: the Client implements it
+//! against the server, and unit tests implement it in memory with injected faults.
+
+use std::sync::Arc;
+
+use zookeeper_client as zk;
+
+use super::types::{Acl, CreateMode, Stat};
+use super::watcher::{Registration, Waiter, WatchTarget};
+use super::{check_data, runtime::Signal, Call, Client, WatchGuard};
+use crate::error::{Error, Result};
+use crate::path;
+
+/// A node to create.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeSpec<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) data: &'a [u8],
+    pub(crate) mode: CreateMode,
+    /// `None`: the Client's default ACL.
+    pub(crate) acl: Option<&'a [Acl]>,
+    /// Create missing parents as containers.
+    pub(crate) parents: bool,
+}
+
+impl NodeSpec<'_> {
+    pub(crate) fn validate(&self) -> Result<()> {
+        path::validate(self.path, self.mode.is_sequential())?;
+        if self.path == "/" {
+            return Err(Error::InvalidPath {
+                path: "/".into(),
+                reason: "the root exists already",
+            });
+        }
+        check_data(self.data)?;
+        if self.acl.is_some_and(|a| a.is_empty()) {
+            return Err(Error::invalid("ACL must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+/// What LockInternals does to ZooKeeper. Every method but `create_once` retries connection
+/// losses within the call's budget; `create_once` makes one attempt, because only the caller
+/// knows how to recover a lost reply.
+pub(crate) trait Store: Send + Sync {
+    /// A call bounded by `deadline` with a fresh retry budget.
+    fn new_call(&self, deadline: crate::deadline::Deadline) -> Call;
+    fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)>;
+    /// Sleeps for the next retry, or gives the error back when the budget is spent.
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()>;
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>>;
+    fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>>;
+    fn set_data(&self, path: &str, data: &[u8], call: &mut Call) -> Result<Stat>;
+    /// A data watch on `path` that wakes `waiter`; `None` if the node does not exist.
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        call: &mut Call,
+    ) -> Result<Option<WatchGuard>>;
+    /// Guaranteed delete, in the background.
+    fn delete_background(&self, path: &str);
+    /// Deletes now (a missing node counts as deleted); on connection loss the error is
+    /// returned and the delete goes on in the background.
+    fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
+    /// The current session's id, if one is open.
+    fn session_id(&self) -> Option<i64>;
+    fn register(&self, waiter: &Arc<Waiter>) -> Registration;
+    fn default_data(&self) -> &[u8];
+}
+
+impl Store for Client {
+    fn new_call(&self, deadline: crate::deadline::Deadline) -> Call {
+        Client::new_call(self, deadline)
+    }
+
+    fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)> {
+        let config = &self.shared().config;
+        let acl: Vec<zk::Acl> = spec
+            .acl
+            .unwrap_or(&config.builder.default_acl)
+            .iter()
+            .map(Acl::to_zk)
+            .collect();
+        let spec = *spec;
+        let acl = &acl[..];
+        self.run_once(call, |zk, _| async move {
+            let options = spec.mode.to_zk().with_acls(zk::Acls::new(acl));
+            let mut result = zk.create(spec.path, spec.data, &options).await;
+            if spec.parents && matches!(result, Err(zk::Error::NoNode)) {
+                let parent = path::parent(spec.path);
+                let dirs = zk::CreateMode::Container.with_acls(zk::Acls::new(acl));
+                zk.mkdir(parent, &dirs)
+                    .await
+                    .map_err(|e| Error::from_zk(e, parent))?;
+                result = zk.create(spec.path, spec.data, &options).await;
+            }
+            let (stat, seq) = result.map_err(|e| Error::from_zk(e, spec.path))?;
+            let created = if spec.mode.is_sequential() {
+                format!("{}{seq}", spec.path)
+            } else {
+                spec.path.to_owned()
+            };
+            Ok((created, stat.into()))
+        })
+    }
+
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        Client::backoff(self, call, err)
+    }
+
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
+        self.children_in(path, call)
+    }
+
+    fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>> {
+        self.exists_in(path, call)
+    }
+
+    fn set_data(&self, path: &str, data: &[u8], call: &mut Call) -> Result<Stat> {
+        self.set_data_in(path, data, None, call)
+    }
+
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        call: &mut Call,
+    ) -> Result<Option<WatchGuard>> {
+        let cancel = Signal::default();
+        let target = WatchTarget::Waiter(waiter.clone());
+        match self.data_watch_in(path, target, cancel.clone(), call) {
+            Ok(_) => Ok(Some(WatchGuard(cancel))),
+            Err(Error::NoNode(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn delete_background(&self, path: &str) {
+        self.delete_in_background(path);
+    }
+
+    fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()> {
+        self.delete_guaranteed_in(path, call)
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        Client::session_id(self)
+    }
+
+    fn register(&self, waiter: &Arc<Waiter>) -> Registration {
+        self.shared().registry.register(waiter)
+    }
+
+    fn default_data(&self) -> &[u8] {
+        &self.shared().config.default_data
+    }
+}
+
+/// Curator's protected create: the name gets a fresh `_c_<uuid>-` prefix, so that after a lost
+/// reply the retry finds the node the server did make instead of making a second one.
+pub(crate) fn create_protected<S: Store + ?Sized>(
+    store: &S,
+    spec: &NodeSpec<'_>,
+    call: &mut Call,
+) -> Result<(String, Stat)> {
+    let target = path::protected(spec.path, &path::new_protected_id());
+    let spec = NodeSpec {
+        path: &target,
+        ..*spec
+    };
+    let mut reply_lost = false;
+    loop {
+        if reply_lost {
+            if let Some(found) = find_protected(store, &spec, call)? {
+                return Ok(found);
+            }
+        }
+        match store.create_once(&spec, call) {
+            Err(e) if e.is_retryable() => {
+                reply_lost = true;
+                store.backoff(call, e)?;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Our node after a lost reply, if the server made it. An ephemeral node is adopted only if it
+/// belongs to the current session; one of an earlier session is deleted (CURATOR-45/498).
+fn find_protected<S: Store + ?Sized>(
+    store: &S,
+    spec: &NodeSpec<'_>,
+    call: &mut Call,
+) -> Result<Option<(String, Stat)>> {
+    let parent = path::parent(spec.path);
+    let prefix = path::name(spec.path);
+    let children = match store.children(parent, call) {
+        Ok(c) => c,
+        Err(Error::NoNode(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let found = path::join(parent, &name);
+    let Some(stat) = store.stat(&found, call)? else {
+        return Ok(None);
+    };
+    if spec.mode.is_ephemeral() && Some(stat.ephemeral_owner) != store.session_id() {
+        store.delete_background(&found);
+        return Ok(None);
+    }
+    Ok(Some((found, stat)))
+}

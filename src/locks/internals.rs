@@ -1,0 +1,229 @@
+//! LockInternals: the one lock algorithm every recipe composes.
+//!
+//! create our node (protected, parents as containers) → list and sort the children → ask the
+//! driver → if not granted, set a getData watch on the node it names and park this waiter →
+//! re-check when woken (by that watch or a connection-state change). One deadline bounds every
+//! step. Every failure path deletes our node in the background (guaranteed delete).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::driver::{LockDriver, Predicate};
+use crate::client::{create_protected, Call, NodeSpec, Stat, Store, Waiter};
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::path;
+
+/// A granted attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Acquired {
+    pub(crate) path: String,
+    /// Rises strictly across successive holders of the lock path.
+    pub(crate) token: u64,
+    /// The session our node belongs to.
+    pub(crate) session: i64,
+}
+
+pub(crate) struct LockInternals<S: Store> {
+    pub(crate) store: S,
+    pub(crate) path: String,
+    lock_name: String,
+    driver: Arc<dyn LockDriver>,
+    max_leases: usize,
+    node_data: Mutex<Option<Vec<u8>>>,
+}
+
+enum Outcome {
+    Granted(u64),
+    TimedOut,
+    /// Our node vanished or belongs to an ended session: start over with a new node.
+    Restart,
+}
+
+/// Deletes our node unless the attempt succeeded.
+struct Cleanup<'a, S: Store> {
+    store: &'a S,
+    path: Option<String>,
+}
+
+impl<S: Store> Drop for Cleanup<'_, S> {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            self.store.delete_background(&path);
+        }
+    }
+}
+
+impl<S: Store> LockInternals<S> {
+    pub(crate) fn new(
+        store: S,
+        path: &str,
+        lock_name: &str,
+        driver: Arc<dyn LockDriver>,
+        max_leases: usize,
+    ) -> Result<Self> {
+        path::validate(path, false)?;
+        if path == "/" {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "a lock needs its own node",
+            });
+        }
+        Ok(LockInternals {
+            store,
+            path: path.to_owned(),
+            lock_name: lock_name.to_owned(),
+            driver,
+            max_leases,
+            node_data: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn set_node_data(&self, data: Option<Vec<u8>>) -> Result<()> {
+        if let Some(d) = &data {
+            if d.len() > crate::client::MAX_DATA_LEN {
+                return Err(Error::invalid("lock node data is over 1 MiB"));
+            }
+        }
+        *self.node_data.lock() = data;
+        Ok(())
+    }
+
+    /// Tries to take the lock before `deadline`: `None` on timeout, with our node deleted.
+    pub(crate) fn attempt_lock(&self, deadline: Deadline) -> Result<Option<Acquired>> {
+        let mut call = self.store.new_call(deadline);
+        loop {
+            let (our_path, stat) = match self.create_node(&mut call) {
+                Ok(created) => created,
+                Err(Error::Timeout) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let mut cleanup = Cleanup {
+                store: &self.store,
+                path: Some(our_path.clone()),
+            };
+            match self.wait_for_lock(&our_path, &stat, &mut call) {
+                Ok(Outcome::Granted(token)) => {
+                    cleanup.path = None;
+                    let session = stat.ephemeral_owner;
+                    return Ok(Some(Acquired {
+                        path: our_path,
+                        token,
+                        session,
+                    }));
+                }
+                Ok(Outcome::TimedOut) | Err(Error::Timeout) => return Ok(None),
+                Ok(Outcome::Restart) => {
+                    log::debug!("lock node {our_path} is gone or stale; trying with a new one");
+                    if call.deadline.expired() {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn create_node(&self, call: &mut Call) -> Result<(String, Stat)> {
+        let node = self.driver.create_lock_node(&self.lock_name);
+        let data = self.node_data.lock().clone();
+        let prefix = path::join(&self.path, &node.name);
+        let spec = NodeSpec {
+            path: &prefix,
+            data: data.as_deref().unwrap_or(self.store.default_data()),
+            mode: node.mode,
+            acl: None,
+            parents: true,
+        };
+        create_protected(&self.store, &spec, call)
+    }
+
+    /// The children, sorted as the driver orders them.
+    pub(crate) fn sorted_children(&self, call: &mut Call) -> Result<Vec<String>> {
+        let mut children = self.store.children(&self.path, call)?;
+        children.sort_by_cached_key(|c| (self.driver.sort_key(c, &self.lock_name), c.clone()));
+        Ok(children)
+    }
+
+    fn wait_for_lock(&self, our_path: &str, stat: &Stat, call: &mut Call) -> Result<Outcome> {
+        let our_name = path::name(our_path);
+        let owner = stat.ephemeral_owner;
+        let waiter = Arc::new(Waiter::default());
+        let _registration = self.store.register(&waiter);
+        loop {
+            let seen = waiter.epoch();
+            let children = match self.sorted_children(call) {
+                Ok(c) => c,
+                Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
+                Err(e) => return Err(e),
+            };
+            // Grant only to a node of the session we are in now (CURATOR-604).
+            if self.store.session_id() != Some(owner) {
+                return Ok(Outcome::Restart);
+            }
+            let watch = match self
+                .driver
+                .gets_the_lock(&children, our_name, self.max_leases)
+            {
+                Ok(Predicate::Granted) => return self.granted(our_path, stat, call),
+                Ok(Predicate::Watch(node)) => node,
+                Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
+                Err(e) => return Err(e),
+            };
+            let head = self.driver.sorts_by_creation() && children.first() == Some(&watch);
+            let watch_path = path::join(&self.path, &watch);
+            // getData, not exists: no watch is left behind on a node that is already gone.
+            let Some(_guard) = self.store.watch(&watch_path, &waiter, call)? else {
+                continue;
+            };
+            if !waiter.wait(seen, call.deadline) {
+                return Ok(Outcome::TimedOut);
+            }
+            // The head of the queue went and nodes only join at the tail: the lock is ours
+            // without listing again, so draining n waiters costs O(n), not O(n²).
+            if head
+                && waiter.saw_deleted_since(seen, &watch_path)
+                && self.store.session_id() == Some(owner)
+            {
+                return self.granted(our_path, stat, call);
+            }
+        }
+    }
+
+    fn granted(&self, our_path: &str, stat: &Stat, call: &mut Call) -> Result<Outcome> {
+        if !self.driver.token_from_grant_write() {
+            return Ok(Outcome::Granted(stat.czxid as u64));
+        }
+        let data = self.node_data.lock().clone();
+        let data = data
+            .as_deref()
+            .unwrap_or(self.store.default_data())
+            .to_vec();
+        match self.store.set_data(our_path, &data, call) {
+            Ok(stat) => Ok(Outcome::Granted(stat.mzxid as u64)),
+            Err(Error::NoNode(_)) => Ok(Outcome::Restart),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes our node (guaranteed: if the connection is gone, the error is returned and the
+    /// delete goes on in the background).
+    pub(crate) fn release(&self, our_path: &str) -> Result<()> {
+        let mut call = self.store.new_call(Deadline::NEVER);
+        self.store.delete_guaranteed(our_path, &mut call)
+    }
+
+    /// Full paths of the contenders, the holder(s) first.
+    pub(crate) fn participant_nodes(&self) -> Result<Vec<String>> {
+        let mut call = self.store.new_call(Deadline::NEVER);
+        match self.sorted_children(&mut call) {
+            Ok(c) => Ok(c.iter().map(|c| path::join(&self.path, c)).collect()),
+            Err(Error::NoNode(_)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,527 @@
+//! LockInternals against an in-memory fake of the few ZooKeeper calls, with injected faults.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::*;
+use crate::client::{CreateMode, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard};
+use crate::locks::driver::{StandardDriver, UnfairDriver};
+use crate::retry::{RetryBudget, RetryNTimes};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    Create,
+    Children,
+    Watch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The request fails before the server sees it.
+    ConnectionLoss,
+    /// The server applies it, the reply is lost.
+    LostReply,
+    /// The server applies it, the reply is lost, and the session changes before the retry.
+    LostReplyThenNewSession,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<String, Stat>,
+    next_seq: HashMap<String, i64>,
+    zxid: i64,
+    session: i64,
+    watches: HashMap<String, Vec<(Arc<Waiter>, crate::client::Signal)>>,
+    faults: VecDeque<(Op, Fault)>,
+    calls: HashMap<Op, usize>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    state: Arc<Mutex<State>>,
+    registry: Arc<Registry>,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        let state = State {
+            session: 1,
+            ..State::default()
+        };
+        Fake {
+            state: Arc::new(Mutex::new(state)),
+            registry: Arc::new(Registry::default()),
+        }
+    }
+
+    fn fail(&self, op: Op, fault: Fault) {
+        self.state.lock().faults.push_back((op, fault));
+    }
+
+    fn calls(&self, op: Op) -> usize {
+        self.state.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    fn children_of(&self, parent: &str) -> Vec<String> {
+        let st = self.state.lock();
+        st.nodes
+            .keys()
+            .filter(|p| path::parent(p) == parent)
+            .cloned()
+            .collect()
+    }
+
+    /// Another process adds a contender.
+    fn add_contender(&self, parent: &str) -> String {
+        let mut st = self.state.lock();
+        let seq = Self::next_seq(&mut st, parent);
+        let path = format!("{parent}/_c_{}-lock-{seq:010}", uuid::Uuid::new_v4());
+        st.zxid += 1;
+        let stat = Stat {
+            czxid: st.zxid,
+            ephemeral_owner: 99,
+            ..Stat::default()
+        };
+        st.nodes.insert(path.clone(), stat);
+        path
+    }
+
+    fn next_seq(st: &mut State, parent: &str) -> i32 {
+        let next = st.next_seq.entry(parent.to_owned()).or_insert(0);
+        let seq = *next as i32;
+        *next = if seq == i32::MAX {
+            i32::MIN as i64
+        } else {
+            *next + 1
+        };
+        seq
+    }
+
+    /// Another process deletes a node; its watchers fire.
+    fn remove(&self, path: &str) {
+        let fired = {
+            let mut st = self.state.lock();
+            st.nodes.remove(path);
+            st.watches.remove(path).unwrap_or_default()
+        };
+        for (w, cancel) in fired {
+            if !cancel.is_set() {
+                w.wake_watch(WatchEvent {
+                    kind: WatchEventKind::NodeDeleted,
+                    path: path.into(),
+                });
+            }
+        }
+    }
+
+    /// The session expires: its ephemerals go, a new session starts, every waiter is woken.
+    fn new_session(&self) {
+        let old: Vec<String> = {
+            let mut st = self.state.lock();
+            let s = st.session;
+            st.session += 1;
+            st.nodes
+                .iter()
+                .filter(|(_, n)| n.ephemeral_owner == s)
+                .map(|(p, _)| p.clone())
+                .collect()
+        };
+        old.iter().for_each(|p| self.remove(p));
+        self.registry.wake_all();
+    }
+
+    fn live_watches(&self) -> usize {
+        let st = self.state.lock();
+        st.watches
+            .values()
+            .flatten()
+            .filter(|(_, c)| !c.is_set())
+            .count()
+    }
+
+    fn fault(&self, op: Op) -> Option<Fault> {
+        let mut st = self.state.lock();
+        *st.calls.entry(op).or_default() += 1;
+        let i = st.faults.iter().position(|(o, _)| *o == op)?;
+        st.faults.remove(i).map(|(_, f)| f)
+    }
+}
+
+impl Store for Fake {
+    fn new_call(&self, deadline: Deadline) -> Call {
+        let policy = Arc::new(RetryNTimes::new(10, Duration::ZERO).unwrap());
+        Call {
+            deadline,
+            budget: RetryBudget::new(policy),
+        }
+    }
+
+    fn create_once(&self, spec: &NodeSpec<'_>, _call: &mut Call) -> Result<(String, Stat)> {
+        let fault = self.fault(Op::Create);
+        if fault == Some(Fault::ConnectionLoss) {
+            return Err(Error::ConnectionLoss);
+        }
+        let created = {
+            let mut st = self.state.lock();
+            let parent = path::parent(spec.path).to_owned();
+            let path = if spec.mode.is_sequential() {
+                let seq = Self::next_seq(&mut st, &parent);
+                format!("{}{seq:010}", spec.path)
+            } else {
+                spec.path.to_owned()
+            };
+            if st.nodes.contains_key(&path) {
+                return Err(Error::NodeExists(path));
+            }
+            st.zxid += 1;
+            let owner = if spec.mode.is_ephemeral() {
+                st.session
+            } else {
+                0
+            };
+            let stat = Stat {
+                czxid: st.zxid,
+                mzxid: st.zxid,
+                ephemeral_owner: owner,
+                ..Stat::default()
+            };
+            st.nodes.insert(path.clone(), stat);
+            (path, stat)
+        };
+        match fault {
+            Some(Fault::LostReply) => Err(Error::ConnectionLoss),
+            Some(Fault::LostReplyThenNewSession) => {
+                self.state.lock().session += 1;
+                Err(Error::ConnectionLoss)
+            }
+            _ => Ok(created),
+        }
+    }
+
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        call.budget.next_sleep().map(|_| ()).ok_or(err)
+    }
+
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
+        loop {
+            if self.fault(Op::Children).is_some() {
+                self.backoff(call, Error::ConnectionLoss)?;
+                continue;
+            }
+            return Ok(self
+                .children_of(path)
+                .iter()
+                .map(|p| path::name(p).to_owned())
+                .collect());
+        }
+    }
+
+    fn stat(&self, path: &str, _call: &mut Call) -> Result<Option<Stat>> {
+        Ok(self.state.lock().nodes.get(path).copied())
+    }
+
+    fn set_data(&self, path: &str, _data: &[u8], _call: &mut Call) -> Result<Stat> {
+        let mut st = self.state.lock();
+        st.zxid += 1;
+        let zxid = st.zxid;
+        let node = st
+            .nodes
+            .get_mut(path)
+            .ok_or_else(|| Error::NoNode(path.into()))?;
+        node.mzxid = zxid;
+        node.version += 1;
+        Ok(*node)
+    }
+
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        call: &mut Call,
+    ) -> Result<Option<WatchGuard>> {
+        while self.fault(Op::Watch).is_some() {
+            self.backoff(call, Error::ConnectionLoss)?;
+        }
+        let mut st = self.state.lock();
+        if !st.nodes.contains_key(path) {
+            return Ok(None);
+        }
+        let cancel = crate::client::Signal::default();
+        st.watches
+            .entry(path.to_owned())
+            .or_default()
+            .push((waiter.clone(), cancel.clone()));
+        Ok(Some(WatchGuard(cancel)))
+    }
+
+    fn delete_background(&self, path: &str) {
+        self.remove(path);
+    }
+
+    fn delete_guaranteed(&self, path: &str, _call: &mut Call) -> Result<()> {
+        self.remove(path);
+        Ok(())
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        Some(self.state.lock().session)
+    }
+
+    fn register(&self, waiter: &Arc<Waiter>) -> Registration {
+        self.registry.register(waiter)
+    }
+
+    fn default_data(&self) -> &[u8] {
+        b"fake"
+    }
+}
+
+const DIR: &str = "/locks/l";
+
+fn lock(fake: &Fake, driver: Arc<dyn LockDriver>) -> LockInternals<Fake> {
+    LockInternals::new(fake.clone(), DIR, "lock-", driver, 1).unwrap()
+}
+
+fn forever() -> Deadline {
+    Deadline::after(Duration::from_secs(60))
+}
+
+/// Waits until `n` of our nodes (or contenders) are under the lock.
+fn wait_children(fake: &Fake, n: usize) {
+    let deadline = forever();
+    while fake.children_of(DIR).len() != n {
+        assert!(
+            !deadline.expired(),
+            "children never reached {n}: {:?}",
+            fake.children_of(DIR)
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn uncontended_lock_uses_a_protected_sequential_node_and_the_czxid_as_token() {
+    let fake = Fake::new();
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    let name = path::name(&got.path);
+    assert!(
+        name.starts_with("_c_") && name.ends_with("-lock-0000000000"),
+        "{name}"
+    );
+    assert_eq!(got.token, fake.state.lock().nodes[&got.path].czxid as u64);
+    l.release(&got.path).unwrap();
+    assert!(fake.children_of(DIR).is_empty());
+}
+
+#[test]
+fn a_lost_create_reply_adopts_the_node_instead_of_orphaning_it() {
+    let fake = Fake::new();
+    fake.fail(Op::Create, Fault::LostReply);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(
+        fake.children_of(DIR),
+        [got.path.clone()],
+        "exactly our one node"
+    );
+    assert_eq!(
+        fake.calls(Op::Create),
+        1,
+        "found by its protection id, not made twice"
+    );
+}
+
+#[test]
+fn a_node_from_an_earlier_session_is_deleted_not_adopted() {
+    let fake = Fake::new();
+    fake.fail(Op::Create, Fault::LostReplyThenNewSession);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(got.session, 2);
+    assert_eq!(
+        fake.children_of(DIR),
+        [got.path.clone()],
+        "the stale node was deleted"
+    );
+    assert_eq!(fake.calls(Op::Create), 2);
+}
+
+#[test]
+fn connection_loss_at_any_step_is_retried_within_the_budget() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    fake.fail(Op::Create, Fault::ConnectionLoss);
+    fake.fail(Op::Children, Fault::ConnectionLoss);
+    fake.fail(Op::Watch, Fault::ConnectionLoss);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(forever()))
+    };
+    wait_children(&fake, 2);
+    while fake.live_watches() == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+    assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn the_next_waiter_takes_the_lock_without_listing_again() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(forever()))
+    };
+    wait_children(&fake, 2);
+    while fake.live_watches() == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let listings = fake.calls(Op::Children);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(
+        fake.calls(Op::Children),
+        listings,
+        "granted on the head's deletion alone"
+    );
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_waiter_behind_a_non_head_lists_again_and_keeps_queue_order() {
+    let fake = Fake::new();
+    let first = fake.add_contender(DIR);
+    let second = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(Deadline::after(Duration::from_secs(60))))
+    };
+    wait_children(&fake, 3);
+    while fake.live_watches() == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    // The second contender leaves first: we now wait on the first, still not holding.
+    fake.remove(&second);
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        !t.is_finished(),
+        "granted while an earlier node still holds"
+    );
+    fake.remove(&first);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn our_node_vanishing_while_waiting_starts_over_without_orphans() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(forever()))
+    };
+    wait_children(&fake, 2);
+    let ours = fake
+        .children_of(DIR)
+        .into_iter()
+        .find(|p| *p != holder)
+        .unwrap();
+    fake.remove(&ours);
+    fake.registry.wake_all();
+    wait_children(&fake, 2);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_ne!(got.path, ours);
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_session_change_while_waiting_recreates_the_node_in_the_new_session() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(forever()))
+    };
+    wait_children(&fake, 2);
+    fake.new_session();
+    wait_children(&fake, 2);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(
+        got.session, 2,
+        "granted only to a node of the current session"
+    );
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn order_survives_the_signed_sequence_wrap() {
+    let fake = Fake::new();
+    fake.state
+        .lock()
+        .next_seq
+        .insert(DIR.into(), i32::MAX as i64);
+    let holder = fake.add_contender(DIR);
+    assert!(holder.ends_with("-lock-2147483647"), "{holder}");
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // Our node is -2147483648: it sorts after the holder, so we must not get the lock.
+    let timed_out = l
+        .attempt_lock(Deadline::after(Duration::from_millis(100)))
+        .unwrap();
+    assert_eq!(timed_out, None);
+    assert_eq!(
+        fake.children_of(DIR),
+        [holder.clone()],
+        "the timed-out node was deleted"
+    );
+    let t = thread::spawn(move || l.attempt_lock(forever()));
+    wait_children(&fake, 2);
+    assert!(fake
+        .children_of(DIR)
+        .iter()
+        .any(|p| p.ends_with("-lock--2147483647")));
+    fake.remove(&holder);
+    assert!(t.join().unwrap().unwrap().is_some());
+}
+
+#[test]
+fn timeout_deletes_our_node_and_leaves_no_watch() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    assert_eq!(
+        l.attempt_lock(Deadline::after(Duration::from_millis(50)))
+            .unwrap(),
+        None
+    );
+    assert_eq!(fake.children_of(DIR), [holder]);
+    assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn unfair_tokens_come_from_a_write_at_grant_time() {
+    let fake = Fake::new();
+    let l = lock(&fake, Arc::new(UnfairDriver));
+    let a = l.attempt_lock(forever()).unwrap().unwrap();
+    let node = fake.state.lock().nodes[&a.path];
+    assert_eq!(node.ephemeral_owner, 1);
+    assert!(a.token > node.czxid as u64 - 1 && a.token == node.mzxid as u64);
+    l.release(&a.path).unwrap();
+    let b = l.attempt_lock(forever()).unwrap().unwrap();
+    assert!(b.token > a.token);
+    let _ = CreateMode::Ephemeral;
+}
