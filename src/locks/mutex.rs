@@ -80,10 +80,12 @@ struct Holding {
     _keeper: KeeperGuard,
 }
 
+type HealthCallback = Box<dyn FnMut(LockHealth) + Send>;
+
 #[derive(Default)]
 struct Subscribers {
     channels: Mutex<Vec<Sender<LockHealth>>>,
-    callbacks: Arc<Mutex<Vec<Box<dyn FnMut(LockHealth) + Send>>>>,
+    callbacks: Arc<Mutex<Vec<HealthCallback>>>,
 }
 
 impl std::fmt::Debug for InterProcessMutex {
