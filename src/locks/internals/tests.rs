@@ -326,7 +326,7 @@ fn a_lost_create_reply_adopts_the_node_instead_of_orphaning_it() {
     let got = l.attempt_lock(forever()).unwrap().unwrap();
     assert_eq!(
         fake.children_of(DIR),
-        [got.path.clone()],
+        std::slice::from_ref(&got.path),
         "exactly our one node"
     );
     assert_eq!(
@@ -345,7 +345,7 @@ fn a_node_from_an_earlier_session_is_deleted_not_adopted() {
     assert_eq!(got.session, 2);
     assert_eq!(
         fake.children_of(DIR),
-        [got.path.clone()],
+        std::slice::from_ref(&got.path),
         "the stale node was deleted"
     );
     assert_eq!(fake.calls(Op::Create), 2);
@@ -485,7 +485,7 @@ fn order_survives_the_signed_sequence_wrap() {
     assert_eq!(timed_out, None);
     assert_eq!(
         fake.children_of(DIR),
-        [holder.clone()],
+        std::slice::from_ref(&holder),
         "the timed-out node was deleted"
     );
     let t = thread::spawn(move || l.attempt_lock(forever()));
