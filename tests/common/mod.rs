@@ -68,3 +68,31 @@ pub fn expect_next(rx: &Receiver<ConnectionState>, want: ConnectionState) {
     let got = next_state(rx, &format!("{want:?}"));
     assert_eq!(got, want, "expected {want:?} next");
 }
+
+/// Waits until `path` has no children and the server holds no watch on anything below it.
+pub fn assert_clean(server_wchc: impl Fn() -> String, client: &Client, path: &str) {
+    wait_for(&format!("no children left under {path}"), || {
+        client.children(path).map(|c| c.is_empty()).unwrap_or(true)
+    });
+    wait_for(&format!("no watch left under {path}"), || {
+        !server_wchc().contains(path)
+    });
+}
+
+/// The paths a session watches, from the server's `wchc` output.
+pub fn watches_of(wchc: &str, session: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = None;
+    for line in wchc.lines() {
+        if let Some(path) = line.strip_prefix('\t') {
+            if current == Some(session) {
+                out.push(path.trim().to_owned());
+            }
+        } else if let Some(hex) = line.trim().strip_prefix("0x") {
+            current = i64::from_str_radix(hex, 16)
+                .ok()
+                .or_else(|| u64::from_str_radix(hex, 16).ok().map(|v| v as i64));
+        }
+    }
+    out
+}

@@ -1,0 +1,400 @@
+//! InterProcessMutex against a real ZooKeeper: exclusion, fairness, re-entrancy, health,
+//! fencing tokens, faults.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zklock::testing::{expire_session, TestingCluster, TestingServer};
+use zklock::{Client, Error, InterProcessMutex, LockHealth, UnfairDriver};
+
+/// Counts entries and flags any overlap of two holders.
+#[derive(Default)]
+struct Exclusion {
+    inside: AtomicBool,
+    overlaps: AtomicU64,
+    count: Mutex<u64>,
+}
+
+impl Exclusion {
+    fn critical_section(&self) {
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        // A read-modify-write that loses increments if two holders interleave.
+        let seen = *self.count.lock().unwrap();
+        thread::yield_now();
+        *self.count.lock().unwrap() = seen + 1;
+        self.inside.store(false, Ordering::SeqCst);
+    }
+}
+
+fn session_client(server: &str) -> Client {
+    client(server, Duration::from_secs(20))
+}
+
+#[test]
+fn eight_clients_exclude_each_other() {
+    let server = TestingServer::start().unwrap();
+    let shared = Arc::new(Exclusion::default());
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (cs, shared) = (server.connect_string(), shared.clone());
+            thread::spawn(move || {
+                let client = session_client(&cs);
+                let mutex = InterProcessMutex::new(&client, "/locks/x").unwrap();
+                for _ in 0..200 {
+                    let guard = mutex.lock().unwrap();
+                    shared.critical_section();
+                    guard.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(shared.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(*shared.count.lock().unwrap(), 1600);
+    let client = session_client(&server.connect_string());
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/locks/x");
+}
+
+#[test]
+fn eight_threads_sharing_one_client_and_one_mutex_exclude_each_other() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let mutex = Arc::new(InterProcessMutex::new(&client, "/locks/shared").unwrap());
+    let shared = Arc::new(Exclusion::default());
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (mutex, shared) = (mutex.clone(), shared.clone());
+            thread::spawn(move || {
+                for _ in 0..200 {
+                    mutex.acquire().unwrap();
+                    assert!(mutex.is_owned_by_current_thread());
+                    shared.critical_section();
+                    mutex.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(shared.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(*shared.count.lock().unwrap(), 1600);
+    assert!(!mutex.is_acquired_in_this_process());
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/shared",
+    );
+}
+
+/// Queues `n` waiters behind a holder one at a time (each after the previous one's node is
+/// visible), releases, and returns (queue order, grant order) as waiter indices.
+fn queue_then_drain(server: &str, path: &str, n: usize, unfair: bool) -> (Vec<usize>, Vec<usize>) {
+    let holder_client = session_client(server);
+    let holder = InterProcessMutex::new(&holder_client, path).unwrap();
+    holder.acquire().unwrap();
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..n {
+        let (cs, path, grants) = (server.to_owned(), path.to_owned(), grants.clone());
+        threads.push(thread::spawn(move || {
+            let client = session_client(&cs);
+            let mutex = if unfair {
+                InterProcessMutex::with_driver(&client, &path, UnfairDriver).unwrap()
+            } else {
+                InterProcessMutex::new(&client, &path).unwrap()
+            };
+            mutex.set_node_data(format!("{i}").as_bytes()).unwrap();
+            mutex.acquire().unwrap();
+            grants.lock().unwrap().push(i);
+            mutex.release().unwrap();
+        }));
+        wait_for("the waiter's node", || {
+            holder.participant_nodes().unwrap().len() == i + 2
+        });
+    }
+    let nodes = holder.participant_nodes().unwrap();
+    let queue: Vec<usize> = nodes[1..]
+        .iter()
+        .map(|node| {
+            let (data, _) = holder_client.data(node).unwrap();
+            String::from_utf8(data).unwrap().parse().unwrap()
+        })
+        .collect();
+    holder.release().unwrap();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let grants = grants.lock().unwrap().clone();
+    (queue, grants)
+}
+
+#[test]
+fn standard_driver_grants_in_queue_order() {
+    let server = TestingServer::start().unwrap();
+    let (queue, grants) = queue_then_drain(&server.connect_string(), "/locks/fifo", 6, false);
+    assert_eq!(
+        queue,
+        (0..6).collect::<Vec<_>>(),
+        "waiters queued in the order they asked"
+    );
+    assert_eq!(grants, queue, "grant order must equal queue order");
+}
+
+#[test]
+fn unfair_driver_grants_out_of_queue_order() {
+    let server = TestingServer::start().unwrap();
+    let mut orders = Vec::new();
+    for round in 0..5 {
+        let path = format!("/locks/unfair-{round}");
+        // Waiters ask in order 0..6; the unfair driver sorts their nodes by random digits, so
+        // the grant order follows that random sort instead of the order of asking.
+        let (sorted_nodes, grants) = queue_then_drain(&server.connect_string(), &path, 6, true);
+        assert_eq!(grants, sorted_nodes, "grants follow the driver's sort");
+        let mut everyone = grants.clone();
+        everyone.sort();
+        let asked: Vec<usize> = (0..6).collect();
+        assert_eq!(everyone, asked, "everyone got the lock once");
+        if grants != asked {
+            return;
+        }
+        orders.push(grants);
+    }
+    panic!("five rounds of six waiters were all granted in the order they asked: {orders:?}");
+}
+
+#[test]
+fn reentrant_per_thread_node_removed_at_the_last_release() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let mutex = Arc::new(InterProcessMutex::new(&client, "/locks/re").unwrap());
+    mutex.acquire().unwrap();
+    mutex.acquire().unwrap();
+    assert!(mutex.acquire_timeout(Duration::from_secs(5)).unwrap());
+    assert_eq!(
+        client.children("/locks/re").unwrap().len(),
+        1,
+        "one node for nested holds"
+    );
+    let token = mutex.fencing_token().unwrap();
+    let other = {
+        let mutex = mutex.clone();
+        thread::spawn(move || {
+            assert_eq!(mutex.release(), Err(Error::NotOwner));
+            assert!(!mutex.is_owned_by_current_thread());
+            assert!(mutex.is_acquired_in_this_process());
+        })
+    };
+    other.join().unwrap();
+    mutex.release().unwrap();
+    mutex.release().unwrap();
+    assert_eq!(client.children("/locks/re").unwrap().len(), 1);
+    assert_eq!(
+        mutex.fencing_token(),
+        Some(token),
+        "re-entrant holds keep the token"
+    );
+    mutex.release().unwrap();
+    assert!(client.children("/locks/re").unwrap().is_empty());
+    assert_eq!(mutex.release(), Err(Error::NotOwner));
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/locks/re");
+}
+
+#[test]
+fn timed_acquire_returns_false_and_leaves_no_node() {
+    let server = TestingServer::start().unwrap();
+    let holder_client = session_client(&server.connect_string());
+    let holder = InterProcessMutex::new(&holder_client, "/locks/t").unwrap();
+    let _held = holder.lock().unwrap();
+    let client = session_client(&server.connect_string());
+    let mutex = InterProcessMutex::new(&client, "/locks/t").unwrap();
+    assert!(!mutex.acquire_timeout(Duration::from_millis(300)).unwrap());
+    assert!(mutex
+        .try_lock_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(matches!(
+        mutex.acquire_timeout(Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+    wait_for("the timed-out nodes to go", || {
+        client.children("/locks/t").unwrap().len() == 1
+    });
+    let session = client.session_id().unwrap();
+    wait_for("the timed-out waiter's watches to go", || {
+        watches_of(&server.four_letter("wchc").unwrap(), session).is_empty()
+    });
+}
+
+#[test]
+fn participants_holder_first_and_node_data_round_trip() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let holder = InterProcessMutex::new(&client, "/locks/p").unwrap();
+    holder.set_node_data(b"holder").unwrap();
+    let _g = holder.lock().unwrap();
+    let waiter_client = session_client(&server.connect_string());
+    let waiter = Arc::new(InterProcessMutex::new(&waiter_client, "/locks/p").unwrap());
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || waiter.try_lock_for(patience()).unwrap().is_some())
+    };
+    wait_for("two participants", || {
+        holder.participant_nodes().unwrap().len() == 2
+    });
+    let nodes = holder.participant_nodes().unwrap();
+    assert_eq!(Some(nodes[0].clone()), holder.lock_node());
+    let name = nodes[0].rsplit('/').next().unwrap();
+    assert!(
+        name.starts_with("_c_") && name.contains("-lock-"),
+        "Curator's layout: {name}"
+    );
+    assert_eq!(client.data(&nodes[0]).unwrap().0, b"holder");
+    let default = String::from_utf8(client.data(&nodes[1]).unwrap().0).unwrap();
+    assert!(
+        default.parse::<std::net::IpAddr>().is_ok(),
+        "default data is the host IP: {default}"
+    );
+    drop(_g);
+    assert!(t.join().unwrap());
+}
+
+#[test]
+fn expired_holder_is_told_lost_and_a_waiter_takes_over_with_a_higher_token() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let a_client = session_client(&server.connect_string());
+    let a = InterProcessMutex::new(&a_client, "/locks/exp").unwrap();
+    let events = a.health_events();
+    let (cb_tx, cb_rx) = crossbeam_channel::unbounded();
+    a.on_health(move |h| {
+        let _ = cb_tx.send((h, thread::current().name().map(String::from)));
+    });
+    a.acquire().unwrap();
+    let a_token = a.fencing_token().unwrap();
+    assert_eq!(a.health(), Some(LockHealth::Held));
+
+    let b_client = session_client(&server.connect_string());
+    let b = Arc::new(InterProcessMutex::new(&b_client, "/locks/exp").unwrap());
+    let waiter = {
+        let b = b.clone();
+        thread::spawn(move || {
+            b.acquire().unwrap();
+            let token = b.fencing_token().unwrap();
+            b.release().unwrap();
+            token
+        })
+    };
+    wait_for("the waiter to queue", || {
+        a.participant_nodes().unwrap().len() == 2
+    });
+    expire_session(&a_client).unwrap();
+    loop {
+        let h = events.recv_timeout(patience()).expect("health change");
+        if h == LockHealth::Lost {
+            break;
+        }
+    }
+    let (h, thread_name) = cb_rx.recv_timeout(patience()).unwrap();
+    assert!(matches!(h, LockHealth::Lost | LockHealth::Suspended));
+    assert!(thread_name.unwrap_or_default().starts_with("zklock-watch-"));
+    assert_eq!(a.health(), Some(LockHealth::Lost));
+    let b_token = waiter.join().unwrap();
+    assert!(
+        b_token > a_token,
+        "fencing tokens must rise: {a_token} then {b_token}"
+    );
+    assert_eq!(a.release(), Err(Error::LockLost));
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &b_client,
+        "/locks/exp",
+    );
+}
+
+#[test]
+fn a_waiter_still_acquires_after_a_server_restart() {
+    init_logging();
+    let mut server = TestingServer::start().unwrap();
+    let a_client = session_client(&server.connect_string());
+    let a = InterProcessMutex::new(&a_client, "/locks/rs").unwrap();
+    let events = a.health_events();
+    a.acquire().unwrap();
+    let b_client = session_client(&server.connect_string());
+    let b = Arc::new(InterProcessMutex::new(&b_client, "/locks/rs").unwrap());
+    let waiter = {
+        let b = b.clone();
+        thread::spawn(move || {
+            b.acquire().unwrap();
+            b.release().unwrap();
+        })
+    };
+    wait_for("the waiter to queue", || {
+        a.participant_nodes().unwrap().len() == 2
+    });
+    server.restart().unwrap();
+    assert_eq!(
+        events.recv_timeout(patience()).unwrap(),
+        LockHealth::Suspended
+    );
+    assert_eq!(events.recv_timeout(patience()).unwrap(), LockHealth::Held);
+    a.release().unwrap();
+    waiter.join().unwrap();
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &a_client,
+        "/locks/rs",
+    );
+}
+
+#[test]
+fn leader_killed_during_contention_keeps_exclusion_and_sessions() {
+    init_logging();
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let shared = Arc::new(Exclusion::default());
+    let clients: Vec<Client> = (0..3)
+        .map(|_| session_client(&cluster.connect_string()))
+        .collect();
+    let sessions: Vec<_> = clients.iter().map(|c| c.session_id().unwrap()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
+    let threads: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, client)| {
+            let (client, shared, stop, rounds) =
+                (client.clone(), shared.clone(), stop.clone(), rounds.clone());
+            thread::spawn(move || {
+                let mutex = InterProcessMutex::new(&client, "/locks/ha").unwrap();
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = mutex.lock().unwrap();
+                    shared.critical_section();
+                    thread::sleep(Duration::from_millis(2));
+                    let _ = guard.release();
+                    *rounds.lock().unwrap().entry(i).or_default() += 1;
+                }
+            })
+        })
+        .collect();
+    wait_for("some contention", || *shared.count.lock().unwrap() > 30);
+    let leader = cluster.wait_for_leader(patience()).unwrap();
+    cluster.kill(leader).unwrap();
+    let before = *shared.count.lock().unwrap();
+    wait_for("contention to resume", || {
+        *shared.count.lock().unwrap() > before + 30
+    });
+    stop.store(true, Ordering::SeqCst);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(shared.overlaps.load(Ordering::SeqCst), 0);
+    let now: Vec<_> = clients.iter().map(|c| c.session_id().unwrap()).collect();
+    assert_eq!(now, sessions, "sessions must survive a leader failover");
+    assert!(
+        rounds.lock().unwrap().values().all(|n| *n > 0),
+        "{:?}",
+        rounds.lock().unwrap()
+    );
+}
