@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${ZK_CONNECT:-}" ] || scripts/ensure-zookeeper.sh
-cargo run --quiet --release --features testing --example connection_states -- "$@"
+cargo run --quiet --release --features testing --example fairness -- "$@"

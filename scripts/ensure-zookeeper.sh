@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure a JRE and Debian's ZooKeeper jars are present, installing them with apt-get if not.
-# Skipped when ZOOKEEPER_CLASSPATH points at jars of your own.
+# With --interop also a JDK (javac) and Apache Curator's jars, for the Curator interop tests.
+# ZooKeeper is not installed when ZOOKEEPER_CLASSPATH points at jars of your own.
 set -euo pipefail
 
 need=()
@@ -8,10 +9,10 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 if [ -z "${ZOOKEEPER_CLASSPATH:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
   need+=(zookeeper)
 fi
-# Optional extras, listed by the caller (e.g. libcurator-recipes-java for interop tests).
-for pkg in "$@"; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
+if [ "${1:-}" = "--interop" ]; then
+  command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+  [ -f /usr/share/java/curator-recipes.jar ] || need+=(libcurator-recipes-java)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "zklock: installing ${need[*]} with apt-get" >&2

@@ -2,7 +2,7 @@
 # The whole test suite against real ZooKeeper servers the tests start themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-zookeeper.sh
+scripts/ensure-zookeeper.sh --interop
 
 before=$(pgrep -f 'zklock-zk-' | sort || true)
 cargo test --all-features --all-targets -- "$@"

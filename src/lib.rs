@@ -4,6 +4,31 @@
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
 //! blocking: no future, runtime or `async` reaches the user.
 //!
+//! # Which lock?
+//!
+//! | you need | use |
+//! |---|---|
+//! | one holder at a time, re-entrant per thread, fair | [`InterProcessMutex`] |
+//! | the same, granted in random order | [`InterProcessMutex::with_driver`] with [`UnfairDriver`] |
+//! | your own ordering rule | a [`LockDriver`] of your own |
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zklock::{Client, InterProcessMutex, LockHealth};
+//!
+//! # fn main() -> zklock::Result<()> {
+//! let client = Client::connect("127.0.0.1:2181")?;
+//! let mutex = InterProcessMutex::new(&client, "/locks/ledger")?;
+//! if let Some(guard) = mutex.try_lock_for(Duration::from_secs(10))? {
+//!     // Hand the token to the resource so it can refuse a stale holder.
+//!     let token = guard.fencing_token();
+//!     if guard.health() == LockHealth::Held {
+//!         println!("writing with token {token}");
+//!     }
+//! } // released here
+//! # Ok(()) }
+//! ```
+//!
 //! # The Client
 //!
 //! A [`Client`] (Curator's `CuratorFramework`) keeps one ZooKeeper session through server
@@ -37,6 +62,13 @@
 //! | `delete().guaranteed()` | [`Client::delete_guaranteed`] |
 //! | `getData().usingWatcher(w)` | [`Client::data_watch`] → [`Watch`] |
 //! | `ConnectionStateListener` | [`Client::on_connection_state`], [`Client::connection_states`] |
+//! | `InterProcessMutex(client, path)` | [`InterProcessMutex::new`] |
+//! | `InterProcessMutex(client, path, driver)`, `LockInternalsDriver`, `StandardLockInternalsDriver` | [`InterProcessMutex::with_driver`], [`LockDriver`], [`StandardDriver`] |
+//! | `acquire()`, `acquire(time, unit)`, `release()` | [`acquire`](InterProcessMutex::acquire), [`acquire_timeout`](InterProcessMutex::acquire_timeout) (`Result<bool>`), [`release`](InterProcessMutex::release) |
+//! | — | [`lock`](InterProcessMutex::lock) / [`try_lock_for`](InterProcessMutex::try_lock_for) → [`MutexGuard`] |
+//! | `isAcquiredInThisProcess()`, `isOwnedByCurrentThread()`, `getParticipantNodes()` | [`is_acquired_in_this_process`](InterProcessMutex::is_acquired_in_this_process), [`is_owned_by_current_thread`](InterProcessMutex::is_owned_by_current_thread), [`participant_nodes`](InterProcessMutex::participant_nodes) |
+//! | client-wide `ConnectionStateListener` only | per-lock [`LockHealth`]: [`health`](InterProcessMutex::health), [`health_events`](InterProcessMutex::health_events), [`on_health`](InterProcessMutex::on_health) |
+//! | — | [`fencing_token`](InterProcessMutex::fencing_token) |
 //! | `org.apache.curator.retry.*` | [`ExponentialBackoffRetry`], [`BoundedExponentialBackoffRetry`], [`RetryNTimes`], [`RetryOneTime`], [`RetryUntilElapsed`], [`RetryForever`] |
 //! | `TestingServer`, `TestingCluster`, `KillSession` | `testing::TestingServer`, `testing::TestingCluster`, `testing::expire_session` (feature `testing`) |
 //!

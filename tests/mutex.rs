@@ -398,3 +398,34 @@ fn leader_killed_during_contention_keeps_exclusion_and_sessions() {
         rounds.lock().unwrap()
     );
 }
+
+#[test]
+fn holder_cut_off_past_its_session_goes_suspended_then_lost_while_the_server_is_down() {
+    init_logging();
+    let mut server = TestingServer::start().unwrap();
+    let client = client(&server.connect_string(), Duration::from_secs(3));
+    let mutex = InterProcessMutex::new(&client, "/locks/cut").unwrap();
+    let events = mutex.health_events();
+    mutex.acquire().unwrap();
+    server.stop().unwrap();
+    assert_eq!(
+        events.recv_timeout(patience()).unwrap(),
+        LockHealth::Suspended
+    );
+    assert_eq!(events.recv_timeout(patience()).unwrap(), LockHealth::Lost);
+    assert!(
+        server.pid().is_none(),
+        "Lost must come while the server is still down"
+    );
+    server.restart().unwrap();
+    assert_eq!(mutex.release(), Err(Error::LockLost));
+    // The Client has a new session and the lock works again.
+    let guard = mutex.try_lock_for(patience()).unwrap().expect("lock again");
+    assert_eq!(guard.health(), LockHealth::Held);
+    drop(guard);
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/cut",
+    );
+}

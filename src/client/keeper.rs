@@ -70,16 +70,38 @@ async fn keep(
         Watch(zk::WatchedEvent),
         State(zk::SessionState),
     }
+    // Everything below races the release (`cancel`) and the Client giving the session up
+    // (`ended`): a request sent while disconnected may wait for the reconnection.
+    let interrupt = || {
+        future::or(
+            async {
+                cancel.wait().await;
+                Ev::Stop
+            },
+            async {
+                ended.wait().await;
+                Ev::Ended
+            },
+        )
+    };
     let mut states = zk.state_watcher();
     loop {
-        let watcher = match zk.get_and_watch_data(&path).await {
-            Ok((_, _, watcher)) => Some(watcher),
-            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+        let armed = future::or(async { Ok(zk.get_and_watch_data(&path).await) }, async {
+            Err(interrupt().await)
+        });
+        let watcher = match armed.await {
+            Err(Ev::Stop) => return,
+            Err(_) => {
+                report(LockHealth::Lost);
+                return;
+            }
+            Ok(Ok((_, _, watcher))) => Some(watcher),
+            Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
                 report(LockHealth::Lost);
                 return;
             }
             // Disconnected: the state watcher below says when to look again.
-            Err(_) => None,
+            Ok(Err(_)) => None,
         };
         let fired = async {
             match watcher {
@@ -88,17 +110,8 @@ async fn keep(
             }
         };
         let ev = future::or(
-            async {
-                cancel.wait().await;
-                Ev::Stop
-            },
-            future::or(
-                async {
-                    ended.wait().await;
-                    Ev::Ended
-                },
-                future::or(fired, async { Ev::State(states.changed().await) }),
-            ),
+            interrupt(),
+            future::or(fired, async { Ev::State(states.changed().await) }),
         )
         .await;
         match ev {
@@ -119,14 +132,18 @@ async fn keep(
                 return;
             }
             Ev::State(_) => {
-                // Reconnected to the same session: verified by the getData at the loop's top.
-                match zk.check_stat(&path).await {
-                    Ok(Some(_)) => report(LockHealth::Held),
-                    Ok(None) => {
+                // Reconnected to the same session: Held again once the node is seen.
+                let checked = future::or(async { Ok(zk.check_stat(&path).await) }, async {
+                    Err(interrupt().await)
+                });
+                match checked.await {
+                    Err(Ev::Stop) => return,
+                    Err(_) | Ok(Ok(None)) => {
                         report(LockHealth::Lost);
                         return;
                     }
-                    Err(_) => sleep(Duration::from_millis(10)).await,
+                    Ok(Ok(Some(_))) => report(LockHealth::Held),
+                    Ok(Err(_)) => sleep(Duration::from_millis(10)).await,
                 }
             }
         }

@@ -171,8 +171,6 @@ impl InterProcessMutex {
                 self.subscribers.clone(),
                 self.client.clone(),
             );
-            // Holding a Client clone here would keep it alive; the keeper ends with the holding.
-            let client = std::sync::Mutex::new(Some(client));
             move |new: LockHealth| {
                 {
                     let mut h = health.lock();
@@ -183,14 +181,11 @@ impl InterProcessMutex {
                 }
                 subs.channels.lock().retain(|tx| tx.send(new).is_ok());
                 let callbacks = subs.callbacks.clone();
-                let client = client.lock().ok().and_then(|c| c.clone());
-                if let Some(client) = client {
-                    client.on_watcher_thread(move || {
-                        for f in callbacks.lock().iter_mut() {
-                            f(new);
-                        }
-                    });
-                }
+                client.on_watcher_thread(move || {
+                    for f in callbacks.lock().iter_mut() {
+                        f(new);
+                    }
+                });
             }
         };
         let keeper = self
