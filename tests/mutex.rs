@@ -95,14 +95,19 @@ fn eight_threads_sharing_one_client_and_one_mutex_exclude_each_other() {
 
 /// Queues `n` waiters behind a holder one at a time (each after the previous one's node is
 /// visible), releases, and returns (queue order, grant order) as waiter indices.
-fn queue_then_drain(server: &str, path: &str, n: usize, unfair: bool) -> (Vec<usize>, Vec<usize>) {
-    let holder_client = session_client(server);
+fn queue_then_drain(
+    server: &TestingServer,
+    path: &str,
+    n: usize,
+    unfair: bool,
+) -> (Vec<usize>, Vec<usize>) {
+    let holder_client = session_client(&server.connect_string());
     let holder = InterProcessMutex::new(&holder_client, path).unwrap();
     holder.acquire().unwrap();
     let grants = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     for i in 0..n {
-        let (cs, path, grants) = (server.to_owned(), path.to_owned(), grants.clone());
+        let (cs, path, grants) = (server.connect_string(), path.to_owned(), grants.clone());
         threads.push(thread::spawn(move || {
             let client = session_client(&cs);
             let mutex = if unfair {
@@ -129,6 +134,7 @@ fn queue_then_drain(server: &str, path: &str, n: usize, unfair: bool) -> (Vec<us
         .collect();
     holder.release().unwrap();
     threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_clean(|| server.four_letter("wchc").unwrap(), &holder_client, path);
     let grants = grants.lock().unwrap().clone();
     (queue, grants)
 }
@@ -136,7 +142,7 @@ fn queue_then_drain(server: &str, path: &str, n: usize, unfair: bool) -> (Vec<us
 #[test]
 fn standard_driver_grants_in_queue_order() {
     let server = TestingServer::start().unwrap();
-    let (queue, grants) = queue_then_drain(&server.connect_string(), "/locks/fifo", 6, false);
+    let (queue, grants) = queue_then_drain(&server, "/locks/fifo", 6, false);
     assert_eq!(
         queue,
         (0..6).collect::<Vec<_>>(),
@@ -153,7 +159,7 @@ fn unfair_driver_grants_out_of_queue_order() {
         let path = format!("/locks/unfair-{round}");
         // Waiters ask in order 0..6; the unfair driver sorts their nodes by random digits, so
         // the grant order follows that random sort instead of the order of asking.
-        let (sorted_nodes, grants) = queue_then_drain(&server.connect_string(), &path, 6, true);
+        let (sorted_nodes, grants) = queue_then_drain(&server, &path, 6, true);
         assert_eq!(grants, sorted_nodes, "grants follow the driver's sort");
         let mut everyone = grants.clone();
         everyone.sort();
