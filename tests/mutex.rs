@@ -435,3 +435,34 @@ fn holder_cut_off_past_its_session_goes_suspended_then_lost_while_the_server_is_
         "/locks/cut",
     );
 }
+
+#[test]
+fn unfair_driver_still_excludes_newcomers_that_sort_ahead_of_the_holder() {
+    let server = TestingServer::start().unwrap();
+    let shared = Arc::new(Exclusion::default());
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let (cs, shared) = (server.connect_string(), shared.clone());
+            thread::spawn(move || {
+                let client = session_client(&cs);
+                let mutex =
+                    InterProcessMutex::with_driver(&client, "/locks/unfair-x", UnfairDriver)
+                        .unwrap();
+                let mut last_token = 0;
+                for _ in 0..60 {
+                    let guard = mutex.lock().unwrap();
+                    shared.critical_section();
+                    let token = guard.fencing_token();
+                    assert!(token > last_token, "tokens rise: {last_token} then {token}");
+                    last_token = token;
+                    guard.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(shared.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(*shared.count.lock().unwrap(), 360);
+    let client = session_client(&server.connect_string());
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/locks/unfair-x");
+}

@@ -11,6 +11,17 @@ use super::{check_data, runtime::Signal, Call, Client, WatchGuard};
 use crate::error::{Error, Result};
 use crate::path;
 
+/// The outcome of [`Store::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Ours is marked now; the stat of that write.
+    Won(Stat),
+    /// This node is marked: it holds.
+    HeldBy(String),
+    /// A node vanished meanwhile (maybe ours): look again.
+    Changed,
+}
+
 /// A node to create.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NodeSpec<'a> {
@@ -51,7 +62,6 @@ pub(crate) trait Store: Send + Sync {
     fn backoff(&self, call: &mut Call, err: Error) -> Result<()>;
     fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>>;
     fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>>;
-    fn set_data(&self, path: &str, data: &[u8], call: &mut Call) -> Result<Stat>;
     /// A data watch on `path` that wakes `waiter`; `None` if the node does not exist.
     fn watch(
         &self,
@@ -66,6 +76,9 @@ pub(crate) trait Store: Send + Sync {
     fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
     /// The current session's id, if one is open.
     fn session_id(&self) -> Option<i64>;
+    /// Marks `ours` as the holder with one atomic write (setData at version 0), provided none
+    /// of `others` is marked (all still at version 0).
+    fn claim(&self, ours: &str, data: &[u8], others: &[String], call: &mut Call) -> Result<Claim>;
     fn register(&self, waiter: &Arc<Waiter>) -> Registration;
     fn default_data(&self) -> &[u8];
 }
@@ -118,10 +131,6 @@ impl Store for Client {
         self.exists_in(path, call)
     }
 
-    fn set_data(&self, path: &str, data: &[u8], call: &mut Call) -> Result<Stat> {
-        self.set_data_in(path, data, None, call)
-    }
-
     fn watch(
         &self,
         path: &str,
@@ -151,6 +160,54 @@ impl Store for Client {
 
     fn register(&self, waiter: &Arc<Waiter>) -> Registration {
         self.shared().registry.register(waiter)
+    }
+
+    fn claim(&self, ours: &str, data: &[u8], others: &[String], call: &mut Call) -> Result<Claim> {
+        loop {
+            let attempt = self.run_once(call, |zk, _| async move {
+                let mut multi = zk.new_multi_writer();
+                for other in others {
+                    multi
+                        .add_check_version(other, 0)
+                        .map_err(|e| Error::from_zk(e, other))?;
+                }
+                multi
+                    .add_set_data(ours, data, Some(0))
+                    .map_err(|e| Error::from_zk(e, ours))?;
+                match multi.commit().await {
+                    Ok(results) => match results.into_iter().last() {
+                        Some(zk::MultiWriteResult::SetData { stat }) => Ok(Claim::Won(stat.into())),
+                        other => Err(Error::ZooKeeper(format!(
+                            "unexpected claim reply {other:?}"
+                        ))),
+                    },
+                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                        match (others.get(index), source) {
+                            (Some(holder), zk::Error::BadVersion) => {
+                                Ok(Claim::HeldBy(holder.clone()))
+                            }
+                            (_, zk::Error::NoNode | zk::Error::BadVersion) => Ok(Claim::Changed),
+                            (_, e) => Err(Error::from_zk(e, ours)),
+                        }
+                    }
+                    Err(zk::MultiWriteError::RequestFailed { source }) => {
+                        Err(Error::from_zk(source, ours))
+                    }
+                }
+            });
+            match attempt {
+                Err(e) if e.is_retryable() => {
+                    // The reply may be lost after the server applied it: our mark tells.
+                    if let Ok(Some(stat)) = self.exists_in(ours, call) {
+                        if stat.version > 0 {
+                            return Ok(Claim::Won(stat));
+                        }
+                    }
+                    self.backoff(call, e)?;
+                }
+                other => return other,
+            }
+        }
     }
 
     fn default_data(&self) -> &[u8] {

@@ -102,9 +102,13 @@ pub trait LockDriver: Send + Sync + 'static {
         false
     }
 
-    /// Whether the fencing token must come from a write at grant time (the write's zxid)
-    /// rather than from the node's creation zxid, because grant order is not creation order.
-    fn token_from_grant_write(&self) -> bool {
+    /// Whether a granted contender must also *claim* the lock. When the sort order is not
+    /// creation order, a newcomer can sort ahead of the holder, so names alone cannot tell who
+    /// holds: the driver's pick then marks its node with one atomic multi-op (setData on ours,
+    /// version checks on every other contender) that fails if another node is marked, and
+    /// waits on the marked node otherwise. The write's zxid is the fencing token. Costs one
+    /// multi-op over all contenders per grant.
+    fn grant_by_claim(&self) -> bool {
         false
     }
 }
@@ -146,8 +150,13 @@ impl LockDriver for StandardDriver {
 }
 
 /// The seed's `NoFairLockDriver`: ephemeral, non-sequential nodes named
-/// `_c_<uuid>-lock-<10 random digits>`, so waiters are granted in random order. The fencing
-/// token comes from a write at grant time, which costs one more round trip per acquisition.
+/// `_c_<uuid>-lock-<10 random digits>`, so waiters are granted in random order.
+///
+/// A newcomer may sort ahead of the holder, so the contender this driver picks must claim the
+/// lock atomically (see [`LockDriver::grant_by_claim`]): a multi-op that checks every other
+/// contender is unclaimed and marks ours. Exclusion is as strict as with the standard driver;
+/// each grant costs one more round trip whose size grows with the number of contenders, and
+/// the fencing token is that write's zxid.
 ///
 /// # Example
 /// ```no_run
@@ -178,7 +187,7 @@ impl LockDriver for UnfairDriver {
         sequence_key(node, lock_name)
     }
 
-    fn token_from_grant_write(&self) -> bool {
+    fn grant_by_claim(&self) -> bool {
         true
     }
 }

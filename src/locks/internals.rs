@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, Predicate};
-use crate::client::{create_protected, Call, NodeSpec, Stat, Store, Waiter};
+use crate::client::{create_protected, Call, Claim, NodeSpec, Stat, Store, Waiter};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::path;
@@ -166,12 +166,21 @@ impl<S: Store> LockInternals<S> {
                 .driver
                 .gets_the_lock(&children, our_name, self.max_leases)
             {
-                Ok(Predicate::Granted) => return self.granted(our_path, stat, call),
+                Ok(Predicate::Granted) if self.driver.grant_by_claim() => {
+                    match self.claim(our_path, &children, call)? {
+                        Claim::Won(stat) => return Ok(Outcome::Granted(stat.mzxid as u64)),
+                        Claim::HeldBy(holder) => path::name(&holder).to_owned(),
+                        Claim::Changed => continue,
+                    }
+                }
+                Ok(Predicate::Granted) => return Ok(Outcome::Granted(stat.czxid as u64)),
                 Ok(Predicate::Watch(node)) => node,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
                 Err(e) => return Err(e),
             };
-            let head = self.driver.sorts_by_creation() && children.first() == Some(&watch);
+            let head = self.driver.sorts_by_creation()
+                && !self.driver.grant_by_claim()
+                && children.first() == Some(&watch);
             let watch_path = path::join(&self.path, &watch);
             // getData, not exists: no watch is left behind on a node that is already gone.
             let Some(_guard) = self.store.watch(&watch_path, &waiter, call)? else {
@@ -186,25 +195,24 @@ impl<S: Store> LockInternals<S> {
                 && waiter.saw_deleted_since(seen, &watch_path)
                 && self.store.session_id() == Some(owner)
             {
-                return self.granted(our_path, stat, call);
+                return Ok(Outcome::Granted(stat.czxid as u64));
             }
         }
     }
 
-    fn granted(&self, our_path: &str, stat: &Stat, call: &mut Call) -> Result<Outcome> {
-        if !self.driver.token_from_grant_write() {
-            return Ok(Outcome::Granted(stat.czxid as u64));
-        }
+    fn claim(&self, our_path: &str, children: &[String], call: &mut Call) -> Result<Claim> {
+        let our_name = path::name(our_path);
+        let others: Vec<String> = children
+            .iter()
+            .filter(|c| c.as_str() != our_name)
+            .map(|c| path::join(&self.path, c))
+            .collect();
         let data = self.node_data.lock().clone();
         let data = data
             .as_deref()
             .unwrap_or(self.store.default_data())
             .to_vec();
-        match self.store.set_data(our_path, &data, call) {
-            Ok(stat) => Ok(Outcome::Granted(stat.mzxid as u64)),
-            Err(Error::NoNode(_)) => Ok(Outcome::Restart),
-            Err(e) => Err(e),
-        }
+        self.store.claim(our_path, &data, &others, call)
     }
 
     /// Deletes our node (guaranteed: if the connection is gone, the error is returned and the

@@ -8,7 +8,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::client::{CreateMode, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard};
+use crate::client::{
+    Claim, CreateMode, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard,
+};
 use crate::locks::driver::{StandardDriver, UnfairDriver};
 use crate::retry::{RetryBudget, RetryNTimes};
 
@@ -224,17 +226,32 @@ impl Store for Fake {
         Ok(self.state.lock().nodes.get(path).copied())
     }
 
-    fn set_data(&self, path: &str, _data: &[u8], _call: &mut Call) -> Result<Stat> {
+    fn claim(
+        &self,
+        ours: &str,
+        _data: &[u8],
+        others: &[String],
+        _call: &mut Call,
+    ) -> Result<Claim> {
         let mut st = self.state.lock();
+        for other in others {
+            match st.nodes.get(other) {
+                None => return Ok(Claim::Changed),
+                Some(n) if n.version != 0 => return Ok(Claim::HeldBy(other.clone())),
+                Some(_) => {}
+            }
+        }
         st.zxid += 1;
         let zxid = st.zxid;
-        let node = st
-            .nodes
-            .get_mut(path)
-            .ok_or_else(|| Error::NoNode(path.into()))?;
+        let Some(node) = st.nodes.get_mut(ours) else {
+            return Ok(Claim::Changed);
+        };
+        if node.version != 0 {
+            return Ok(Claim::Changed);
+        }
         node.mzxid = zxid;
-        node.version += 1;
-        Ok(*node)
+        node.version = 1;
+        Ok(Claim::Won(*node))
     }
 
     fn watch(
@@ -510,6 +527,40 @@ fn timeout_deletes_our_node_and_leaves_no_watch() {
     );
     assert_eq!(fake.children_of(DIR), [holder]);
     assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn an_unfair_newcomer_sorting_ahead_of_the_holder_does_not_cut_in() {
+    let fake = Fake::new();
+    // A holder whose random digits sort last, already claimed (marked).
+    let holder = format!("{DIR}/_c_{}-lock-9999999999", uuid::Uuid::new_v4());
+    fake.state.lock().nodes.insert(
+        holder.clone(),
+        Stat {
+            czxid: 1,
+            version: 1,
+            ..Stat::default()
+        },
+    );
+    let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
+    assert_eq!(
+        l.attempt_lock(Deadline::after(Duration::from_millis(100)))
+            .unwrap(),
+        None
+    );
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(forever()))
+    };
+    wait_children(&fake, 2);
+    while fake.live_watches() == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!t.is_finished(), "granted while the holder holds");
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
 }
 
 #[test]
