@@ -464,5 +464,9 @@ fn unfair_driver_still_excludes_newcomers_that_sort_ahead_of_the_holder() {
     assert_eq!(shared.overlaps.load(Ordering::SeqCst), 0);
     assert_eq!(*shared.count.lock().unwrap(), 360);
     let client = session_client(&server.connect_string());
-    assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/locks/unfair-x");
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/unfair-x",
+    );
 }

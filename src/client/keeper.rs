@@ -84,10 +84,19 @@ async fn keep(
             },
         )
     };
+    // After a release nothing is reported: a late NoNode is our own delete.
+    let report = |health| {
+        if !cancel.is_set() {
+            report(health)
+        }
+    };
     let mut states = zk.state_watcher();
     loop {
-        let armed = future::or(async { Ok(zk.get_and_watch_data(&path).await) }, async {
-            Err(interrupt().await)
+        if cancel.is_set() {
+            return;
+        }
+        let armed = future::or(async { Err(interrupt().await) }, async {
+            Ok(zk.get_and_watch_data(&path).await)
         });
         let watcher = match armed.await {
             Err(Ev::Stop) => return,
@@ -133,8 +142,8 @@ async fn keep(
             }
             Ev::State(_) => {
                 // Reconnected to the same session: Held again once the node is seen.
-                let checked = future::or(async { Ok(zk.check_stat(&path).await) }, async {
-                    Err(interrupt().await)
+                let checked = future::or(async { Err(interrupt().await) }, async {
+                    Ok(zk.check_stat(&path).await)
                 });
                 match checked.await {
                     Err(Ev::Stop) => return,

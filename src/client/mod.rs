@@ -23,6 +23,8 @@ pub use self::keeper::LockHealth;
 pub(crate) use self::runtime::Runtime;
 pub(crate) use self::runtime::Signal;
 use self::session::Shared;
+#[cfg(test)]
+pub(crate) use self::store::Watched;
 pub(crate) use self::store::{create_protected, Claim, NodeSpec, Store};
 pub use self::types::{
     Acl, ConnectionState, CreateMode, Perms, Stat, Watch, WatchEvent, WatchEventKind,

@@ -11,6 +11,9 @@ use super::{check_data, runtime::Signal, Call, Client, WatchGuard};
 use crate::error::{Error, Result};
 use crate::path;
 
+/// A watch set by [`Store::watch`], with what the node held then.
+pub(crate) type Watched = (WatchGuard, Stat, Vec<u8>);
+
 /// The outcome of [`Store::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Claim {
@@ -62,13 +65,11 @@ pub(crate) trait Store: Send + Sync {
     fn backoff(&self, call: &mut Call, err: Error) -> Result<()>;
     fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>>;
     fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>>;
-    /// A data watch on `path` that wakes `waiter`; `None` if the node does not exist.
-    fn watch(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        call: &mut Call,
-    ) -> Result<Option<WatchGuard>>;
+    /// A data watch on `path` that wakes `waiter`, with the node's stat and data; `None` if the
+    /// node does not exist.
+    fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>>;
+    /// Marks a granted holder's node (setData at version 0), in the background.
+    fn mark_holder(&self, path: &str, data: &[u8]);
     /// Guaranteed delete, in the background.
     fn delete_background(&self, path: &str);
     /// Deletes now (a missing node counts as deleted); on connection loss the error is
@@ -131,19 +132,27 @@ impl Store for Client {
         self.exists_in(path, call)
     }
 
-    fn watch(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        call: &mut Call,
-    ) -> Result<Option<WatchGuard>> {
+    fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>> {
         let cancel = Signal::default();
         let target = WatchTarget::Waiter(waiter.clone());
         match self.data_watch_in(path, target, cancel.clone(), call) {
-            Ok(_) => Ok(Some(WatchGuard(cancel))),
+            Ok((data, stat)) => Ok(Some((WatchGuard(cancel), stat, data))),
             Err(Error::NoNode(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn mark_holder(&self, path: &str, data: &[u8]) {
+        let Some(zk) = self.shared().conn.lock().zk.clone() else {
+            return;
+        };
+        let (path, data) = (path.to_owned(), data.to_vec());
+        self.shared().spawn(async move {
+            // Version 0: never overwrite a revocation request that came first.
+            if let Err(e) = zk.set_data(&path, &data, Some(0)).await {
+                log::debug!("marking {path} as the holder: {e}");
+            }
+        });
     }
 
     fn delete_background(&self, path: &str) {

@@ -33,7 +33,10 @@ fn a_watch_wakes_only_its_waiter_and_state_changes_wake_all() {
         watched.wait(seen_w, Deadline::after(Duration::from_secs(60))),
         "watch never woke"
     );
-    assert!(watched.saw_deleted_since(seen_w, "/w/a"));
+    assert_eq!(
+        watched.watched_since(seen_w, "/w/a"),
+        Some(crate::WatchEventKind::NodeDeleted)
+    );
     assert_eq!(
         bystander.epoch(),
         seen_b,

@@ -11,7 +11,7 @@ use std::thread::{self, JoinHandle};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use super::types::{ConnectionState, WatchEvent};
+use super::types::{ConnectionState, WatchEvent, WatchEventKind};
 use crate::deadline::Deadline;
 
 /// A per-waiter parking slot. Wakes are counted, so a wake that lands between a waiter's check
@@ -26,8 +26,8 @@ pub(crate) struct Waiter {
 struct Slot {
     wakes: u64,
     state_changes: u64,
-    /// The last watch event delivered to this waiter.
-    last_watch: Option<WatchEvent>,
+    /// The last watch event delivered to this waiter, with the wake count it made.
+    last_watch: Option<(u64, WatchEvent)>,
 }
 
 /// What a waiter saw before parking; compare after waking.
@@ -59,7 +59,7 @@ impl Waiter {
     pub(crate) fn wake_watch(&self, event: WatchEvent) {
         let mut slot = self.slot.lock();
         slot.wakes += 1;
-        slot.last_watch = Some(event);
+        slot.last_watch = Some((slot.wakes, event));
         self.cv.notify_all();
     }
 
@@ -79,14 +79,23 @@ impl Waiter {
         true
     }
 
-    /// Whether, since `seen`, the node at `path` was reported deleted by a watch and no
-    /// connection-state change happened (so no session change either).
-    pub(crate) fn saw_deleted_since(&self, seen: Seen, path: &str) -> bool {
+    /// A new `Seen` to wait from, if no connection-state change happened since `seen`.
+    pub(crate) fn rearm(&self, seen: Seen) -> Option<Seen> {
+        let now = self.epoch();
+        (now.state_changes == seen.state_changes).then_some(now)
+    }
+
+    /// What a watch on `path` reported since `seen`, provided no connection-state change
+    /// happened meanwhile (so the session is the same and nothing was missed).
+    pub(crate) fn watched_since(&self, seen: Seen, path: &str) -> Option<WatchEventKind> {
         let slot = self.slot.lock();
-        slot.state_changes == seen.state_changes
-            && slot.last_watch.as_ref().is_some_and(|e| {
-                e.kind == super::types::WatchEventKind::NodeDeleted && e.path == path
-            })
+        if slot.state_changes != seen.state_changes {
+            return None;
+        }
+        match &slot.last_watch {
+            Some((wake, e)) if *wake > seen.wakes && e.path == path => Some(e.kind),
+            _ => None,
+        }
     }
 }
 
@@ -240,7 +249,6 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::types::WatchEventKind;
     use std::time::Duration;
 
     #[test]
@@ -256,11 +264,21 @@ mod tests {
             path: p.into(),
         };
         w.wake_watch(deleted("/l/a"));
-        assert!(w.saw_deleted_since(seen, "/l/a"));
-        assert!(!w.saw_deleted_since(seen, "/l/b"));
+        assert_eq!(
+            w.watched_since(seen, "/l/a"),
+            Some(WatchEventKind::NodeDeleted)
+        );
+        assert_eq!(w.watched_since(seen, "/l/b"), None);
+        assert_eq!(
+            w.watched_since(w.epoch(), "/l/a"),
+            None,
+            "only events after `seen` count"
+        );
+        assert!(w.rearm(seen).is_some());
         w.wake();
+        assert!(w.rearm(seen).is_none(), "a state change since `seen`");
         assert!(
-            !w.saw_deleted_since(seen, "/l/a"),
+            w.watched_since(seen, "/l/a").is_none(),
             "a state change voids the shortcut"
         );
     }

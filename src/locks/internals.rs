@@ -10,7 +10,16 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, Predicate};
-use crate::client::{create_protected, Call, Claim, NodeSpec, Stat, Store, Waiter};
+use crate::client::{create_protected, Call, Claim, NodeSpec, Stat, Store, Waiter, WatchEventKind};
+
+/// What Curator's `Revoker` writes into a holder's node.
+pub(crate) const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
+
+/// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
+/// request is the only other write a lock node gets.
+fn is_holder_mark(stat: &Stat, data: &[u8]) -> bool {
+    stat.version > 0 && data != REVOKE_MESSAGE
+}
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::path;
@@ -35,7 +44,11 @@ pub(crate) struct LockInternals<S: Store> {
 }
 
 enum Outcome {
-    Granted(u64),
+    /// `mark`: waiters may be queued behind us; tell the next one we hold.
+    Granted {
+        token: u64,
+        mark: bool,
+    },
     TimedOut,
     /// Our node vanished or belongs to an ended session: start over with a new node.
     Restart,
@@ -104,8 +117,11 @@ impl<S: Store> LockInternals<S> {
                 path: Some(our_path.clone()),
             };
             match self.wait_for_lock(&our_path, &stat, &mut call) {
-                Ok(Outcome::Granted(token)) => {
+                Ok(Outcome::Granted { token, mark }) => {
                     cleanup.path = None;
+                    if mark {
+                        self.store.mark_holder(&our_path, &self.current_data());
+                    }
                     let session = stat.ephemeral_owner;
                     return Ok(Some(Acquired {
                         path: our_path,
@@ -123,6 +139,11 @@ impl<S: Store> LockInternals<S> {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    fn current_data(&self) -> Vec<u8> {
+        let data = self.node_data.lock().clone();
+        data.unwrap_or_else(|| self.store.default_data().to_vec())
     }
 
     fn create_node(&self, call: &mut Call) -> Result<(String, Stat)> {
@@ -149,10 +170,18 @@ impl<S: Store> LockInternals<S> {
     fn wait_for_lock(&self, our_path: &str, stat: &Stat, call: &mut Call) -> Result<Outcome> {
         let our_name = path::name(our_path);
         let owner = stat.ephemeral_owner;
+        // Sequence order is creation order: nodes only ever join behind us.
+        let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
+        let granted = |mark| {
+            Ok(Outcome::Granted {
+                token: stat.czxid as u64,
+                mark,
+            })
+        };
         let waiter = Arc::new(Waiter::default());
         let _registration = self.store.register(&waiter);
-        loop {
-            let seen = waiter.epoch();
+        'listing: loop {
+            let mut seen = waiter.epoch();
             let children = match self.sorted_children(call) {
                 Ok(c) => c,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
@@ -168,34 +197,54 @@ impl<S: Store> LockInternals<S> {
             {
                 Ok(Predicate::Granted) if self.driver.grant_by_claim() => {
                     match self.claim(our_path, &children, call)? {
-                        Claim::Won(stat) => return Ok(Outcome::Granted(stat.mzxid as u64)),
+                        Claim::Won(stat) => {
+                            return Ok(Outcome::Granted {
+                                token: stat.mzxid as u64,
+                                mark: false,
+                            })
+                        }
                         Claim::HeldBy(holder) => path::name(&holder).to_owned(),
                         Claim::Changed => continue,
                     }
                 }
-                Ok(Predicate::Granted) => return Ok(Outcome::Granted(stat.czxid as u64)),
+                Ok(Predicate::Granted) => {
+                    let waiters_behind = children.last().map(String::as_str) != Some(our_name);
+                    return granted(fifo && waiters_behind);
+                }
                 Ok(Predicate::Watch(node)) => node,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
                 Err(e) => return Err(e),
             };
-            let head = self.driver.sorts_by_creation()
-                && !self.driver.grant_by_claim()
-                && children.first() == Some(&watch);
+            // Whether the node we watch holds the lock, so that nothing is left ahead of it:
+            // it heads our listing, or it has marked itself as the holder.
+            let mut holds = fifo && children.first() == Some(&watch);
             let watch_path = path::join(&self.path, &watch);
-            // getData, not exists: no watch is left behind on a node that is already gone.
-            let Some(_guard) = self.store.watch(&watch_path, &waiter, call)? else {
-                continue;
-            };
-            if !waiter.wait(seen, call.deadline) {
-                return Ok(Outcome::TimedOut);
-            }
-            // The head of the queue went and nodes only join at the tail: the lock is ours
-            // without listing again, so draining n waiters costs O(n), not O(n²).
-            if head
-                && waiter.saw_deleted_since(seen, &watch_path)
-                && self.store.session_id() == Some(owner)
-            {
-                return Ok(Outcome::Granted(stat.czxid as u64));
+            loop {
+                // getData, not exists: no watch is left behind on a node that is already gone.
+                let Some((_guard, wstat, wdata)) = self.store.watch(&watch_path, &waiter, call)?
+                else {
+                    continue 'listing;
+                };
+                holds |= fifo && is_holder_mark(&wstat, &wdata);
+                if !waiter.wait(seen, call.deadline) {
+                    return Ok(Outcome::TimedOut);
+                }
+                match waiter.watched_since(seen, &watch_path) {
+                    // The holder ahead of us went and nodes only join behind us: the lock is
+                    // ours without listing again, so a drain costs O(1) per handoff where
+                    // Curator lists the whole queue each time.
+                    Some(WatchEventKind::NodeDeleted)
+                        if holds && self.store.session_id() == Some(owner) =>
+                    {
+                        return granted(true)
+                    }
+                    // It may have marked itself as the holder: look again at it alone.
+                    Some(WatchEventKind::NodeDataChanged) if fifo => match waiter.rearm(seen) {
+                        Some(now) => seen = now,
+                        None => continue 'listing,
+                    },
+                    _ => continue 'listing,
+                }
             }
         }
     }
@@ -207,12 +256,8 @@ impl<S: Store> LockInternals<S> {
             .filter(|c| c.as_str() != our_name)
             .map(|c| path::join(&self.path, c))
             .collect();
-        let data = self.node_data.lock().clone();
-        let data = data
-            .as_deref()
-            .unwrap_or(self.store.default_data())
-            .to_vec();
-        self.store.claim(our_path, &data, &others, call)
+        self.store
+            .claim(our_path, &self.current_data(), &others, call)
     }
 
     /// Deletes our node (guaranteed: if the connection is gone, the error is returned and the

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::client::{
-    Claim, CreateMode, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard,
+    Claim, CreateMode, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard, Watched,
 };
 use crate::locks::driver::{StandardDriver, UnfairDriver};
 use crate::retry::{RetryBudget, RetryNTimes};
@@ -254,25 +254,44 @@ impl Store for Fake {
         Ok(Claim::Won(*node))
     }
 
-    fn watch(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        call: &mut Call,
-    ) -> Result<Option<WatchGuard>> {
+    fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>> {
         while self.fault(Op::Watch).is_some() {
             self.backoff(call, Error::ConnectionLoss)?;
         }
         let mut st = self.state.lock();
-        if !st.nodes.contains_key(path) {
+        let Some(stat) = st.nodes.get(path).copied() else {
             return Ok(None);
-        }
+        };
         let cancel = crate::client::Signal::default();
         st.watches
             .entry(path.to_owned())
             .or_default()
             .push((waiter.clone(), cancel.clone()));
-        Ok(Some(WatchGuard(cancel)))
+        Ok(Some((WatchGuard(cancel), stat, b"fake".to_vec())))
+    }
+
+    fn mark_holder(&self, path: &str, _data: &[u8]) {
+        let fired = {
+            let mut st = self.state.lock();
+            st.zxid += 1;
+            let zxid = st.zxid;
+            match st.nodes.get_mut(path) {
+                Some(n) if n.version == 0 => {
+                    n.version = 1;
+                    n.mzxid = zxid;
+                }
+                _ => return,
+            }
+            st.watches.remove(path).unwrap_or_default()
+        };
+        for (w, cancel) in fired {
+            if !cancel.is_set() {
+                w.wake_watch(WatchEvent {
+                    kind: WatchEventKind::NodeDataChanged,
+                    path: path.into(),
+                });
+            }
+        }
     }
 
     fn delete_background(&self, path: &str) {
@@ -412,6 +431,42 @@ fn the_next_waiter_takes_the_lock_without_listing_again() {
         "granted on the head's deletion alone"
     );
     assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut threads = Vec::new();
+    for i in 0..5 {
+        let (l, tx) = (l.clone(), tx.clone());
+        threads.push(thread::spawn(move || {
+            let got = l.attempt_lock(forever()).unwrap().unwrap();
+            tx.send(i).unwrap();
+            // Held for longer than the follower needs to see the holder's mark.
+            thread::sleep(Duration::from_millis(20));
+            l.release(&got.path).unwrap();
+        }));
+        wait_children(&fake, i + 2);
+        while fake.live_watches() < i + 1 {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let listings = fake.calls(Op::Children);
+    assert_eq!(listings, 5, "each waiter listed once to queue");
+    fake.remove(&holder);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let order: Vec<usize> = rx.try_iter().collect();
+    assert_eq!(order, [0, 1, 2, 3, 4], "FIFO");
+    assert_eq!(
+        fake.calls(Op::Children),
+        listings,
+        "no waiter listed again while draining"
+    );
+    assert!(fake.children_of(DIR).is_empty());
+    assert_eq!(fake.live_watches(), 0);
 }
 
 #[test]
