@@ -207,7 +207,10 @@ fn run() -> Res<()> {
     let bench_start = Instant::now();
     uncontended(&zk, &root)?;
     contended(&zk, &root)?;
-    drain(&zk, &root)?;
+    // Waiters that release at once, then waiters that hold for a millisecond (longer than a
+    // round trip, so each can see that the one ahead of it holds).
+    drain(&zk, &root, Duration::ZERO)?;
+    drain(&zk, &root, Duration::from_millis(1))?;
     println!();
     println!("# total bench time {:.1?}", bench_start.elapsed());
     Ok(())
@@ -385,12 +388,12 @@ struct DrainRun {
     setup: Duration,
 }
 
-fn drain(zk: &Zk, root: &str) -> Res<()> {
+fn drain(zk: &Zk, root: &str, hold: Duration) -> Res<()> {
     let holder_client = zk.client()?;
     let clients = (0..DRAIN_CLIENTS)
         .map(|_| zk.client())
         .collect::<Res<Vec<_>>>()?;
-    println!("## 3. drain: holder takes the lock, Q waiter threads (each its own InterProcessMutex, sharing {DRAIN_CLIENTS} Clients round-robin, {} KiB stacks) queue; once all Q nodes and their watches are on the server the holder releases; drain = release until the last waiter has acquired and released. {DRAIN_RUNS} runs per Q, median shown.", WAITER_STACK / 1024);
+    println!("## 3. drain, each waiter holding {hold:?}: holder takes the lock, Q waiter threads (each its own InterProcessMutex, sharing {DRAIN_CLIENTS} Clients round-robin, {} KiB stacks) queue; once all Q nodes and their watches are on the server the holder releases; drain = release until the last waiter has acquired and released. {DRAIN_RUNS} runs per Q, median shown.", WAITER_STACK / 1024);
     println!(
         "{:>6} {:>12} {:>14} {:>24} {:>10} {COUNTER_HEAD}",
         "Q", "drain ms", "per handoff ms", "runs ms", "setup s"
@@ -399,8 +402,8 @@ fn drain(zk: &Zk, root: &str) -> Res<()> {
     for &q in &QUEUES {
         let mut runs = Vec::new();
         for r in 0..DRAIN_RUNS {
-            let path = format!("{root}/drain-{q}-{r}");
-            runs.push(drain_once(zk, &holder_client, &clients, &path, q)?);
+            let path = format!("{root}/drain-{q}-{r}-{}", hold.as_millis());
+            runs.push(drain_once(zk, &holder_client, &clients, &path, q, hold)?);
         }
         let mut order: Vec<usize> = (0..runs.len()).collect();
         order.sort_by_key(|&i| runs[i].drain);
@@ -448,6 +451,7 @@ fn drain_once(
     clients: &[Client],
     path: &str,
     q: usize,
+    hold: Duration,
 ) -> Res<DrainRun> {
     let setup_start = Instant::now();
     let holder = InterProcessMutex::new(holder_client, path)?;
@@ -468,6 +472,9 @@ fn drain_once(
                 let result = (|| -> Res<Instant> {
                     let mutex = InterProcessMutex::new(&client, &path)?;
                     mutex.acquire()?;
+                    if !hold.is_zero() {
+                        thread::sleep(hold);
+                    }
                     mutex.release()?;
                     Ok(Instant::now())
                 })();
