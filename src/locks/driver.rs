@@ -42,7 +42,7 @@ impl LockNode {
 /// A LIFO lock — the newest contender goes first — on Curator's node layout:
 ///
 /// ```no_run
-/// use zklock::{CreateMode, InterProcessMutex, LockDriver, LockNode, Predicate, StandardDriver};
+/// use zklock::{CreateMode, InterProcessMutex, LockDriver, LockNode, Predicate};
 ///
 /// struct Lifo;
 ///
@@ -65,10 +65,7 @@ impl LockNode {
 ///             Some(next) => Ok(Predicate::Watch(next.clone())),
 ///         }
 ///     }
-///
-///     fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
-///         StandardDriver.sort_key(node, lock_name)
-///     }
+///     // sort_key: the default, the node's sequence number.
 /// }
 ///
 /// # fn main() -> zklock::Result<()> {
@@ -85,15 +82,23 @@ pub trait LockDriver: Send + Sync + 'static {
     /// Given the children sorted by [`sort_key`](LockDriver::sort_key) (names, not paths) and
     /// our node's name: granted, or which node to watch. Our node missing from `children`
     /// must be reported as [`Error::NoNode`]; the attempt then starts over with a new node.
+    ///
+    /// Default (Curator's): granted iff our index < `max_leases`, else watch the node
+    /// `max_leases` places ahead.
     fn gets_the_lock(
         &self,
         children: &[String],
         our_node: &str,
         max_leases: usize,
-    ) -> Result<Predicate>;
+    ) -> Result<Predicate> {
+        standard_predicate(children, our_node, max_leases)
+    }
 
-    /// The key contenders are sorted by.
-    fn sort_key(&self, node: &str, lock_name: &str) -> u64;
+    /// The key contenders are sorted by. Default (Curator's): the number after the last
+    /// `lock_name` in the node's name, so that the order survives the sequence's signed wrap.
+    fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
+        sequence_key(node, lock_name)
+    }
 
     /// Whether a node created later always sorts after every existing one (true for sequence
     /// numbers). Lets a waiter whose watched predecessor was the head take the lock without
@@ -131,19 +136,6 @@ impl LockDriver for StandardDriver {
         LockNode::new(lock_name, CreateMode::EphemeralSequential)
     }
 
-    fn gets_the_lock(
-        &self,
-        children: &[String],
-        our_node: &str,
-        max_leases: usize,
-    ) -> Result<Predicate> {
-        standard_predicate(children, our_node, max_leases)
-    }
-
-    fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
-        sequence_key(node, lock_name)
-    }
-
     fn sorts_by_creation(&self) -> bool {
         true
     }
@@ -172,19 +164,6 @@ impl LockDriver for UnfairDriver {
     fn create_lock_node(&self, lock_name: &str) -> LockNode {
         let digits = fastrand::u64(0..10_000_000_000);
         LockNode::new(format!("{lock_name}{digits:010}"), CreateMode::Ephemeral)
-    }
-
-    fn gets_the_lock(
-        &self,
-        children: &[String],
-        our_node: &str,
-        max_leases: usize,
-    ) -> Result<Predicate> {
-        standard_predicate(children, our_node, max_leases)
-    }
-
-    fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
-        sequence_key(node, lock_name)
     }
 
     fn grant_by_claim(&self) -> bool {

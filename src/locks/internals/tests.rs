@@ -339,6 +339,20 @@ fn wait_children(fake: &Fake, n: usize) {
     }
 }
 
+/// Waits until `n` watches are set (waiters parked).
+fn wait_watches(fake: &Fake, n: usize) {
+    let deadline = forever();
+    while fake.live_watches() < n {
+        assert!(!deadline.expired(), "watches never reached {n}");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn spawn_attempt(l: &Arc<LockInternals<Fake>>) -> thread::JoinHandle<Result<Option<Acquired>>> {
+    let l = l.clone();
+    thread::spawn(move || l.attempt_lock(forever()))
+}
+
 #[test]
 fn uncontended_lock_uses_a_protected_sequential_node_and_the_czxid_as_token() {
     let fake = Fake::new();
@@ -395,14 +409,9 @@ fn connection_loss_at_any_step_is_retried_within_the_budget() {
     fake.fail(Op::Children, Fault::ConnectionLoss);
     fake.fail(Op::Watch, Fault::ConnectionLoss);
     let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
-    let t = {
-        let l = l.clone();
-        thread::spawn(move || l.attempt_lock(forever()))
-    };
+    let t = spawn_attempt(&l);
     wait_children(&fake, 2);
-    while fake.live_watches() == 0 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_watches(&fake, 1);
     fake.remove(&holder);
     let got = t.join().unwrap().unwrap().unwrap();
     assert_eq!(fake.children_of(DIR), [got.path]);
@@ -414,14 +423,9 @@ fn the_next_waiter_takes_the_lock_without_listing_again() {
     let fake = Fake::new();
     let holder = fake.add_contender(DIR);
     let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
-    let t = {
-        let l = l.clone();
-        thread::spawn(move || l.attempt_lock(forever()))
-    };
+    let t = spawn_attempt(&l);
     wait_children(&fake, 2);
-    while fake.live_watches() == 0 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_watches(&fake, 1);
     let listings = fake.calls(Op::Children);
     fake.remove(&holder);
     let got = t.join().unwrap().unwrap().unwrap();
@@ -450,9 +454,7 @@ fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
             l.release(&got.path).unwrap();
         }));
         wait_children(&fake, i + 2);
-        while fake.live_watches() < i + 1 {
-            thread::sleep(Duration::from_millis(1));
-        }
+        wait_watches(&fake, i + 1);
     }
     let listings = fake.calls(Op::Children);
     assert_eq!(listings, 5, "each waiter listed once to queue");
@@ -480,9 +482,7 @@ fn a_waiter_behind_a_non_head_lists_again_and_keeps_queue_order() {
         thread::spawn(move || l.attempt_lock(Deadline::after(Duration::from_secs(60))))
     };
     wait_children(&fake, 3);
-    while fake.live_watches() == 0 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_watches(&fake, 1);
     // The second contender leaves first: we now wait on the first, still not holding.
     fake.remove(&second);
     thread::sleep(Duration::from_millis(50));
@@ -500,10 +500,7 @@ fn our_node_vanishing_while_waiting_starts_over_without_orphans() {
     let fake = Fake::new();
     let holder = fake.add_contender(DIR);
     let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
-    let t = {
-        let l = l.clone();
-        thread::spawn(move || l.attempt_lock(forever()))
-    };
+    let t = spawn_attempt(&l);
     wait_children(&fake, 2);
     let ours = fake
         .children_of(DIR)
@@ -524,10 +521,7 @@ fn a_session_change_while_waiting_recreates_the_node_in_the_new_session() {
     let fake = Fake::new();
     let holder = fake.add_contender(DIR);
     let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
-    let t = {
-        let l = l.clone();
-        thread::spawn(move || l.attempt_lock(forever()))
-    };
+    let t = spawn_attempt(&l);
     wait_children(&fake, 2);
     fake.new_session();
     wait_children(&fake, 2);
@@ -604,14 +598,9 @@ fn an_unfair_newcomer_sorting_ahead_of_the_holder_does_not_cut_in() {
         None
     );
     assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
-    let t = {
-        let l = l.clone();
-        thread::spawn(move || l.attempt_lock(forever()))
-    };
+    let t = spawn_attempt(&l);
     wait_children(&fake, 2);
-    while fake.live_watches() == 0 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_watches(&fake, 1);
     assert!(!t.is_finished(), "granted while the holder holds");
     fake.remove(&holder);
     let got = t.join().unwrap().unwrap().unwrap();
@@ -630,4 +619,45 @@ fn unfair_tokens_come_from_a_write_at_grant_time() {
     let b = l.attempt_lock(forever()).unwrap().unwrap();
     assert!(b.token > a.token);
     let _ = CreateMode::Ephemeral;
+}
+
+/// A mock driver: newest node first, so the algorithm's order comes from the driver alone.
+struct NewestFirst;
+
+impl LockDriver for NewestFirst {
+    fn create_lock_node(&self, lock_name: &str) -> crate::locks::LockNode {
+        crate::locks::LockNode::new(lock_name, CreateMode::EphemeralSequential)
+    }
+
+    fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
+        u64::MAX - crate::locks::driver::sequence_key(node, lock_name)
+    }
+}
+
+#[test]
+fn the_driver_alone_decides_order_and_leases() {
+    let fake = Fake::new();
+    let older = fake.add_contender(DIR);
+    let newest_first = lock(&fake, Arc::new(NewestFirst));
+    let got = newest_first
+        .attempt_lock(forever())
+        .unwrap()
+        .expect("newest goes first");
+    assert_eq!(
+        newest_first.participant_nodes().unwrap(),
+        [got.path.clone(), older.clone()]
+    );
+    newest_first.release(&got.path).unwrap();
+
+    // Two leases: two holders at once, the third waits.
+    let two = LockInternals::new(fake.clone(), DIR, "lock-", Arc::new(StandardDriver), 2).unwrap();
+    let second = two.attempt_lock(forever()).unwrap().expect("second lease");
+    assert_eq!(
+        two.attempt_lock(Deadline::after(Duration::from_millis(50)))
+            .unwrap(),
+        None
+    );
+    fake.remove(&older);
+    assert!(two.attempt_lock(forever()).unwrap().is_some());
+    two.release(&second.path).unwrap();
 }
