@@ -61,6 +61,12 @@ pub enum Error {
     /// A thread released a lock it does not hold.
     #[error("the current thread does not hold this lock")]
     NotOwner,
+    /// A thread that holds a read lock asked for the write lock of the same read-write lock.
+    /// It would wait for itself (Curator deadlocks here): release the read lock first.
+    #[error(
+        "a thread holding the read lock cannot take the write lock: release the read lock first"
+    )]
+    WouldDeadlock,
     /// The lock had been lost (session expired, node deleted) before it was released: whatever
     /// it protected may have been touched by another holder meanwhile.
     #[error("the lock had been lost before it was released")]
@@ -85,6 +91,13 @@ impl Error {
         match err {
             // OperationTimeout and SessionMoved are retried like Curator does (RetryLoop).
             Zk::ConnectionLoss | Zk::Timeout | Zk::SessionMoved => Error::ConnectionLoss,
+            // The wire client fails in-flight requests with the socket's own error (a reset,
+            // an idle timeout) when a connection dies: the outcome is unknown, as with
+            // ConnectionLoss.
+            Zk::Custom(e) => {
+                log::debug!("{path:?}: connection failed: {e}");
+                Error::ConnectionLoss
+            }
             Zk::SessionExpired => Error::SessionExpired,
             Zk::ClientClosed => Error::Closed,
             Zk::NoNode => Error::NoNode(path.to_owned()),

@@ -94,7 +94,8 @@ pub use crate::client::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::locks::{
-    InterProcessMutex, LockDriver, LockNode, MutexGuard, Predicate, StandardDriver, UnfairDriver,
+    InterProcessMutex, InterProcessReadWriteLock, Lock, LockDriver, LockGuard, LockNode,
+    MutexGuard, Predicate, ReadLock, StandardDriver, UnfairDriver, WriteLock,
 };
 pub use crate::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,

@@ -267,11 +267,15 @@ impl<S: Store> LockInternals<S> {
         self.store.delete_guaranteed(our_path, &mut call)
     }
 
-    /// Full paths of the contenders, the holder(s) first.
+    /// Full paths of this lock name's contenders, the holder(s) first.
     pub(crate) fn participant_nodes(&self) -> Result<Vec<String>> {
         let mut call = self.store.new_call(Deadline::NEVER);
         match self.sorted_children(&mut call) {
-            Ok(c) => Ok(c.iter().map(|c| path::join(&self.path, c)).collect()),
+            Ok(c) => Ok(c
+                .iter()
+                .filter(|c| c.contains(&self.lock_name))
+                .map(|c| path::join(&self.path, c))
+                .collect()),
             Err(Error::NoNode(_)) => Ok(Vec::new()),
             Err(e) => Err(e),
         }

@@ -1,0 +1,208 @@
+//! The re-entrant hold bookkeeping shared by the mutex and both halves of the read-write lock:
+//! per-thread hold counts over LockInternals, lock health and fencing tokens.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::{self, ThreadId};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::driver::LockDriver;
+use super::internals::{Acquired, LockInternals};
+use crate::client::{Client, KeeperGuard, LockHealth};
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+
+pub(crate) struct Reentrant {
+    client: Client,
+    pub(crate) internals: LockInternals<Client>,
+    holders: Mutex<HashMap<ThreadId, Holding>>,
+    subscribers: Arc<Subscribers>,
+}
+
+/// One thread's hold of the lock node.
+pub(crate) struct Holding {
+    pub(crate) path: String,
+    count: u32,
+    token: u64,
+    health: Arc<Mutex<LockHealth>>,
+    keeper: Option<KeeperGuard>,
+}
+
+type HealthCallback = Box<dyn FnMut(LockHealth) + Send>;
+
+#[derive(Default)]
+struct Subscribers {
+    channels: Mutex<Vec<Sender<LockHealth>>>,
+    callbacks: Arc<Mutex<Vec<HealthCallback>>>,
+}
+
+/// What one release did.
+pub(crate) enum Detached {
+    /// An inner hold ended; the thread still holds.
+    StillHeld,
+    /// The outermost hold ended; the node is not deleted yet.
+    Released(Holding),
+}
+
+impl Reentrant {
+    pub(crate) fn new(
+        client: &Client,
+        path: &str,
+        lock_name: &str,
+        driver: Arc<dyn LockDriver>,
+    ) -> Result<Reentrant> {
+        Ok(Reentrant {
+            client: client.clone(),
+            internals: LockInternals::new(client.clone(), path, lock_name, driver, 1)?,
+            holders: Mutex::new(HashMap::new()),
+            subscribers: Arc::default(),
+        })
+    }
+
+    pub(crate) fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
+        if self.reenter() {
+            return Ok(true);
+        }
+        let Some(acquired) = self.internals.attempt_lock(deadline)? else {
+            return Ok(false);
+        };
+        let holding = self.hold(acquired);
+        self.holders.lock().insert(thread::current().id(), holding);
+        Ok(true)
+    }
+
+    /// Counts one more hold if this thread holds already.
+    pub(crate) fn reenter(&self) -> bool {
+        match self.holders.lock().get_mut(&thread::current().id()) {
+            Some(h) => {
+                h.count += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn hold(&self, acquired: Acquired) -> Holding {
+        let health = Arc::new(Mutex::new(LockHealth::Held));
+        let report = {
+            // The keeper task owning this closure ends with the holding, and the Client clone
+            // with it.
+            let (health, subs, client) = (
+                health.clone(),
+                self.subscribers.clone(),
+                self.client.clone(),
+            );
+            move |new: LockHealth| {
+                {
+                    let mut h = health.lock();
+                    if *h == new || *h == LockHealth::Lost {
+                        return;
+                    }
+                    *h = new;
+                }
+                subs.channels.lock().retain(|tx| tx.send(new).is_ok());
+                let callbacks = subs.callbacks.clone();
+                client.on_watcher_thread(move || {
+                    for f in callbacks.lock().iter_mut() {
+                        f(new);
+                    }
+                });
+            }
+        };
+        let keeper = self
+            .client
+            .keep_node(&acquired.path, acquired.session, Arc::new(report));
+        Holding {
+            path: acquired.path,
+            count: 1,
+            token: acquired.token,
+            health,
+            keeper: Some(keeper),
+        }
+    }
+
+    /// Ends one hold of the calling thread without deleting anything.
+    pub(crate) fn detach(&self) -> Result<Detached> {
+        let me = thread::current().id();
+        let mut holders = self.holders.lock();
+        let h = holders.get_mut(&me).ok_or(Error::NotOwner)?;
+        h.count -= 1;
+        if h.count > 0 {
+            return Ok(Detached::StillHeld);
+        }
+        Ok(Detached::Released(holders.remove(&me).expect("present")))
+    }
+
+    /// Deletes a released hold's node; [`Error::LockLost`] if the hold had been lost.
+    pub(crate) fn finish(&self, mut holding: Holding) -> Result<()> {
+        let lost = *holding.health.lock() == LockHealth::Lost;
+        holding.keeper.take();
+        let deleted = self.internals.release(&holding.path);
+        if lost {
+            return Err(Error::LockLost);
+        }
+        deleted
+    }
+
+    pub(crate) fn release(&self) -> Result<()> {
+        match self.detach()? {
+            Detached::StillHeld => Ok(()),
+            Detached::Released(holding) => self.finish(holding),
+        }
+    }
+
+    pub(crate) fn is_acquired_in_this_process(&self) -> bool {
+        !self.holders.lock().is_empty()
+    }
+
+    pub(crate) fn is_owned_by_current_thread(&self) -> bool {
+        self.holders.lock().contains_key(&thread::current().id())
+    }
+
+    fn mine<T>(&self, f: impl FnOnce(&Holding) -> T) -> Option<T> {
+        self.holders.lock().get(&thread::current().id()).map(f)
+    }
+
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        self.mine(|h| h.token)
+    }
+
+    pub(crate) fn lock_node(&self) -> Option<String> {
+        self.mine(|h| h.path.clone())
+    }
+
+    pub(crate) fn health(&self) -> Option<LockHealth> {
+        self.mine(|h| *h.health.lock())
+    }
+
+    pub(crate) fn health_events(&self) -> Receiver<LockHealth> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.subscribers.channels.lock().push(tx);
+        rx
+    }
+
+    pub(crate) fn on_health(&self, f: impl FnMut(LockHealth) + Send + 'static) {
+        self.subscribers.callbacks.lock().push(Box::new(f));
+    }
+}
+
+impl Holding {
+    pub(crate) fn health(&self) -> LockHealth {
+        *self.health.lock()
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+}
+
+impl Drop for Reentrant {
+    fn drop(&mut self) {
+        let holdings: Vec<Holding> = self.holders.lock().drain().map(|(_, h)| h).collect();
+        for holding in holdings {
+            let _ = self.finish(holding);
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! InterProcessReadWriteLock against a real ZooKeeper (ports of Curator's scenarios).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zklock::testing::TestingServer;
+use zklock::{Client, Error, InterProcessReadWriteLock};
+
+fn session_client(server: &TestingServer) -> Client {
+    client(&server.connect_string(), Duration::from_secs(20))
+}
+
+#[test]
+fn twenty_readers_hold_while_eight_writers_queue() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let observer = InterProcessReadWriteLock::new(&client, "/locks/rw-many").unwrap();
+    let all_read = Arc::new(Barrier::new(21));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for _ in 0..20 {
+        let (client, all_read, done) = (client.clone(), all_read.clone(), done.clone());
+        threads.push(thread::spawn(move || {
+            let rw = InterProcessReadWriteLock::new(&client, "/locks/rw-many").unwrap();
+            let guard = rw.read_lock().lock().unwrap();
+            all_read.wait();
+            while !done.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(10));
+            }
+            drop(guard);
+        }));
+    }
+    all_read.wait();
+    for _ in 0..8 {
+        let client = client.clone();
+        threads.push(thread::spawn(move || {
+            let rw = InterProcessReadWriteLock::new(&client, "/locks/rw-many").unwrap();
+            rw.write_lock().lock().unwrap().release().unwrap();
+        }));
+    }
+    wait_for("8 writers queued", || {
+        observer.write_lock().participant_nodes().unwrap().len() == 8
+    });
+    assert_eq!(observer.read_lock().participant_nodes().unwrap().len(), 20);
+    done.store(true, Ordering::SeqCst);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/rw-many",
+    );
+}
+
+#[test]
+fn upgrade_is_refused_and_a_writer_excludes_readers() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let rw = Arc::new(InterProcessReadWriteLock::new(&client, "/locks/rw-up").unwrap());
+    rw.read_lock().acquire().unwrap();
+    assert_eq!(
+        rw.write_lock().acquire_timeout(Duration::from_secs(1)),
+        Err(Error::WouldDeadlock)
+    );
+    rw.read_lock().release().unwrap();
+
+    rw.write_lock().acquire().unwrap();
+    let other = session_client(&server);
+    let reader = thread::spawn(move || {
+        let rw = InterProcessReadWriteLock::new(&other, "/locks/rw-up").unwrap();
+        rw.read_lock()
+            .acquire_timeout(Duration::from_millis(500))
+            .unwrap()
+    });
+    assert!(
+        !reader.join().unwrap(),
+        "a reader got in while a writer held"
+    );
+    rw.write_lock().release().unwrap();
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/rw-up",
+    );
+}
+
+#[test]
+fn downgrade_keeps_the_read_hold_and_the_queue_position() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let rw = InterProcessReadWriteLock::new(&client, "/locks/rw-down").unwrap();
+    rw.write_lock().acquire().unwrap();
+    rw.read_lock().acquire().unwrap();
+    assert!(rw.read_lock().is_owned_by_current_thread());
+
+    // A second writer queues behind the downgrading writer.
+    let got_in = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (other, got_in) = (session_client(&server), got_in.clone());
+        thread::spawn(move || {
+            let rw = InterProcessReadWriteLock::new(&other, "/locks/rw-down").unwrap();
+            rw.write_lock().acquire().unwrap();
+            got_in.store(true, Ordering::SeqCst);
+            rw.write_lock().release().unwrap();
+        })
+    };
+    wait_for("the second writer to queue", || {
+        rw.write_lock().participant_nodes().unwrap().len() == 2
+    });
+    rw.write_lock().release().unwrap();
+    assert!(!rw.write_lock().is_owned_by_current_thread());
+    assert!(
+        rw.read_lock().is_owned_by_current_thread(),
+        "the downgrade keeps the read hold"
+    );
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !got_in.load(Ordering::SeqCst),
+        "a queued writer jumped ahead of a downgrade"
+    );
+    assert_eq!(
+        rw.write_lock().acquire_timeout(Duration::from_secs(1)),
+        Err(Error::WouldDeadlock)
+    );
+    rw.read_lock().release().unwrap();
+    writer.join().unwrap();
+    assert!(got_in.load(Ordering::SeqCst));
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/rw-down",
+    );
+}
+
+#[test]
+fn random_mix_keeps_writers_exclusive_and_lets_readers_share() {
+    let server = TestingServer::start().unwrap();
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let max_readers = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (cs, readers, writers, max_readers, violations) = (
+                server.connect_string(),
+                readers.clone(),
+                writers.clone(),
+                max_readers.clone(),
+                violations.clone(),
+            );
+            thread::spawn(move || {
+                let client = client(&cs, Duration::from_secs(20));
+                let rw = InterProcessReadWriteLock::new(&client, "/locks/rw-mix").unwrap();
+                for _ in 0..100 {
+                    if fastrand::u8(0..10) == 0 {
+                        let g = rw.write_lock().lock().unwrap();
+                        if writers.fetch_add(1, Ordering::SeqCst) != 0
+                            || readers.load(Ordering::SeqCst) != 0
+                        {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(2));
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                        g.release().unwrap();
+                    } else {
+                        let g = rw.read_lock().lock().unwrap();
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(now, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) != 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(2));
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                        g.release().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    assert!(
+        max_readers.load(Ordering::SeqCst) > 1,
+        "readers never shared"
+    );
+    let client = session_client(&server);
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/rw-mix",
+    );
+}
