@@ -61,6 +61,9 @@ pub enum Error {
     /// A thread released a lock it does not hold.
     #[error("the current thread does not hold this lock")]
     NotOwner,
+    /// `release()` of a lock that is not held (semaphore mutex).
+    #[error("the lock is not acquired")]
+    NotAcquired,
     /// A thread that holds a read lock asked for the write lock of the same read-write lock.
     /// It would wait for itself (Curator deadlocks here): release the read lock first.
     #[error(

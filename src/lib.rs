@@ -94,8 +94,9 @@ pub use crate::client::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::locks::{
-    InterProcessMutex, InterProcessReadWriteLock, Lock, LockDriver, LockGuard, LockNode,
-    MutexGuard, Predicate, ReadLock, StandardDriver, UnfairDriver, WriteLock,
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
+    InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard, LockNode, MutexGuard, Predicate,
+    ReadLock, StandardDriver, UnfairDriver, WriteLock,
 };
 pub use crate::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,

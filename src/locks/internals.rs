@@ -172,6 +172,9 @@ impl<S: Store> LockInternals<S> {
         let owner = stat.ephemeral_owner;
         // Sequence order is creation order: nodes only ever join behind us.
         let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
+        // With one lease, a marked node holds and so has nothing ahead of it. With more, a
+        // holder may have others ahead, so marks say nothing about our turn.
+        let marks = fifo && self.max_leases == 1;
         let granted = |mark| {
             Ok(Outcome::Granted {
                 token: stat.czxid as u64,
@@ -209,7 +212,7 @@ impl<S: Store> LockInternals<S> {
                 }
                 Ok(Predicate::Granted) => {
                     let waiters_behind = children.last().map(String::as_str) != Some(our_name);
-                    return granted(fifo && waiters_behind);
+                    return granted(marks && waiters_behind);
                 }
                 Ok(Predicate::Watch(node)) => node,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
@@ -225,7 +228,7 @@ impl<S: Store> LockInternals<S> {
                 else {
                     continue 'listing;
                 };
-                holds |= fifo && is_holder_mark(&wstat, &wdata);
+                holds |= marks && is_holder_mark(&wstat, &wdata);
                 if !waiter.wait(seen, call.deadline) {
                     return Ok(Outcome::TimedOut);
                 }
@@ -239,7 +242,7 @@ impl<S: Store> LockInternals<S> {
                         return granted(true)
                     }
                     // It may have marked itself as the holder: look again at it alone.
-                    Some(WatchEventKind::NodeDataChanged) if fifo => match waiter.rearm(seen) {
+                    Some(WatchEventKind::NodeDataChanged) if marks => match waiter.rearm(seen) {
                         Some(now) => seen = now,
                         None => continue 'listing,
                     },

@@ -1,0 +1,417 @@
+//! InterProcessSemaphoreV2 and InterProcessSemaphoreMutex: Curator's counting semaphore.
+//!
+//! Layout as Curator's: `<path>/locks` holds an internal mutex that serialises acquirers, and
+//! each lease is `<path>/leases/_c_<uuid>-lease-<seq>`. Both waits are LockInternals: the
+//! internal mutex with one lease, the leases with `max_leases` (granted while among the first
+//! `max_leases` nodes; else wait on the node `max_leases` ahead). Holding the internal mutex while
+//! waiting means only the head acquirer waits on the leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::driver::{LockDriver, LockNode, StandardDriver};
+use super::guard::{Lock, LockGuard, Sealed};
+use super::internals::LockInternals;
+use super::mutex::deadline_for;
+use crate::client::{Client, CreateMode, KeeperGuard, LockHealth};
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::path;
+
+const LOCK_PARENT: &str = "locks";
+const LEASE_PARENT: &str = "leases";
+const LOCK_NAME: &str = "lock-";
+const LEASE_NAME: &str = "lease-";
+
+/// Lease nodes: ephemeral sequential, FIFO by sequence.
+struct LeaseDriver;
+
+impl LockDriver for LeaseDriver {
+    fn create_lock_node(&self, lock_name: &str) -> LockNode {
+        LockNode::new(lock_name, CreateMode::EphemeralSequential)
+    }
+
+    fn sorts_by_creation(&self) -> bool {
+        true
+    }
+}
+
+/// Curator's `InterProcessSemaphoreV2`: at most `max_leases` leases held at once across every
+/// process using the path, Curator's included.
+///
+/// # Fairness
+/// Acquirers queue on an internal fair mutex, then for a lease in creation order.
+///
+/// # Leases
+/// A [`Lease`] is returned on drop (or with [`Lease::return_lease`] to see errors); it may be
+/// returned from any thread. Leases are not re-entrant: a thread asking twice needs two.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let pool = zklock::InterProcessSemaphoreV2::new(&client, "/semaphores/db", 5)?;
+/// let lease = pool.acquire()?;          // one of five
+/// let two = pool.acquire_many(2)?;      // two more
+/// pool.return_all(two)?;
+/// drop(lease);
+/// # Ok(()) }
+/// ```
+pub struct InterProcessSemaphoreV2 {
+    client: Client,
+    lock: LockInternals<Client>,
+    leases: LockInternals<Client>,
+    max_leases: usize,
+}
+
+impl std::fmt::Debug for InterProcessSemaphoreV2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterProcessSemaphoreV2")
+            .field("leases", &self.leases.path)
+            .field("max_leases", &self.max_leases)
+            .finish()
+    }
+}
+
+impl InterProcessSemaphoreV2 {
+    /// A semaphore on `path` with `max_leases` leases (at least one).
+    pub fn new(client: &Client, path: &str, max_leases: u32) -> Result<InterProcessSemaphoreV2> {
+        crate::path::validate(path, false)?;
+        if max_leases == 0 {
+            return Err(Error::invalid("a semaphore needs at least one lease"));
+        }
+        let max_leases = max_leases as usize;
+        let lock_path = path::join(path, LOCK_PARENT);
+        let lease_path = path::join(path, LEASE_PARENT);
+        Ok(InterProcessSemaphoreV2 {
+            client: client.clone(),
+            lock: LockInternals::new(
+                client.clone(),
+                &lock_path,
+                LOCK_NAME,
+                Arc::new(StandardDriver),
+                1,
+            )?,
+            leases: LockInternals::new(
+                client.clone(),
+                &lease_path,
+                LEASE_NAME,
+                Arc::new(LeaseDriver),
+                max_leases,
+            )?,
+            max_leases,
+        })
+    }
+
+    /// Data for the lease nodes this object creates from now on.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.leases.set_node_data(Some(data.to_vec()))
+    }
+
+    /// Blocks until a lease is free.
+    pub fn acquire(&self) -> Result<Lease> {
+        Ok(self.acquire_one(Deadline::NEVER)?.expect("no deadline"))
+    }
+
+    /// Waits up to `timeout` for a lease; `None` on timeout, with nothing left behind.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        self.acquire_one(deadline_for(timeout)?)
+    }
+
+    /// Blocks until `n` leases are held.
+    pub fn acquire_many(&self, n: u32) -> Result<Vec<Lease>> {
+        Ok(self.acquire_n(n, Deadline::NEVER)?.expect("no deadline"))
+    }
+
+    /// Waits up to `timeout` for `n` leases; `None` on timeout, with the leases taken so far
+    /// given back. The timeout covers all `n`. The acquirer keeps its place at the head of the
+    /// queue until it has all `n`, so concurrent multi-lease acquirers cannot deadlock (Curator
+    /// takes them one queue turn at a time and can).
+    pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
+        self.acquire_n(n, deadline_for(timeout)?)
+    }
+
+    fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<Vec<Lease>>> {
+        if n == 0 || n as usize > self.max_leases {
+            return Err(Error::invalid(format!(
+                "cannot acquire {n} leases of a semaphore with {}",
+                self.max_leases
+            )));
+        }
+        // Unlike Curator, hold the internal lock for the whole batch: two acquirers that each
+        // hold some leases and wait for more could otherwise wait for each other forever.
+        let Some(lock) = self.lock.attempt_lock(deadline)? else {
+            return Ok(None);
+        };
+        let mut leases = Vec::with_capacity(n as usize);
+        let mut outcome = Ok(true);
+        while leases.len() < n as usize {
+            match self.take_lease(deadline) {
+                Ok(Some(lease)) => leases.push(lease),
+                Ok(None) => {
+                    outcome = Ok(false);
+                    break;
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Err(e) = self.lock.release(&lock.path) {
+            log::debug!("releasing the semaphore's internal lock: {e}");
+        }
+        // On timeout or error, dropping what was taken gives it back.
+        Ok(outcome?.then_some(leases))
+    }
+
+    fn acquire_one(&self, deadline: Deadline) -> Result<Option<Lease>> {
+        Ok(self.acquire_n(1, deadline)?.and_then(|mut v| v.pop()))
+    }
+
+    /// One lease, by a caller that holds the internal lock.
+    fn take_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+        let Some(acquired) = self.leases.attempt_lock(deadline)? else {
+            return Ok(None);
+        };
+        let health = Arc::new(Mutex::new(LockHealth::Held));
+        let report = {
+            let health = health.clone();
+            move |new| {
+                let mut h = health.lock();
+                if *h != LockHealth::Lost {
+                    *h = new;
+                }
+            }
+        };
+        let keeper = self
+            .client
+            .keep_node(&acquired.path, acquired.session, Arc::new(report));
+        Ok(Some(Lease {
+            client: self.client.clone(),
+            path: acquired.path,
+            token: acquired.token,
+            health,
+            keeper: Some(keeper),
+            returned: false,
+        }))
+    }
+
+    /// Returns a lease (Curator's `returnLease`); same as [`Lease::return_lease`].
+    pub fn return_lease(&self, lease: Lease) -> Result<()> {
+        lease.return_lease()
+    }
+
+    /// Returns every lease, trying all of them; reports the first failure.
+    pub fn return_all(&self, leases: Vec<Lease>) -> Result<()> {
+        let mut first = Ok(());
+        for lease in leases {
+            if let Err(e) = lease.return_lease() {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
+    /// Full paths of the lease nodes (holders first, then the head acquirer's).
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        self.leases.participant_nodes()
+    }
+
+    /// The number of leases.
+    pub fn max_leases(&self) -> u32 {
+        self.max_leases as u32
+    }
+}
+
+/// A lease of an [`InterProcessSemaphoreV2`]: its node is deleted when the lease is returned or
+/// dropped. May be moved to and returned from any thread.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// # let pool = zklock::InterProcessSemaphoreV2::new(&client, "/semaphores/db", 5)?;
+/// let lease = pool.acquire()?;
+/// println!("holding {}", lease.path());
+/// lease.return_lease()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the lease is returned when dropped"]
+pub struct Lease {
+    client: Client,
+    path: String,
+    token: u64,
+    health: Arc<Mutex<LockHealth>>,
+    keeper: Option<KeeperGuard>,
+    returned: bool,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("path", &self.path).finish()
+    }
+}
+
+impl Lease {
+    /// The lease node's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The lease node's data.
+    pub fn data(&self) -> Result<Vec<u8>> {
+        self.client.data(&self.path).map(|(d, _)| d)
+    }
+
+    /// The lease node's creation zxid: rises with every new lease of the semaphore.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Held, Suspended or Lost (session expired or node deleted).
+    pub fn health(&self) -> LockHealth {
+        *self.health.lock()
+    }
+
+    /// Returns the lease now, reporting errors ([`Error::LockLost`] if it had been lost).
+    pub fn return_lease(mut self) -> Result<()> {
+        self.return_inner()
+    }
+
+    fn return_inner(&mut self) -> Result<()> {
+        self.returned = true;
+        self.keeper.take();
+        let lost = self.health() == LockHealth::Lost;
+        let deleted = self.client.delete_guaranteed(&self.path);
+        if lost {
+            return Err(Error::LockLost);
+        }
+        deleted
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.returned {
+            if let Err(e) = self.return_inner() {
+                log::warn!("returning lease {} on drop: {e}", self.path);
+            }
+        }
+    }
+}
+
+/// Curator's `InterProcessSemaphoreMutex`: a mutex that is *not* re-entrant (a second acquire,
+/// even by the holding thread, waits) and may be released from any thread. Built as an
+/// [`InterProcessSemaphoreV2`] with one lease.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let m = std::sync::Arc::new(zklock::InterProcessSemaphoreMutex::new(&client, "/locks/job")?);
+/// m.acquire()?;
+/// let m2 = m.clone();
+/// std::thread::spawn(move || m2.release()).join().unwrap()?; // released by another thread
+/// # Ok(()) }
+/// ```
+pub struct InterProcessSemaphoreMutex {
+    semaphore: InterProcessSemaphoreV2,
+    lease: Mutex<Option<Lease>>,
+}
+
+impl std::fmt::Debug for InterProcessSemaphoreMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterProcessSemaphoreMutex")
+            .field("acquired", &self.is_acquired_in_this_process())
+            .finish()
+    }
+}
+
+impl InterProcessSemaphoreMutex {
+    /// A semaphore mutex on `path`.
+    pub fn new(client: &Client, path: &str) -> Result<InterProcessSemaphoreMutex> {
+        Ok(InterProcessSemaphoreMutex {
+            semaphore: InterProcessSemaphoreV2::new(client, path, 1)?,
+            lease: Mutex::new(None),
+        })
+    }
+
+    fn take(&self, lease: Option<Lease>) -> bool {
+        match lease {
+            Some(lease) => {
+                *self.lease.lock() = Some(lease);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Blocks until acquired (also if this object already holds it: not re-entrant).
+    pub fn acquire(&self) -> Result<()> {
+        let lease = self.semaphore.acquire()?;
+        self.take(Some(lease));
+        Ok(())
+    }
+
+    /// Waits up to `timeout`: `false` on timeout.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        let lease = self.semaphore.acquire_timeout(timeout)?;
+        Ok(self.take(lease))
+    }
+
+    /// Releases, from any thread; [`Error::NotAcquired`] if not held.
+    pub fn release(&self) -> Result<()> {
+        let lease = self.lease.lock().take().ok_or(Error::NotAcquired)?;
+        lease.return_lease()
+    }
+
+    /// [`acquire`](Self::acquire), returning a guard.
+    pub fn lock(&self) -> Result<LockGuard<'_, InterProcessSemaphoreMutex>> {
+        Lock::lock(self)
+    }
+
+    /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None` on timeout.
+    pub fn try_lock_for(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<LockGuard<'_, InterProcessSemaphoreMutex>>> {
+        Lock::try_lock_for(self, timeout)
+    }
+
+    /// Whether this object holds the lock.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.lease.lock().is_some()
+    }
+
+    /// Full paths of the lease nodes.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        self.semaphore.participant_nodes()
+    }
+}
+
+impl Sealed for InterProcessSemaphoreMutex {}
+
+impl Lock for InterProcessSemaphoreMutex {
+    fn acquire(&self) -> Result<()> {
+        InterProcessSemaphoreMutex::acquire(self)
+    }
+
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        InterProcessSemaphoreMutex::acquire_timeout(self, timeout)
+    }
+
+    fn release(&self) -> Result<()> {
+        InterProcessSemaphoreMutex::release(self)
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.lease.lock().as_ref().map(Lease::fencing_token)
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        self.lease.lock().as_ref().map(Lease::health)
+    }
+}
