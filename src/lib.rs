@@ -94,9 +94,9 @@ pub use crate::client::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::locks::{
-    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
-    InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard, LockNode, MutexGuard, Predicate,
-    ReadLock, StandardDriver, UnfairDriver, WriteLock,
+    InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard,
+    LockNode, MutexGuard, Predicate, ReadLock, Revoker, StandardDriver, UnfairDriver, WriteLock,
 };
 pub use crate::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,

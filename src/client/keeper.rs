@@ -33,12 +33,14 @@ impl Drop for KeeperGuard {
 }
 
 impl Client {
-    /// Watches `path` (owned by session `owner`) and calls `report` on every health change.
+    /// Watches `path` (owned by session `owner`) and calls `report` on every health change,
+    /// and `on_revoke` once if Curator's revocation message is written into the node.
     pub(crate) fn keep_node(
         &self,
         path: &str,
         owner: i64,
         report: Arc<dyn Fn(LockHealth) + Send + Sync>,
+        on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
     ) -> KeeperGuard {
         let cancel = Signal::default();
         let (zk, ended) = {
@@ -48,8 +50,8 @@ impl Client {
         match zk {
             Some(zk) if zk.session_id().0 == owner => {
                 let path = path.to_owned();
-                self.shared()
-                    .spawn(keep(zk, path, ended, cancel.clone(), report));
+                let task = keep(zk, path, ended, cancel.clone(), report, on_revoke);
+                self.shared().spawn(task);
             }
             _ => report(LockHealth::Lost),
         }
@@ -63,6 +65,7 @@ async fn keep(
     ended: Signal,
     cancel: Signal,
     report: Arc<dyn Fn(LockHealth) + Send + Sync>,
+    mut on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
 ) {
     enum Ev {
         Stop,
@@ -104,7 +107,14 @@ async fn keep(
                 report(LockHealth::Lost);
                 return;
             }
-            Ok(Ok((_, _, watcher))) => Some(watcher),
+            Ok(Ok((data, _, watcher))) => {
+                if data == crate::locks::REVOKE_MESSAGE {
+                    if let Some(f) = on_revoke.take() {
+                        f();
+                    }
+                }
+                Some(watcher)
+            }
             Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
                 report(LockHealth::Lost);
                 return;

@@ -10,10 +10,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, Predicate};
+use super::revocation::REVOKE_MESSAGE;
 use crate::client::{create_protected, Call, Claim, NodeSpec, Stat, Store, Waiter, WatchEventKind};
-
-/// What Curator's `Revoker` writes into a holder's node.
-pub(crate) const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
 
 /// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
 /// request is the only other write a lock node gets.

@@ -3,13 +3,18 @@
 mod driver;
 mod guard;
 mod internals;
+mod multi;
 mod mutex;
 mod read_write;
 mod reentrant;
+mod revocation;
 mod semaphore;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub use self::guard::{Lock, LockGuard};
+pub use self::multi::InterProcessMultiLock;
 pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
+pub use self::revocation::Revoker;
+pub(crate) use self::revocation::REVOKE_MESSAGE;
 pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease};

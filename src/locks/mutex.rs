@@ -181,6 +181,14 @@ impl InterProcessMutex {
         self.core.on_health(f)
     }
 
+    /// Curator's `makeRevocable`: from now on, when another process asks (with
+    /// [`Revoker::attempt_revoke`](crate::Revoker::attempt_revoke)) the holder of this object's
+    /// lock to release, `listener` runs on the Client's watcher thread. It cannot release for
+    /// the holding thread (the hold is that thread's); tell that thread to release.
+    pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        self.core.make_revocable(listener)
+    }
+
     /// Full paths of the contenders' nodes, the holder first (Curator's `getParticipantNodes`).
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
         self.core.internals.participant_nodes()

@@ -19,7 +19,10 @@ pub(crate) struct Reentrant {
     pub(crate) internals: LockInternals<Client>,
     holders: Mutex<HashMap<ThreadId, Holding>>,
     subscribers: Arc<Subscribers>,
+    revocable: Mutex<Option<RevokeListener>>,
 }
+
+type RevokeListener = Arc<dyn Fn() + Send + Sync>;
 
 /// One thread's hold of the lock node.
 pub(crate) struct Holding {
@@ -58,6 +61,7 @@ impl Reentrant {
             internals: LockInternals::new(client.clone(), path, lock_name, driver, 1)?,
             holders: Mutex::new(HashMap::new()),
             subscribers: Arc::default(),
+            revocable: Mutex::new(None),
         })
     }
 
@@ -111,9 +115,19 @@ impl Reentrant {
                 });
             }
         };
-        let keeper = self
-            .client
-            .keep_node(&acquired.path, acquired.session, Arc::new(report));
+        let on_revoke = self.revocable.lock().clone().map(|listener| {
+            let client = self.client.clone();
+            Arc::new(move || {
+                let listener = listener.clone();
+                client.on_watcher_thread(move || listener());
+            }) as Arc<dyn Fn() + Send + Sync>
+        });
+        let keeper = self.client.keep_node(
+            &acquired.path,
+            acquired.session,
+            Arc::new(report),
+            on_revoke,
+        );
         Holding {
             path: acquired.path,
             count: 1,
@@ -175,6 +189,10 @@ impl Reentrant {
 
     pub(crate) fn health(&self) -> Option<LockHealth> {
         self.mine(|h| *h.health.lock())
+    }
+
+    pub(crate) fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        *self.revocable.lock() = Some(Arc::new(listener));
     }
 
     pub(crate) fn health_events(&self) -> Receiver<LockHealth> {

@@ -186,9 +186,9 @@ impl InterProcessSemaphoreV2 {
                 }
             }
         };
-        let keeper = self
-            .client
-            .keep_node(&acquired.path, acquired.session, Arc::new(report));
+        let keeper =
+            self.client
+                .keep_node(&acquired.path, acquired.session, Arc::new(report), None);
         Ok(Some(Lease {
             client: self.client.clone(),
             path: acquired.path,

@@ -1,0 +1,125 @@
+//! InterProcessMultiLock and revocation against a real ZooKeeper.
+
+mod common;
+
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use zklock::testing::TestingServer;
+use zklock::{
+    Acl, Client, Error, InterProcessMultiLock, InterProcessMutex, Lock, LockHealth, Revoker,
+};
+
+fn session_client(server: &TestingServer) -> Client {
+    client(&server.connect_string(), Duration::from_secs(20))
+}
+
+#[test]
+fn a_failing_second_acquire_releases_the_first_and_propagates() {
+    let server = TestingServer::start().unwrap();
+    let owner = Client::builder(&server.connect_string())
+        .digest_auth("alice", "secret")
+        .connect()
+        .unwrap();
+    owner
+        .create("/secure")
+        .acl(vec![Acl::creator_all()])
+        .call()
+        .unwrap();
+    let client = session_client(&server);
+    let multi = InterProcessMultiLock::new(&client, &["/multi/free", "/secure/lock"]).unwrap();
+    let err = multi.acquire_timeout(patience()).unwrap_err();
+    assert!(matches!(err, Error::NoAuth(_)), "{err:?}");
+    assert!(client
+        .children("/multi/free")
+        .map(|c| c.is_empty())
+        .unwrap_or(true));
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/multi/free",
+    );
+}
+
+#[test]
+fn a_failing_release_still_releases_the_others_and_reports_the_failure() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let second = InterProcessMutex::new(&client, "/multi/b").unwrap();
+    let events = second.health_events();
+    let multi = InterProcessMultiLock::from_locks(vec![
+        Box::new(InterProcessMutex::new(&client, "/multi/a").unwrap()),
+        Box::new(second),
+    ])
+    .unwrap();
+    multi.acquire().unwrap();
+    // Someone deletes the second lock's node: that hold is lost.
+    let other = session_client(&server);
+    let node = other.children("/multi/b").unwrap().pop().unwrap();
+    other.delete(&format!("/multi/b/{node}")).unwrap();
+    assert_eq!(events.recv_timeout(patience()).unwrap(), LockHealth::Lost);
+    assert_eq!(Lock::health(&multi), Some(LockHealth::Lost));
+    assert_eq!(multi.release(), Err(Error::LockLost));
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/multi/a");
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/multi/b");
+}
+
+#[test]
+fn multi_lock_excludes_and_times_out_with_nothing_left() {
+    let server = TestingServer::start().unwrap();
+    let a = session_client(&server);
+    let b = session_client(&server);
+    let first = InterProcessMultiLock::new(&a, &["/multi/x", "/multi/y"]).unwrap();
+    let second = InterProcessMultiLock::new(&b, &["/multi/x", "/multi/y"]).unwrap();
+    let guard = first.lock().unwrap();
+    assert!(!second.acquire_timeout(Duration::from_millis(500)).unwrap());
+    drop(guard);
+    assert!(second.acquire_timeout(patience()).unwrap());
+    second.release().unwrap();
+    assert_clean(|| server.four_letter("wchc").unwrap(), &a, "/multi/x");
+    assert_clean(|| server.four_letter("wchc").unwrap(), &a, "/multi/y");
+}
+
+#[test]
+fn a_revoked_holder_is_told_and_the_revoker_gets_the_lock() {
+    let server = TestingServer::start().unwrap();
+    let (revoked_tx, revoked_rx) = crossbeam_channel::unbounded();
+    let (held_tx, held_rx) = crossbeam_channel::unbounded();
+    let holder = {
+        let client = session_client(&server);
+        thread::spawn(move || {
+            let mutex = InterProcessMutex::new(&client, "/locks/revocable").unwrap();
+            mutex.make_revocable(move || {
+                let _ = revoked_tx.send(thread::current().name().map(String::from));
+            });
+            mutex.acquire().unwrap();
+            held_tx.send(()).unwrap();
+            // Cooperative: this thread releases once it is asked to.
+            let listener_thread = revoked_rx
+                .recv_timeout(patience())
+                .expect("revocation request");
+            assert!(listener_thread
+                .unwrap_or_default()
+                .starts_with("zklock-watch-"));
+            mutex.release().unwrap();
+        })
+    };
+    held_rx.recv_timeout(patience()).unwrap();
+    let client = session_client(&server);
+    let mutex = InterProcessMutex::new(&client, "/locks/revocable").unwrap();
+    let holder_node = mutex.participant_nodes().unwrap()[0].clone();
+    Revoker::attempt_revoke(&client, &holder_node).unwrap();
+    let guard = mutex
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("the holder let go");
+    holder.join().unwrap();
+    drop(guard);
+    Revoker::attempt_revoke(&client, &holder_node).unwrap(); // gone already: fine
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/revocable",
+    );
+}
