@@ -174,7 +174,8 @@ impl InterProcessReadWriteLock {
     }
 }
 
-/// The read half of an [`InterProcessReadWriteLock`].
+/// The read half of an [`InterProcessReadWriteLock`]. Clones share the lock (and its
+/// per-thread holds), so a half can be moved on its own.
 ///
 /// # Example
 /// ```no_run
@@ -186,11 +187,12 @@ impl InterProcessReadWriteLock {
 /// }
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct ReadLock {
     inner: Arc<Inner>,
 }
 
-/// The write half of an [`InterProcessReadWriteLock`].
+/// The write half of an [`InterProcessReadWriteLock`]. Clones share the lock.
 ///
 /// # Example
 /// ```no_run
@@ -201,6 +203,7 @@ pub struct ReadLock {
 /// println!("token {}", guard.fencing_token());
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct WriteLock {
     inner: Arc<Inner>,
 }
