@@ -96,7 +96,8 @@ pub use crate::error::{Error, Result};
 pub use crate::locks::{
     InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard,
-    LockNode, MutexGuard, Predicate, ReadLock, Revoker, StandardDriver, UnfairDriver, WriteLock,
+    LockNode, MutexGuard, Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver,
+    WriteLock,
 };
 pub use crate::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,

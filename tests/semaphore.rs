@@ -246,3 +246,42 @@ fn semaphore_mutex_is_not_reentrant_and_releases_from_any_thread() {
         "/sem/mutex/leases",
     );
 }
+
+#[test]
+fn raising_the_shared_count_lets_a_waiting_acquire_finish() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let count = zklock::SharedCount::new(&client, "/sem/count", 1).unwrap();
+    let sem = InterProcessSemaphoreV2::with_shared_count(&client, "/sem/shared", &count).unwrap();
+    assert_eq!(sem.max_leases().unwrap(), 1);
+    let held = sem.acquire().unwrap();
+    let waiter = {
+        let c = session_client(&server);
+        thread::spawn(move || {
+            let count = zklock::SharedCount::new(&c, "/sem/count", 1).unwrap();
+            let sem =
+                InterProcessSemaphoreV2::with_shared_count(&c, "/sem/shared", &count).unwrap();
+            sem.acquire_timeout(patience())
+                .unwrap()
+                .expect("a second lease")
+                .return_lease()
+        })
+    };
+    wait_for("the waiter to queue", || {
+        sem.participant_nodes().unwrap().len() == 2
+    });
+    count.set_count(2).unwrap();
+    assert_eq!(count.count().unwrap(), 2);
+    waiter.join().unwrap().unwrap();
+    assert_eq!(
+        held.health(),
+        zklock::LockHealth::Held,
+        "the first lease was kept throughout"
+    );
+    held.return_lease().unwrap();
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/sem/shared/leases",
+    );
+}

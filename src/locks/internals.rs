@@ -37,8 +37,27 @@ pub(crate) struct LockInternals<S: Store> {
     pub(crate) path: String,
     lock_name: String,
     driver: Arc<dyn LockDriver>,
-    max_leases: usize,
+    leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
+}
+
+/// How many contenders may hold at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Leases {
+    Fixed(usize),
+    /// Read from a Curator `SharedCount` node (a 4-byte big-endian integer).
+    Shared(String),
+}
+
+/// Parses a Curator `SharedCount` node's data; at least one lease.
+pub(crate) fn shared_count(path: &str, data: &[u8]) -> Result<usize> {
+    let bytes: [u8; 4] = data.try_into().map_err(|_| {
+        Error::ZooKeeper(format!(
+            "{path:?} does not hold a shared count ({} bytes)",
+            data.len()
+        ))
+    })?;
+    Ok(i32::from_be_bytes(bytes).max(1) as usize)
 }
 
 enum Outcome {
@@ -72,7 +91,7 @@ impl<S: Store> LockInternals<S> {
         path: &str,
         lock_name: &str,
         driver: Arc<dyn LockDriver>,
-        max_leases: usize,
+        leases: Leases,
     ) -> Result<Self> {
         path::validate(path, false)?;
         if path == "/" {
@@ -86,7 +105,7 @@ impl<S: Store> LockInternals<S> {
             path: path.to_owned(),
             lock_name: lock_name.to_owned(),
             driver,
-            max_leases,
+            leases,
             node_data: Mutex::new(None),
         })
     }
@@ -172,7 +191,7 @@ impl<S: Store> LockInternals<S> {
         let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
         // With one lease, a marked node holds and so has nothing ahead of it. With more, a
         // holder may have others ahead, so marks say nothing about our turn.
-        let marks = fifo && self.max_leases == 1;
+        let marks = fifo && self.leases == Leases::Fixed(1);
         let granted = |mark| {
             Ok(Outcome::Granted {
                 token: stat.czxid as u64,
@@ -192,10 +211,18 @@ impl<S: Store> LockInternals<S> {
             if self.store.session_id() != Some(owner) {
                 return Ok(Outcome::Restart);
             }
-            let watch = match self
-                .driver
-                .gets_the_lock(&children, our_name, self.max_leases)
-            {
+            // A shared count is read with a watch, so that a change wakes us.
+            let (max_leases, _count_watch) = match &self.leases {
+                Leases::Fixed(n) => (*n, None),
+                Leases::Shared(count_path) => {
+                    let Some((guard, _, data)) = self.store.watch(count_path, &waiter, call)?
+                    else {
+                        return Err(Error::NoNode(count_path.clone()));
+                    };
+                    (shared_count(count_path, &data)?, Some(guard))
+                }
+            };
+            let watch = match self.driver.gets_the_lock(&children, our_name, max_leases) {
                 Ok(Predicate::Granted) if self.driver.grant_by_claim() => {
                     match self.claim(our_path, &children, call)? {
                         Claim::Won(stat) => {
@@ -218,7 +245,8 @@ impl<S: Store> LockInternals<S> {
             };
             // Whether the node we watch holds the lock, so that nothing is left ahead of it:
             // it heads our listing, or it has marked itself as the holder.
-            let mut holds = fifo && children.first() == Some(&watch);
+            let mut holds =
+                fifo && matches!(self.leases, Leases::Fixed(_)) && children.first() == Some(&watch);
             let watch_path = path::join(&self.path, &watch);
             loop {
                 // getData, not exists: no watch is left behind on a node that is already gone.

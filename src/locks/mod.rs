@@ -17,4 +17,6 @@ pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
 pub use self::revocation::Revoker;
 pub(crate) use self::revocation::REVOKE_MESSAGE;
-pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease};
+pub use self::semaphore::{
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, SharedCount,
+};

@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::driver::LockDriver;
-use super::internals::{Acquired, LockInternals};
+use super::internals::{Acquired, Leases, LockInternals};
 use crate::client::{Client, KeeperGuard, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -58,7 +58,13 @@ impl Reentrant {
     ) -> Result<Reentrant> {
         Ok(Reentrant {
             client: client.clone(),
-            internals: LockInternals::new(client.clone(), path, lock_name, driver, 1)?,
+            internals: LockInternals::new(
+                client.clone(),
+                path,
+                lock_name,
+                driver,
+                Leases::Fixed(1),
+            )?,
             holders: Mutex::new(HashMap::new()),
             subscribers: Arc::default(),
             revocable: Mutex::new(None),

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode, StandardDriver};
 use super::guard::{Lock, LockGuard, Sealed};
-use super::internals::LockInternals;
+use super::internals::{shared_count, Leases, LockInternals};
 use super::mutex::deadline_for;
 use crate::client::{Client, CreateMode, KeeperGuard, LockHealth};
 use crate::deadline::Deadline;
@@ -63,7 +63,7 @@ pub struct InterProcessSemaphoreV2 {
     client: Client,
     lock: LockInternals<Client>,
     leases: LockInternals<Client>,
-    max_leases: usize,
+    max_leases: Leases,
 }
 
 impl std::fmt::Debug for InterProcessSemaphoreV2 {
@@ -78,13 +78,27 @@ impl std::fmt::Debug for InterProcessSemaphoreV2 {
 impl InterProcessSemaphoreV2 {
     /// A semaphore on `path` with `max_leases` leases (at least one).
     pub fn new(client: &Client, path: &str, max_leases: u32) -> Result<InterProcessSemaphoreV2> {
-        crate::path::validate(path, false)?;
         if max_leases == 0 {
             return Err(Error::invalid("a semaphore needs at least one lease"));
         }
-        let max_leases = max_leases as usize;
+        Self::with_leases(client, path, Leases::Fixed(max_leases as usize))
+    }
+
+    /// A semaphore on `path` whose number of leases is read from a [`SharedCount`] (Curator's
+    /// `InterProcessSemaphoreV2(client, path, SharedCountReader)`); a change wakes waiters.
+    pub fn with_shared_count(
+        client: &Client,
+        path: &str,
+        count: &SharedCount,
+    ) -> Result<InterProcessSemaphoreV2> {
+        Self::with_leases(client, path, Leases::Shared(count.path.clone()))
+    }
+
+    fn with_leases(client: &Client, path: &str, leases: Leases) -> Result<InterProcessSemaphoreV2> {
+        crate::path::validate(path, false)?;
         let lock_path = path::join(path, LOCK_PARENT);
         let lease_path = path::join(path, LEASE_PARENT);
+        let one = Leases::Fixed(1);
         Ok(InterProcessSemaphoreV2 {
             client: client.clone(),
             lock: LockInternals::new(
@@ -92,16 +106,16 @@ impl InterProcessSemaphoreV2 {
                 &lock_path,
                 LOCK_NAME,
                 Arc::new(StandardDriver),
-                1,
+                one,
             )?,
             leases: LockInternals::new(
                 client.clone(),
                 &lease_path,
                 LEASE_NAME,
                 Arc::new(LeaseDriver),
-                max_leases,
+                leases.clone(),
             )?,
-            max_leases,
+            max_leases: leases,
         })
     }
 
@@ -134,10 +148,10 @@ impl InterProcessSemaphoreV2 {
     }
 
     fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<Vec<Lease>>> {
-        if n == 0 || n as usize > self.max_leases {
+        let max = self.max_leases()?;
+        if n == 0 || n > max {
             return Err(Error::invalid(format!(
-                "cannot acquire {n} leases of a semaphore with {}",
-                self.max_leases
+                "cannot acquire {n} leases of a semaphore with {max}"
             )));
         }
         // Unlike Curator, hold the internal lock for the whole batch: two acquirers that each
@@ -220,9 +234,15 @@ impl InterProcessSemaphoreV2 {
         self.leases.participant_nodes()
     }
 
-    /// The number of leases.
-    pub fn max_leases(&self) -> u32 {
-        self.max_leases as u32
+    /// The number of leases (read from the shared count, if there is one).
+    pub fn max_leases(&self) -> Result<u32> {
+        match &self.max_leases {
+            Leases::Fixed(n) => Ok(*n as u32),
+            Leases::Shared(count) => {
+                let (data, _) = self.client.data(count)?;
+                Ok(shared_count(count, &data)? as u32)
+            }
+        }
     }
 }
 
@@ -413,5 +433,58 @@ impl Lock for InterProcessSemaphoreMutex {
 
     fn health(&self) -> Option<LockHealth> {
         self.lease.lock().as_ref().map(Lease::health)
+    }
+}
+
+/// Curator's `SharedCount`: an integer shared through a node (4 bytes, big-endian), e.g. the
+/// number of leases of [`InterProcessSemaphoreV2::with_shared_count`].
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let count = zklock::SharedCount::new(&client, "/semaphores/db-size", 5)?;
+/// let pool = zklock::InterProcessSemaphoreV2::with_shared_count(&client, "/semaphores/db", &count)?;
+/// count.set_count(8)?; // waiters re-check at once
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedCount {
+    client: Client,
+    path: String,
+}
+
+impl SharedCount {
+    /// The count at `path`, created with `seed` if the node does not exist yet.
+    pub fn new(client: &Client, path: &str, seed: i32) -> Result<SharedCount> {
+        match client
+            .create(path)
+            .data(&seed.to_be_bytes())
+            .parents_as_containers()
+            .call()
+        {
+            Ok(_) | Err(Error::NodeExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(SharedCount {
+            client: client.clone(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The current count.
+    pub fn count(&self) -> Result<i32> {
+        let (data, _) = self.client.data(&self.path)?;
+        let bytes: [u8; 4] = data.as_slice().try_into().map_err(|_| {
+            Error::ZooKeeper(format!("{:?} does not hold a shared count", self.path))
+        })?;
+        Ok(i32::from_be_bytes(bytes))
+    }
+
+    /// Sets the count.
+    pub fn set_count(&self, count: i32) -> Result<()> {
+        self.client
+            .set_data(&self.path, &count.to_be_bytes())
+            .map(|_| ())
     }
 }

@@ -319,7 +319,7 @@ impl Store for Fake {
 const DIR: &str = "/locks/l";
 
 fn lock(fake: &Fake, driver: Arc<dyn LockDriver>) -> LockInternals<Fake> {
-    LockInternals::new(fake.clone(), DIR, "lock-", driver, 1).unwrap()
+    LockInternals::new(fake.clone(), DIR, "lock-", driver, Leases::Fixed(1)).unwrap()
 }
 
 fn forever() -> Deadline {
@@ -650,7 +650,14 @@ fn the_driver_alone_decides_order_and_leases() {
     newest_first.release(&got.path).unwrap();
 
     // Two leases: two holders at once, the third waits.
-    let two = LockInternals::new(fake.clone(), DIR, "lock-", Arc::new(StandardDriver), 2).unwrap();
+    let two = LockInternals::new(
+        fake.clone(),
+        DIR,
+        "lock-",
+        Arc::new(StandardDriver),
+        Leases::Fixed(2),
+    )
+    .unwrap();
     let second = two.attempt_lock(forever()).unwrap().expect("second lease");
     assert_eq!(
         two.attempt_lock(Deadline::after(Duration::from_millis(50)))
