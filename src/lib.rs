@@ -11,6 +11,10 @@
 //! | one holder at a time, re-entrant per thread, fair | [`InterProcessMutex`] |
 //! | the same, granted in random order | [`InterProcessMutex::with_driver`] with [`UnfairDriver`] |
 //! | your own ordering rule | a [`LockDriver`] of your own |
+//! | many readers or one writer | [`InterProcessReadWriteLock`] |
+//! | at most N holders | [`InterProcessSemaphoreV2`] (N fixed, or a [`SharedCount`]) |
+//! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
+//! | several locks, all or none | [`InterProcessMultiLock`] |
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -69,6 +73,7 @@
 //! | `isAcquiredInThisProcess()`, `isOwnedByCurrentThread()`, `getParticipantNodes()` | [`is_acquired_in_this_process`](InterProcessMutex::is_acquired_in_this_process), [`is_owned_by_current_thread`](InterProcessMutex::is_owned_by_current_thread), [`participant_nodes`](InterProcessMutex::participant_nodes) |
 //! | client-wide `ConnectionStateListener` only | per-lock [`LockHealth`]: [`health`](InterProcessMutex::health), [`health_events`](InterProcessMutex::health_events), [`on_health`](InterProcessMutex::on_health) |
 //! | — | [`fencing_token`](InterProcessMutex::fencing_token) |
+//! | `InterProcessReadWriteLock`, `InterProcessSemaphoreV2`, `Lease`, `SharedCount`, `InterProcessSemaphoreMutex`, `InterProcessMultiLock`, `Revoker`, `InterProcessLock` | [`InterProcessReadWriteLock`], [`InterProcessSemaphoreV2`], [`Lease`], [`SharedCount`], [`InterProcessSemaphoreMutex`], [`InterProcessMultiLock`], [`Revoker`], [`Lock`] |
 //! | `org.apache.curator.retry.*` | [`ExponentialBackoffRetry`], [`BoundedExponentialBackoffRetry`], [`RetryNTimes`], [`RetryOneTime`], [`RetryUntilElapsed`], [`RetryForever`] |
 //! | `TestingServer`, `TestingCluster`, `KillSession` | `testing::TestingServer`, `testing::TestingCluster`, `testing::expire_session` (feature `testing`) |
 //!
