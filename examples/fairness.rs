@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zklock::testing::TestingServer;
 use zklock::{Client, InterProcessMutex, UnfairDriver};
 
 const THREADS: usize = 10;
@@ -190,17 +189,10 @@ fn wait_for_full_queue(
 
 fn run(unfair: bool, start: Instant) -> Result<bool, BoxError> {
     let stamp = || format!("{:>6.2}s", start.elapsed().as_secs_f64());
-    let server = match std::env::var("ZK_CONNECT") {
-        Ok(_) => None,
-        Err(_) => {
-            println!("{} starting a throwaway ZooKeeper server…", stamp());
-            Some(TestingServer::start()?)
-        }
-    };
-    let connect = match &server {
-        Some(s) => s.connect_string(),
-        None => std::env::var("ZK_CONNECT")?,
-    };
+    if std::env::var("ZK_CONNECT").is_err() {
+        println!("{} starting a throwaway ZooKeeper server…", stamp());
+    }
+    let (connect, server) = zklock::testing::connect_string_or_start()?;
     let driver = if unfair {
         "UnfairDriver (--unfair)"
     } else {

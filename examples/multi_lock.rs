@@ -3,18 +3,10 @@
 
 use std::time::Duration;
 
-use zklock::testing::TestingServer;
 use zklock::{Client, InterProcessMultiLock, InterProcessMutex};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let server = match std::env::var("ZK_CONNECT") {
-        Ok(_) => None,
-        Err(_) => Some(TestingServer::start()?),
-    };
-    let connect = match &server {
-        Some(s) => s.connect_string(),
-        None => std::env::var("ZK_CONNECT")?,
-    };
+    let (connect, _server) = zklock::testing::connect_string_or_start()?;
     let client = Client::connect(&connect)?;
     let other = Client::connect(&connect)?;
     let transfer = InterProcessMultiLock::new(

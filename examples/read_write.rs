@@ -5,18 +5,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zklock::testing::TestingServer;
 use zklock::{Client, InterProcessReadWriteLock};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let server = match std::env::var("ZK_CONNECT") {
-        Ok(_) => None,
-        Err(_) => Some(TestingServer::start()?),
-    };
-    let connect = match &server {
-        Some(s) => s.connect_string(),
-        None => std::env::var("ZK_CONNECT")?,
-    };
+    let (connect, _server) = zklock::testing::connect_string_or_start()?;
     let start = Instant::now();
     let say = move |who: &str, what: &str| {
         println!("{:>6.2}s {who:<9} {what}", start.elapsed().as_secs_f64())

@@ -4,18 +4,10 @@
 use std::thread;
 use std::time::Duration;
 
-use zklock::testing::TestingServer;
 use zklock::{Client, InterProcessMutex, Revoker};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let server = match std::env::var("ZK_CONNECT") {
-        Ok(_) => None,
-        Err(_) => Some(TestingServer::start()?),
-    };
-    let connect = match &server {
-        Some(s) => s.connect_string(),
-        None => std::env::var("ZK_CONNECT")?,
-    };
+    let (connect, _server) = zklock::testing::connect_string_or_start()?;
     let path = "/zklock-demo/report";
     let (asked_tx, asked_rx) = crossbeam_channel::unbounded();
     let (held_tx, held_rx) = crossbeam_channel::bounded(1);

@@ -61,6 +61,25 @@ pub use cluster::TestingCluster;
 pub use server::TestingServer;
 pub use session::expire_session;
 
+/// Where examples and benchmarks connect: `ZK_CONNECT` if it is set, else a throwaway
+/// [`TestingServer`] started here (keep it alive as long as you need the server).
+///
+/// # Example
+/// ```no_run
+/// let (connect, _server) = zklock::testing::connect_string_or_start()?;
+/// let client = zklock::Client::connect(&connect).expect("connect");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn connect_string_or_start() -> std::io::Result<(String, Option<TestingServer>)> {
+    match std::env::var("ZK_CONNECT") {
+        Ok(connect) if !connect.trim().is_empty() => Ok((connect, None)),
+        _ => {
+            let server = TestingServer::start()?;
+            Ok((server.connect_string(), Some(server)))
+        }
+    }
+}
+
 /// The servers' `tickTime`: 200 ms.
 ///
 /// ZooKeeper measures session timeouts and its sync limits in ticks.
