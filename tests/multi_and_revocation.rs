@@ -123,3 +123,26 @@ fn a_revoked_holder_is_told_and_the_revoker_gets_the_lock() {
         "/locks/revocable",
     );
 }
+
+#[test]
+fn a_revoked_writer_is_told() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let rw = zklock::InterProcessReadWriteLock::new(&client, "/locks/rw-revocable").unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    rw.write_lock().make_revocable(move || {
+        let _ = tx.send(());
+    });
+    let guard = rw.write_lock().lock().unwrap();
+    let other = session_client(&server);
+    let node = rw.write_lock().participant_nodes().unwrap()[0].clone();
+    Revoker::attempt_revoke(&other, &node).unwrap();
+    rx.recv_timeout(patience())
+        .expect("the writer's listener ran");
+    guard.release().unwrap();
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/rw-revocable",
+    );
+}

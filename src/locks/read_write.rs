@@ -303,6 +303,12 @@ impl ReadLock {
         self.inner.read.is_acquired_in_this_process() || !self.inner.downgrades.lock().is_empty()
     }
 
+    /// Curator's `makeRevocable` for the read lock: see
+    /// [`InterProcessMutex::make_revocable`](crate::InterProcessMutex::make_revocable).
+    pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        self.inner.read.make_revocable(listener)
+    }
+
     /// Full paths of the readers' nodes, in queue order.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
         self.inner.read.internals.participant_nodes()
@@ -381,6 +387,12 @@ impl WriteLock {
     /// Whether any thread of this process holds the write lock through this object.
     pub fn is_acquired_in_this_process(&self) -> bool {
         self.inner.write.is_acquired_in_this_process()
+    }
+
+    /// Curator's `makeRevocable` for the write lock: see
+    /// [`InterProcessMutex::make_revocable`](crate::InterProcessMutex::make_revocable).
+    pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        self.inner.write.make_revocable(listener)
     }
 
     /// Full paths of the writers' nodes, in queue order.
