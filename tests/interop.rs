@@ -14,45 +14,25 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use common::java::{
+    append, eventually, is_java, read_log, wait_finished, wait_unwatched, watched, Java, JavaProc,
+    JavaProgram,
+};
 use common::*;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
 use zklock::testing::TestingServer;
 use zklock::{Client, Error, InterProcessMutex};
 
-const INSTALL: &str = "apt-get install libcurator-recipes-java default-jdk-headless";
-
-/// Debian's Curator 5 jars and what they need at compile and run time (the jars' manifests name
-/// the rest: ZooKeeper's netty, jackson, ...).
-const DEBIAN_JARS: &[&str] = &[
-    "/usr/share/java/curator-recipes.jar",
-    "/usr/share/java/curator-framework.jar",
-    "/usr/share/java/curator-client.jar",
-    "/usr/share/java/zookeeper.jar",
-    "/usr/share/java/zookeeper-jute.jar",
-    "/usr/share/java/guava.jar",
-    "/usr/share/java/slf4j-api.jar",
-];
-/// An slf4j binding, if installed, so that Curator's warnings reach the contenders' stderr files.
-const SLF4J_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
-
-const JVM_FLAGS: &[&str] = &[
-    "-Xms16m",
-    "-Xmx128m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Xshare:auto",
-    "-XX:-UsePerfData",
-    "-Djava.net.preferIPv4Stack=true",
-    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-    "-Dorg.slf4j.simpleLogger.showDateTime=true",
-];
+/// `tests/java/CuratorMutex.java`.
+const CURATOR_MUTEX: JavaProgram = JavaProgram {
+    class: "CuratorMutex",
+    recipes: "InterProcessMutex",
+    scratch_prefix: "zklock-interop-",
+    stdout_tail: None,
+};
 
 const SESSION: Duration = Duration::from_secs(20);
 
@@ -60,115 +40,7 @@ const SESSION: Duration = Duration::from_secs(20);
 // The Java side
 // ---------------------------------------------------------------------------
 
-/// `$var`, else `$JAVA_HOME/bin/<tool>`, else `<tool>` on PATH.
-fn jdk_tool(var: &str, tool: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(var).filter(|s| !s.is_empty()) {
-        return p.into();
-    }
-    if let Some(home) = std::env::var_os("JAVA_HOME").filter(|s| !s.is_empty()) {
-        let p = Path::new(&home).join("bin").join(tool);
-        if p.is_file() {
-            return p;
-        }
-    }
-    tool.into()
-}
-
-/// CuratorMutex.java compiled into a scratch directory that also holds the shared log and the
-/// contenders' stderr.
-struct Java {
-    dir: tempfile::TempDir,
-    java: PathBuf,
-    classpath: String,
-}
-
 impl Java {
-    /// Compiles `tests/java/CuratorMutex.java`; panics naming what to install when the JDK or
-    /// the Curator jars are missing.
-    fn compile() -> Java {
-        let jars = match std::env::var("ZKLOCK_CURATOR_CLASSPATH") {
-            Ok(cp) if !cp.is_empty() => cp,
-            _ => {
-                let missing: Vec<&str> = DEBIAN_JARS
-                    .iter()
-                    .copied()
-                    .filter(|j| !Path::new(j).is_file())
-                    .collect();
-                assert!(
-                    missing.is_empty(),
-                    "the interop tests run Apache Curator's InterProcessMutex, but {} \
-                     missing: install Curator and a JDK (`{INSTALL}`), or set \
-                     ZKLOCK_CURATOR_CLASSPATH to a classpath holding Curator 5 and its \
-                     dependencies",
-                    match missing.len() {
-                        1 => format!("{} is", missing[0]),
-                        _ => format!("{} are", missing.join(", ")),
-                    }
-                );
-                let mut cp = DEBIAN_JARS.join(":");
-                if Path::new(SLF4J_BINDING).is_file() {
-                    cp = format!("{cp}:{SLF4J_BINDING}");
-                }
-                cp
-            }
-        };
-        let javac = jdk_tool("JAVAC", "javac");
-        let java = jdk_tool("JAVA", "java");
-        for (tool, what) in [(&javac, "javac (a JDK)"), (&java, "java")] {
-            let ok = Command::new(tool)
-                .arg("-version")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "the interop tests compile and run a Java program, but `{} -version` does \
-                 not run: install {what} and Curator (`{INSTALL}`), or set JAVA_HOME",
-                tool.display()
-            );
-        }
-
-        let dir = tempfile::Builder::new()
-            .prefix("zklock-interop-")
-            .tempdir()
-            .expect("scratch directory");
-        let classes = dir.path().join("classes");
-        fs::create_dir(&classes).unwrap();
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/CuratorMutex.java");
-        let out = Command::new(&javac)
-            .args(["-Xlint:all", "-Xlint:-path", "-cp", &jars, "-d"])
-            .arg(&classes)
-            .arg(&source)
-            .stdin(Stdio::null())
-            .output()
-            .expect("javac runs");
-        assert!(
-            out.status.success(),
-            "javac {} failed ({}); is Curator installed (`{INSTALL}`)?\n{}{}",
-            source.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let classpath = format!("{}:{jars}", classes.display());
-        Java {
-            dir,
-            java,
-            classpath,
-        }
-    }
-
-    /// The log every contender of the test appends to.
-    fn log(&self) -> PathBuf {
-        self.dir.path().join("shared.log")
-    }
-
-    fn log_arg(&self) -> String {
-        self.log().display().to_string()
-    }
-
     /// `CuratorMutex <connect> <lock> <iterations> <holdMillis> <name> <sharedLog>`.
     fn contender(
         &self,
@@ -195,143 +67,9 @@ impl Java {
     fn holder(&self, connect: &str, lock: &str, name: &str) -> JavaProc {
         self.spawn(name, &["--hold", connect, lock, name, &self.log_arg()])
     }
-
-    fn spawn(&self, name: &str, args: &[&str]) -> JavaProc {
-        let stderr_path = self.dir.path().join(format!("{name}.stderr"));
-        let stderr = File::create(&stderr_path).unwrap();
-        let mut child = Command::new(&self.java)
-            .args(JVM_FLAGS)
-            .arg("-cp")
-            .arg(&self.classpath)
-            .arg("CuratorMutex")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.java.display()));
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = crossbeam_channel::unbounded();
-        thread::Builder::new()
-            .name(format!("{name}-stdout"))
-            .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            })
-            .unwrap();
-        JavaProc {
-            name: name.to_owned(),
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-            stderr: stderr_path,
-        }
-    }
-}
-
-/// A running CuratorMutex JVM: killed when dropped (so also when the test panics). Its stdin
-/// stays open as long as this lives; the program closes its session and exits on end of file,
-/// so even a killed test process leaves no JVM behind.
-struct JavaProc {
-    name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    /// Every stdout line received so far.
-    seen: Vec<String>,
-    stderr: PathBuf,
 }
 
 impl JavaProc {
-    /// Its exit status, if it has exited.
-    fn status(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().expect("try_wait")
-    }
-
-    /// What it printed, for failure messages.
-    fn describe(&mut self) -> String {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-        let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
-        let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        let status = self.status();
-        format!(
-            "Java contender {} (status {:?})\n--- stdout\n{}\n--- stderr (tail of {})\n{}",
-            self.name,
-            status,
-            self.seen.join("\n"),
-            self.stderr.display(),
-            tail.join("\n")
-        )
-    }
-
-    /// Panics if it has exited.
-    fn assert_running(&mut self) {
-        if self.status().is_some() {
-            panic!("exited early: {}", self.describe());
-        }
-    }
-
-    /// Waits for the next stdout line starting with `prefix` (earlier lines are kept in `seen`).
-    fn expect_line(&mut self, prefix: &str) -> String {
-        let end = Instant::now() + patience();
-        loop {
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.starts_with(prefix) {
-                        return line;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("ended before printing {prefix:?}: {}", self.describe())
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if Instant::now() > end {
-                        panic!("timed out waiting for {prefix:?}: {}", self.describe());
-                    }
-                }
-            }
-        }
-    }
-
-    fn send(&mut self, command: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        if let Err(e) = writeln!(stdin, "{command}").and_then(|_| stdin.flush()) {
-            panic!("sending {command:?}: {e}: {}", self.describe());
-        }
-    }
-
-    /// Waits for a successful exit; returns everything it printed.
-    fn finish(&mut self) -> Vec<String> {
-        let end = Instant::now() + patience();
-        let status = loop {
-            if let Some(status) = self.status() {
-                break status;
-            }
-            if Instant::now() > end {
-                panic!("did not finish: {}", self.describe());
-            }
-            thread::sleep(Duration::from_millis(25));
-        };
-        // Its stdout is closed now: drain to the end.
-        while let Ok(line) = self.lines.recv_timeout(patience()) {
-            self.seen.push(line);
-        }
-        if !status.success() {
-            panic!("failed: {}", self.describe());
-        }
-        self.seen.clone()
-    }
-
     /// `(node, ...)` of each `ENTER <name> <nanos> <node>` line printed.
     fn entered_nodes(&self) -> Vec<String> {
         self.seen
@@ -347,15 +85,6 @@ impl JavaProc {
     }
 }
 
-impl Drop for JavaProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
 /// Nodes from a `PARTICIPANTS <node> ...` line.
 fn participants_line(line: &str) -> Vec<String> {
     line.strip_prefix("PARTICIPANTS")
@@ -368,17 +97,6 @@ fn participants_line(line: &str) -> Vec<String> {
 // ---------------------------------------------------------------------------
 // The Rust side
 // ---------------------------------------------------------------------------
-
-/// One line, one write, in append mode (as the Java side does).
-fn append(log: &Path, line: &str) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
-    f.write_all(format!("{line}\n").as_bytes())
-        .unwrap_or_else(|e| panic!("appending to {}: {e}", log.display()));
-}
 
 /// A finished zklock contender, kept open so that leftover watches can be looked for.
 struct RustContender {
@@ -428,33 +146,13 @@ fn rust_contender(
 
 /// Joins a contender thread, failing (not hanging) if it does not end within `patience()`.
 fn join(handle: JoinHandle<RustContender>) -> RustContender {
-    let end = Instant::now() + patience();
-    while !handle.is_finished() {
-        assert!(
-            Instant::now() < end,
-            "zklock contender {:?} did not finish",
-            handle.thread().name()
-        );
-        thread::sleep(Duration::from_millis(25));
-    }
+    wait_finished(&handle);
     handle.join().expect("zklock contender panicked")
 }
 
 // ---------------------------------------------------------------------------
 // Checks
 // ---------------------------------------------------------------------------
-
-/// Polls `f` until it returns `Ok` or `patience()` passes; the panic quotes the last `Err`.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let end = Instant::now() + patience();
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(why) if Instant::now() > end => panic!("timed out waiting for {what}: {why}"),
-            Err(_) => thread::sleep(Duration::from_millis(25)),
-        }
-    }
-}
 
 /// Waits until the lock has exactly `n` participants (calling `healthy` in between, which
 /// panics if a contender died) and returns them, holder first.
@@ -474,19 +172,6 @@ fn wait_participants(
     })
 }
 
-/// Paths at or under `lock` that some session watches (`wchc`).
-fn watched(server: &TestingServer, lock: &str) -> BTreeSet<String> {
-    let under = format!("{lock}/");
-    server
-        .four_letter("wchc")
-        .expect("wchc")
-        .lines()
-        .map(str::trim)
-        .filter(|l| *l == lock || l.starts_with(&under))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// After a scenario: no node left under the lock, and no watch left on it or under it.
 fn assert_clean(server: &TestingServer, client: &Client, lock: &str) {
     eventually(&format!("{lock} to have no children"), || {
@@ -497,17 +182,7 @@ fn assert_clean(server: &TestingServer, client: &Client, lock: &str) {
             Err(e) => Err(e.to_string()),
         }
     });
-    eventually(&format!("no watch left on {lock}"), || {
-        let w = watched(server, lock);
-        if w.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "watched: {w:?}\n{}",
-                server.four_letter("wchc").unwrap()
-            ))
-        }
-    });
+    wait_unwatched(server, &format!("no watch left on {lock}"), lock);
 }
 
 /// Checks Curator's lock node layout, `<lock>/_c_<uuid>-lock-<10 digits>`; returns the sequence
@@ -545,23 +220,19 @@ enum Event {
     Exit(String),
 }
 
-fn read_log(log: &Path) -> (String, Vec<Event>) {
-    let text = fs::read_to_string(log).unwrap_or_default();
-    let events = text
-        .lines()
-        .map(|l| match l.split_once(' ') {
-            Some(("ENTER", name)) => Event::Enter(name.to_owned()),
-            Some(("EXIT", name)) => Event::Exit(name.to_owned()),
-            _ => panic!("bad line {l:?} in the shared log:\n{text}"),
-        })
-        .collect();
-    (text, events)
+/// A line of the shared log, or `None` (a bad line).
+fn event(tag: &str, name: &str) -> Option<Event> {
+    match tag {
+        "ENTER" => Some(Event::Enter(name.to_owned())),
+        "EXIT" => Some(Event::Exit(name.to_owned())),
+        _ => None,
+    }
 }
 
 /// Asserts that no two holds overlap (every ENTER is followed by its own EXIT before the next
 /// ENTER) and returns the names in the order they entered.
 fn entries_without_overlap(log: &Path) -> Vec<String> {
-    let (text, events) = read_log(log);
+    let (text, events) = read_log(log, event);
     let mut holder: Option<&str> = None;
     let mut order = Vec::new();
     for (i, event) in events.iter().enumerate() {
@@ -591,10 +262,6 @@ fn entries_without_overlap(log: &Path) -> Vec<String> {
     order
 }
 
-fn is_java(name: &str) -> bool {
-    name.starts_with('J')
-}
-
 // ---------------------------------------------------------------------------
 // Scenarios
 // ---------------------------------------------------------------------------
@@ -607,7 +274,7 @@ fn curator_and_zklock_contenders_exclude_each_other() {
     const ITERATIONS: usize = 30;
     const HOLD_MS: u64 = 5;
     init_logging();
-    let java = Java::compile();
+    let java = Java::compile(&CURATOR_MUTEX);
     let server = TestingServer::start().expect("ZooKeeper starts");
     let connect = server.connect_string();
     let started = Instant::now();
@@ -697,7 +364,7 @@ fn curator_and_zklock_waiters_are_served_in_queue_order() {
     // Covers every hand-over: Java→Rust, Rust→Rust, Rust→Java, Java→Java.
     const ORDER: [&str; 6] = ["J1", "R1", "R2", "J2", "J3", "R3"];
     init_logging();
-    let java = Java::compile();
+    let java = Java::compile(&CURATOR_MUTEX);
     let server = TestingServer::start().expect("ZooKeeper starts");
     let connect = server.connect_string();
     let started = Instant::now();
@@ -783,7 +450,7 @@ fn curator_and_zklock_waiters_are_served_in_queue_order() {
 fn curator_and_zklock_nodes_share_one_layout() {
     const LOCK: &str = "/interop/layout";
     init_logging();
-    let java = Java::compile();
+    let java = Java::compile(&CURATOR_MUTEX);
     let server = TestingServer::start().expect("ZooKeeper starts");
     let connect = server.connect_string();
     let started = Instant::now();

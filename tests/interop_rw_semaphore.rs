@@ -15,162 +15,35 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use common::java::{
+    append, eventually, is_java, join, read_log, wait_unwatched, Java, JavaProc, JavaProgram,
+};
 use common::*;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
 use zklock::testing::TestingServer;
 use zklock::{Client, Error, InterProcessReadWriteLock, InterProcessSemaphoreV2};
 
-const INSTALL: &str = "apt-get install libcurator-recipes-java default-jdk-headless";
+/// `tests/java/CuratorRwSem.java`.
+const CURATOR_RW_SEM: JavaProgram = JavaProgram {
+    class: "CuratorRwSem",
+    recipes: "InterProcessReadWriteLock and InterProcessSemaphoreV2",
+    scratch_prefix: "zklock-interop-rwsem-",
+    stdout_tail: Some(40),
+};
 
-/// Debian's Curator 5 jars and what they need at compile and run time.
-const DEBIAN_JARS: &[&str] = &[
-    "/usr/share/java/curator-recipes.jar",
-    "/usr/share/java/curator-framework.jar",
-    "/usr/share/java/curator-client.jar",
-    "/usr/share/java/zookeeper.jar",
-    "/usr/share/java/zookeeper-jute.jar",
-    "/usr/share/java/guava.jar",
-    "/usr/share/java/slf4j-api.jar",
-];
-/// An slf4j binding, if installed, so that Curator's warnings reach the contenders' stderr files.
-const SLF4J_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
-
-const JVM_FLAGS: &[&str] = &[
-    "-Xms16m",
-    "-Xmx128m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Xshare:auto",
-    "-XX:-UsePerfData",
-    "-Djava.net.preferIPv4Stack=true",
-    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-    "-Dorg.slf4j.simpleLogger.showDateTime=true",
-];
-
-const JAVA_CLASS: &str = "CuratorRwSem";
 const SESSION: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------------------
 // The Java side
 // ---------------------------------------------------------------------------
 
-/// `$var`, else `$JAVA_HOME/bin/<tool>`, else `<tool>` on PATH.
-fn jdk_tool(var: &str, tool: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(var).filter(|s| !s.is_empty()) {
-        return p.into();
-    }
-    if let Some(home) = std::env::var_os("JAVA_HOME").filter(|s| !s.is_empty()) {
-        let p = Path::new(&home).join("bin").join(tool);
-        if p.is_file() {
-            return p;
-        }
-    }
-    tool.into()
-}
-
-/// CuratorRwSem.java compiled into a scratch directory that also holds the shared log and the
-/// contenders' stderr.
-struct Java {
-    dir: tempfile::TempDir,
-    java: PathBuf,
-    classpath: String,
-}
-
 impl Java {
-    /// Compiles `tests/java/CuratorRwSem.java`; panics naming what to install when the JDK or
-    /// the Curator jars are missing.
-    fn compile() -> Java {
-        let jars = match std::env::var("ZKLOCK_CURATOR_CLASSPATH") {
-            Ok(cp) if !cp.is_empty() => cp,
-            _ => {
-                let missing: Vec<&str> = DEBIAN_JARS
-                    .iter()
-                    .copied()
-                    .filter(|j| !Path::new(j).is_file())
-                    .collect();
-                assert!(
-                    missing.is_empty(),
-                    "the interop tests run Apache Curator's InterProcessReadWriteLock and \
-                     InterProcessSemaphoreV2, but {} missing: install Curator and a JDK \
-                     (`{INSTALL}`), or set ZKLOCK_CURATOR_CLASSPATH to a classpath holding \
-                     Curator 5 and its dependencies",
-                    match missing.len() {
-                        1 => format!("{} is", missing[0]),
-                        _ => format!("{} are", missing.join(", ")),
-                    }
-                );
-                let mut cp = DEBIAN_JARS.join(":");
-                if Path::new(SLF4J_BINDING).is_file() {
-                    cp = format!("{cp}:{SLF4J_BINDING}");
-                }
-                cp
-            }
-        };
-        let javac = jdk_tool("JAVAC", "javac");
-        let java = jdk_tool("JAVA", "java");
-        for (tool, what) in [(&javac, "javac (a JDK)"), (&java, "java")] {
-            let ok = Command::new(tool)
-                .arg("-version")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "the interop tests compile and run a Java program, but `{} -version` does \
-                 not run: install {what} and Curator (`{INSTALL}`), or set JAVA_HOME",
-                tool.display()
-            );
-        }
-
-        let dir = tempfile::Builder::new()
-            .prefix("zklock-interop-rwsem-")
-            .tempdir()
-            .expect("scratch directory");
-        let classes = dir.path().join("classes");
-        fs::create_dir(&classes).unwrap();
-        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/java")
-            .join(format!("{JAVA_CLASS}.java"));
-        let out = Command::new(&javac)
-            .args(["-Xlint:all", "-Xlint:-path", "-cp", &jars, "-d"])
-            .arg(&classes)
-            .arg(&source)
-            .stdin(Stdio::null())
-            .output()
-            .expect("javac runs");
-        assert!(
-            out.status.success(),
-            "javac {} failed ({}); is Curator installed (`{INSTALL}`)?\n{}{}",
-            source.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let classpath = format!("{}:{jars}", classes.display());
-        Java {
-            dir,
-            java,
-            classpath,
-        }
-    }
-
-    /// The log every contender of the test appends to.
-    fn log(&self) -> PathBuf {
-        self.dir.path().join("shared.log")
-    }
-
     /// `rw-loop <connect> <path> <iterations> <holdMillis> <name> <sharedLog> <writePercent>`.
     fn rw_loop(
         &self,
@@ -181,7 +54,7 @@ impl Java {
         name: &str,
         write_percent: u32,
     ) -> JavaProc {
-        let log = self.log().display().to_string();
+        let log = self.log_arg();
         self.spawn(
             name,
             &[
@@ -207,7 +80,7 @@ impl Java {
         hold_ms: u64,
         name: &str,
     ) -> JavaProc {
-        let log = self.log().display().to_string();
+        let log = self.log_arg();
         self.spawn(
             name,
             &[
@@ -222,116 +95,9 @@ impl Java {
             ],
         )
     }
-
-    fn spawn(&self, name: &str, args: &[&str]) -> JavaProc {
-        let stderr_path = self.dir.path().join(format!("{name}.stderr"));
-        let stderr = File::create(&stderr_path).unwrap();
-        let mut child = Command::new(&self.java)
-            .args(JVM_FLAGS)
-            .arg("-cp")
-            .arg(&self.classpath)
-            .arg(JAVA_CLASS)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.java.display()));
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = crossbeam_channel::unbounded();
-        thread::Builder::new()
-            .name(format!("{name}-stdout"))
-            .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            })
-            .unwrap();
-        JavaProc {
-            name: name.to_owned(),
-            child,
-            _stdin: stdin,
-            lines,
-            seen: Vec::new(),
-            stderr: stderr_path,
-        }
-    }
-}
-
-/// A running CuratorRwSem JVM: killed when dropped (so also when the test panics). Its stdin
-/// stays open as long as this lives; the program closes its session and exits on end of file,
-/// so even a killed test process leaves no JVM behind.
-struct JavaProc {
-    name: String,
-    child: Child,
-    _stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    /// Every stdout line received so far.
-    seen: Vec<String>,
-    stderr: PathBuf,
 }
 
 impl JavaProc {
-    /// Its exit status, if it has exited.
-    fn status(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().expect("try_wait")
-    }
-
-    /// What it printed, for failure messages.
-    fn describe(&mut self) -> String {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-        let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
-        let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        let status = self.status();
-        let out: Vec<&String> = self.seen.iter().rev().take(40).collect();
-        let out: Vec<&str> = out.into_iter().rev().map(String::as_str).collect();
-        format!(
-            "Java contender {} (status {:?})\n--- stdout (tail)\n{}\n--- stderr (tail of {})\n{}",
-            self.name,
-            status,
-            out.join("\n"),
-            self.stderr.display(),
-            tail.join("\n")
-        )
-    }
-
-    /// Panics if it has exited.
-    fn assert_running(&mut self) {
-        if self.status().is_some() {
-            panic!("exited early: {}", self.describe());
-        }
-    }
-
-    /// Waits for the next stdout line starting with `prefix` (earlier lines are kept in `seen`).
-    fn expect_line(&mut self, prefix: &str) -> String {
-        let end = Instant::now() + patience();
-        loop {
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.starts_with(prefix) {
-                        return line;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("ended before printing {prefix:?}: {}", self.describe())
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if Instant::now() > end {
-                        panic!("timed out waiting for {prefix:?}: {}", self.describe());
-                    }
-                }
-            }
-        }
-    }
-
     /// Waits for `READY <name> <sessionId>`; returns the session id.
     fn ready(&mut self) -> i64 {
         let line = self.expect_line("READY ");
@@ -339,28 +105,6 @@ impl JavaProc {
             .nth(2)
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("bad READY line {line:?}"))
-    }
-
-    /// Waits for a successful exit; returns everything it printed.
-    fn finish(&mut self) -> Vec<String> {
-        let end = Instant::now() + patience();
-        let status = loop {
-            if let Some(status) = self.status() {
-                break status;
-            }
-            if Instant::now() > end {
-                panic!("did not finish: {}", self.describe());
-            }
-            thread::sleep(Duration::from_millis(25));
-        };
-        // Its stdout is closed now: drain to the end.
-        while let Ok(line) = self.lines.recv_timeout(patience()) {
-            self.seen.push(line);
-        }
-        if !status.success() {
-            panic!("failed: {}", self.describe());
-        }
-        self.seen.clone()
     }
 
     /// `(tag, node)` of each `<tag> <name> <nanos> <node>` line printed, for tags ending in
@@ -381,29 +125,9 @@ impl JavaProc {
     }
 }
 
-impl Drop for JavaProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The Rust side
 // ---------------------------------------------------------------------------
-
-/// One line, one write, in append mode (as the Java side does).
-fn append(log: &Path, line: &str) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
-    f.write_all(format!("{line}\n").as_bytes())
-        .unwrap_or_else(|e| panic!("appending to {}: {e}", log.display()));
-}
 
 /// A finished zklock contender, kept open so that leftover watches can be looked for.
 struct RustContender {
@@ -513,31 +237,6 @@ fn rust_sem_contender(
         })
         .unwrap();
     (session, handle)
-}
-
-/// Joins a contender thread, failing (not hanging) if it does not end within `patience()`.
-fn join<T>(handle: JoinHandle<T>) -> T {
-    let end = Instant::now() + patience();
-    while !handle.is_finished() {
-        assert!(
-            Instant::now() < end,
-            "zklock contender {:?} did not finish",
-            handle.thread().name()
-        );
-        thread::sleep(Duration::from_millis(25));
-    }
-    let name = handle.thread().name().unwrap_or("?").to_owned();
-    match handle.join() {
-        Ok(v) => v,
-        Err(payload) => {
-            let why = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("zklock contender {name} panicked: {why}")
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -650,18 +349,6 @@ fn node_kind<'m>(parent: &str, node: &str, markers: &[&'m str]) -> &'m str {
 // Checks
 // ---------------------------------------------------------------------------
 
-/// Polls `f` until it returns `Ok` or `patience()` passes; the panic quotes the last `Err`.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let end = Instant::now() + patience();
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(why) if Instant::now() > end => panic!("timed out waiting for {what}: {why}"),
-            Err(_) => thread::sleep(Duration::from_millis(25)),
-        }
-    }
-}
-
 /// The number of children of `parent` (0 if it does not exist).
 fn child_count(client: &Client, parent: &str) -> usize {
     match client.children(parent) {
@@ -669,19 +356,6 @@ fn child_count(client: &Client, parent: &str) -> usize {
         Err(Error::NoNode(_)) => 0,
         Err(e) => panic!("listing {parent}: {e}"),
     }
-}
-
-/// Paths at or under `path` that some session watches (`wchc`).
-fn watched(server: &TestingServer, path: &str) -> BTreeSet<String> {
-    let under = format!("{path}/");
-    server
-        .four_letter("wchc")
-        .expect("wchc")
-        .lines()
-        .map(str::trim)
-        .filter(|l| *l == path || l.starts_with(&under))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Ephemeral nodes at or under `path`, depth first.
@@ -715,21 +389,7 @@ fn assert_clean(server: &TestingServer, client: &Client, path: &str) {
             Err(format!("left: {left:?}"))
         }
     });
-    eventually(&format!("no watch left under {path}"), || {
-        let w = watched(server, path);
-        if w.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "watched: {w:?}\n{}",
-                server.four_letter("wchc").unwrap()
-            ))
-        }
-    });
-}
-
-fn is_java(name: &str) -> bool {
-    name.starts_with('J')
+    wait_unwatched(server, &format!("no watch left under {path}"), path);
 }
 
 /// The log lines around 1-based `line`, numbered, for failure messages.
@@ -747,19 +407,9 @@ fn excerpt(text: &str, line: usize) -> String {
         .join("\n")
 }
 
-/// The shared log as `(tag, name)` pairs.
-fn read_log(log: &Path) -> (String, Vec<(String, String)>) {
-    let text = fs::read_to_string(log).unwrap_or_default();
-    let events = text
-        .lines()
-        .map(|l| match l.split_once(' ') {
-            Some((tag, name)) if !name.is_empty() && !name.contains(' ') => {
-                (tag.to_owned(), name.to_owned())
-            }
-            _ => panic!("bad line {l:?} in the shared log:\n{text}"),
-        })
-        .collect();
-    (text, events)
+/// A line of the shared log as a `(tag, name)` pair, or `None` (a bad line).
+fn tag_and_name(tag: &str, name: &str) -> Option<(String, String)> {
+    (!name.is_empty() && !name.contains(' ')).then(|| (tag.to_owned(), name.to_owned()))
 }
 
 #[derive(Debug, Default)]
@@ -778,7 +428,7 @@ struct RwStats {
 /// Asserts read-write exclusion on the log: a writer enters only when nobody is inside, and
 /// nobody enters while a writer is inside; every EXIT closes its own ENTER.
 fn check_rw_log(log: &Path) -> RwStats {
-    let (text, events) = read_log(log);
+    let (text, events) = read_log(log, tag_and_name);
     let mut inside: Vec<(String, bool)> = Vec::new(); // (name, writing)
     let mut stats = RwStats::default();
     let mut last_java: Option<bool> = None;
@@ -860,7 +510,7 @@ struct SemStats {
 
 /// Asserts on the log that at most `max_leases` contenders hold a lease at once.
 fn check_sem_log(log: &Path, max_leases: usize) -> SemStats {
-    let (text, events) = read_log(log);
+    let (text, events) = read_log(log, tag_and_name);
     let mut inside: Vec<String> = Vec::new();
     let mut stats = SemStats::default();
     for (i, (tag, name)) in events.iter().enumerate() {
@@ -949,7 +599,7 @@ fn curator_and_zklock_read_write_locks_share_one_path() {
     const WRITE_PERCENT: u32 = 30;
     const MARKERS: [&str; 2] = ["-__READ__", "-__WRIT__"];
     init_logging();
-    let java = Java::compile();
+    let java = Java::compile(&CURATOR_RW_SEM);
     let server = TestingServer::start().expect("ZooKeeper starts");
     let connect = server.connect_string();
     let started = Instant::now();
@@ -1105,7 +755,7 @@ fn curator_and_zklock_semaphores_share_the_leases() {
     // usually back before the next acquirer gets one, and the limit is never approached.
     const HOLD_MS: u64 = 50;
     init_logging();
-    let java = Java::compile();
+    let java = Java::compile(&CURATOR_RW_SEM);
     let server = TestingServer::start().expect("ZooKeeper starts");
     let connect = server.connect_string();
     let started = Instant::now();

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use zklock::{Client, ConnectionState};
 
+pub mod java;
+
 /// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
 pub fn timing() -> u32 {
     std::env::var("ZKLOCK_TIMING_FACTOR")
