@@ -13,9 +13,13 @@ impl Deadline {
         Deadline(Instant::now().checked_add(d))
     }
 
-    #[allow(dead_code)]
     pub(crate) fn at(at: Instant) -> Deadline {
         Deadline(Some(at))
+    }
+
+    /// `until`, or `NEVER` for `None`.
+    pub(crate) fn until(until: Option<Instant>) -> Deadline {
+        Deadline(until)
     }
 
     /// Time left; `None` when unbounded. Zero once passed.
@@ -34,6 +38,14 @@ impl Deadline {
         match (self.0, other.0) {
             (Some(a), Some(b)) => Deadline(Some(a.min(b))),
             (a, b) => Deadline(a.or(b)),
+        }
+    }
+
+    /// The later of the two (`NEVER` if either is).
+    pub(crate) fn or_later(self, other: Deadline) -> Deadline {
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => Deadline(Some(a.max(b))),
+            _ => Deadline::NEVER,
         }
     }
 

@@ -74,6 +74,19 @@ pub enum Error {
     /// it protected may have been touched by another holder meanwhile.
     #[error("the lock had been lost before it was released")]
     LockLost,
+    /// A call that parks until a ZooKeeper event arrives (an acquire that may wait) was made on a
+    /// Client's watcher thread, i.e. from a connection-state listener, a lock-health callback or
+    /// a revocation listener. Only that thread delivers the event it would wait for, so it would
+    /// wait forever: the call fails at once instead. Hand the work to another thread, or use
+    /// `try_lock()` (one attempt, no wait), which is allowed there.
+    #[error(
+        "a blocking zklock call was made from a listener or callback (the Client's watcher \
+         thread), where it would wait for itself: hand the work to another thread"
+    )]
+    OnWatcherThread,
+    /// The wait was cancelled with `cancel_waiters()`; the attempt's node was deleted.
+    #[error("the acquisition was cancelled")]
+    Cancelled,
     /// Any other answer of the server or the wire client, with its description.
     #[error("ZooKeeper error: {0}")]
     ZooKeeper(String),
@@ -83,9 +96,19 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Whether the retry policy may retry the operation that failed with this error.
+    /// Whether the retry policy may retry the operation that failed with this error. The one
+    /// classification of every path, foreground and background alike.
     pub(crate) fn is_retryable(&self) -> bool {
         matches!(self, Error::ConnectionLoss)
+    }
+
+    /// Whether an operation that failed with this error may nonetheless have been applied by
+    /// the server (its reply was lost, or the caller stopped waiting for it).
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::ConnectionLoss | Error::Timeout | Error::Cancelled
+        )
     }
 
     /// Maps a wire-client error for the operation on `path`.

@@ -57,6 +57,23 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Blocking and Drop
+//!
+//! Every call that can block has a bound its docs state, and nothing blocks in `Drop`:
+//!
+//! * [`acquire`](Lock::acquire) waits until the lock is ours, the retry policy gives up during an
+//!   outage (its budget starts afresh after every answered round trip), or another thread calls
+//!   [`cancel_waiters`](Lock::cancel_waiters) ([`Error::Cancelled`]).
+//! * [`acquire_timeout(d)`](Lock::acquire_timeout) and the `try_lock_*` forms wait at most `d`; a
+//!   round trip of the attempt may run past it by the Client's operation timeout (default: its
+//!   connection timeout). [`try_lock`](Lock::try_lock) / a zero timeout makes one attempt.
+//! * [`release`](Lock::release) reports errors within the operation (else connection) timeout;
+//!   [`release_timeout`](Lock::release_timeout) takes a bound of its own.
+//! * Dropping a guard, a [`Lease`], a lock or the last [`Client`] returns at once: deletes go to a
+//!   background queue that retries, through whatever session is current, until the node is gone.
+//! * Listeners and callbacks run on the Client's watcher thread and must not block. An acquire
+//!   that may wait, called there, fails at once with [`Error::OnWatcherThread`].
+//!
 //! # Curator → zklock
 //!
 //! | Curator | zklock |
@@ -69,7 +86,9 @@
 //! | `InterProcessMutex(client, path)` | [`InterProcessMutex::new`] |
 //! | `InterProcessMutex(client, path, driver)`, `LockInternalsDriver`, `StandardLockInternalsDriver` | [`InterProcessMutex::with_driver`], [`LockDriver`], [`StandardDriver`] |
 //! | `acquire()`, `acquire(time, unit)`, `release()` | [`acquire`](InterProcessMutex::acquire), [`acquire_timeout`](InterProcessMutex::acquire_timeout) (`Result<bool>`), [`release`](InterProcessMutex::release) |
-//! | — | [`lock`](InterProcessMutex::lock) / [`try_lock_for`](InterProcessMutex::try_lock_for) → [`MutexGuard`] |
+//! | `acquire(0, unit)` | [`try_lock`](InterProcessMutex::try_lock) or `acquire_timeout(Duration::ZERO)` |
+//! | — | [`lock`](InterProcessMutex::lock) / [`try_lock_for`](InterProcessMutex::try_lock_for) / [`try_lock_until`](InterProcessMutex::try_lock_until) → [`MutexGuard`] |
+//! | kazoo `Lock.cancel()` | [`cancel_waiters`](InterProcessMutex::cancel_waiters) |
 //! | `isAcquiredInThisProcess()`, `isOwnedByCurrentThread()`, `getParticipantNodes()` | [`is_acquired_in_this_process`](InterProcessMutex::is_acquired_in_this_process), [`is_owned_by_current_thread`](InterProcessMutex::is_owned_by_current_thread), [`participant_nodes`](InterProcessMutex::participant_nodes) |
 //! | client-wide `ConnectionStateListener` only | per-lock [`LockHealth`]: [`health`](InterProcessMutex::health), [`health_events`](InterProcessMutex::health_events), [`on_health`](InterProcessMutex::on_health) |
 //! | — | [`fencing_token`](InterProcessMutex::fencing_token) |

@@ -347,6 +347,14 @@ impl RetryBudget {
         Some(sleep)
     }
 
+    /// After a round trip the server answered: the next failure starts a fresh budget, as
+    /// Curator's per-operation retry loop does, so a long wait survives any number of outages
+    /// that are each within the policy.
+    pub(crate) fn reset(&mut self) {
+        self.retries = 0;
+        self.started = Instant::now();
+    }
+
     /// Retries granted so far.
     pub(crate) fn retries(&self) -> u32 {
         self.retries

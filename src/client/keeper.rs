@@ -8,7 +8,9 @@ use std::time::Duration;
 use futures_lite::future;
 use zookeeper_client as zk;
 
+use super::cleanup::{self, Doomed};
 use super::runtime::{sleep, Signal};
+use super::session::Shared;
 use super::Client;
 
 /// The health of a node this process holds (a lock node).
@@ -33,8 +35,16 @@ impl Drop for KeeperGuard {
 }
 
 impl Client {
-    /// Watches `path` (owned by session `owner`) and calls `report` on every health change,
-    /// and `on_revoke` once if Curator's revocation message is written into the node.
+    /// Watches `path` (owned by session `owner`, or 0 for a persistent node) and calls `report`
+    /// on every health change, and `on_revoke` once if Curator's revocation message is written
+    /// into the node.
+    ///
+    /// An ephemeral node is Lost with its session. When the Client gives that session up
+    /// locally (no answer for a whole session timeout) the server may still be keeping it, and
+    /// with it our node at the head of the queue: the node is then deleted in the background
+    /// from the next session, so that the lock does not stay blocked until the server expires
+    /// the old session. A persistent node outlives sessions: it is Suspended between them and
+    /// Held again once seen from the next one.
     pub(crate) fn keep_node(
         &self,
         path: &str,
@@ -43,36 +53,112 @@ impl Client {
         on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
     ) -> KeeperGuard {
         let cancel = Signal::default();
+        let mut node = Kept {
+            path: path.to_owned(),
+            cancel: cancel.clone(),
+            report,
+            on_revoke,
+        };
+        if owner == 0 {
+            self.shared()
+                .spawn(keep_persistent(self.inner.shared.clone(), node));
+            return KeeperGuard(cancel);
+        }
         let (zk, ended) = {
             let conn = self.shared().conn.lock();
             (conn.zk.clone(), conn.ended.clone())
         };
         match zk {
             Some(zk) if zk.session_id().0 == owner => {
-                let path = path.to_owned();
-                let task = keep(zk, path, ended, cancel.clone(), report, on_revoke);
-                self.shared().spawn(task);
+                let shared = self.inner.shared.clone();
+                self.shared().spawn(async move {
+                    match keep(&zk, &ended, &mut node).await {
+                        End::Stopped => {}
+                        End::Lost => node.report(LockHealth::Lost),
+                        End::GivenUp => {
+                            node.report(LockHealth::Lost);
+                            cleanup::spawn(&shared, Doomed::node(&node.path, Some(owner)));
+                        }
+                    }
+                });
             }
-            _ => report(LockHealth::Lost),
+            _ => {
+                (node.report)(LockHealth::Lost);
+                self.delete_in_background(Doomed::node(path, Some(owner)));
+            }
         }
         KeeperGuard(cancel)
     }
 }
 
-async fn keep(
-    zk: zk::Client,
+/// A held node and whom to tell about it.
+struct Kept {
     path: String,
-    ended: Signal,
+    /// Set by the release: stop, and report nothing more (a late NoNode is our own delete).
     cancel: Signal,
     report: Arc<dyn Fn(LockHealth) + Send + Sync>,
-    mut on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
-) {
+    on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Kept {
+    fn report(&self, health: LockHealth) {
+        if !self.cancel.is_set() {
+            (self.report)(health)
+        }
+    }
+}
+
+/// Why [`keep`] returned.
+enum End {
+    /// Released.
+    Stopped,
+    /// The node was deleted, or its session ended on the server.
+    Lost,
+    /// The Client gave the session up; the server may still have it.
+    GivenUp,
+}
+
+/// Follows a persistent node through every session until it is released or deleted.
+async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
+    loop {
+        let (zk, ended) = loop {
+            if node.cancel.is_set() {
+                return;
+            }
+            let current = {
+                let conn = shared.conn.lock();
+                conn.zk
+                    .clone()
+                    .filter(|_| conn.connected)
+                    .map(|zk| (zk, conn.ended.clone()))
+            };
+            match current {
+                Some(found) => break found,
+                None => future::or(sleep(Duration::from_millis(100)), node.cancel.wait()).await,
+            }
+        };
+        if let End::Stopped = keep(&zk, &ended, &mut node).await {
+            return;
+        }
+        // Deleted, or only our session ended: a live session tells which.
+        if matches!(zk.check_stat(&node.path).await, Ok(None)) {
+            node.report(LockHealth::Lost);
+            return;
+        }
+        node.report(LockHealth::Suspended);
+        future::or(sleep(Duration::from_millis(100)), node.cancel.wait()).await;
+    }
+}
+
+async fn keep(zk: &zk::Client, ended: &Signal, node: &mut Kept) -> End {
     enum Ev {
         Stop,
         Ended,
         Watch(zk::WatchedEvent),
         State(zk::SessionState),
     }
+    let path = node.path.clone();
+    let cancel = node.cancel.clone();
     // Everything below races the release (`cancel`) and the Client giving the session up
     // (`ended`): a request sent while disconnected may wait for the reconnection.
     let interrupt = || {
@@ -87,37 +173,28 @@ async fn keep(
             },
         )
     };
-    // After a release nothing is reported: a late NoNode is our own delete.
-    let report = |health| {
-        if !cancel.is_set() {
-            report(health)
-        }
-    };
     let mut states = zk.state_watcher();
     loop {
         if cancel.is_set() {
-            return;
+            return End::Stopped;
         }
         let armed = future::or(async { Err(interrupt().await) }, async {
             Ok(zk.get_and_watch_data(&path).await)
         });
         let watcher = match armed.await {
-            Err(Ev::Stop) => return,
-            Err(_) => {
-                report(LockHealth::Lost);
-                return;
-            }
+            Err(Ev::Stop) => return End::Stopped,
+            Err(_) => return End::GivenUp,
             Ok(Ok((data, _, watcher))) => {
+                node.report(LockHealth::Held);
                 if data == crate::locks::REVOKE_MESSAGE {
-                    if let Some(f) = on_revoke.take() {
+                    if let Some(f) = node.on_revoke.take() {
                         f();
                     }
                 }
                 Some(watcher)
             }
             Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
-                report(LockHealth::Lost);
-                return;
+                return End::Lost;
             }
             // Disconnected: the state watcher below says when to look again.
             Ok(Err(_)) => None,
@@ -134,34 +211,23 @@ async fn keep(
         )
         .await;
         match ev {
-            Ev::Stop => return,
-            Ev::Ended => {
-                report(LockHealth::Lost);
-                return;
-            }
+            Ev::Stop => return End::Stopped,
+            Ev::Ended => return End::GivenUp,
             Ev::Watch(e) if e.event_type == zk::EventType::NodeDataChanged => {}
-            Ev::Watch(_) => {
-                // Deleted, or the session ended.
-                report(LockHealth::Lost);
-                return;
-            }
-            Ev::State(zk::SessionState::Disconnected) => report(LockHealth::Suspended),
-            Ev::State(s) if s.is_terminated() => {
-                report(LockHealth::Lost);
-                return;
-            }
+            // Deleted, or the session ended.
+            Ev::Watch(_) => return End::Lost,
+            Ev::State(zk::SessionState::Disconnected) => node.report(LockHealth::Suspended),
+            Ev::State(s) if s.is_terminated() => return End::Lost,
             Ev::State(_) => {
                 // Reconnected to the same session: Held again once the node is seen.
                 let checked = future::or(async { Err(interrupt().await) }, async {
                     Ok(zk.check_stat(&path).await)
                 });
                 match checked.await {
-                    Err(Ev::Stop) => return,
-                    Err(_) | Ok(Ok(None)) => {
-                        report(LockHealth::Lost);
-                        return;
-                    }
-                    Ok(Ok(Some(_))) => report(LockHealth::Held),
+                    Err(Ev::Stop) => return End::Stopped,
+                    Err(_) => return End::GivenUp,
+                    Ok(Ok(None)) => return End::Lost,
+                    Ok(Ok(Some(_))) => node.report(LockHealth::Held),
                     Ok(Err(_)) => sleep(Duration::from_millis(10)).await,
                 }
             }

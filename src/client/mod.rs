@@ -1,6 +1,7 @@
 //! The Client: Curator's `CuratorFramework` for plain threads.
 
 mod builder;
+mod cleanup;
 mod keeper;
 mod runtime;
 mod session;
@@ -18,6 +19,7 @@ use zookeeper_client as zk;
 
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
+pub(crate) use self::cleanup::Doomed;
 pub(crate) use self::keeper::KeeperGuard;
 pub use self::keeper::LockHealth;
 pub(crate) use self::runtime::Runtime;
@@ -30,7 +32,7 @@ pub use self::types::{
     Acl, ConnectionState, CreateMode, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 #[allow(unused_imports)] // the lock recipes park on these
-pub(crate) use self::watcher::{Registration, Registry, Waiter};
+pub(crate) use self::watcher::{is_watcher_thread, Listeners, Registration, Registry, Waiter};
 #[cfg(all(test, feature = "testing"))]
 mod tests;
 use self::watcher::{Message, WatchTarget, WatcherThread};
@@ -82,21 +84,34 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.close();
+        self.close_in_background();
     }
 }
 
+/// How long the session's close may take before the I/O thread ends anyway.
+const CLOSE_BOUND: Duration = Duration::from_secs(5);
+
 impl Inner {
+    /// Closes the session and waits (at most [`CLOSE_BOUND`] and the time queued listeners
+    /// take) until the Client's threads have ended.
     fn close(&self) {
         if self.shared.mark_closed() {
             self.shared.registry.wake_all();
-            runtime::block_on(
-                self.shared.finished.wait(),
-                Deadline::after(Duration::from_secs(5)),
-            );
+            runtime::block_on(self.shared.finished.wait(), Deadline::after(CLOSE_BOUND));
         }
         self.runtime.shutdown();
         self.watcher.shutdown();
+    }
+
+    /// Starts the close and returns at once: the I/O thread closes the session and ends by
+    /// itself (within [`CLOSE_BOUND`]), the watcher thread after what is queued for it.
+    fn close_in_background(&self) {
+        if self.shared.mark_closed() {
+            self.shared.registry.wake_all();
+        }
+        self.runtime
+            .shutdown_after(self.shared.finished.clone(), CLOSE_BOUND);
+        self.watcher.detach();
     }
 }
 
@@ -113,9 +128,12 @@ impl std::fmt::Debug for Client {
 static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
 
 /// The deadline and retry budget of one user call, shared by its nested steps (CURATOR-559).
+/// The budget starts afresh after every round trip the server answered.
 pub(crate) struct Call {
     pub(crate) deadline: Deadline,
     pub(crate) budget: RetryBudget,
+    /// Set from another thread to end the call with [`Error::Cancelled`].
+    pub(crate) cancel: Option<Signal>,
 }
 
 impl Client {
@@ -156,8 +174,25 @@ impl Client {
         &self.inner.shared
     }
 
-    /// Closes the session (its ephemeral nodes go) and ends the Client's threads. Every later
-    /// call fails with [`Error::Closed`]. Idempotent; also done when the last clone drops.
+    /// Deletes `doomed` in the background, through whatever session is current, until it is
+    /// gone or the Client closes. Returns at once.
+    pub(crate) fn delete_in_background(&self, doomed: Doomed) {
+        cleanup::spawn(&self.inner.shared, doomed);
+    }
+
+    /// How long one ZooKeeper step of a lock attempt may take beyond the caller's wait: the
+    /// operation timeout, else the connection timeout.
+    pub(crate) fn io_grace(&self) -> Duration {
+        let b = &self.shared().config.builder;
+        b.operation_timeout.unwrap_or(b.connection_timeout)
+    }
+
+    /// Closes the session (its ephemeral nodes go) and ends the Client's threads, waiting for
+    /// them: at most about 5 s for the session's close, plus whatever listener is running.
+    /// Every later call fails with [`Error::Closed`]. Idempotent.
+    ///
+    /// Dropping the last clone does the same without waiting: it returns at once and the
+    /// threads end by themselves shortly after.
     pub fn close(&self) {
         self.inner.close();
     }
@@ -177,7 +212,8 @@ impl Client {
         self.shared().conn.lock().connected
     }
 
-    /// Waits until connected; returns whether it is.
+    /// Waits until connected, at most `timeout`; returns whether it is. May be called from a
+    /// listener (it only delays the listeners after it).
     pub fn block_until_connected(&self, timeout: Duration) -> bool {
         self.shared().wait_connected(timeout)
     }
@@ -216,8 +252,13 @@ impl Client {
     }
 
     /// Calls `f` with every later connection state, in order, on the Client's watcher thread.
-    /// Keep it short: it delays other listeners and watch deliveries (never the session).
     /// Returns an id for [`remove_connection_state_listener`](Client::remove_connection_state_listener).
+    ///
+    /// Listeners must not block: one that waits delays every other listener and every watch
+    /// delivery of this Client (never the session itself). A listener may add and remove
+    /// listeners and make short zklock calls; a call that would park until a ZooKeeper event
+    /// (an `acquire` that may wait) fails at once with [`Error::OnWatcherThread`], because only
+    /// this thread could deliver that event. `try_lock()` works there.
     pub fn on_connection_state(&self, f: impl FnMut(ConnectionState) + Send + 'static) -> u64 {
         let conn = self.shared().conn.lock();
         self.shared().registry.add_callback(conn.seq, Box::new(f))
@@ -234,6 +275,7 @@ impl Client {
         Call {
             deadline,
             budget: RetryBudget::new(self.shared().config.builder.retry.clone()),
+            cancel: None,
         }
     }
 
@@ -268,8 +310,21 @@ impl Client {
         F: FnOnce(zk::Client, u64) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let (zk, generation) = self.shared().session(call.deadline)?;
-        runtime::block_on(op(zk, generation), call.deadline).unwrap_or(Err(Error::Timeout))
+        let (zk, generation) = self.shared().session(call.deadline, call.cancel.as_ref())?;
+        let cancelled = async {
+            match &call.cancel {
+                Some(c) => c.wait().await,
+                None => future::pending().await,
+            }
+            Err(Error::Cancelled)
+        };
+        let result = runtime::block_on(future::or(op(zk, generation), cancelled), call.deadline)
+            .unwrap_or(Err(Error::Timeout));
+        match &result {
+            Err(e) if e.outcome_unknown() => {}
+            _ => call.budget.reset(),
+        }
+        result
     }
 
     /// After a retryable failure: sleeps as the retry policy says and returns `Ok`, or returns
@@ -282,9 +337,12 @@ impl Client {
             return Err(Error::Timeout);
         }
         log::debug!("{err}; retry {} in {sleep:?}", call.budget.retries());
-        self.shared().sleep(sleep);
+        self.shared().sleep(sleep, call.cancel.as_ref());
         if self.is_closed() {
             return Err(Error::Closed);
+        }
+        if call.cancel.as_ref().is_some_and(Signal::is_set) {
+            return Err(Error::Cancelled);
         }
         Ok(())
     }
@@ -328,7 +386,8 @@ impl Client {
 
     /// Curator's guaranteed delete: deletes the node (a missing node counts as deleted); if that
     /// fails for lack of a connection, the error is returned and the delete is retried in the
-    /// background until it succeeds or the session ends.
+    /// background, through whatever session is current, until the node is gone or the Client
+    /// closes.
     pub fn delete_guaranteed(&self, path: &str) -> Result<()> {
         self.delete_guaranteed_in(path, &mut self.user_call())
     }
@@ -336,39 +395,12 @@ impl Client {
     pub(crate) fn delete_guaranteed_in(&self, path: &str, call: &mut Call) -> Result<()> {
         match self.delete_in(path, None, call) {
             Ok(()) | Err(Error::NoNode(_)) => Ok(()),
-            Err(e @ (Error::ConnectionLoss | Error::Timeout)) => {
-                self.delete_in_background(path);
+            Err(e) if e.outcome_unknown() => {
+                self.delete_in_background(Doomed::node(path, None));
                 Err(e)
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// Retries deleting `path` on the executor thread until it is gone or its session ends.
-    pub(crate) fn delete_in_background(&self, path: &str) {
-        let Some(zk) = self.shared().conn.lock().zk.clone() else {
-            return;
-        };
-        let path = path.to_owned();
-        self.shared().spawn(async move {
-            let mut backoff = Duration::from_millis(100);
-            loop {
-                match zk.delete(&path, None).await {
-                    Ok(()) | Err(zk::Error::NoNode) => return,
-                    Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-                    Err(
-                        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::SessionMoved,
-                    ) => {
-                        runtime::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                    Err(e) => {
-                        log::warn!("guaranteed delete of {path} gave up: {e}");
-                        return;
-                    }
-                }
-            }
-        });
     }
 
     /// The names of a node's children (unsorted, as the server returns them).

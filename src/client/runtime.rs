@@ -98,6 +98,19 @@ impl Runtime {
         self.executor.spawn(f).detach();
     }
 
+    /// Lets the executor run until `done` is set (at most `bound`), then stops it; returns at
+    /// once and leaves the thread to end by itself.
+    pub(crate) fn shutdown_after(&self, done: Signal, bound: std::time::Duration) {
+        let stop = self.stop.clone();
+        self.executor
+            .spawn(async move {
+                futures_lite::future::or(done.wait(), sleep(bound)).await;
+                stop.set();
+            })
+            .detach();
+        drop(self.thread.lock().take());
+    }
+
     /// Stops the executor (pending tasks are dropped) and joins its thread.
     pub(crate) fn shutdown(&self) {
         self.stop.set();

@@ -46,6 +46,9 @@ pub(crate) struct Conn {
     pub(crate) ended: Signal,
 }
 
+/// How often a cancellable wait for the connection looks at its cancel signal.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
 enum End {
     Stop,
     SessionOver,
@@ -89,14 +92,28 @@ impl Shared {
         }
     }
 
+    /// The connected session, if there is one now.
+    pub(crate) fn current(&self) -> Option<zk::Client> {
+        let conn = self.conn.lock();
+        conn.zk.clone().filter(|_| conn.connected)
+    }
+
     /// Waits until a session is connected. `deadline` is the call's; a wait longer than the
-    /// connection timeout counts as a connection loss for the retry policy.
-    pub(crate) fn session(&self, deadline: Deadline) -> Result<(zk::Client, u64)> {
+    /// connection timeout counts as a connection loss for the retry policy. `cancel` ends the
+    /// wait with [`Error::Cancelled`].
+    pub(crate) fn session(
+        &self,
+        deadline: Deadline,
+        cancel: Option<&Signal>,
+    ) -> Result<(zk::Client, u64)> {
         let wait = deadline.min_after(self.config.builder.connection_timeout);
         let mut conn = self.conn.lock();
         loop {
             if self.is_closed() {
                 return Err(Error::Closed);
+            }
+            if cancel.is_some_and(Signal::is_set) {
+                return Err(Error::Cancelled);
             }
             if conn.connected {
                 if let Some(zk) = &conn.zk {
@@ -104,7 +121,11 @@ impl Shared {
                 }
             }
             let at = wait.instant().expect("bounded by the connection timeout");
-            if self.conn_cv.wait_until(&mut conn, at).timed_out() {
+            let until = match cancel {
+                Some(_) => at.min(Instant::now() + CANCEL_POLL),
+                None => at,
+            };
+            if self.conn_cv.wait_until(&mut conn, until).timed_out() && Instant::now() >= at {
                 return Err(if deadline.expired() {
                     Error::Timeout
                 } else {
@@ -114,11 +135,19 @@ impl Shared {
         }
     }
 
-    /// Sleeps up to `d`, cut short by close.
-    pub(crate) fn sleep(&self, d: Duration) {
+    /// Sleeps up to `d`, cut short by close or `cancel`.
+    pub(crate) fn sleep(&self, d: Duration, cancel: Option<&Signal>) {
         let at = Instant::now() + d;
         let mut conn = self.conn.lock();
-        while !self.is_closed() && !self.conn_cv.wait_until(&mut conn, at).timed_out() {}
+        while !self.is_closed() && !cancel.is_some_and(Signal::is_set) {
+            let until = match cancel {
+                Some(_) => at.min(Instant::now() + CANCEL_POLL),
+                None => at,
+            };
+            if self.conn_cv.wait_until(&mut conn, until).timed_out() && Instant::now() >= at {
+                return;
+            }
+        }
     }
 
     pub(crate) fn wait_connected(&self, timeout: Duration) -> bool {

@@ -7,7 +7,7 @@ use zookeeper_client as zk;
 
 use super::types::{Acl, CreateMode, Stat};
 use super::watcher::{Registration, Waiter, WatchTarget};
-use super::{check_data, runtime::Signal, Call, Client, WatchGuard};
+use super::{check_data, runtime::Signal, Call, Client, Doomed, WatchGuard};
 use crate::error::{Error, Result};
 use crate::path;
 
@@ -60,6 +60,8 @@ impl NodeSpec<'_> {
 pub(crate) trait Store: Send + Sync {
     /// A call bounded by `deadline` with a fresh retry budget.
     fn new_call(&self, deadline: crate::deadline::Deadline) -> Call;
+    /// How long a step of a lock attempt may take beyond the caller's wait.
+    fn io_grace(&self) -> std::time::Duration;
     fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)>;
     /// Sleeps for the next retry, or gives the error back when the budget is spent.
     fn backoff(&self, call: &mut Call, err: Error) -> Result<()>;
@@ -70,8 +72,8 @@ pub(crate) trait Store: Send + Sync {
     fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>>;
     /// Marks a granted holder's node (setData at version 0), in the background.
     fn mark_holder(&self, path: &str, data: &[u8]);
-    /// Guaranteed delete, in the background.
-    fn delete_background(&self, path: &str);
+    /// Guaranteed delete, in the background, through whatever session is current.
+    fn delete_background(&self, doomed: Doomed);
     /// Deletes now (a missing node counts as deleted); on connection loss the error is
     /// returned and the delete goes on in the background.
     fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
@@ -87,6 +89,10 @@ pub(crate) trait Store: Send + Sync {
 impl Store for Client {
     fn new_call(&self, deadline: crate::deadline::Deadline) -> Call {
         Client::new_call(self, deadline)
+    }
+
+    fn io_grace(&self) -> std::time::Duration {
+        Client::io_grace(self)
     }
 
     fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)> {
@@ -155,8 +161,8 @@ impl Store for Client {
         });
     }
 
-    fn delete_background(&self, path: &str) {
-        self.delete_in_background(path);
+    fn delete_background(&self, doomed: Doomed) {
+        self.delete_in_background(doomed);
     }
 
     fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()> {
@@ -237,20 +243,34 @@ pub(crate) fn create_protected<S: Store + ?Sized>(
         ..*spec
     };
     let mut reply_lost = false;
-    loop {
+    let outcome = loop {
         if reply_lost {
-            if let Some(found) = find_protected(store, &spec, call)? {
-                return Ok(found);
+            match find_protected(store, &spec, call) {
+                Ok(Some(found)) => break Ok(found),
+                Ok(None) => {}
+                Err(e) => break Err(e),
             }
         }
         match store.create_once(&spec, call) {
             Err(e) if e.is_retryable() => {
                 reply_lost = true;
-                store.backoff(call, e)?;
+                if let Err(e) = store.backoff(call, e) {
+                    break Err(e);
+                }
             }
-            other => return other,
+            Err(e) => {
+                reply_lost |= e.outcome_unknown();
+                break Err(e);
+            }
+            ok => break ok,
         }
+    };
+    // Given up with a create that the server may have applied: find that node by its
+    // protection id and delete it, or it would sit in our live session at the queue's head.
+    if outcome.is_err() && reply_lost {
+        store.delete_background(Doomed::protected(&target));
     }
+    outcome
 }
 
 /// Our node after a lost reply, if the server made it. An ephemeral node is adopted only if it
@@ -275,7 +295,7 @@ fn find_protected<S: Store + ?Sized>(
         return Ok(None);
     };
     if spec.mode.is_ephemeral() && Some(stat.ephemeral_owner) != store.session_id() {
-        store.delete_background(&found);
+        store.delete_background(Doomed::node(&found, Some(stat.ephemeral_owner)));
         return Ok(None);
     }
     Ok(Some((found, stat)))

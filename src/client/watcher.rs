@@ -2,7 +2,13 @@
 //! a crossbeam channel, wakes exactly the waiter a watch belongs to, wakes every registered waiter
 //! on a state change, and runs state listeners in order. Nothing here does ZooKeeper I/O, so a slow
 //! listener delays only other listeners and wake-ups, never the session (CURATOR-716).
+//!
+//! Listener lists are snapshotted before anything is called, so a listener may add or remove
+//! listeners. A zklock call made on this thread that would park until an event arrives fails at
+//! once with [`Error::OnWatcherThread`](crate::Error::OnWatcherThread): only this thread could
+//! deliver that event.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Weak};
@@ -107,7 +113,74 @@ pub(crate) enum WatchTarget {
     Waiter(Arc<Waiter>),
 }
 
-pub(crate) type Callback = Box<dyn FnMut(ConnectionState) + Send>;
+thread_local! {
+    static ON_WATCHER_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is a Client's watcher thread (it runs every listener and callback).
+pub(crate) fn is_watcher_thread() -> bool {
+    ON_WATCHER_THREAD.with(Cell::get)
+}
+
+type Shared<T> = Arc<Mutex<Box<dyn FnMut(T) + Send>>>;
+
+/// Listeners called in registration order. Calls go to a snapshot of the list, taken without
+/// holding its lock, so a listener may add or remove listeners (itself included).
+pub(crate) struct Listeners<T> {
+    /// (id, how many values had been emitted when it was added, listener)
+    list: Mutex<Vec<(u64, u64, Shared<T>)>>,
+    next_id: Mutex<u64>,
+}
+
+impl<T> Default for Listeners<T> {
+    fn default() -> Self {
+        Listeners {
+            list: Mutex::new(Vec::new()),
+            next_id: Mutex::new(0),
+        }
+    }
+}
+
+impl<T: Copy + std::fmt::Debug> Listeners<T> {
+    /// Adds a listener for the values after the `since`-th; returns its id.
+    pub(crate) fn add(&self, since: u64, f: Box<dyn FnMut(T) + Send>) -> u64 {
+        let id = {
+            let mut next = self.next_id.lock();
+            *next += 1;
+            *next
+        };
+        self.list.lock().push((id, since, Arc::new(Mutex::new(f))));
+        id
+    }
+
+    pub(crate) fn remove(&self, id: u64) -> bool {
+        let mut list = self.list.lock();
+        let before = list.len();
+        list.retain(|(i, _, _)| *i != id);
+        list.len() != before
+    }
+
+    /// Calls every listener added before the `seq`-th value (one removed meanwhile is skipped).
+    pub(crate) fn call(&self, seq: u64, value: T) {
+        let snapshot: Vec<(u64, Shared<T>)> = self
+            .list
+            .lock()
+            .iter()
+            .filter(|(_, since, _)| seq > *since)
+            .map(|(id, _, f)| (*id, f.clone()))
+            .collect();
+        for (id, f) in snapshot {
+            if !self.list.lock().iter().any(|(i, _, _)| *i == id) {
+                continue;
+            }
+            // Only the watcher thread calls listeners, one at a time: this lock is free.
+            let mut f = f.lock();
+            if catch_unwind(AssertUnwindSafe(|| (*f)(value))).is_err() {
+                log::error!("a listener panicked on {value:?}");
+            }
+        }
+    }
+}
 
 pub(crate) enum Message {
     /// The n-th state emitted, counting from 1.
@@ -123,8 +196,7 @@ pub(crate) enum Message {
 pub(crate) struct Registry {
     waiters: Mutex<HashMap<u64, Weak<Waiter>>>,
     next_id: Mutex<u64>,
-    /// (id, states already emitted when registered, callback)
-    callbacks: Mutex<Vec<(u64, u64, Callback)>>,
+    callbacks: Listeners<ConnectionState>,
     channels: Mutex<Vec<(u64, Sender<ConnectionState>)>>,
 }
 
@@ -146,17 +218,16 @@ impl Registry {
     }
 
     /// Adds a listener for the states after the `since`-th.
-    pub(crate) fn add_callback(&self, since: u64, f: Callback) -> u64 {
-        let id = self.next_id();
-        self.callbacks.lock().push((id, since, f));
-        id
+    pub(crate) fn add_callback(
+        &self,
+        since: u64,
+        f: Box<dyn FnMut(ConnectionState) + Send>,
+    ) -> u64 {
+        self.callbacks.add(since, f)
     }
 
     pub(crate) fn remove_callback(&self, id: u64) -> bool {
-        let mut callbacks = self.callbacks.lock();
-        let before = callbacks.len();
-        callbacks.retain(|(i, _, _)| *i != id);
-        callbacks.len() != before
+        self.callbacks.remove(id)
     }
 
     pub(crate) fn add_channel(&self, since: u64, tx: Sender<ConnectionState>) {
@@ -178,12 +249,7 @@ impl Registry {
         self.channels
             .lock()
             .retain(|(since, tx)| seq <= *since || tx.send(state).is_ok());
-        let mut callbacks = self.callbacks.lock();
-        for (_, _, f) in callbacks.iter_mut().filter(|(_, since, _)| seq > *since) {
-            if catch_unwind(AssertUnwindSafe(|| f(state))).is_err() {
-                log::error!("a connection-state listener panicked on {state:?}");
-            }
-        }
+        self.callbacks.call(seq, state);
     }
 }
 
@@ -216,6 +282,12 @@ impl WatcherThread {
         })
     }
 
+    /// Lets the thread deliver what was queued before, then end by itself; returns at once.
+    pub(crate) fn detach(&self) {
+        let _ = self.tx.send(Message::Stop);
+        drop(self.thread.lock().take());
+    }
+
     /// Delivers what was queued before, then ends the thread and joins it (unless called from it).
     pub(crate) fn shutdown(&self) {
         let _ = self.tx.send(Message::Stop);
@@ -229,6 +301,7 @@ impl WatcherThread {
 }
 
 fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
+    ON_WATCHER_THREAD.with(|f| f.set(true));
     for message in rx {
         match message {
             Message::State(seq, state) => registry.deliver_state(seq, state),
@@ -238,7 +311,7 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
             Message::Watch(WatchTarget::Waiter(waiter), event) => waiter.wake_watch(event),
             Message::Run(f) => {
                 if catch_unwind(AssertUnwindSafe(f)).is_err() {
-                    log::error!("a lock-health listener panicked");
+                    log::error!("a lock-health or revocation listener panicked");
                 }
             }
             Message::Stop => break,

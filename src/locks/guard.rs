@@ -1,18 +1,60 @@
 //! The `Lock` trait over the lock family, and the guard every lock hands out.
 
 use std::marker::PhantomData;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::client::LockHealth;
 use crate::error::Result;
 
-mod sealed {
-    pub trait Sealed {}
+pub(crate) mod sealed {
+    use std::time::Instant;
+
+    use crate::error::Result;
+
+    /// How a release deletes the lock's node.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Release {
+        /// Now, reporting errors, by this instant (`None`: the Client's operation timeout, else
+        /// its connection timeout); what cannot be done in time goes on in the background.
+        Within(Option<Instant>),
+        /// In the background; returns at once (a guard's `Drop`).
+        Background,
+    }
+
+    /// What each lock implements; [`Lock`](super::Lock) builds the rest on it.
+    pub trait Sealed {
+        /// Waits for the lock until `until` (`None`: no limit); an instant already passed makes
+        /// one attempt without waiting.
+        fn acquire_until(&self, until: Option<Instant>) -> Result<bool>;
+        /// Releases one hold of the calling thread.
+        fn release_as(&self, how: Release) -> Result<()>;
+        /// Ends every acquisition in progress with `Error::Cancelled`.
+        fn cancel(&self);
+    }
 }
-pub(crate) use sealed::Sealed;
+pub(crate) use sealed::{Release, Sealed};
+
+/// `timeout` from now; `None` if that is past the end of time.
+fn until(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
 
 /// What every lock of zklock can do; lets [`LockGuard`] (and code generic over locks) take any
 /// of them. Sealed: implemented by zklock's locks only.
+///
+/// # Blocking
+/// [`acquire`](Lock::acquire) and [`lock`](Lock::lock) wait without limit (until the lock is
+/// ours, the retry policy gives up during an outage, or [`cancel_waiters`](Lock::cancel_waiters)
+/// is called). The timed forms wait at most their timeout; each ZooKeeper round trip of the
+/// attempt may run past it by up to the Client's operation timeout (default: its connection
+/// timeout), so that a short timeout never misses a free lock for want of a round trip. A zero
+/// timeout, [`try_lock`](Lock::try_lock), makes exactly one attempt: create, list, then hold or
+/// delete and return.
+///
+/// An acquire that may wait fails at once with
+/// [`Error::OnWatcherThread`](crate::Error::OnWatcherThread) when called from a listener or
+/// callback (the Client's watcher thread, which would have to deliver the event it waits for);
+/// `try_lock` is allowed there.
 ///
 /// # Example
 /// ```no_run
@@ -30,13 +72,37 @@ pub(crate) use sealed::Sealed;
 /// ```
 pub trait Lock: Sealed + Send + Sync {
     /// Blocks until the calling thread holds the lock.
-    fn acquire(&self) -> Result<()>;
+    fn acquire(&self) -> Result<()> {
+        self.acquire_until(None).map(|_| ())
+    }
 
-    /// Waits up to `timeout`: `false` on timeout, with nothing left behind.
-    fn acquire_timeout(&self, timeout: Duration) -> Result<bool>;
+    /// Waits up to `timeout`: `false` if the lock is not ours by then, with nothing left
+    /// behind. A zero timeout makes one attempt without waiting.
+    #[must_use = "`false` means the lock was NOT acquired"]
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.acquire_until(until(timeout))
+    }
 
-    /// Releases one hold of the calling thread.
-    fn release(&self) -> Result<()>;
+    /// Releases one hold of the calling thread, reporting errors. Bounded by the Client's
+    /// operation timeout (default: its connection timeout); a delete that cannot be done in time
+    /// goes on in the background and the error is returned.
+    fn release(&self) -> Result<()> {
+        self.release_as(Release::Within(None))
+    }
+
+    /// [`release`](Lock::release) bounded by `timeout`.
+    fn release_timeout(&self, timeout: Duration) -> Result<()> {
+        self.release_as(Release::Within(Some(
+            until(timeout).unwrap_or_else(far_future),
+        )))
+    }
+
+    /// Ends every acquisition of this lock object that is waiting now, on any thread: each
+    /// returns [`Error::Cancelled`](crate::Error::Cancelled) promptly, its node deleted.
+    /// Acquisitions that start later are not affected (kazoo's `Lock.cancel()`).
+    fn cancel_waiters(&self) {
+        self.cancel()
+    }
 
     /// The calling thread's fencing token, if it holds the lock.
     fn fencing_token(&self) -> Option<u64>;
@@ -53,16 +119,117 @@ pub trait Lock: Sealed + Send + Sync {
         Ok(LockGuard::new(self))
     }
 
+    /// One attempt, no wait (parking_lot's `try_lock`, Curator's `acquire(0, unit)`): a guard if
+    /// the lock was free, `None` (with our node deleted) if not.
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock(&self) -> Result<Option<LockGuard<'_, Self>>>
+    where
+        Self: Sized,
+    {
+        self.try_lock_for(Duration::ZERO)
+    }
+
     /// [`acquire_timeout`](Lock::acquire_timeout), returning a guard, or `None` on timeout.
+    #[must_use = "`None` means the lock was NOT acquired"]
     fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_, Self>>>
     where
         Self: Sized,
     {
-        Ok(self.acquire_timeout(timeout)?.then(|| LockGuard::new(self)))
+        Ok(self
+            .acquire_until(until(timeout))?
+            .then(|| LockGuard::new(self)))
+    }
+
+    /// Waits until `deadline` at the latest; a guard, or `None` if the lock is not ours by then.
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<'_, Self>>>
+    where
+        Self: Sized,
+    {
+        Ok(self
+            .acquire_until(Some(deadline))?
+            .then(|| LockGuard::new(self)))
     }
 }
 
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+/// Inherent methods that forward to [`Lock`], so that a lock's whole API is usable without
+/// importing the trait.
+macro_rules! forward_lock_api {
+    ($lock:ty) => {
+        impl $lock {
+            /// Blocks until the calling thread holds the lock (see [`Lock`](crate::Lock) for
+            /// the bounds of every acquire).
+            pub fn acquire(&self) -> $crate::Result<()> {
+                $crate::Lock::acquire(self)
+            }
+
+            /// Waits up to `timeout`: `false` if the lock is not ours by then, with this
+            /// attempt's node deleted. A zero timeout makes one attempt without waiting.
+            #[must_use = "`false` means the lock was NOT acquired"]
+            pub fn acquire_timeout(&self, timeout: std::time::Duration) -> $crate::Result<bool> {
+                $crate::Lock::acquire_timeout(self, timeout)
+            }
+
+            /// Releases one hold of the calling thread, reporting errors; bounded by the
+            /// Client's operation timeout (default: its connection timeout).
+            pub fn release(&self) -> $crate::Result<()> {
+                $crate::Lock::release(self)
+            }
+
+            /// [`release`](Self::release) bounded by `timeout`; a delete that cannot be done
+            /// in time goes on in the background and the error is returned.
+            pub fn release_timeout(&self, timeout: std::time::Duration) -> $crate::Result<()> {
+                $crate::Lock::release_timeout(self, timeout)
+            }
+
+            /// Ends every acquisition of this object waiting now, on any thread, with
+            /// [`Error::Cancelled`](crate::Error::Cancelled); their nodes are deleted.
+            pub fn cancel_waiters(&self) {
+                $crate::Lock::cancel_waiters(self)
+            }
+
+            /// [`acquire`](Self::acquire), returning a guard that releases on drop.
+            pub fn lock(&self) -> $crate::Result<$crate::LockGuard<'_, $lock>> {
+                $crate::Lock::lock(self)
+            }
+
+            /// One attempt, no wait: a guard if the lock was free, else `None`.
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock(&self) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
+                $crate::Lock::try_lock(self)
+            }
+
+            /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None`.
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock_for(
+                &self,
+                timeout: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
+                $crate::Lock::try_lock_for(self, timeout)
+            }
+
+            /// Waits until `deadline` at the latest: a guard, or `None`.
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock_until(
+                &self,
+                deadline: std::time::Instant,
+            ) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
+                $crate::Lock::try_lock_until(self, deadline)
+            }
+        }
+    };
+}
+pub(crate) use forward_lock_api;
+
 /// Holds a lock for the calling thread; releases it when dropped.
+///
+/// Dropping the guard returns at once, whatever the state of the connection: the node's delete
+/// goes to the background, which retries until the node is gone. Use
+/// [`release`](LockGuard::release) to wait for the delete and see its errors.
 ///
 /// Not `Send`: zklock's locks are re-entrant per thread, so a hold must be released on the
 /// thread that took it.
@@ -93,10 +260,17 @@ impl<'a, L: Lock> LockGuard<'a, L> {
         }
     }
 
-    /// Releases now, reporting errors (dropping the guard only logs them).
+    /// Releases now, reporting errors (dropping the guard only logs them). Bounded as
+    /// [`Lock::release`].
     pub fn release(mut self) -> Result<()> {
         self.released = true;
         self.lock.release()
+    }
+
+    /// [`release`](Self::release) bounded by `timeout`.
+    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
+        self.released = true;
+        self.lock.release_timeout(timeout)
     }
 
     /// This hold's fencing token.
@@ -113,7 +287,7 @@ impl<'a, L: Lock> LockGuard<'a, L> {
 impl<L: Lock> Drop for LockGuard<'_, L> {
     fn drop(&mut self) {
         if !self.released {
-            if let Err(e) = self.lock.release() {
+            if let Err(e) = self.lock.release_as(Release::Background) {
                 log::warn!("releasing a lock on guard drop: {e}");
             }
         }

@@ -2,16 +2,23 @@
 //!
 //! create our node (protected, parents as containers) → list and sort the children → ask the
 //! driver → if not granted, set a getData watch on the node it names and park this waiter →
-//! re-check when woken (by that watch or a connection-state change). One deadline bounds every
-//! step. Every failure path deletes our node in the background (guaranteed delete).
+//! re-check when woken (by that watch or a connection-state change, or a cancel). The caller's
+//! deadline bounds the *wait*; each ZooKeeper step of the attempt may run past it by the
+//! Client's operation (else connection) timeout, so that a short timeout never misses a free
+//! lock for want of a round trip. Every path that ends without the lock deletes our node in the
+//! background (guaranteed delete).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, Predicate};
+pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
-use crate::client::{create_protected, Call, Claim, NodeSpec, Stat, Store, Waiter, WatchEventKind};
+use crate::client::{
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Signal, Stat, Store,
+    Waiter, WatchEventKind,
+};
 
 /// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
 /// request is the only other write a lock node gets.
@@ -39,6 +46,41 @@ pub(crate) struct LockInternals<S: Store> {
     driver: Arc<dyn LockDriver>,
     leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
+    /// Shared by the attempts in progress; replaced by a fresh one when they are cancelled.
+    cancel: Mutex<Cancel>,
+}
+
+/// Cancels the attempts that share it: ends their I/O waits and wakes their parked waiters.
+#[derive(Clone, Default)]
+struct Cancel {
+    signal: Signal,
+    parked: Arc<Mutex<Vec<Weak<Waiter>>>>,
+}
+
+impl Cancel {
+    fn attach(&self, waiter: &Arc<Waiter>) {
+        let mut parked = self.parked.lock();
+        parked.retain(|w| w.strong_count() > 0);
+        parked.push(Arc::downgrade(waiter));
+    }
+
+    fn cancel(&self) {
+        self.signal.set();
+        let parked: Vec<Arc<Waiter>> = self
+            .parked
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        parked.iter().for_each(|w| w.wake());
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.signal.is_set() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
 }
 
 /// How many contenders may hold at once.
@@ -75,12 +117,14 @@ enum Outcome {
 struct Cleanup<'a, S: Store> {
     store: &'a S,
     path: Option<String>,
+    owner: i64,
 }
 
 impl<S: Store> Drop for Cleanup<'_, S> {
     fn drop(&mut self) {
         if let Some(path) = self.path.take() {
-            self.store.delete_background(&path);
+            self.store
+                .delete_background(Doomed::node(&path, Some(self.owner)));
         }
     }
 }
@@ -107,7 +151,15 @@ impl<S: Store> LockInternals<S> {
             driver,
             leases,
             node_data: Mutex::new(None),
+            cancel: Mutex::new(Cancel::default()),
         })
+    }
+
+    /// Ends every attempt in progress with [`Error::Cancelled`] (their nodes are deleted);
+    /// attempts that start later are not affected.
+    pub(crate) fn cancel_waiters(&self) {
+        let current = std::mem::take(&mut *self.cancel.lock());
+        current.cancel();
     }
 
     pub(crate) fn set_node_data(&self, data: Option<Vec<u8>>) -> Result<()> {
@@ -120,9 +172,16 @@ impl<S: Store> LockInternals<S> {
         Ok(())
     }
 
-    /// Tries to take the lock before `deadline`: `None` on timeout, with our node deleted.
-    pub(crate) fn attempt_lock(&self, deadline: Deadline) -> Result<Option<Acquired>> {
-        let mut call = self.store.new_call(deadline);
+    /// Tries to take the lock, waiting until `wait`: `None` when it is not ours by then, with
+    /// our node deleted. An expired `wait` makes one attempt without waiting (`try_lock`).
+    pub(crate) fn attempt_lock(&self, wait: Deadline) -> Result<Option<Acquired>> {
+        if !wait.expired() && is_watcher_thread() {
+            return Err(Error::OnWatcherThread);
+        }
+        let cancel = self.cancel.lock().clone();
+        let io = wait.or_later(Deadline::after(self.store.io_grace()));
+        let mut call = self.store.new_call(io);
+        call.cancel = Some(cancel.signal.clone());
         loop {
             let (our_path, stat) = match self.create_node(&mut call) {
                 Ok(created) => created,
@@ -132,8 +191,9 @@ impl<S: Store> LockInternals<S> {
             let mut cleanup = Cleanup {
                 store: &self.store,
                 path: Some(our_path.clone()),
+                owner: stat.ephemeral_owner,
             };
-            match self.wait_for_lock(&our_path, &stat, &mut call) {
+            match self.wait_for_lock(&our_path, &stat, &mut call, wait, &cancel) {
                 Ok(Outcome::Granted { token, mark }) => {
                     cleanup.path = None;
                     if mark {
@@ -149,13 +209,19 @@ impl<S: Store> LockInternals<S> {
                 Ok(Outcome::TimedOut) | Err(Error::Timeout) => return Ok(None),
                 Ok(Outcome::Restart) => {
                     log::debug!("lock node {our_path} is gone or stale; trying with a new one");
-                    if call.deadline.expired() {
+                    if wait.expired() {
                         return Ok(None);
                     }
                 }
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Whether a node owned by `owner` can be granted in the session we are in now
+    /// (CURATOR-604). A persistent node (owner 0) belongs to no session.
+    fn in_our_session(&self, owner: i64) -> bool {
+        owner == 0 || self.store.session_id() == Some(owner)
     }
 
     fn current_data(&self) -> Vec<u8> {
@@ -184,7 +250,14 @@ impl<S: Store> LockInternals<S> {
         Ok(children)
     }
 
-    fn wait_for_lock(&self, our_path: &str, stat: &Stat, call: &mut Call) -> Result<Outcome> {
+    fn wait_for_lock(
+        &self,
+        our_path: &str,
+        stat: &Stat,
+        call: &mut Call,
+        wait: Deadline,
+        cancel: &Cancel,
+    ) -> Result<Outcome> {
         let our_name = path::name(our_path);
         let owner = stat.ephemeral_owner;
         // Sequence order is creation order: nodes only ever join behind us.
@@ -200,15 +273,16 @@ impl<S: Store> LockInternals<S> {
         };
         let waiter = Arc::new(Waiter::default());
         let _registration = self.store.register(&waiter);
+        cancel.attach(&waiter);
         'listing: loop {
+            cancel.check()?;
             let mut seen = waiter.epoch();
             let children = match self.sorted_children(call) {
                 Ok(c) => c,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
                 Err(e) => return Err(e),
             };
-            // Grant only to a node of the session we are in now (CURATOR-604).
-            if self.store.session_id() != Some(owner) {
+            if !self.in_our_session(owner) {
                 return Ok(Outcome::Restart);
             }
             // A shared count is read with a watch, so that a change wakes us.
@@ -239,6 +313,7 @@ impl<S: Store> LockInternals<S> {
                     let waiters_behind = children.last().map(String::as_str) != Some(our_name);
                     return granted(marks && waiters_behind);
                 }
+                Ok(Predicate::Watch(_)) if wait.expired() => return Ok(Outcome::TimedOut),
                 Ok(Predicate::Watch(node)) => node,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
                 Err(e) => return Err(e),
@@ -255,16 +330,16 @@ impl<S: Store> LockInternals<S> {
                     continue 'listing;
                 };
                 holds |= marks && is_holder_mark(&wstat, &wdata);
-                if !waiter.wait(seen, call.deadline) {
+                cancel.check()?;
+                if !waiter.wait(seen, wait) {
                     return Ok(Outcome::TimedOut);
                 }
+                cancel.check()?;
                 match waiter.watched_since(seen, &watch_path) {
                     // The holder ahead of us went and nodes only join behind us: the lock is
                     // ours without listing again, so a drain costs O(1) per handoff where
                     // Curator lists the whole queue each time.
-                    Some(WatchEventKind::NodeDeleted)
-                        if holds && self.store.session_id() == Some(owner) =>
-                    {
+                    Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
                         return granted(true)
                     }
                     // It may have marked itself as the holder: look again at it alone.
@@ -289,16 +364,32 @@ impl<S: Store> LockInternals<S> {
             .claim(our_path, &self.current_data(), &others, call)
     }
 
-    /// Deletes our node (guaranteed: if the connection is gone, the error is returned and the
-    /// delete goes on in the background).
-    pub(crate) fn release(&self, our_path: &str) -> Result<()> {
-        let mut call = self.store.new_call(Deadline::NEVER);
-        self.store.delete_guaranteed(our_path, &mut call)
+    /// Deletes a held node of session `owner` as `how` says.
+    pub(crate) fn release(&self, our_path: &str, owner: i64, how: Release) -> Result<()> {
+        match how {
+            Release::Background => {
+                self.store
+                    .delete_background(Doomed::node(our_path, Some(owner)));
+                Ok(())
+            }
+            Release::Within(by) => {
+                let mut call = self.store.new_call(self.bounded(by));
+                self.store.delete_guaranteed(our_path, &mut call)
+            }
+        }
+    }
+
+    /// By `by`, or if `None`, within the Client's operation (else connection) timeout.
+    fn bounded(&self, by: Option<std::time::Instant>) -> Deadline {
+        match by {
+            Some(at) => Deadline::at(at),
+            None => Deadline::after(self.store.io_grace()),
+        }
     }
 
     /// Full paths of this lock name's contenders, the holder(s) first.
     pub(crate) fn participant_nodes(&self) -> Result<Vec<String>> {
-        let mut call = self.store.new_call(Deadline::NEVER);
+        let mut call = self.store.new_call(self.bounded(None));
         match self.sorted_children(&mut call) {
             Ok(c) => Ok(c
                 .iter()

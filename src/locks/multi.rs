@@ -1,11 +1,10 @@
 //! InterProcessMultiLock: all of several locks, or none.
 
-use std::time::Duration;
+use std::time::Instant;
 
-use super::guard::{Lock, LockGuard, Sealed};
-use super::mutex::{deadline_for, InterProcessMutex};
+use super::guard::{forward_lock_api, Lock, Release, Sealed};
+use super::mutex::InterProcessMutex;
 use crate::client::{Client, LockHealth};
-use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
 /// Curator's `InterProcessMultiLock`: acquires every lock of a list, in order, or none.
@@ -56,15 +55,11 @@ impl InterProcessMultiLock {
         Ok(InterProcessMultiLock { locks })
     }
 
-    fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
+    fn acquire_all(&self, until: Option<Instant>) -> Result<bool> {
         let mut held = 0;
         let outcome = (|| {
             for lock in &self.locks {
-                let got = match deadline.remaining() {
-                    None => lock.acquire().map(|_| true),
-                    Some(left) if left.is_zero() => Ok(false),
-                    Some(left) => lock.acquire_timeout(left),
-                };
+                let got = lock.acquire_until(until);
                 if !got? {
                     return Ok(false);
                 }
@@ -74,7 +69,7 @@ impl InterProcessMultiLock {
         })();
         if !matches!(outcome, Ok(true)) {
             for lock in self.locks[..held].iter().rev() {
-                if let Err(e) = lock.release() {
+                if let Err(e) = lock.release_as(Release::Background) {
                     log::warn!("rolling back a multi-lock: {e}");
                 }
             }
@@ -82,49 +77,36 @@ impl InterProcessMultiLock {
         outcome
     }
 
-    /// Blocks until every lock is held.
-    pub fn acquire(&self) -> Result<()> {
-        self.acquire_until(Deadline::NEVER).map(|_| ())
-    }
-
-    /// Waits up to `timeout` (for all locks together): `false` on timeout, with the locks taken
-    /// so far released in reverse order. An error also releases them, then is returned.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.acquire_until(deadline_for(timeout)?)
-    }
-
-    /// Releases every lock in reverse order; reports the first failure after trying them all.
-    pub fn release(&self) -> Result<()> {
+    fn release_all(&self, how: Release) -> Result<()> {
         let mut first = Ok(());
         for lock in self.locks.iter().rev() {
-            if let Err(e) = lock.release() {
+            if let Err(e) = lock.release_as(how) {
                 first = first.and(Err(e));
             }
         }
         first
     }
+}
 
-    /// [`acquire`](Self::acquire), returning a guard.
-    pub fn lock(&self) -> Result<LockGuard<'_, InterProcessMultiLock>> {
-        Lock::lock(self)
+forward_lock_api!(InterProcessMultiLock);
+
+impl Sealed for InterProcessMultiLock {
+    /// One deadline for all the locks; a failure releases those taken, in reverse order.
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        self.acquire_all(until)
+    }
+
+    /// Every lock in reverse order; the first failure is reported after trying them all.
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.release_all(how)
+    }
+
+    fn cancel(&self) {
+        self.locks.iter().for_each(|l| l.cancel_waiters())
     }
 }
 
-impl Sealed for InterProcessMultiLock {}
-
 impl Lock for InterProcessMultiLock {
-    fn acquire(&self) -> Result<()> {
-        InterProcessMultiLock::acquire(self)
-    }
-
-    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        InterProcessMultiLock::acquire_timeout(self, timeout)
-    }
-
-    fn release(&self) -> Result<()> {
-        InterProcessMultiLock::release(self)
-    }
-
     /// The first lock's token.
     fn fencing_token(&self) -> Option<u64> {
         self.locks[0].fencing_token()
@@ -145,6 +127,7 @@ mod tests {
     use super::*;
     use parking_lot::Mutex;
     use std::sync::Arc;
+    use std::time::Duration;
 
     /// Records the timeouts it is given; takes `delay` to acquire; may refuse or fail.
     struct Probe {
@@ -155,21 +138,20 @@ mod tests {
         name: &'static str,
     }
 
-    impl Sealed for Probe {}
-
-    impl Lock for Probe {
-        fn acquire(&self) -> Result<()> {
-            self.log.lock().push(format!("{} acquire", self.name));
-            Ok(())
-        }
-        fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+    impl Sealed for Probe {
+        fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+            let Some(until) = until else {
+                self.log.lock().push(format!("{} acquire", self.name));
+                return Ok(true);
+            };
+            let timeout = until.saturating_duration_since(Instant::now());
             self.log
                 .lock()
                 .push(format!("{} timeout {}", self.name, timeout.as_millis()));
             std::thread::sleep(self.delay.min(timeout));
             Ok(self.grant)
         }
-        fn release(&self) -> Result<()> {
+        fn release_as(&self, _how: Release) -> Result<()> {
             self.log.lock().push(format!("{} release", self.name));
             if self.fail_release {
                 Err(Error::LockLost)
@@ -177,6 +159,10 @@ mod tests {
                 Ok(())
             }
         }
+        fn cancel(&self) {}
+    }
+
+    impl Lock for Probe {
         fn fencing_token(&self) -> Option<u64> {
             None
         }

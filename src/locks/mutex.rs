@@ -1,16 +1,16 @@
 //! InterProcessMutex: Curator's re-entrant, fair distributed mutex.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
 use super::driver::{LockDriver, StandardDriver};
-use super::guard::{Lock, LockGuard, Sealed};
+use super::guard::{forward_lock_api, Lock, LockGuard, Release, Sealed};
 use super::reentrant::Reentrant;
 use crate::client::{Client, LockHealth};
 use crate::deadline::Deadline;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Curator's lock node name for mutexes and leader selectors.
 const LOCK_NAME: &str = "lock-";
@@ -41,9 +41,19 @@ const LOCK_NAME: &str = "lock-";
 /// holders of the path (the czxid of the holder's node): hand it to the resource you protect so
 /// that it can refuse a stale holder.
 ///
+/// # Blocking and Drop
+/// See [`Lock`] for how long each acquire may block. Dropping a [`MutexGuard`] returns at once:
+/// the delete goes to the background. [`release`](InterProcessMutex::release) reports errors
+/// and is bounded by the Client's operation (else connection) timeout;
+/// [`release_timeout`](InterProcessMutex::release_timeout) takes a bound of its own.
+/// [`cancel_waiters`](InterProcessMutex::cancel_waiters) ends the waits of other threads.
+///
 /// # Errors
-/// [`Error::NotOwner`] when a thread releases what it does not hold; [`Error::LockLost`] when a
-/// release finds the lock had been lost; connection errors once the retry policy gives up.
+/// [`Error::NotOwner`](crate::Error::NotOwner) when a thread releases what it does not hold;
+/// [`Error::LockLost`](crate::Error::LockLost) when a release finds the lock had been lost;
+/// [`Error::Cancelled`](crate::Error::Cancelled) for a cancelled wait;
+/// [`Error::OnWatcherThread`](crate::Error::OnWatcherThread) for a wait asked for from a
+/// listener; connection errors once the retry policy gives up.
 ///
 /// # Example
 /// ```no_run
@@ -59,6 +69,9 @@ const LOCK_NAME: &str = "lock-";
 /// }
 /// if mutex.acquire_timeout(Duration::from_secs(5))? { // Curator style
 ///     mutex.release()?;
+/// }
+/// if let Some(guard) = mutex.try_lock()? {             // one attempt, no wait
+///     drop(guard);
 /// }
 /// # Ok(()) }
 /// ```
@@ -79,14 +92,6 @@ impl std::fmt::Debug for InterProcessMutex {
             )
             .finish()
     }
-}
-
-/// Checks a user's timeout: zero is refused (use a positive timeout).
-pub(crate) fn deadline_for(timeout: Duration) -> Result<Deadline> {
-    if timeout.is_zero() {
-        return Err(Error::invalid("acquire timeout must be greater than zero"));
-    }
-    Ok(Deadline::after(timeout))
 }
 
 impl InterProcessMutex {
@@ -115,34 +120,6 @@ impl InterProcessMutex {
     /// data, the host's address).
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.core.internals.set_node_data(Some(data.to_vec()))
-    }
-
-    /// Blocks until this thread holds the lock.
-    pub fn acquire(&self) -> Result<()> {
-        self.core.acquire_until(Deadline::NEVER).map(|_| ())
-    }
-
-    /// Waits up to `timeout` for the lock: `false` on timeout, with this attempt's node deleted.
-    /// The timeout bounds every ZooKeeper step, not only the wait.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.core.acquire_until(deadline_for(timeout)?)
-    }
-
-    /// Releases one hold of the calling thread; the node is deleted at the outermost release.
-    /// [`Error::NotOwner`] if this thread does not hold the lock; [`Error::LockLost`] (after
-    /// deleting our node) if the lock had been lost meanwhile.
-    pub fn release(&self) -> Result<()> {
-        self.core.release()
-    }
-
-    /// [`acquire`](Self::acquire), returning a guard that releases on drop.
-    pub fn lock(&self) -> Result<MutexGuard<'_>> {
-        Lock::lock(self)
-    }
-
-    /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None` on timeout.
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<'_>>> {
-        Lock::try_lock_for(self, timeout)
     }
 
     /// Whether any thread of this process holds the lock through this object.
@@ -195,21 +172,23 @@ impl InterProcessMutex {
     }
 }
 
-impl Sealed for InterProcessMutex {}
+forward_lock_api!(InterProcessMutex);
+
+impl Sealed for InterProcessMutex {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        self.core.acquire_until(Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.core.release(how)
+    }
+
+    fn cancel(&self) {
+        self.core.cancel_waiters()
+    }
+}
 
 impl Lock for InterProcessMutex {
-    fn acquire(&self) -> Result<()> {
-        InterProcessMutex::acquire(self)
-    }
-
-    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        InterProcessMutex::acquire_timeout(self, timeout)
-    }
-
-    fn release(&self) -> Result<()> {
-        InterProcessMutex::release(self)
-    }
-
     fn fencing_token(&self) -> Option<u64> {
         InterProcessMutex::fencing_token(self)
     }

@@ -3,14 +3,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
-use std::time::Duration;
+use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
-use super::guard::{Lock, LockGuard, Sealed};
-use super::mutex::deadline_for;
+use super::guard::{forward_lock_api, Lock, Release, Sealed};
 use super::reentrant::{Detached, Holding, Reentrant};
 use crate::client::{Client, CreateMode, LockHealth};
 use crate::deadline::Deadline;
@@ -100,7 +99,7 @@ impl Drop for Inner {
             .filter_map(|(_, d)| d.kept)
             .collect();
         for holding in kept {
-            let _ = self.write.finish(holding);
+            let _ = self.write.finish(holding, Release::Background);
         }
     }
 }
@@ -247,18 +246,8 @@ impl ReadLock {
         self.inner.read.acquire_until(deadline)
     }
 
-    /// Blocks until this thread holds a read lock.
-    pub fn acquire(&self) -> Result<()> {
-        self.acquire_until(Deadline::NEVER).map(|_| ())
-    }
-
-    /// Waits up to `timeout`: `false` on timeout, with this attempt's node deleted.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.acquire_until(deadline_for(timeout)?)
-    }
-
     /// Releases one read hold of the calling thread.
-    pub fn release(&self) -> Result<()> {
+    fn release_read(&self, how: Release) -> Result<()> {
         let me = thread::current().id();
         let kept = {
             let mut downgrades = self.inner.downgrades.lock();
@@ -272,20 +261,10 @@ impl ReadLock {
             }
         };
         match kept {
-            None => self.inner.read.release(),
+            None => self.inner.read.release(how),
             Some(None) => Ok(()),
-            Some(Some(write_node)) => self.inner.write.finish(write_node),
+            Some(Some(write_node)) => self.inner.write.finish(write_node, how),
         }
-    }
-
-    /// [`acquire`](Self::acquire), returning a guard.
-    pub fn lock(&self) -> Result<LockGuard<'_, ReadLock>> {
-        Lock::lock(self)
-    }
-
-    /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None` on timeout.
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_, ReadLock>>> {
-        Lock::try_lock_for(self, timeout)
     }
 
     /// Whether the calling thread holds a read lock (its own node, or a downgrade).
@@ -341,19 +320,9 @@ impl WriteLock {
         self.inner.write.acquire_until(deadline)
     }
 
-    /// Blocks until this thread holds the write lock.
-    pub fn acquire(&self) -> Result<()> {
-        self.acquire_until(Deadline::NEVER).map(|_| ())
-    }
-
-    /// Waits up to `timeout`: `false` on timeout, with this attempt's node deleted.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.acquire_until(deadline_for(timeout)?)
-    }
-
     /// Releases one write hold of the calling thread. If the thread took read holds while
     /// writing, its node stays (keeping its place) until the last of them is released.
-    pub fn release(&self) -> Result<()> {
+    fn release_write(&self, how: Release) -> Result<()> {
         match self.inner.write.detach()? {
             Detached::StillHeld => Ok(()),
             Detached::Released(holding) => {
@@ -364,19 +333,9 @@ impl WriteLock {
                     return Ok(());
                 }
                 drop(downgrades);
-                self.inner.write.finish(holding)
+                self.inner.write.finish(holding, how)
             }
         }
-    }
-
-    /// [`acquire`](Self::acquire), returning a guard.
-    pub fn lock(&self) -> Result<LockGuard<'_, WriteLock>> {
-        Lock::lock(self)
-    }
-
-    /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None` on timeout.
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_, WriteLock>>> {
-        Lock::try_lock_for(self, timeout)
     }
 
     /// Whether the calling thread holds the write lock.
@@ -406,22 +365,38 @@ impl WriteLock {
     }
 }
 
-impl Sealed for ReadLock {}
-impl Sealed for WriteLock {}
+forward_lock_api!(ReadLock);
+forward_lock_api!(WriteLock);
+
+impl Sealed for ReadLock {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        ReadLock::acquire_until(self, Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.release_read(how)
+    }
+
+    fn cancel(&self) {
+        self.inner.read.cancel_waiters()
+    }
+}
+
+impl Sealed for WriteLock {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        WriteLock::acquire_until(self, Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.release_write(how)
+    }
+
+    fn cancel(&self) {
+        self.inner.write.cancel_waiters()
+    }
+}
 
 impl Lock for ReadLock {
-    fn acquire(&self) -> Result<()> {
-        ReadLock::acquire(self)
-    }
-
-    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        ReadLock::acquire_timeout(self, timeout)
-    }
-
-    fn release(&self) -> Result<()> {
-        ReadLock::release(self)
-    }
-
     /// The czxid of the reader's node (readers share: not unique among concurrent readers).
     fn fencing_token(&self) -> Option<u64> {
         self.inner
@@ -441,18 +416,6 @@ impl Lock for ReadLock {
 }
 
 impl Lock for WriteLock {
-    fn acquire(&self) -> Result<()> {
-        WriteLock::acquire(self)
-    }
-
-    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        WriteLock::acquire_timeout(self, timeout)
-    }
-
-    fn release(&self) -> Result<()> {
-        WriteLock::release(self)
-    }
-
     fn fencing_token(&self) -> Option<u64> {
         self.inner.write.fencing_token()
     }

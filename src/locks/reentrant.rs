@@ -9,8 +9,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::driver::LockDriver;
-use super::internals::{Acquired, Leases, LockInternals};
-use crate::client::{Client, KeeperGuard, LockHealth};
+use super::internals::{Acquired, Leases, LockInternals, Release};
+use crate::client::{Client, KeeperGuard, Listeners, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
@@ -27,18 +27,18 @@ type RevokeListener = Arc<dyn Fn() + Send + Sync>;
 /// One thread's hold of the lock node.
 pub(crate) struct Holding {
     pub(crate) path: String,
+    /// The session the node belongs to (0: a persistent node).
+    session: i64,
     count: u32,
     token: u64,
     health: Arc<Mutex<LockHealth>>,
     keeper: Option<KeeperGuard>,
 }
 
-type HealthCallback = Box<dyn FnMut(LockHealth) + Send>;
-
 #[derive(Default)]
 struct Subscribers {
     channels: Mutex<Vec<Sender<LockHealth>>>,
-    callbacks: Arc<Mutex<Vec<HealthCallback>>>,
+    callbacks: Arc<Listeners<LockHealth>>,
 }
 
 /// What one release did.
@@ -114,11 +114,7 @@ impl Reentrant {
                 }
                 subs.channels.lock().retain(|tx| tx.send(new).is_ok());
                 let callbacks = subs.callbacks.clone();
-                client.on_watcher_thread(move || {
-                    for f in callbacks.lock().iter_mut() {
-                        f(new);
-                    }
-                });
+                client.on_watcher_thread(move || callbacks.call(u64::MAX, new));
             }
         };
         let on_revoke = self.revocable.lock().clone().map(|listener| {
@@ -136,6 +132,7 @@ impl Reentrant {
         );
         Holding {
             path: acquired.path,
+            session: acquired.session,
             count: 1,
             token: acquired.token,
             health,
@@ -155,22 +152,27 @@ impl Reentrant {
         Ok(Detached::Released(holders.remove(&me).expect("present")))
     }
 
-    /// Deletes a released hold's node; [`Error::LockLost`] if the hold had been lost.
-    pub(crate) fn finish(&self, mut holding: Holding) -> Result<()> {
+    /// Deletes a released hold's node as `how` says; [`Error::LockLost`] if the hold had been
+    /// lost.
+    pub(crate) fn finish(&self, mut holding: Holding, how: Release) -> Result<()> {
         let lost = *holding.health.lock() == LockHealth::Lost;
         holding.keeper.take();
-        let deleted = self.internals.release(&holding.path);
+        let deleted = self.internals.release(&holding.path, holding.session, how);
         if lost {
             return Err(Error::LockLost);
         }
         deleted
     }
 
-    pub(crate) fn release(&self) -> Result<()> {
+    pub(crate) fn release(&self, how: Release) -> Result<()> {
         match self.detach()? {
             Detached::StillHeld => Ok(()),
-            Detached::Released(holding) => self.finish(holding),
+            Detached::Released(holding) => self.finish(holding, how),
         }
+    }
+
+    pub(crate) fn cancel_waiters(&self) {
+        self.internals.cancel_waiters();
     }
 
     pub(crate) fn is_acquired_in_this_process(&self) -> bool {
@@ -208,7 +210,7 @@ impl Reentrant {
     }
 
     pub(crate) fn on_health(&self, f: impl FnMut(LockHealth) + Send + 'static) {
-        self.subscribers.callbacks.lock().push(Box::new(f));
+        self.subscribers.callbacks.add(0, Box::new(f));
     }
 }
 
@@ -226,7 +228,7 @@ impl Drop for Reentrant {
     fn drop(&mut self) {
         let holdings: Vec<Holding> = self.holders.lock().drain().map(|(_, h)| h).collect();
         for holding in holdings {
-            let _ = self.finish(holding);
+            let _ = self.finish(holding, Release::Background);
         }
     }
 }

@@ -7,15 +7,14 @@
 //! waiting means only the head acquirer waits on the leases.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode, StandardDriver};
-use super::guard::{Lock, LockGuard, Sealed};
+use super::guard::{forward_lock_api, Lock, Release, Sealed};
 use super::internals::{shared_count, Leases, LockInternals};
-use super::mutex::deadline_for;
-use crate::client::{Client, CreateMode, KeeperGuard, LockHealth};
+use crate::client::{Client, CreateMode, Doomed, KeeperGuard, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::path;
@@ -129,9 +128,24 @@ impl InterProcessSemaphoreV2 {
         Ok(self.acquire_one(Deadline::NEVER)?.expect("no deadline"))
     }
 
-    /// Waits up to `timeout` for a lease; `None` on timeout, with nothing left behind.
+    /// Waits up to `timeout` for a lease; `None` on timeout, with nothing left behind. A zero
+    /// timeout makes one attempt without waiting. Bounds as for [`Lock`]'s timed acquires.
+    #[must_use = "`None` means no lease was acquired"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
-        self.acquire_one(deadline_for(timeout)?)
+        self.acquire_one(Deadline::after(timeout))
+    }
+
+    /// One attempt, no wait: a lease if one is free now, else `None`.
+    #[must_use = "`None` means no lease was acquired"]
+    pub fn try_acquire(&self) -> Result<Option<Lease>> {
+        self.acquire_one(Deadline::after(Duration::ZERO))
+    }
+
+    /// Ends every acquisition of this object waiting now, on any thread, with
+    /// [`Error::Cancelled`]; nothing is left behind.
+    pub fn cancel_waiters(&self) {
+        self.lock.cancel_waiters();
+        self.leases.cancel_waiters();
     }
 
     /// Blocks until `n` leases are held.
@@ -143,8 +157,9 @@ impl InterProcessSemaphoreV2 {
     /// given back. The timeout covers all `n`. The acquirer keeps its place at the head of the
     /// queue until it has all `n`, so concurrent multi-lease acquirers cannot deadlock (Curator
     /// takes them one queue turn at a time and can).
+    #[must_use = "`None` means no lease was acquired"]
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
-        self.acquire_n(n, deadline_for(timeout)?)
+        self.acquire_n(n, Deadline::after(timeout))
     }
 
     fn acquire_n(&self, n: u32, deadline: Deadline) -> Result<Option<Vec<Lease>>> {
@@ -174,7 +189,10 @@ impl InterProcessSemaphoreV2 {
                 }
             }
         }
-        if let Err(e) = self.lock.release(&lock.path) {
+        if let Err(e) = self
+            .lock
+            .release(&lock.path, lock.session, Release::Within(None))
+        {
             log::debug!("releasing the semaphore's internal lock: {e}");
         }
         // On timeout or error, dropping what was taken gives it back.
@@ -206,6 +224,7 @@ impl InterProcessSemaphoreV2 {
         Ok(Some(Lease {
             client: self.client.clone(),
             path: acquired.path,
+            session: acquired.session,
             token: acquired.token,
             health,
             keeper: Some(keeper),
@@ -247,7 +266,8 @@ impl InterProcessSemaphoreV2 {
 }
 
 /// A lease of an [`InterProcessSemaphoreV2`]: its node is deleted when the lease is returned or
-/// dropped. May be moved to and returned from any thread.
+/// dropped. May be moved to and returned from any thread. Dropping it returns at once (the
+/// delete goes to the background); [`return_lease`](Lease::return_lease) waits and reports.
 ///
 /// # Example
 /// ```no_run
@@ -263,6 +283,7 @@ impl InterProcessSemaphoreV2 {
 pub struct Lease {
     client: Client,
     path: String,
+    session: i64,
     token: u64,
     health: Arc<Mutex<LockHealth>>,
     keeper: Option<KeeperGuard>,
@@ -296,16 +317,37 @@ impl Lease {
         *self.health.lock()
     }
 
-    /// Returns the lease now, reporting errors ([`Error::LockLost`] if it had been lost).
+    /// Returns the lease now, reporting errors ([`Error::LockLost`] if it had been lost);
+    /// bounded by the Client's operation timeout (default: its connection timeout).
     pub fn return_lease(mut self) -> Result<()> {
-        self.return_inner()
+        self.return_as(Release::Within(None))
     }
 
-    fn return_inner(&mut self) -> Result<()> {
+    /// [`return_lease`](Self::return_lease) bounded by `timeout`; a delete that cannot be done
+    /// in time goes on in the background and the error is returned.
+    pub fn return_lease_timeout(mut self, timeout: Duration) -> Result<()> {
+        self.return_as(Release::Within(Instant::now().checked_add(timeout)))
+    }
+
+    fn return_as(&mut self, how: Release) -> Result<()> {
         self.returned = true;
         self.keeper.take();
         let lost = self.health() == LockHealth::Lost;
-        let deleted = self.client.delete_guaranteed(&self.path);
+        let deleted = match how {
+            Release::Background => {
+                let doomed = Doomed::node(&self.path, Some(self.session));
+                self.client.delete_in_background(doomed);
+                Ok(())
+            }
+            Release::Within(by) => {
+                let deadline = match by {
+                    Some(at) => Deadline::at(at),
+                    None => Deadline::after(self.client.io_grace()),
+                };
+                let mut call = self.client.new_call(deadline);
+                self.client.delete_guaranteed_in(&self.path, &mut call)
+            }
+        };
         if lost {
             return Err(Error::LockLost);
         }
@@ -316,7 +358,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if !self.returned {
-            if let Err(e) = self.return_inner() {
+            if let Err(e) = self.return_as(Release::Background) {
                 log::warn!("returning lease {} on drop: {e}", self.path);
             }
         }
@@ -369,38 +411,6 @@ impl InterProcessSemaphoreMutex {
         }
     }
 
-    /// Blocks until acquired (also if this object already holds it: not re-entrant).
-    pub fn acquire(&self) -> Result<()> {
-        let lease = self.semaphore.acquire()?;
-        self.take(Some(lease));
-        Ok(())
-    }
-
-    /// Waits up to `timeout`: `false` on timeout.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        let lease = self.semaphore.acquire_timeout(timeout)?;
-        Ok(self.take(lease))
-    }
-
-    /// Releases, from any thread; [`Error::NotAcquired`] if not held.
-    pub fn release(&self) -> Result<()> {
-        let lease = self.lease.lock().take().ok_or(Error::NotAcquired)?;
-        lease.return_lease()
-    }
-
-    /// [`acquire`](Self::acquire), returning a guard.
-    pub fn lock(&self) -> Result<LockGuard<'_, InterProcessSemaphoreMutex>> {
-        Lock::lock(self)
-    }
-
-    /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None` on timeout.
-    pub fn try_lock_for(
-        &self,
-        timeout: Duration,
-    ) -> Result<Option<LockGuard<'_, InterProcessSemaphoreMutex>>> {
-        Lock::try_lock_for(self, timeout)
-    }
-
     /// Whether this object holds the lock.
     pub fn is_acquired_in_this_process(&self) -> bool {
         self.lease.lock().is_some()
@@ -412,21 +422,27 @@ impl InterProcessSemaphoreMutex {
     }
 }
 
-impl Sealed for InterProcessSemaphoreMutex {}
+forward_lock_api!(InterProcessSemaphoreMutex);
+
+impl Sealed for InterProcessSemaphoreMutex {
+    /// Not re-entrant: also waits if this object already holds it.
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        let lease = self.semaphore.acquire_one(Deadline::until(until))?;
+        Ok(self.take(lease))
+    }
+
+    /// From any thread; [`Error::NotAcquired`] if not held.
+    fn release_as(&self, how: Release) -> Result<()> {
+        let mut lease = self.lease.lock().take().ok_or(Error::NotAcquired)?;
+        lease.return_as(how)
+    }
+
+    fn cancel(&self) {
+        self.semaphore.cancel_waiters()
+    }
+}
 
 impl Lock for InterProcessSemaphoreMutex {
-    fn acquire(&self) -> Result<()> {
-        InterProcessSemaphoreMutex::acquire(self)
-    }
-
-    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        InterProcessSemaphoreMutex::acquire_timeout(self, timeout)
-    }
-
-    fn release(&self) -> Result<()> {
-        InterProcessSemaphoreMutex::release(self)
-    }
-
     fn fencing_token(&self) -> Option<u64> {
         self.lease.lock().as_ref().map(Lease::fencing_token)
     }

@@ -9,7 +9,8 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::client::{
-    Claim, CreateMode, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard, Watched,
+    Claim, CreateMode, Doomed, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard,
+    Watched,
 };
 use crate::locks::driver::{StandardDriver, UnfairDriver};
 use crate::retry::{RetryBudget, RetryNTimes};
@@ -46,6 +47,8 @@ struct State {
 struct Fake {
     state: Arc<Mutex<State>>,
     registry: Arc<Registry>,
+    /// What the Client's operation timeout would be.
+    grace: Duration,
 }
 
 impl Fake {
@@ -57,6 +60,7 @@ impl Fake {
         Fake {
             state: Arc::new(Mutex::new(state)),
             registry: Arc::new(Registry::default()),
+            grace: Duration::from_secs(5),
         }
     }
 
@@ -159,7 +163,12 @@ impl Store for Fake {
         Call {
             deadline,
             budget: RetryBudget::new(policy),
+            cancel: None,
         }
+    }
+
+    fn io_grace(&self) -> Duration {
+        self.grace
     }
 
     fn create_once(&self, spec: &NodeSpec<'_>, _call: &mut Call) -> Result<(String, Stat)> {
@@ -205,6 +214,9 @@ impl Store for Fake {
     }
 
     fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        if call.deadline.expired() {
+            return Err(Error::Timeout);
+        }
         call.budget.next_sleep().map(|_| ()).ok_or(err)
     }
 
@@ -294,8 +306,19 @@ impl Store for Fake {
         }
     }
 
-    fn delete_background(&self, path: &str) {
-        self.remove(path);
+    fn delete_background(&self, doomed: Doomed) {
+        match doomed {
+            Doomed::Node { path, .. } => self.remove(&path),
+            Doomed::Protected { parent, prefix } => {
+                let found = self
+                    .children_of(&parent)
+                    .into_iter()
+                    .find(|p| path::name(p).starts_with(&prefix));
+                if let Some(p) = found {
+                    self.remove(&p);
+                }
+            }
+        }
     }
 
     fn delete_guaranteed(&self, path: &str, _call: &mut Call) -> Result<()> {
@@ -364,7 +387,8 @@ fn uncontended_lock_uses_a_protected_sequential_node_and_the_czxid_as_token() {
         "{name}"
     );
     assert_eq!(got.token, fake.state.lock().nodes[&got.path].czxid as u64);
-    l.release(&got.path).unwrap();
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
     assert!(fake.children_of(DIR).is_empty());
 }
 
@@ -451,7 +475,8 @@ fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
             tx.send(i).unwrap();
             // Held for longer than the follower needs to see the holder's mark.
             thread::sleep(Duration::from_millis(20));
-            l.release(&got.path).unwrap();
+            l.release(&got.path, got.session, Release::Within(None))
+                .unwrap();
         }));
         wait_children(&fake, i + 2);
         wait_watches(&fake, i + 1);
@@ -615,7 +640,8 @@ fn unfair_tokens_come_from_a_write_at_grant_time() {
     let node = fake.state.lock().nodes[&a.path];
     assert_eq!(node.ephemeral_owner, 1);
     assert!(a.token > node.czxid as u64 - 1 && a.token == node.mzxid as u64);
-    l.release(&a.path).unwrap();
+    l.release(&a.path, a.session, Release::Within(None))
+        .unwrap();
     let b = l.attempt_lock(forever()).unwrap().unwrap();
     assert!(b.token > a.token);
     let _ = CreateMode::Ephemeral;
@@ -647,7 +673,9 @@ fn the_driver_alone_decides_order_and_leases() {
         newest_first.participant_nodes().unwrap(),
         [got.path.clone(), older.clone()]
     );
-    newest_first.release(&got.path).unwrap();
+    newest_first
+        .release(&got.path, got.session, Release::Within(None))
+        .unwrap();
 
     // Two leases: two holders at once, the third waits.
     let two = LockInternals::new(
@@ -666,5 +694,110 @@ fn the_driver_alone_decides_order_and_leases() {
     );
     fake.remove(&older);
     assert!(two.attempt_lock(forever()).unwrap().is_some());
-    two.release(&second.path).unwrap();
+    two.release(&second.path, second.session, Release::Within(None))
+        .unwrap();
+}
+
+/// A driver whose lock nodes outlive sessions (Curator's `testPersistentLock`).
+struct PersistentDriver;
+
+impl LockDriver for PersistentDriver {
+    fn create_lock_node(&self, lock_name: &str) -> crate::locks::LockNode {
+        crate::locks::LockNode::new(lock_name, CreateMode::PersistentSequential)
+    }
+
+    fn sorts_by_creation(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_persistent_lock_node_is_granted_and_survives_a_session_change() {
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(PersistentDriver)));
+    // Before: the node's owner (0) never matched the session and the attempt restarted
+    // forever (120,708 creates in 2 s).
+    let got = l.attempt_lock(forever()).unwrap().expect("granted");
+    assert_eq!(got.session, 0);
+    assert_eq!(fake.calls(Op::Create), 1);
+    let waiter = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    fake.new_session();
+    assert_eq!(
+        fake.children_of(DIR).len(),
+        2,
+        "persistent nodes outlive the session"
+    );
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+    let next = waiter.join().unwrap().unwrap().expect("the waiter is next");
+    assert_eq!(fake.children_of(DIR), [next.path]);
+}
+
+#[test]
+fn a_lost_create_reply_then_a_timeout_leaves_no_node() {
+    let fake = Fake {
+        grace: Duration::ZERO,
+        ..Fake::new()
+    };
+    fake.fail(Op::Create, Fault::LostReply);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // The server made the node, the reply was lost, and the deadline ran out before the retry
+    // could find it by its protection id: it must still go.
+    let got = l.attempt_lock(Deadline::after(Duration::ZERO)).unwrap();
+    assert_eq!(got, None);
+    assert_eq!(fake.calls(Op::Create), 1);
+    assert_eq!(fake.children_of(DIR), Vec::<String>::new(), "orphaned node");
+}
+
+#[test]
+fn a_lost_create_reply_then_a_spent_budget_leaves_no_node() {
+    let fake = Fake::new();
+    fake.fail(Op::Create, Fault::LostReply);
+    for _ in 0..20 {
+        fake.fail(Op::Children, Fault::ConnectionLoss);
+    }
+    let l = lock(&fake, Arc::new(StandardDriver));
+    assert_eq!(l.attempt_lock(forever()), Err(Error::ConnectionLoss));
+    assert_eq!(fake.children_of(DIR), Vec::<String>::new(), "orphaned node");
+}
+
+#[test]
+fn try_makes_one_attempt_without_a_watch() {
+    let fake = Fake {
+        grace: Duration::ZERO,
+        ..Fake::new()
+    };
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // A free lock is granted even though the wait is zero and the round trips are not free.
+    let got = l.attempt_lock(Deadline::after(Duration::ZERO)).unwrap();
+    let got = got.expect("a free lock is granted to a zero wait");
+    let other = lock(&fake, Arc::new(StandardDriver));
+    assert_eq!(
+        other.attempt_lock(Deadline::after(Duration::ZERO)),
+        Ok(None)
+    );
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&got.path));
+    assert_eq!(fake.calls(Op::Watch), 0, "a try never watches");
+    assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn cancel_ends_a_parked_waiter_and_deletes_its_node() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let waiters: Vec<_> = (0..2).map(|_| spawn_attempt(&l)).collect();
+    wait_watches(&fake, 2);
+    l.cancel_waiters();
+    for w in waiters {
+        assert_eq!(w.join().unwrap(), Err(Error::Cancelled));
+    }
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
+    assert_eq!(fake.live_watches(), 0);
+    // Later attempts are not cancelled.
+    let later = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    fake.remove(&holder);
+    assert!(later.join().unwrap().unwrap().is_some());
 }
