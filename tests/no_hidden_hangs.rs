@@ -234,3 +234,44 @@ fn cancel_waiters_ends_a_blocked_acquire_and_deletes_its_node() {
     assert!(waiting.acquire_timeout(patience()).unwrap());
     waiting.release().unwrap();
 }
+
+/// A create sent just before the server froze is applied when it thaws, long after the attempt
+/// that sent it gave up: that node must still be found and deleted (issue 9, item 9).
+#[test]
+fn a_create_applied_after_its_attempt_gave_up_leaves_no_node() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let path = "/locks/late-create";
+    let holder = client(&server.connect_string(), Duration::from_secs(30));
+    let held = InterProcessMutex::new(&holder, path).unwrap();
+    held.acquire().unwrap();
+    // The attempt's round trips are bounded by the operation timeout, not the connection's.
+    let waiter = Client::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(30))
+        .operation_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    let mutex = InterProcessMutex::new(&waiter, path).unwrap();
+    // Parents exist: the attempt's first request is its create.
+    assert!(mutex.try_lock().unwrap().is_none());
+
+    server.pause().unwrap();
+    let attempt = returns("an attempt against a frozen server", move || {
+        let r = mutex
+            .try_lock_for(Duration::from_millis(300))
+            .map(|g| g.is_some());
+        (r, mutex)
+    });
+    assert_ne!(attempt.0, Ok(true), "acquired a held lock");
+    thread::sleep(Duration::from_secs(2));
+    server.resume().unwrap();
+
+    wait_for("only the holder's node under the lock", || {
+        nodes(&holder, path) == Some(1)
+    });
+    held.release().unwrap();
+    wait_for("the lock path to be empty", || {
+        nodes(&holder, path) == Some(0)
+    });
+    drop(attempt);
+}

@@ -21,10 +21,6 @@ const LOCK: &str = "/locks/stuck";
 /// Contenders connected to the leader when it freezes, and to the other members.
 const ON_LEADER: usize = 2;
 const ELSEWHERE: usize = 2;
-const SESSION: Duration = Duration::from_secs(10);
-/// Longer than the time the two other members take to elect a new leader, shorter than the
-/// session timeout plus that election: sessions survive on the new leader.
-const FREEZE: Duration = Duration::from_secs(10);
 const ATTEMPT: Duration = Duration::from_millis(500);
 const HOLD: Duration = Duration::from_millis(5);
 
@@ -70,9 +66,9 @@ impl Log {
     }
 }
 
-fn contender(connect: &str) -> Client {
+fn contender(connect: &str, session: Duration) -> Client {
     Client::builder(connect)
-        .session_timeout(SESSION)
+        .session_timeout(session)
         .connection_timeout(Duration::from_secs(5))
         .connect()
         .expect("connect")
@@ -89,14 +85,14 @@ fn serves(cluster: &TestingCluster, member: usize, session: i64) -> bool {
 
 /// Contenders on the whole ensemble's connect string, `ON_LEADER` of them (by luck of the
 /// draw) connected to `leader` and `ELSEWHERE` to the other members, as any deployment has.
-fn place_contenders(cluster: &TestingCluster, leader: usize) -> Vec<Client> {
+fn place_contenders(cluster: &TestingCluster, leader: usize, session: Duration) -> Vec<Client> {
     let connect = cluster.connect_string();
     let (mut on_leader, mut elsewhere) = (Vec::new(), Vec::new());
     for _ in 0..40 {
         if on_leader.len() == ON_LEADER && elsewhere.len() == ELSEWHERE {
             break;
         }
-        let client = contender(&connect);
+        let client = contender(&connect, session);
         let session = client.session_id().expect("a session");
         let (bucket, room) = if serves(cluster, leader, session) {
             (&mut on_leader, ON_LEADER)
@@ -278,12 +274,27 @@ fn summarise(log: &Log, freeze: Instant, resume: Instant) {
     }
 }
 
+/// Sessions of the contenders on the frozen leader survive: the freeze is longer than the two
+/// other members take to elect a new leader, shorter than the session timeout plus that election.
 #[test]
 fn lock_is_taken_again_and_left_clean_after_the_leader_is_frozen_and_thawed() {
+    freeze_the_leader(Duration::from_secs(10), Duration::from_secs(10));
+}
+
+fn freeze_the_leader(session: Duration, freeze_for: Duration) {
     init_logging();
     let cluster = TestingCluster::start(3).unwrap();
     let leader = cluster.wait_for_leader(patience()).unwrap();
-    let clients = place_contenders(&cluster, leader);
+    let clients = place_contenders(&cluster, leader, session);
+    let lost = Arc::new(AtomicU64::new(0));
+    for c in &clients {
+        let lost = lost.clone();
+        c.on_connection_state(move |s| {
+            if s == zklock::ConnectionState::Lost {
+                lost.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
     let mut sessions = Sessions::default();
     sessions.sample(&clients);
 
@@ -301,7 +312,7 @@ fn lock_is_taken_again_and_left_clean_after_the_leader_is_frozen_and_thawed() {
 
     let freeze = Instant::now();
     cluster.pause(leader).unwrap();
-    while freeze.elapsed() < FREEZE {
+    while freeze.elapsed() < freeze_for {
         sessions.sample(&clients);
         thread::sleep(Duration::from_millis(100));
     }
@@ -309,7 +320,7 @@ fn lock_is_taken_again_and_left_clean_after_the_leader_is_frozen_and_thawed() {
     let resume = Instant::now();
 
     // (a) Somebody takes the lock again, and keeps taking it.
-    let bound = SESSION + Duration::from_secs(20) * timing();
+    let bound = session + Duration::from_secs(20) * timing();
     let (mut first, mut flowing) = (None, None);
     while resume.elapsed() < bound && flowing.is_none() {
         sessions.sample(&clients);
@@ -336,7 +347,11 @@ fn lock_is_taken_again_and_left_clean_after_the_leader_is_frozen_and_thawed() {
     }
     sessions.sample(&clients);
     summarise(&log, freeze, resume);
-    eprintln!("sessions seen per client: {:x?}", sessions.0);
+    eprintln!(
+        "sessions seen per client: {:x?}; {} Lost reported",
+        sessions.0,
+        lost.load(Ordering::Relaxed)
+    );
     let (trusted, other) = overlaps(&log.holds.lock().unwrap());
     eprintln!("overlapping holds: {trusted} while Held, {other} with a lost or suspended hold");
 
@@ -358,7 +373,7 @@ fn lock_is_taken_again_and_left_clean_after_the_leader_is_frozen_and_thawed() {
 
     // (b) Every contender released: nothing is left under the lock while the Clients are open.
     let stopped = Instant::now();
-    let bound = SESSION + Duration::from_secs(30) * timing();
+    let bound = session + Duration::from_secs(30) * timing();
     let mut clean = None;
     while stopped.elapsed() < bound {
         // A reaped container parent is empty too.

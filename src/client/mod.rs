@@ -174,6 +174,10 @@ impl Client {
         &self.inner.shared
     }
 
+    fn shared_arc(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
     /// Deletes `doomed` in the background, through whatever session is current, until it is
     /// gone or the Client closes. Returns at once.
     pub(crate) fn delete_in_background(&self, doomed: Doomed) {
@@ -653,6 +657,7 @@ impl<'a> Create<'a> {
             mode: self.mode,
             acl: self.acl.as_deref(),
             parents: self.parents,
+            protected: false,
         };
         spec.validate()?;
         if self.protected {

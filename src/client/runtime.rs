@@ -53,6 +53,85 @@ impl Signal {
     }
 }
 
+/// A value on its way from a background task to a waiter that may stop waiting. The waiter
+/// gets it from [`Handoff::recv`]; a value nobody received (the waiter's future was dropped
+/// first, on a deadline or a cancel) goes to the `orphan` callback instead, so that what it
+/// stands for (a node the server made) is not lost.
+pub(crate) struct Handoff<T>(Arc<Mutex<HandoffState<T>>>, Signal);
+
+type Orphan<T> = Box<dyn FnOnce(T) + Send>;
+
+struct HandoffState<T> {
+    value: Option<T>,
+    abandoned: bool,
+    orphan: Option<Orphan<T>>,
+}
+
+/// The waiting side of a [`Handoff`].
+pub(crate) struct Receiver<T: Send + 'static>(Arc<Mutex<HandoffState<T>>>, Signal);
+
+impl<T: Send + 'static> Handoff<T> {
+    pub(crate) fn new(orphan: impl FnOnce(T) + Send + 'static) -> (Handoff<T>, Receiver<T>) {
+        let state = Arc::new(Mutex::new(HandoffState {
+            value: None,
+            abandoned: false,
+            orphan: Some(Box::new(orphan)),
+        }));
+        let signal = Signal::default();
+        (
+            Handoff(state.clone(), signal.clone()),
+            Receiver(state, signal),
+        )
+    }
+
+    pub(crate) fn send(self, value: T) {
+        let orphan = {
+            let mut s = self.0.lock();
+            if s.abandoned {
+                s.orphan.take()
+            } else {
+                s.value = Some(value);
+                self.1.set();
+                return;
+            }
+        };
+        if let Some(orphan) = orphan {
+            orphan(value);
+        }
+    }
+}
+
+impl<T> Drop for Handoff<T> {
+    /// Unsent (the task was dropped): the waiter gets `None`.
+    fn drop(&mut self) {
+        self.1.set();
+    }
+}
+
+impl<T: Send + 'static> Receiver<T> {
+    /// The value, or `None` if the sender was dropped without sending.
+    pub(crate) async fn recv(self) -> Option<T> {
+        self.1.wait().await;
+        self.0.lock().value.take()
+    }
+}
+
+impl<T: Send + 'static> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let (value, orphan) = {
+            let mut s = self.0.lock();
+            s.abandoned = true;
+            match s.value.take() {
+                Some(v) => (v, s.orphan.take()),
+                None => return,
+            }
+        };
+        if let Some(orphan) = orphan {
+            orphan(value);
+        }
+    }
+}
+
 /// One executor thread per Client. zookeeper-client spawns its session task through `spawns`;
 /// this thread installs itself as the spawner, so every task of this Client runs here.
 pub(crate) struct Runtime {
@@ -190,5 +269,32 @@ mod tests {
         );
         rt.shutdown();
         assert!(rt.thread.lock().is_none());
+    }
+
+    #[test]
+    fn a_handoff_nobody_waits_for_goes_to_the_orphan_callback() {
+        let orphans = Arc::new(Mutex::new(Vec::new()));
+        let new = || {
+            let orphans = orphans.clone();
+            Handoff::new(move |v: u32| orphans.lock().push(v))
+        };
+        let forever = Deadline::NEVER;
+        // Received: not an orphan.
+        let (tx, rx) = new();
+        tx.send(1);
+        assert_eq!(block_on(rx.recv(), forever), Some(Some(1)));
+        // The waiter gave up before the value came.
+        let (tx, rx) = new();
+        assert_eq!(block_on(rx.recv(), Deadline::after(Duration::ZERO)), None);
+        tx.send(2);
+        // The value came, but the waiter went away without taking it.
+        let (tx, rx) = new();
+        tx.send(3);
+        drop(rx);
+        // The sender went away without a value.
+        let (tx, rx) = new();
+        drop(tx);
+        assert_eq!(block_on(rx.recv(), forever), Some(None));
+        assert_eq!(*orphans.lock(), vec![2, 3]);
     }
 }

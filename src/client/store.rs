@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
+use super::runtime::{Handoff, Signal};
 use super::types::{Acl, CreateMode, Stat};
 use super::watcher::{Registration, Waiter, WatchTarget};
-use super::{check_data, runtime::Signal, Call, Client, Doomed, WatchGuard};
+use super::{check_data, cleanup, Call, Client, Doomed, WatchGuard};
 use crate::error::{Error, Result};
 use crate::path;
 
@@ -35,6 +36,9 @@ pub(crate) struct NodeSpec<'a> {
     pub(crate) acl: Option<&'a [Acl]>,
     /// Create missing parents as containers.
     pub(crate) parents: bool,
+    /// A protected create (`_c_<uuid>-` name): if the caller stops waiting for its answer, what
+    /// it made is deleted in the background.
+    pub(crate) protected: bool,
 }
 
 impl NodeSpec<'_> {
@@ -51,6 +55,37 @@ impl NodeSpec<'_> {
             return Err(Error::invalid("ACL must not be empty"));
         }
         Ok(())
+    }
+}
+
+/// A [`NodeSpec`] that a background task can own.
+struct OwnedSpec {
+    path: String,
+    data: Vec<u8>,
+    mode: CreateMode,
+    acl: Vec<zk::Acl>,
+    parents: bool,
+}
+
+impl OwnedSpec {
+    async fn create(self, zk: zk::Client) -> Result<(String, Stat)> {
+        let options = self.mode.to_zk().with_acls(zk::Acls::new(&self.acl));
+        let mut result = zk.create(&self.path, &self.data, &options).await;
+        if self.parents && matches!(result, Err(zk::Error::NoNode)) {
+            let parent = path::parent(&self.path);
+            let dirs = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acl));
+            zk.mkdir(parent, &dirs)
+                .await
+                .map_err(|e| Error::from_zk(e, parent))?;
+            result = zk.create(&self.path, &self.data, &options).await;
+        }
+        let (stat, seq) = result.map_err(|e| Error::from_zk(e, &self.path))?;
+        let created = if self.mode.is_sequential() {
+            format!("{}{seq}", self.path)
+        } else {
+            self.path
+        };
+        Ok((created, stat.into()))
     }
 }
 
@@ -103,26 +138,35 @@ impl Store for Client {
             .iter()
             .map(Acl::to_zk)
             .collect();
-        let spec = *spec;
-        let acl = &acl[..];
-        self.run_once(call, |zk, _| async move {
-            let options = spec.mode.to_zk().with_acls(zk::Acls::new(acl));
-            let mut result = zk.create(spec.path, spec.data, &options).await;
-            if spec.parents && matches!(result, Err(zk::Error::NoNode)) {
-                let parent = path::parent(spec.path);
-                let dirs = zk::CreateMode::Container.with_acls(zk::Acls::new(acl));
-                zk.mkdir(parent, &dirs)
-                    .await
-                    .map_err(|e| Error::from_zk(e, parent))?;
-                result = zk.create(spec.path, spec.data, &options).await;
-            }
-            let (stat, seq) = result.map_err(|e| Error::from_zk(e, spec.path))?;
-            let created = if spec.mode.is_sequential() {
-                format!("{}{seq}", spec.path)
-            } else {
-                spec.path.to_owned()
-            };
-            Ok((created, stat.into()))
+        let owned = OwnedSpec {
+            path: spec.path.to_owned(),
+            data: spec.data.to_vec(),
+            mode: spec.mode,
+            acl,
+            parents: spec.parents,
+        };
+        if !spec.protected {
+            return self.run_once(call, |zk, _| owned.create(zk));
+        }
+        // The request is on its way once sent, whether or not we wait for its answer: a create
+        // queued behind a reconnect may be applied seconds after this attempt gave up. So the
+        // answer is awaited in the background, and a node nobody took is deleted.
+        let shared = self.shared_arc().clone();
+        self.run_once(call, move |zk, _| {
+            let prefix = owned.path.clone();
+            let (tx, rx) = Handoff::new(move |orphan: Result<(String, Stat)>| match orphan {
+                Ok((node, stat)) => {
+                    log::debug!("{node} was created after its caller gave up; deleting it");
+                    cleanup::spawn(&shared, Doomed::node(&node, Some(stat.ephemeral_owner)))
+                }
+                Err(e) if e.outcome_unknown() => {
+                    cleanup::spawn(&shared, Doomed::protected(&prefix))
+                }
+                Err(_) => {}
+            });
+            self.shared()
+                .spawn(async move { tx.send(owned.create(zk).await) });
+            async move { rx.recv().await.unwrap_or(Err(Error::Closed)) }
         })
     }
 
@@ -240,6 +284,7 @@ pub(crate) fn create_protected<S: Store + ?Sized>(
     let target = path::protected(spec.path, &path::new_protected_id());
     let spec = NodeSpec {
         path: &target,
+        protected: true,
         ..*spec
     };
     let mut reply_lost = false;

@@ -78,6 +78,11 @@ pub trait Lock: Sealed + Send + Sync {
 
     /// Waits up to `timeout`: `false` if the lock is not ours by then, with nothing left
     /// behind. A zero timeout makes one attempt without waiting.
+    ///
+    /// Test the answer: `if !lock.acquire_timeout(d)? { return … }`. The compiler cannot warn
+    /// about `lock.acquire_timeout(d)?;` (the `?` uses the `Result`, and a `bool` carries no
+    /// `#[must_use]`), which goes on without the lock; prefer
+    /// [`try_lock_for`](Lock::try_lock_for), whose guard is the proof of holding.
     #[must_use = "`false` means the lock was NOT acquired"]
     fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
         self.acquire_until(until(timeout))
@@ -169,6 +174,8 @@ macro_rules! forward_lock_api {
 
             /// Waits up to `timeout`: `false` if the lock is not ours by then, with this
             /// attempt's node deleted. A zero timeout makes one attempt without waiting.
+            /// Test the answer: `lock.acquire_timeout(d)?;` compiles without a warning and
+            /// goes on without the lock (see [`Lock::acquire_timeout`]).
             #[must_use = "`false` means the lock was NOT acquired"]
             pub fn acquire_timeout(&self, timeout: std::time::Duration) -> $crate::Result<bool> {
                 $crate::Lock::acquire_timeout(self, timeout)

@@ -239,6 +239,7 @@ impl<S: Store> LockInternals<S> {
             mode: node.mode,
             acl: None,
             parents: true,
+            protected: false,
         };
         create_protected(&self.store, &spec, call)
     }
