@@ -9,19 +9,42 @@ use futures_lite::future;
 use zookeeper_client as zk;
 
 use super::cleanup::{self, Doomed};
+use super::liveness::worst;
 use super::runtime::{sleep, Signal};
 use super::session::Shared;
 use super::Client;
 
 /// The health of a node this process holds (a lock node).
+///
+/// `health()` is computed when it is called, not only when the Client's I/O thread last looked:
+/// besides what the Client has heard (a disconnection, an expired session, a deleted node), it
+/// counts the time since the Client could last vouch for its session. A process that stood
+/// still (SIGSTOP, a stalled VM) reads `Suspended` once that time passes the connection's
+/// suspend threshold (a third of the session timeout) and `Lost` past the session timeout, at
+/// once on waking, before its I/O thread has noticed anything. Check it right before each write
+/// to the resource, and pass the fencing token along for what a check cannot catch.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = zklock::InterProcessMutex::new(&client, "/locks/ledger")?;
+/// let guard = mutex.lock()?;
+/// if guard.health() == zklock::LockHealth::Held {
+///     // write, with guard.fencing_token()
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockHealth {
-    /// Held, and the node is known to exist in our live session.
+    /// Held, and the node is known to exist in our live session, heard from lately.
     Held,
-    /// The connection is gone; whether we still hold it is unknown until it comes back.
+    /// The connection is gone or has been silent (or this process stood still) for longer
+    /// than the suspend threshold; whether we still hold it is unknown until it comes back.
     Suspended,
-    /// Gone for sure: the session expired or was given up, or the node was deleted.
+    /// Gone: the session expired, was given up, or has been silent for longer than the
+    /// session timeout; or the node was deleted.
     Lost,
 }
 
@@ -35,6 +58,18 @@ impl Drop for KeeperGuard {
 }
 
 impl Client {
+    /// A held node's health as of now: the keeper's last report (`reported`), made worse by the
+    /// local lease on the session (`liveness.rs`) when this process has not been able to vouch
+    /// for its session lately. A persistent node (`owner` 0) outlives sessions: at worst
+    /// Suspended on that account.
+    pub(crate) fn vouch(&self, owner: i64, reported: LockHealth) -> LockHealth {
+        let lease = match self.shared().liveness.health() {
+            LockHealth::Lost if owner == 0 => LockHealth::Suspended,
+            lease => lease,
+        };
+        worst(reported, lease)
+    }
+
     /// Watches `path` (owned by session `owner`, or 0 for a persistent node) and calls `report`
     /// on every health change, and `on_revoke` once if Curator's revocation message is written
     /// into the node.

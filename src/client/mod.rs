@@ -3,6 +3,7 @@
 mod builder;
 mod cleanup;
 mod keeper;
+mod liveness;
 mod runtime;
 mod session;
 mod store;

@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use zookeeper_client as zk;
 
 use super::builder::Config;
+use super::liveness::Liveness;
 use super::runtime::{sleep, Signal};
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) stop: Signal,
     pub(crate) finished: Signal,
     closed: AtomicBool,
+    /// The local lease on the current session.
+    pub(crate) liveness: Liveness,
 }
 
 /// The current session as ops see it.
@@ -71,6 +74,7 @@ impl Shared {
             stop: Signal::default(),
             finished: Signal::default(),
             closed: AtomicBool::new(false),
+            liveness: Liveness::new(),
         }
     }
 
@@ -256,17 +260,28 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
     })
 }
 
-/// Follows one session until it ends (expired, or locally lost) or the Client stops.
+/// Follows one session until it ends (expired, or locally lost) or the Client stops, and keeps
+/// the local lease on it (see `liveness.rs`).
 async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
     enum Ev {
         State(zk::SessionState),
         LostTimer,
+        Beat,
+        Vouched(bool),
         Stop,
     }
     let negotiated = zk.session_timeout();
     let idle = idle_timeout(shared.config.builder.session_timeout / 3, negotiated);
+    let live = &shared.liveness;
+    live.open(negotiated, idle);
+    let (period, late) = live.beat();
     let mut watcher = zk.state_watcher();
     let mut lost_at: Option<Instant> = None;
+    let mut last_beat = Instant::now();
+    // Whether a connected state seen on time renews the lease; after a stall only a round trip
+    // sent since does.
+    let mut trusted = true;
+    let mut vouching: Option<future::Boxed<bool>> = None;
     loop {
         let timer = async {
             match lost_at {
@@ -275,18 +290,60 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
             };
             Ev::LostTimer
         };
+        let beat = async {
+            async_io::Timer::at(last_beat + period).await;
+            Ev::Beat
+        };
+        let vouched = async {
+            match vouching.as_mut() {
+                Some(round_trip) => Ev::Vouched(round_trip.await),
+                None => future::pending().await,
+            }
+        };
         let changed = async { Ev::State(watcher.changed().await) };
         let stop = async {
             shared.stop.wait().await;
             Ev::Stop
         };
-        match future::or(stop, future::or(changed, timer)).await {
+        let ev = future::or(
+            stop,
+            future::or(changed, future::or(timer, future::or(beat, vouched))),
+        )
+        .await;
+        if live.timed_out() && !matches!(ev, Ev::Stop) {
+            // This process stood still for longer than the session timeout.
+            log::warn!("nothing heard from ZooKeeper for a whole session timeout; giving it up");
+            shared.set(ConnectionState::Lost, |_| {});
+            return End::SessionOver;
+        }
+        match ev {
             Ev::Stop => return End::Stop,
             Ev::LostTimer => {
                 // Nothing received for a whole session timeout: the server may have expired us.
                 // Like Curator, give the session up and start a new one.
                 shared.set(ConnectionState::Lost, |_| {});
                 return End::SessionOver;
+            }
+            Ev::Beat => {
+                let now = Instant::now();
+                if now - last_beat > late {
+                    log::debug!("the Client stood still for {:?}", now - last_beat);
+                    trusted = false;
+                    if vouching.is_none() {
+                        let zk = zk.clone();
+                        vouching = Some(Box::pin(async move { zk.check_stat("/").await.is_ok() }));
+                    }
+                } else if trusted && lost_at.is_none() {
+                    live.heard();
+                }
+                last_beat = now;
+            }
+            Ev::Vouched(ok) => {
+                vouching = None;
+                if ok {
+                    live.heard();
+                    trusted = true;
+                }
             }
             Ev::State(zk::SessionState::Disconnected) => {
                 if lost_at.is_none() {
@@ -298,10 +355,14 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
             }
             Ev::State(zk::SessionState::SyncConnected) => {
                 lost_at = None;
+                live.heard();
+                trusted = true;
                 shared.set(ConnectionState::Reconnected, |_| {});
             }
             Ev::State(zk::SessionState::ConnectedReadOnly) => {
                 lost_at = None;
+                live.heard();
+                trusted = true;
                 shared.set(ConnectionState::ReadOnly, |_| {});
             }
             Ev::State(state) => {

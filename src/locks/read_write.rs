@@ -410,7 +410,7 @@ impl Lock for ReadLock {
         self.inner
             .read
             .health()
-            .or_else(|| self.downgraded(Holding::health))
+            .or_else(|| self.downgraded(|h| h.health(self.inner.write.client())))
             .or_else(|| self.inner.write.health())
     }
 }

@@ -195,8 +195,13 @@ impl Reentrant {
         self.mine(|h| h.path.clone())
     }
 
+    /// The calling thread's hold's health, computed now (see [`Holding::health`]).
     pub(crate) fn health(&self) -> Option<LockHealth> {
-        self.mine(|h| *h.health.lock())
+        self.mine(|h| h.health(&self.client))
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     pub(crate) fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
@@ -215,8 +220,10 @@ impl Reentrant {
 }
 
 impl Holding {
-    pub(crate) fn health(&self) -> LockHealth {
-        *self.health.lock()
+    /// The keeper's last report, made worse by the Client's local lease on the session: a
+    /// process that has stood still reads Suspended or Lost before its I/O thread catches up.
+    pub(crate) fn health(&self, client: &Client) -> LockHealth {
+        client.vouch(self.session, *self.health.lock())
     }
 
     pub(crate) fn token(&self) -> u64 {

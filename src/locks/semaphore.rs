@@ -312,9 +312,10 @@ impl Lease {
         self.token
     }
 
-    /// Held, Suspended or Lost (session expired or node deleted).
+    /// Held, Suspended or Lost (session expired or node deleted), computed now: a process
+    /// that stood still past its session reads Lost before its I/O thread notices.
     pub fn health(&self) -> LockHealth {
-        *self.health.lock()
+        self.client.vouch(self.session, *self.health.lock())
     }
 
     /// Returns the lease now, reporting errors ([`Error::LockLost`] if it had been lost);
