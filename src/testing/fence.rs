@@ -607,8 +607,8 @@ impl FromStr for FenceEvent {
 ///
 /// # Example
 ///
-/// ```no_run
-/// # let report: zklock::testing::FenceReport = unimplemented!();
+/// ```
+/// let report = zklock::testing::FenceReport::check(&[]);
 /// for o in &report.overlaps {
 ///     println!("{}#{} and {}#{} both wrote", o.first_worker, o.first_token, o.second_worker, o.second_token);
 /// }
@@ -634,8 +634,8 @@ pub struct Overlap {
 ///
 /// # Example
 ///
-/// ```no_run
-/// # let report: zklock::testing::FenceReport = unimplemented!();
+/// ```
+/// let report = zklock::testing::FenceReport::check(&[]);
 /// for (worker, s) in &report.workers {
 ///     println!("{worker}: {} acquisitions, {} writes accepted", s.acquisitions, s.accepted);
 /// }
