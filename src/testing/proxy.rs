@@ -633,7 +633,9 @@ fn pump(shared: &Shared, id: u64, dir: Dir, mut from: TcpStream, mut to: TcpStre
             match shared.verdict(id, dir, body, first) {
                 Verdict::Forward => {
                     shared.hold(received);
-                    if to.write_all(&buf[..len]).is_err() {
+                    // A reset while the frame was held must not let it through.
+                    if !shared.lock().conns.contains_key(&id) || to.write_all(&buf[..len]).is_err()
+                    {
                         break 'read;
                     }
                 }
