@@ -9,6 +9,18 @@
 //! ([`pause`](TestingServer::pause) / [`resume`](TestingServer::resume), i.e.
 //! SIGSTOP / SIGCONT, which make sessions time out) and leader failover.
 //!
+//! # Faults and fencing
+//!
+//! * [`FaultProxy`]: a userspace TCP proxy in front of one server (or one per member of a
+//!   cluster) that delays frames, goes silent ([`blackhole`](FaultProxy::blackhole)), loses
+//!   the replies to chosen requests ([`drop_replies_to`](FaultProxy::drop_replies_to)), resets
+//!   connections, and cuts off one session while others keep the server
+//!   ([`cut_off`](FaultProxy::cut_off)). No root, no `tc`.
+//! * [`FencedRegister`]: a loopback service standing for the resource a lock protects. It
+//!   refuses writes with a stale fencing token and logs enters, exits and writes in one serial
+//!   order; [`FenceReport::check`] finds overlapping holders and accepted stale writes in such
+//!   a log. Workers in other processes reach it with [`FenceClient`].
+//!
 //! # Requirements
 //!
 //! Java and ZooKeeper must be installed; on Debian:
@@ -54,10 +66,17 @@
 use std::time::Duration;
 
 mod cluster;
+mod fence;
+mod proxy;
 mod server;
 mod session;
 
 pub use cluster::TestingCluster;
+pub use fence::{
+    FenceClient, FenceEvent, FenceEventKind, FenceReport, FencedRegister, Overlap, WorkerStats,
+    WriteOutcome,
+};
+pub use proxy::{FaultProxy, ProxyStats};
 pub use server::TestingServer;
 pub use session::expire_session;
 
