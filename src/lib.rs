@@ -106,6 +106,7 @@
 mod client;
 mod deadline;
 mod error;
+mod leader;
 mod locks;
 mod path;
 mod retry;
@@ -113,10 +114,14 @@ mod retry;
 pub mod testing;
 
 pub use crate::client::{
-    Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, LockHealth, Perms, Stat,
-    Watch, WatchEvent, WatchEventKind,
+    Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy, LockHealth,
+    Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub use crate::error::{Error, Result};
+pub use crate::leader::{
+    elect, CloseMode, LeaderLatch, LeaderLatchBuilder, LeaderSelector, LeaderSelectorBuilder,
+    Leadership, LeadershipChange, Participant,
+};
 pub use crate::locks::{
     InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::types::Acl;
+use super::types::{Acl, ErrorPolicy};
 use super::Client;
 use crate::error::{Error, Result};
 use crate::path;
@@ -43,6 +43,7 @@ pub struct ClientBuilder {
     pub(crate) default_acl: Vec<Acl>,
     pub(crate) default_data: Option<Vec<u8>>,
     pub(crate) can_be_read_only: bool,
+    pub(crate) error_policy: ErrorPolicy,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -77,7 +78,16 @@ impl ClientBuilder {
             default_acl: vec![Acl::open_unsafe()],
             default_data: None,
             can_be_read_only: false,
+            error_policy: ErrorPolicy::Standard,
         }
+    }
+
+    /// When leader recipes ([`LeaderLatch`](crate::LeaderLatch),
+    /// [`LeaderSelector`](crate::LeaderSelector)) give leadership up because of the connection,
+    /// unless a recipe is told otherwise; default [`ErrorPolicy::Standard`].
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.error_policy = policy;
+        self
     }
 
     /// Session timeout asked of the server (it may grant less or more, within its bounds).

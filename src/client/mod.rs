@@ -30,7 +30,7 @@ use self::session::Shared;
 pub(crate) use self::store::Watched;
 pub(crate) use self::store::{create_protected, Claim, NodeSpec, Store};
 pub use self::types::{
-    Acl, ConnectionState, CreateMode, Perms, Stat, Watch, WatchEvent, WatchEventKind,
+    Acl, ConnectionState, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 #[allow(unused_imports)] // the lock recipes park on these
 pub(crate) use self::watcher::{is_watcher_thread, Listeners, Registration, Registry, Waiter};
@@ -173,6 +173,11 @@ impl Client {
 
     fn shared(&self) -> &Shared {
         &self.inner.shared
+    }
+
+    /// The error policy leader recipes use unless told otherwise.
+    pub(crate) fn error_policy(&self) -> ErrorPolicy {
+        self.shared().config.builder.error_policy
     }
 
     fn shared_arc(&self) -> &Arc<Shared> {

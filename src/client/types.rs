@@ -6,6 +6,36 @@ use crossbeam_channel::Receiver;
 
 use super::runtime::Signal;
 
+/// When a leader gives leadership up because of the connection (Curator's
+/// `ConnectionStateErrorPolicy`).
+///
+/// | policy | leadership is given up on | Curator |
+/// |---|---|---|
+/// | `Standard` (default) | `Suspended` or `Lost`: the connection is gone, so leadership can no longer be vouched for | `StandardConnectionStateErrorPolicy` |
+/// | `SessionOnly` | `Lost` only: a leader rides out a disconnection that its session survives | `SessionConnectionStateErrorPolicy` |
+///
+/// Under `SessionOnly` a leader may act while its session is in fact expiring: pass the
+/// leadership's fencing token to the resource.
+///
+/// # Example
+/// ```no_run
+/// use zklock::{Client, ErrorPolicy};
+/// # fn main() -> zklock::Result<()> {
+/// let client = Client::builder("127.0.0.1:2181")
+///     .error_policy(ErrorPolicy::SessionOnly)
+///     .connect()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ErrorPolicy {
+    /// Give leadership up on `Suspended` and on `Lost`.
+    #[default]
+    Standard,
+    /// Give leadership up on `Lost` only.
+    SessionOnly,
+}
+
 /// The connection state of a [`Client`](crate::Client), with Curator's meaning.
 ///
 /// | state | meaning |

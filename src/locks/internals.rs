@@ -46,6 +46,8 @@ pub(crate) struct LockInternals<S: Store> {
     driver: Arc<dyn LockDriver>,
     leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
+    /// Whether a granted holder marks its node for the waiter behind it (see `wait_for_lock`).
+    holder_marks: bool,
     /// Shared by the attempts in progress; replaced by a fresh one when they are cancelled.
     cancel: Mutex<Cancel>,
 }
@@ -151,8 +153,17 @@ impl<S: Store> LockInternals<S> {
             driver,
             leases,
             node_data: Mutex::new(None),
+            holder_marks: true,
             cancel: Mutex::new(Cancel::default()),
         })
+    }
+
+    /// Holders never write to their nodes. Curator's `LeaderLatch` watches its predecessor for
+    /// deletion only and does not re-arm its watch after a data change, so a mark would leave a
+    /// Java latch behind ours waiting for good.
+    pub(crate) fn without_holder_marks(mut self) -> Self {
+        self.holder_marks = false;
+        self
     }
 
     /// Ends every attempt in progress with [`Error::Cancelled`] (their nodes are deleted);
@@ -265,7 +276,7 @@ impl<S: Store> LockInternals<S> {
         let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
         // With one lease, a marked node holds and so has nothing ahead of it. With more, a
         // holder may have others ahead, so marks say nothing about our turn.
-        let marks = fifo && self.leases == Leases::Fixed(1);
+        let marks = self.holder_marks && fifo && self.leases == Leases::Fixed(1);
         let granted = |mark| {
             Ok(Outcome::Granted {
                 token: stat.czxid as u64,

@@ -12,6 +12,7 @@ mod semaphore;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub use self::guard::{Lock, LockGuard};
+pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
 pub use self::multi::InterProcessMultiLock;
 pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};

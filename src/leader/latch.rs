@@ -1,0 +1,452 @@
+//! LeaderLatch: Curator's latch. One background thread per latch queues a node
+//! (`<path>/_c_<uuid>-latch-<seq10>`, data = id) through LockInternals and holds leadership
+//! while the node heads the queue, in our live session, and its health keeps to the policy.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::term::Term;
+use super::{check_path, default_id, participants, Participant};
+use crate::client::{is_watcher_thread, Client, ErrorPolicy, Listeners};
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::locks::{LockInternals, Release, StandardDriver};
+
+/// Curator's lock node name for latches.
+const LATCH_NAME: &str = "latch-";
+
+/// What a latch's listeners hear.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// use zklock::LeadershipChange;
+/// let latch = zklock::LeaderLatch::new(&client, "/election")?;
+/// let changes = latch.changes();
+/// latch.start()?;
+/// match changes.recv() {
+///     Ok(LeadershipChange::Gained { epoch }) => println!("leading, epoch {epoch}"),
+///     Ok(LeadershipChange::Lost) => println!("not leading any more"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeadershipChange {
+    /// We lead, in the term with this epoch (our node's czxid: it rises with every term on the
+    /// path, so a resource can refuse a deposed leader's late writes).
+    Gained {
+        /// The term's fencing token.
+        epoch: u64,
+    },
+    /// We do not lead any more.
+    Lost,
+}
+
+/// Whether [`LeaderLatch::close`] tells the listeners of a leader that it stops leading
+/// (Curator's `CloseMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum CloseMode {
+    /// Close without telling (Curator's default).
+    #[default]
+    Silent,
+    /// A leader's listeners hear [`LeadershipChange::Lost`].
+    NotifyLeader,
+}
+
+/// Curator's `LeaderLatch`: every participant on a path queues a node; the first in sequence
+/// order leads until it closes, loses its session or (by the [`ErrorPolicy`]) its connection.
+/// Java `LeaderLatch`es on the same path take part in the same election.
+///
+/// # Taking part
+/// [`start`](Self::start) returns at once; a thread the latch owns queues our node and follows
+/// it, also across reconnections and new sessions: when leadership is given up (policy, lost
+/// session, deleted node) the node goes and a new one queues. A node of an earlier session never
+/// leads (CURATOR-696). [`close`](Self::close) (or drop) deletes our node and ends the thread.
+///
+/// # Asking
+/// [`has_leadership`](Self::has_leadership) is computed when called, from the node's health
+/// and the Client's local lease on its session ([`LockHealth`](crate::LockHealth)).
+/// [`await_leadership`](Self::await_leadership) blocks until we lead;
+/// [`changes`](Self::changes) and [`on_change`](Self::on_change) push every change.
+///
+/// # Epochs
+/// Every term has an [`epoch`](Self::epoch): the czxid of the leading node, rising strictly
+/// from term to term on the path. Hand it to the resource so that it can refuse a deposed
+/// leader (beyond Curator).
+///
+/// # Blocking and Drop
+/// `start`, `has_leadership`, `epoch` return at once; `await_leadership_timeout(d)` waits at
+/// most `d`; `close` waits for the latch's thread, which runs no user code (the Client's
+/// operation, else connection, timeout at most). Dropping the latch closes it in the
+/// background. Listeners run on the Client's watcher thread and must not block.
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use zklock::{CloseMode, LeaderLatch};
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let latch = LeaderLatch::builder(&client, "/services/billing/leader")
+///     .id("billing-1")
+///     .close_mode(CloseMode::NotifyLeader)
+///     .build()?;
+/// latch.start()?;
+/// if latch.await_leadership_timeout(Duration::from_secs(30))? {
+///     println!("leading in epoch {:?}", latch.epoch());
+/// }
+/// latch.close()?;
+/// # Ok(()) }
+/// ```
+pub struct LeaderLatch {
+    inner: Arc<Inner>,
+}
+
+/// Configures a [`LeaderLatch`].
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let latch = zklock::LeaderLatch::builder(&client, "/election")
+///     .id("worker-7")
+///     .error_policy(zklock::ErrorPolicy::SessionOnly)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct LeaderLatchBuilder {
+    client: Client,
+    path: String,
+    id: Option<String>,
+    close_mode: CloseMode,
+    policy: Option<ErrorPolicy>,
+}
+
+struct Inner {
+    client: Client,
+    internals: LockInternals<Client>,
+    id: String,
+    close_mode: CloseMode,
+    policy: ErrorPolicy,
+    state: Mutex<State>,
+    changed: Condvar,
+    closed: AtomicBool,
+    channels: Mutex<Vec<Sender<LeadershipChange>>>,
+    listeners: Arc<Listeners<LeadershipChange>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct State {
+    started: bool,
+    term: Option<Arc<Term>>,
+}
+
+impl LeaderLatchBuilder {
+    /// The participant id, written into our node (Curator's `id`); default: host name and
+    /// process id.
+    pub fn id(mut self, id: &str) -> Self {
+        self.id = Some(id.to_owned());
+        self
+    }
+
+    /// Whether closing a leader tells its listeners; default [`CloseMode::Silent`].
+    pub fn close_mode(mut self, mode: CloseMode) -> Self {
+        self.close_mode = mode;
+        self
+    }
+
+    /// When leadership is given up because of the connection; default: the Client's
+    /// ([`ClientBuilder::error_policy`](crate::ClientBuilder::error_policy)).
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The latch, not yet taking part: call [`LeaderLatch::start`].
+    pub fn build(self) -> Result<LeaderLatch> {
+        check_path(&self.path)?;
+        let id = self.id.unwrap_or_else(default_id);
+        let internals = LockInternals::new(
+            self.client.clone(),
+            &self.path,
+            LATCH_NAME,
+            Arc::new(StandardDriver),
+            crate::locks::Leases::Fixed(1),
+        )?
+        .without_holder_marks();
+        internals.set_node_data(Some(id.clone().into_bytes()))?;
+        Ok(LeaderLatch {
+            inner: Arc::new(Inner {
+                policy: self.policy.unwrap_or(self.client.error_policy()),
+                client: self.client,
+                internals,
+                id,
+                close_mode: self.close_mode,
+                state: Mutex::new(State::default()),
+                changed: Condvar::new(),
+                closed: AtomicBool::new(false),
+                channels: Mutex::new(Vec::new()),
+                listeners: Arc::new(Listeners::default()),
+                thread: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+impl LeaderLatch {
+    /// A latch on `path` with the default id, close mode and the Client's error policy.
+    pub fn new(client: &Client, path: &str) -> Result<LeaderLatch> {
+        Self::builder(client, path).build()
+    }
+
+    /// Configures a latch on `path`.
+    pub fn builder(client: &Client, path: &str) -> LeaderLatchBuilder {
+        LeaderLatchBuilder {
+            client: client.clone(),
+            path: path.to_owned(),
+            id: None,
+            close_mode: CloseMode::default(),
+            policy: None,
+        }
+    }
+
+    /// Starts taking part, in the background; returns at once. Fails if the latch was started
+    /// before or closed.
+    pub fn start(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        {
+            let mut state = self.inner.state.lock();
+            if state.started {
+                return Err(Error::invalid("the latch was started already"));
+            }
+            state.started = true;
+        }
+        let inner = self.inner.clone();
+        let handle = thread::Builder::new()
+            .name("zklock-latch".into())
+            .spawn(move || inner.run())
+            .map_err(|e| Error::ZooKeeper(format!("cannot start the latch's thread: {e}")))?;
+        *self.inner.thread.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// Whether we lead now: a term is on and its node's health, computed now, keeps to the
+    /// error policy.
+    pub fn has_leadership(&self) -> bool {
+        self.inner
+            .state
+            .lock()
+            .term
+            .as_ref()
+            .is_some_and(|t| !t.is_over())
+    }
+
+    /// The current term's epoch (fencing token), while we lead.
+    pub fn epoch(&self) -> Option<u64> {
+        let term = self.inner.state.lock().term.clone()?;
+        (!term.is_over()).then(|| term.epoch())
+    }
+
+    /// Blocks until we lead. [`Error::Closed`] if the latch is closed first (or was never
+    /// started); [`Error::OnWatcherThread`] from a listener.
+    pub fn await_leadership(&self) -> Result<()> {
+        self.await_until(None).map(|_| ())
+    }
+
+    /// Waits at most `timeout` for leadership: whether we lead.
+    #[must_use = "`false` means we do NOT lead"]
+    pub fn await_leadership_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.await_until(Instant::now().checked_add(timeout))
+    }
+
+    fn await_until(&self, until: Option<Instant>) -> Result<bool> {
+        let deadline = Deadline::until(until);
+        if !deadline.expired() && is_watcher_thread() {
+            return Err(Error::OnWatcherThread);
+        }
+        let mut state = self.inner.state.lock();
+        loop {
+            if self.inner.closed.load(Ordering::SeqCst) || !state.started {
+                return Err(Error::Closed);
+            }
+            if state.term.as_ref().is_some_and(|t| !t.is_over()) {
+                return Ok(true);
+            }
+            match until {
+                Some(at) => {
+                    if self.inner.changed.wait_until(&mut state, at).timed_out() {
+                        return Ok(state.term.as_ref().is_some_and(|t| !t.is_over()));
+                    }
+                }
+                None => self.inner.changed.wait(&mut state),
+            }
+        }
+    }
+
+    /// The participant that leads: the first node in sequence order (read from the server).
+    pub fn leader(&self) -> Result<Option<Participant>> {
+        Ok(self.participants()?.into_iter().next())
+    }
+
+    /// Every participant, the leader first (read from the server, as Curator does).
+    pub fn participants(&self) -> Result<Vec<Participant>> {
+        participants(&self.inner.client, &self.inner.internals)
+    }
+
+    /// This latch's participant id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Our node's path while we take part and our node is queued and leads, if it does.
+    pub fn leader_node(&self) -> Option<String> {
+        let term = self.inner.state.lock().term.clone()?;
+        Some(term.node().to_owned())
+    }
+
+    /// A channel of every later change.
+    pub fn changes(&self) -> Receiver<LeadershipChange> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.inner.channels.lock().push(tx);
+        rx
+    }
+
+    /// Calls `f` on every later change, on the Client's watcher thread (it must not block);
+    /// returns an id for [`remove_listener`](Self::remove_listener).
+    pub fn on_change(&self, f: impl FnMut(LeadershipChange) + Send + 'static) -> u64 {
+        self.inner.listeners.add(0, Box::new(f))
+    }
+
+    /// Removes a listener added by [`on_change`](Self::on_change); whether it was there.
+    pub fn remove_listener(&self, id: u64) -> bool {
+        self.inner.listeners.remove(id)
+    }
+
+    /// Stops taking part: our node is deleted, and with [`CloseMode::NotifyLeader`] a leader's
+    /// listeners hear `Lost`. Waits for the latch's thread (it runs no user code). Idempotent.
+    pub fn close(&self) -> Result<()> {
+        self.inner.close();
+        let handle = self.inner.thread.lock().take();
+        if let Some(handle) = handle {
+            if handle.thread().id() != thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LeaderLatch {
+    /// Closes in the background: returns at once.
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+impl std::fmt::Debug for LeaderLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderLatch")
+            .field("path", &self.inner.internals.path)
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.internals.cancel_waiters();
+        let term = self.state.lock().term.clone();
+        if let Some(term) = term {
+            term.end();
+        }
+        self.changed.notify_all();
+    }
+
+    fn tell(&self, change: LeadershipChange) {
+        log::info!("{}: {change:?}", self.internals.path);
+        self.channels.lock().retain(|tx| tx.send(change).is_ok());
+        let listeners = self.listeners.clone();
+        self.client
+            .on_watcher_thread(move || listeners.call(u64::MAX, change));
+    }
+
+    /// The latch's thread: queue, lead, give up, queue again, until closed.
+    fn run(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(100);
+        while !self.closed.load(Ordering::SeqCst) {
+            match self.internals.attempt_lock(Deadline::NEVER) {
+                Ok(Some(acquired)) => {
+                    pause = Duration::from_millis(100);
+                    self.lead(acquired);
+                }
+                Ok(None) | Err(Error::Cancelled) => {}
+                Err(e) => {
+                    log::warn!("{}: taking part failed: {e}", self.internals.path);
+                    self.rest(pause);
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// One term: from the grant until the term is over; then our node goes.
+    fn lead(self: &Arc<Self>, acquired: crate::locks::Acquired) {
+        let woken = Arc::downgrade(self);
+        let term = Arc::new(Term::begin(
+            &self.client,
+            acquired,
+            self.policy,
+            move || {
+                if let Some(inner) = woken.upgrade() {
+                    inner.changed.notify_all();
+                }
+            },
+        ));
+        {
+            let mut state = self.state.lock();
+            if self.closed.load(Ordering::SeqCst) {
+                term.end();
+            }
+            state.term = Some(term.clone());
+        }
+        self.changed.notify_all();
+        if !term.is_over() {
+            self.tell(LeadershipChange::Gained {
+                epoch: term.epoch(),
+            });
+        }
+        term.wait_over(None);
+        self.state.lock().term = None;
+        self.changed.notify_all();
+        let _ = self
+            .internals
+            .release(term.node(), term.session(), Release::Background);
+        let closed = self.closed.load(Ordering::SeqCst);
+        if !closed || self.close_mode == CloseMode::NotifyLeader {
+            self.tell(LeadershipChange::Lost);
+        }
+    }
+
+    /// Sleeps up to `d`, cut short by close.
+    fn rest(&self, d: Duration) {
+        let mut state = self.state.lock();
+        if !self.closed.load(Ordering::SeqCst) {
+            self.changed.wait_for(&mut state, d);
+        }
+    }
+}
