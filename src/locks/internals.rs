@@ -352,7 +352,7 @@ impl<S: Store> LockInternals<S> {
                     // ours without listing again, so a drain costs O(1) per handoff where
                     // Curator lists the whole queue each time.
                     Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
-                        return granted(true)
+                        return granted(marks)
                     }
                     // It may have marked itself as the holder: look again at it alone.
                     Some(WatchEventKind::NodeDataChanged) if marks => match waiter.rearm(seen) {

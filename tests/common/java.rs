@@ -295,6 +295,13 @@ impl JavaProc {
         }
     }
 
+    /// The lines printed since the last look (also kept in `seen`).
+    pub fn fresh_lines(&mut self) -> Vec<String> {
+        let fresh: Vec<String> = self.lines.try_iter().collect();
+        self.seen.extend(fresh.iter().cloned());
+        fresh
+    }
+
     /// Writes `command` as one line to its stdin.
     pub fn send(&mut self, command: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");

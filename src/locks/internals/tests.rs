@@ -20,6 +20,7 @@ enum Op {
     Create,
     Children,
     Watch,
+    Mark,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +286,7 @@ impl Store for Fake {
     fn mark_holder(&self, path: &str, _data: &[u8]) {
         let fired = {
             let mut st = self.state.lock();
+            *st.calls.entry(Op::Mark).or_default() += 1;
             st.zxid += 1;
             let zxid = st.zxid;
             match st.nodes.get_mut(path) {
@@ -459,6 +461,38 @@ fn the_next_waiter_takes_the_lock_without_listing_again() {
         "granted on the head's deletion alone"
     );
     assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_latch_never_marks_its_node_however_it_is_granted() {
+    // Curator's LeaderLatch watches its predecessor for deletion only; a data change would use
+    // up its watch and leave it waiting for good.
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let latch = |fake: &Fake| Arc::new(lock(fake, Arc::new(StandardDriver)).without_holder_marks());
+    let first = latch(&fake);
+    let t = spawn_attempt(&first);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    let second = latch(&fake);
+    let t2 = spawn_attempt(&second);
+    wait_children(&fake, 3);
+    wait_watches(&fake, 2);
+    // Granted on its predecessor's deletion, with a waiter behind it.
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    fake.remove(&got.path);
+    let got = t2.join().unwrap().unwrap().unwrap();
+    fake.remove(&got.path);
+    assert_eq!(fake.calls(Op::Mark), 0);
+    // A mutex marks in the same position.
+    let holder = fake.add_contender(DIR);
+    let mutex = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&mutex);
+    wait_watches(&fake, 1);
+    fake.remove(&holder);
+    t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Mark), 1);
 }
 
 #[test]
