@@ -15,6 +15,8 @@
 //! | at most N holders | [`InterProcessSemaphoreV2`] (N fixed, or a [`SharedCount`]) |
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none | [`InterProcessMultiLock`] |
+//! | one leader among many, elected in the background | [`LeaderLatch`] |
+//! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -93,6 +95,11 @@
 //! | client-wide `ConnectionStateListener` only | per-lock [`LockHealth`]: [`health`](InterProcessMutex::health), [`health_events`](InterProcessMutex::health_events), [`on_health`](InterProcessMutex::on_health) |
 //! | — | [`fencing_token`](InterProcessMutex::fencing_token) |
 //! | `InterProcessReadWriteLock`, `InterProcessSemaphoreV2`, `Lease`, `SharedCount`, `InterProcessSemaphoreMutex`, `InterProcessMultiLock`, `Revoker`, `InterProcessLock` | [`InterProcessReadWriteLock`], [`InterProcessSemaphoreV2`], [`Lease`], [`SharedCount`], [`InterProcessSemaphoreMutex`], [`InterProcessMultiLock`], [`Revoker`], [`Lock`] |
+//! | `LeaderLatch`, `LeaderLatchListener`, `LeaderLatch.CloseMode` | [`LeaderLatch`], [`LeaderLatch::on_change`] / [`LeaderLatch::changes`] → [`LeadershipChange`], [`CloseMode`] |
+//! | `LeaderSelector`, `LeaderSelectorListener.takeLeadership` | [`LeaderSelector`], a closure taking [`Leadership`] (cooperative cancellation) |
+//! | `Participant`, `getParticipants()`, `getLeader()` | [`Participant`], `participants()`, `leader()` |
+//! | `ConnectionStateErrorPolicy` (`Standard…`, `Session…`) | [`ErrorPolicy`] (`Standard`, `SessionOnly`) |
+//! | kazoo `Election(path, id).run(f)` | [`elect`] |
 //! | `org.apache.curator.retry.*` | [`ExponentialBackoffRetry`], [`BoundedExponentialBackoffRetry`], [`RetryNTimes`], [`RetryOneTime`], [`RetryUntilElapsed`], [`RetryForever`] |
 //! | `TestingServer`, `TestingCluster`, `KillSession` | `testing::TestingServer`, `testing::TestingCluster`, `testing::expire_session` (feature `testing`) |
 //!

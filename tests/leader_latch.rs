@@ -229,3 +229,30 @@ fn error_policies_on_a_member_kill() {
         c.close();
     }
 }
+
+/// Our node is deleted under us (an operator, a session's end): the latch hears Lost, queues a
+/// new node and, alone, leads again in a new epoch.
+#[test]
+fn a_latch_whose_node_vanishes_queues_again() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let path = "/election/vanish";
+    let c = client(&server.connect_string(), Duration::from_secs(30));
+    let l = latch(&c, path, "solo");
+    l.await_leadership().unwrap();
+    let (epoch, node) = (l.epoch().unwrap(), l.leader_node().unwrap());
+    let changes = l.changes();
+    let other = client(&server.connect_string(), Duration::from_secs(30));
+    other.delete(&node).unwrap();
+    assert_eq!(
+        changes.recv_timeout(patience()).unwrap(),
+        LeadershipChange::Lost
+    );
+    match changes.recv_timeout(patience()).unwrap() {
+        LeadershipChange::Gained { epoch: again } => assert!(again > epoch),
+        other => panic!("expected Gained, got {other:?}"),
+    }
+    assert_ne!(l.leader_node().unwrap(), node);
+    l.close().unwrap();
+    assert_clean(|| server.four_letter("wchc").unwrap(), &c, path);
+}

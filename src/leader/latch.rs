@@ -423,13 +423,15 @@ impl Inner {
                 term.end();
             }
             state.term = Some(term.clone());
+            // Told under the lock: a channel opened once `await_leadership` returned does not
+            // hear this term's Gained.
+            if !term.is_over() {
+                self.tell(LeadershipChange::Gained {
+                    epoch: term.epoch(),
+                });
+            }
         }
         self.changed.notify_all();
-        if !term.is_over() {
-            self.tell(LeadershipChange::Gained {
-                epoch: term.epoch(),
-            });
-        }
         term.wait_over(None);
         self.state.lock().term = None;
         self.changed.notify_all();

@@ -470,9 +470,10 @@ fn run_term<T>(path: &str, leadership: &Leadership, f: impl FnOnce(&Leadership) 
 /// (queued with [`LeaderSelector`]s and Curator selectors there), runs `f` on the calling
 /// thread, and gives leadership up when `f` returns; `f`'s result.
 ///
-/// Blocks like [`Lock::acquire`](crate::Lock::acquire) until elected; the term's
-/// [`Leadership`] is cancelled as a selector's is (by the Client's [`ErrorPolicy`]). A panic in
-/// `f` gives leadership up (the node is deleted in the background) and resumes.
+/// Blocks like [`Lock::acquire`](crate::Lock::acquire) until elected (and, like it, fails at
+/// once with [`Error::OnWatcherThread`] from a listener); the term's [`Leadership`] is
+/// cancelled as a selector's is (by the Client's [`ErrorPolicy`]). However `f` ends, a panic
+/// included, leadership is given up: our node is deleted in the background.
 ///
 /// # Example
 /// ```no_run
