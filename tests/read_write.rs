@@ -88,39 +88,64 @@ fn upgrade_is_refused_and_a_writer_excludes_readers() {
     );
 }
 
+/// CURATOR-621, as Curator 5.5 fixed it: a writer queued before the downgrade waits for the
+/// downgraded read; a reader queued behind the downgrading writer (no writer ahead of it) gets
+/// in beside it.
 #[test]
-fn downgrade_keeps_the_read_hold_and_the_queue_position() {
+fn downgrade_lets_queued_readers_in_and_keeps_queued_writers_out() {
     let server = TestingServer::start().unwrap();
     let client = session_client(&server);
-    let rw = InterProcessReadWriteLock::new(&client, "/locks/rw-down").unwrap();
+    let path = "/locks/rw-down";
+    let rw = InterProcessReadWriteLock::new(&client, path).unwrap();
     rw.write_lock().acquire().unwrap();
-    rw.read_lock().acquire().unwrap();
-    assert!(rw.read_lock().is_owned_by_current_thread());
 
-    // A second writer queues behind the downgrading writer.
-    let got_in = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (other, got_in) = (session_client(&server), got_in.clone());
+    // A reader, then a writer, queue behind the writer before it downgrades.
+    let writer_in = Arc::new(AtomicBool::new(false));
+    let (reader_in_tx, reader_in) = crossbeam_channel::unbounded();
+    let (reader_out_tx, reader_out) = crossbeam_channel::unbounded::<()>();
+    let reader = {
+        let other = session_client(&server);
         thread::spawn(move || {
-            let rw = InterProcessReadWriteLock::new(&other, "/locks/rw-down").unwrap();
+            let rw = InterProcessReadWriteLock::new(&other, path).unwrap();
+            rw.read_lock().acquire().unwrap();
+            reader_in_tx.send(()).unwrap();
+            reader_out.recv().unwrap();
+            rw.read_lock().release().unwrap();
+        })
+    };
+    wait_for("the reader to queue", || {
+        rw.read_lock().participant_nodes().unwrap().len() == 1
+    });
+    let writer = {
+        let (other, writer_in) = (session_client(&server), writer_in.clone());
+        thread::spawn(move || {
+            let rw = InterProcessReadWriteLock::new(&other, path).unwrap();
             rw.write_lock().acquire().unwrap();
-            got_in.store(true, Ordering::SeqCst);
+            writer_in.store(true, Ordering::SeqCst);
             rw.write_lock().release().unwrap();
         })
     };
     wait_for("the second writer to queue", || {
         rw.write_lock().participant_nodes().unwrap().len() == 2
     });
+
+    rw.read_lock().acquire().unwrap();
+    assert!(rw.read_lock().is_owned_by_current_thread());
     rw.write_lock().release().unwrap();
     assert!(!rw.write_lock().is_owned_by_current_thread());
     assert!(
         rw.read_lock().is_owned_by_current_thread(),
         "the downgrade keeps the read hold"
     );
+    reader_in
+        .recv_timeout(patience())
+        .expect("the queued reader gets in beside the downgraded read");
+    reader_out_tx.send(()).unwrap();
+    reader.join().unwrap();
     thread::sleep(Duration::from_millis(300));
     assert!(
-        !got_in.load(Ordering::SeqCst),
-        "a queued writer jumped ahead of a downgrade"
+        !writer_in.load(Ordering::SeqCst),
+        "a queued writer got in while the downgraded read was held"
     );
     assert_eq!(
         rw.write_lock().acquire_timeout(Duration::from_secs(1)),
@@ -128,12 +153,8 @@ fn downgrade_keeps_the_read_hold_and_the_queue_position() {
     );
     rw.read_lock().release().unwrap();
     writer.join().unwrap();
-    assert!(got_in.load(Ordering::SeqCst));
-    assert_clean(
-        || server.four_letter("wchc").unwrap(),
-        &client,
-        "/locks/rw-down",
-    );
+    assert!(writer_in.load(Ordering::SeqCst));
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, path);
 }
 
 #[test]

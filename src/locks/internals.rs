@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::driver::{LockDriver, Predicate};
+use super::driver::{LockDriver, LockNode, Predicate};
 pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
@@ -240,8 +240,23 @@ impl<S: Store> LockInternals<S> {
         data.unwrap_or_else(|| self.store.default_data().to_vec())
     }
 
+    /// Creates a node named `node` that holds at once, without asking the driver: the caller
+    /// knows it holds (a writer's downgrade to a read). Bounded by the operation timeout.
+    pub(crate) fn create_held(&self, node: LockNode) -> Result<Acquired> {
+        let mut call = self.store.new_call(Deadline::after(self.store.io_grace()));
+        let (path, stat) = self.create_named(node, &mut call)?;
+        Ok(Acquired {
+            path,
+            token: stat.czxid as u64,
+            session: stat.ephemeral_owner,
+        })
+    }
+
     fn create_node(&self, call: &mut Call) -> Result<(String, Stat)> {
-        let node = self.driver.create_lock_node(&self.lock_name);
+        self.create_named(self.driver.create_lock_node(&self.lock_name), call)
+    }
+
+    fn create_named(&self, node: LockNode, call: &mut Call) -> Result<(String, Stat)> {
         let data = self.node_data.lock().clone();
         let prefix = path::join(&self.path, &node.name);
         let spec = NodeSpec {

@@ -1,16 +1,13 @@
 //! InterProcessReadWriteLock: Curator's read-write lock, two drivers over one lock path.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::thread::{self, ThreadId};
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
-use parking_lot::Mutex;
 
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::guard::{forward_lock_api, Lock, Release, Sealed};
-use super::reentrant::{Detached, Holding, Reentrant};
+use super::reentrant::Reentrant;
 use crate::client::{Client, CreateMode, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -19,13 +16,38 @@ use crate::error::{Error, Result};
 const READ_LOCK_NAME: &str = "__READ__";
 const WRITE_LOCK_NAME: &str = "__WRIT__";
 
-/// Readers and writers sort together, by sequence.
+/// Readers and writers sort together, by sequence. A downgrading writer's read node carries the
+/// writer's sequence before its own (`__READ__<writer seq><own seq>`, Curator 5.5's fix of
+/// CURATOR-621), so it sorts right behind the writer's node and ahead of everyone who queued
+/// after the writer; as text, the same order Curator's string sort gives.
 fn rw_sort_key(node: &str) -> u64 {
-    if node.contains(WRITE_LOCK_NAME) {
-        sequence_key(node, WRITE_LOCK_NAME)
-    } else {
-        sequence_key(node, READ_LOCK_NAME)
+    let (name, digits) = match node.rfind(WRITE_LOCK_NAME) {
+        Some(i) => (WRITE_LOCK_NAME, &node[i + WRITE_LOCK_NAME.len()..]),
+        None => match node.rfind(READ_LOCK_NAME) {
+            Some(i) => (READ_LOCK_NAME, &node[i + READ_LOCK_NAME.len()..]),
+            None => return u64::MAX,
+        },
+    };
+    // A sequence is 10 digits, or a minus and 10 digits past the signed wrap.
+    let first = if digits.starts_with('-') { 11 } else { 10 };
+    let seq = |d: &str| sequence_key(&format!("{name}{d}"), name);
+    match digits.get(first..) {
+        Some(own) if !own.is_empty() && name == READ_LOCK_NAME => {
+            let own = seq(own).saturating_add(1).min(u64::from(u32::MAX));
+            (seq(&digits[..first]) << 32) | own
+        }
+        _ => seq(digits).saturating_mul(1 << 32),
     }
+}
+
+/// The read node a writer takes when it downgrades: named after its write node's sequence.
+fn downgrade_node(write_node: &str) -> Option<LockNode> {
+    let i = write_node.rfind(WRITE_LOCK_NAME)?;
+    let seq = &write_node[i + WRITE_LOCK_NAME.len()..];
+    Some(LockNode::new(
+        format!("{READ_LOCK_NAME}{seq}"),
+        CreateMode::EphemeralSequential,
+    ))
 }
 
 /// Writers: exclusive and fair against readers and writers alike.
@@ -40,9 +62,9 @@ impl LockDriver for WriteDriver {
         rw_sort_key(node)
     }
 
-    fn sorts_by_creation(&self) -> bool {
-        true
-    }
+    // Not creation order: a downgrading writer's read node (ours or a Curator 5.5 process's)
+    // sorts ahead of nodes created before it, so a writer must list again when the node it
+    // watches goes rather than take the lock on the deletion alone.
 }
 
 /// Readers: granted while no writer is queued ahead; else wait on the first writer ahead.
@@ -80,28 +102,6 @@ impl LockDriver for ReadDriver {
 struct Inner {
     read: Reentrant,
     write: Reentrant,
-    /// Read holds taken by a thread while it held the write lock; after it releases the write
-    /// lock, its write node is kept until the last of them goes (CURATOR-621).
-    downgrades: Mutex<HashMap<ThreadId, Downgrade>>,
-}
-
-struct Downgrade {
-    reads: u32,
-    kept: Option<Holding>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let kept: Vec<Holding> = self
-            .downgrades
-            .lock()
-            .drain()
-            .filter_map(|(_, d)| d.kept)
-            .collect();
-        for holding in kept {
-            let _ = self.write.finish(holding, Release::Background);
-        }
-    }
 }
 
 /// Curator's `InterProcessReadWriteLock`: many readers or one writer, on one path shared with
@@ -113,11 +113,12 @@ impl Drop for Inner {
 ///
 /// # Re-entrancy, downgrade and upgrade
 /// Both halves are re-entrant per (lock object, thread). The thread holding the write lock may
-/// take the read lock (downgrade); when it then releases the write lock it keeps its place at
-/// the head of the queue until it releases the read lock, so a queued writer cannot jump ahead
-/// (CURATOR-621). Readers queued behind it wait too. Taking the write lock while holding the read
-/// lock (upgrade) would wait for itself forever — Curator deadlocks there; zklock refuses it with
-/// [`Error::WouldDeadlock`].
+/// take the read lock (downgrade) at once, as Curator does: its read node is named after its
+/// write node (`__READ__<writer seq><seq>`, Curator 5.5), so when it then releases the write
+/// lock the readers queued meanwhile get in beside it — Java readers too — while a queued writer
+/// still waits for the downgraded read (CURATOR-621: Curator 5.4 let that writer in). Taking the
+/// write lock while holding the read lock (upgrade) would wait for itself forever — Curator
+/// deadlocks there; zklock refuses it with [`Error::WouldDeadlock`].
 ///
 /// # Example
 /// ```no_run
@@ -152,7 +153,6 @@ impl InterProcessReadWriteLock {
         let inner = Arc::new(Inner {
             read: Reentrant::new(client, path, READ_LOCK_NAME, Arc::new(ReadDriver))?,
             write: Reentrant::new(client, path, WRITE_LOCK_NAME, Arc::new(WriteDriver))?,
-            downgrades: Mutex::new(HashMap::new()),
         });
         Ok(InterProcessReadWriteLock {
             read: ReadLock {
@@ -225,61 +225,26 @@ impl std::fmt::Debug for WriteLock {
 
 impl ReadLock {
     fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
-        let me = thread::current().id();
-        {
-            let mut downgrades = self.inner.downgrades.lock();
-            if let Some(d) = downgrades.get_mut(&me) {
-                d.reads += 1;
-                return Ok(true);
+        if let Some(write_node) = self.inner.write.lock_node() {
+            // A downgrade: granted at once, as Curator grants the write holder's read.
+            if !self.inner.read.reenter() {
+                let node = downgrade_node(&write_node)
+                    .ok_or_else(|| Error::ZooKeeper(format!("{write_node:?} is no write node")))?;
+                self.inner.read.acquire_held(node)?;
             }
-            if self.inner.write.is_owned_by_current_thread() {
-                downgrades.insert(
-                    me,
-                    Downgrade {
-                        reads: 1,
-                        kept: None,
-                    },
-                );
-                return Ok(true);
-            }
+            return Ok(true);
         }
         self.inner.read.acquire_until(deadline)
     }
 
-    /// Releases one read hold of the calling thread.
-    fn release_read(&self, how: Release) -> Result<()> {
-        let me = thread::current().id();
-        let kept = {
-            let mut downgrades = self.inner.downgrades.lock();
-            match downgrades.get_mut(&me) {
-                None => None,
-                Some(d) if d.reads > 1 => {
-                    d.reads -= 1;
-                    return Ok(());
-                }
-                Some(_) => Some(downgrades.remove(&me).expect("present").kept),
-            }
-        };
-        match kept {
-            None => self.inner.read.release(how),
-            Some(None) => Ok(()),
-            Some(Some(write_node)) => self.inner.write.finish(write_node, how),
-        }
-    }
-
-    /// Whether the calling thread holds a read lock (its own node, or a downgrade).
+    /// Whether the calling thread holds a read lock.
     pub fn is_owned_by_current_thread(&self) -> bool {
         self.inner.read.is_owned_by_current_thread()
-            || self
-                .inner
-                .downgrades
-                .lock()
-                .contains_key(&thread::current().id())
     }
 
     /// Whether any thread of this process holds a read lock through this object.
     pub fn is_acquired_in_this_process(&self) -> bool {
-        self.inner.read.is_acquired_in_this_process() || !self.inner.downgrades.lock().is_empty()
+        self.inner.read.is_acquired_in_this_process()
     }
 
     /// Curator's `makeRevocable` for the read lock: see
@@ -297,13 +262,6 @@ impl ReadLock {
     pub fn health_events(&self) -> Receiver<LockHealth> {
         self.inner.read.health_events()
     }
-
-    fn downgraded<T>(&self, f: impl FnOnce(&Holding) -> T) -> Option<T> {
-        let downgrades = self.inner.downgrades.lock();
-        downgrades
-            .get(&thread::current().id())
-            .and_then(|d| d.kept.as_ref().map(f))
-    }
 }
 
 impl WriteLock {
@@ -311,31 +269,10 @@ impl WriteLock {
         if self.inner.write.reenter() {
             return Ok(true);
         }
-        let me = thread::current().id();
-        if self.inner.read.is_owned_by_current_thread()
-            || self.inner.downgrades.lock().contains_key(&me)
-        {
+        if self.inner.read.is_owned_by_current_thread() {
             return Err(Error::WouldDeadlock);
         }
         self.inner.write.acquire_until(deadline)
-    }
-
-    /// Releases one write hold of the calling thread. If the thread took read holds while
-    /// writing, its node stays (keeping its place) until the last of them is released.
-    fn release_write(&self, how: Release) -> Result<()> {
-        match self.inner.write.detach()? {
-            Detached::StillHeld => Ok(()),
-            Detached::Released(holding) => {
-                let me = thread::current().id();
-                let mut downgrades = self.inner.downgrades.lock();
-                if let Some(d) = downgrades.get_mut(&me) {
-                    d.kept = Some(holding);
-                    return Ok(());
-                }
-                drop(downgrades);
-                self.inner.write.finish(holding, how)
-            }
-        }
     }
 
     /// Whether the calling thread holds the write lock.
@@ -374,7 +311,7 @@ impl Sealed for ReadLock {
     }
 
     fn release_as(&self, how: Release) -> Result<()> {
-        self.release_read(how)
+        self.inner.read.release(how)
     }
 
     fn cancel(&self) {
@@ -388,7 +325,7 @@ impl Sealed for WriteLock {
     }
 
     fn release_as(&self, how: Release) -> Result<()> {
-        self.release_write(how)
+        self.inner.write.release(how)
     }
 
     fn cancel(&self) {
@@ -399,19 +336,11 @@ impl Sealed for WriteLock {
 impl Lock for ReadLock {
     /// The czxid of the reader's node (readers share: not unique among concurrent readers).
     fn fencing_token(&self) -> Option<u64> {
-        self.inner
-            .read
-            .fencing_token()
-            .or_else(|| self.downgraded(Holding::token))
-            .or_else(|| self.inner.write.fencing_token())
+        self.inner.read.fencing_token()
     }
 
     fn health(&self) -> Option<LockHealth> {
-        self.inner
-            .read
-            .health()
-            .or_else(|| self.downgraded(|h| h.health(self.inner.write.client())))
-            .or_else(|| self.inner.write.health())
+        self.inner.read.health()
     }
 }
 
@@ -477,5 +406,47 @@ mod tests {
                 "z-__WRIT__0000000003"
             ])
         );
+    }
+
+    #[test]
+    fn a_downgraded_read_sorts_behind_its_writer_and_ahead_of_later_nodes() {
+        let w = "w-__WRIT__0000000005";
+        let down = downgrade_node(w).unwrap();
+        assert_eq!(down.name, "__READ__0000000005");
+        let mut c = names(&[
+            "r2-__READ__0000000008",
+            "d-__READ__00000000050000000009",
+            "w2-__WRIT__0000000006",
+            w,
+            "r1-__READ__0000000007",
+            "old-__READ__0000000004",
+        ]);
+        c.sort_by_key(|n| rw_sort_key(n));
+        // As Curator's string sort of what follows the lock name orders them.
+        let mut curator = c.clone();
+        curator.sort_by_key(|n| n.split("__").last().unwrap().to_owned());
+        assert_eq!(c, curator);
+        assert_eq!(
+            c,
+            names(&[
+                "old-__READ__0000000004",
+                w,
+                "d-__READ__00000000050000000009",
+                "w2-__WRIT__0000000006",
+                "r1-__READ__0000000007",
+                "r2-__READ__0000000008",
+            ])
+        );
+        // Once the writer goes, the queued writer waits for the downgraded read.
+        let after: Vec<String> = c.iter().filter(|n| *n != w).cloned().collect();
+        assert_eq!(
+            WriteDriver
+                .gets_the_lock(&after, "w2-__WRIT__0000000006", 1)
+                .unwrap(),
+            Predicate::Watch("d-__READ__00000000050000000009".into())
+        );
+        // Past the signed wrap, a minus and ten digits.
+        let neg = rw_sort_key("d-__READ__-00000000010000000003");
+        assert!(neg > rw_sort_key("w-__WRIT__-0000000001"));
     }
 }

@@ -8,7 +8,7 @@ use std::thread::{self, ThreadId};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::driver::LockDriver;
+use super::driver::{LockDriver, LockNode};
 use super::internals::{Acquired, Leases, LockInternals, Release};
 use crate::client::{Client, KeeperGuard, Listeners, LockHealth};
 use crate::deadline::Deadline;
@@ -81,6 +81,18 @@ impl Reentrant {
         let holding = self.hold(acquired);
         self.holders.lock().insert(thread::current().id(), holding);
         Ok(true)
+    }
+
+    /// Holds through a node the caller knows holds at once (see
+    /// [`LockInternals::create_held`]).
+    pub(crate) fn acquire_held(&self, node: LockNode) -> Result<()> {
+        if self.reenter() {
+            return Ok(());
+        }
+        let acquired = self.internals.create_held(node)?;
+        let holding = self.hold(acquired);
+        self.holders.lock().insert(thread::current().id(), holding);
+        Ok(())
     }
 
     /// Counts one more hold if this thread holds already.
@@ -200,10 +212,6 @@ impl Reentrant {
         self.mine(|h| h.health(&self.client))
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
     pub(crate) fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
         *self.revocable.lock() = Some(Arc::new(listener));
     }
@@ -224,10 +232,6 @@ impl Holding {
     /// process that has stood still reads Suspended or Lost before its I/O thread catches up.
     pub(crate) fn health(&self, client: &Client) -> LockHealth {
         client.vouch(self.session, *self.health.lock())
-    }
-
-    pub(crate) fn token(&self) -> u64 {
-        self.token
     }
 }
 
