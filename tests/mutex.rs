@@ -304,7 +304,8 @@ fn expired_holder_is_told_lost_and_a_waiter_takes_over_with_a_higher_token() {
         }
     }
     let (h, thread_name) = cb_rx.recv_timeout(patience()).unwrap();
-    assert!(matches!(h, LockHealth::Lost | LockHealth::Suspended));
+    assert!(matches!(h.health, LockHealth::Lost | LockHealth::Suspended));
+    assert_eq!(h.fencing_token, a_token);
     assert!(thread_name.unwrap_or_default().starts_with("zklock-watch-"));
     assert_eq!(a.health(), Some(LockHealth::Lost));
     let b_token = waiter.join().unwrap();
@@ -467,4 +468,50 @@ fn unfair_driver_still_excludes_newcomers_that_sort_ahead_of_the_holder() {
         &client,
         "/locks/unfair-x",
     );
+}
+
+/// Two holds in one process (two lock objects on one Client): each event names its own hold's
+/// node and token; a removed callback is not called.
+#[test]
+fn health_events_name_their_hold_and_a_removed_callback_is_not_called() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let holder = session_client(&server.connect_string());
+    let mutex = Arc::new(InterProcessMutex::new(&holder, "/locks/events-a").unwrap());
+    let other = Arc::new(InterProcessMutex::new(&holder, "/locks/events-b").unwrap());
+    let events = mutex.health_events();
+    let other_events = other.health_events();
+    let (kept_tx, kept) = crossbeam_channel::unbounded();
+    let (removed_tx, removed) = crossbeam_channel::unbounded();
+    mutex.on_health(move |e| {
+        let _ = kept_tx.send(e);
+    });
+    let id = mutex.on_health(move |e| {
+        let _ = removed_tx.send(e);
+    });
+    assert!(mutex.remove_health_listener(id));
+    assert!(!mutex.remove_health_listener(id));
+    let a = mutex.lock().unwrap();
+    let b = other.lock().unwrap();
+    let (a_node, a_token) = (mutex.lock_node().unwrap(), a.fencing_token());
+    let (b_node, b_token) = (other.lock_node().unwrap(), b.fencing_token());
+    // Both holds are lost: their nodes are deleted by someone else.
+    let admin = session_client(&server.connect_string());
+    admin.delete(&b_node).unwrap();
+    admin.delete(&a_node).unwrap();
+    let e = events.recv_timeout(patience()).unwrap();
+    assert_eq!(e, LockHealth::Lost);
+    assert_eq!(
+        (e.node.as_str(), e.fencing_token),
+        (a_node.as_str(), a_token)
+    );
+    let e = other_events.recv_timeout(patience()).unwrap();
+    assert_eq!(
+        (e.node.as_str(), e.fencing_token),
+        (b_node.as_str(), b_token)
+    );
+    let e = kept.recv_timeout(patience()).unwrap();
+    assert_eq!(e.node, a_node);
+    assert!(removed.recv_timeout(Duration::from_millis(300)).is_err());
+    drop((a, b));
 }

@@ -141,7 +141,7 @@ impl<T> Default for Listeners<T> {
     }
 }
 
-impl<T: Copy + std::fmt::Debug> Listeners<T> {
+impl<T: Clone + std::fmt::Debug> Listeners<T> {
     /// Adds a listener for the values after the `since`-th; returns its id.
     pub(crate) fn add(&self, since: u64, f: Box<dyn FnMut(T) + Send>) -> u64 {
         let id = {
@@ -175,7 +175,8 @@ impl<T: Copy + std::fmt::Debug> Listeners<T> {
             }
             // Only the watcher thread calls listeners, one at a time: this lock is free.
             let mut f = f.lock();
-            if catch_unwind(AssertUnwindSafe(|| (*f)(value))).is_err() {
+            let v = value.clone();
+            if catch_unwind(AssertUnwindSafe(|| (*f)(v))).is_err() {
                 log::error!("a listener panicked on {value:?}");
             }
         }

@@ -16,6 +16,7 @@ pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
 pub use self::multi::InterProcessMultiLock;
 pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
+pub use self::reentrant::HealthEvent;
 pub use self::revocation::Revoker;
 pub(crate) use self::revocation::REVOKE_MESSAGE;
 pub use self::semaphore::{

@@ -7,7 +7,7 @@ use crossbeam_channel::Receiver;
 
 use super::driver::{LockDriver, StandardDriver};
 use super::guard::{forward_lock_api, Lock, LockGuard, Release, Sealed};
-use super::reentrant::Reentrant;
+use super::reentrant::{HealthEvent, Reentrant};
 use crate::client::{Client, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::Result;
@@ -147,15 +147,22 @@ impl InterProcessMutex {
         self.core.health()
     }
 
-    /// A channel receiving every later health change of holds through this object.
-    pub fn health_events(&self) -> Receiver<LockHealth> {
+    /// A channel receiving every later health change of holds through this object, each with
+    /// its hold's node and fencing token.
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
         self.core.health_events()
     }
 
     /// Calls `f` with every later health change of holds through this object, on the Client's
-    /// watcher thread.
-    pub fn on_health(&self, f: impl FnMut(LockHealth) + Send + 'static) {
+    /// watcher thread (it must not block); returns an id for
+    /// [`remove_health_listener`](Self::remove_health_listener).
+    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
         self.core.on_health(f)
+    }
+
+    /// Removes a callback added by [`on_health`](Self::on_health); whether it was there.
+    pub fn remove_health_listener(&self, id: u64) -> bool {
+        self.core.remove_health_listener(id)
     }
 
     /// Curator's `makeRevocable`: from now on, when another process asks (with

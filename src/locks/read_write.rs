@@ -7,7 +7,7 @@ use crossbeam_channel::Receiver;
 
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::guard::{forward_lock_api, Lock, Release, Sealed};
-use super::reentrant::Reentrant;
+use super::reentrant::{HealthEvent, Reentrant};
 use crate::client::{Client, CreateMode, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -259,8 +259,24 @@ impl ReadLock {
     }
 
     /// A channel receiving every later health change of read holds through this object.
-    pub fn health_events(&self) -> Receiver<LockHealth> {
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
         self.inner.read.health_events()
+    }
+
+    /// The calling thread's read hold's health, if it holds the read lock.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.inner.read.health()
+    }
+
+    /// The calling thread's read hold's fencing token (readers share: not unique among
+    /// concurrent readers).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner.read.fencing_token()
+    }
+
+    /// The calling thread's read node, if it holds the read lock.
+    pub fn lock_node(&self) -> Option<String> {
+        self.inner.read.lock_node()
     }
 }
 
@@ -297,8 +313,23 @@ impl WriteLock {
     }
 
     /// A channel receiving every later health change of write holds through this object.
-    pub fn health_events(&self) -> Receiver<LockHealth> {
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
         self.inner.write.health_events()
+    }
+
+    /// The calling thread's write hold's health, if it holds the write lock.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.inner.write.health()
+    }
+
+    /// The calling thread's fencing token, if it holds the write lock.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner.write.fencing_token()
+    }
+
+    /// The calling thread's write node, if it holds the write lock.
+    pub fn lock_node(&self) -> Option<String> {
+        self.inner.write.lock_node()
     }
 }
 

@@ -37,8 +37,44 @@ pub(crate) struct Holding {
 
 #[derive(Default)]
 struct Subscribers {
-    channels: Mutex<Vec<Sender<LockHealth>>>,
-    callbacks: Arc<Listeners<LockHealth>>,
+    channels: Mutex<Vec<Sender<HealthEvent>>>,
+    callbacks: Arc<Listeners<HealthEvent>>,
+}
+
+/// A change of one hold's health, with the node and fencing token of that hold, so that the
+/// events of several holds through one lock object (one per thread) can be told apart.
+///
+/// Compares equal to a bare [`LockHealth`] of the same value.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = zklock::InterProcessMutex::new(&client, "/locks/ledger")?;
+/// let events = mutex.health_events();
+/// let guard = mutex.lock()?;
+/// for event in events.try_iter() {
+///     if event.fencing_token == guard.fencing_token() && event == zklock::LockHealth::Lost {
+///         println!("{} is lost", event.node);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct HealthEvent {
+    /// The hold's new health.
+    pub health: LockHealth,
+    /// The hold's lock node.
+    pub node: String,
+    /// The hold's fencing token.
+    pub fencing_token: u64,
+}
+
+impl PartialEq<LockHealth> for HealthEvent {
+    fn eq(&self, other: &LockHealth) -> bool {
+        self.health == *other
+    }
 }
 
 /// What one release did.
@@ -116,6 +152,7 @@ impl Reentrant {
                 self.subscribers.clone(),
                 self.client.clone(),
             );
+            let (node, token) = (acquired.path.clone(), acquired.token);
             move |new: LockHealth| {
                 {
                     let mut h = health.lock();
@@ -124,9 +161,16 @@ impl Reentrant {
                     }
                     *h = new;
                 }
-                subs.channels.lock().retain(|tx| tx.send(new).is_ok());
+                let event = HealthEvent {
+                    health: new,
+                    node: node.clone(),
+                    fencing_token: token,
+                };
+                subs.channels
+                    .lock()
+                    .retain(|tx| tx.send(event.clone()).is_ok());
                 let callbacks = subs.callbacks.clone();
-                client.on_watcher_thread(move || callbacks.call(u64::MAX, new));
+                client.on_watcher_thread(move || callbacks.call(u64::MAX, event));
             }
         };
         let on_revoke = self.revocable.lock().clone().map(|listener| {
@@ -216,14 +260,18 @@ impl Reentrant {
         *self.revocable.lock() = Some(Arc::new(listener));
     }
 
-    pub(crate) fn health_events(&self) -> Receiver<LockHealth> {
+    pub(crate) fn health_events(&self) -> Receiver<HealthEvent> {
         let (tx, rx) = crossbeam_channel::unbounded();
         self.subscribers.channels.lock().push(tx);
         rx
     }
 
-    pub(crate) fn on_health(&self, f: impl FnMut(LockHealth) + Send + 'static) {
-        self.subscribers.callbacks.add(0, Box::new(f));
+    pub(crate) fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
+        self.subscribers.callbacks.add(0, Box::new(f))
+    }
+
+    pub(crate) fn remove_health_listener(&self, id: u64) -> bool {
+        self.subscribers.callbacks.remove(id)
     }
 }
 
