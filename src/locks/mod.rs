@@ -9,6 +9,7 @@ mod read_write;
 mod reentrant;
 mod revocation;
 mod semaphore;
+mod shared_count;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub use self::guard::{Lock, LockGuard};
@@ -19,6 +20,5 @@ pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
 pub use self::reentrant::HealthEvent;
 pub use self::revocation::Revoker;
 pub(crate) use self::revocation::REVOKE_MESSAGE;
-pub use self::semaphore::{
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, SharedCount,
-};
+pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease};
+pub use self::shared_count::{SharedCount, VersionedCount};

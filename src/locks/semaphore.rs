@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use super::driver::{LockDriver, LockNode, StandardDriver};
 use super::guard::{forward_lock_api, Lock, Release, Sealed};
 use super::internals::{shared_count, Leases, LockInternals};
+use super::shared_count::SharedCount;
 use crate::client::{Client, CreateMode, Doomed, KeeperGuard, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -90,7 +91,7 @@ impl InterProcessSemaphoreV2 {
         path: &str,
         count: &SharedCount,
     ) -> Result<InterProcessSemaphoreV2> {
-        Self::with_leases(client, path, Leases::Shared(count.path.clone()))
+        Self::with_leases(client, path, Leases::Shared(count.path().to_owned()))
     }
 
     fn with_leases(client: &Client, path: &str, leases: Leases) -> Result<InterProcessSemaphoreV2> {
@@ -450,58 +451,5 @@ impl Lock for InterProcessSemaphoreMutex {
 
     fn health(&self) -> Option<LockHealth> {
         self.lease.lock().as_ref().map(Lease::health)
-    }
-}
-
-/// Curator's `SharedCount`: an integer shared through a node (4 bytes, big-endian), e.g. the
-/// number of leases of [`InterProcessSemaphoreV2::with_shared_count`].
-///
-/// # Example
-/// ```no_run
-/// # fn main() -> zklock::Result<()> {
-/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// let count = zklock::SharedCount::new(&client, "/semaphores/db-size", 5)?;
-/// let pool = zklock::InterProcessSemaphoreV2::with_shared_count(&client, "/semaphores/db", &count)?;
-/// count.set_count(8)?; // waiters re-check at once
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct SharedCount {
-    client: Client,
-    path: String,
-}
-
-impl SharedCount {
-    /// The count at `path`, created with `seed` if the node does not exist yet.
-    pub fn new(client: &Client, path: &str, seed: i32) -> Result<SharedCount> {
-        match client
-            .create(path)
-            .data(&seed.to_be_bytes())
-            .parents_as_containers()
-            .call()
-        {
-            Ok(_) | Err(Error::NodeExists(_)) => {}
-            Err(e) => return Err(e),
-        }
-        Ok(SharedCount {
-            client: client.clone(),
-            path: path.to_owned(),
-        })
-    }
-
-    /// The current count.
-    pub fn count(&self) -> Result<i32> {
-        let (data, _) = self.client.data(&self.path)?;
-        let bytes: [u8; 4] = data.as_slice().try_into().map_err(|_| {
-            Error::ZooKeeper(format!("{:?} does not hold a shared count", self.path))
-        })?;
-        Ok(i32::from_be_bytes(bytes))
-    }
-
-    /// Sets the count.
-    pub fn set_count(&self, count: i32) -> Result<()> {
-        self.client
-            .set_data(&self.path, &count.to_be_bytes())
-            .map(|_| ())
     }
 }
