@@ -79,9 +79,11 @@ impl Recipe {
     }
 }
 
-/// One contender of a worker: `<recipe>,<name>,<lock path>,<register address>`.
+/// One contender of a worker: `<recipe>,<name>,<lock path>,<register address>,<attempt ms>`.
 struct SlotSpec {
     recipe: Recipe,
+    /// How long one acquisition attempt waits.
+    attempt: Duration,
     name: String,
     path: String,
     register: String,
@@ -93,11 +95,12 @@ fn worker_spec(connect: &str, session: Duration, slots: &[SlotSpec]) -> String {
     for s in slots {
         let _ = write!(
             spec,
-            ";{},{},{},{}",
+            ";{},{},{},{},{}",
             s.recipe.name(),
             s.name,
             s.path,
-            s.register
+            s.register,
+            s.attempt.as_millis()
         );
     }
     spec
@@ -212,6 +215,7 @@ fn chaos_worker() {
                 name: p[1].to_owned(),
                 path: p[2].to_owned(),
                 register: p[3].to_owned(),
+                attempt: Duration::from_millis(p[4].parse().unwrap()),
             }
         })
         .collect();
@@ -288,7 +292,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
         Recipe::Mutex => {
             let mutex = InterProcessMutex::new(&client, &slot.path).unwrap();
             while !stopped() {
-                match mutex.try_lock_for(ATTEMPT) {
+                match mutex.try_lock_for(slot.attempt) {
                     Ok(Some(guard)) => {
                         let token = guard.fencing_token();
                         hold(
@@ -314,7 +318,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
             while !stopped() {
                 round += 1;
                 if round % READ_EVERY == 0 {
-                    match rw.read_lock().try_lock_for(ATTEMPT) {
+                    match rw.read_lock().try_lock_for(slot.attempt) {
                         Ok(Some(guard)) => {
                             match fence.read() {
                                 Ok(_) => stats.reads += 1,
@@ -329,7 +333,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
                     }
                     continue;
                 }
-                match rw.write_lock().try_lock_for(ATTEMPT) {
+                match rw.write_lock().try_lock_for(slot.attempt) {
                     Ok(Some(guard)) => {
                         let token = guard.fencing_token();
                         hold(
@@ -352,7 +356,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
         Recipe::Semaphore => {
             let semaphore = InterProcessSemaphoreV2::new(&client, &slot.path, 1).unwrap();
             while !stopped() {
-                match semaphore.acquire_timeout(ATTEMPT) {
+                match semaphore.acquire_timeout(slot.attempt) {
                     Ok(Some(lease)) => {
                         let token = lease.fencing_token();
                         hold(
@@ -938,6 +942,7 @@ impl Lab {
                 .iter()
                 .map(|r| SlotSpec {
                     recipe: r.recipe,
+                    attempt: ATTEMPT,
                     name: format!("{name}.{}", r.recipe.name()),
                     path: r.path.clone(),
                     register: r.register.addr().to_string(),
@@ -1459,6 +1464,8 @@ impl Lab {
                 let slots = (0..self.plan.burst)
                     .map(|i| SlotSpec {
                         recipe: Recipe::Mutex,
+                        // Burst clients wait their turn in the queue rather than time out.
+                        attempt: patience(),
                         name: format!("{name}.m{i}"),
                         path: regs[0].path.clone(),
                         register: regs[0].register.addr().to_string(),
