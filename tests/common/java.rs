@@ -265,6 +265,19 @@ impl JavaProc {
         )
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next stdout line within `timeout` (kept in `seen` too); `None` on timeout or after
+    /// its stdout closed.
+    pub fn next_line(&mut self, timeout: Duration) -> Option<String> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        self.seen.push(line.clone());
+        Some(line)
+    }
+
     /// Panics if it has exited.
     pub fn assert_running(&mut self) {
         if self.status().is_some() {
