@@ -17,7 +17,11 @@ fn try_set_count_loses_a_race_cleanly() {
     let b = client(&server.connect_string(), Duration::from_secs(30));
     let ours = SharedCount::new(&a, "/counts/race", 10).unwrap();
     let theirs = SharedCount::new(&b, "/counts/race", 99).unwrap();
-    assert_eq!(theirs.count().unwrap(), 10, "the seed of an existing count is ignored");
+    assert_eq!(
+        theirs.count().unwrap(),
+        10,
+        "the seed of an existing count is ignored"
+    );
     let seen = ours.versioned().unwrap();
     assert_eq!(seen.count, 10);
     // They win the race.
@@ -65,6 +69,9 @@ fn a_listener_sees_every_accepted_change_and_a_removed_one_nothing() {
         assert_eq!(heard.count, n);
         versions.push(heard.version);
     }
-    assert!(versions.windows(2).all(|w| w[1] == w[0] + 1), "{versions:?}");
+    assert!(
+        versions.windows(2).all(|w| w[1] == w[0] + 1),
+        "{versions:?}"
+    );
     assert!(removed.try_recv().is_err(), "a removed listener was called");
 }
