@@ -130,7 +130,7 @@ pub use crate::leader::{
     Leadership, LeadershipChange, Participant,
 };
 pub use crate::locks::{
-    HealthEvent, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
+    ArcLockGuard, HealthEvent, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard,
     LockNode, MutexGuard, Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver,
     VersionedCount, WriteLock,

@@ -143,3 +143,60 @@ fn a_revoked_writer_is_told() {
         "/locks/rw-revocable",
     );
 }
+
+/// An owned guard lives in a struct beside its lock; a mutex shared through an `Arc` is locked
+/// directly by one thread and as part of a multi-lock by another, and they exclude each other.
+#[test]
+fn owned_guards_and_a_multi_lock_over_a_shared_mutex() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use zklock::ArcLockGuard;
+
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let shared = Arc::new(InterProcessMutex::new(&client, "/multi/shared").unwrap());
+
+    struct Job {
+        guard: ArcLockGuard<InterProcessMutex>,
+        token: u64,
+    }
+    let guard = shared.lock_arc().unwrap();
+    let job = Job {
+        token: guard.fencing_token(),
+        guard,
+    };
+    assert!(Arc::ptr_eq(job.guard.lock(), &shared));
+    assert_eq!(job.guard.health(), LockHealth::Held);
+    assert_eq!(shared.fencing_token(), Some(job.token));
+
+    // Another thread's multi-lock over the same mutex (and one more) waits for the job.
+    let multi = InterProcessMultiLock::from_locks(vec![
+        Box::new(shared.clone()),
+        Box::new(InterProcessMutex::new(&client, "/multi/other").unwrap()),
+    ])
+    .unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let inside = inside.clone();
+        thread::spawn(move || {
+            let g = multi.lock().unwrap();
+            inside.store(true, Ordering::SeqCst);
+            g.release().unwrap();
+        })
+    };
+    wait_for("the multi-lock to queue on the shared mutex", || {
+        shared.participant_nodes().unwrap().len() == 2
+    });
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        !inside.load(Ordering::SeqCst),
+        "the multi-lock got in beside the job"
+    );
+    job.guard.release().unwrap();
+    waiter.join().unwrap();
+    assert!(inside.load(Ordering::SeqCst));
+    assert!(shared
+        .try_lock_arc_for(Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+}

@@ -1,6 +1,8 @@
 //! The `Lock` trait over the lock family, and the guard every lock hands out.
 
 use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockHealth;
@@ -155,6 +157,54 @@ pub trait Lock: Sealed + Send + Sync {
             .acquire_until(Some(deadline))?
             .then(|| LockGuard::new(self)))
     }
+
+    /// [`lock`](Lock::lock) through an `Arc`, returning a guard that owns a clone of it
+    /// (parking_lot's `lock_arc`): the guard can live in a struct beside the lock, or anywhere
+    /// a borrow could not.
+    fn lock_arc(self: &Arc<Self>) -> Result<ArcLockGuard<Self>>
+    where
+        Self: Sized,
+    {
+        self.acquire()?;
+        Ok(ArcLockGuard::new(self.clone()))
+    }
+
+    /// [`try_lock_for`](Lock::try_lock_for) through an `Arc`: an owned guard, or `None`.
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock_arc_for(self: &Arc<Self>, timeout: Duration) -> Result<Option<ArcLockGuard<Self>>>
+    where
+        Self: Sized,
+    {
+        Ok(self
+            .acquire_until(until(timeout))?
+            .then(|| ArcLockGuard::new(self.clone())))
+    }
+}
+
+/// A lock shared through an `Arc` is a lock: e.g. one mutex both locked directly and made part
+/// of an [`InterProcessMultiLock`](crate::InterProcessMultiLock).
+impl<L: Lock + ?Sized> Sealed for Arc<L> {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        (**self).acquire_until(until)
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        (**self).release_as(how)
+    }
+
+    fn cancel(&self) {
+        (**self).cancel()
+    }
+}
+
+impl<L: Lock + ?Sized> Lock for Arc<L> {
+    fn fencing_token(&self) -> Option<u64> {
+        (**self).fencing_token()
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        (**self).health()
+    }
 }
 
 fn far_future() -> Instant {
@@ -219,6 +269,23 @@ macro_rules! forward_lock_api {
                 $crate::Lock::try_lock_for(self, timeout)
             }
 
+            /// [`lock`](Self::lock) through an `Arc`: a guard that owns a clone of it.
+            pub fn lock_arc(
+                self: &std::sync::Arc<Self>,
+            ) -> $crate::Result<$crate::ArcLockGuard<$lock>> {
+                $crate::Lock::lock_arc(self)
+            }
+
+            /// [`try_lock_for`](Self::try_lock_for) through an `Arc`: an owned guard, or
+            /// `None`.
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock_arc_for(
+                self: &std::sync::Arc<Self>,
+                timeout: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::ArcLockGuard<$lock>>> {
+                $crate::Lock::try_lock_arc_for(self, timeout)
+            }
+
             /// Waits until `deadline` at the latest: a guard, or `None`.
             #[must_use = "`None` means the lock was NOT acquired"]
             pub fn try_lock_until(
@@ -253,58 +320,156 @@ pub(crate) use forward_lock_api;
 /// ```
 #[must_use = "the lock is released when the guard is dropped"]
 pub struct LockGuard<'a, L: Lock> {
-    lock: &'a L,
-    released: bool,
-    _not_send: PhantomData<*const ()>,
+    held: Held<&'a L>,
 }
 
 impl<'a, L: Lock> LockGuard<'a, L> {
     pub(crate) fn new(lock: &'a L) -> Self {
         LockGuard {
-            lock,
-            released: false,
-            _not_send: PhantomData,
+            held: Held::new(lock),
         }
     }
 
     /// Releases now, reporting errors (dropping the guard only logs them). Bounded as
     /// [`Lock::release`].
-    pub fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.lock.release()
+    pub fn release(self) -> Result<()> {
+        self.held.release(None)
     }
 
     /// [`release`](Self::release) bounded by `timeout`.
-    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
-        self.released = true;
-        self.lock.release_timeout(timeout)
+    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
+        self.held.release(Some(timeout))
     }
 
     /// This hold's fencing token.
     pub fn fencing_token(&self) -> u64 {
-        self.lock.fencing_token().unwrap_or_default()
+        self.held.lock.fencing_token().unwrap_or_default()
     }
 
-    /// This hold's health.
+    /// This hold's health, computed now (see [`LockHealth`]).
     pub fn health(&self) -> LockHealth {
-        self.lock.health().unwrap_or(LockHealth::Lost)
-    }
-}
-
-impl<L: Lock> Drop for LockGuard<'_, L> {
-    fn drop(&mut self) {
-        if !self.released {
-            if let Err(e) = self.lock.release_as(Release::Background) {
-                log::warn!("releasing a lock on guard drop: {e}");
-            }
-        }
+        self.held.lock.health().unwrap_or(LockHealth::Lost)
     }
 }
 
 impl<L: Lock> std::fmt::Debug for LockGuard<'_, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("released", &self.released)
+            .field("released", &self.held.released)
             .finish()
+    }
+}
+
+/// A guard that owns an `Arc` of its lock ([`Lock::lock_arc`]): it can be stored in a struct
+/// beside the lock, returned from a function, or kept in a collection. Releases on drop.
+///
+/// Not `Send`, like [`LockGuard`]: a re-entrant hold belongs to the thread that took it.
+///
+/// # Example
+/// ```no_run
+/// use std::sync::Arc;
+/// use zklock::{ArcLockGuard, InterProcessMutex, Lock};
+///
+/// struct Job {
+///     _lock: ArcLockGuard<InterProcessMutex>, // held as long as the job lives
+///     token: u64,
+/// }
+///
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = Arc::new(InterProcessMutex::new(&client, "/locks/job")?);
+/// let guard = mutex.lock_arc()?;
+/// let job = Job { token: guard.fencing_token(), _lock: guard };
+/// drop(job); // released here
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct ArcLockGuard<L: Lock> {
+    held: Held<Arc<L>>,
+}
+
+impl<L: Lock> ArcLockGuard<L> {
+    fn new(lock: Arc<L>) -> Self {
+        ArcLockGuard {
+            held: Held::new(lock),
+        }
+    }
+
+    /// The lock this guard holds.
+    pub fn lock(&self) -> &Arc<L> {
+        &self.held.lock
+    }
+
+    /// Releases now, reporting errors. Bounded as [`Lock::release`].
+    pub fn release(self) -> Result<()> {
+        self.held.release(None)
+    }
+
+    /// [`release`](Self::release) bounded by `timeout`.
+    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
+        self.held.release(Some(timeout))
+    }
+
+    /// This hold's fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.lock.fencing_token().unwrap_or_default()
+    }
+
+    /// This hold's health, computed now (see [`LockHealth`]).
+    pub fn health(&self) -> LockHealth {
+        self.held.lock.health().unwrap_or(LockHealth::Lost)
+    }
+}
+
+impl<L: Lock> std::fmt::Debug for ArcLockGuard<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArcLockGuard")
+            .field("released", &self.held.released)
+            .finish()
+    }
+}
+
+/// What both guards hold: the lock (borrowed or owned), released once, in the background on
+/// drop.
+struct Held<P: Deref>
+where
+    P::Target: Lock,
+{
+    lock: P,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<P: Deref> Held<P>
+where
+    P::Target: Lock,
+{
+    fn new(lock: P) -> Self {
+        Held {
+            lock,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn release(mut self, timeout: Option<Duration>) -> Result<()> {
+        self.released = true;
+        match timeout {
+            None => self.lock.release(),
+            Some(t) => self.lock.release_timeout(t),
+        }
+    }
+}
+
+impl<P: Deref> Drop for Held<P>
+where
+    P::Target: Lock,
+{
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.lock.release_as(Release::Background) {
+                log::warn!("releasing a lock on guard drop: {e}");
+            }
+        }
     }
 }

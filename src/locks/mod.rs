@@ -12,7 +12,7 @@ mod semaphore;
 mod shared_count;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
-pub use self::guard::{Lock, LockGuard};
+pub use self::guard::{ArcLockGuard, Lock, LockGuard};
 pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
 pub use self::multi::InterProcessMultiLock;
 pub use self::mutex::{InterProcessMutex, MutexGuard};
