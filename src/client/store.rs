@@ -115,8 +115,18 @@ pub(crate) trait Store: Send + Sync {
     /// The current session's id, if one is open.
     fn session_id(&self) -> Option<i64>;
     /// Marks `ours` as the holder with one atomic write (setData at version 0), provided none
-    /// of `others` is marked (all still at version 0).
-    fn claim(&self, ours: &str, data: &[u8], others: &[String], call: &mut Call) -> Result<Claim>;
+    /// of `others` is marked (all still at version 0) and no claim was made under `parent`
+    /// since its data version was `parent_version` (read before `others` was listed): the
+    /// claim bumps that version, so a contender created after our listing, and so missing from
+    /// `others`, cannot have claimed meanwhile.
+    fn claim(
+        &self,
+        ours: &str,
+        data: &[u8],
+        others: &[String],
+        parent: (&str, i32),
+        call: &mut Call,
+    ) -> Result<Claim>;
     fn register(&self, waiter: &Arc<Waiter>) -> Registration;
     fn default_data(&self) -> &[u8];
 }
@@ -221,7 +231,14 @@ impl Store for Client {
         self.shared().registry.register(waiter)
     }
 
-    fn claim(&self, ours: &str, data: &[u8], others: &[String], call: &mut Call) -> Result<Claim> {
+    fn claim(
+        &self,
+        ours: &str,
+        data: &[u8],
+        others: &[String],
+        (parent, parent_version): (&str, i32),
+        call: &mut Call,
+    ) -> Result<Claim> {
         loop {
             let attempt = self.run_once(call, |zk, _| async move {
                 let mut multi = zk.new_multi_writer();
@@ -233,8 +250,11 @@ impl Store for Client {
                 multi
                     .add_set_data(ours, data, Some(0))
                     .map_err(|e| Error::from_zk(e, ours))?;
+                multi
+                    .add_set_data(parent, &[], Some(parent_version))
+                    .map_err(|e| Error::from_zk(e, parent))?;
                 match multi.commit().await {
-                    Ok(results) => match results.into_iter().last() {
+                    Ok(results) => match results.into_iter().nth(others.len()) {
                         Some(zk::MultiWriteResult::SetData { stat }) => Ok(Claim::Won(stat.into())),
                         other => Err(Error::ZooKeeper(format!(
                             "unexpected claim reply {other:?}"

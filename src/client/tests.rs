@@ -77,3 +77,43 @@ fn a_dropped_watch_guard_leaves_no_watch_on_the_server() {
     }
     client.close();
 }
+
+/// An unfair claim made against a listing that predates a newcomer: the newcomer, not in our
+/// listing, claims first; ours must then fail, or both would hold (the parent's version is what
+/// tells).
+#[test]
+fn a_claim_fails_once_a_contender_missing_from_our_listing_has_claimed() {
+    let server = TestingServer::start().unwrap();
+    let client = Client::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .connect()
+        .unwrap();
+    let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
+    let node = |name: &str| {
+        client
+            .create(&format!("/claims/{name}"))
+            .mode(CreateMode::Ephemeral)
+            .parents_as_containers()
+            .call()
+            .unwrap()
+    };
+    let ours = node("x");
+    let parent_version = client.exists("/claims").unwrap().unwrap().version;
+    // Our listing: only ourselves. Then a newcomer appears and claims, seeing us unclaimed.
+    let newcomer = node("n");
+    let theirs = client
+        .claim(
+            &newcomer,
+            b"n",
+            std::slice::from_ref(&ours),
+            ("/claims", parent_version),
+            &mut call,
+        )
+        .unwrap();
+    assert!(matches!(theirs, Claim::Won(_)));
+    let ours_claim = client
+        .claim(&ours, b"x", &[], ("/claims", parent_version), &mut call)
+        .unwrap();
+    assert_eq!(ours_claim, Claim::Changed, "two holders");
+    assert_eq!(client.exists(&ours).unwrap().unwrap().version, 0);
+}

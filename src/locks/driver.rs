@@ -110,9 +110,11 @@ pub trait LockDriver: Send + Sync + 'static {
     /// Whether a granted contender must also *claim* the lock. When the sort order is not
     /// creation order, a newcomer can sort ahead of the holder, so names alone cannot tell who
     /// holds: the driver's pick then marks its node with one atomic multi-op (setData on ours,
-    /// version checks on every other contender) that fails if another node is marked, and
-    /// waits on the marked node otherwise. The write's zxid is the fencing token. Costs one
-    /// multi-op over all contenders per grant.
+    /// version checks on every other contender listed, and a setData on the lock's parent at
+    /// the version read before the listing, so that a contender created after our listing
+    /// cannot have claimed meanwhile) that fails if another node is marked, and waits on the
+    /// marked node otherwise. The write's zxid is the fencing token. Costs a read of the parent
+    /// per listing and one multi-op over all contenders per grant.
     fn grant_by_claim(&self) -> bool {
         false
     }
@@ -146,7 +148,7 @@ impl LockDriver for StandardDriver {
 ///
 /// A newcomer may sort ahead of the holder, so the contender this driver picks must claim the
 /// lock atomically (see [`LockDriver::grant_by_claim`]): a multi-op that checks every other
-/// contender is unclaimed and marks ours. Exclusion is as strict as with the standard driver;
+/// contender is unclaimed, that no claim was made since our listing, and marks ours. Exclusion is as strict as with the standard driver;
 /// each grant costs one more round trip whose size grows with the number of contenders, and
 /// the fencing token is that write's zxid.
 ///

@@ -304,6 +304,15 @@ impl<S: Store> LockInternals<S> {
         'listing: loop {
             cancel.check()?;
             let mut seen = waiter.epoch();
+            // A claim is made against the parent's version as of before the listing.
+            let parent_version = if self.driver.grant_by_claim() {
+                match self.store.stat(&self.path, call)? {
+                    Some(parent) => parent.version,
+                    None => return Ok(Outcome::Restart),
+                }
+            } else {
+                0
+            };
             let children = match self.sorted_children(call) {
                 Ok(c) => c,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
@@ -325,7 +334,7 @@ impl<S: Store> LockInternals<S> {
             };
             let watch = match self.driver.gets_the_lock(&children, our_name, max_leases) {
                 Ok(Predicate::Granted) if self.driver.grant_by_claim() => {
-                    match self.claim(our_path, &children, call)? {
+                    match self.claim(our_path, &children, parent_version, call)? {
                         Claim::Won(stat) => {
                             return Ok(Outcome::Granted {
                                 token: stat.mzxid as u64,
@@ -380,15 +389,26 @@ impl<S: Store> LockInternals<S> {
         }
     }
 
-    fn claim(&self, our_path: &str, children: &[String], call: &mut Call) -> Result<Claim> {
+    fn claim(
+        &self,
+        our_path: &str,
+        children: &[String],
+        parent_version: i32,
+        call: &mut Call,
+    ) -> Result<Claim> {
         let our_name = path::name(our_path);
         let others: Vec<String> = children
             .iter()
             .filter(|c| c.as_str() != our_name)
             .map(|c| path::join(&self.path, c))
             .collect();
-        self.store
-            .claim(our_path, &self.current_data(), &others, call)
+        self.store.claim(
+            our_path,
+            &self.current_data(),
+            &others,
+            (&self.path, parent_version),
+            call,
+        )
     }
 
     /// Deletes a held node of session `owner` as `how` says.

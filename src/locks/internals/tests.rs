@@ -36,6 +36,8 @@ enum Fault {
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<String, Stat>,
+    /// Data versions of parents (bumped by claims).
+    parent_versions: HashMap<String, i32>,
     next_seq: HashMap<String, i64>,
     zxid: i64,
     session: i64,
@@ -236,7 +238,20 @@ impl Store for Fake {
     }
 
     fn stat(&self, path: &str, _call: &mut Call) -> Result<Option<Stat>> {
-        Ok(self.state.lock().nodes.get(path).copied())
+        let st = self.state.lock();
+        if let Some(node) = st.nodes.get(path) {
+            return Ok(Some(*node));
+        }
+        // A parent exists while it has children (containers), with the version claims bumped.
+        let prefix = format!("{path}/");
+        Ok(st
+            .nodes
+            .keys()
+            .any(|k| k.starts_with(&prefix))
+            .then(|| Stat {
+                version: st.parent_versions.get(path).copied().unwrap_or(0),
+                ..Stat::default()
+            }))
     }
 
     fn claim(
@@ -244,9 +259,13 @@ impl Store for Fake {
         ours: &str,
         _data: &[u8],
         others: &[String],
+        (parent, parent_version): (&str, i32),
         _call: &mut Call,
     ) -> Result<Claim> {
         let mut st = self.state.lock();
+        if st.parent_versions.get(parent).copied().unwrap_or(0) != parent_version {
+            return Ok(Claim::Changed);
+        }
         for other in others {
             match st.nodes.get(other) {
                 None => return Ok(Claim::Changed),
@@ -264,7 +283,9 @@ impl Store for Fake {
         }
         node.mzxid = zxid;
         node.version = 1;
-        Ok(Claim::Won(*node))
+        let won = *node;
+        *st.parent_versions.entry(parent.to_owned()).or_default() += 1;
+        Ok(Claim::Won(won))
     }
 
     fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>> {
