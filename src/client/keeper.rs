@@ -48,6 +48,9 @@ pub enum LockHealth {
     Lost,
 }
 
+/// Told the held node's data whenever the keeper reads it.
+pub(crate) type OnData = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
 /// Stops the keeper when dropped.
 pub(crate) struct KeeperGuard(Signal);
 
@@ -71,7 +74,9 @@ impl Client {
     }
 
     /// Watches `path` (owned by session `owner`, or 0 for a persistent node) and calls `report`
-    /// on every health change, and `on_revoke` once if Curator's revocation message is written
+    /// on every health change, and `on_data` with the node's data whenever it is read (when the
+    /// keeper starts and after every change: the lock layer decides what the data means, e.g.
+    /// Curator's revocation request)
     /// into the node.
     ///
     /// An ephemeral node is Lost with its session. When the Client gives that session up
@@ -85,14 +90,14 @@ impl Client {
         path: &str,
         owner: i64,
         report: Arc<dyn Fn(LockHealth) + Send + Sync>,
-        on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
+        on_data: Option<OnData>,
     ) -> KeeperGuard {
         let cancel = Signal::default();
         let mut node = Kept {
             path: path.to_owned(),
             cancel: cancel.clone(),
             report,
-            on_revoke,
+            on_data,
         };
         if owner == 0 {
             self.shared()
@@ -132,7 +137,7 @@ struct Kept {
     /// Set by the release: stop, and report nothing more (a late NoNode is our own delete).
     cancel: Signal,
     report: Arc<dyn Fn(LockHealth) + Send + Sync>,
-    on_revoke: Option<Arc<dyn Fn() + Send + Sync>>,
+    on_data: Option<OnData>,
 }
 
 impl Kept {
@@ -221,10 +226,8 @@ async fn keep(zk: &zk::Client, ended: &Signal, node: &mut Kept) -> End {
             Err(_) => return End::GivenUp,
             Ok(Ok((data, _, watcher))) => {
                 node.report(LockHealth::Held);
-                if data == crate::locks::REVOKE_MESSAGE {
-                    if let Some(f) = node.on_revoke.take() {
-                        f();
-                    }
+                if let Some(f) = &node.on_data {
+                    f(&data);
                 }
                 Some(watcher)
             }

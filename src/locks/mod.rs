@@ -19,6 +19,5 @@ pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
 pub use self::reentrant::HealthEvent;
 pub use self::revocation::Revoker;
-pub(crate) use self::revocation::REVOKE_MESSAGE;
 pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease};
 pub use self::shared_count::{SharedCount, VersionedCount};

@@ -2,6 +2,7 @@
 //! per-thread hold counts over LockInternals, lock health and fencing tokens.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
 
@@ -10,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode};
 use super::internals::{Acquired, Leases, LockInternals, Release};
+use super::revocation::REVOKE_MESSAGE;
 use crate::client::{Client, KeeperGuard, Listeners, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -173,12 +175,16 @@ impl Reentrant {
                 client.on_watcher_thread(move || callbacks.call(u64::MAX, event));
             }
         };
+        // Curator's revocation request is a data write into the held node; told once.
         let on_revoke = self.revocable.lock().clone().map(|listener| {
             let client = self.client.clone();
-            Arc::new(move || {
-                let listener = listener.clone();
-                client.on_watcher_thread(move || listener());
-            }) as Arc<dyn Fn() + Send + Sync>
+            let told = AtomicBool::new(false);
+            Arc::new(move |data: &[u8]| {
+                if data == REVOKE_MESSAGE && !told.swap(true, Ordering::SeqCst) {
+                    let listener = listener.clone();
+                    client.on_watcher_thread(move || listener());
+                }
+            }) as crate::client::OnData
         });
         let keeper = self.client.keep_node(
             &acquired.path,
