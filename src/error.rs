@@ -29,6 +29,27 @@ pub enum Error {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// [`ClientBuilder::connect`](crate::ClientBuilder::connect) could not open a session within
+    /// the connection timeout; `cause` says why the last attempt failed (a refused port, a
+    /// name that does not resolve, no right to create the namespace, ...).
+    #[error("cannot connect to ZooKeeper at {hosts}")]
+    ConnectFailed {
+        /// The hosts tried.
+        hosts: String,
+        /// Why the last attempt failed.
+        #[source]
+        cause: Box<Error>,
+    },
+    /// A socket-level failure: a name that does not resolve, a refused or unreachable port.
+    #[error("{context}: {message}")]
+    Io {
+        /// What was being done (`connecting to 127.0.0.1:2181`).
+        context: String,
+        /// The operating system's classification.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
     /// The connection was lost and the retry policy (or the call's deadline) gave up; the session
     /// may still be alive. Retrying later may succeed.
     #[error("connection to ZooKeeper lost")]
@@ -133,6 +154,14 @@ impl Error {
             Zk::NoAuth => Error::NoAuth(path.to_owned()),
             Zk::BadArguments(msg) => Error::InvalidArgument(format!("{path:?}: {msg}")),
             other => Error::ZooKeeper(format!("{path:?}: {other}")),
+        }
+    }
+
+    pub(crate) fn io(context: impl fmt::Display, e: &std::io::Error) -> Error {
+        Error::Io {
+            context: context.to_string(),
+            kind: e.kind(),
+            message: e.to_string(),
         }
     }
 

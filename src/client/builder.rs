@@ -160,15 +160,33 @@ impl ClientBuilder {
     }
 
     /// [`build`](Self::build), then waits up to the connection timeout for the first session.
-    /// Fails with [`Error::ConnectionLoss`] if none could be made.
+    ///
+    /// # Errors
+    /// [`Error::ConnectFailed`] if no session could be made, its `source()` saying why: the
+    /// server's refusal ([`Error::NoAuth`] on the namespace, ...) or, when the wire client does
+    /// not tell, what a plain socket finds ([`Error::Io`]: a name that does not resolve, a
+    /// refused port).
+    ///
+    /// # Blocking
+    /// Up to the connection timeout, plus up to a second per host to find the cause of a failure.
     pub fn connect(self) -> Result<Client> {
         let timeout = self.connection_timeout;
         let client = self.build()?;
         if client.block_until_connected(timeout) {
             Ok(client)
         } else {
+            let hosts = client.hosts().to_owned();
+            let cause = match client.last_open_error() {
+                // The server answered and refused us (no right to the namespace, ...).
+                Some(e) if !matches!(e, Error::ZooKeeper(_) | Error::ConnectionLoss) => e,
+                // The wire client keeps the socket's reason to itself: look for it.
+                last => probe(&hosts).or(last).unwrap_or(Error::Timeout),
+            };
             client.close();
-            Err(Error::ConnectionLoss)
+            Err(Error::ConnectFailed {
+                hosts,
+                cause: Box::new(cause),
+            })
         }
     }
 
@@ -222,6 +240,32 @@ pub(crate) struct Config {
     pub(crate) namespace: Option<String>,
     pub(crate) default_data: Vec<u8>,
     pub(crate) builder: ClientBuilder,
+}
+
+/// Why the hosts cannot be reached, if a socket says so: the first name that does not resolve
+/// or address that refuses or does not answer a TCP connection within a second. `None` if some
+/// host accepts a connection (the trouble is then beyond the socket).
+fn probe(hosts: &str) -> Option<Error> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let mut first = None;
+    for host in hosts.split(',') {
+        let addrs = match host.to_socket_addrs() {
+            Ok(a) => a,
+            Err(e) => {
+                first.get_or_insert(Error::io(format!("resolving {host}"), &e));
+                continue;
+            }
+        };
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                Ok(_) => return None,
+                Err(e) => {
+                    first.get_or_insert(Error::io(format!("connecting to {host} ({addr})"), &e));
+                }
+            }
+        }
+    }
+    first
 }
 
 /// Checks `host:port[,host:port…]`; a chroot suffix is refused in favour of `namespace`.

@@ -180,6 +180,16 @@ impl Client {
         self.shared().config.builder.error_policy
     }
 
+    /// Why the last attempt to open a session failed, if it did.
+    pub(crate) fn last_open_error(&self) -> Option<Error> {
+        self.shared().last_open_error.lock().clone()
+    }
+
+    /// The hosts of the connect string.
+    pub(crate) fn hosts(&self) -> &str {
+        &self.shared().config.hosts
+    }
+
     fn shared_arc(&self) -> &Arc<Shared> {
         &self.inner.shared
     }

@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// The local lease on the current session.
     pub(crate) liveness: Liveness,
+    /// Why the last attempt to open a session failed, if it did.
+    pub(crate) last_open_error: Mutex<Option<Error>>,
 }
 
 /// The current session as ops see it.
@@ -75,6 +77,7 @@ impl Shared {
             finished: Signal::default(),
             closed: AtomicBool::new(false),
             liveness: Liveness::new(),
+            last_open_error: Mutex::new(None),
         }
     }
 
@@ -195,6 +198,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             Some(Ok(zk)) => zk,
             Some(Err(err)) => {
                 log::warn!("cannot open a ZooKeeper session: {err}");
+                *shared.last_open_error.lock() = Some(err);
                 future::or(sleep(backoff), shared.stop.wait()).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
@@ -241,10 +245,14 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
     for (scheme, auth) in &b.auth {
         connector = connector.with_auth(scheme, auth);
     }
-    let zk = connector
-        .connect(&shared.config.hosts)
-        .await
-        .map_err(|e| Error::from_zk(e, &shared.config.hosts))?;
+    // The wire client's own words (refused, unresolvable, timed out) are the cause a caller of
+    // `connect()` needs; mapping them to a bare ConnectionLoss would lose them.
+    let zk = connector.connect(&shared.config.hosts).await.map_err(|e| {
+        match Error::from_zk(e.clone(), &shared.config.hosts) {
+            Error::ConnectionLoss | Error::ZooKeeper(_) => Error::ZooKeeper(e.to_string()),
+            mapped => mapped,
+        }
+    })?;
     let Some(ns) = &shared.config.namespace else {
         return Ok(zk);
     };

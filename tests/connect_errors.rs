@@ -1,0 +1,102 @@
+//! `connect()` says why it failed: the error chain names the cause (issue 14).
+
+mod common;
+
+use std::error::Error as _;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use common::*;
+use zklock::testing::TestingServer;
+use zklock::{Acl, Client, Error, Perms};
+
+/// The error's whole chain, as one line.
+fn chain(e: &Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(" <- ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
+fn connect(connect: &str) -> Error {
+    Client::builder(connect)
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(2))
+        .connect()
+        .expect_err("no ZooKeeper there")
+}
+
+#[test]
+fn an_unused_port_is_named_as_refused() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = connect(&format!("127.0.0.1:{port}"));
+    let text = chain(&e);
+    eprintln!("{text}");
+    assert!(matches!(e, Error::ConnectFailed { .. }), "{e:?}");
+    assert!(e.source().is_some(), "no cause: {e:?}");
+    assert!(text.contains(&port.to_string()), "{text}");
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    match &e {
+        Error::ConnectFailed { cause, .. } => assert!(
+            matches!(
+                **cause,
+                Error::Io {
+                    kind: std::io::ErrorKind::ConnectionRefused,
+                    ..
+                }
+            ),
+            "{text}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_unresolvable_host_is_named() {
+    let e = connect("no-such-host.invalid:2181");
+    let text = chain(&e);
+    eprintln!("{text}");
+    assert!(matches!(e, Error::ConnectFailed { .. }), "{e:?}");
+    assert!(text.contains("no-such-host.invalid"), "{text}");
+    assert!(e.source().is_some(), "no cause: {e:?}");
+}
+
+#[test]
+fn a_namespace_without_the_right_to_create_it_is_named_as_no_auth() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let admin = Client::builder(&server.connect_string())
+        .digest_auth("admin", "secret")
+        .connect()
+        .unwrap();
+    // World may read /locked but not create under it.
+    admin
+        .create("/locked")
+        .acl(vec![
+            Acl::creator_all(),
+            Acl::new(Perms::READ, "world", "anyone"),
+        ])
+        .call()
+        .unwrap();
+    let e = Client::builder(&server.connect_string())
+        .namespace("locked/app")
+        .connection_timeout(Duration::from_secs(3))
+        .connect()
+        .expect_err("no right to create the namespace");
+    let text = chain(&e);
+    eprintln!("{text}");
+    match &e {
+        Error::ConnectFailed { cause, .. } => {
+            assert!(matches!(**cause, Error::NoAuth(_)), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(text.contains("/locked/app"), "{text}");
+}
