@@ -376,7 +376,12 @@ impl<S: Store> LockInternals<S> {
                     // ours without listing again, so a drain costs O(1) per handoff where
                     // Curator lists the whole queue each time.
                     Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
-                        return granted(marks)
+                        // Unless our own node went meanwhile (deleted by hand, say): nothing
+                        // watches it, and a listing would have shown it.
+                        return match self.store.stat(our_path, call)? {
+                            Some(_) => granted(marks),
+                            None => Ok(Outcome::Restart),
+                        };
                     }
                     // It may have marked itself as the holder: look again at it alone.
                     Some(WatchEventKind::NodeDataChanged) if marks => match waiter.rearm(seen) {

@@ -517,6 +517,26 @@ fn a_latch_never_marks_its_node_however_it_is_granted() {
 }
 
 #[test]
+fn a_waiter_whose_own_node_vanished_is_not_granted_on_the_fast_path() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    let ours = fake
+        .children_of(DIR)
+        .into_iter()
+        .find(|c| *c != holder)
+        .unwrap();
+    fake.remove(&ours);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_ne!(got.path, ours, "granted with a node that is gone");
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
 fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
     let fake = Fake::new();
     let holder = fake.add_contender(DIR);
