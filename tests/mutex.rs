@@ -515,3 +515,28 @@ fn health_events_name_their_hold_and_a_removed_callback_is_not_called() {
     assert!(removed.recv_timeout(Duration::from_millis(300)).is_err());
     drop((a, b));
 }
+
+/// Clones of a mutex share it and its per-thread holds, as the read-write halves do.
+#[test]
+fn clones_share_the_mutex_and_its_holds() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let mutex = InterProcessMutex::new(&client, "/locks/clone").unwrap();
+    let clone = mutex.clone();
+    let guard = mutex.lock().unwrap();
+    assert!(
+        clone.is_owned_by_current_thread(),
+        "a clone sees this thread's hold"
+    );
+    assert!(
+        clone.try_lock().unwrap().is_some(),
+        "re-entrant through the clone"
+    );
+    let other_thread = thread::spawn(move || clone.try_lock().unwrap().is_none());
+    assert!(
+        other_thread.join().unwrap(),
+        "another thread waits like any contender"
+    );
+    drop(guard);
+    assert!(!mutex.is_acquired_in_this_process());
+}

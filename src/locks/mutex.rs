@@ -26,8 +26,8 @@ const LOCK_NAME: &str = "lock-";
 /// # Re-entrancy
 /// Re-entrant per (mutex object, thread): a thread that holds it may acquire it again and must
 /// release it as often; the node is deleted at the outermost release. Another thread of the
-/// same process using the same object waits like any other contender. Share the object between
-/// threads with an `Arc`.
+/// same process using the same object waits like any other contender. Clones share the object
+/// (and its per-thread holds), like an `Arc`.
 ///
 /// # Lock health
 /// A held lock can be lost without the holder doing anything: the session may expire or the
@@ -75,8 +75,9 @@ const LOCK_NAME: &str = "lock-";
 /// }
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct InterProcessMutex {
-    core: Reentrant,
+    core: Arc<Reentrant>,
 }
 
 /// The guard of an [`InterProcessMutex`].
@@ -107,7 +108,7 @@ impl InterProcessMutex {
         driver: impl LockDriver,
     ) -> Result<InterProcessMutex> {
         Ok(InterProcessMutex {
-            core: Reentrant::new(client, path, LOCK_NAME, Arc::new(driver))?,
+            core: Arc::new(Reentrant::new(client, path, LOCK_NAME, Arc::new(driver))?),
         })
     }
 
