@@ -1,5 +1,6 @@
 //! The chaos suite (issue 10): worker processes contend for zklock's mutex, read-write lock and
-//! semaphore (and a Curator JVM for the mutex) on a 3-node ensemble, writing with their fencing
+//! semaphore and take turns leading an election (`LeaderSelector`), with Curator JVMs on the
+//! mutex and the election, on a 3-node ensemble, writing with their fencing
 //! tokens to a [`FencedRegister`] per lock, while faults hit the ensemble, the network (through
 //! a [`FaultProxy`] per member) and the workers themselves. After each fault every worker
 //! stops, and the run checks the registers' logs (overlaps, stale writes), the paused holders'
@@ -13,7 +14,8 @@
 //!
 //! The zklock workers are this test binary run again (`chaos_worker`), one thread and one
 //! Client per slot, driven over stdin (`stop`) and reporting on stdout lines marked `chaos: `.
-//! The Curator worker is `tests/java/CuratorChaosWorker.java`. Needs ZooKeeper, a JDK and
+//! The Curator workers are `tests/java/CuratorChaosWorker.java` (an `InterProcessMutex`, or a
+//! `LeaderSelector` in its `leader` mode). Needs ZooKeeper, a JDK and
 //! Debian's Curator jars (see `tests/common/java.rs`).
 
 mod common;
@@ -35,7 +37,7 @@ use zklock::testing::{
 };
 use zklock::{
     Client, ConnectionState, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
-    LockHealth,
+    LeaderSelector, LockHealth,
 };
 
 // ---------------------------------------------------------------------------
@@ -58,16 +60,24 @@ enum Recipe {
     Mutex,
     ReadWrite,
     Semaphore,
+    /// A `LeaderSelector` with auto-requeue: each term is one hold, and returning steps down.
+    Leader,
 }
 
 impl Recipe {
-    const ALL: [Recipe; 3] = [Recipe::Mutex, Recipe::ReadWrite, Recipe::Semaphore];
+    const ALL: [Recipe; 4] = [
+        Recipe::Mutex,
+        Recipe::ReadWrite,
+        Recipe::Semaphore,
+        Recipe::Leader,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Recipe::Mutex => "mutex",
             Recipe::ReadWrite => "rw",
             Recipe::Semaphore => "sem",
+            Recipe::Leader => "leader",
         }
     }
 
@@ -301,6 +311,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
                             session,
                             token,
                             || guard.health(),
+                            || false,
                             &mut stats,
                         );
                         if guard.release().is_err() {
@@ -342,6 +353,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
                             session,
                             token,
                             || guard.health(),
+                            || false,
                             &mut stats,
                         );
                         if guard.release().is_err() {
@@ -365,6 +377,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
                             session,
                             token,
                             || lease.health(),
+                            || false,
                             &mut stats,
                         );
                         if lease.return_lease().is_err() {
@@ -375,6 +388,41 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
                     Err(_) => backoff(&mut stats),
                 }
             }
+        }
+        Recipe::Leader => {
+            // The closure runs on the selector's thread: it owns the register connection and
+            // its figures while it leads, and hands them back after `close`.
+            let term = Arc::new(Mutex::new((fence, SlotStats::default())));
+            let selector = {
+                let (term, name) = (term.clone(), name.to_owned());
+                LeaderSelector::builder(&client, &slot.path)
+                    .id(&name)
+                    .auto_requeue(true)
+                    .build(move |leadership| {
+                        let mut held = term.lock().unwrap();
+                        let (fence, stats) = &mut *held;
+                        // One term = one hold; returning steps down so that terms rotate.
+                        hold(
+                            fence,
+                            &name,
+                            session,
+                            leadership.fencing_token(),
+                            || leadership.health(),
+                            || leadership.is_cancelled(),
+                            stats,
+                        );
+                        Ok(())
+                    })
+                    .expect("a leader selector")
+            };
+            selector.start().expect("start the selector");
+            while !stopped() {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if !selector.close_timeout(Duration::from_secs(30)) {
+                stats.errors += 1;
+            }
+            stats.add(term.lock().unwrap().1);
         }
     }
     stats.lost = lost.load(Ordering::Relaxed);
@@ -389,13 +437,15 @@ fn backoff(stats: &mut SlotStats) {
     thread::sleep(Duration::from_millis(50));
 }
 
-/// One hold: enter, `WRITES` writes each after a health check, exit.
+/// One hold (or leadership term): enter, `WRITES` writes each after a check that the hold is
+/// not `cancelled` and its health is Held, exit.
 fn hold(
     fence: &mut FenceClient,
     name: &str,
     session: Duration,
     token: u64,
     health: impl Fn() -> LockHealth,
+    cancelled: impl Fn() -> bool,
     stats: &mut SlotStats,
 ) {
     stats.acq += 1;
@@ -408,8 +458,13 @@ fn hold(
         // Stood still (SIGSTOP, a stall) for longer than the session since the last step?
         let late = last.elapsed() > session;
         let h = health();
-        if h != LockHealth::Held {
-            say(&format!("skip {name} {token} {h:?}"));
+        let reason = if cancelled() {
+            Some("Cancelled".to_owned())
+        } else {
+            (h != LockHealth::Held).then(|| format!("{h:?}"))
+        };
+        if let Some(reason) = reason {
+            say(&format!("skip {name} {token} {reason}"));
             stats.skipped += 1;
             if late {
                 stats.late_stopped += 1;
@@ -450,7 +505,7 @@ fn hold(
 
 const CURATOR_WORKER: JavaProgram = JavaProgram {
     class: "CuratorChaosWorker",
-    recipes: "InterProcessMutex",
+    recipes: "InterProcessMutex, LeaderSelector",
     scratch_prefix: "zklock-chaos-",
     stdout_tail: Some(30),
 };
@@ -666,10 +721,12 @@ impl Drop for WorkerProc {
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     session: Duration,
-    /// zklock worker processes, each with a mutex, a read-write and a semaphore slot.
+    /// zklock worker processes, each with a mutex, a read-write, a semaphore and a leader slot.
     zklock_workers: usize,
     /// Curator workers on the mutex.
     curator_workers: usize,
+    /// Curator `LeaderSelector` workers on the election.
+    curator_leaders: usize,
     /// Slots of the burst worker.
     burst: usize,
 }
@@ -784,7 +841,8 @@ struct Row {
     fault: String,
     /// How long the fault lasted (start to end).
     length: Duration,
-    /// Enters per kind: zklock mutex / rw write / semaphore / Curator / burst.
+    /// Enters per kind: zklock mutex / rw write / semaphore / leader terms / Curator mutex /
+    /// Curator leader terms / burst.
     acquisitions: BTreeMap<&'static str, u64>,
     reads: u64,
     overlaps: usize,
@@ -829,7 +887,8 @@ impl Lab {
     fn start(plan: Plan, seed: u64) -> Lab {
         let cluster = TestingCluster::start(3).expect("a 3-node ensemble");
         let proxies = FaultProxy::for_cluster(&cluster).expect("proxies");
-        let java = (plan.curator_workers > 0).then(|| Java::compile(&CURATOR_WORKER));
+        let java = (plan.curator_workers + plan.curator_leaders > 0)
+            .then(|| Java::compile(&CURATOR_WORKER));
         let observer = client(&cluster.connect_string(), Duration::from_secs(30));
         Lab {
             cluster,
@@ -882,8 +941,14 @@ impl Lab {
         WorkerProc::rust(name, spec)
     }
 
+    /// A Curator worker: an `InterProcessMutex`, or a `LeaderSelector` if `reg` is the
+    /// election's register.
     fn spawn_curator(&self, name: &str, reg: &Register) -> WorkerProc {
         let java = self.java.as_ref().expect("compiled");
+        let mode = match reg.recipe {
+            Recipe::Leader => "leader",
+            _ => "mutex",
+        };
         let proc = java.spawn(
             name,
             &[
@@ -892,6 +957,7 @@ impl Lab {
                 &reg.register.addr().to_string(),
                 name,
                 &self.plan.session.as_millis().to_string(),
+                mode,
             ],
         );
         WorkerProc::java(name, proc)
@@ -957,8 +1023,13 @@ impl Lab {
         for j in 1..=self.plan.curator_workers {
             workers.push(self.spawn_curator(&format!("j{j}"), &regs[0]));
         }
-        let expected_ready: usize =
-            self.plan.zklock_workers * Recipe::ALL.len() + self.plan.curator_workers;
+        let election = &regs[Recipe::ALL.len() - 1];
+        for j in 1..=self.plan.curator_leaders {
+            workers.push(self.spawn_curator(&format!("jl{j}"), election));
+        }
+        let expected_ready: usize = self.plan.zklock_workers * Recipe::ALL.len()
+            + self.plan.curator_workers
+            + self.plan.curator_leaders;
         wait_for("every worker to connect", || {
             workers.iter_mut().map(|w| w.count("ready")).sum::<usize>() >= expected_ready
         });
@@ -1169,7 +1240,9 @@ impl Lab {
                     .push(format!("{} register:\n{report}", r.recipe.name()));
             }
             for (worker, s) in &report.workers {
-                let kind = if worker.starts_with('j') {
+                let kind = if worker.starts_with("jl") {
+                    "curator-leader"
+                } else if worker.starts_with('j') {
                     "curator"
                 } else if worker.starts_with('b') {
                     "burst"
@@ -1178,6 +1251,7 @@ impl Lab {
                         Recipe::Mutex => "mutex",
                         Recipe::ReadWrite => "rw-write",
                         Recipe::Semaphore => "semaphore",
+                        Recipe::Leader => "leader",
                     }
                 };
                 *row.acquisitions.entry(kind).or_default() += s.acquisitions;
@@ -1632,7 +1706,7 @@ fn report(rows: &[Row], header: &str) -> String {
     let _ = writeln!(out, "{header}\n");
     let _ = writeln!(
         out,
-        "| # | fault | length | acquisitions (mutex / rw-write / semaphore / Curator / burst) | reads | overlaps | stale accepted | stale rejected | late writes zklock (made / stopped by health) | late writes Curator (made / rejected) | orphans | duplicates | watches before → after | takeover | recovery (any / every lock) | Lost | verdict |"
+        "| # | fault | length | acquisitions (mutex / rw-write / semaphore / leader terms / Curator / Curator leader terms / burst) | reads | overlaps | stale accepted | stale rejected | late writes zklock (made / stopped by health) | late writes Curator (made / rejected) | orphans | duplicates | watches before → after | takeover | recovery (any / every lock) | Lost | verdict |"
     );
     let _ = writeln!(
         out,
@@ -1642,14 +1716,16 @@ fn report(rows: &[Row], header: &str) -> String {
         let a = |k: &str| r.acquisitions.get(k).copied().unwrap_or(0);
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} s | {} / {} / {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} → {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {:.1} s | {} / {} / {} / {} / {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} → {} | {} | {} / {} | {} | {} |",
             i + 1,
             r.fault,
             r.length.as_secs_f64(),
             a("mutex"),
             a("rw-write"),
             a("semaphore"),
+            a("leader"),
             a("curator"),
+            a("curator-leader"),
             a("burst"),
             r.reads,
             r.overlaps,
@@ -1724,6 +1800,7 @@ fn ci_chaos_schedule() {
         session: Duration::from_secs(4),
         zklock_workers: 3,
         curator_workers: 1,
+        curator_leaders: 1,
         burst: 20,
     };
     let schedule = [
@@ -1738,12 +1815,13 @@ fn ci_chaos_schedule() {
     let text = report(
         &rows,
         &format!(
-            "CI chaos schedule: {} faults in {:.0} s, session {:?}, {} zklock workers x 3 locks + {} Curator",
+            "CI chaos schedule: {} faults in {:.0} s, session {:?}, {} zklock workers x (3 locks + leader) + {} Curator mutex + {} Curator leader",
             rows.len(),
             took.as_secs_f64(),
             plan.session,
             plan.zklock_workers,
-            plan.curator_workers
+            plan.curator_workers,
+            plan.curator_leaders
         ),
     );
     eprintln!("{text}");
@@ -1782,6 +1860,7 @@ fn randomized_chaos_run() {
         session: Duration::from_millis(session_ms),
         zklock_workers: 3,
         curator_workers: 2,
+        curator_leaders: 1,
         burst: 40,
     };
     let budget = Duration::from_secs_f64(minutes * 60.0);
@@ -1800,12 +1879,14 @@ fn randomized_chaos_run() {
         &rows,
         &format!(
             "Randomized chaos run: seed {seed}, {} faults in {:.1} min, session {:?}, {} zklock \
-             workers (mutex + read-write + semaphore each) + {} Curator workers on the mutex",
+             workers (mutex + read-write + semaphore + leader selector each) + {} Curator workers \
+             on the mutex + {} Curator LeaderSelector workers on the election",
             rows.len(),
             took.as_secs_f64() / 60.0,
             plan.session,
             plan.zklock_workers,
-            plan.curator_workers
+            plan.curator_workers,
+            plan.curator_leaders
         ),
     );
     println!("{text}");

@@ -1,8 +1,12 @@
-// Apache Curator's InterProcessMutex as a worker of zklock's chaos suite (tests/chaos.rs compiles
-// and runs this file). No package, so `java -cp <dir>:<jars> CuratorChaosWorker`.
+// Apache Curator's InterProcessMutex or LeaderSelector as a worker of zklock's chaos suite
+// (tests/chaos.rs compiles and runs this file). No package, so `java -cp <dir>:<jars> CuratorChaosWorker`.
 //
 // Usage:
-//   CuratorChaosWorker <connectString> <lockPath> <registerHost:port> <name> <sessionMillis>
+//   CuratorChaosWorker <connectString> <lockPath> <registerHost:port> <name> <sessionMillis> [mutex|leader]
+//
+// `leader` mode: a LeaderSelector (id = name, autoRequeue) on <lockPath>; each takeLeadership() is
+// one hold, with our election node's czxid as the token (the node holding our id at the head of the
+// queue), and returns after it, so terms rotate. Like the mutex mode it checks nothing before a write.
 //
 // Loops until stdin says `stop` (or reaches end of file): acquire (1 s timeout) → fencing token
 // (the czxid of our lock node, as zklock's) → `ENTER <token> <name>` to the fenced register →
@@ -28,6 +32,10 @@ import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import java.util.List;
+
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
@@ -78,8 +86,8 @@ public class CuratorChaosWorker {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 5) {
-            System.err.println("usage: CuratorChaosWorker <connectString> <lockPath> <registerHost:port> <name> <sessionMillis>");
+        if (args.length != 5 && args.length != 6) {
+            System.err.println("usage: CuratorChaosWorker <connectString> <lockPath> <registerHost:port> <name> <sessionMillis> [mutex|leader]");
             System.exit(64);
             return;
         }
@@ -141,6 +149,13 @@ public class CuratorChaosWorker {
         monitor.start();
 
         Register register = new Register(registerAddr);
+        if (args.length == 6 && args[5].equals("leader")) {
+            lead(client, lockPath, register, name, sessionNanos);
+            client.close();
+            println("chaos: done " + name);
+            System.exit(0);
+            return;
+        }
         Mutex mutex = new Mutex(client, lockPath);
         long acquisitions = 0, timeouts = 0, errors = 0, accepted = 0, rejected = 0;
         long lateAttempted = 0, lateRejected = 0;
@@ -202,6 +217,98 @@ public class CuratorChaosWorker {
         client.close();
         println("chaos: done " + name);
         System.exit(0);
+    }
+
+    static volatile boolean leading;
+
+    /** The leader mode: a LeaderSelector whose every term is one hold. */
+    static void lead(CuratorFramework client, String path, Register register, String name, long sessionNanos)
+            throws Exception {
+        long[] c = new long[6]; // acquisitions, accepted, rejected, lateAttempted, lateRejected, errors
+        LeaderSelector selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+            @Override
+            public void takeLeadership(CuratorFramework cf) throws Exception {
+                if (stop) {
+                    return;
+                }
+                leading = true;
+                try {
+                    term(cf, path, register, name, sessionNanos, c);
+                } finally {
+                    leading = false;
+                }
+            }
+        });
+        selector.setId(name);
+        selector.autoRequeue();
+        selector.start();
+        while (!stop) {
+            Thread.sleep(20);
+        }
+        // Let a running term finish (a close would interrupt it between its enter and exit).
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (leading && System.nanoTime() < until) {
+            Thread.sleep(10);
+        }
+        selector.close();
+        println("chaos: stats " + name + " acq=" + c[0] + " accepted=" + c[1] + " rejected=" + c[2]
+                + " skipped=0 late_attempted=" + c[3] + " late_stopped=0 late_rejected=" + c[4]
+                + " reads=0 timeouts=0 errors=" + c[5] + " lost=" + lost.get());
+    }
+
+    /** One term: find our node (the head of the queue, holding our id), then enter, write, exit. */
+    static void term(CuratorFramework client, String path, Register register, String name, long sessionNanos,
+            long[] c) throws Exception {
+        long token;
+        try {
+            List<String> children = client.getChildren().forPath(path);
+            children.sort((a, b) -> a.substring(a.lastIndexOf("lock-")).compareTo(b.substring(b.lastIndexOf("lock-"))));
+            if (children.isEmpty()) {
+                c[5]++;
+                return;
+            }
+            Stat stat = new Stat();
+            byte[] data = client.getData().storingStatIn(stat).forPath(path + "/" + children.get(0));
+            if (!name.equals(new String(data, StandardCharsets.UTF_8))) {
+                c[5]++; // the head is not ours (any more): do not claim leadership
+                return;
+            }
+            token = stat.getCzxid();
+        } catch (Exception e) {
+            c[5]++;
+            return;
+        }
+        c[0]++;
+        register.request("ENTER " + token + " " + name);
+        try {
+            long last = System.nanoTime();
+            for (int k = 0; k < WRITES; k++) {
+                boolean late = System.nanoTime() - last > sessionNanos;
+                String answer = register.request("WRITE " + token + " " + name + " " + name + "#" + k);
+                boolean ok = answer.startsWith("OK ");
+                if (ok) {
+                    c[1]++;
+                } else {
+                    c[2]++;
+                }
+                if (late) {
+                    c[3]++;
+                    if (!ok) {
+                        c[4]++;
+                    }
+                }
+                Thread.sleep(STEP_MILLIS);
+                last = System.nanoTime();
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } finally {
+            boolean interrupted = Thread.interrupted();
+            register.request("EXIT " + token + " " + name);
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
     }
 
     static void println(String line) {
