@@ -328,7 +328,7 @@ fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool
             let mut round = 0u64;
             while !stopped() {
                 round += 1;
-                if round % READ_EVERY == 0 {
+                if round.is_multiple_of(READ_EVERY) {
                     match rw.read_lock().try_lock_for(slot.attempt) {
                         Ok(Some(guard)) => {
                             match fence.read() {

@@ -37,7 +37,7 @@ fn close_and_drop_end_every_thread_the_client_started() {
     assert!(
         event
             .as_ref()
-            .map_or(true, |e| e.kind == zklock::WatchEventKind::SessionEnded),
+            .is_none_or(|e| e.kind == zklock::WatchEventKind::SessionEnded),
         "{event:?}"
     );
     drop(clone);

@@ -433,7 +433,7 @@ impl Shared {
             (Dir::Up, Some(Frame::Op { xid, op })) if xid != PING_XID => {
                 self.forwarded.fetch_add(1, Ordering::Relaxed);
                 if let Some(rule) = &mut state.drop {
-                    let wanted = rule.ops.as_ref().map_or(true, |ops| ops.contains(&op));
+                    let wanted = rule.ops.as_ref().is_none_or(|ops| ops.contains(&op));
                     if xid >= 0 && wanted && rule.left > 0 {
                         rule.left -= 1;
                         conn.doomed_xids.insert(xid);
