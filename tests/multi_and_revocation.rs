@@ -179,9 +179,12 @@ fn owned_guards_and_a_multi_lock_over_a_shared_mutex() {
     let waiter = {
         let inside = inside.clone();
         thread::spawn(move || {
+            assert!(!multi.is_acquired_in_this_process());
             let g = multi.lock().unwrap();
             inside.store(true, Ordering::SeqCst);
+            assert!(multi.is_acquired_in_this_process(), "every lock is held");
             g.release().unwrap();
+            assert!(!multi.is_acquired_in_this_process());
         })
     };
     wait_for("the multi-lock to queue on the shared mutex", || {

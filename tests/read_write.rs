@@ -15,6 +15,32 @@ fn session_client(server: &TestingServer) -> Client {
     client(&server.connect_string(), Duration::from_secs(20))
 }
 
+/// Node data (Curator's `lockData`) for both halves, or each on its own, and the downgrade's
+/// read node carries the read half's.
+#[test]
+fn both_halves_write_their_node_data() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let rw = InterProcessReadWriteLock::new(&client, "/locks/rw-data").unwrap();
+    rw.set_node_data(b"host-a").unwrap();
+    let data = |node: Option<String>| client.data(&node.expect("held")).unwrap().0;
+    let w = rw.write_lock().lock().unwrap();
+    assert_eq!(data(rw.write_lock().lock_node()), b"host-a");
+    rw.read_lock().set_node_data(b"reader").unwrap();
+    let r = rw.read_lock().lock().unwrap(); // downgrade
+    assert_eq!(data(rw.read_lock().lock_node()), b"reader");
+    drop((r, w));
+    rw.write_lock().set_node_data(b"writer").unwrap();
+    let w = rw.write_lock().lock().unwrap();
+    assert_eq!(data(rw.write_lock().lock_node()), b"writer");
+    drop(w);
+    let big = vec![0u8; 2 << 20];
+    assert!(matches!(
+        rw.set_node_data(&big),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
 #[test]
 fn twenty_readers_hold_while_eight_writers_queue() {
     let server = TestingServer::start().unwrap();

@@ -247,6 +247,59 @@ fn semaphore_mutex_is_not_reentrant_and_releases_from_any_thread() {
     );
 }
 
+/// The semaphore mutex's guards are `Send` (its hold is the object's lease, not a thread's):
+/// taken here, released on another thread; its health events name the lease's node and token.
+#[test]
+fn a_semaphore_mutex_guard_moves_to_another_thread_and_its_health_events_name_the_hold() {
+    fn is_send<T: Send>(_: &T) {}
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let m = Arc::new(InterProcessSemaphoreMutex::new(&client, "/sem/guard").unwrap());
+    m.set_node_data(b"host-a").unwrap();
+    let events = m.health_events();
+    let (seen_tx, seen) = crossbeam_channel::unbounded();
+    let removed = m.on_health(|_| panic!("a removed callback was called"));
+    assert!(m.remove_health_listener(removed));
+    m.on_health(move |e| {
+        let _ = seen_tx.send(e);
+    });
+
+    let guard = m.lock_arc().unwrap();
+    is_send(&guard);
+    let node = m.lock_node().expect("held");
+    let token = guard.fencing_token();
+    assert_eq!(client.data(&node).unwrap().0, b"host-a");
+    let released = thread::spawn(move || guard.release()).join().unwrap();
+    released.unwrap();
+    assert!(!m.is_acquired_in_this_process());
+    assert!(
+        client.exists(&node).unwrap().is_none(),
+        "released by the other thread"
+    );
+
+    let guard = m.lock().unwrap();
+    let (node, token2) = (m.lock_node().unwrap(), guard.fencing_token());
+    assert!(token2 > token);
+    thread::scope(|s| {
+        s.spawn(move || drop(guard));
+    });
+    wait_for("the dropped guard's node to go", || {
+        client.exists(&node).unwrap().is_none()
+    });
+
+    let lease_holder = m.lock().unwrap();
+    let node = m.lock_node().unwrap();
+    let token3 = lease_holder.fencing_token();
+    let admin = session_client(&server);
+    admin.delete(&node).unwrap();
+    let e = events.recv_timeout(patience()).expect("a Lost event");
+    assert_eq!(e, zklock::LockHealth::Lost);
+    assert_eq!((e.node.as_str(), e.fencing_token), (node.as_str(), token3));
+    let e = seen.recv_timeout(patience()).expect("the callback's event");
+    assert_eq!(e.node, node);
+    assert_eq!(lease_holder.release(), Err(Error::LockLost));
+}
+
 #[test]
 fn raising_the_shared_count_lets_a_waiting_acquire_finish() {
     let server = TestingServer::start().unwrap();

@@ -32,6 +32,8 @@ pub(crate) mod sealed {
         fn release_as(&self, how: Release) -> Result<()>;
         /// Ends every acquisition in progress with `Error::Cancelled`.
         fn cancel(&self);
+        /// Whether any thread of this process holds the lock through this object.
+        fn acquired_here(&self) -> bool;
     }
 }
 pub(crate) use sealed::{Release, Sealed};
@@ -195,6 +197,10 @@ impl<L: Lock + ?Sized> Sealed for Arc<L> {
     fn cancel(&self) {
         (**self).cancel()
     }
+
+    fn acquired_here(&self) -> bool {
+        (**self).acquired_here()
+    }
 }
 
 impl<L: Lock + ?Sized> Lock for Arc<L> {
@@ -306,7 +312,9 @@ pub(crate) use forward_lock_api;
 /// [`release`](LockGuard::release) to wait for the delete and see its errors.
 ///
 /// Not `Send`: zklock's locks are re-entrant per thread, so a hold must be released on the
-/// thread that took it.
+/// thread that took it — except the guard of an
+/// [`InterProcessSemaphoreMutex`](crate::InterProcessSemaphoreMutex), whose hold is not a
+/// thread's.
 ///
 /// # Example
 /// ```no_run
@@ -363,7 +371,8 @@ impl<L: Lock> std::fmt::Debug for LockGuard<'_, L> {
 /// A guard that owns an `Arc` of its lock ([`Lock::lock_arc`]): it can be stored in a struct
 /// beside the lock, returned from a function, or kept in a collection. Releases on drop.
 ///
-/// Not `Send`, like [`LockGuard`]: a re-entrant hold belongs to the thread that took it.
+/// Not `Send`, like [`LockGuard`]: a re-entrant hold belongs to the thread that took it (the
+/// guard of an [`InterProcessSemaphoreMutex`](crate::InterProcessSemaphoreMutex) is `Send`).
 ///
 /// # Example
 /// ```no_run

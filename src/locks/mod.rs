@@ -2,6 +2,7 @@
 
 mod driver;
 mod guard;
+mod health;
 mod internals;
 mod multi;
 mod mutex;
@@ -9,15 +10,17 @@ mod read_write;
 mod reentrant;
 mod revocation;
 mod semaphore;
+mod semaphore_mutex;
 mod shared_count;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub use self::guard::{ArcLockGuard, Lock, LockGuard};
+pub use self::health::HealthEvent;
 pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
 pub use self::multi::InterProcessMultiLock;
 pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
-pub use self::reentrant::HealthEvent;
 pub use self::revocation::Revoker;
-pub use self::semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease};
+pub use self::semaphore::{InterProcessSemaphoreV2, Lease};
+pub use self::semaphore_mutex::InterProcessSemaphoreMutex;
 pub use self::shared_count::{SharedCount, VersionedCount};

@@ -55,6 +55,12 @@ impl InterProcessMultiLock {
         Ok(InterProcessMultiLock { locks })
     }
 
+    /// Whether every one of the locks is held in this process through its object (Curator's
+    /// answer: a multi-lock is acquired only when all its locks are).
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.locks.iter().all(|l| l.acquired_here())
+    }
+
     fn acquire_all(&self, until: Option<Instant>) -> Result<bool> {
         let mut held = 0;
         let outcome = (|| {
@@ -103,6 +109,10 @@ impl Sealed for InterProcessMultiLock {
 
     fn cancel(&self) {
         self.locks.iter().for_each(|l| l.cancel_waiters())
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.is_acquired_in_this_process()
     }
 }
 
@@ -160,6 +170,9 @@ mod tests {
             }
         }
         fn cancel(&self) {}
+        fn acquired_here(&self) -> bool {
+            false
+        }
     }
 
     impl Lock for Probe {

@@ -7,7 +7,8 @@ use crossbeam_channel::Receiver;
 
 use super::driver::{LockDriver, StandardDriver};
 use super::guard::{forward_lock_api, Lock, LockGuard, Release, Sealed};
-use super::reentrant::{HealthEvent, Reentrant};
+use super::health::HealthEvent;
+use super::reentrant::Reentrant;
 use crate::client::{Client, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::Result;
@@ -193,6 +194,10 @@ impl Sealed for InterProcessMutex {
 
     fn cancel(&self) {
         self.core.cancel_waiters()
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.core.is_acquired_in_this_process()
     }
 }
 

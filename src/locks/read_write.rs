@@ -7,7 +7,8 @@ use crossbeam_channel::Receiver;
 
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::guard::{forward_lock_api, Lock, Release, Sealed};
-use super::reentrant::{HealthEvent, Reentrant};
+use super::health::HealthEvent;
+use super::reentrant::Reentrant;
 use crate::client::{Client, CreateMode, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -162,6 +163,13 @@ impl InterProcessReadWriteLock {
         })
     }
 
+    /// Data for the nodes both halves create from now on (Curator's `lockData`), e.g. the
+    /// host name, so that a holder can be told by its node. At most 1 MiB.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.read.set_node_data(data)?;
+        self.write.set_node_data(data)
+    }
+
     /// The shared half.
     pub fn read_lock(&self) -> &ReadLock {
         &self.read
@@ -237,6 +245,11 @@ impl ReadLock {
         self.inner.read.acquire_until(deadline)
     }
 
+    /// Data for the read nodes this half creates from now on.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.inner.read.internals.set_node_data(Some(data.to_vec()))
+    }
+
     /// Whether the calling thread holds a read lock.
     pub fn is_owned_by_current_thread(&self) -> bool {
         self.inner.read.is_owned_by_current_thread()
@@ -289,6 +302,14 @@ impl WriteLock {
             return Err(Error::WouldDeadlock);
         }
         self.inner.write.acquire_until(deadline)
+    }
+
+    /// Data for the write nodes this half creates from now on.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.inner
+            .write
+            .internals
+            .set_node_data(Some(data.to_vec()))
     }
 
     /// Whether the calling thread holds the write lock.
@@ -348,6 +369,10 @@ impl Sealed for ReadLock {
     fn cancel(&self) {
         self.inner.read.cancel_waiters()
     }
+
+    fn acquired_here(&self) -> bool {
+        self.inner.read.is_acquired_in_this_process()
+    }
 }
 
 impl Sealed for WriteLock {
@@ -361,6 +386,10 @@ impl Sealed for WriteLock {
 
     fn cancel(&self) {
         self.inner.write.cancel_waiters()
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.inner.write.is_acquired_in_this_process()
     }
 }
 

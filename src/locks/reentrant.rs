@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode};
+use super::health::{HealthCell, HealthEvent, HealthFeed};
 use super::internals::{Acquired, Leases, LockInternals, Release};
 use super::revocation::REVOKE_MESSAGE;
-use crate::client::{Client, KeeperGuard, Listeners, LockHealth};
+use crate::client::{Client, KeeperGuard, LockHealth};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
@@ -20,7 +21,7 @@ pub(crate) struct Reentrant {
     client: Client,
     pub(crate) internals: LockInternals<Client>,
     holders: Mutex<HashMap<ThreadId, Holding>>,
-    subscribers: Arc<Subscribers>,
+    feed: Arc<HealthFeed>,
     revocable: Mutex<Option<RevokeListener>>,
 }
 
@@ -33,50 +34,8 @@ pub(crate) struct Holding {
     session: i64,
     count: u32,
     token: u64,
-    health: Arc<Mutex<LockHealth>>,
+    health: HealthCell,
     keeper: Option<KeeperGuard>,
-}
-
-#[derive(Default)]
-struct Subscribers {
-    channels: Mutex<Vec<Sender<HealthEvent>>>,
-    callbacks: Arc<Listeners<HealthEvent>>,
-}
-
-/// A change of one hold's health, with the node and fencing token of that hold, so that the
-/// events of several holds through one lock object (one per thread) can be told apart.
-///
-/// Compares equal to a bare [`LockHealth`] of the same value.
-///
-/// # Example
-/// ```no_run
-/// # fn main() -> zklock::Result<()> {
-/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// let mutex = zklock::InterProcessMutex::new(&client, "/locks/ledger")?;
-/// let events = mutex.health_events();
-/// let guard = mutex.lock()?;
-/// for event in events.try_iter() {
-///     if event.fencing_token == guard.fencing_token() && event == zklock::LockHealth::Lost {
-///         println!("{} is lost", event.node);
-///     }
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct HealthEvent {
-    /// The hold's new health.
-    pub health: LockHealth,
-    /// The hold's lock node.
-    pub node: String,
-    /// The hold's fencing token.
-    pub fencing_token: u64,
-}
-
-impl PartialEq<LockHealth> for HealthEvent {
-    fn eq(&self, other: &LockHealth) -> bool {
-        self.health == *other
-    }
 }
 
 /// What one release did.
@@ -104,7 +63,7 @@ impl Reentrant {
                 Leases::Fixed(1),
             )?,
             holders: Mutex::new(HashMap::new()),
-            subscribers: Arc::default(),
+            feed: Arc::default(),
             revocable: Mutex::new(None),
         })
     }
@@ -145,36 +104,7 @@ impl Reentrant {
     }
 
     fn hold(&self, acquired: Acquired) -> Holding {
-        let health = Arc::new(Mutex::new(LockHealth::Held));
-        let report = {
-            // The keeper task owning this closure ends with the holding, and the Client clone
-            // with it.
-            let (health, subs, client) = (
-                health.clone(),
-                self.subscribers.clone(),
-                self.client.clone(),
-            );
-            let (node, token) = (acquired.path.clone(), acquired.token);
-            move |new: LockHealth| {
-                {
-                    let mut h = health.lock();
-                    if *h == new || *h == LockHealth::Lost {
-                        return;
-                    }
-                    *h = new;
-                }
-                let event = HealthEvent {
-                    health: new,
-                    node: node.clone(),
-                    fencing_token: token,
-                };
-                subs.channels
-                    .lock()
-                    .retain(|tx| tx.send(event.clone()).is_ok());
-                let callbacks = subs.callbacks.clone();
-                client.on_watcher_thread(move || callbacks.call(u64::MAX, event));
-            }
-        };
+        let (health, report) = self.feed.hold(&self.client, &acquired.path, acquired.token);
         // Curator's revocation request is a data write into the held node; told once.
         let on_revoke = self.revocable.lock().clone().map(|listener| {
             let client = self.client.clone();
@@ -186,12 +116,9 @@ impl Reentrant {
                 }
             }) as crate::client::OnData
         });
-        let keeper = self.client.keep_node(
-            &acquired.path,
-            acquired.session,
-            Arc::new(report),
-            on_revoke,
-        );
+        let keeper = self
+            .client
+            .keep_node(&acquired.path, acquired.session, report, on_revoke);
         Holding {
             path: acquired.path,
             session: acquired.session,
@@ -267,17 +194,15 @@ impl Reentrant {
     }
 
     pub(crate) fn health_events(&self) -> Receiver<HealthEvent> {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        self.subscribers.channels.lock().push(tx);
-        rx
+        self.feed.channel()
     }
 
     pub(crate) fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
-        self.subscribers.callbacks.add(0, Box::new(f))
+        self.feed.on_health(f)
     }
 
     pub(crate) fn remove_health_listener(&self, id: u64) -> bool {
-        self.subscribers.callbacks.remove(id)
+        self.feed.remove(id)
     }
 }
 

@@ -1,4 +1,4 @@
-//! InterProcessSemaphoreV2 and InterProcessSemaphoreMutex: Curator's counting semaphore.
+//! InterProcessSemaphoreV2 and its Lease: Curator's counting semaphore.
 //!
 //! Layout as Curator's: `<path>/locks` holds an internal mutex that serialises acquirers, and
 //! each lease is `<path>/leases/_c_<uuid>-lease-<seq>`. Both waits are LockInternals: the
@@ -9,10 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crossbeam_channel::Receiver;
 
 use super::driver::{LockDriver, LockNode, StandardDriver};
-use super::guard::{forward_lock_api, Lock, Release, Sealed};
+use super::guard::Release;
+use super::health::{HealthCell, HealthEvent, HealthFeed};
 use super::internals::{shared_count, Leases, LockInternals};
 use super::shared_count::SharedCount;
 use crate::client::{Client, CreateMode, Doomed, KeeperGuard, LockHealth};
@@ -64,6 +65,7 @@ pub struct InterProcessSemaphoreV2 {
     lock: LockInternals<Client>,
     leases: LockInternals<Client>,
     max_leases: Leases,
+    feed: Arc<HealthFeed>,
 }
 
 impl std::fmt::Debug for InterProcessSemaphoreV2 {
@@ -116,6 +118,7 @@ impl InterProcessSemaphoreV2 {
                 leases.clone(),
             )?,
             max_leases: leases,
+            feed: Arc::default(),
         })
     }
 
@@ -130,7 +133,7 @@ impl InterProcessSemaphoreV2 {
     }
 
     /// Waits up to `timeout` for a lease; `None` on timeout, with nothing left behind. A zero
-    /// timeout makes one attempt without waiting. Bounds as for [`Lock`]'s timed acquires.
+    /// timeout makes one attempt without waiting. Bounds as for [`Lock`](crate::Lock)'s timed acquires.
     #[must_use = "`None` means no lease was acquired"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         self.acquire_one(Deadline::after(timeout))
@@ -200,7 +203,7 @@ impl InterProcessSemaphoreV2 {
         Ok(outcome?.then_some(leases))
     }
 
-    fn acquire_one(&self, deadline: Deadline) -> Result<Option<Lease>> {
+    pub(crate) fn acquire_one(&self, deadline: Deadline) -> Result<Option<Lease>> {
         Ok(self.acquire_n(1, deadline)?.and_then(|mut v| v.pop()))
     }
 
@@ -209,19 +212,10 @@ impl InterProcessSemaphoreV2 {
         let Some(acquired) = self.leases.attempt_lock(deadline)? else {
             return Ok(None);
         };
-        let health = Arc::new(Mutex::new(LockHealth::Held));
-        let report = {
-            let health = health.clone();
-            move |new| {
-                let mut h = health.lock();
-                if *h != LockHealth::Lost {
-                    *h = new;
-                }
-            }
-        };
-        let keeper =
-            self.client
-                .keep_node(&acquired.path, acquired.session, Arc::new(report), None);
+        let (health, report) = self.feed.hold(&self.client, &acquired.path, acquired.token);
+        let keeper = self
+            .client
+            .keep_node(&acquired.path, acquired.session, report, None);
         Ok(Some(Lease {
             client: self.client.clone(),
             path: acquired.path,
@@ -231,6 +225,24 @@ impl InterProcessSemaphoreV2 {
             keeper: Some(keeper),
             returned: false,
         }))
+    }
+
+    /// A channel of every health change of the leases this object hands out, each naming its
+    /// lease's node and fencing token (see [`HealthEvent`]).
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
+        self.feed.channel()
+    }
+
+    /// Calls `f` on the Client's watcher thread at every health change of a lease of this
+    /// object; it must not block. Returns an id for
+    /// [`remove_health_listener`](Self::remove_health_listener).
+    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
+        self.feed.on_health(f)
+    }
+
+    /// Removes a callback of [`on_health`](Self::on_health); `false` if it was not there.
+    pub fn remove_health_listener(&self, id: u64) -> bool {
+        self.feed.remove(id)
     }
 
     /// Returns a lease (Curator's `returnLease`); same as [`Lease::return_lease`].
@@ -286,7 +298,7 @@ pub struct Lease {
     path: String,
     session: i64,
     token: u64,
-    health: Arc<Mutex<LockHealth>>,
+    health: HealthCell,
     keeper: Option<KeeperGuard>,
     returned: bool,
 }
@@ -331,7 +343,7 @@ impl Lease {
         self.return_as(Release::Within(Instant::now().checked_add(timeout)))
     }
 
-    fn return_as(&mut self, how: Release) -> Result<()> {
+    pub(crate) fn return_as(&mut self, how: Release) -> Result<()> {
         self.returned = true;
         self.keeper.take();
         let lost = self.health() == LockHealth::Lost;
@@ -364,92 +376,5 @@ impl Drop for Lease {
                 log::warn!("returning lease {} on drop: {e}", self.path);
             }
         }
-    }
-}
-
-/// Curator's `InterProcessSemaphoreMutex`: a mutex that is *not* re-entrant (a second acquire,
-/// even by the holding thread, waits) and may be released from any thread. Built as an
-/// [`InterProcessSemaphoreV2`] with one lease.
-///
-/// # Example
-/// ```no_run
-/// # fn main() -> zklock::Result<()> {
-/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// let m = std::sync::Arc::new(zklock::InterProcessSemaphoreMutex::new(&client, "/locks/job")?);
-/// m.acquire()?;
-/// let m2 = m.clone();
-/// std::thread::spawn(move || m2.release()).join().unwrap()?; // released by another thread
-/// # Ok(()) }
-/// ```
-pub struct InterProcessSemaphoreMutex {
-    semaphore: InterProcessSemaphoreV2,
-    lease: Mutex<Option<Lease>>,
-}
-
-impl std::fmt::Debug for InterProcessSemaphoreMutex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InterProcessSemaphoreMutex")
-            .field("acquired", &self.is_acquired_in_this_process())
-            .finish()
-    }
-}
-
-impl InterProcessSemaphoreMutex {
-    /// A semaphore mutex on `path`.
-    pub fn new(client: &Client, path: &str) -> Result<InterProcessSemaphoreMutex> {
-        Ok(InterProcessSemaphoreMutex {
-            semaphore: InterProcessSemaphoreV2::new(client, path, 1)?,
-            lease: Mutex::new(None),
-        })
-    }
-
-    fn take(&self, lease: Option<Lease>) -> bool {
-        match lease {
-            Some(lease) => {
-                *self.lease.lock() = Some(lease);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Whether this object holds the lock.
-    pub fn is_acquired_in_this_process(&self) -> bool {
-        self.lease.lock().is_some()
-    }
-
-    /// Full paths of the lease nodes.
-    pub fn participant_nodes(&self) -> Result<Vec<String>> {
-        self.semaphore.participant_nodes()
-    }
-}
-
-forward_lock_api!(InterProcessSemaphoreMutex);
-
-impl Sealed for InterProcessSemaphoreMutex {
-    /// Not re-entrant: also waits if this object already holds it.
-    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        let lease = self.semaphore.acquire_one(Deadline::until(until))?;
-        Ok(self.take(lease))
-    }
-
-    /// From any thread; [`Error::NotAcquired`] if not held.
-    fn release_as(&self, how: Release) -> Result<()> {
-        let mut lease = self.lease.lock().take().ok_or(Error::NotAcquired)?;
-        lease.return_as(how)
-    }
-
-    fn cancel(&self) {
-        self.semaphore.cancel_waiters()
-    }
-}
-
-impl Lock for InterProcessSemaphoreMutex {
-    fn fencing_token(&self) -> Option<u64> {
-        self.lease.lock().as_ref().map(Lease::fencing_token)
-    }
-
-    fn health(&self) -> Option<LockHealth> {
-        self.lease.lock().as_ref().map(Lease::health)
     }
 }
