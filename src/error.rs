@@ -142,7 +142,7 @@ impl Error {
             // an idle timeout) when a connection dies: the outcome is unknown, as with
             // ConnectionLoss.
             Zk::Custom(e) => {
-                log::debug!("{path:?}: connection failed: {e}");
+                tracing::debug!("{path:?}: connection failed: {e}");
                 Error::ConnectionLoss
             }
             Zk::SessionExpired => Error::SessionExpired,

@@ -76,6 +76,57 @@
 //! * Listeners and callbacks run on the Client's watcher thread and must not block. An acquire
 //!   that may wait, called there, fails at once with [`Error::OnWatcherThread`].
 //!
+//! # Threads
+//!
+//! Each [`Client`] runs two threads: `zklock-io-N` (the wire client: sockets, pings,
+//! reconnects, on an executor of its own) and `zklock-watch-N` (watch events, connection states,
+//! listeners and callbacks). [`Client::close`] joins both; dropping the last clone lets them end
+//! by themselves shortly after. Host names are resolved on the process-wide thread pool of the
+//! `blocking` crate (`blocking-N` threads, which end after a second idle), and `async-io` may
+//! start one process-wide `async-io` reactor thread. A [`LeaderLatch`] runs a `zklock-latch`
+//! thread and a [`LeaderSelector`] a `zklock-selector` thread, both joined by their `close`.
+//! Nothing else is spawned, and no thread runs user code except the watcher thread (listeners)
+//! and a selector's thread (its closure).
+//!
+//! # A crashed holder
+//!
+//! A holder that crashes, is killed (`kill -9`) or is cut off keeps its lock node until
+//! ZooKeeper expires its session: the others wait up to the session timeout
+//! ([`ClientBuilder::session_timeout`], default 60 s as Curator's; the server bounds it to 2–20
+//! of its `tickTime`s). Size it as the longest stall you want to survive without losing locks
+//! (a GC pause, a network blip) against how long the others may wait for a dead holder; 5–15 s
+//! is common. A holder that stands still past its session reads [`LockHealth::Lost`] from
+//! `health()` as soon as it runs again, before it can do harm, provided it checks; a fencing
+//! token checked by the resource covers the rest (`examples/fenced_resource.rs`).
+//!
+//! # fork
+//!
+//! A Client's threads do not survive `fork`: create Clients (and locks) in the process that
+//! uses them, after forking. A child must not use a Client or lock inherited from its parent.
+//!
+//! # From async code
+//!
+//! Every call blocks, so call zklock from `tokio::task::spawn_blocking` (or your runtime's
+//! equivalent), not on an async worker thread. A re-entrant lock's guard is `!Send` — its hold
+//! belongs to the thread that took it — so it cannot be held across an `.await` in a `Send`
+//! future: take and release it inside one blocking task. A [`Lease`] and an
+//! [`InterProcessSemaphoreMutex`]'s guard are `Send` and may move between tasks.
+//!
+//! # Logging
+//!
+//! zklock logs through [`tracing`](https://docs.rs/tracing), as the wire client does, so one
+//! subscriber sees both (e.g. `tracing_subscriber::fmt().with_env_filter("zklock=info").init()`).
+//! A program that logs through the `log` crate (env_logger and the like) and installs no tracing
+//! subscriber gets both as `log` records too: zklock turns on `tracing`'s `log` feature. Lost
+//! locks, sessions given up and background deletes that keep failing are warnings; connection
+//! states are info; retries and other details are debug.
+//!
+//! # Feature flags
+//!
+//! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles
+//!   started from Debian's packages, session expiry, a TCP fault proxy and a fenced register,
+//!   for your own tests. Off by default; pulls in `tempfile` and `libc`.
+//!
 //! # Curator → zklock
 //!
 //! | Curator | zklock |

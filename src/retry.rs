@@ -101,7 +101,7 @@ impl ExponentialBackoffRetry {
             )));
         }
         let max_retries = if max_retries > Self::MAX_RETRIES_LIMIT {
-            log::warn!(
+            tracing::warn!(
                 "max_retries too large ({max_retries}), pinned to {}",
                 Self::MAX_RETRIES_LIMIT
             );

@@ -1836,8 +1836,13 @@ fn ci_chaos_schedule() {
 #[test]
 #[ignore = "long: run by scripts/chaos.sh"]
 fn randomized_chaos_run() {
-    // No wire-client debug log here: the run prints its report with --nocapture.
-    let _ = env_logger::builder().is_test(true).try_init();
+    // Warnings only (RUST_LOG overrides): the run prints its report with --nocapture.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
     let minutes: f64 = std::env::var("ZKLOCK_CHAOS_MINUTES")
         .ok()
         .and_then(|m| m.parse().ok())

@@ -137,13 +137,13 @@ where
             Ok(()) | Err(Error::NoNode(_)) => return true,
             Err(Error::Closed) => return false,
             Err(e) if e.is_retryable() || e == Error::SessionExpired => {
-                log::debug!("background delete of {what}: {e}; retrying");
+                tracing::debug!("background delete of {what}: {e}; retrying");
                 let jittered = pause.mul_f64(0.5 + fastrand::f64());
                 future::or(sleep(jittered), stop.wait()).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             Err(e) => {
-                log::warn!("background delete of {what} gave up: {e}");
+                tracing::warn!("background delete of {what} gave up: {e}");
                 return false;
             }
         }

@@ -316,7 +316,7 @@ impl Client {
         loop {
             match self.run_once(call, &mut op) {
                 Err(e) if e.is_retryable() => {
-                    log::debug!("{what}: {e}");
+                    tracing::debug!("{what}: {e}");
                     self.backoff(call, e)?;
                 }
                 other => return other,
@@ -356,7 +356,7 @@ impl Client {
         if call.deadline.remaining().is_some_and(|left| left <= sleep) {
             return Err(Error::Timeout);
         }
-        log::debug!("{err}; retry {} in {sleep:?}", call.budget.retries());
+        tracing::debug!("{err}; retry {} in {sleep:?}", call.budget.retries());
         self.shared().sleep(sleep, call.cancel.as_ref());
         if self.is_closed() {
             return Err(Error::Closed);

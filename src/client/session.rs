@@ -171,7 +171,7 @@ impl Shared {
     }
 
     fn set(&self, state: ConnectionState, update: impl FnOnce(&mut Conn)) {
-        log::info!("connection state {state:?}");
+        tracing::info!("connection state {state:?}");
         let mut conn = self.conn.lock();
         update(&mut conn);
         conn.state = Some(state);
@@ -197,7 +197,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             None => break,
             Some(Ok(zk)) => zk,
             Some(Err(err)) => {
-                log::warn!("cannot open a ZooKeeper session: {err}");
+                tracing::warn!("cannot open a ZooKeeper session: {err}");
                 *shared.last_open_error.lock() = Some(err);
                 future::or(sleep(backoff), shared.stop.wait()).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -320,7 +320,9 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
         .await;
         if live.timed_out() && !matches!(ev, Ev::Stop) {
             // This process stood still for longer than the session timeout.
-            log::warn!("nothing heard from ZooKeeper for a whole session timeout; giving it up");
+            tracing::warn!(
+                "nothing heard from ZooKeeper for a whole session timeout; giving it up"
+            );
             shared.set(ConnectionState::Lost, |_| {});
             return End::SessionOver;
         }
@@ -335,7 +337,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
             Ev::Beat => {
                 let now = Instant::now();
                 if now - last_beat > late {
-                    log::debug!("the Client stood still for {:?}", now - last_beat);
+                    tracing::debug!("the Client stood still for {:?}", now - last_beat);
                     trusted = false;
                     if vouching.is_none() {
                         let zk = zk.clone();
@@ -374,7 +376,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
                 shared.set(ConnectionState::ReadOnly, |_| {});
             }
             Ev::State(state) => {
-                log::warn!("ZooKeeper session ended: {state}");
+                tracing::warn!("ZooKeeper session ended: {state}");
                 shared.set(ConnectionState::Lost, |_| {});
                 return End::SessionOver;
             }

@@ -166,7 +166,7 @@ impl Store for Client {
             let prefix = owned.path.clone();
             let (tx, rx) = Handoff::new(move |orphan: Result<(String, Stat)>| match orphan {
                 Ok((node, stat)) => {
-                    log::debug!("{node} was created after its caller gave up; deleting it");
+                    tracing::debug!("{node} was created after its caller gave up; deleting it");
                     cleanup::spawn(&shared, Doomed::node(&node, Some(stat.ephemeral_owner)))
                 }
                 Err(e) if e.outcome_unknown() => {
@@ -210,7 +210,7 @@ impl Store for Client {
         self.shared().spawn(async move {
             // Version 0: never overwrite a revocation request that came first.
             if let Err(e) = zk.set_data(&path, &data, Some(0)).await {
-                log::debug!("marking {path} as the holder: {e}");
+                tracing::debug!("marking {path} as the holder: {e}");
             }
         });
     }

@@ -177,7 +177,7 @@ impl<T: Clone + std::fmt::Debug> Listeners<T> {
             let mut f = f.lock();
             let v = value.clone();
             if catch_unwind(AssertUnwindSafe(|| (*f)(v))).is_err() {
-                log::error!("a listener panicked on {value:?}");
+                tracing::error!("a listener panicked on {value:?}");
             }
         }
     }
@@ -312,7 +312,7 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
             Message::Watch(WatchTarget::Waiter(waiter), event) => waiter.wake_watch(event),
             Message::Run(f) => {
                 if catch_unwind(AssertUnwindSafe(f)).is_err() {
-                    log::error!("a lock-health or revocation listener panicked");
+                    tracing::error!("a lock-health or revocation listener panicked");
                 }
             }
             Message::Stop => break,

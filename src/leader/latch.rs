@@ -378,7 +378,7 @@ impl Inner {
     }
 
     fn tell(&self, change: LeadershipChange) {
-        log::info!("{}: {change:?}", self.internals.path);
+        tracing::info!("{}: {change:?}", self.internals.path);
         self.channels.lock().retain(|tx| tx.send(change).is_ok());
         let listeners = self.listeners.clone();
         self.client
@@ -396,7 +396,7 @@ impl Inner {
                 }
                 Ok(None) | Err(Error::Cancelled) => {}
                 Err(e) => {
-                    log::warn!("{}: taking part failed: {e}", self.internals.path);
+                    tracing::warn!("{}: taking part failed: {e}", self.internals.path);
                     self.rest(pause);
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }

@@ -418,7 +418,7 @@ impl Inner {
                 }
                 Ok(None) | Err(Error::Cancelled) => {}
                 Err(e) => {
-                    log::warn!("{}: taking part failed: {e}", self.internals.path);
+                    tracing::warn!("{}: taking part failed: {e}", self.internals.path);
                     let mut state = self.state.lock();
                     state.queued = true;
                     if !self.closed.load(Ordering::SeqCst) {
@@ -460,7 +460,7 @@ fn run_term<T>(path: &str, leadership: &Leadership, f: impl FnOnce(&Leadership) 
     match catch_unwind(AssertUnwindSafe(|| f(leadership))) {
         Ok(out) => Some(out),
         Err(_) => {
-            log::error!("{path}: the leader's closure panicked; its term is over");
+            tracing::error!("{path}: the leader's closure panicked; its term is over");
             None
         }
     }

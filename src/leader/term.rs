@@ -89,7 +89,7 @@ impl Term {
                 };
                 state.changed.notify_all();
                 if ends {
-                    log::info!("leadership given up: the node is {health:?}");
+                    tracing::info!("leadership given up: the node is {health:?}");
                     state.end();
                     on_end();
                 }

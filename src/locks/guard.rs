@@ -477,7 +477,7 @@ where
     fn drop(&mut self) {
         if !self.released {
             if let Err(e) = self.lock.release_as(Release::Background) {
-                log::warn!("releasing a lock on guard drop: {e}");
+                tracing::warn!("releasing a lock on guard drop: {e}");
             }
         }
     }

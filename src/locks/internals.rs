@@ -219,7 +219,7 @@ impl<S: Store> LockInternals<S> {
                 }
                 Ok(Outcome::TimedOut) | Err(Error::Timeout) => return Ok(None),
                 Ok(Outcome::Restart) => {
-                    log::debug!("lock node {our_path} is gone or stale; trying with a new one");
+                    tracing::debug!("lock node {our_path} is gone or stale; trying with a new one");
                     if wait.expired() {
                         return Ok(None);
                     }

@@ -76,7 +76,7 @@ impl InterProcessMultiLock {
         if !matches!(outcome, Ok(true)) {
             for lock in self.locks[..held].iter().rev() {
                 if let Err(e) = lock.release_as(Release::Background) {
-                    log::warn!("rolling back a multi-lock: {e}");
+                    tracing::warn!("rolling back a multi-lock: {e}");
                 }
             }
         }

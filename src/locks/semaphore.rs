@@ -197,7 +197,7 @@ impl InterProcessSemaphoreV2 {
             .lock
             .release(&lock.path, lock.session, Release::Within(None))
         {
-            log::debug!("releasing the semaphore's internal lock: {e}");
+            tracing::debug!("releasing the semaphore's internal lock: {e}");
         }
         // On timeout or error, dropping what was taken gives it back.
         Ok(outcome?.then_some(leases))
@@ -373,7 +373,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if !self.returned {
             if let Err(e) = self.return_as(Release::Background) {
-                log::warn!("returning lease {} on drop: {e}", self.path);
+                tracing::warn!("returning lease {} on drop: {e}", self.path);
             }
         }
     }

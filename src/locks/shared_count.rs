@@ -190,7 +190,7 @@ fn watch(
         let (data, stat, watch) = match client.data_watch(&path) {
             Ok(found) => found,
             Err(e) => {
-                log::debug!("watching shared count {path}: {e}");
+                tracing::debug!("watching shared count {path}: {e}");
                 thread::sleep(Duration::from_millis(200));
                 continue;
             }
@@ -205,7 +205,7 @@ fn watch(
                     let listeners = listeners.clone();
                     client.on_watcher_thread(move || listeners.call(u64::MAX, seen));
                 }
-                Err(e) => log::warn!("{e}"),
+                Err(e) => tracing::warn!("{e}"),
             }
         }
         last = Some(stat.version);

@@ -61,7 +61,7 @@ impl TestingCluster {
         for _ in 0..START_ATTEMPTS {
             match Self::try_start(n) {
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                    log::debug!("zklock::testing: port taken, trying another set: {e}");
+                    tracing::debug!("zklock::testing: port taken, trying another set: {e}");
                     last = Some(e);
                 }
                 result => return result,

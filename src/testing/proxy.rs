@@ -400,7 +400,7 @@ impl Shared {
                 true
             }
             Err(e) => {
-                log::warn!("FaultProxy: cannot start a thread: {e}");
+                tracing::warn!("FaultProxy: cannot start a thread: {e}");
                 false
             }
         }
@@ -494,7 +494,7 @@ fn set_linger_zero(stream: &TcpStream) {
             )
         };
         if rc != 0 {
-            log::debug!("FaultProxy: SO_LINGER: {}", io::Error::last_os_error());
+            tracing::debug!("FaultProxy: SO_LINGER: {}", io::Error::last_os_error());
         }
     }
 }
@@ -513,7 +513,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
             Ok(c) => c,
             Err(e) => {
                 drop(state);
-                log::debug!("FaultProxy: accept: {e}");
+                tracing::debug!("FaultProxy: accept: {e}");
                 thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -549,7 +549,7 @@ fn serve(shared: &Arc<Shared>, id: u64, client: TcpStream) {
     let server = match TcpStream::connect_timeout(&shared.target, CONNECT_TIMEOUT) {
         Ok(s) => s,
         Err(e) => {
-            log::debug!("FaultProxy: cannot reach {}: {e}", shared.target);
+            tracing::debug!("FaultProxy: cannot reach {}: {e}", shared.target);
             shared.finish(id);
             return;
         }
@@ -620,7 +620,7 @@ fn pump(shared: &Shared, id: u64, dir: Dir, mut from: TcpStream, mut to: TcpStre
                     Ok(Some(len)) => len,
                     Ok(None) => break,
                     Err(()) => {
-                        log::debug!("FaultProxy: not ZooKeeper framing; forwarding raw");
+                        tracing::debug!("FaultProxy: not ZooKeeper framing; forwarding raw");
                         raw = true;
                         buf.len()
                     }

@@ -459,7 +459,7 @@ impl Instance {
             .stdout(log.try_clone()?)
             .stderr(log);
         let spawned = spawn(cmd)?;
-        log::debug!(
+        tracing::debug!(
             "zklock::testing: ZooKeeper pid {} on port {}",
             spawned.id(),
             self.port
@@ -499,7 +499,9 @@ impl Instance {
         let deadline = Instant::now() + STOP_GRACE;
         while !all_threads_stopped(pid) {
             if Instant::now() >= deadline {
-                log::warn!("zklock::testing: ZooKeeper pid {pid} has not stopped after SIGSTOP");
+                tracing::warn!(
+                    "zklock::testing: ZooKeeper pid {pid} has not stopped after SIGSTOP"
+                );
                 break;
             }
             thread::sleep(Duration::from_millis(5));
@@ -527,7 +529,9 @@ impl Instance {
             let deadline = Instant::now() + STOP_GRACE;
             while child.try_wait()?.is_none() {
                 if Instant::now() >= deadline {
-                    log::warn!("zklock::testing: ZooKeeper pid {pid} ignored SIGTERM; killing it");
+                    tracing::warn!(
+                        "zklock::testing: ZooKeeper pid {pid} ignored SIGTERM; killing it"
+                    );
                     let _ = child.kill();
                     child.wait()?;
                     break;
@@ -667,7 +671,7 @@ pub(super) fn relaunch(instance: &Instance) -> io::Result<()> {
         instance.launch()?;
         match wait_serving(&[instance], deadline) {
             Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
-                log::debug!("zklock::testing: port busy, retrying: {e}");
+                tracing::debug!("zklock::testing: port busy, retrying: {e}");
                 let _ = instance.kill();
                 thread::sleep(Duration::from_millis(250));
             }
@@ -730,7 +734,7 @@ impl TestingServer {
             match wait_serving(&[&instance], Instant::now() + START_TIMEOUT) {
                 Ok(()) => return Ok(TestingServer { instance, dir }),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                    log::debug!("zklock::testing: port taken, trying another: {e}");
+                    tracing::debug!("zklock::testing: port taken, trying another: {e}");
                     last = Some(e);
                 }
                 Err(e) => return Err(e),

@@ -40,7 +40,7 @@ pub fn expire_session(client: &Client) -> Result<i64> {
         let killer = match killer {
             Ok(k) => k,
             Err(e) => {
-                log::warn!("expire_session: cannot join session: {e:?}");
+                tracing::warn!("expire_session: cannot join session: {e:?}");
                 let _ = tx.send(Err(Error::from_zk(e, &hosts)));
                 return;
             }

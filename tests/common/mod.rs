@@ -57,10 +57,13 @@ pub fn client(connect: &str, session: Duration) -> Client {
         .expect("connect")
 }
 
+/// zklock's and the wire client's events, to the test's output: `RUST_LOG` if set, else
+/// info and up plus the wire client's debug events.
 pub fn init_logging() {
-    let _ = env_logger::builder().is_test(true).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,zookeeper_client=debug"));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("zookeeper_client=debug")
+        .with_env_filter(filter)
         .with_test_writer()
         .try_init();
 }
