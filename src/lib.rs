@@ -173,7 +173,7 @@ pub mod testing;
 
 pub use crate::client::{
     Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy, LockHealth,
-    Perms, Stat, Watch, WatchEvent, WatchEventKind,
+    Perms, Receiver, Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub use crate::error::{Error, Result};
 pub use crate::leader::{

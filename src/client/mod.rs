@@ -1,6 +1,7 @@
 //! The Client: Curator's `CuratorFramework` for plain threads.
 
 mod builder;
+mod channel;
 mod cleanup;
 mod keeper;
 mod liveness;
@@ -20,6 +21,7 @@ use zookeeper_client as zk;
 
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
+pub use self::channel::Receiver;
 pub(crate) use self::cleanup::Doomed;
 pub use self::keeper::LockHealth;
 pub(crate) use self::keeper::{KeeperGuard, OnData};
@@ -264,11 +266,11 @@ impl Client {
     }
 
     /// A channel that receives every later connection state, in order.
-    pub fn connection_states(&self) -> crossbeam_channel::Receiver<ConnectionState> {
+    pub fn connection_states(&self) -> Receiver<ConnectionState> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let conn = self.shared().conn.lock();
         self.shared().registry.add_channel(conn.seq, tx);
-        rx
+        Receiver::new(rx)
     }
 
     /// Calls `f` with every later connection state, in order, on the Client's watcher thread.
@@ -449,7 +451,7 @@ impl Client {
                 .get_data(path)
                 .await
                 .map_err(|e| Error::from_zk(e, path))?;
-            Ok((data, stat.into()))
+            Ok((data, Stat::from_zk(stat)))
         })
     }
 
@@ -464,7 +466,14 @@ impl Client {
             cancel.clone(),
             &mut self.user_call(),
         )?;
-        Ok((data, stat, Watch { rx, cancel }))
+        Ok((
+            data,
+            stat,
+            Watch {
+                rx: Receiver::new(rx),
+                cancel,
+            },
+        ))
     }
 
     /// `getData` with a watch whose firing goes to `target`; setting `cancel` removes the watch.
@@ -493,7 +502,7 @@ impl Client {
                 let _ = events.send(Message::Watch(target, WatchEvent::from_zk(event)));
             }
         });
-        Ok((data, stat.into()))
+        Ok((data, Stat::from_zk(stat)))
     }
 
     /// Sets a node's data, whatever its version; returns the new stat.
@@ -520,7 +529,7 @@ impl Client {
                 .set_data(path, data, version)
                 .await
                 .map_err(|e| Error::from_zk(e, path))?;
-            Ok(stat.into())
+            Ok(Stat::from_zk(stat))
         })
     }
 
@@ -536,7 +545,7 @@ impl Client {
                 .check_stat(path)
                 .await
                 .map_err(|e| Error::from_zk(e, path))?;
-            Ok(stat.map(Stat::from))
+            Ok(stat.map(Stat::from_zk))
         })
     }
 

@@ -85,7 +85,7 @@ impl OwnedSpec {
         } else {
             self.path
         };
-        Ok((created, stat.into()))
+        Ok((created, Stat::from_zk(stat)))
     }
 }
 
@@ -255,7 +255,9 @@ impl Store for Client {
                     .map_err(|e| Error::from_zk(e, parent))?;
                 match multi.commit().await {
                     Ok(results) => match results.into_iter().nth(others.len()) {
-                        Some(zk::MultiWriteResult::SetData { stat }) => Ok(Claim::Won(stat.into())),
+                        Some(zk::MultiWriteResult::SetData { stat }) => {
+                            Ok(Claim::Won(Stat::from_zk(stat)))
+                        }
                         other => Err(Error::ZooKeeper(format!(
                             "unexpected claim reply {other:?}"
                         ))),

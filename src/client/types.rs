@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
-
 use super::runtime::Signal;
 
 /// When a leader gives leadership up because of the connection (Curator's
@@ -85,6 +83,7 @@ impl ConnectionState {
 /// assert!(zklock::CreateMode::EphemeralSequential.is_sequential());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum CreateMode {
     /// Stays until deleted.
     #[default]
@@ -219,6 +218,17 @@ impl Acl {
 }
 
 /// A node's metadata, as ZooKeeper's `Stat`.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// if let Some(stat) = client.exists("/locks/a")? {
+///     // A lock node's creation zxid is its holder's fencing token; its owner, the session.
+///     println!("czxid {} owner {:#x} children {}", stat.czxid, stat.ephemeral_owner, stat.num_children);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Stat {
@@ -246,8 +256,8 @@ pub struct Stat {
     pub num_children: i32,
 }
 
-impl From<zookeeper_client::Stat> for Stat {
-    fn from(s: zookeeper_client::Stat) -> Stat {
+impl Stat {
+    pub(crate) fn from_zk(s: zookeeper_client::Stat) -> Stat {
         Stat {
             czxid: s.czxid,
             mzxid: s.mzxid,
@@ -281,7 +291,24 @@ pub enum WatchEventKind {
 }
 
 /// A fired watch: what happened and to which path (relative to the namespace).
+///
+/// # Example
+/// ```no_run
+/// use zklock::WatchEventKind;
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let (_data, _stat, watch) = client.data_watch("/config")?;
+/// if let Some(event) = watch.wait() {
+///     match event.kind {
+///         WatchEventKind::NodeDataChanged => println!("{} changed", event.path),
+///         WatchEventKind::NodeDeleted => println!("{} is gone", event.path),
+///         other => println!("{other:?}"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WatchEvent {
     /// What happened.
     pub kind: WatchEventKind,
@@ -319,7 +346,7 @@ impl WatchEvent {
 /// ```
 #[must_use = "dropping a Watch removes it"]
 pub struct Watch {
-    pub(crate) rx: Receiver<WatchEvent>,
+    pub(crate) rx: super::Receiver<WatchEvent>,
     pub(crate) cancel: Signal,
 }
 
@@ -339,8 +366,8 @@ impl Watch {
         self.rx.try_recv().ok()
     }
 
-    /// The channel the event arrives on, for `crossbeam_channel::select!`.
-    pub fn receiver(&self) -> &Receiver<WatchEvent> {
+    /// The channel the event arrives on.
+    pub fn receiver(&self) -> &super::Receiver<WatchEvent> {
         &self.rx
     }
 }

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 use super::term::Term;
 use super::{check_path, default_id, participants, Participant};
-use crate::client::{is_watcher_thread, Client, ErrorPolicy, Listeners};
+use crate::client::{is_watcher_thread, Client, ErrorPolicy, Listeners, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::locks::{LockInternals, Release, StandardDriver};
@@ -320,7 +320,7 @@ impl LeaderLatch {
     pub fn changes(&self) -> Receiver<LeadershipChange> {
         let (tx, rx) = crossbeam_channel::unbounded();
         self.inner.channels.lock().push(tx);
-        rx
+        Receiver::new(rx)
     }
 
     /// Calls `f` on every later change, on the Client's watcher thread (it must not block);

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 
 use super::term::Term;
 use super::{check_path, default_id, participants, Participant};
-use crate::client::{Client, ErrorPolicy, LockHealth};
+use crate::client::{Client, ErrorPolicy, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::locks::{Acquired, Leases, LockInternals, Release, StandardDriver};
@@ -28,7 +27,7 @@ const LOCK_NAME: &str = "lock-";
 /// breaks the [`ErrorPolicy`] (`Suspended` under `Standard`, `Lost` always), the handle is
 /// cancelled, and the closure is expected to notice — poll
 /// [`is_cancelled`](Self::is_cancelled) between steps, wait with
-/// [`wait_cancelled`](Self::wait_cancelled), or `select!` on [`cancelled`](Self::cancelled) —
+/// [`wait_cancelled`](Self::wait_cancelled), or receive from [`cancelled`](Self::cancelled) —
 /// and return. Until it returns the selector still holds the node, so no one else leads; but a
 /// closure that goes on writing after cancellation writes without leadership: check before each
 /// write and pass [`fencing_token`](Self::fencing_token) to the resource.
@@ -64,7 +63,7 @@ impl Leadership {
 
     /// A channel that receives `()` once the term is over.
     pub fn cancelled(&self) -> Receiver<()> {
-        self.term.over_channel()
+        Receiver::new(self.term.over_channel())
     }
 
     /// The term's epoch: the czxid of our node, rising strictly from term to term on the path.

@@ -4,7 +4,22 @@ use crate::client::CreateMode;
 use crate::error::{Error, Result};
 
 /// A driver's verdict for one contender.
+///
+/// # Example
+/// ```
+/// use zklock::Predicate;
+///
+/// // FIFO: the first node holds; every other watches the one just ahead of it.
+/// fn verdict(sorted: &[&str], ours: usize) -> Predicate {
+///     match ours {
+///         0 => Predicate::Granted,
+///         n => Predicate::Watch(sorted[n - 1].to_owned()),
+///     }
+/// }
+/// assert_eq!(verdict(&["a", "b"], 1), Predicate::Watch("a".into()));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Predicate {
     /// The contender holds the lock.
     Granted,
@@ -31,6 +46,10 @@ impl LockNode {
 }
 
 /// How a lock orders its contenders and decides who holds: Curator's `LockInternalsDriver`.
+///
+/// Outside semver before 1.0: this trait (and [`LockNode`], [`Predicate`]) may change in a
+/// minor release while the lock algorithm is still being tuned; pin zklock's minor version if
+/// you implement it.
 ///
 /// LockInternals runs the one algorithm: create the node the driver describes, list and sort the
 /// children with [`sort_key`](LockDriver::sort_key), ask

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use crate::client::{Client, Listeners, LockHealth};
+use crate::client::{Client, Listeners, LockHealth, Receiver};
 
 /// A change of one hold's health, with the node and fencing token of that hold, so that the
 /// events of several holds through one lock object (one per thread) can be told apart.
@@ -58,7 +58,7 @@ impl HealthFeed {
     pub(crate) fn channel(&self) -> Receiver<HealthEvent> {
         let (tx, rx) = crossbeam_channel::unbounded();
         self.channels.lock().push(tx);
-        rx
+        Receiver::new(rx)
     }
 
     pub(crate) fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {

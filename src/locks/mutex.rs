@@ -3,13 +3,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
-
 use super::driver::{LockDriver, StandardDriver};
 use super::guard::{forward_lock_api, Lock, LockGuard, Release, Sealed};
 use super::health::HealthEvent;
 use super::reentrant::Reentrant;
-use crate::client::{Client, LockHealth};
+use crate::client::{Client, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::Result;
 

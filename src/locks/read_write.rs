@@ -3,13 +3,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
-
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::guard::{forward_lock_api, Lock, Release, Sealed};
 use super::health::HealthEvent;
 use super::reentrant::Reentrant;
-use crate::client::{Client, CreateMode, LockHealth};
+use crate::client::{Client, CreateMode, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 

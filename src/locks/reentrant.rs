@@ -6,14 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
 
-use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode};
 use super::health::{HealthCell, HealthEvent, HealthFeed};
 use super::internals::{Acquired, Leases, LockInternals, Release};
 use super::revocation::REVOKE_MESSAGE;
-use crate::client::{Client, KeeperGuard, LockHealth};
+use crate::client::{Client, KeeperGuard, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 

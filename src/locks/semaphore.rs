@@ -9,14 +9,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-
 use super::driver::{LockDriver, LockNode, StandardDriver};
 use super::guard::Release;
 use super::health::{HealthCell, HealthEvent, HealthFeed};
 use super::internals::{shared_count, Leases, LockInternals};
 use super::shared_count::SharedCount;
-use crate::client::{Client, CreateMode, Doomed, KeeperGuard, LockHealth};
+use crate::client::{Client, CreateMode, Doomed, KeeperGuard, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::path;

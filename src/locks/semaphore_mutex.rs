@@ -2,13 +2,12 @@
 
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::guard::{forward_lock_api, ArcLockGuard, Lock, LockGuard, Release, Sealed};
 use super::health::HealthEvent;
 use super::semaphore::{InterProcessSemaphoreV2, Lease};
-use crate::client::{Client, LockHealth};
+use crate::client::{Client, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 

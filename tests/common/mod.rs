@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use zklock::Receiver;
 use zklock::{Client, ConnectionState};
 
 pub mod java;
