@@ -125,7 +125,7 @@
 //!
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles
 //!   started from Debian's packages, session expiry, a TCP fault proxy and a fenced register,
-//!   for your own tests. Off by default; pulls in `tempfile` and `libc`.
+//!   for your own tests. Off by default; pulls in `tempfile` and `rustix`.
 //!
 //! # Curator → zklock
 //!

@@ -211,9 +211,8 @@ fn chaos_worker() {
     };
     // A worker must not outlive the test that started it, even a frozen one.
     #[cfg(target_os = "linux")]
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    }
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .expect("PR_SET_PDEATHSIG");
     let mut fields = spec.split(';');
     let connect = fields.next().expect("connect string").to_owned();
     let session = Duration::from_millis(fields.next().unwrap().parse().unwrap());

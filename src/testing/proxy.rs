@@ -474,28 +474,9 @@ impl Shared {
     }
 }
 
-#[allow(unsafe_code)]
 fn set_linger_zero(stream: &TcpStream) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::io::AsRawFd;
-        let linger = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        // SAFETY: setsockopt(2) reads `size_of::<linger>()` bytes from a live local value.
-        let rc = unsafe {
-            libc::setsockopt(
-                stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&linger as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!("FaultProxy: SO_LINGER: {}", io::Error::last_os_error());
-        }
+    if let Err(e) = rustix::net::sockopt::set_socket_linger(stream, Some(Duration::ZERO)) {
+        tracing::debug!("FaultProxy: SO_LINGER: {e}");
     }
 }
 

@@ -246,26 +246,19 @@ fn spawn(cmd: Command) -> io::Result<Child> {
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn spawn_with_parent_death_signal(cmd: &mut Command) -> io::Result<Child> {
+    use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
     use std::os::unix::process::CommandExt;
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before `exec`; it only
-    // makes the async-signal-safe syscalls prctl(2) and getppid(2), touches
-    // no lock and allocates nothing (`last_os_error` builds an `Os` variant).
+    let parent = Pid::from_raw(std::process::id() as i32);
+    // SAFETY: the closure runs in the forked child before `exec`; it only makes the
+    // async-signal-safe syscalls prctl(2) and getppid(2), touches no lock and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
+            set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died between fork and prctl.
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            if getppid() != parent {
+                return Err(io::Error::from_raw_os_error(
+                    rustix::io::Errno::SRCH.raw_os_error(),
+                ));
             }
             Ok(())
         })
@@ -280,17 +273,12 @@ fn spawn_with_parent_death_signal(cmd: &mut Command) -> io::Result<Child> {
 
 /// Sends `sig` to `pid`, which must be one of our own children not yet reaped
 /// (so that it cannot have been recycled for another process).
-#[allow(unsafe_code)]
-fn signal(pid: u32, sig: libc::c_int) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    let rc = unsafe { libc::kill(pid, sig) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+fn signal(pid: u32, sig: rustix::process::Signal) -> io::Result<()> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+    Ok(rustix::process::kill_process(pid, sig)?)
 }
 
 /// Whether every thread of `pid` is in the stopped state (`T` in
@@ -495,7 +483,7 @@ impl Instance {
     /// right after kill(2) returns).
     pub(super) fn pause(&self) -> io::Result<()> {
         let pid = self.running_pid()?;
-        signal(pid, libc::SIGSTOP)?;
+        signal(pid, rustix::process::Signal::STOP)?;
         let deadline = Instant::now() + STOP_GRACE;
         while !all_threads_stopped(pid) {
             if Instant::now() >= deadline {
@@ -511,7 +499,7 @@ impl Instance {
 
     /// SIGCONT.
     pub(super) fn resume(&self) -> io::Result<()> {
-        signal(self.running_pid()?, libc::SIGCONT)
+        signal(self.running_pid()?, rustix::process::Signal::CONT)
     }
 
     /// SIGCONT + SIGTERM, wait up to [`STOP_GRACE`], then SIGKILL; reaps. A no-op
@@ -524,8 +512,8 @@ impl Instance {
         if child.try_wait()?.is_none() {
             let pid = child.id();
             // Holding the lock keeps the child unreaped, so the pid is still ours.
-            let _ = signal(pid, libc::SIGCONT);
-            signal(pid, libc::SIGTERM)?;
+            let _ = signal(pid, rustix::process::Signal::CONT);
+            signal(pid, rustix::process::Signal::TERM)?;
             let deadline = Instant::now() + STOP_GRACE;
             while child.try_wait()?.is_none() {
                 if Instant::now() >= deadline {
