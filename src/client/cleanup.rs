@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_lite::future;
 use zookeeper_client as zk;
 
+use super::backoff::Backoff;
 use super::runtime::{sleep, Signal};
 use super::session::Shared;
 use crate::error::{Error, Result};
@@ -128,7 +129,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<()>>,
 {
-    let mut pause = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         if stop.is_set() {
             return false;
@@ -138,9 +139,7 @@ where
             Err(Error::Closed) => return false,
             Err(e) if e.is_retryable() || e == Error::SessionExpired => {
                 tracing::debug!("background delete of {what}: {e}; retrying");
-                let jittered = pause.mul_f64(0.5 + fastrand::f64());
-                future::or(sleep(jittered), stop.wait()).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
+                future::or(sleep(backoff.next_pause()), stop.wait()).await;
             }
             Err(e) => {
                 tracing::warn!("background delete of {what} gave up: {e}");

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_lite::future;
 use zookeeper_client as zk;
 
+use super::backoff::Backoff;
 use super::cleanup::{self, Doomed};
 use super::liveness::worst;
 use super::runtime::{sleep, Signal};
@@ -160,6 +161,7 @@ enum End {
 
 /// Follows a persistent node through every session until it is released or deleted.
 async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     loop {
         let (zk, ended) = loop {
             if node.cancel.is_set() {
@@ -174,9 +176,10 @@ async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
             };
             match current {
                 Some(found) => break found,
-                None => future::or(sleep(Duration::from_millis(100)), node.cancel.wait()).await,
+                None => future::or(sleep(backoff.next_pause()), node.cancel.wait()).await,
             }
         };
+        backoff.reset();
         if let End::Stopped = keep(&zk, &ended, &mut node).await {
             return;
         }
@@ -186,7 +189,7 @@ async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
             return;
         }
         node.report(LockHealth::Suspended);
-        future::or(sleep(Duration::from_millis(100)), node.cancel.wait()).await;
+        future::or(sleep(backoff.next_pause()), node.cancel.wait()).await;
     }
 }
 

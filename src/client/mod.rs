@@ -1,5 +1,6 @@
 //! The Client: Curator's `CuratorFramework` for plain threads.
 
+mod backoff;
 mod builder;
 mod channel;
 mod cleanup;

@@ -12,6 +12,7 @@ use futures_lite::future;
 use parking_lot::{Condvar, Mutex};
 use zookeeper_client as zk;
 
+use super::backoff::Backoff;
 use super::builder::Config;
 use super::liveness::Liveness;
 use super::runtime::{sleep, Signal};
@@ -186,7 +187,7 @@ impl Shared {
 /// The supervisor task: runs until the Client closes.
 pub(crate) async fn supervise(shared: Arc<Shared>) {
     let mut had_session = false;
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     while !shared.stop.is_set() {
         let opened = future::or(async { Some(open_session(&shared).await) }, async {
             shared.stop.wait().await;
@@ -199,12 +200,11 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             Some(Err(err)) => {
                 tracing::warn!("cannot open a ZooKeeper session: {err}");
                 *shared.last_open_error.lock() = Some(err);
-                future::or(sleep(backoff), shared.stop.wait()).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                future::or(sleep(backoff.next_pause()), shared.stop.wait()).await;
                 continue;
             }
         };
-        backoff = Duration::from_millis(50);
+        backoff.reset();
         let state = if had_session {
             ConnectionState::Reconnected
         } else {
