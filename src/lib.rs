@@ -160,6 +160,7 @@
 //! strings, timeouts, data over 1 MiB) is refused before any I/O.
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod deadline;
@@ -169,6 +170,7 @@ mod locks;
 mod path;
 mod retry;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use crate::client::{
