@@ -259,13 +259,23 @@ impl LeaderLatch {
         (!term.is_over()).then(|| term.epoch())
     }
 
-    /// Blocks until we lead. [`Error::Closed`] if the latch is closed first (or was never
-    /// started); [`Error::OnWatcherThread`] from a listener.
+    /// Blocks until we lead.
+    ///
+    /// # Blocking
+    /// Without limit, until we lead or the latch is closed; no I/O of its own (the latch's
+    /// thread takes part).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] if the latch is closed first (or was never started);
+    /// [`Error::OnWatcherThread`] from a listener.
     pub fn await_leadership(&self) -> Result<()> {
         self.await_until(None).map(|_| ())
     }
 
     /// Waits at most `timeout` for leadership: whether we lead.
+    ///
+    /// # Blocking and errors
+    /// At most `timeout`; errors as [`await_leadership`](Self::await_leadership).
     #[must_use = "`false` means we do NOT lead"]
     pub fn await_leadership_timeout(&self, timeout: Duration) -> Result<bool> {
         self.await_until(Instant::now().checked_add(timeout))
@@ -296,11 +306,21 @@ impl LeaderLatch {
     }
 
     /// The participant that leads: the first node in sequence order (read from the server).
+    ///
+    /// # Blocking and errors
+    /// As [`participants`](Self::participants).
     pub fn leader(&self) -> Result<Option<Participant>> {
         Ok(self.participants()?.into_iter().next())
     }
 
     /// Every participant, the leader first (read from the server, as Curator does).
+    ///
+    /// # Blocking
+    /// A listing and a read per participant, each bounded by the operation timeout.
+    ///
+    /// # Errors
+    /// A connection error if the server cannot be reached in time; a participant whose node
+    /// goes meanwhile is left out.
     pub fn participants(&self) -> Result<Vec<Participant>> {
         participants(&self.inner.client, &self.inner.internals)
     }
@@ -336,6 +356,13 @@ impl LeaderLatch {
 
     /// Stops taking part: our node is deleted, and with [`CloseMode::NotifyLeader`] a leader's
     /// listeners hear `Lost`. Waits for the latch's thread (it runs no user code). Idempotent.
+    ///
+    /// # Blocking
+    /// Until the latch's thread ends, which it does promptly: our node's delete is handed to
+    /// the background, which retries until it is gone.
+    ///
+    /// # Errors
+    /// None today; the `Result` is kept for Curator's signature (its `close()` throws).
     pub fn close(&self) -> Result<()> {
         self.inner.close();
         let handle = self.inner.thread.lock().take();

@@ -317,11 +317,20 @@ impl LeaderSelector {
     }
 
     /// The participant that leads: the holder of the election's mutex (read from the server).
+    ///
+    /// # Blocking and errors
+    /// As [`participants`](Self::participants).
     pub fn leader(&self) -> Result<Option<Participant>> {
         Ok(self.participants()?.into_iter().next())
     }
 
     /// Every participant in queue order, the leader first (read from the server).
+    ///
+    /// # Blocking
+    /// A listing and a read per participant, each bounded by the operation timeout.
+    ///
+    /// # Errors
+    /// A connection error if the server cannot be reached in time.
     pub fn participants(&self) -> Result<Vec<Participant>> {
         participants(&self.inner.client, &self.inner.internals)
     }
@@ -339,6 +348,10 @@ impl LeaderSelector {
 
     /// [`close`](Self::close), then waits up to `timeout` for the selector's thread to end
     /// (the closure to return and our node to be deleted); whether it did.
+    ///
+    /// # Blocking
+    /// At most `timeout`; a closure that ignores its cancellation keeps the thread (and the
+    /// node) until it returns, and `false` says so.
     pub fn close_timeout(&self, timeout: Duration) -> bool {
         self.inner.close();
         let deadline = Deadline::after(timeout);

@@ -76,12 +76,32 @@ fn until(timeout: Duration) -> Option<Instant> {
 /// ```
 pub trait Lock: Sealed + Send + Sync {
     /// Blocks until the calling thread holds the lock.
+    ///
+    /// # Blocking
+    /// Without limit while the lock is held by others; through an outage until the Client's
+    /// retry policy gives up (its budget starts afresh after every answered round trip).
+    ///
+    /// # Errors
+    /// [`OnWatcherThread`](crate::Error::OnWatcherThread) from a listener or callback;
+    /// [`Cancelled`](crate::Error::Cancelled) after [`cancel_waiters`](Lock::cancel_waiters);
+    /// [`ConnectionLoss`](crate::Error::ConnectionLoss) when the retry policy gives up;
+    /// [`NoAuth`](crate::Error::NoAuth) when the ACL forbids creating the lock node;
+    /// [`WouldDeadlock`](crate::Error::WouldDeadlock) for a write lock asked by a reader;
+    /// [`Closed`](crate::Error::Closed) once the Client is closed. A session that expires
+    /// while waiting is not an error: the attempt starts over in the new session.
     fn acquire(&self) -> Result<()> {
         self.acquire_until(None).map(|_| ())
     }
 
     /// Waits up to `timeout`: `false` if the lock is not ours by then, with nothing left
     /// behind. A zero timeout makes one attempt without waiting.
+    ///
+    /// # Blocking
+    /// At most `timeout` waiting for the lock; each round trip of the attempt may run past it
+    /// by the Client's operation timeout (default: its connection timeout).
+    ///
+    /// # Errors
+    /// As [`acquire`](Lock::acquire); running out of time is `Ok(false)`, not an error.
     ///
     /// Test the answer: `if !lock.acquire_timeout(d)? { return … }`. The compiler cannot warn
     /// about `lock.acquire_timeout(d)?;` (the `?` uses the `Result`, and a `bool` carries no
@@ -92,14 +112,30 @@ pub trait Lock: Sealed + Send + Sync {
         self.acquire_until(until(timeout))
     }
 
-    /// Releases one hold of the calling thread, reporting errors. Bounded by the Client's
-    /// operation timeout (default: its connection timeout); a delete that cannot be done in time
-    /// goes on in the background and the error is returned.
+    /// Releases one hold of the calling thread, reporting errors.
+    ///
+    /// # Blocking
+    /// At most the Client's operation timeout (default: its connection timeout); a delete that
+    /// cannot be done in time goes on in the background and the error is returned. An inner
+    /// re-entrant hold returns at once.
+    ///
+    /// # Errors
+    /// [`NotOwner`](crate::Error::NotOwner) if the calling thread does not hold it
+    /// ([`NotAcquired`](crate::Error::NotAcquired) for a semaphore mutex);
+    /// [`LockLost`](crate::Error::LockLost) if the hold had been lost before (whatever it
+    /// protected may have been touched by another holder); a connection error if the delete
+    /// could not be confirmed in time (it goes on in the background).
     fn release(&self) -> Result<()> {
         self.release_as(Release::Within(None))
     }
 
     /// [`release`](Lock::release) bounded by `timeout`.
+    ///
+    /// # Blocking
+    /// At most `timeout`; what is not done by then goes on in the background.
+    ///
+    /// # Errors
+    /// As [`release`](Lock::release).
     fn release_timeout(&self, timeout: Duration) -> Result<()> {
         self.release_as(Release::Within(Some(
             until(timeout).unwrap_or_else(far_future),
@@ -120,6 +156,9 @@ pub trait Lock: Sealed + Send + Sync {
     fn health(&self) -> Option<LockHealth>;
 
     /// [`acquire`](Lock::acquire), returning a guard that releases on drop.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire`](Lock::acquire). Dropping the guard never blocks.
     fn lock(&self) -> Result<LockGuard<'_, Self>>
     where
         Self: Sized,
@@ -130,6 +169,10 @@ pub trait Lock: Sealed + Send + Sync {
 
     /// One attempt, no wait (parking_lot's `try_lock`, Curator's `acquire(0, unit)`): a guard if
     /// the lock was free, `None` (with our node deleted) if not.
+    ///
+    /// # Blocking and errors
+    /// One create and one listing, each bounded by the operation timeout; never waits for the
+    /// lock. Allowed on the watcher thread. Errors as [`acquire`](Lock::acquire).
     #[must_use = "`None` means the lock was NOT acquired"]
     fn try_lock(&self) -> Result<Option<LockGuard<'_, Self>>>
     where
@@ -139,6 +182,9 @@ pub trait Lock: Sealed + Send + Sync {
     }
 
     /// [`acquire_timeout`](Lock::acquire_timeout), returning a guard, or `None` on timeout.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire_timeout`](Lock::acquire_timeout).
     #[must_use = "`None` means the lock was NOT acquired"]
     fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_, Self>>>
     where
@@ -150,6 +196,9 @@ pub trait Lock: Sealed + Send + Sync {
     }
 
     /// Waits until `deadline` at the latest; a guard, or `None` if the lock is not ours by then.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire_timeout`](Lock::acquire_timeout) with the time left until `deadline`.
     #[must_use = "`None` means the lock was NOT acquired"]
     fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<'_, Self>>>
     where
@@ -163,6 +212,9 @@ pub trait Lock: Sealed + Send + Sync {
     /// [`lock`](Lock::lock) through an `Arc`, returning a guard that owns a clone of it
     /// (parking_lot's `lock_arc`): the guard can live in a struct beside the lock, or anywhere
     /// a borrow could not.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire`](Lock::acquire).
     fn lock_arc(self: &Arc<Self>) -> Result<ArcLockGuard<Self>>
     where
         Self: Sized,
@@ -172,6 +224,9 @@ pub trait Lock: Sealed + Send + Sync {
     }
 
     /// [`try_lock_for`](Lock::try_lock_for) through an `Arc`: an owned guard, or `None`.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire_timeout`](Lock::acquire_timeout).
     #[must_use = "`None` means the lock was NOT acquired"]
     fn try_lock_arc_for(self: &Arc<Self>, timeout: Duration) -> Result<Option<ArcLockGuard<Self>>>
     where
@@ -224,6 +279,9 @@ macro_rules! forward_lock_api {
         impl $lock {
             /// Blocks until the calling thread holds the lock (see [`Lock`](crate::Lock) for
             /// the bounds of every acquire).
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::acquire`](crate::Lock::acquire).
             pub fn acquire(&self) -> $crate::Result<()> {
                 $crate::Lock::acquire(self)
             }
@@ -232,6 +290,9 @@ macro_rules! forward_lock_api {
             /// attempt's node deleted. A zero timeout makes one attempt without waiting.
             /// Test the answer: `lock.acquire_timeout(d)?;` compiles without a warning and
             /// goes on without the lock (see [`Lock::acquire_timeout`]).
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::acquire_timeout`](crate::Lock::acquire_timeout).
             #[must_use = "`false` means the lock was NOT acquired"]
             pub fn acquire_timeout(&self, timeout: std::time::Duration) -> $crate::Result<bool> {
                 $crate::Lock::acquire_timeout(self, timeout)
@@ -239,12 +300,18 @@ macro_rules! forward_lock_api {
 
             /// Releases one hold of the calling thread, reporting errors; bounded by the
             /// Client's operation timeout (default: its connection timeout).
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::release`](crate::Lock::release).
             pub fn release(&self) -> $crate::Result<()> {
                 $crate::Lock::release(self)
             }
 
             /// [`release`](Self::release) bounded by `timeout`; a delete that cannot be done
             /// in time goes on in the background and the error is returned.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::release_timeout`](crate::Lock::release_timeout).
             pub fn release_timeout(&self, timeout: std::time::Duration) -> $crate::Result<()> {
                 $crate::Lock::release_timeout(self, timeout)
             }
@@ -256,17 +323,26 @@ macro_rules! forward_lock_api {
             }
 
             /// [`acquire`](Self::acquire), returning a guard that releases on drop.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::lock`](crate::Lock::lock).
             pub fn lock(&self) -> $crate::Result<$crate::LockGuard<'_, $lock>> {
                 $crate::Lock::lock(self)
             }
 
             /// One attempt, no wait: a guard if the lock was free, else `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock`](crate::Lock::try_lock).
             #[must_use = "`None` means the lock was NOT acquired"]
             pub fn try_lock(&self) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
                 $crate::Lock::try_lock(self)
             }
 
             /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock_for`](crate::Lock::try_lock_for).
             #[must_use = "`None` means the lock was NOT acquired"]
             pub fn try_lock_for(
                 &self,
@@ -276,6 +352,9 @@ macro_rules! forward_lock_api {
             }
 
             /// [`lock`](Self::lock) through an `Arc`: a guard that owns a clone of it.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::lock_arc`](crate::Lock::lock_arc).
             pub fn lock_arc(
                 self: &std::sync::Arc<Self>,
             ) -> $crate::Result<$crate::ArcLockGuard<$lock>> {
@@ -284,6 +363,9 @@ macro_rules! forward_lock_api {
 
             /// [`try_lock_for`](Self::try_lock_for) through an `Arc`: an owned guard, or
             /// `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock_arc_for`](crate::Lock::try_lock_arc_for).
             #[must_use = "`None` means the lock was NOT acquired"]
             pub fn try_lock_arc_for(
                 self: &std::sync::Arc<Self>,
@@ -293,6 +375,9 @@ macro_rules! forward_lock_api {
             }
 
             /// Waits until `deadline` at the latest: a guard, or `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock_until`](crate::Lock::try_lock_until).
             #[must_use = "`None` means the lock was NOT acquired"]
             pub fn try_lock_until(
                 &self,

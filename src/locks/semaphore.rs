@@ -126,18 +126,35 @@ impl InterProcessSemaphoreV2 {
     }
 
     /// Blocks until a lease is free.
+    ///
+    /// # Blocking
+    /// Without limit while every lease is held; through an outage until the retry policy gives
+    /// up.
+    ///
+    /// # Errors
+    /// As [`Lock::acquire`](crate::Lock::acquire).
     pub fn acquire(&self) -> Result<Lease> {
         Ok(self.acquire_one(Deadline::NEVER)?.expect("no deadline"))
     }
 
     /// Waits up to `timeout` for a lease; `None` on timeout, with nothing left behind. A zero
-    /// timeout makes one attempt without waiting. Bounds as for [`Lock`](crate::Lock)'s timed acquires.
+    /// timeout makes one attempt without waiting.
+    ///
+    /// # Blocking
+    /// At most `timeout` waiting; each round trip may run past it by the operation timeout.
+    ///
+    /// # Errors
+    /// As [`Lock::acquire`](crate::Lock::acquire); running out of time is `Ok(None)`.
     #[must_use = "`None` means no lease was acquired"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         self.acquire_one(Deadline::after(timeout))
     }
 
     /// One attempt, no wait: a lease if one is free now, else `None`.
+    ///
+    /// # Blocking and errors
+    /// A few round trips, each bounded by the operation timeout. Errors as
+    /// [`Lock::acquire`](crate::Lock::acquire).
     #[must_use = "`None` means no lease was acquired"]
     pub fn try_acquire(&self) -> Result<Option<Lease>> {
         self.acquire_one(Deadline::after(Duration::ZERO))
@@ -151,6 +168,14 @@ impl InterProcessSemaphoreV2 {
     }
 
     /// Blocks until `n` leases are held.
+    ///
+    /// # Blocking
+    /// Without limit while every lease is held; through an outage until the retry policy gives
+    /// up.
+    ///
+    /// # Errors
+    /// As [`Lock::acquire`](crate::Lock::acquire), and
+    /// [`InvalidArgument`](Error::InvalidArgument) for `n` of 0 or above the number of leases.
     pub fn acquire_many(&self, n: u32) -> Result<Vec<Lease>> {
         Ok(self.acquire_n(n, Deadline::NEVER)?.expect("no deadline"))
     }
@@ -159,6 +184,13 @@ impl InterProcessSemaphoreV2 {
     /// given back. The timeout covers all `n`. The acquirer keeps its place at the head of the
     /// queue until it has all `n`, so concurrent multi-lease acquirers cannot deadlock (Curator
     /// takes them one queue turn at a time and can).
+    ///
+    /// # Blocking
+    /// At most `timeout` waiting; each round trip may run past it by the operation timeout.
+    ///
+    /// # Errors
+    /// As [`Lock::acquire`](crate::Lock::acquire); running out of time is `Ok(None)`;
+    /// [`InvalidArgument`](Error::InvalidArgument) for `n` of 0 or above the number of leases.
     #[must_use = "`None` means no lease was acquired"]
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
         self.acquire_n(n, Deadline::after(timeout))
@@ -329,14 +361,24 @@ impl Lease {
         self.client.vouch(self.session, *self.health.lock())
     }
 
-    /// Returns the lease now, reporting errors ([`Error::LockLost`] if it had been lost);
-    /// bounded by the Client's operation timeout (default: its connection timeout).
+    /// Returns the lease now, reporting errors.
+    ///
+    /// # Blocking
+    /// At most the Client's operation timeout (default: its connection timeout); a delete that
+    /// cannot be done in time goes on in the background and the error is returned.
+    ///
+    /// # Errors
+    /// [`LockLost`](Error::LockLost) if the lease had been lost before; a connection error if
+    /// the delete could not be confirmed in time.
     pub fn return_lease(mut self) -> Result<()> {
         self.return_as(Release::Within(None))
     }
 
     /// [`return_lease`](Self::return_lease) bounded by `timeout`; a delete that cannot be done
     /// in time goes on in the background and the error is returned.
+    ///
+    /// # Blocking and errors
+    /// At most `timeout`; errors as [`return_lease`](Self::return_lease).
     pub fn return_lease_timeout(mut self, timeout: Duration) -> Result<()> {
         self.return_as(Release::Within(Instant::now().checked_add(timeout)))
     }
