@@ -76,6 +76,16 @@ pub enum Error {
     /// The ACL forbids this client the operation.
     #[error("not authorised for {0:?}")]
     NoAuth(String),
+    /// The server refused the client's credentials (a bad digest, a failed SASL exchange); the
+    /// session is unusable.
+    #[error("authentication failed")]
+    AuthFailed,
+    /// The ACL given for this node is invalid (empty, or an unknown scheme or id).
+    #[error("invalid ACL for node {0:?}")]
+    InvalidAcl(String),
+    /// An ephemeral node cannot have children.
+    #[error("node {0:?} is ephemeral and cannot have children")]
+    NoChildrenForEphemerals(String),
     /// The [`Client`](crate::Client) was closed.
     #[error("client closed")]
     Closed,
@@ -108,6 +118,16 @@ pub enum Error {
     /// The wait was cancelled with `cancel_waiters()`; the attempt's node was deleted.
     #[error("the acquisition was cancelled")]
     Cancelled,
+    /// zklock could not start one of its threads (the process is out of threads or memory).
+    #[error("cannot start thread {name}: {message}")]
+    ThreadStart {
+        /// The thread's name (`zklock-io-3`, `zklock-latch`, ...).
+        name: String,
+        /// The operating system's classification.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
     /// Any other answer of the server or the wire client, with its description.
     #[error("ZooKeeper error: {0}")]
     ZooKeeper(String),
@@ -153,6 +173,9 @@ impl Error {
             Zk::BadVersion => Error::BadVersion(path.to_owned()),
             Zk::NoAuth => Error::NoAuth(path.to_owned()),
             Zk::BadArguments(msg) => Error::InvalidArgument(format!("{path:?}: {msg}")),
+            Zk::AuthFailed => Error::AuthFailed,
+            Zk::InvalidAcl => Error::InvalidAcl(path.to_owned()),
+            Zk::NoChildrenForEphemerals => Error::NoChildrenForEphemerals(path.to_owned()),
             other => Error::ZooKeeper(format!("{path:?}: {other}")),
         }
     }
@@ -160,6 +183,14 @@ impl Error {
     pub(crate) fn io(context: impl fmt::Display, e: &std::io::Error) -> Error {
         Error::Io {
             context: context.to_string(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    pub(crate) fn thread_start(name: &str, e: &std::io::Error) -> Error {
+        Error::ThreadStart {
+            name: name.to_owned(),
             kind: e.kind(),
             message: e.to_string(),
         }
@@ -173,6 +204,17 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_that_cannot_start_is_named() {
+        let e = Error::thread_start(
+            "zklock-io-7",
+            &std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        );
+        assert!(matches!(&e, Error::ThreadStart { name, kind, .. }
+            if name == "zklock-io-7" && *kind == std::io::ErrorKind::OutOfMemory));
+        assert!(e.to_string().contains("zklock-io-7"));
+    }
 
     #[test]
     fn error_is_send_sync_static() {
@@ -197,6 +239,15 @@ mod tests {
         );
         assert_eq!(Error::from_zk(Zk::NoNode, "/a"), Error::NoNode("/a".into()));
         assert_eq!(Error::from_zk(Zk::NoAuth, "/a"), Error::NoAuth("/a".into()));
+        assert_eq!(Error::from_zk(Zk::AuthFailed, "/a"), Error::AuthFailed);
+        assert_eq!(
+            Error::from_zk(Zk::InvalidAcl, "/a"),
+            Error::InvalidAcl("/a".into())
+        );
+        assert_eq!(
+            Error::from_zk(Zk::NoChildrenForEphemerals, "/a/b"),
+            Error::NoChildrenForEphemerals("/a/b".into())
+        );
         assert!(matches!(
             Error::from_zk(Zk::Unimplemented, "/a"),
             Error::ZooKeeper(_)

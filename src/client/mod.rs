@@ -153,11 +153,12 @@ impl Client {
 
     fn start(config: builder::Config) -> Result<Client> {
         let id = CLIENT_IDS.fetch_add(1, Ordering::Relaxed);
-        let io = |e: std::io::Error| Error::ZooKeeper(format!("cannot start a thread: {e}"));
         let registry = Arc::new(Registry::default());
-        let watcher =
-            WatcherThread::start(format!("zklock-watch-{id}"), registry.clone()).map_err(io)?;
-        let runtime = Runtime::start(format!("zklock-io-{id}")).map_err(io)?;
+        let (watch_name, io_name) = (format!("zklock-watch-{id}"), format!("zklock-io-{id}"));
+        let watcher = WatcherThread::start(watch_name.clone(), registry.clone())
+            .map_err(|e| Error::thread_start(&watch_name, &e))?;
+        let runtime =
+            Runtime::start(io_name.clone()).map_err(|e| Error::thread_start(&io_name, &e))?;
         let shared = Arc::new(Shared::new(
             config,
             registry,

@@ -237,7 +237,7 @@ impl LeaderLatch {
         let handle = thread::Builder::new()
             .name("zklock-latch".into())
             .spawn(move || inner.run())
-            .map_err(|e| Error::ZooKeeper(format!("cannot start the latch's thread: {e}")))?;
+            .map_err(|e| Error::thread_start("zklock-latch", &e))?;
         *self.inner.thread.lock() = Some(handle);
         Ok(())
     }

@@ -277,7 +277,7 @@ impl LeaderSelector {
         let handle = thread::Builder::new()
             .name("zklock-selector".into())
             .spawn(move || inner.run())
-            .map_err(|e| Error::ZooKeeper(format!("cannot start the selector's thread: {e}")))?;
+            .map_err(|e| Error::thread_start("zklock-selector", &e))?;
         *self.inner.thread.lock() = Some(handle);
         Ok(())
     }

@@ -165,7 +165,7 @@ impl SharedCount {
             thread::Builder::new()
                 .name("zklock-shared-count".into())
                 .spawn(move || watch(client, path, listeners, stop))
-                .map_err(|e| Error::ZooKeeper(format!("cannot start a thread: {e}")))?;
+                .map_err(|e| Error::thread_start("zklock-shared-count", &e))?;
             *watching = true;
         }
         Ok(id)
