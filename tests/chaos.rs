@@ -1516,23 +1516,24 @@ impl Lab {
                 }
             }
             Fault::EnsembleDown => {
-                let leader = self.cluster.leader().unwrap_or(0);
-                let follower = (leader + 1) % self.cluster.len();
+                // Every member killed: no server at all for 1.5× the session. Clients give
+                // their sessions up locally; the servers, back from their logs, still hold
+                // those sessions' nodes until they expire them.
                 out.start = Instant::now();
-                self.cluster.kill(leader).unwrap();
-                self.cluster.kill(follower).unwrap();
+                for m in 0..self.cluster.len() {
+                    self.cluster.kill(m).unwrap();
+                }
                 while out.start.elapsed() < session * 3 / 2 {
                     thread::sleep(Duration::from_millis(20));
                 }
-                for m in [leader, follower] {
-                    if let Err(e) = self.cluster.restart(m) {
-                        row.violations
-                            .push(format!("member {m} does not restart: {e}"));
-                    }
+                if let Err(e) = self.cluster.restart_all() {
+                    row.violations
+                        .push(format!("the ensemble does not come back: {e}"));
                 }
                 out.end = Instant::now();
                 row.notes.push(format!(
-                    "killed members {leader} (leader) and {follower}: no quorum for {:.1} s",
+                    "killed all {} members: no server for {:.1} s",
+                    self.cluster.len(),
                     (out.end - out.start).as_secs_f64()
                 ));
             }
