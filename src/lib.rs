@@ -126,6 +126,10 @@
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles
 //!   started from Debian's packages, session expiry, a TCP fault proxy and a fenced register,
 //!   for your own tests. Off by default; pulls in `tempfile` and `rustix`.
+//! * `metrics` — counters, histograms and gauges through the
+//!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
+//!   and hold times, waiters, pending background deletes; names in the README); install any
+//!   `metrics` exporter. Off by default.
 //!
 //! # Curator → zklock
 //!
@@ -167,6 +171,7 @@ mod deadline;
 mod error;
 mod leader;
 mod locks;
+mod metrics;
 mod path;
 mod retry;
 #[cfg(feature = "testing")]

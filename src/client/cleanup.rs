@@ -54,7 +54,9 @@ impl Doomed {
 /// Starts deleting `doomed` in the background; returns at once.
 pub(crate) fn spawn(shared: &Arc<Shared>, doomed: Doomed) {
     let task_shared = shared.clone();
+    let pending = crate::metrics::PendingDelete::new();
     shared.spawn(async move {
+        let _pending = pending;
         let shared = task_shared;
         let what = doomed.describe();
         let misses = AtomicU32::new(0);

@@ -89,6 +89,7 @@ impl HealthFeed {
                 }
                 *h = new;
             }
+            crate::metrics::health(crate::path::parent(&node), new);
             let event = HealthEvent {
                 health: new,
                 node: node.clone(),

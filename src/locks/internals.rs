@@ -27,7 +27,7 @@ fn is_holder_mark(stat: &Stat, data: &[u8]) -> bool {
 }
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::path;
+use crate::{metrics, path};
 
 /// A granted attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +190,18 @@ impl<S: Store> LockInternals<S> {
             return Err(Error::OnWatcherThread);
         }
         let cancel = self.cancel.lock().clone();
+        let started = std::time::Instant::now();
+        let _waiting = metrics::Waiting::new(&self.path);
+        let outcome = self.attempt(wait, &cancel);
+        match &outcome {
+            Ok(Some(_)) => metrics::acquired(&self.path, started.elapsed()),
+            Ok(None) => metrics::timed_out(&self.path),
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    fn attempt(&self, wait: Deadline, cancel: &Cancel) -> Result<Option<Acquired>> {
         let io = wait.or_later(Deadline::after(self.store.io_grace()));
         let mut call = self.store.new_call(io);
         call.cancel = Some(cancel.signal.clone());
@@ -204,7 +216,7 @@ impl<S: Store> LockInternals<S> {
                 path: Some(our_path.clone()),
                 owner: stat.ephemeral_owner,
             };
-            match self.wait_for_lock(&our_path, &stat, &mut call, wait, &cancel) {
+            match self.wait_for_lock(&our_path, &stat, &mut call, wait, cancel) {
                 Ok(Outcome::Granted { token, mark }) => {
                     cleanup.path = None;
                     if mark {

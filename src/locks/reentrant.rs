@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -35,6 +36,7 @@ pub(crate) struct Holding {
     token: u64,
     health: HealthCell,
     keeper: Option<KeeperGuard>,
+    since: Instant,
 }
 
 /// What one release did.
@@ -125,6 +127,7 @@ impl Reentrant {
             token: acquired.token,
             health,
             keeper: Some(keeper),
+            since: Instant::now(),
         }
     }
 
@@ -145,6 +148,7 @@ impl Reentrant {
     pub(crate) fn finish(&self, mut holding: Holding, how: Release) -> Result<()> {
         let lost = *holding.health.lock() == LockHealth::Lost;
         holding.keeper.take();
+        crate::metrics::released(&self.internals.path, holding.since.elapsed());
         let deleted = self.internals.release(&holding.path, holding.session, how);
         if lost {
             return Err(Error::LockLost);

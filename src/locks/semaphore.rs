@@ -254,6 +254,7 @@ impl InterProcessSemaphoreV2 {
             health,
             keeper: Some(keeper),
             returned: false,
+            since: Instant::now(),
         }))
     }
 
@@ -331,6 +332,7 @@ pub struct Lease {
     health: HealthCell,
     keeper: Option<KeeperGuard>,
     returned: bool,
+    since: Instant,
 }
 
 impl std::fmt::Debug for Lease {
@@ -386,6 +388,7 @@ impl Lease {
     pub(crate) fn return_as(&mut self, how: Release) -> Result<()> {
         self.returned = true;
         self.keeper.take();
+        crate::metrics::released(path::parent(&self.path), self.since.elapsed());
         let lost = self.health() == LockHealth::Lost;
         let deleted = match how {
             Release::Background => {
