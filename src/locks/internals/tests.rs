@@ -506,9 +506,9 @@ fn a_latch_never_marks_its_node_however_it_is_granted() {
     let got = t2.join().unwrap().unwrap().unwrap();
     fake.remove(&got.path);
     assert_eq!(fake.calls(Op::Mark), 0);
-    // A mutex marks in the same position.
+    // A mutex marks in the same position (when marking pays, see below).
     let holder = fake.add_contender(DIR);
-    let mutex = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let mutex = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
     let t = spawn_attempt(&mutex);
     wait_watches(&fake, 1);
     fake.remove(&holder);
@@ -540,7 +540,8 @@ fn a_waiter_whose_own_node_vanished_is_not_granted_on_the_fast_path() {
 fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
     let fake = Fake::new();
     let holder = fake.add_contender(DIR);
-    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    // Every holder marks, as in a queue long enough for marks to pay.
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut threads = Vec::new();
     for i in 0..5 {
@@ -569,6 +570,35 @@ fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
     );
     assert!(fake.children_of(DIR).is_empty());
     assert_eq!(fake.live_watches(), 0);
+}
+
+/// The mark only where it pays: a holder marks when the listing it was granted on held at
+/// least `marking_from` other nodes, and by default a short queue gets no mark.
+#[test]
+fn a_holder_marks_only_when_its_queue_was_long_enough() {
+    // Granted on a listing [ours, c1, c2]: two others.
+    let marks_with = |from: Option<usize>| {
+        let fake = Fake::new();
+        let head = fake.add_contender(DIR);
+        let second = fake.add_contender(DIR);
+        let l = lock(&fake, Arc::new(StandardDriver));
+        let l = Arc::new(match from {
+            Some(n) => l.marking_from(n),
+            None => l,
+        });
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 3);
+        wait_watches(&fake, 1); // on `second`, which is not the head: no fast path
+        fake.add_contender(DIR);
+        fake.add_contender(DIR);
+        fake.remove(&head);
+        fake.remove(&second);
+        t.join().unwrap().unwrap().unwrap();
+        fake.calls(Op::Mark)
+    };
+    assert_eq!(marks_with(Some(2)), 1, "two others behind: marks");
+    assert_eq!(marks_with(Some(3)), 0, "fewer than three: no mark");
+    assert_eq!(marks_with(None), 0, "a queue of three is short by default");
 }
 
 #[test]
