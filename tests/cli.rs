@@ -1,0 +1,1 @@
+//! The `zklock` binary against real servers.
