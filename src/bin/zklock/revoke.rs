@@ -68,7 +68,9 @@ pub fn break_node(global: &Global, args: BreakArgs) -> CliResult<()> {
         eprint!("Delete it? The holder will lose the lock. [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if std::io::stdin().lock().read_line(&mut answer).unwrap_or(0) == 0 {
+            eprintln!(); // end of input: no answer
+        }
         if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
             return Err(Failure::new(format!(
                 "not confirmed (use --yes to skip the question): {} left alone",

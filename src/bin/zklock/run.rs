@@ -159,7 +159,8 @@ impl Hold {
 
 /// While `waiting` on a terminal: says who holds the lock, each time that changes.
 fn report_holders(client: Client, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>) {
-    let mut last = String::new();
+    // Said again only when the holders change, not as their age grows.
+    let mut last: Option<Vec<(String, i64)>> = None;
     let done = || !waiting.load(Ordering::SeqCst);
     loop {
         thread::sleep(Duration::from_millis(300));
@@ -169,25 +170,25 @@ fn report_holders(client: Client, path: String, max_leases: Option<u32>, waiting
         let Ok(v) = view(&client, &path, max_leases) else {
             continue;
         };
-        let holders: Vec<String> = v
-            .holders()
-            .map(|e| {
-                format!(
-                    "{} (session {}, for {})",
-                    if e.data.is_empty() { "?" } else { &e.data },
-                    session_hex(e.session),
-                    age(e.age)
-                )
-            })
-            .collect();
-        let who = if holders.is_empty() {
-            "no one holds it yet".to_owned()
-        } else {
-            format!("held by {}", holders.join(", "))
-        };
-        if who != last && !done() {
-            eprintln!("zklock: waiting for {path}: {who}");
-            last = who;
+        let key: Vec<(String, i64)> = v.holders().map(|e| (e.data.clone(), e.session)).collect();
+        if last.as_ref() != Some(&key) && !done() {
+            let holders: Vec<String> = v
+                .holders()
+                .map(|e| {
+                    format!(
+                        "{} (session {}, for {})",
+                        if e.data.is_empty() { "?" } else { &e.data },
+                        session_hex(e.session),
+                        age(e.age)
+                    )
+                })
+                .collect();
+            if holders.is_empty() {
+                eprintln!("zklock: waiting for {path}: no one holds it yet");
+            } else {
+                eprintln!("zklock: waiting for {path}: held by {}", holders.join(", "));
+            }
+            last = Some(key);
         }
         thread::sleep(Duration::from_millis(700));
     }
