@@ -611,3 +611,83 @@ fn elect_runs_the_command_while_leading_one_at_a_time() {
     assert!(token(&log, "b") > token(&log, "a"));
     wait_for("no node left", || children(&zk, "/cli/elect") == 0);
 }
+
+#[test]
+fn a_signal_while_waiting_exits_128_plus_it_and_leaves_no_node() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let _a = Proc::spawn(run(
+        &server,
+        "/cli/int",
+        &[],
+        &worker(&log, "a", Some(&dir.file("never")), 0),
+    ));
+    wait_for("a to enter", || entered(&log, "a"));
+    let mut b = Proc::spawn(run(&server, "/cli/int", &[], &worker(&log, "b", None, 0)));
+    wait_for("b to queue", || children(&zk, "/cli/int") == 2);
+    b.signal("INT");
+    assert_eq!(b.code(), 130);
+    assert!(!entered(&log, "b"));
+    assert_eq!(children(&zk, "/cli/int"), 1, "b's node is gone");
+}
+
+#[test]
+fn suspended_past_the_grace_counts_as_lost() {
+    let mut server = TestingServer::start().unwrap();
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn({
+        let mut c = zklock(&server, &["--session-timeout", "30s", "run", "/cli/grace"]);
+        c.args(["--suspended-grace", "1s", "--"]).args(worker(
+            &log,
+            "a",
+            Some(&dir.file("never")),
+            0,
+        ));
+        c
+    });
+    wait_for("a to enter", || entered(&log, "a"));
+    server.stop().unwrap();
+    assert_eq!(a.code(), 123, "suspended past --suspended-grace: lost");
+    assert!(read(&log).contains("term a"), "{:?}", lines(&log));
+}
+
+#[test]
+fn elect_stops_the_command_when_leadership_is_lost() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn({
+        let mut c = zklock(
+            &server,
+            &[
+                "--session-timeout",
+                "2s",
+                "elect",
+                "/cli/elect-lost",
+                "--id",
+                "a",
+                "--",
+            ],
+        );
+        c.args(worker(&log, "a", Some(&dir.file("never")), 0));
+        c
+    });
+    wait_for("a to lead", || entered(&log, "a"));
+    let mut b = Proc::spawn({
+        let mut c = zklock(&server, &["elect", "/cli/elect-lost", "--id", "b", "--"]);
+        c.args(worker(&log, "b", None, 0));
+        c
+    });
+    wait_for("b to queue", || children(&zk, "/cli/elect-lost") == 2);
+    a.signal("STOP");
+    wait_for("b to lead after a's session expired", || entered(&log, "b"));
+    a.signal("CONT");
+    assert_eq!(a.code(), 123);
+    assert!(read(&log).contains("term a"));
+    assert_eq!(b.code(), 0);
+    assert!(token(&log, "b") > token(&log, "a"));
+}

@@ -196,11 +196,12 @@ fn report_holders(client: Client, path: String, max_leases: Option<u32>, waiting
 
 pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
-    let signals = catch_signals().map_err(failed)?;
+    // Until the signals are caught a signal ends zklock at once: nothing is held yet.
     let client = connect(global).map_err(failed)?;
     let contender = Contender::new(&client, &args)
         .context(|| format!("cannot use {}", args.path))
         .map_err(failed)?;
+    let signals = catch_signals().map_err(failed)?;
     let events = contender.health_events();
     let revoked = if args.revocable {
         contender.revocations()
@@ -223,7 +224,12 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
                 for sig in signals.iter() {
                     if waiting.load(Ordering::SeqCst) {
                         caught.lock().get_or_insert(sig);
-                        cancel();
+                        // Cancelling reaches only acquisitions under way: repeat it until
+                        // the wait has ended, in case it had not begun yet.
+                        while waiting.load(Ordering::SeqCst) {
+                            cancel();
+                            thread::sleep(Duration::from_millis(50));
+                        }
                     }
                     if forward_tx.send(sig).is_err() {
                         break;
@@ -263,13 +269,13 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
             )))
         }
     };
-    // Drain the signals that cancelled nothing because they came as we got the lock.
+    // A signal that came as we got the lock: give it back, run nothing. One that comes from now
+    // on is for the command.
     if let Some(sig) = *caught.lock() {
         let _ = hold.release();
         client.close();
         return Ok((128 + sig) as u8);
     }
-    while forward_rx.try_recv().is_ok() {}
 
     let token = hold.fencing_token();
     let node = hold.node();
