@@ -10,22 +10,38 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{never, select, Receiver};
 use rustix::process::{kill_process, Pid, Signal};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::Cause;
 use zklock::LockHealth;
 
 use crate::{code, CliResult, Failure};
 
+/// A signal zklock caught.
+#[derive(Debug, Clone, Copy)]
+pub struct Caught {
+    pub signal: i32,
+    /// Sent by the kernel, not by a process: a terminal's Ctrl-C or hangup, which went to the
+    /// whole foreground process group, our command included; forwarding it would deliver it
+    /// twice.
+    pub by_terminal: bool,
+}
+
 /// SIGINT, SIGTERM and SIGHUP, delivered on a channel from now on (the process no longer dies
 /// of them). Installed before the command is spawned, which gets the default dispositions.
-pub fn catch_signals() -> CliResult<Receiver<i32>> {
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])
+pub fn catch_signals() -> CliResult<Receiver<Caught>> {
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| Failure::from_error("cannot handle signals", &e))?;
     let (tx, rx) = crossbeam_channel::unbounded();
     thread::Builder::new()
         .name("zklock-signals".into())
         .spawn(move || {
-            for sig in signals.forever() {
-                if tx.send(sig).is_err() {
+            for origin in signals.forever() {
+                let caught = Caught {
+                    signal: origin.signal,
+                    by_terminal: matches!(origin.cause, Cause::Kernel),
+                };
+                if tx.send(caught).is_err() {
                     break;
                 }
             }
@@ -154,8 +170,8 @@ pub struct Watchdog<'a, T> {
     pub wake: Receiver<T>,
     /// A cancelled term counts as lost (elect).
     pub cancelled: &'a dyn Fn() -> bool,
-    /// Signals to forward to the command.
-    pub signals: Receiver<i32>,
+    /// Signals to forward to the command (unless they reached it from the terminal already).
+    pub signals: Receiver<Caught>,
     /// Revocation requests: the command gets SIGTERM once.
     pub revoked: Receiver<()>,
     pub suspended_grace: Option<Duration>,
@@ -174,9 +190,9 @@ impl<T> Watchdog<'_, T> {
                     child.status = Some(status);
                     return Outcome::Exited(status);
                 }
-                recv(self.signals) -> sig => {
-                    if let Ok(sig) = sig {
-                        child.signal(sig);
+                recv(self.signals) -> caught => {
+                    if let Ok(Caught { signal, by_terminal: false }) = caught {
+                        child.signal(signal);
                     }
                 }
                 recv(revoked) -> _ => {

@@ -94,12 +94,13 @@ pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
         select! {
             recv(signals) -> sig => {
                 let Ok(sig) = sig else { continue };
-                caught.get_or_insert(sig);
+                caught.get_or_insert(sig.signal);
                 stopping.store(true, Ordering::SeqCst);
                 if selector.has_leadership() {
                     // The command ends, then its term (below).
                     let _ = forward_tx.send(sig);
                 } else {
+                    let sig = sig.signal;
                     selector.close_timeout(linger);
                     break Ok((128 + sig) as u8);
                 }

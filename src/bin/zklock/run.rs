@@ -223,7 +223,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
             .spawn(move || {
                 for sig in signals.iter() {
                     if waiting.load(Ordering::SeqCst) {
-                        caught.lock().get_or_insert(sig);
+                        caught.lock().get_or_insert(sig.signal);
                         // Cancelling reaches only acquisitions under way: repeat it until
                         // the wait has ended, in case it had not begun yet.
                         while waiting.load(Ordering::SeqCst) {
