@@ -691,3 +691,33 @@ fn elect_stops_the_command_when_leadership_is_lost() {
     assert_eq!(b.code(), 0);
     assert!(token(&log, "b") > token(&log, "a"));
 }
+
+#[test]
+fn elect_with_requeue_runs_the_command_again_until_stopped() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn({
+        let mut c = zklock(&server, &["elect", "/cli/requeue", "--requeue", "--"]);
+        c.args(["sh", "-c"]).arg(format!(
+            "echo \"term $ZKLOCK_FENCING_TOKEN\" >> {}; sleep 0.2",
+            log.display()
+        ));
+        c
+    });
+    wait_for("a second term", || lines(&log).len() >= 2);
+    let tokens: Vec<u64> = lines(&log)
+        .iter()
+        .filter_map(|l| l.strip_prefix("term ")?.parse().ok())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "epochs rise: {tokens:?}"
+    );
+    a.signal("TERM");
+    // Between terms zklock exits 128+15 itself; during one the command dies of the forwarded
+    // SIGTERM, which a shell reports as 128+15 too.
+    assert_eq!(a.code(), 143);
+    wait_for("no node left", || children(&zk, "/cli/requeue") == 0);
+}

@@ -73,8 +73,8 @@ pub enum Command {
     /// The command gets ZKLOCK_FENCING_TOKEN (strictly rising from holder to holder) and
     /// ZKLOCK_NODE in its environment. If the lock is lost (session expired, node deleted, or
     /// connection suspended past --suspended-grace) the command gets SIGTERM, then SIGKILL after
-    /// --kill-after, and zklock exits with 123. SIGINT, SIGTERM and SIGHUP are forwarded to the
-    /// command.
+    /// --kill-after, and zklock exits with 123. SIGINT, SIGTERM and SIGHUP sent to zklock are
+    /// forwarded to the command (a terminal's Ctrl-C reaches it directly).
     Run(RunArgs),
     /// List the queue of a lock path in lock order: who holds, who waits
     Holders(HoldersArgs),
