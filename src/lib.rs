@@ -139,6 +139,7 @@
 //! | `create().creatingParentContainersIfNeeded().withProtection().withMode(m).forPath(p)` | `client.create(p).parents_as_containers().protected().mode(m).call()` ([`Create`]) |
 //! | `delete().guaranteed()` | [`Client::delete_guaranteed`] |
 //! | `getData().usingWatcher(w)` | [`Client::data_watch`] → [`Watch`] |
+//! | `getChildren().usingWatcher(w)` | [`Client::children_watch`] → [`Watch`] |
 //! | `ConnectionStateListener` | [`Client::on_connection_state`], [`Client::connection_states`] |
 //! | `InterProcessMutex(client, path)` | [`InterProcessMutex::new`] |
 //! | `InterProcessMutex(client, path, driver)`, `LockInternalsDriver`, `StandardLockInternalsDriver` | [`InterProcessMutex::with_driver`], [`LockDriver`], [`StandardDriver`] |

@@ -184,6 +184,23 @@ fn namespace_is_created_and_paths_are_relative_to_it() {
 }
 
 #[test]
+fn children_watch_fires_on_a_new_child_and_refuses_a_missing_node() {
+    let server = TestingServer::start().unwrap();
+    let client = client(&server.connect_string(), Duration::from_secs(20));
+    assert!(matches!(client.children_watch("/w"), Err(Error::NoNode(_))));
+    client.create("/w").call().unwrap();
+    client.create("/w/a").call().unwrap();
+    let (children, watch) = client.children_watch("/w").unwrap();
+    assert_eq!(children, ["a"]);
+    assert!(watch.try_event().is_none());
+    client.set_data("/w/a", b"x").unwrap(); // a child's data is not the list
+    client.create("/w/b").call().unwrap();
+    let event = watch.wait_timeout(patience()).expect("the watch fires");
+    assert_eq!(event.path, "/w");
+    assert_eq!(event.kind, zklock::WatchEventKind::NodeChildrenChanged);
+}
+
+#[test]
 fn bad_input_is_refused_before_any_io() {
     for bad in ["", " ", ",", "host:notaport", "a:1,,b:2", "host:1/chroot"] {
         let err = Client::builder(bad).build().unwrap_err();

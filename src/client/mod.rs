@@ -441,6 +441,46 @@ impl Client {
         })
     }
 
+    /// A node's children (unsorted) and a one-shot [`Watch`] that fires when a child is added or
+    /// removed, or the node is deleted (Curator's `getChildren().usingWatcher(..)`).
+    ///
+    /// # Errors
+    /// [`Error::NoNode`] if the node does not exist (no watch is left behind then).
+    pub fn children_watch(&self, path: &str) -> Result<(Vec<String>, Watch)> {
+        path::validate(path, false)?;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cancel = Signal::default();
+        let target = WatchTarget::Channel(tx);
+        let (children, watcher) = self.run(
+            "children_watch",
+            &mut self.user_call(),
+            |zk, _| async move {
+                zk.list_and_watch_children(path)
+                    .await
+                    .map_err(|e| Error::from_zk(e, path))
+            },
+        )?;
+        let events = self.shared().events.clone();
+        let stop = cancel.clone();
+        self.shared().spawn(async move {
+            let fired = future::or(async { Some(watcher.changed().await) }, async {
+                stop.wait().await;
+                None
+            })
+            .await;
+            if let Some(event) = fired {
+                let _ = events.send(Message::Watch(target, WatchEvent::from_zk(event)));
+            }
+        });
+        Ok((
+            children,
+            Watch {
+                rx: Receiver::new(rx),
+                cancel,
+            },
+        ))
+    }
+
     /// A node's data and stat.
     pub fn data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
         self.data_in(path, &mut self.user_call())

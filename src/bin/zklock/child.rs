@@ -1,0 +1,231 @@
+//! The command run under a lock: spawning it, forwarding signals, and stopping it when the lock
+//! is lost.
+
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitStatus};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{never, select, Receiver};
+use rustix::process::{kill_process, Pid, Signal};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::Cause;
+use zklock::LockHealth;
+
+use crate::{code, CliResult, Failure};
+
+/// A signal zklock caught.
+#[derive(Debug, Clone, Copy)]
+pub struct Caught {
+    pub signal: i32,
+    /// Sent by the kernel, not by a process: a terminal's Ctrl-C or hangup, which went to the
+    /// whole foreground process group, our command included; forwarding it would deliver it
+    /// twice.
+    pub by_terminal: bool,
+}
+
+/// SIGINT, SIGTERM and SIGHUP, delivered on a channel from now on (the process no longer dies
+/// of them). Installed before the command is spawned, which gets the default dispositions.
+pub fn catch_signals() -> CliResult<Receiver<Caught>> {
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| Failure::from_error("cannot handle signals", &e))?;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::Builder::new()
+        .name("zklock-signals".into())
+        .spawn(move || {
+            for origin in signals.forever() {
+                let caught = Caught {
+                    signal: origin.signal,
+                    by_terminal: matches!(origin.cause, Cause::Kernel),
+                };
+                if tx.send(caught).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| Failure::from_error("cannot start the signal thread", &e))?;
+    Ok(rx)
+}
+
+/// A running command.
+pub struct Child {
+    pid: u32,
+    exited: Receiver<ExitStatus>,
+    status: Option<ExitStatus>,
+}
+
+impl Child {
+    /// Spawns `argv` with `env` added; its exit is reported on a channel.
+    pub fn spawn(argv: &[String], env: &[(&str, String)]) -> CliResult<Child> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| Failure::new("no command given"))?;
+        let mut command = Command::new(program);
+        command.args(args);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().map_err(|e| {
+            let code = if e.kind() == ErrorKind::NotFound {
+                code::NOT_FOUND
+            } else {
+                code::CANNOT_EXECUTE
+            };
+            Failure::from_error(&format!("cannot run {program:?}"), &e).with_code(code)
+        })?;
+        let pid = child.id();
+        let (tx, exited) = crossbeam_channel::bounded(1);
+        thread::Builder::new()
+            .name("zklock-child".into())
+            .spawn(move || {
+                let status = child
+                    .wait()
+                    .unwrap_or_else(|_| ExitStatus::from_raw(255 << 8));
+                let _ = tx.send(status);
+            })
+            .map_err(|e| Failure::from_error("cannot start the child thread", &e))?;
+        Ok(Child {
+            pid,
+            exited,
+            status: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends `sig` unless the command is known to have exited (then its pid may be reused).
+    pub fn signal(&mut self, sig: i32) {
+        if self.poll().is_some() {
+            return;
+        }
+        if let (Some(pid), Some(sig)) =
+            (Pid::from_raw(self.pid as i32), Signal::from_named_raw(sig))
+        {
+            let _ = kill_process(pid, sig);
+        }
+    }
+
+    /// The exit status if it has exited.
+    pub fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.exited.try_recv().ok();
+        }
+        self.status
+    }
+
+    /// Waits up to `d` for the exit.
+    fn wait_for(&mut self, d: Duration) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.exited.recv_timeout(d).ok();
+        }
+        self.status
+    }
+
+    /// SIGTERM, then SIGKILL if still running after `kill_after`; the exit status.
+    pub fn terminate(&mut self, kill_after: Duration) -> ExitStatus {
+        self.signal(SIGTERM);
+        if let Some(status) = self.wait_for(kill_after) {
+            return status;
+        }
+        eprintln!(
+            "zklock: the command (pid {}) outlived SIGTERM by {:?}: SIGKILL",
+            self.pid, kill_after
+        );
+        self.signal(rustix::process::Signal::KILL.as_raw());
+        loop {
+            if let Some(status) = self.wait_for(Duration::from_secs(3600)) {
+                return status;
+            }
+        }
+    }
+}
+
+/// A shell's exit code for a status: the code, or 128 + the signal that ended it.
+pub fn status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => (128 + sig) as u8,
+        _ => code::ZKLOCK_FAILED,
+    }
+}
+
+/// How supervision ended.
+pub enum Outcome {
+    /// The command exited by itself (or of a forwarded signal).
+    Exited(ExitStatus),
+    /// The lock was lost: the command was terminated.
+    Lost,
+}
+
+/// What the supervisor watches besides the command.
+pub struct Watchdog<'a, T> {
+    /// The hold's health, computed now (detects a process that stood still past its session).
+    pub health: &'a dyn Fn() -> LockHealth,
+    /// Health events or a cancelled term; drained at each check (every 100 ms at most).
+    pub wake: zklock::Receiver<T>,
+    /// A cancelled term counts as lost (elect).
+    pub cancelled: &'a dyn Fn() -> bool,
+    /// Signals to forward to the command (unless they reached it from the terminal already).
+    pub signals: Receiver<Caught>,
+    /// Revocation requests: the command gets SIGTERM once.
+    pub revoked: Receiver<()>,
+    pub suspended_grace: Option<Duration>,
+    pub kill_after: Duration,
+}
+
+impl<T> Watchdog<'_, T> {
+    /// Runs until the command exits or the hold is lost.
+    pub fn supervise(&self, child: &mut Child) -> Outcome {
+        let mut suspended_since: Option<Instant> = None;
+        let mut revoked = self.revoked.clone();
+        loop {
+            select! {
+                recv(child.exited) -> status => {
+                    let status = status.unwrap_or_else(|_| ExitStatus::from_raw(255 << 8));
+                    child.status = Some(status);
+                    return Outcome::Exited(status);
+                }
+                recv(self.signals) -> caught => {
+                    if let Ok(Caught { signal, by_terminal: false }) = caught {
+                        child.signal(signal);
+                    }
+                }
+                recv(revoked) -> _ => {
+                    eprintln!("zklock: revocation requested: stopping the command (SIGTERM)");
+                    child.signal(SIGTERM);
+                    revoked = never();
+                }
+                default(Duration::from_millis(100)) => {}
+            }
+            while self.wake.try_recv().is_ok() {}
+            let lost = match (self.health)() {
+                _ if (self.cancelled)() => Some("leadership ended".to_owned()),
+                LockHealth::Lost => Some("session expired or node deleted".to_owned()),
+                LockHealth::Suspended => {
+                    let since = *suspended_since.get_or_insert_with(Instant::now);
+                    self.suspended_grace
+                        .filter(|grace| since.elapsed() >= *grace)
+                        .map(|grace| format!("connection suspended for more than {grace:?}"))
+                }
+                _ => {
+                    suspended_since = None;
+                    None
+                }
+            };
+            if let Some(why) = lost {
+                eprintln!(
+                    "zklock: lock lost ({why}): stopping the command (pid {})",
+                    child.pid()
+                );
+                let status = child.terminate(self.kill_after);
+                eprintln!("zklock: the command ended: {status}");
+                return Outcome::Lost;
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `zklock`: Apache Curator's lock recipes from the shell. See `zklock --help` and the README's
+//! "Command line" section.
+#![deny(unsafe_code)]
+
+mod args;
+mod child;
+mod elect;
+mod holders;
+mod revoke;
+mod run;
+
+use std::fmt;
+use std::process::ExitCode;
+
+use clap::Parser;
+use zklock::Client;
+
+use crate::args::{Cli, Command, Global};
+
+/// Exit codes of `run` and `elect` besides the command's own status (documented in `--help`
+/// and the README).
+pub mod code {
+    /// The lock (or leadership) was lost while the command ran; the command was terminated.
+    pub const LOST: u8 = 123;
+    /// `--timeout` expired before the lock was acquired; the command never ran.
+    pub const TIMEOUT: u8 = 124;
+    /// zklock itself failed (connection, bad path, ZooKeeper error).
+    pub const ZKLOCK_FAILED: u8 = 125;
+    /// The command was found but could not be executed.
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: u8 = 127;
+    /// Other commands: a failure.
+    pub const FAILED: u8 = 1;
+}
+
+/// A failure: one line for stderr (with the cause chain) and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl Failure {
+    pub fn new(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code: code::FAILED,
+        }
+    }
+
+    /// `context: error: cause: cause...`
+    pub fn from_error(context: &str, error: &(dyn std::error::Error + 'static)) -> Failure {
+        let mut message = format!("{context}: {error}");
+        let mut source = error.source();
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !message.ends_with(&text) {
+                message.push_str(": ");
+                message.push_str(&text);
+            }
+            source = cause.source();
+        }
+        Failure::new(message)
+    }
+
+    pub fn with_code(mut self, code: u8) -> Failure {
+        self.code = code;
+        self
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+pub type CliResult<T> = Result<T, Failure>;
+
+/// Adds context to a library error.
+pub trait Context<T> {
+    fn context(self, what: impl FnOnce() -> String) -> CliResult<T>;
+}
+
+impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
+    fn context(self, what: impl FnOnce() -> String) -> CliResult<T> {
+        self.map_err(|e| Failure::from_error(&what(), &e))
+    }
+}
+
+/// A connected Client from the global options.
+pub fn connect(global: &Global) -> CliResult<Client> {
+    let mut builder = Client::builder(&global.connect)
+        .session_timeout(global.session_timeout)
+        .connection_timeout(global.connection_timeout);
+    if let Some(ns) = &global.namespace {
+        builder = builder.namespace(ns.trim_start_matches('/'));
+    }
+    if let Some(digest) = &global.digest {
+        let (user, pass) = digest
+            .split_once(':')
+            .ok_or_else(|| Failure::new("--digest must be user:password"))?;
+        builder = builder.digest_auth(user, pass);
+    }
+    builder
+        .connect()
+        .context(|| format!("cannot connect to {}", global.connect))
+}
+
+/// This machine's host name: the data of the lock nodes `run` creates.
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::run(&cli.global, a),
+        Command::Holders(a) => holders::holders(&cli.global, a).map(|()| 0),
+        Command::Watch(a) => holders::watch(&cli.global, a).map(|()| 0),
+        Command::Revoke(a) => revoke::revoke(&cli.global, a).map(|()| 0),
+        Command::Break(a) => revoke::break_node(&cli.global, a).map(|()| 0),
+        Command::Elect(a) => elect::elect(&cli.global, a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("zklock: error: {failure}");
+            ExitCode::from(failure.code)
+        }
+    }
+}

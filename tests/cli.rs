@@ -1,0 +1,723 @@
+//! The `zklock` binary, run as a user would, against real servers: `run` (exclusion, exit
+//! codes, a lost session, `--timeout`, forwarded signals), `holders` beside a Curator holder,
+//! `watch`, `revoke`, `break` and `elect`.
+//!
+//! Every process a test starts is ended by the test (SIGCONT, SIGTERM, then SIGKILL on drop);
+//! no assertion is about durations, every wait is on a condition with `patience()`.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::java::{Java, JavaProgram};
+use common::{client, patience, wait_for};
+use zklock::testing::TestingServer;
+use zklock::{Client, InterProcessMutex};
+
+const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
+
+const CURATOR_MUTEX: JavaProgram = JavaProgram {
+    class: "CuratorMutex",
+    recipes: "InterProcessMutex",
+    scratch_prefix: "zklock-cli-",
+    stdout_tail: None,
+};
+
+/// A scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "zklock-cli-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_default()
+}
+
+/// `zklock --connect <server> <args>`.
+fn zklock(server: &TestingServer, args: &[&str]) -> Command {
+    let mut c = Command::new(ZKLOCK);
+    c.arg("--connect").arg(server.connect_string()).args(args);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// A `zklock` process this test started: ended on drop (resumed, SIGTERM — which it forwards to
+/// its command — then SIGKILL).
+struct Proc {
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+impl Proc {
+    fn spawn(mut command: Command) -> Proc {
+        Proc {
+            child: command.spawn().expect("start zklock"),
+            status: None,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, sig: &str) {
+        if self.status.is_none() {
+            signal(self.pid(), sig);
+        }
+    }
+
+    fn try_status(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().unwrap();
+        }
+        self.status
+    }
+
+    /// Waits (with patience) for the exit; its code.
+    fn code(&mut self) -> i32 {
+        let end = Instant::now() + patience();
+        while self.try_status().is_none() {
+            assert!(
+                Instant::now() < end,
+                "zklock (pid {}) did not exit",
+                self.pid()
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+        self.status
+            .unwrap()
+            .code()
+            .expect("zklock exits, not killed")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.try_status().is_some() {
+            return;
+        }
+        self.signal("CONT");
+        self.signal("TERM");
+        let end = Instant::now() + Duration::from_secs(20);
+        while self.try_status().is_none() && Instant::now() < end {
+            thread::sleep(Duration::from_millis(25));
+        }
+        if self.try_status().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A `sh -c` command for `zklock run`: appends `enter <name> <token>`, waits for the file
+/// `<go>` (if given), appends `exit <name>`, exits with `code`. SIGTERM appends `term <name>`
+/// and exits 143 (as a shell's default would).
+fn worker(log: &Path, name: &str, go: Option<&Path>, code: i32) -> Vec<String> {
+    let wait = match go {
+        Some(go) => format!("while [ ! -f '{}' ]; do sleep 0.05; done; ", go.display()),
+        None => String::new(),
+    };
+    let log = log.display();
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "trap 'echo term {name} >> {log}; exit 143' TERM; \
+             echo \"enter {name} $ZKLOCK_FENCING_TOKEN $ZKLOCK_NODE\" >> {log}; \
+             {wait}echo exit {name} >> {log}; exit {code}"
+        ),
+    ]
+}
+
+fn run(server: &TestingServer, path: &str, opts: &[&str], command: &[String]) -> Command {
+    let mut c = zklock(server, &["run", path]);
+    c.args(opts).arg("--").args(command);
+    c
+}
+
+fn lines(log: &Path) -> Vec<String> {
+    read(log).lines().map(str::to_owned).collect()
+}
+
+/// The fencing token `name` logged on entering.
+fn token(log: &Path, name: &str) -> u64 {
+    lines(log)
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("enter {name} ")))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token for {name} in {:?}", lines(log)))
+}
+
+fn entered(log: &Path, name: &str) -> bool {
+    read(log).contains(&format!("enter {name} "))
+}
+
+fn children(client: &Client, path: &str) -> usize {
+    client.children(path).map(|c| c.len()).unwrap_or(0)
+}
+
+fn json(output: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(output)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(output)))
+}
+
+fn holders_json(server: &TestingServer, path: &str) -> serde_json::Value {
+    let out = zklock(server, &["holders", path, "--json"])
+        .output()
+        .expect("zklock holders");
+    assert!(
+        out.status.success(),
+        "holders failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(&out.stdout)
+}
+
+#[test]
+fn two_runs_never_overlap_and_pass_the_exit_codes_through() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let (log, go) = (dir.file("log"), dir.file("go"));
+
+    let mut a = Proc::spawn(run(
+        &server,
+        "/cli/run",
+        &[],
+        &worker(&log, "a", Some(&go), 3),
+    ));
+    wait_for("a to enter", || entered(&log, "a"));
+    let mut b = Proc::spawn(run(&server, "/cli/run", &[], &worker(&log, "b", None, 5)));
+    wait_for("b to queue behind a", || children(&zk, "/cli/run") == 2);
+    assert!(!entered(&log, "b"), "b ran while a held the lock");
+    fs::write(&go, "").unwrap();
+
+    assert_eq!(a.code(), 3, "a's command's status");
+    assert_eq!(b.code(), 5, "b's command's status");
+    let order: Vec<String> = lines(&log)
+        .iter()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(order, ["enter a", "exit a", "enter b", "exit b"]);
+    assert!(token(&log, "b") > token(&log, "a"), "tokens rise");
+    wait_for("no node left", || children(&zk, "/cli/run") == 0);
+}
+
+#[test]
+fn a_lost_session_terminates_the_command_and_the_next_holder_has_a_higher_token() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+
+    let mut a = Proc::spawn({
+        let mut c = zklock(&server, &["--session-timeout", "2s", "run", "/cli/lost"]);
+        c.args(["--kill-after", "30s", "--"])
+            .args(worker(&log, "a", Some(&dir.file("never")), 0));
+        c
+    });
+    wait_for("a to enter", || entered(&log, "a"));
+    let mut b = Proc::spawn(run(&server, "/cli/lost", &[], &worker(&log, "b", None, 0)));
+    wait_for("b to queue", || children(&zk, "/cli/lost") == 2);
+
+    // zklock a stands still past its session timeout: the server expires the session, b gets
+    // the lock; a's command goes on meanwhile (that is what fencing tokens are for).
+    a.signal("STOP");
+    wait_for("b to enter after a's session expired", || {
+        entered(&log, "b")
+    });
+    a.signal("CONT");
+    assert_eq!(a.code(), 123, "the documented 'lock lost' code");
+    assert!(
+        read(&log).contains("term a"),
+        "a's command got SIGTERM: {:?}",
+        lines(&log)
+    );
+    assert_eq!(b.code(), 0);
+    assert!(token(&log, "b") > token(&log, "a"));
+    wait_for("no node left", || children(&zk, "/cli/lost") == 0);
+}
+
+#[test]
+fn timeout_exits_124_without_running_and_sigterm_is_forwarded() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+
+    let mut a = Proc::spawn(run(
+        &server,
+        "/cli/timeout",
+        &[],
+        &worker(&log, "a", Some(&dir.file("never")), 0),
+    ));
+    wait_for("a to enter", || entered(&log, "a"));
+
+    let mut b = Proc::spawn(run(
+        &server,
+        "/cli/timeout",
+        &["--timeout", "1s"],
+        &worker(&log, "b", None, 0),
+    ));
+    assert_eq!(b.code(), 124, "the documented timeout code");
+    assert!(!entered(&log, "b"), "the command never ran");
+    assert_eq!(children(&zk, "/cli/timeout"), 1, "b left no node behind");
+
+    // SIGTERM to zklock goes to its command, whose status zklock exits with; the lock is
+    // released.
+    a.signal("TERM");
+    assert_eq!(a.code(), 143);
+    assert!(
+        read(&log).contains("term a"),
+        "forwarded: {:?}",
+        lines(&log)
+    );
+    wait_for("a's node gone", || children(&zk, "/cli/timeout") == 0);
+}
+
+#[test]
+fn a_command_that_is_not_found_exits_127_and_errors_are_one_line() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let out = run(&server, "/cli/nf", &[], &["no-such-command-zklock".into()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("zklock: error: cannot run"), "{err}");
+    wait_for("no node left", || children(&zk, "/cli/nf") == 0);
+
+    let out = Command::new(ZKLOCK)
+        .args(["--connect", "127.0.0.1:1", "--connection-timeout", "1s"])
+        .args(["holders", "/cli/x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("zklock: error: cannot connect to 127.0.0.1:1"),
+        "{err}"
+    );
+
+    let out = Command::new(ZKLOCK).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"));
+}
+
+#[test]
+fn holders_lists_a_curator_holder_and_zklock_waiters_in_queue_order() {
+    let server = TestingServer::start().unwrap();
+    let connect = server.connect_string();
+    let zk = client(&connect, Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+
+    let java = Java::compile(&CURATOR_MUTEX);
+    let log_arg = java.log_arg();
+    let mut curator = java.spawn(
+        "curator",
+        &["--hold", &connect, "/cli/holders", "curator", &log_arg],
+    );
+    curator.expect_line("ENTER curator");
+    let _b = Proc::spawn(run(
+        &server,
+        "/cli/holders",
+        &[],
+        &worker(&log, "b", None, 0),
+    ));
+    wait_for("b to queue", || children(&zk, "/cli/holders") == 2);
+    let _c = Proc::spawn(run(
+        &server,
+        "/cli/holders",
+        &[],
+        &worker(&log, "c", None, 0),
+    ));
+    wait_for("c to queue", || children(&zk, "/cli/holders") == 3);
+
+    let v = holders_json(&server, "/cli/holders");
+    assert_eq!(v["layout"], "mutex");
+    let entries = v["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    let holds: Vec<_> = entries.iter().map(|e| e["holds"].as_bool()).collect();
+    assert_eq!(holds, [Some(true), Some(false), Some(false)]);
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(
+        entries[1]["data"],
+        host.trim(),
+        "zklock writes its host name"
+    );
+    assert_eq!(entries[2]["data"], host.trim());
+    assert!(
+        !entries[0]["data"].as_str().unwrap().is_empty(),
+        "Curator's host IP"
+    );
+    let tokens: Vec<u64> = entries
+        .iter()
+        .map(|e| e["fencing_token"].as_u64().unwrap())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "queue order: {tokens:?}"
+    );
+    for e in entries {
+        assert!(e["session"].as_str().unwrap().starts_with("0x"));
+        assert_eq!(e["kind"], "lock");
+    }
+
+    let table = zklock(&server, &["holders", "/cli/holders"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("/cli/holders (mutex, 3 nodes)"),
+        "{table}"
+    );
+    assert!(table.contains("POS"), "{table}");
+
+    curator.send("release");
+    wait_for("b to run", || entered(&log, "b"));
+    wait_for("all done", || children(&zk, "/cli/holders") == 0);
+    curator.finish();
+}
+
+#[test]
+fn holders_shows_read_write_and_semaphore_layouts() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let (log, go) = (dir.file("log"), dir.file("go"));
+
+    let _w = Proc::spawn(run(
+        &server,
+        "/cli/rw",
+        &["--write"],
+        &worker(&log, "w", Some(&go), 0),
+    ));
+    wait_for("w to enter", || entered(&log, "w"));
+    let _r = Proc::spawn(run(
+        &server,
+        "/cli/rw",
+        &["--read"],
+        &worker(&log, "r", Some(&go), 0),
+    ));
+    wait_for("r to queue", || children(&zk, "/cli/rw") == 2);
+    let v = holders_json(&server, "/cli/rw");
+    assert_eq!(v["layout"], "read-write");
+    let kinds: Vec<_> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].clone(), e["holds"].clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("write".into(), true.into()), ("read".into(), false.into())]
+    );
+
+    let _s1 = Proc::spawn(run(
+        &server,
+        "/cli/sem",
+        &["--semaphore", "2"],
+        &worker(&log, "s1", Some(&go), 0),
+    ));
+    let _s2 = Proc::spawn(run(
+        &server,
+        "/cli/sem",
+        &["--semaphore", "2"],
+        &worker(&log, "s2", Some(&go), 0),
+    ));
+    wait_for("two leases", || entered(&log, "s1") && entered(&log, "s2"));
+    let out = zklock(
+        &server,
+        &["holders", "/cli/sem", "--max-leases", "2", "--json"],
+    )
+    .output()
+    .unwrap();
+    let v = json(&out.stdout);
+    assert_eq!(v["layout"], "semaphore");
+    let entries = v["entries"].as_array().unwrap();
+    assert!(entries
+        .iter()
+        .filter(|e| e["kind"] == "lease")
+        .all(|e| e["holds"] == true));
+    assert_eq!(entries.iter().filter(|e| e["kind"] == "lease").count(), 2);
+    fs::write(&go, "").unwrap();
+    wait_for("all released", || {
+        children(&zk, "/cli/rw") == 0 && children(&zk, "/cli/sem/leases") == 0
+    });
+}
+
+#[test]
+fn watch_prints_a_change() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let mut watch = Proc::spawn({
+        let mut c = zklock(&server, &["watch", "/cli/watch"]);
+        c.stdout(Stdio::piped());
+        c
+    });
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let stdout = watch.child.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let expect = |want: &str| {
+        let end = Instant::now() + patience();
+        loop {
+            let line = rx
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("watch never printed {want:?}"));
+            if line.contains(want) {
+                return;
+            }
+        }
+    };
+    expect("/cli/watch (empty, 0 nodes)");
+    let mutex = InterProcessMutex::new(&zk, "/cli/watch").unwrap();
+    let guard = mutex.lock().unwrap();
+    expect("/cli/watch (mutex, 1 node)");
+    guard.release().unwrap();
+    expect("/cli/watch (empty, 0 nodes)");
+    watch.signal("INT");
+    watch.try_status();
+}
+
+#[test]
+fn revoke_makes_a_revocable_holder_release() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn(run(
+        &server,
+        "/cli/revoke",
+        &["--revocable"],
+        &worker(&log, "a", Some(&dir.file("never")), 0),
+    ));
+    wait_for("a to enter", || entered(&log, "a"));
+    let node = holders_json(&server, "/cli/revoke")["entries"][0]["node"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = zklock(&server, &["revoke", &node]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(a.code(), 143, "the command was stopped with SIGTERM");
+    assert!(read(&log).contains("term a"));
+    wait_for("released", || children(&zk, "/cli/revoke") == 0);
+}
+
+#[test]
+fn break_refuses_without_yes_and_refuses_foreign_nodes() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let mutex = InterProcessMutex::new(&zk, "/cli/break").unwrap();
+    let guard = mutex.lock().unwrap();
+    let node = mutex.lock_node().unwrap();
+
+    let out = zklock(&server, &["break", &node]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "not confirmed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lock node of session 0x"),
+        "shows the owner: {err}"
+    );
+    assert!(zk.exists(&node).unwrap().is_some(), "left alone");
+
+    zk.create("/cli/break/config").call().unwrap();
+    let out = zklock(&server, &["break", "/cli/break/config", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a lock node"));
+    assert!(zk.exists("/cli/break/config").unwrap().is_some());
+
+    let out = zklock(&server, &["break", &node, "--yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(zk.exists(&node).unwrap().is_none());
+    wait_for("the holder to see its lock lost", || {
+        guard.health() == zklock::LockHealth::Lost
+    });
+    let _ = guard.release();
+}
+
+#[test]
+fn elect_runs_the_command_while_leading_one_at_a_time() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let (log, go) = (dir.file("log"), dir.file("go"));
+    let elect = |name: &str, go: Option<&Path>, code| {
+        let mut c = zklock(&server, &["elect", "/cli/elect", "--id", name, "--"]);
+        c.args(worker(&log, name, go, code));
+        Proc::spawn(c)
+    };
+    let mut a = elect("a", Some(&go), 4);
+    wait_for("a to lead", || entered(&log, "a"));
+    let mut b = elect("b", None, 0);
+    wait_for("b to queue", || children(&zk, "/cli/elect") == 2);
+    assert!(!entered(&log, "b"));
+    fs::write(&go, "").unwrap();
+    assert_eq!(a.code(), 4);
+    assert_eq!(b.code(), 0);
+    assert!(token(&log, "b") > token(&log, "a"));
+    wait_for("no node left", || children(&zk, "/cli/elect") == 0);
+}
+
+#[test]
+fn a_signal_while_waiting_exits_128_plus_it_and_leaves_no_node() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let _a = Proc::spawn(run(
+        &server,
+        "/cli/int",
+        &[],
+        &worker(&log, "a", Some(&dir.file("never")), 0),
+    ));
+    wait_for("a to enter", || entered(&log, "a"));
+    let mut b = Proc::spawn(run(&server, "/cli/int", &[], &worker(&log, "b", None, 0)));
+    wait_for("b to queue", || children(&zk, "/cli/int") == 2);
+    b.signal("INT");
+    assert_eq!(b.code(), 130);
+    assert!(!entered(&log, "b"));
+    assert_eq!(children(&zk, "/cli/int"), 1, "b's node is gone");
+}
+
+#[test]
+fn suspended_past_the_grace_counts_as_lost() {
+    let mut server = TestingServer::start().unwrap();
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn({
+        let mut c = zklock(&server, &["--session-timeout", "30s", "run", "/cli/grace"]);
+        c.args(["--suspended-grace", "1s", "--"]).args(worker(
+            &log,
+            "a",
+            Some(&dir.file("never")),
+            0,
+        ));
+        c
+    });
+    wait_for("a to enter", || entered(&log, "a"));
+    server.stop().unwrap();
+    assert_eq!(a.code(), 123, "suspended past --suspended-grace: lost");
+    assert!(read(&log).contains("term a"), "{:?}", lines(&log));
+}
+
+#[test]
+fn elect_stops_the_command_when_leadership_is_lost() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn({
+        let mut c = zklock(
+            &server,
+            &[
+                "--session-timeout",
+                "2s",
+                "elect",
+                "/cli/elect-lost",
+                "--id",
+                "a",
+                "--",
+            ],
+        );
+        c.args(worker(&log, "a", Some(&dir.file("never")), 0));
+        c
+    });
+    wait_for("a to lead", || entered(&log, "a"));
+    let mut b = Proc::spawn({
+        let mut c = zklock(&server, &["elect", "/cli/elect-lost", "--id", "b", "--"]);
+        c.args(worker(&log, "b", None, 0));
+        c
+    });
+    wait_for("b to queue", || children(&zk, "/cli/elect-lost") == 2);
+    a.signal("STOP");
+    wait_for("b to lead after a's session expired", || entered(&log, "b"));
+    a.signal("CONT");
+    assert_eq!(a.code(), 123);
+    assert!(read(&log).contains("term a"));
+    assert_eq!(b.code(), 0);
+    assert!(token(&log, "b") > token(&log, "a"));
+}
+
+#[test]
+fn elect_with_requeue_runs_the_command_again_until_stopped() {
+    let server = TestingServer::start().unwrap();
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    let dir = Scratch::new();
+    let log = dir.file("log");
+    let mut a = Proc::spawn({
+        let mut c = zklock(&server, &["elect", "/cli/requeue", "--requeue", "--"]);
+        c.args(["sh", "-c"]).arg(format!(
+            "echo \"term $ZKLOCK_FENCING_TOKEN\" >> {}; sleep 0.2",
+            log.display()
+        ));
+        c
+    });
+    wait_for("a second term", || lines(&log).len() >= 2);
+    let tokens: Vec<u64> = lines(&log)
+        .iter()
+        .filter_map(|l| l.strip_prefix("term ")?.parse().ok())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "epochs rise: {tokens:?}"
+    );
+    a.signal("TERM");
+    // Between terms zklock exits 128+15 itself; during one the command dies of the forwarded
+    // SIGTERM, which a shell reports as 128+15 too.
+    assert_eq!(a.code(), 143);
+    wait_for("no node left", || children(&zk, "/cli/requeue") == 0);
+}
