@@ -1866,7 +1866,7 @@ fn randomized_chaos_run() {
         zklock_workers: 3,
         curator_workers: 2,
         curator_leaders: 1,
-        burst: 40,
+        burst: 50,
     };
     let budget = Duration::from_secs_f64(minutes * 60.0);
     let started = Instant::now();
