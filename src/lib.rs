@@ -121,7 +121,7 @@ mod retry;
 pub mod testing;
 
 pub use crate::client::{
-    Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy, LockHealth,
+    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy, LockHealth,
     Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub use crate::error::{Error, Result};

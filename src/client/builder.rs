@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::acl::{AclProvider, SharedAcl};
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
 use crate::error::{Error, Result};
@@ -40,7 +41,7 @@ pub struct ClientBuilder {
     pub(crate) retry: Arc<dyn RetryPolicy>,
     pub(crate) namespace: Option<String>,
     pub(crate) auth: Vec<(String, Vec<u8>)>,
-    pub(crate) default_acl: Vec<Acl>,
+    pub(crate) acl: SharedAcl,
     pub(crate) default_data: Option<Vec<u8>>,
     pub(crate) can_be_read_only: bool,
     pub(crate) error_policy: ErrorPolicy,
@@ -75,7 +76,7 @@ impl ClientBuilder {
             ),
             namespace: None,
             auth: Vec::new(),
-            default_acl: vec![Acl::open_unsafe()],
+            acl: Arc::new(vec![Acl::open_unsafe()]),
             default_data: None,
             can_be_read_only: false,
             error_policy: ErrorPolicy::Standard,
@@ -123,7 +124,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Authentication sent on every connection (`scheme`, raw auth bytes).
+    /// Authentication sent on every connection (`scheme`, raw auth bytes; Curator's
+    /// `authorization`). May be given several times. A server that refuses it ends the session
+    /// (`AuthFailed`).
     pub fn auth(mut self, scheme: &str, auth: &[u8]) -> Self {
         self.auth.push((scheme.to_owned(), auth.to_vec()));
         self
@@ -134,9 +137,20 @@ impl ClientBuilder {
         self.auth("digest", format!("{user}:{password}").as_bytes())
     }
 
-    /// ACL for nodes this Client creates when the call names none.
+    /// ACL for every node this Client and its recipes create when the call names none (lock
+    /// nodes, their parents, the namespace): a shorthand for an [`AclProvider`] that answers
+    /// `acl` for every path. Replaces an earlier [`acl_provider`](Self::acl_provider).
     pub fn default_acl(mut self, acl: Vec<Acl>) -> Self {
-        self.default_acl = acl;
+        self.acl = Arc::new(acl);
+        self
+    }
+
+    /// Chooses the ACL of each node this Client and its recipes create when the call names none
+    /// (Curator's `aclProvider`): lock nodes, the parents created for them and the namespace.
+    /// Replaces an earlier [`default_acl`](Self::default_acl). See [`AclProvider`] for the
+    /// recommended set-up for locks.
+    pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
+        self.acl = Arc::new(provider);
         self
     }
 
@@ -217,8 +231,11 @@ impl ClientBuilder {
             None => None,
             Some(ns) => Some(path::validate_namespace(&ns)?),
         };
-        if self.default_acl.is_empty() {
+        if self.acl.default_acl().is_empty() {
             return Err(Error::invalid("default ACL must not be empty"));
+        }
+        for (scheme, auth) in &self.auth {
+            check_auth(scheme, auth)?;
         }
         let default_data = self.default_data.take().unwrap_or_else(local_address);
         if default_data.len() > MAX_DATA_LEN {
@@ -231,6 +248,19 @@ impl ClientBuilder {
             builder: self,
         })
     }
+}
+
+/// Refuses authentication the server would refuse anyway (and end the session for).
+pub(crate) fn check_auth(scheme: &str, auth: &[u8]) -> Result<()> {
+    if scheme.is_empty() || scheme.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(format!("bad auth scheme {scheme:?}")));
+    }
+    if scheme == "digest" && !auth.contains(&b':') {
+        return Err(Error::invalid(
+            "digest auth must be \"user:password\" (no ':' found)",
+        ));
+    }
+    Ok(())
 }
 
 /// A checked configuration.
@@ -362,6 +392,9 @@ mod tests {
         assert!(b().namespace("").validate().is_err());
         assert!(b().namespace("a/../b").validate().is_err());
         assert!(b().default_acl(vec![]).validate().is_err());
+        assert!(b().auth("digest", b"nocolon").validate().is_err());
+        assert!(b().auth("", b"a:b").validate().is_err());
+        assert!(b().digest_auth("a", "b").validate().is_ok());
         assert!(b()
             .default_data(&vec![0; MAX_DATA_LEN + 1])
             .validate()

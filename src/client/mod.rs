@@ -1,5 +1,6 @@
 //! The Client: Curator's `CuratorFramework` for plain threads.
 
+mod acl;
 mod builder;
 mod cleanup;
 mod keeper;
@@ -18,6 +19,8 @@ use std::time::Duration;
 use futures_lite::future;
 use zookeeper_client as zk;
 
+pub use self::acl::AclProvider;
+pub(crate) use self::acl::SharedAcl;
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
 pub(crate) use self::cleanup::Doomed;
@@ -540,6 +543,69 @@ impl Client {
         })
     }
 
+    /// A node's ACL and stat (Curator's `getACL()`).
+    pub fn acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
+        path::validate(path, false)?;
+        self.run("acl", &mut self.user_call(), |zk, _| async move {
+            let (acl, stat) = zk
+                .get_acl(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok((acl.iter().map(Acl::from_zk).collect(), stat.into()))
+        })
+    }
+
+    /// Replaces a node's ACL, whatever its ACL version (Curator's `setACL()`); returns the new
+    /// stat. An empty ACL is refused before any I/O.
+    pub fn set_acl(&self, path: &str, acl: &[Acl]) -> Result<Stat> {
+        path::validate(path, false)?;
+        if acl.is_empty() {
+            return Err(Error::invalid("ACL must not be empty"));
+        }
+        let acl: Vec<zk::Acl> = acl.iter().map(Acl::to_zk).collect();
+        let acl = &acl;
+        self.run("set_acl", &mut self.user_call(), |zk, _| async move {
+            let stat = zk
+                .set_acl(path, acl, None)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok(stat.into())
+        })
+    }
+
+    /// Adds authentication to the session (Curator's `addAuthInfo`), e.g. `("digest",
+    /// b"user:password")`: the current session is authenticated at once, and every session the
+    /// Client opens later (after expiry) is too. Nodes created earlier keep the ACLs they were
+    /// created with.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] before any I/O for an empty scheme or a digest without `:`.
+    /// If the server refuses the authentication it ends the session (ZooKeeper's
+    /// `AuthFailed`): the error is returned and the authentication is not kept.
+    ///
+    /// # Blocking
+    /// One round trip, within the Client's retry policy.
+    pub fn add_auth(&self, scheme: &str, auth: &[u8]) -> Result<()> {
+        builder::check_auth(scheme, auth)?;
+        let entry = (scheme.to_owned(), auth.to_vec());
+        // Kept first, so a session opened meanwhile gets it too.
+        self.shared().added_auth.lock().push(entry.clone());
+        let result = self.run("add_auth", &mut self.user_call(), |zk, _| async move {
+            zk.auth(scheme, auth)
+                .await
+                .map_err(|e| Error::from_zk(e, scheme))
+        });
+        if let Err(e) = &result {
+            if !e.is_retryable() {
+                let mut added = self.shared().added_auth.lock();
+                if let Some(i) = added.iter().rposition(|a| *a == entry) {
+                    added.remove(i);
+                }
+            }
+        }
+        result
+    }
+
     /// Waits until the server this Client is connected to has caught up with the leader.
     pub fn sync(&self, path: &str) -> Result<()> {
         path::validate(path, false)?;
@@ -672,6 +738,7 @@ impl<'a> Create<'a> {
             data: self.data.unwrap_or(&config.default_data),
             mode: self.mode,
             acl: self.acl.as_deref(),
+            provider: None,
             parents: self.parents,
             protected: false,
         };

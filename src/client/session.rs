@@ -12,9 +12,11 @@ use futures_lite::future;
 use parking_lot::{Condvar, Mutex};
 use zookeeper_client as zk;
 
+use super::acl::AclSource;
 use super::builder::Config;
 use super::liveness::Liveness;
 use super::runtime::{sleep, Signal};
+use super::store::mkdirs;
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
 use crate::deadline::Deadline;
@@ -35,6 +37,9 @@ pub(crate) struct Shared {
     pub(crate) liveness: Liveness,
     /// Why the last attempt to open a session failed, if it did.
     pub(crate) last_open_error: Mutex<Option<Error>>,
+    /// Authentication added at runtime ([`Client::add_auth`](super::Client::add_auth)): sent
+    /// on every session opened later, after the builder's.
+    pub(crate) added_auth: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 /// The current session as ops see it.
@@ -78,6 +83,7 @@ impl Shared {
             closed: AtomicBool::new(false),
             liveness: Liveness::new(),
             last_open_error: Mutex::new(None),
+            added_auth: Mutex::new(Vec::new()),
         }
     }
 
@@ -242,7 +248,8 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
         .with_session_timeout(b.session_timeout)
         .with_connection_timeout(b.session_timeout / 3)
         .with_readonly(b.can_be_read_only);
-    for (scheme, auth) in &b.auth {
+    let added = shared.added_auth.lock().clone();
+    for (scheme, auth) in b.auth.iter().chain(&added) {
         connector = connector.with_auth(scheme, auth);
     }
     // The wire client's own words (refused, unresolvable, timed out) are the cause a caller of
@@ -256,12 +263,12 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
     let Some(ns) = &shared.config.namespace else {
         return Ok(zk);
     };
-    let acl: Vec<zk::Acl> = b.default_acl.iter().map(|a| a.to_zk()).collect();
-    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
-    match zk.mkdir(ns, &options).await {
-        Ok(()) | Err(zk::Error::NodeExists) => {}
-        Err(e) => return Err(Error::from_zk(e, ns)),
-    }
+    // Paths here are outside the namespace already: the provider gets them as they are.
+    let source = AclSource {
+        provider: b.acl.clone(),
+        namespace: None,
+    };
+    mkdirs(&zk, ns, zk::CreateMode::Persistent, &|p| source.zk_acl(p)).await?;
     zk.chroot(ns.as_str()).map_err(|_| Error::InvalidPath {
         path: ns.clone(),
         reason: "not a valid namespace",

@@ -16,7 +16,8 @@ use super::driver::{LockDriver, LockNode, Predicate};
 pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
-    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Signal, Stat, Store,
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, SharedAcl, Signal, Stat,
+    Store,
     Waiter, WatchEventKind,
 };
 
@@ -46,6 +47,8 @@ pub(crate) struct LockInternals<S: Store> {
     driver: Arc<dyn LockDriver>,
     leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
+    /// The recipe's own ACL provider for its nodes and their parents; `None`: the Client's.
+    acl: Mutex<Option<SharedAcl>>,
     /// Whether a granted holder marks its node for the waiter behind it (see `wait_for_lock`).
     holder_marks: bool,
     /// Shared by the attempts in progress; replaced by a fresh one when they are cancelled.
@@ -153,6 +156,7 @@ impl<S: Store> LockInternals<S> {
             driver,
             leases,
             node_data: Mutex::new(None),
+            acl: Mutex::new(None),
             holder_marks: true,
             cancel: Mutex::new(Cancel::default()),
         })
@@ -171,6 +175,11 @@ impl<S: Store> LockInternals<S> {
     pub(crate) fn cancel_waiters(&self) {
         let current = std::mem::take(&mut *self.cancel.lock());
         current.cancel();
+    }
+
+    /// The ACL provider for the nodes (and parents) this recipe creates from now on.
+    pub(crate) fn set_acl_provider(&self, provider: SharedAcl) {
+        *self.acl.lock() = Some(provider);
     }
 
     pub(crate) fn set_node_data(&self, data: Option<Vec<u8>>) -> Result<()> {
@@ -258,12 +267,14 @@ impl<S: Store> LockInternals<S> {
 
     fn create_named(&self, node: LockNode, call: &mut Call) -> Result<(String, Stat)> {
         let data = self.node_data.lock().clone();
+        let provider = self.acl.lock().clone();
         let prefix = path::join(&self.path, &node.name);
         let spec = NodeSpec {
             path: &prefix,
             data: data.as_deref().unwrap_or(self.store.default_data()),
             mode: node.mode,
             acl: None,
+            provider: provider.as_ref(),
             parents: true,
             protected: false,
         };
