@@ -74,7 +74,7 @@ pub enum Error {
     #[error("bad version for node {0:?}")]
     BadVersion(String),
     /// The ACL forbids this client the operation.
-    #[error("not authorised for {0:?}")]
+    #[error("not authorised (NoAuth) for {0:?}")]
     NoAuth(String),
     /// The [`Client`](crate::Client) was closed.
     #[error("client closed")]
