@@ -121,8 +121,8 @@ mod retry;
 pub mod testing;
 
 pub use crate::client::{
-    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy, LockHealth,
-    Perms, Stat, Watch, WatchEvent, WatchEventKind,
+    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,
+    LockHealth, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub use crate::error::{Error, Result};
 pub use crate::leader::{

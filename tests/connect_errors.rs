@@ -137,7 +137,9 @@ fn a_client_with_rights_only_inside_its_namespace_connects_when_it_exists() {
     let server = TestingServer::start().unwrap();
     let admin = locked_down_root(&server, true);
     // Creating `/app` again would be refused (no CREATE on `/`): the namespace is probed first.
-    let user = user(&server).connect().expect("connects into its namespace");
+    let user = user(&server)
+        .connect()
+        .expect("connects into its namespace");
     let mutex = zklock::InterProcessMutex::new(&user, "/locks/job").unwrap();
     let guard = mutex.lock().unwrap();
     assert_eq!(admin.children("/app/locks/job").unwrap().len(), 1);

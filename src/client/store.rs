@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
-use super::runtime::{Handoff, Signal};
 use super::acl::{AclSource, SharedAcl};
+use super::runtime::{Handoff, Signal};
 use super::types::{Acl, CreateMode, Stat};
 use super::watcher::{Registration, Waiter, WatchTarget};
 use super::{check_data, cleanup, Call, Client, Doomed, WatchGuard};
@@ -91,7 +91,10 @@ impl OwnedSpec {
         let mut result = zk.create(&self.path, &self.data, &options).await;
         if let (Some(source), Err(zk::Error::NoNode)) = (&self.parents, &result) {
             let parent = path::parent(&self.path);
-            mkdirs(&zk, parent, zk::CreateMode::Container, &|p| source.zk_acl(p)).await?;
+            mkdirs(&zk, parent, zk::CreateMode::Container, &|p| {
+                source.zk_acl(p)
+            })
+            .await?;
             result = zk.create(&self.path, &self.data, &options).await;
         }
         let (stat, seq) = result.map_err(|e| Error::from_zk(e, &self.path))?;
@@ -201,10 +204,7 @@ impl Store for Client {
     fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)> {
         let config = &self.shared().config;
         let source = AclSource {
-            provider: spec
-                .provider
-                .unwrap_or(&config.builder.acl)
-                .clone(),
+            provider: spec.provider.unwrap_or(&config.builder.acl).clone(),
             namespace: config.namespace.clone(),
         };
         let acl: Vec<zk::Acl> = match spec.acl {

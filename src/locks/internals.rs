@@ -17,8 +17,7 @@ pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
     create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, SharedAcl, Signal, Stat,
-    Store,
-    Waiter, WatchEventKind,
+    Store, Waiter, WatchEventKind,
 };
 
 /// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation

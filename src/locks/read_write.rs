@@ -167,7 +167,11 @@ impl InterProcessReadWriteLock {
     /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
     pub fn set_acl_provider(&self, provider: impl AclProvider) {
         let provider: SharedAcl = Arc::new(provider);
-        self.read.inner.read.internals.set_acl_provider(provider.clone());
+        self.read
+            .inner
+            .read
+            .internals
+            .set_acl_provider(provider.clone());
         self.read.inner.write.internals.set_acl_provider(provider);
     }
 
