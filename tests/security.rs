@@ -255,3 +255,74 @@ fn acl_arguments_are_checked_before_io() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// `tests/java/CuratorAclMutex.java`.
+const CURATOR_ACL_MUTEX: common::java::JavaProgram = common::java::JavaProgram {
+    class: "CuratorAclMutex",
+    recipes: "InterProcessMutex with an ACLProvider",
+    scratch_prefix: "zklock-security-",
+    stdout_tail: None,
+};
+
+#[test]
+fn curator_with_the_same_digest_and_provider_shares_the_lock() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let java = common::java::Java::compile(&CURATOR_ACL_MUTEX);
+    let connect = server.connect_string();
+    let owner = builder(&server)
+        .digest_auth("owner", "pw")
+        .acl_provider(CreatorOnlyLocks)
+        .connect()
+        .unwrap();
+    let stranger = builder(&server)
+        .digest_auth("other", "pw")
+        .connect()
+        .unwrap();
+    let me = Acl::digest("owner", "pw", Perms::ALL);
+
+    // zklock holds; Curator queues behind it with the same identity.
+    let mutex = InterProcessMutex::new(&owner, "/locks/shared").unwrap();
+    let guard = mutex.lock().unwrap();
+    let mut curator = java.spawn(
+        "curator",
+        &[&connect, "/locks/shared", "owner:pw", "curator"],
+    );
+    curator.expect_line("READY");
+    wait_for("Curator to queue", || {
+        owner.children("/locks/shared").unwrap().len() == 2
+    });
+    assert!(
+        curator.fresh_lines().is_empty(),
+        "Curator entered while zklock held"
+    );
+    guard.release().unwrap();
+    let entered = curator.expect_line("ENTER");
+    let node = entered.split(' ').nth(2).unwrap().to_owned();
+    // Curator's node carries the same creator-only ACL as zklock's would.
+    assert_eq!(owner.acl(&node).unwrap().0, vec![me.clone()]);
+    assert!(matches!(stranger.delete(&node), Err(Error::NoAuth(_))));
+    assert!(matches!(
+        Revoker::attempt_revoke(&stranger, &node),
+        Err(Error::NoAuth(_))
+    ));
+    // zklock queues behind Curator and gets the lock when it releases.
+    assert!(mutex.try_lock_for(Duration::ZERO).unwrap().is_none());
+    let waiter = {
+        let owner = owner.clone();
+        std::thread::spawn(move || {
+            let m = InterProcessMutex::new(&owner, "/locks/shared").unwrap();
+            let g = m.lock().unwrap();
+            let node = m.lock_node().unwrap();
+            g.release().unwrap();
+            node
+        })
+    };
+    wait_for("zklock to queue", || {
+        owner.children("/locks/shared").unwrap().len() == 2
+    });
+    curator.send("release");
+    curator.expect_line("DONE");
+    let ours = waiter.join().unwrap();
+    assert!(ours.starts_with("/locks/shared/_c_"));
+}
