@@ -50,6 +50,10 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// A TLS connection was refused: the server's certificate is not trusted or does not name
+    /// the host, or the server refused this client's certificate (or its lack of one).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The connection was lost and the retry policy (or the call's deadline) gave up; the session
     /// may still be alive. Retrying later may succeed.
     #[error("connection to ZooKeeper lost")]

@@ -8,6 +8,8 @@ mod liveness;
 mod runtime;
 mod session;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 mod types;
 mod watcher;
 

@@ -254,11 +254,22 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
     }
     // The wire client's own words (refused, unresolvable, timed out) are the cause a caller of
     // `connect()` needs; mapping them to a bare ConnectionLoss would lose them.
-    let zk = connector.connect(&shared.config.hosts).await.map_err(|e| {
-        match Error::from_zk(e.clone(), &shared.config.hosts) {
-            Error::ConnectionLoss | Error::ZooKeeper(_) => Error::ZooKeeper(e.to_string()),
-            mapped => mapped,
+    let hosts = &shared.config.hosts;
+    let connecting = match &shared.config.tls {
+        #[cfg(feature = "tls")]
+        Some(tls) => {
+            connector
+                .with_tls(tls.options.clone())
+                .secure_connect(hosts)
+                .await
         }
+        #[cfg(not(feature = "tls"))]
+        Some(never) => match *never {},
+        None => connector.connect(hosts).await,
+    };
+    let zk = connecting.map_err(|e| match Error::from_zk(e.clone(), &shared.config.hosts) {
+        Error::ConnectionLoss | Error::ZooKeeper(_) => Error::ZooKeeper(e.to_string()),
+        mapped => mapped,
     })?;
     let Some(ns) = &shared.config.namespace else {
         return Ok(zk);
