@@ -97,8 +97,9 @@ pub(crate) fn acl_for(provider: &dyn AclProvider, path: &str) -> Vec<Acl> {
 impl Acl {
     /// An entry granting `perms` to the `digest` identity of `user` with `password`: the id is
     /// `user:base64(sha1("user:password"))`, as ZooKeeper's `DigestAuthenticationProvider`
-    /// computes it. A session has this identity after [`ClientBuilder::digest_auth`]
-    /// (crate::ClientBuilder::digest_auth) with the same user and password.
+    /// computes it. A session has this identity after
+    /// [`ClientBuilder::digest_auth`](crate::ClientBuilder::digest_auth) (or
+    /// [`Client::add_auth`](crate::Client::add_auth)) with the same user and password.
     ///
     /// ```
     /// use zklock::{Acl, Perms};
