@@ -50,6 +50,10 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// The server refused this client's authentication (a SASL login that failed, or none
+    /// where the server requires it) and ended the session.
+    #[error("authentication failed: {0}")]
+    AuthFailed(String),
     /// A TLS connection was refused: the server's certificate is not trusted or does not name
     /// the host, or the server refused this client's certificate (or its lack of one).
     #[error("TLS: {0}")]
@@ -156,6 +160,9 @@ impl Error {
             Zk::NotEmpty => Error::NotEmpty(path.to_owned()),
             Zk::BadVersion => Error::BadVersion(path.to_owned()),
             Zk::NoAuth => Error::NoAuth(path.to_owned()),
+            Zk::AuthFailed => Error::AuthFailed(
+                "the server refused the session's authentication (AuthFailed)".to_owned(),
+            ),
             Zk::BadArguments(msg) => Error::InvalidArgument(format!("{path:?}: {msg}")),
             other => Error::ZooKeeper(format!("{path:?}: {other}")),
         }

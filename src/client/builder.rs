@@ -47,6 +47,8 @@ pub struct ClientBuilder {
     pub(crate) error_policy: ErrorPolicy,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<super::tls::TlsSettings>,
+    #[cfg(feature = "sasl-digest-md5")]
+    pub(crate) sasl: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -85,6 +87,8 @@ impl ClientBuilder {
             error_policy: ErrorPolicy::Standard,
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "sasl-digest-md5")]
+            sasl: None,
         }
     }
 
@@ -199,6 +203,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Logs in with SASL `DIGEST-MD5` as `user` (feature `sasl-digest-md5`): for servers with
+    /// `authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider` and a JAAS
+    /// `Server` section listing the user. The session is then known by ZooKeeper's `sasl`
+    /// scheme (ACL id `sasl:<user>`). A refused login ends the session: `connect()` fails with
+    /// [`Error::AuthFailed`].
+    #[cfg(feature = "sasl-digest-md5")]
+    pub fn sasl_digest_md5(mut self, user: &str, password: &str) -> Self {
+        self.sasl = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
     /// Whether TLS options were given.
     pub(crate) fn uses_tls(&self) -> bool {
         #[cfg(feature = "tls")]
@@ -287,6 +302,12 @@ impl ClientBuilder {
         }
         for (scheme, auth) in &self.auth {
             check_auth(scheme, auth)?;
+        }
+        #[cfg(feature = "sasl-digest-md5")]
+        if let Some((user, _)) = &self.sasl {
+            if user.is_empty() {
+                return Err(Error::invalid("SASL user must not be empty"));
+            }
         }
         let default_data = self.default_data.take().unwrap_or_else(local_address);
         if default_data.len() > MAX_DATA_LEN {

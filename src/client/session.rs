@@ -248,6 +248,11 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
         .with_session_timeout(b.session_timeout)
         .with_connection_timeout(b.session_timeout / 3)
         .with_readonly(b.can_be_read_only);
+    #[cfg(feature = "sasl-digest-md5")]
+    if let Some((user, password)) = &b.sasl {
+        connector =
+            connector.with_sasl(zk::SaslOptions::digest_md5(user.clone(), password.clone()));
+    }
     let added = shared.added_auth.lock().clone();
     for (scheme, auth) in b.auth.iter().chain(&added) {
         connector = connector.with_auth(scheme, auth);

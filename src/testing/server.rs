@@ -416,6 +416,8 @@ pub(super) struct Instance {
     child: Mutex<Option<Child>>,
     /// Length of `zookeeper.log` when the current JVM was launched.
     log_offset: Mutex<u64>,
+    /// JVM arguments beyond [`JVM_FLAGS`] (a JAAS configuration, ...).
+    jvm_args: Vec<String>,
 }
 
 impl Instance {
@@ -426,7 +428,14 @@ impl Instance {
             port,
             child: Mutex::new(None),
             log_offset: Mutex::new(0),
+            jvm_args: Vec::new(),
         }
+    }
+
+    /// The same, its JVM started with `args` too.
+    pub(super) fn with_jvm_args(mut self, args: Vec<String>) -> Instance {
+        self.jvm_args = args;
+        self
     }
 
     pub(super) fn port(&self) -> u16 {
@@ -464,6 +473,7 @@ impl Instance {
         )?;
         let mut cmd = Command::new(java);
         cmd.args(JVM_FLAGS)
+            .args(&self.jvm_args)
             .arg("-cp")
             .arg(classpath)
             .arg(MAIN_CLASS)
@@ -694,6 +704,44 @@ pub(super) fn relaunch(instance: &Instance) -> io::Result<()> {
     }
 }
 
+/// Writes `dir/jaas.conf` for `users` and appends SASL-required settings to `dir/zoo.cfg`;
+/// returns the JVM arguments that point the server at the JAAS file.
+fn configure_sasl(dir: &Path, users: &[(String, String)]) -> io::Result<Vec<String>> {
+    let quote = |s: &str| -> io::Result<String> {
+        if s.is_empty()
+            || s.chars()
+                .any(|c| !(c.is_ascii_alphanumeric() || "-_.@".contains(c)))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("SASL user or password {s:?}: use letters, digits and -_.@ only"),
+            ));
+        }
+        Ok(s.to_owned())
+    };
+    let mut jaas =
+        String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
+    for (user, password) in users {
+        let _ = write!(jaas, "\n  user_{}=\"{}\"", quote(user)?, quote(password)?);
+    }
+    jaas.push_str(";\n};\n");
+    let path = dir.join("jaas.conf");
+    fs::write(&path, jaas)?;
+    OpenOptions::new()
+        .append(true)
+        .open(dir.join("zoo.cfg"))?
+        .write_all(
+            b"# SASL, written by zklock::testing\n\
+          authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n\
+          enforce.auth.enabled=true\n\
+          enforce.auth.schemes=sasl\n",
+        )?;
+    Ok(vec![format!(
+        "-Djava.security.auth.login.config={}",
+        path.display()
+    )])
+}
+
 // ---------------------------------------------------------------------------
 // TestingServer
 // ---------------------------------------------------------------------------
@@ -734,7 +782,7 @@ impl TestingServer {
     /// Fails with [`io::ErrorKind::NotFound`] when Java or ZooKeeper is not
     /// installed, and with the tail of the server's log when it does not come up.
     pub fn start() -> io::Result<TestingServer> {
-        Self::start_with(None)
+        Self::start_with(None, &[])
     }
 
     /// Starts a server whose clients connect with TLS, on
@@ -748,10 +796,29 @@ impl TestingServer {
     /// four-letter words with which this module sees that the server serves; give clients
     /// the TLS one.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingServer> {
-        Self::start_with(Some(require_client_certificate))
+        Self::start_with(Some(require_client_certificate), &[])
     }
 
-    fn start_with(tls: Option<bool>) -> io::Result<TestingServer> {
+    /// Starts a server that requires every client to log in with SASL (`DIGEST-MD5`) as one
+    /// of `users` (`(name, password)`): a JAAS `Server` section with ZooKeeper's
+    /// `DigestLoginModule`, `SASLAuthenticationProvider`, and `enforce.auth.enabled=true` with
+    /// `enforce.auth.schemes=sasl`, so a client that does not log in is refused
+    /// (`AuthFailed`).
+    pub fn start_sasl(users: &[(&str, &str)]) -> io::Result<TestingServer> {
+        if users.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a SASL TestingServer needs at least one user",
+            ));
+        }
+        let users: Vec<(String, String)> = users
+            .iter()
+            .map(|(u, p)| (u.to_string(), p.to_string()))
+            .collect();
+        Self::start_with(None, &users)
+    }
+
+    fn start_with(tls: Option<bool>, sasl_users: &[(String, String)]) -> io::Result<TestingServer> {
         java()?;
         classpath()?;
         let mut last = None;
@@ -764,7 +831,10 @@ impl TestingServer {
                 None => None,
                 Some(need) => Some((super::tls::configure(dir.path(), ports[1], need)?, ports[1])),
             };
-            let instance = Instance::new(dir.path().to_owned(), port);
+            let mut instance = Instance::new(dir.path().to_owned(), port);
+            if !sasl_users.is_empty() {
+                instance = instance.with_jvm_args(configure_sasl(dir.path(), sasl_users)?);
+            }
             instance.launch()?;
             match wait_serving(&[&instance], Instant::now() + START_TIMEOUT) {
                 Ok(()) => return Ok(TestingServer { instance, dir, tls }),
