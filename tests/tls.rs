@@ -115,3 +115,18 @@ fn with_client_certificates_required_only_a_client_with_one_gets_in() {
     let mutex = InterProcessMutex::new(&client, "/locks/mtls").unwrap();
     mutex.lock().unwrap().release().unwrap();
 }
+
+#[test]
+fn a_client_without_tls_on_the_tls_port_is_told_it_speaks_tls() {
+    init_logging();
+    let server = TestingServer::start_tls(false).unwrap();
+    let port = server.tls_connect_string().unwrap();
+    let plain = port.replace("tcp+tls://", "");
+    let (cause, text) = refused(
+        Client::builder(&plain)
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(3)),
+    );
+    assert!(matches!(cause, Error::Tls(_)), "{text}");
+    assert!(text.contains("tls_ca_pem"), "{text}");
+}

@@ -457,7 +457,20 @@ fn probe(hosts: &str) -> Option<Error> {
 fn probe_tls(config: &Config) -> Option<Error> {
     #[cfg(feature = "tls")]
     {
-        let tls = config.tls.as_ref()?;
+        let Some(tls) = config.tls.as_ref() else {
+            // A plain client pointed at a TLS port gets no answer it understands.
+            for entry in config.hosts.split(',') {
+                let port = socket_address(entry).rsplit_once(':')?.1.parse().ok()?;
+                if super::tls::speaks_tls(host_name(entry), port) {
+                    return Some(Error::Tls(format!(
+                        "{} speaks TLS: connect with tcp+tls:// hosts and \
+                         ClientBuilder::tls_ca_pem",
+                        socket_address(entry)
+                    )));
+                }
+            }
+            return None;
+        };
         for entry in config.hosts.split(',') {
             if entry.starts_with(TCP_PREFIX) {
                 continue;

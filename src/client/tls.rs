@@ -124,6 +124,55 @@ impl TlsSettings {
     }
 }
 
+/// Whether the server at `host:port` answers a TLS handshake with a certificate (a client
+/// without TLS options was pointed at a TLS port).
+pub(crate) fn speaks_tls(host: &str, port: u16) -> bool {
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    let Ok(builder) =
+        rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+    else {
+        return false;
+    };
+    let config = builder
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let Ok(name) = ServerName::try_from(host.to_owned()) else {
+        return false;
+    };
+    let Some(addr) = (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        return false;
+    };
+    let Ok(mut tcp) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let timeouts = [
+        tcp.set_read_timeout(Some(Duration::from_secs(1))),
+        tcp.set_write_timeout(Some(Duration::from_secs(1))),
+    ];
+    let Ok(mut conn) = rustls::ClientConnection::new(Arc::new(config), name) else {
+        return false;
+    };
+    if timeouts.iter().any(|t| t.is_err()) {
+        return false;
+    }
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut tcp) {
+            // It sent a certificate, which we could not check without a CA: it speaks TLS.
+            return matches!(
+                e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()),
+                Some(rustls::Error::InvalidCertificate(_))
+            );
+        }
+    }
+    true
+}
+
 /// A rustls error in words a user can act on.
 fn describe(e: &rustls::Error) -> String {
     use rustls::{AlertDescription as A, CertificateError as C};
