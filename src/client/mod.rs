@@ -706,7 +706,9 @@ impl<'a> Create<'a> {
         self
     }
 
-    /// The node's ACL (default: the Client's default ACL).
+    /// The node's ACL (default: what the Client's [`AclProvider`] gives its path). Parents made
+    /// by [`parents_as_containers`](Self::parents_as_containers) still get the provider's ACL
+    /// for their own paths (Curator's `withACL(acl)` without `applyToParents`).
     pub fn acl(mut self, acl: Vec<Acl>) -> Self {
         self.acl = Some(acl);
         self
