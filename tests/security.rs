@@ -326,3 +326,37 @@ fn curator_with_the_same_digest_and_provider_shares_the_lock() {
     let ours = waiter.join().unwrap();
     assert!(ours.starts_with("/locks/shared/_c_"));
 }
+
+#[test]
+fn a_semaphores_own_provider_covers_its_lock_and_lease_nodes() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let owner = builder(&server)
+        .digest_auth("owner", "pw")
+        .connect()
+        .unwrap();
+    let semaphore = zklock::InterProcessSemaphoreV2::new(&owner, "/sem", 2).unwrap();
+    semaphore.set_acl_provider(CreatorOnlyLocks);
+    let lease = semaphore.acquire().unwrap();
+    let me = Acl::digest("owner", "pw", Perms::ALL);
+    let leases = owner.children("/sem/leases").unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(
+        owner.acl(&format!("/sem/leases/{}", leases[0])).unwrap().0,
+        vec![me.clone()]
+    );
+    for parent in ["/sem", "/sem/leases"] {
+        assert_eq!(
+            owner.acl(parent).unwrap().0,
+            vec![me.clone(), Acl::read_unsafe()],
+            "{parent}"
+        );
+    }
+    let anonymous = builder(&server).connect().unwrap();
+    let theirs = zklock::InterProcessSemaphoreV2::new(&anonymous, "/sem", 2).unwrap();
+    assert!(matches!(
+        theirs.acquire_timeout(patience()),
+        Err(Error::NoAuth(_))
+    ));
+    semaphore.return_lease(lease).unwrap();
+}
