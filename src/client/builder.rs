@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acl::{AclProvider, SharedAcl};
+use super::acl::{AclProvider, AclSource, SharedAcl};
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
 use crate::error::{Error, Result};
@@ -313,9 +313,27 @@ impl ClientBuilder {
         if default_data.len() > MAX_DATA_LEN {
             return Err(Error::invalid("default data is over 1 MiB"));
         }
+        // Worked out here, on the caller's thread: a user's provider never runs on the I/O
+        // thread. The namespace's paths are outside it: the provider gets them as they are.
+        let namespace_acls = match &namespace {
+            None => Vec::new(),
+            Some(ns) => {
+                let source = AclSource {
+                    provider: self.acl.clone(),
+                    namespace: None,
+                };
+                let mut acls = super::store::ancestor_acls(ns, |p| source.zk_acl(p));
+                acls.push((ns.clone(), source.zk_acl(ns)));
+                if let Some((p, _)) = acls.iter().find(|(_, a)| a.is_empty()) {
+                    return Err(Error::invalid(format!("the ACL provider gives {p} no ACL")));
+                }
+                acls
+            }
+        };
         Ok(Config {
             hosts,
             tls,
+            namespace_acls,
             namespace,
             default_data,
             builder: self,
@@ -422,6 +440,8 @@ pub(crate) struct Config {
     pub(crate) hosts: String,
     /// Set when some host uses TLS.
     pub(crate) tls: Option<TlsConfig>,
+    /// The ACL of the namespace and of each of its ancestors.
+    pub(crate) namespace_acls: Vec<(String, Vec<zookeeper_client::Acl>)>,
     pub(crate) namespace: Option<String>,
     pub(crate) default_data: Vec<u8>,
     pub(crate) builder: ClientBuilder,

@@ -12,7 +12,6 @@ use futures_lite::future;
 use parking_lot::{Condvar, Mutex};
 use zookeeper_client as zk;
 
-use super::acl::AclSource;
 use super::builder::Config;
 use super::liveness::Liveness;
 use super::runtime::{sleep, Signal};
@@ -279,12 +278,14 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
     let Some(ns) = &shared.config.namespace else {
         return Ok(zk);
     };
-    // Paths here are outside the namespace already: the provider gets them as they are.
-    let source = AclSource {
-        provider: b.acl.clone(),
-        namespace: None,
+    let acls = &shared.config.namespace_acls;
+    let acl = |p: &str| {
+        acls.iter()
+            .find(|(q, _)| q == p)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default()
     };
-    mkdirs(&zk, ns, zk::CreateMode::Persistent, &|p| source.zk_acl(p)).await?;
+    mkdirs(&zk, ns, zk::CreateMode::Persistent, &acl).await?;
     zk.chroot(ns.as_str()).map_err(|_| Error::InvalidPath {
         path: ns.clone(),
         reason: "not a valid namespace",

@@ -81,18 +81,41 @@ struct OwnedSpec {
     data: Vec<u8>,
     mode: CreateMode,
     acl: Vec<zk::Acl>,
-    /// For the parents, when they are to be created.
-    parents: Option<AclSource>,
+    /// The ACL of each ancestor, when missing parents are to be created: worked out on the
+    /// caller's thread, so a user's provider never runs on the I/O thread.
+    parents: Option<PathAcls>,
+}
+
+/// The ACL for each of a few paths.
+pub(crate) type PathAcls = Vec<(String, Vec<zk::Acl>)>;
+
+/// `path`'s proper ancestors but the root, each with the ACL `acl` gives it.
+pub(crate) fn ancestor_acls(path: &str, acl: impl Fn(&str) -> Vec<zk::Acl>) -> PathAcls {
+    let mut out = Vec::new();
+    let mut at = path::parent(path);
+    while at != "/" {
+        out.push((at.to_owned(), acl(at)));
+        at = path::parent(at);
+    }
+    out
+}
+
+/// The ACL worked out for `path`.
+fn looked_up(acls: &PathAcls, path: &str) -> Vec<zk::Acl> {
+    acls.iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, acl)| acl.clone())
+        .unwrap_or_default()
 }
 
 impl OwnedSpec {
     async fn create(self, zk: zk::Client) -> Result<(String, Stat)> {
         let options = self.mode.to_zk().with_acls(zk::Acls::new(&self.acl));
         let mut result = zk.create(&self.path, &self.data, &options).await;
-        if let (Some(source), Err(zk::Error::NoNode)) = (&self.parents, &result) {
+        if let (Some(acls), Err(zk::Error::NoNode)) = (&self.parents, &result) {
             let parent = path::parent(&self.path);
             mkdirs(&zk, parent, zk::CreateMode::Container, &|p| {
-                source.zk_acl(p)
+                looked_up(acls, p)
             })
             .await?;
             result = zk.create(&self.path, &self.data, &options).await;
@@ -118,6 +141,14 @@ pub(crate) async fn mkdirs(
     mode: zk::CreateMode,
     acl: &(dyn Fn(&str) -> Vec<zk::Acl> + Sync),
 ) -> Result<()> {
+    let acl = |p: &str| {
+        let acl = acl(p);
+        if acl.is_empty() {
+            Err(Error::invalid(format!("no ACL for {p}")))
+        } else {
+            Ok(acl)
+        }
+    };
     // A container above may be reaped between our look and our create: look again, a few times.
     for _ in 0..3 {
         let mut missing = Vec::new();
@@ -132,7 +163,7 @@ pub(crate) async fn mkdirs(
         }
         let mut reaped = false;
         for dir in missing.into_iter().rev() {
-            let acl = acl(dir);
+            let acl = acl(dir)?;
             let options = mode.with_acls(zk::Acls::new(&acl));
             match zk.create(dir, &[], &options).await {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
@@ -219,7 +250,9 @@ impl Store for Client {
             data: spec.data.to_vec(),
             mode: spec.mode,
             acl,
-            parents: spec.parents.then_some(source),
+            parents: spec
+                .parents
+                .then(|| ancestor_acls(spec.path, |p| source.zk_acl(p))),
         };
         if !spec.protected {
             return self.run_once(call, |zk, _| owned.create(zk));
