@@ -360,3 +360,32 @@ fn a_semaphores_own_provider_covers_its_lock_and_lease_nodes() {
     ));
     semaphore.return_lease(lease).unwrap();
 }
+
+#[test]
+fn a_leader_latch_takes_its_own_provider() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let owner = builder(&server)
+        .digest_auth("owner", "pw")
+        .connect()
+        .unwrap();
+    let latch = zklock::LeaderLatch::builder(&owner, "/leader")
+        .id("one")
+        .acl_provider(vec![Acl::creator_all(), Acl::read_unsafe()])
+        .build()
+        .unwrap();
+    latch.start().unwrap();
+    latch.await_leadership().unwrap();
+    let node = latch.leader_node().unwrap();
+    let me = Acl::digest("owner", "pw", Perms::ALL);
+    assert_eq!(
+        owner.acl(&node).unwrap().0,
+        vec![me.clone(), Acl::read_unsafe()]
+    );
+    // Readable: another identity can see who leads.
+    let anonymous = builder(&server).connect().unwrap();
+    let theirs = zklock::LeaderLatch::new(&anonymous, "/leader").unwrap();
+    assert_eq!(theirs.leader().unwrap().unwrap().id, "one");
+    assert!(matches!(anonymous.delete(&node), Err(Error::NoAuth(_))));
+    latch.close().unwrap();
+}

@@ -61,6 +61,19 @@ impl AclProvider for Vec<Acl> {
 /// A shared provider, for the Client and for recipes.
 pub(crate) type SharedAcl = Arc<dyn AclProvider>;
 
+/// A recipe builder's own provider, if it was given one (debug-printable).
+#[derive(Clone, Default)]
+pub(crate) struct RecipeAcl(pub(crate) Option<SharedAcl>);
+
+impl std::fmt::Debug for RecipeAcl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "own AclProvider",
+            None => "the Client's AclProvider",
+        })
+    }
+}
+
 /// A provider with the namespace its paths are in: what a create (maybe in the background)
 /// needs to pick the ACL of the node and of each parent it makes.
 #[derive(Clone)]

@@ -22,7 +22,7 @@ use futures_lite::future;
 use zookeeper_client as zk;
 
 pub use self::acl::AclProvider;
-pub(crate) use self::acl::SharedAcl;
+pub(crate) use self::acl::{RecipeAcl, SharedAcl};
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
 pub(crate) use self::cleanup::Doomed;
