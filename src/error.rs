@@ -160,6 +160,10 @@ impl Error {
             Zk::NotEmpty => Error::NotEmpty(path.to_owned()),
             Zk::BadVersion => Error::BadVersion(path.to_owned()),
             Zk::NoAuth => Error::NoAuth(path.to_owned()),
+            Zk::InvalidAcl => Error::InvalidArgument(format!(
+                "{path:?}: the server refused the ACL (InvalidACL); an `auth` entry such as \
+                 Acl::creator_all() needs a session with credentials"
+            )),
             Zk::AuthFailed => Error::AuthFailed(
                 "the server refused the session's authentication (AuthFailed)".to_owned(),
             ),

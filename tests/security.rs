@@ -389,3 +389,29 @@ fn a_leader_latch_takes_its_own_provider() {
     assert!(matches!(anonymous.delete(&node), Err(Error::NoAuth(_))));
     latch.close().unwrap();
 }
+
+#[test]
+fn a_creator_acl_without_credentials_is_refused_before_io() {
+    let server = TestingServer::start().unwrap();
+    let anonymous = builder(&server)
+        .default_acl(vec![Acl::creator_all()])
+        .connect()
+        .unwrap();
+    match anonymous.create("/x").call() {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("no credentials"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let mutex = InterProcessMutex::new(&anonymous, "/locks/x").unwrap();
+    assert!(matches!(
+        mutex.acquire_timeout(patience()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(
+        anonymous.exists("/locks").unwrap(),
+        None,
+        "nothing was created"
+    );
+    // With credentials added at runtime it works.
+    anonymous.add_auth("digest", b"late:pw").unwrap();
+    anonymous.create("/x").call().unwrap();
+}

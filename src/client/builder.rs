@@ -214,6 +214,21 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether sessions will authenticate in some way.
+    pub(crate) fn has_credentials(&self) -> bool {
+        #[allow(unused_mut)]
+        let mut has = !self.auth.is_empty();
+        #[cfg(feature = "tls")]
+        {
+            has |= self.tls.as_ref().is_some_and(|t| t.identity_pem.is_some());
+        }
+        #[cfg(feature = "sasl-digest-md5")]
+        {
+            has |= self.sasl.is_some();
+        }
+        has
+    }
+
     /// Whether TLS options were given.
     pub(crate) fn uses_tls(&self) -> bool {
         #[cfg(feature = "tls")]
@@ -326,6 +341,17 @@ impl ClientBuilder {
                 acls.push((ns.clone(), source.zk_acl(ns)));
                 if let Some((p, _)) = acls.iter().find(|(_, a)| a.is_empty()) {
                     return Err(Error::invalid(format!("the ACL provider gives {p} no ACL")));
+                }
+                let creator = |(_, a): &&(String, Vec<zookeeper_client::Acl>)| {
+                    a.iter().any(|e| e.scheme() == "auth")
+                };
+                if let Some((p, _)) = acls.iter().find(creator) {
+                    if !self.has_credentials() {
+                        return Err(Error::invalid(format!(
+                            "the ACL for the namespace's {p} grants the creator (`auth`), but \
+                             the Client has no credentials (ClientBuilder::digest_auth / auth)"
+                        )));
+                    }
                 }
                 acls
             }
@@ -624,6 +650,9 @@ mod tests {
         assert!(b().auth("digest", b"nocolon").validate().is_err());
         assert!(b().auth("", b"a:b").validate().is_err());
         assert!(b().digest_auth("a", "b").validate().is_ok());
+        let creator = || b().namespace("ns").default_acl(vec![Acl::creator_all()]);
+        assert!(creator().validate().is_err());
+        assert!(creator().digest_auth("a", "b").validate().is_ok());
         // A TLS host needs TLS options (and the feature).
         assert!(ClientBuilder::new("tcp+tls://127.0.0.1:1")
             .validate()

@@ -86,6 +86,11 @@ impl Shared {
         }
     }
 
+    /// Whether sessions authenticate in some way (an `auth` ACL entry needs it).
+    pub(crate) fn has_credentials(&self) -> bool {
+        self.config.builder.has_credentials() || !self.added_auth.lock().is_empty()
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }

@@ -245,6 +245,14 @@ impl Store for Client {
         if acl.is_empty() {
             return Err(Error::invalid(format!("no ACL for {}", spec.path)));
         }
+        if acl.iter().any(|a| a.scheme() == "auth") && !self.shared().has_credentials() {
+            return Err(Error::invalid(format!(
+                "the ACL for {} grants the creator (`auth`, e.g. Acl::creator_all()), but this \
+                 Client has no credentials: add them with ClientBuilder::digest_auth / auth or \
+                 Client::add_auth",
+                spec.path
+            )));
+        }
         let owned = OwnedSpec {
             path: spec.path.to_owned(),
             data: spec.data.to_vec(),
