@@ -130,3 +130,34 @@ fn a_client_without_tls_on_the_tls_port_is_told_it_speaks_tls() {
     assert!(matches!(cause, Error::Tls(_)), "{text}");
     assert!(text.contains("tls_ca_pem"), "{text}");
 }
+
+#[test]
+fn a_host_name_the_certificate_names_connects_and_verification_can_be_turned_off() {
+    init_logging();
+    let server = TestingServer::start_tls(false).unwrap();
+    let tls = server.tls().unwrap();
+    let by_name = server
+        .tls_connect_string()
+        .unwrap()
+        .replace("127.0.0.1", "localhost");
+    let client = Client::builder(&by_name)
+        .connection_timeout(Duration::from_secs(5))
+        .tls_ca_pem(tls.ca_pem())
+        .connect()
+        .expect("the certificate names localhost");
+    client.create("/named").call().unwrap();
+    let unverified = tls_builder(&server)
+        .tls_ca_pem(tls.ca_pem())
+        .tls_hostname_verification(false)
+        .connect()
+        .expect("still a trusted certificate");
+    assert!(unverified.exists("/named").unwrap().is_some());
+    // Hosts take TLS from the options; an explicit `tcp://` host stays plain.
+    let plain_port = server.connect_string();
+    let mixed = Client::builder(&format!("tcp://{plain_port}"))
+        .connection_timeout(Duration::from_secs(5))
+        .tls_ca_pem(tls.ca_pem())
+        .connect()
+        .expect("plain port, explicitly");
+    assert!(mixed.exists("/named").unwrap().is_some());
+}
