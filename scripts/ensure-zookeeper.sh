@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a JRE and Debian's ZooKeeper jars are present, installing them with apt-get if not.
-# With --interop also a JDK (javac) and Apache Curator's jars, for the Curator interop tests.
+# Also the openssl command (TLS test servers). With --interop also a JDK (javac) and Apache Curator's jars, for the Curator interop tests.
 # ZooKeeper is not installed when ZOOKEEPER_CLASSPATH points at jars of your own.
 set -euo pipefail
 
@@ -9,6 +9,8 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 if [ -z "${ZOOKEEPER_CLASSPATH:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
   need+=(zookeeper)
 fi
+# TLS TestingServers make their certificates with the openssl command.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ "${1:-}" = "--interop" ]; then
   command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
   [ -f /usr/share/java/curator-recipes.jar ] || need+=(libcurator-recipes-java)

@@ -50,6 +50,14 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// The server refused this client's authentication (a SASL login that failed, or none
+    /// where the server requires it) and ended the session.
+    #[error("authentication failed: {0}")]
+    AuthFailed(String),
+    /// A TLS connection was refused: the server's certificate is not trusted or does not name
+    /// the host, or the server refused this client's certificate (or its lack of one).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The connection was lost and the retry policy (or the call's deadline) gave up; the session
     /// may still be alive. Retrying later may succeed.
     #[error("connection to ZooKeeper lost")]
@@ -74,15 +82,8 @@ pub enum Error {
     #[error("bad version for node {0:?}")]
     BadVersion(String),
     /// The ACL forbids this client the operation.
-    #[error("not authorised for {0:?}")]
+    #[error("not authorised (NoAuth) for {0:?}")]
     NoAuth(String),
-    /// The server refused the client's credentials (a bad digest, a failed SASL exchange); the
-    /// session is unusable.
-    #[error("authentication failed")]
-    AuthFailed,
-    /// The ACL given for this node is invalid (empty, or an unknown scheme or id).
-    #[error("invalid ACL for node {0:?}")]
-    InvalidAcl(String),
     /// An ephemeral node cannot have children.
     #[error("node {0:?} is ephemeral and cannot have children")]
     NoChildrenForEphemerals(String),
@@ -172,9 +173,14 @@ impl Error {
             Zk::NotEmpty => Error::NotEmpty(path.to_owned()),
             Zk::BadVersion => Error::BadVersion(path.to_owned()),
             Zk::NoAuth => Error::NoAuth(path.to_owned()),
+            Zk::InvalidAcl => Error::InvalidArgument(format!(
+                "{path:?}: the server refused the ACL (InvalidACL); an `auth` entry such as \
+                 Acl::creator_all() needs a session with credentials"
+            )),
+            Zk::AuthFailed => Error::AuthFailed(
+                "the server refused the session's authentication (AuthFailed)".to_owned(),
+            ),
             Zk::BadArguments(msg) => Error::InvalidArgument(format!("{path:?}: {msg}")),
-            Zk::AuthFailed => Error::AuthFailed,
-            Zk::InvalidAcl => Error::InvalidAcl(path.to_owned()),
             Zk::NoChildrenForEphemerals => Error::NoChildrenForEphemerals(path.to_owned()),
             other => Error::ZooKeeper(format!("{path:?}: {other}")),
         }
@@ -239,11 +245,14 @@ mod tests {
         );
         assert_eq!(Error::from_zk(Zk::NoNode, "/a"), Error::NoNode("/a".into()));
         assert_eq!(Error::from_zk(Zk::NoAuth, "/a"), Error::NoAuth("/a".into()));
-        assert_eq!(Error::from_zk(Zk::AuthFailed, "/a"), Error::AuthFailed);
-        assert_eq!(
+        assert!(matches!(
+            Error::from_zk(Zk::AuthFailed, "/a"),
+            Error::AuthFailed(_)
+        ));
+        assert!(matches!(
             Error::from_zk(Zk::InvalidAcl, "/a"),
-            Error::InvalidAcl("/a".into())
-        );
+            Error::InvalidArgument(_)
+        ));
         assert_eq!(
             Error::from_zk(Zk::NoChildrenForEphemerals, "/a/b"),
             Error::NoChildrenForEphemerals("/a/b".into())

@@ -138,6 +138,9 @@
 //! | `CuratorFrameworkFactory.builder()` | [`Client::builder`] → [`ClientBuilder`] |
 //! | `create().creatingParentContainersIfNeeded().withProtection().withMode(m).forPath(p)` | `client.create(p).parents_as_containers().protected().mode(m).call()` ([`Create`]) |
 //! | `delete().guaranteed()` | [`Client::delete_guaranteed`] |
+//! | `authorization(scheme, auth)`, `aclProvider(p)`, `ACLProvider` | [`ClientBuilder::auth`] / [`ClientBuilder::digest_auth`], [`ClientBuilder::acl_provider`], [`AclProvider`] |
+//! | `ZooDefs.Ids.CREATOR_ALL_ACL`, `READ_ACL_UNSAFE`, `OPEN_ACL_UNSAFE`, `DigestAuthenticationProvider.generateDigest` | [`Acl::creator_all`], [`Acl::read_unsafe`], [`Acl::open_unsafe`], [`Acl::digest`] |
+//! | `getZooKeeper().addAuthInfo(s, a)`, `getACL()`, `setACL()` | [`Client::add_auth`], [`Client::acl`], [`Client::set_acl`] |
 //! | `getData().usingWatcher(w)` | [`Client::data_watch`] → [`Watch`] |
 //! | `getChildren().usingWatcher(w)` | [`Client::children_watch`] → [`Watch`] |
 //! | `ConnectionStateListener` | [`Client::on_connection_state`], [`Client::connection_states`] |
@@ -180,8 +183,8 @@ mod retry;
 pub mod testing;
 
 pub use crate::client::{
-    Acl, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy, LockHealth,
-    Perms, Receiver, Stat, Watch, WatchEvent, WatchEventKind,
+    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,
+    LockHealth, Perms, Receiver, Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub use crate::error::{Error, Result};
 pub use crate::leader::{

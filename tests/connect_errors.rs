@@ -100,3 +100,77 @@ fn a_namespace_without_the_right_to_create_it_is_named_as_no_auth() {
     }
     assert!(text.contains("/locked/app"), "{text}");
 }
+
+/// A server whose root only `admin` may change (world may read it), with `/app` made by
+/// `admin` as `user`'s own when `with_app`: `user`'s digest allows it nothing outside `/app`.
+fn locked_down_root(server: &TestingServer, with_app: bool) -> Client {
+    let admin = Client::builder(&server.connect_string())
+        .digest_auth("admin", "secret")
+        .connect()
+        .unwrap();
+    if with_app {
+        admin
+            .create("/app")
+            .acl(vec![
+                Acl::digest("user", "pw", Perms::ALL),
+                Acl::creator_all(),
+            ])
+            .call()
+            .unwrap();
+    }
+    admin
+        .set_acl("/", &[Acl::creator_all(), Acl::read_unsafe()])
+        .unwrap();
+    admin
+}
+
+fn user(server: &TestingServer) -> zklock::ClientBuilder {
+    Client::builder(&server.connect_string())
+        .digest_auth("user", "pw")
+        .namespace("app")
+        .connection_timeout(Duration::from_secs(3))
+}
+
+#[test]
+fn a_client_with_rights_only_inside_its_namespace_connects_when_it_exists() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let admin = locked_down_root(&server, true);
+    // Creating `/app` again would be refused (no CREATE on `/`): the namespace is probed first.
+    let user = user(&server)
+        .connect()
+        .expect("connects into its namespace");
+    let mutex = zklock::InterProcessMutex::new(&user, "/locks/job").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(admin.children("/app/locks/job").unwrap().len(), 1);
+    guard.release().unwrap();
+    // The user really may not create outside `/app`.
+    let outside = Client::builder(&server.connect_string())
+        .digest_auth("user", "pw")
+        .connect()
+        .unwrap();
+    assert!(matches!(
+        outside.create("/elsewhere").call(),
+        Err(Error::NoAuth(_))
+    ));
+}
+
+#[test]
+fn a_missing_namespace_it_may_not_create_is_named_as_no_auth() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let _admin = locked_down_root(&server, false);
+    let e = user(&server)
+        .connect()
+        .expect_err("no right to create the namespace");
+    let text = chain(&e);
+    eprintln!("{text}");
+    match &e {
+        Error::ConnectFailed { cause, .. } => match &**cause {
+            Error::NoAuth(path) => assert_eq!(path, "/app"),
+            other => panic!("{other:?}: {text}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    assert!(text.contains("NoAuth") && text.contains("/app"), "{text}");
+}

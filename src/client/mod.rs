@@ -1,5 +1,6 @@
 //! The Client: Curator's `CuratorFramework` for plain threads.
 
+mod acl;
 mod backoff;
 mod builder;
 mod channel;
@@ -9,6 +10,8 @@ mod liveness;
 mod runtime;
 mod session;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 mod types;
 mod watcher;
 
@@ -20,6 +23,8 @@ use std::time::Duration;
 use futures_lite::future;
 use zookeeper_client as zk;
 
+pub use self::acl::AclProvider;
+pub(crate) use self::acl::{RecipeAcl, SharedAcl};
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
 pub use self::channel::Receiver;
@@ -591,6 +596,69 @@ impl Client {
         })
     }
 
+    /// A node's ACL and stat (Curator's `getACL()`).
+    pub fn acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
+        path::validate(path, false)?;
+        self.run("acl", &mut self.user_call(), |zk, _| async move {
+            let (acl, stat) = zk
+                .get_acl(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok((acl.iter().map(Acl::from_zk).collect(), Stat::from_zk(stat)))
+        })
+    }
+
+    /// Replaces a node's ACL, whatever its ACL version (Curator's `setACL()`); returns the new
+    /// stat. An empty ACL is refused before any I/O.
+    pub fn set_acl(&self, path: &str, acl: &[Acl]) -> Result<Stat> {
+        path::validate(path, false)?;
+        if acl.is_empty() {
+            return Err(Error::invalid("ACL must not be empty"));
+        }
+        let acl: Vec<zk::Acl> = acl.iter().map(Acl::to_zk).collect();
+        let acl = &acl;
+        self.run("set_acl", &mut self.user_call(), |zk, _| async move {
+            let stat = zk
+                .set_acl(path, acl, None)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok(Stat::from_zk(stat))
+        })
+    }
+
+    /// Adds authentication to the session (Curator's `addAuthInfo`), e.g. `("digest",
+    /// b"user:password")`: the current session is authenticated at once, and every session the
+    /// Client opens later (after expiry) is too. Nodes created earlier keep the ACLs they were
+    /// created with.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] before any I/O for an empty scheme or a digest without `:`.
+    /// If the server refuses the authentication it ends the session (ZooKeeper's
+    /// `AuthFailed`): the error is returned and the authentication is not kept.
+    ///
+    /// # Blocking
+    /// One round trip, within the Client's retry policy.
+    pub fn add_auth(&self, scheme: &str, auth: &[u8]) -> Result<()> {
+        builder::check_auth(scheme, auth)?;
+        let entry = (scheme.to_owned(), auth.to_vec());
+        // Kept first, so a session opened meanwhile gets it too.
+        self.shared().added_auth.lock().push(entry.clone());
+        let result = self.run("add_auth", &mut self.user_call(), |zk, _| async move {
+            zk.auth(scheme, auth)
+                .await
+                .map_err(|e| Error::from_zk(e, scheme))
+        });
+        if let Err(e) = &result {
+            if !e.is_retryable() {
+                let mut added = self.shared().added_auth.lock();
+                if let Some(i) = added.iter().rposition(|a| *a == entry) {
+                    added.remove(i);
+                }
+            }
+        }
+        result
+    }
+
     /// Waits until the server this Client is connected to has caught up with the leader.
     pub fn sync(&self, path: &str) -> Result<()> {
         path::validate(path, false)?;
@@ -689,7 +757,9 @@ impl<'a> Create<'a> {
         self
     }
 
-    /// The node's ACL (default: the Client's default ACL).
+    /// The node's ACL (default: what the Client's [`AclProvider`] gives its path). Parents made
+    /// by [`parents_as_containers`](Self::parents_as_containers) still get the provider's ACL
+    /// for their own paths (Curator's `withACL(acl)` without `applyToParents`).
     pub fn acl(mut self, acl: Vec<Acl>) -> Self {
         self.acl = Some(acl);
         self
@@ -723,6 +793,7 @@ impl<'a> Create<'a> {
             data: self.data.unwrap_or(&config.default_data),
             mode: self.mode,
             acl: self.acl.as_deref(),
+            provider: None,
             parents: self.parents,
             protected: false,
         };

@@ -16,6 +16,7 @@ use super::backoff::Backoff;
 use super::builder::Config;
 use super::liveness::Liveness;
 use super::runtime::{sleep, Signal};
+use super::store::mkdirs;
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
 use crate::deadline::Deadline;
@@ -36,6 +37,9 @@ pub(crate) struct Shared {
     pub(crate) liveness: Liveness,
     /// Why the last attempt to open a session failed, if it did.
     pub(crate) last_open_error: Mutex<Option<Error>>,
+    /// Authentication added at runtime ([`Client::add_auth`](super::Client::add_auth)): sent
+    /// on every session opened later, after the builder's.
+    pub(crate) added_auth: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 /// The current session as ops see it.
@@ -79,7 +83,13 @@ impl Shared {
             closed: AtomicBool::new(false),
             liveness: Liveness::new(),
             last_open_error: Mutex::new(None),
+            added_auth: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether sessions authenticate in some way (an `auth` ACL entry needs it).
+    pub(crate) fn has_credentials(&self) -> bool {
+        self.config.builder.has_credentials() || !self.added_auth.lock().is_empty()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -242,26 +252,45 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
         .with_session_timeout(b.session_timeout)
         .with_connection_timeout(b.session_timeout / 3)
         .with_readonly(b.can_be_read_only);
-    for (scheme, auth) in &b.auth {
+    #[cfg(feature = "sasl-digest-md5")]
+    if let Some((user, password)) = &b.sasl {
+        connector =
+            connector.with_sasl(zk::SaslOptions::digest_md5(user.clone(), password.clone()));
+    }
+    let added = shared.added_auth.lock().clone();
+    for (scheme, auth) in b.auth.iter().chain(&added) {
         connector = connector.with_auth(scheme, auth);
     }
     // The wire client's own words (refused, unresolvable, timed out) are the cause a caller of
     // `connect()` needs; mapping them to a bare ConnectionLoss would lose them.
-    let zk = connector.connect(&shared.config.hosts).await.map_err(|e| {
-        match Error::from_zk(e.clone(), &shared.config.hosts) {
-            Error::ConnectionLoss | Error::ZooKeeper(_) => Error::ZooKeeper(e.to_string()),
-            mapped => mapped,
+    let hosts = &shared.config.hosts;
+    let connecting = match &shared.config.tls {
+        #[cfg(feature = "tls")]
+        Some(tls) => {
+            connector
+                .with_tls(tls.options.clone())
+                .secure_connect(hosts)
+                .await
         }
+        #[cfg(not(feature = "tls"))]
+        Some(never) => match *never {},
+        None => connector.connect(hosts).await,
+    };
+    let zk = connecting.map_err(|e| match Error::from_zk(e.clone(), &shared.config.hosts) {
+        Error::ConnectionLoss | Error::ZooKeeper(_) => Error::ZooKeeper(e.to_string()),
+        mapped => mapped,
     })?;
     let Some(ns) = &shared.config.namespace else {
         return Ok(zk);
     };
-    let acl: Vec<zk::Acl> = b.default_acl.iter().map(|a| a.to_zk()).collect();
-    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
-    match zk.mkdir(ns, &options).await {
-        Ok(()) | Err(zk::Error::NodeExists) => {}
-        Err(e) => return Err(Error::from_zk(e, ns)),
-    }
+    let acls = &shared.config.namespace_acls;
+    let acl = |p: &str| {
+        acls.iter()
+            .find(|(q, _)| q == p)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default()
+    };
+    mkdirs(&zk, ns, zk::CreateMode::Persistent, &acl).await?;
     zk.chroot(ns.as_str()).map_err(|_| Error::InvalidPath {
         path: ns.clone(),
         reason: "not a valid namespace",

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
+use super::acl::{AclSource, SharedAcl};
 use super::runtime::{Handoff, Signal};
 use super::types::{Acl, CreateMode, Stat};
 use super::watcher::{Registration, Waiter, WatchTarget};
@@ -27,18 +28,34 @@ pub(crate) enum Claim {
 }
 
 /// A node to create.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub(crate) struct NodeSpec<'a> {
     pub(crate) path: &'a str,
     pub(crate) data: &'a [u8],
     pub(crate) mode: CreateMode,
-    /// `None`: the Client's default ACL.
+    /// The node's ACL; `None`: what the provider gives its path.
     pub(crate) acl: Option<&'a [Acl]>,
+    /// The provider for the node (when `acl` is `None`) and the parents it creates; `None`: the
+    /// Client's.
+    pub(crate) provider: Option<&'a SharedAcl>,
     /// Create missing parents as containers.
     pub(crate) parents: bool,
     /// A protected create (`_c_<uuid>-` name): if the caller stops waiting for its answer, what
     /// it made is deleted in the background.
     pub(crate) protected: bool,
+}
+
+impl std::fmt::Debug for NodeSpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSpec")
+            .field("path", &self.path)
+            .field("mode", &self.mode)
+            .field("acl", &self.acl)
+            .field("own_provider", &self.provider.is_some())
+            .field("parents", &self.parents)
+            .field("protected", &self.protected)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NodeSpec<'_> {
@@ -64,19 +81,43 @@ struct OwnedSpec {
     data: Vec<u8>,
     mode: CreateMode,
     acl: Vec<zk::Acl>,
-    parents: bool,
+    /// The ACL of each ancestor, when missing parents are to be created: worked out on the
+    /// caller's thread, so a user's provider never runs on the I/O thread.
+    parents: Option<PathAcls>,
+}
+
+/// The ACL for each of a few paths.
+pub(crate) type PathAcls = Vec<(String, Vec<zk::Acl>)>;
+
+/// `path`'s proper ancestors but the root, each with the ACL `acl` gives it.
+pub(crate) fn ancestor_acls(path: &str, acl: impl Fn(&str) -> Vec<zk::Acl>) -> PathAcls {
+    let mut out = Vec::new();
+    let mut at = path::parent(path);
+    while at != "/" {
+        out.push((at.to_owned(), acl(at)));
+        at = path::parent(at);
+    }
+    out
+}
+
+/// The ACL worked out for `path`.
+fn looked_up(acls: &PathAcls, path: &str) -> Vec<zk::Acl> {
+    acls.iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, acl)| acl.clone())
+        .unwrap_or_default()
 }
 
 impl OwnedSpec {
     async fn create(self, zk: zk::Client) -> Result<(String, Stat)> {
         let options = self.mode.to_zk().with_acls(zk::Acls::new(&self.acl));
         let mut result = zk.create(&self.path, &self.data, &options).await;
-        if self.parents && matches!(result, Err(zk::Error::NoNode)) {
+        if let (Some(acls), Err(zk::Error::NoNode)) = (&self.parents, &result) {
             let parent = path::parent(&self.path);
-            let dirs = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acl));
-            zk.mkdir(parent, &dirs)
-                .await
-                .map_err(|e| Error::from_zk(e, parent))?;
+            mkdirs(&zk, parent, zk::CreateMode::Container, &|p| {
+                looked_up(acls, p)
+            })
+            .await?;
             result = zk.create(&self.path, &self.data, &options).await;
         }
         let (stat, seq) = result.map_err(|e| Error::from_zk(e, &self.path))?;
@@ -87,6 +128,57 @@ impl OwnedSpec {
         };
         Ok((created, Stat::from_zk(stat)))
     }
+}
+
+/// Creates `path` and whatever of its ancestors is missing, each with the ACL `acl` gives its
+/// path (Curator's `ZKPaths.mkdirs`). It asks `exists` from `path` upwards first and creates only
+/// below the deepest node that exists: ZooKeeper checks the parent's CREATE permission before it
+/// answers NodeExists, so a create on an existing node the caller may not create under would
+/// fail with NoAuth. A NoAuth names the path it was refused on.
+pub(crate) async fn mkdirs(
+    zk: &zk::Client,
+    path: &str,
+    mode: zk::CreateMode,
+    acl: &(dyn Fn(&str) -> Vec<zk::Acl> + Sync),
+) -> Result<()> {
+    let acl = |p: &str| {
+        let acl = acl(p);
+        if acl.is_empty() {
+            Err(Error::invalid(format!("no ACL for {p}")))
+        } else {
+            Ok(acl)
+        }
+    };
+    // A container above may be reaped between our look and our create: look again, a few times.
+    for _ in 0..3 {
+        let mut missing = Vec::new();
+        let mut at = path;
+        while at != "/" {
+            match zk.check_stat(at).await {
+                Ok(Some(_)) => break,
+                Ok(None) => missing.push(at),
+                Err(e) => return Err(Error::from_zk(e, at)),
+            }
+            at = path::parent(at);
+        }
+        let mut reaped = false;
+        for dir in missing.into_iter().rev() {
+            let acl = acl(dir)?;
+            let options = mode.with_acls(zk::Acls::new(&acl));
+            match zk.create(dir, &[], &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(zk::Error::NoNode) => {
+                    reaped = true;
+                    break;
+                }
+                Err(e) => return Err(Error::from_zk(e, dir)),
+            }
+        }
+        if !reaped {
+            return Ok(());
+        }
+    }
+    Err(Error::NoNode(path.to_owned()))
 }
 
 /// What LockInternals does to ZooKeeper. Every method but `create_once` retries connection
@@ -142,18 +234,33 @@ impl Store for Client {
 
     fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)> {
         let config = &self.shared().config;
-        let acl: Vec<zk::Acl> = spec
-            .acl
-            .unwrap_or(&config.builder.default_acl)
-            .iter()
-            .map(Acl::to_zk)
-            .collect();
+        let source = AclSource {
+            provider: spec.provider.unwrap_or(&config.builder.acl).clone(),
+            namespace: config.namespace.clone(),
+        };
+        let acl: Vec<zk::Acl> = match spec.acl {
+            Some(acl) => acl.iter().map(Acl::to_zk).collect(),
+            None => source.zk_acl(spec.path),
+        };
+        if acl.is_empty() {
+            return Err(Error::invalid(format!("no ACL for {}", spec.path)));
+        }
+        if acl.iter().any(|a| a.scheme() == "auth") && !self.shared().has_credentials() {
+            return Err(Error::invalid(format!(
+                "the ACL for {} grants the creator (`auth`, e.g. Acl::creator_all()), but this \
+                 Client has no credentials: add them with ClientBuilder::digest_auth / auth or \
+                 Client::add_auth",
+                spec.path
+            )));
+        }
         let owned = OwnedSpec {
             path: spec.path.to_owned(),
             data: spec.data.to_vec(),
             mode: spec.mode,
             acl,
-            parents: spec.parents,
+            parents: spec
+                .parents
+                .then(|| ancestor_acls(spec.path, |p| source.zk_acl(p))),
         };
         if !spec.protected {
             return self.run_once(call, |zk, _| owned.create(zk));

@@ -200,15 +200,17 @@ impl Acl {
         &self.id
     }
 
+    pub(crate) fn from_zk(acl: &zookeeper_client::Acl) -> Acl {
+        let perms = PERM_BITS
+            .into_iter()
+            .filter(|(_, p)| acl.permission().has(*p))
+            .fold(0, |acc, (bit, _)| acc | bit);
+        Acl::new(Perms(perms), acl.scheme(), acl.id())
+    }
+
     pub(crate) fn to_zk(&self) -> zookeeper_client::Acl {
         use zookeeper_client::Permission as P;
-        let bits = [
-            (1, P::READ),
-            (2, P::WRITE),
-            (4, P::CREATE),
-            (8, P::DELETE),
-            (16, P::ADMIN),
-        ];
+        let bits = PERM_BITS;
         let perm = bits
             .into_iter()
             .filter(|(bit, _)| self.perms.0 & bit != 0)
@@ -216,6 +218,14 @@ impl Acl {
         zookeeper_client::Acl::new(perm, zookeeper_client::AuthId::new(&self.scheme, &self.id))
     }
 }
+
+const PERM_BITS: [(u32, zookeeper_client::Permission); 5] = [
+    (1, zookeeper_client::Permission::READ),
+    (2, zookeeper_client::Permission::WRITE),
+    (4, zookeeper_client::Permission::CREATE),
+    (8, zookeeper_client::Permission::DELETE),
+    (16, zookeeper_client::Permission::ADMIN),
+];
 
 /// A node's metadata, as ZooKeeper's `Stat`.
 ///

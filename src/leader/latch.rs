@@ -12,7 +12,9 @@ use parking_lot::{Condvar, Mutex};
 
 use super::term::Term;
 use super::{check_path, default_id, participants, Participant};
-use crate::client::{is_watcher_thread, Client, ErrorPolicy, Listeners, Receiver};
+use crate::client::{
+    is_watcher_thread, AclProvider, Client, ErrorPolicy, Listeners, Receiver, RecipeAcl,
+};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::locks::{LockInternals, Release, StandardDriver};
@@ -129,6 +131,7 @@ pub struct LeaderLatchBuilder {
     id: Option<String>,
     close_mode: CloseMode,
     policy: Option<ErrorPolicy>,
+    acl: RecipeAcl,
 }
 
 struct Inner {
@@ -165,6 +168,14 @@ impl LeaderLatchBuilder {
         self
     }
 
+    /// The ACL provider for this participant's node and the parents it creates; default: the
+    /// Client's ([`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)). Other
+    /// participants read each node's id, so give them READ on it.
+    pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
+        self.acl = RecipeAcl(Some(Arc::new(provider)));
+        self
+    }
+
     /// When leadership is given up because of the connection; default: the Client's
     /// ([`ClientBuilder::error_policy`](crate::ClientBuilder::error_policy)).
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
@@ -185,6 +196,9 @@ impl LeaderLatchBuilder {
         )?
         .without_holder_marks();
         internals.set_node_data(Some(id.clone().into_bytes()))?;
+        if let Some(provider) = self.acl.0 {
+            internals.set_acl_provider(provider);
+        }
         Ok(LeaderLatch {
             inner: Arc::new(Inner {
                 policy: self.policy.unwrap_or(self.client.error_policy()),
@@ -217,6 +231,7 @@ impl LeaderLatch {
             id: None,
             close_mode: CloseMode::default(),
             policy: None,
+            acl: RecipeAcl::default(),
         }
     }
 

@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::term::Term;
 use super::{check_path, default_id, participants, Participant};
-use crate::client::{Client, ErrorPolicy, LockHealth, Receiver};
+use crate::client::{AclProvider, Client, ErrorPolicy, LockHealth, Receiver, RecipeAcl};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::locks::{Acquired, Leases, LockInternals, Release, StandardDriver};
@@ -158,6 +158,7 @@ pub struct LeaderSelectorBuilder {
     id: Option<String>,
     auto_requeue: bool,
     policy: Option<ErrorPolicy>,
+    acl: RecipeAcl,
 }
 
 struct Inner {
@@ -194,6 +195,14 @@ impl LeaderSelectorBuilder {
         self
     }
 
+    /// The ACL provider for this participant's node and the parents it creates; default: the
+    /// Client's ([`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)). Other
+    /// participants read each node's id, so give them READ on it.
+    pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
+        self.acl = RecipeAcl(Some(Arc::new(provider)));
+        self
+    }
+
     /// When leadership is given up because of the connection; default: the Client's.
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
         self.policy = Some(policy);
@@ -208,6 +217,9 @@ impl LeaderSelectorBuilder {
     ) -> Result<LeaderSelector> {
         let id = self.id.unwrap_or_else(default_id);
         let internals = election(&self.client, &self.path, &id)?;
+        if let Some(provider) = self.acl.0 {
+            internals.set_acl_provider(provider);
+        }
         Ok(LeaderSelector {
             inner: Arc::new(Inner {
                 policy: self.policy.unwrap_or(self.client.error_policy()),
@@ -257,6 +269,7 @@ impl LeaderSelector {
             id: None,
             auto_requeue: false,
             policy: None,
+            acl: RecipeAcl::default(),
         }
     }
 

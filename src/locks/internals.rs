@@ -16,8 +16,8 @@ use super::driver::{LockDriver, LockNode, Predicate};
 pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
-    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Signal, Stat, Store,
-    Waiter, WatchEventKind,
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, SharedAcl, Signal, Stat,
+    Store, Waiter, WatchEventKind,
 };
 
 /// A holder marks its node only when the queue it last listed held at least this many other
@@ -52,6 +52,8 @@ pub(crate) struct LockInternals<S: Store> {
     driver: Arc<dyn LockDriver>,
     leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
+    /// The recipe's own ACL provider for its nodes and their parents; `None`: the Client's.
+    acl: Mutex<Option<SharedAcl>>,
     /// Whether a granted holder marks its node for the waiter behind it (see `wait_for_lock`).
     holder_marks: bool,
     /// Marks only when the last listing held at least this many other nodes.
@@ -161,6 +163,7 @@ impl<S: Store> LockInternals<S> {
             driver,
             leases,
             node_data: Mutex::new(None),
+            acl: Mutex::new(None),
             holder_marks: true,
             mark_from: MARK_FROM,
             cancel: Mutex::new(Cancel::default()),
@@ -187,6 +190,11 @@ impl<S: Store> LockInternals<S> {
     pub(crate) fn cancel_waiters(&self) {
         let current = std::mem::take(&mut *self.cancel.lock());
         current.cancel();
+    }
+
+    /// The ACL provider for the nodes (and parents) this recipe creates from now on.
+    pub(crate) fn set_acl_provider(&self, provider: SharedAcl) {
+        *self.acl.lock() = Some(provider);
     }
 
     pub(crate) fn set_node_data(&self, data: Option<Vec<u8>>) -> Result<()> {
@@ -286,12 +294,14 @@ impl<S: Store> LockInternals<S> {
 
     fn create_named(&self, node: LockNode, call: &mut Call) -> Result<(String, Stat)> {
         let data = self.node_data.lock().clone();
+        let provider = self.acl.lock().clone();
         let prefix = path::join(&self.path, &node.name);
         let spec = NodeSpec {
             path: &prefix,
             data: data.as_deref().unwrap_or(self.store.default_data()),
             mode: node.mode,
             acl: None,
+            provider: provider.as_ref(),
             parents: true,
             protected: false,
         };

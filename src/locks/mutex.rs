@@ -7,7 +7,7 @@ use super::driver::{LockDriver, StandardDriver};
 use super::guard::{forward_lock_api, Lock, LockGuard, Release, Sealed};
 use super::health::HealthEvent;
 use super::reentrant::Reentrant;
-use crate::client::{Client, LockHealth, Receiver};
+use crate::client::{AclProvider, Client, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::Result;
 
@@ -120,6 +120,12 @@ impl InterProcessMutex {
     /// data, the host's address).
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.core.internals.set_node_data(Some(data.to_vec()))
+    }
+
+    /// The ACL provider for the nodes this object creates from now on, and for the parents it
+    /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
+    pub fn set_acl_provider(&self, provider: impl AclProvider) {
+        self.core.internals.set_acl_provider(Arc::new(provider));
     }
 
     /// Whether any thread of this process holds the lock through this object.

@@ -7,7 +7,7 @@ use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::guard::{forward_lock_api, Lock, Release, Sealed};
 use super::health::HealthEvent;
 use super::reentrant::Reentrant;
-use crate::client::{Client, CreateMode, LockHealth, Receiver};
+use crate::client::{AclProvider, Client, CreateMode, LockHealth, Receiver, SharedAcl};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
@@ -159,6 +159,18 @@ impl InterProcessReadWriteLock {
             },
             write: WriteLock { inner },
         })
+    }
+
+    /// The ACL provider for the nodes both halves create from now on, and for the parents it
+    /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
+    pub fn set_acl_provider(&self, provider: impl AclProvider) {
+        let provider: SharedAcl = Arc::new(provider);
+        self.read
+            .inner
+            .read
+            .internals
+            .set_acl_provider(provider.clone());
+        self.read.inner.write.internals.set_acl_provider(provider);
     }
 
     /// Data for the nodes both halves create from now on (Curator's `lockData`), e.g. the

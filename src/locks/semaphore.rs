@@ -14,7 +14,9 @@ use super::guard::Release;
 use super::health::{HealthCell, HealthEvent, HealthFeed};
 use super::internals::{shared_count, Leases, LockInternals};
 use super::shared_count::SharedCount;
-use crate::client::{Client, CreateMode, Doomed, KeeperGuard, LockHealth, Receiver};
+use crate::client::{
+    AclProvider, Client, CreateMode, Doomed, KeeperGuard, LockHealth, Receiver, SharedAcl,
+};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::path;
@@ -123,6 +125,14 @@ impl InterProcessSemaphoreV2 {
     /// Data for the lease nodes this object creates from now on.
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.leases.set_node_data(Some(data.to_vec()))
+    }
+
+    /// The ACL provider for the nodes this object creates from now on, and for the parents it
+    /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
+    pub fn set_acl_provider(&self, provider: impl AclProvider) {
+        let provider: SharedAcl = Arc::new(provider);
+        self.lock.set_acl_provider(provider.clone());
+        self.leases.set_acl_provider(provider);
     }
 
     /// Blocks until a lease is free.

@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use super::guard::{forward_lock_api, ArcLockGuard, Lock, LockGuard, Release, Sealed};
 use super::health::HealthEvent;
 use super::semaphore::{InterProcessSemaphoreV2, Lease};
-use crate::client::{Client, LockHealth, Receiver};
+use crate::client::{AclProvider, Client, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
@@ -78,6 +78,12 @@ impl InterProcessSemaphoreMutex {
     /// Data for the lock nodes this object creates from now on.
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.semaphore.set_node_data(data)
+    }
+
+    /// The ACL provider for the nodes this object creates from now on, and for the parents it
+    /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
+    pub fn set_acl_provider(&self, provider: impl AclProvider) {
+        self.semaphore.set_acl_provider(provider);
     }
 
     /// A channel of every health change of this object's holds, each naming its node and

@@ -70,6 +70,7 @@ mod fence;
 mod proxy;
 mod server;
 mod session;
+mod tls;
 
 pub use cluster::TestingCluster;
 pub use fence::{
@@ -79,6 +80,7 @@ pub use fence::{
 pub use proxy::{FaultProxy, ProxyStats};
 pub use server::TestingServer;
 pub use session::expire_session;
+pub use tls::TestingTls;
 
 /// Where examples and benchmarks connect: `ZK_CONNECT` if it is set, else a throwaway
 /// [`TestingServer`] started here (keep it alive as long as you need the server).

@@ -34,6 +34,13 @@ const SLF4J_BINDINGS: &[&str] = &[
     "/usr/share/java/slf4j-simple.jar",
     "/usr/share/java/slf4j-nop.jar",
 ];
+/// Netty jars that Debian's ZooKeeper manifest does not name but its Netty connection factory
+/// needs (TLS servers).
+const DEBIAN_NETTY_EXTRA: &[&str] = &[
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 
 /// JVM flags: quick start-up, small heap, IPv4 loopback, no admin server,
@@ -122,6 +129,13 @@ pub(super) fn classpath() -> io::Result<String> {
         ));
     }
     let mut cp = DEBIAN_ZOOKEEPER_JAR.to_owned();
+    // The jar's manifest misses Netty jars that the Netty connection factory (TLS) loads.
+    for jar in DEBIAN_NETTY_EXTRA {
+        if Path::new(jar).is_file() {
+            cp.push(':');
+            cp.push_str(jar);
+        }
+    }
     if let Some(binding) = SLF4J_BINDINGS.iter().find(|jar| Path::new(jar).is_file()) {
         cp.push(':');
         cp.push_str(binding);
@@ -390,6 +404,8 @@ pub(super) struct Instance {
     child: Mutex<Option<Child>>,
     /// Length of `zookeeper.log` when the current JVM was launched.
     log_offset: Mutex<u64>,
+    /// JVM arguments beyond [`JVM_FLAGS`] (a JAAS configuration, ...).
+    jvm_args: Vec<String>,
 }
 
 impl Instance {
@@ -400,7 +416,14 @@ impl Instance {
             port,
             child: Mutex::new(None),
             log_offset: Mutex::new(0),
+            jvm_args: Vec::new(),
         }
+    }
+
+    /// The same, its JVM started with `args` too.
+    pub(super) fn with_jvm_args(mut self, args: Vec<String>) -> Instance {
+        self.jvm_args = args;
+        self
     }
 
     pub(super) fn port(&self) -> u16 {
@@ -438,6 +461,7 @@ impl Instance {
         )?;
         let mut cmd = Command::new(java);
         cmd.args(JVM_FLAGS)
+            .args(&self.jvm_args)
             .arg("-cp")
             .arg(classpath)
             .arg(MAIN_CLASS)
@@ -672,6 +696,44 @@ pub(super) fn relaunch(instance: &Instance) -> io::Result<()> {
     }
 }
 
+/// Writes `dir/jaas.conf` for `users` and appends SASL-required settings to `dir/zoo.cfg`;
+/// returns the JVM arguments that point the server at the JAAS file.
+fn configure_sasl(dir: &Path, users: &[(String, String)]) -> io::Result<Vec<String>> {
+    let quote = |s: &str| -> io::Result<String> {
+        if s.is_empty()
+            || s.chars()
+                .any(|c| !(c.is_ascii_alphanumeric() || "-_.@".contains(c)))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("SASL user or password {s:?}: use letters, digits and -_.@ only"),
+            ));
+        }
+        Ok(s.to_owned())
+    };
+    let mut jaas =
+        String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
+    for (user, password) in users {
+        let _ = write!(jaas, "\n  user_{}=\"{}\"", quote(user)?, quote(password)?);
+    }
+    jaas.push_str(";\n};\n");
+    let path = dir.join("jaas.conf");
+    fs::write(&path, jaas)?;
+    OpenOptions::new()
+        .append(true)
+        .open(dir.join("zoo.cfg"))?
+        .write_all(
+            b"# SASL, written by zklock::testing\n\
+          authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n\
+          enforce.auth.enabled=true\n\
+          enforce.auth.schemes=sasl\n",
+        )?;
+    Ok(vec![format!(
+        "-Djava.security.auth.login.config={}",
+        path.display()
+    )])
+}
+
 // ---------------------------------------------------------------------------
 // TestingServer
 // ---------------------------------------------------------------------------
@@ -701,6 +763,8 @@ pub struct TestingServer {
     // Declared first so that the JVM dies before its directory is removed.
     instance: Instance,
     dir: tempfile::TempDir,
+    /// The certificates and the secure port of a TLS server.
+    tls: Option<(super::TestingTls, u16)>,
 }
 
 impl TestingServer {
@@ -710,17 +774,62 @@ impl TestingServer {
     /// Fails with [`io::ErrorKind::NotFound`] when Java or ZooKeeper is not
     /// installed, and with the tail of the server's log when it does not come up.
     pub fn start() -> io::Result<TestingServer> {
+        Self::start_with(None, &[])
+    }
+
+    /// Starts a server whose clients connect with TLS, on
+    /// [`tls_connect_string`](Self::tls_connect_string): ZooKeeper's Netty connection factory
+    /// with a `secureClientPort`, and certificates made for the occasion (a CA, the server's,
+    /// a client's; see [`TestingTls`](super::TestingTls)) with the `openssl` command. With
+    /// `require_client_certificate` the server refuses clients that present no certificate
+    /// signed by that CA (`ssl.clientAuth=need`).
+    ///
+    /// The plain [`connect_string`](Self::connect_string) port stays open, for the
+    /// four-letter words with which this module sees that the server serves; give clients
+    /// the TLS one.
+    pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingServer> {
+        Self::start_with(Some(require_client_certificate), &[])
+    }
+
+    /// Starts a server that requires every client to log in with SASL (`DIGEST-MD5`) as one
+    /// of `users` (`(name, password)`): a JAAS `Server` section with ZooKeeper's
+    /// `DigestLoginModule`, `SASLAuthenticationProvider`, and `enforce.auth.enabled=true` with
+    /// `enforce.auth.schemes=sasl`, so a client that does not log in is refused
+    /// (`AuthFailed`).
+    pub fn start_sasl(users: &[(&str, &str)]) -> io::Result<TestingServer> {
+        if users.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a SASL TestingServer needs at least one user",
+            ));
+        }
+        let users: Vec<(String, String)> = users
+            .iter()
+            .map(|(u, p)| (u.to_string(), p.to_string()))
+            .collect();
+        Self::start_with(None, &users)
+    }
+
+    fn start_with(tls: Option<bool>, sasl_users: &[(String, String)]) -> io::Result<TestingServer> {
         java()?;
         classpath()?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::Builder::new().prefix("zklock-zk-").tempdir()?;
-            let port = free_ports(1)?[0];
+            let ports = free_ports(2)?;
+            let port = ports[0];
             write_config(dir.path(), port, None)?;
-            let instance = Instance::new(dir.path().to_owned(), port);
+            let tls = match tls {
+                None => None,
+                Some(need) => Some((super::tls::configure(dir.path(), ports[1], need)?, ports[1])),
+            };
+            let mut instance = Instance::new(dir.path().to_owned(), port);
+            if !sasl_users.is_empty() {
+                instance = instance.with_jvm_args(configure_sasl(dir.path(), sasl_users)?);
+            }
             instance.launch()?;
             match wait_serving(&[&instance], Instant::now() + START_TIMEOUT) {
-                Ok(()) => return Ok(TestingServer { instance, dir }),
+                Ok(()) => return Ok(TestingServer { instance, dir, tls }),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
                     tracing::debug!("zklock::testing: port taken, trying another: {e}");
                     last = Some(e);
@@ -734,6 +843,19 @@ impl TestingServer {
     /// The connect string of this server: `"127.0.0.1:PORT"`.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.instance.port())
+    }
+
+    /// The TLS connect string of a [`start_tls`](Self::start_tls) server:
+    /// `"tcp+tls://127.0.0.1:PORT"`; `None` for a plain server.
+    pub fn tls_connect_string(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|(_, port)| format!("tcp+tls://127.0.0.1:{port}"))
+    }
+
+    /// The certificates of a [`start_tls`](Self::start_tls) server.
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref().map(|(tls, _)| tls)
     }
 
     /// The client port (the same across [`restart`](Self::restart)s).
