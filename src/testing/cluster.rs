@@ -5,10 +5,9 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::server::{
-    classpath, free_ports, java, mode, relaunch, wait_serving, write_config, Instance, Quorum,
-    START_ATTEMPTS, START_TIMEOUT,
-};
+use super::config::{classpath, free_ports, java, write_config, Quorum};
+use super::four_letter::mode;
+use super::instance::{relaunch, wait_serving, Instance, START_ATTEMPTS, START_TIMEOUT};
 
 /// An ensemble of 1, 3 or 5 real ZooKeeper servers (JVMs) with a quorum on
 /// loopback, each with its own client port and temporary data directory.

@@ -66,7 +66,11 @@
 use std::time::Duration;
 
 mod cluster;
+mod config;
 mod fence;
+mod four_letter;
+mod instance;
+mod process;
 mod proxy;
 mod server;
 mod session;
