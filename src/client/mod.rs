@@ -69,6 +69,16 @@ use crate::retry::RetryBudget;
 /// States follow Curator (see [`ConnectionState`]). After `Lost` the Client opens a new session
 /// by itself; operations wait for it.
 ///
+/// # Errors of every ZooKeeper call
+/// [`InvalidPath`](Error::InvalidPath) / [`InvalidArgument`](Error::InvalidArgument) before any
+/// I/O; [`ConnectionLoss`](Error::ConnectionLoss) when the retry policy gives up during an
+/// outage; [`Timeout`](Error::Timeout) past the operation timeout;
+/// [`SessionExpired`](Error::SessionExpired) when the session ended under the call;
+/// [`NoAuth`](Error::NoAuth) (with the path) when an ACL forbids it; [`Closed`](Error::Closed)
+/// after [`close`](Client::close); the node-level answers ([`NoNode`](Error::NoNode),
+/// [`NodeExists`](Error::NodeExists), [`NotEmpty`](Error::NotEmpty),
+/// [`BadVersion`](Error::BadVersion)) where the method says so.
+///
 /// # Example
 /// ```no_run
 /// use zklock::{Client, CreateMode};
@@ -243,6 +253,9 @@ impl Client {
 
     /// Waits until connected, at most `timeout`; returns whether it is. May be called from a
     /// listener (it only delays the listeners after it).
+    ///
+    /// # Blocking
+    /// At most `timeout`; `false` if not connected by then. It has no error.
     pub fn block_until_connected(&self, timeout: Duration) -> bool {
         self.shared().wait_connected(timeout)
     }
@@ -390,11 +403,20 @@ impl Client {
     }
 
     /// Deletes a node, whatever its version.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent, [`NotEmpty`](Error::NotEmpty) if it has
+    /// children.
     pub fn delete(&self, path: &str) -> Result<()> {
         self.delete_in(path, None, &mut self.user_call())
     }
 
     /// Deletes a node if its data version is `version`.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`], plus [`BadVersion`](Error::BadVersion) on a version mismatch.
     pub fn delete_version(&self, path: &str, version: i32) -> Result<()> {
         self.delete_in(path, Some(version), &mut self.user_call())
     }
@@ -417,6 +439,10 @@ impl Client {
     /// fails for lack of a connection, the error is returned and the delete is retried in the
     /// background, through whatever session is current, until the node is gone or the Client
     /// closes.
+    ///
+    /// # Blocking and errors
+    /// As [`delete`](Client::delete); a delete that cannot be confirmed goes on in the
+    /// background until the node is gone, and the error is returned.
     pub fn delete_guaranteed(&self, path: &str) -> Result<()> {
         self.delete_guaranteed_in(path, &mut self.user_call())
     }
@@ -433,6 +459,10 @@ impl Client {
     }
 
     /// The names of a node's children (unsorted, as the server returns them).
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if the node is absent.
     pub fn children(&self, path: &str) -> Result<Vec<String>> {
         self.children_in(path, &mut self.user_call())
     }
@@ -451,6 +481,10 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::NoNode`] if the node does not exist (no watch is left behind then).
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if the node is absent (no watch is left).
     pub fn children_watch(&self, path: &str) -> Result<(Vec<String>, Watch)> {
         path::validate(path, false)?;
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -487,6 +521,10 @@ impl Client {
     }
 
     /// A node's data and stat.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent.
     pub fn data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
         self.data_in(path, &mut self.user_call())
     }
@@ -504,6 +542,10 @@ impl Client {
 
     /// A node's data and stat, and a one-shot [`Watch`] that fires on its next change or
     /// deletion. Uses `getData`, so no watch is left behind on a node that does not exist.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent (no watch is left).
     pub fn data_watch(&self, path: &str) -> Result<(Vec<u8>, Stat, Watch)> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cancel = Signal::default();
@@ -553,11 +595,19 @@ impl Client {
     }
 
     /// Sets a node's data, whatever its version; returns the new stat.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent; data over 1 MiB is refused before I/O.
     pub fn set_data(&self, path: &str, data: &[u8]) -> Result<Stat> {
         self.set_data_in(path, data, None, &mut self.user_call())
     }
 
     /// Sets a node's data if its version is `version`.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`], plus [`BadVersion`](Error::BadVersion) on a version mismatch.
     pub fn set_data_version(&self, path: &str, data: &[u8], version: i32) -> Result<Stat> {
         self.set_data_in(path, data, Some(version), &mut self.user_call())
     }
@@ -581,6 +631,10 @@ impl Client {
     }
 
     /// A node's stat, or `None` if it does not exist. Sets no watch.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]; an absent node is `Ok(None)`, not an error.
     pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
         self.exists_in(path, &mut self.user_call())
     }
@@ -597,6 +651,10 @@ impl Client {
     }
 
     /// A node's ACL and stat (Curator's `getACL()`).
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent.
     pub fn acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
         path::validate(path, false)?;
         self.run("acl", &mut self.user_call(), |zk, _| async move {
@@ -610,6 +668,11 @@ impl Client {
 
     /// Replaces a node's ACL, whatever its ACL version (Curator's `setACL()`); returns the new
     /// stat. An empty ACL is refused before any I/O.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent; an invalid ACL is
+    /// [`InvalidArgument`](Error::InvalidArgument).
     pub fn set_acl(&self, path: &str, acl: &[Acl]) -> Result<Stat> {
         path::validate(path, false)?;
         if acl.is_empty() {
@@ -660,6 +723,10 @@ impl Client {
     }
 
     /// Waits until the server this Client is connected to has caught up with the leader.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`].
     pub fn sync(&self, path: &str) -> Result<()> {
         path::validate(path, false)?;
         self.run("sync", &mut self.user_call(), |zk, _| async move {
@@ -779,6 +846,14 @@ impl<'a> Create<'a> {
     }
 
     /// Creates the node; returns its path (with the sequence for sequential modes).
+    ///
+    /// # Blocking and errors
+    /// One call (parents first, when asked), bounded by the retry policy and the operation
+    /// timeout; errors as listed on [`Client`]: [`NodeExists`](Error::NodeExists) for a
+    /// non-sequential node that exists, [`NoNode`](Error::NoNode) for a missing parent without
+    /// `parents_as_containers`, [`NoChildrenForEphemerals`](Error::NoChildrenForEphemerals) under
+    /// an ephemeral parent. A protected create whose reply was lost finds its node instead of
+    /// making a second one.
     pub fn call(self) -> Result<String> {
         let mut call = self.client.user_call();
         self.call_in(&mut call).map(|(path, _)| path)
