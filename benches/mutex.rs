@@ -75,7 +75,9 @@ impl Zk {
             packets: num("zk_packets_received")?,
             reads: num("zk_cnt_readlatency").unwrap_or(0),
             writes: num("zk_cnt_updatelatency").unwrap_or(0),
+            fsyncs: num("zk_cnt_fsynctime"),
             out_bytes: self.server_written(),
+            client_cpu: client_cpu(),
         })
     }
 
@@ -103,13 +105,28 @@ impl Zk {
     }
 }
 
-/// Server-side counters from `mntr`.
+/// Server-side counters from `mntr`, and this process's CPU time.
 #[derive(Clone, Copy)]
 struct Counters {
     packets: u64,
     reads: u64,
     writes: u64,
+    /// Transaction-log fsyncs (`zk_cnt_fsynctime`; ZooKeeper counts one per flushed batch,
+    /// also with `forceSync=no`, where the flush does not reach the disk).
+    fsyncs: Option<u64>,
     out_bytes: Option<u64>,
+    /// User + system CPU of the whole bench process (every Client thread included).
+    client_cpu: Option<Duration>,
+}
+
+/// User + system CPU time of this process, from `/proc/self/stat` (clock ticks of 10 ms).
+fn client_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// Per-operation server counters over `ops` operations, printable.
@@ -126,16 +143,31 @@ impl PerOp {
 impl std::fmt::Display for PerOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Some((a, b)) = self.0 else {
-            return write!(f, "{:>7} {:>6} {:>6} {:>9}", "n/a", "n/a", "n/a", "n/a");
+            return write!(
+                f,
+                "{:>7} {:>6} {:>6} {:>6} {:>9} {:>8}",
+                "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"
+            );
         };
         let per = |x: u64, y: u64| (y.saturating_sub(x)) as f64 / self.1.max(1) as f64;
         let bytes = match (a.out_bytes, b.out_bytes) {
             (Some(x), Some(y)) => format!("{:.0}", per(x, y)),
             _ => "n/a".into(),
         };
+        let fsyncs = match (a.fsyncs, b.fsyncs) {
+            (Some(x), Some(y)) => format!("{:.2}", per(x, y)),
+            _ => "n/a".into(),
+        };
+        let cpu = match (a.client_cpu, b.client_cpu) {
+            (Some(x), Some(y)) => format!(
+                "{:.3}",
+                y.saturating_sub(x).as_secs_f64() * 1e3 / self.1.max(1) as f64
+            ),
+            _ => "n/a".into(),
+        };
         write!(
             f,
-            "{:>7.2} {:>6.2} {:>6.2} {bytes:>9}",
+            "{:>7.2} {:>6.2} {:>6.2} {fsyncs:>6} {bytes:>9} {cpu:>8}",
             per(a.packets, b.packets),
             per(a.reads, b.reads),
             per(a.writes, b.writes),
@@ -143,7 +175,7 @@ impl std::fmt::Display for PerOp {
     }
 }
 
-const COUNTER_HEAD: &str = "pkts/op  reads writes srv B/op";
+const COUNTER_HEAD: &str = "pkts/op  reads writes fsyncs srv B/op cpu ms/op";
 
 fn main() {
     if let Err(e) = run() {
@@ -201,12 +233,22 @@ fn run() -> Res<()> {
         zk.connect,
         SESSION_TIMEOUT
     );
-    println!("# server counters per op (per handoff in 2 and 3): packets received, read and write requests (mntr), bytes written by the server JVM (/proc/<pid>/io wchar)");
+    println!("# counters per op (per handoff in 2 and 3): packets received, read and write requests and log fsyncs (mntr), bytes written by the server JVM (/proc/<pid>/io wchar), and this process's CPU (all Client threads; /proc/self/stat, 10 ms ticks)");
     println!();
 
     let bench_start = Instant::now();
-    uncontended(&zk, &root)?;
-    contended(&zk, &root)?;
+    uncontended(&zk, &root, "")?;
+    contended(&zk, &root, "")?;
+    // The same on a server that fsyncs every transaction, as in production.
+    if zk.server.is_some() {
+        let durable = TestingServer::start_durable()?;
+        let zk = Zk {
+            connect: durable.connect_string(),
+            server: Some(durable),
+        };
+        uncontended(&zk, &root, " (forceSync=yes)")?;
+        contended(&zk, &root, " (forceSync=yes)")?;
+    }
     // Waiters that release at once, then waiters that hold for a millisecond (longer than a
     // round trip, so each can see that the one ahead of it holds).
     drain(&zk, &root, Duration::ZERO)?;
@@ -232,7 +274,7 @@ fn ms(d: Duration) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // 1. Uncontended acquire + release, beside the raw floor.
 
-fn uncontended(zk: &Zk, root: &str) -> Res<()> {
+fn uncontended(zk: &Zk, root: &str, label: &str) -> Res<()> {
     let client = zk.client()?;
     let raw_parent = format!("{root}/raw");
     let raw_prefix = format!("{raw_parent}/lock-");
@@ -281,7 +323,9 @@ fn uncontended(zk: &Zk, root: &str) -> Res<()> {
         rows.push((name, stats(samples), PerOp(before.zip(after), ITERATIONS)));
     }
 
-    println!("## 1. uncontended, one Client, {ITERATIONS} iterations after {WARMUP} warm-up each");
+    println!(
+        "## 1. uncontended{label}, one Client, {ITERATIONS} iterations after {WARMUP} warm-up each"
+    );
     println!(
         "{:<68} {:>8} {:>8} {:>8} {COUNTER_HEAD}",
         "operation", "p50 ms", "p99 ms", "mean ms"
@@ -308,8 +352,8 @@ fn uncontended(zk: &Zk, root: &str) -> Res<()> {
 // ---------------------------------------------------------------------------------------------
 // 2. Contended handoffs/s: each thread its own Client and its own mutex on one path.
 
-fn contended(zk: &Zk, root: &str) -> Res<()> {
-    println!("## 2. contended, {CONTENDED_SECS} s per row, each thread: own Client + own InterProcessMutex on one path, loop acquire -> counter += 1 -> release");
+fn contended(zk: &Zk, root: &str, label: &str) -> Res<()> {
+    println!("## 2. contended{label}, {CONTENDED_SECS} s per row, each thread: own Client + own InterProcessMutex on one path, loop acquire -> counter += 1 -> release");
     println!(
         "{:>8} {:>10} {:>12} {:>14} {:>12} {:>10} {COUNTER_HEAD}",
         "threads", "handoffs", "handoffs/s", "per-thread", "lost updates", "elapsed"

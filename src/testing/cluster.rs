@@ -85,7 +85,7 @@ impl TestingCluster {
                 peers: &peers,
                 myid: i + 1,
             };
-            write_config(&member_dir, ports[3 * i], Some(quorum))?;
+            write_config(&member_dir, ports[3 * i], Some(quorum), false)?;
             members.push(Instance::new(member_dir, ports[3 * i]));
         }
         let cluster = TestingCluster { members, dir };

@@ -148,6 +148,7 @@ pub(super) fn write_config(
     dir: &Path,
     client_port: u16,
     quorum: Option<Quorum<'_>>,
+    force_sync: bool,
 ) -> io::Result<()> {
     let data = dir.join("data");
     fs::create_dir_all(&data)?;
@@ -172,11 +173,12 @@ pub(super) fn write_config(
          4lw.commands.whitelist=*\n\
          admin.enableServer=false\n\
          reconfigEnabled=false\n\
-         forceSync=no\n\
+         forceSync={sync}\n\
          preAllocSize=1024\n\
          cnxTimeout=1000\n",
         min = MIN_SESSION_TIMEOUT.as_millis(),
         max = MAX_SESSION_TIMEOUT.as_millis(),
+        sync = if force_sync { "yes" } else { "no" },
     );
     match quorum {
         None => cfg.push_str("standaloneEnabled=true\n"),

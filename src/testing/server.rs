@@ -45,7 +45,14 @@ impl TestingServer {
     /// Fails with [`io::ErrorKind::NotFound`] when Java or ZooKeeper is not
     /// installed, and with the tail of the server's log when it does not come up.
     pub fn start() -> io::Result<TestingServer> {
-        Self::start_with(None, &[])
+        Self::start_with(None, &[], false)
+    }
+
+    /// [`start`](Self::start) with `forceSync=yes`: every transaction is fsynced before it is
+    /// acknowledged, as on a production server (the others skip it, so that tests run fast;
+    /// a killed JVM loses nothing either way). For benchmarks that count the cost of writes.
+    pub fn start_durable() -> io::Result<TestingServer> {
+        Self::start_with(None, &[], true)
     }
 
     /// Starts a server whose clients connect with TLS, on
@@ -59,7 +66,7 @@ impl TestingServer {
     /// four-letter words with which this module sees that the server serves; give clients
     /// the TLS one.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingServer> {
-        Self::start_with(Some(require_client_certificate), &[])
+        Self::start_with(Some(require_client_certificate), &[], false)
     }
 
     /// Starts a server that requires every client to log in with SASL (`DIGEST-MD5`) as one
@@ -78,10 +85,14 @@ impl TestingServer {
             .iter()
             .map(|(u, p)| (u.to_string(), p.to_string()))
             .collect();
-        Self::start_with(None, &users)
+        Self::start_with(None, &users, false)
     }
 
-    fn start_with(tls: Option<bool>, sasl_users: &[(String, String)]) -> io::Result<TestingServer> {
+    fn start_with(
+        tls: Option<bool>,
+        sasl_users: &[(String, String)],
+        force_sync: bool,
+    ) -> io::Result<TestingServer> {
         java()?;
         classpath()?;
         let mut last = None;
@@ -89,7 +100,7 @@ impl TestingServer {
             let dir = tempfile::Builder::new().prefix("zklock-zk-").tempdir()?;
             let ports = free_ports(2)?;
             let port = ports[0];
-            write_config(dir.path(), port, None)?;
+            write_config(dir.path(), port, None, force_sync)?;
             let tls = match tls {
                 None => None,
                 Some(need) => Some((super::tls::configure(dir.path(), ports[1], need)?, ports[1])),
