@@ -4,8 +4,13 @@
 //!
 //! ```sh
 //! cargo bench --features testing --bench mutex
+//! cargo bench --features testing --bench mutex -- --with-curator     # + Curator 5, same load
 //! ZK_CONNECT=host:port cargo bench --features testing --bench mutex   # your own server
 //! ```
+//!
+//! `--with-curator` runs Curator's `InterProcessMutex` (`benches/java/CuratorBench.java`,
+//! Debian's `libcurator-recipes-java` and a JDK) beside each contended row, on the same server
+//! in the same run, and prints the ratio.
 //!
 //! Plain `fn main` (harness = false): one run, prints a table. Server-side counters come from
 //! the four-letter word `mntr` (deltas of `zk_packets_received` and of the read and write
@@ -129,8 +134,11 @@ fn client_cpu() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// Counters before and after a case, if the server answered `mntr`.
+type Deltas = Option<(Counters, Counters)>;
+
 /// Per-operation server counters over `ops` operations, printable.
-struct PerOp(Option<(Counters, Counters)>, usize);
+struct PerOp(Deltas, usize);
 
 impl PerOp {
     /// Server bytes written per op, if known.
@@ -237,8 +245,13 @@ fn run() -> Res<()> {
     println!();
 
     let bench_start = Instant::now();
+    let curator = if std::env::args().any(|a| a == "--with-curator") {
+        Some(Curator::compile()?)
+    } else {
+        None
+    };
     uncontended(&zk, &root, "")?;
-    contended(&zk, &root, "")?;
+    contended(&zk, &root, "", curator.as_ref())?;
     // The same on a server that fsyncs every transaction, as in production.
     if zk.server.is_some() {
         let durable = TestingServer::start_durable()?;
@@ -247,7 +260,7 @@ fn run() -> Res<()> {
             server: Some(durable),
         };
         uncontended(&zk, &root, " (forceSync=yes)")?;
-        contended(&zk, &root, " (forceSync=yes)")?;
+        contended(&zk, &root, " (forceSync=yes)", curator.as_ref())?;
     }
     // Waiters that release at once, then waiters that hold for a millisecond (longer than a
     // round trip, so each can see that the one ahead of it holds).
@@ -256,6 +269,106 @@ fn run() -> Res<()> {
     println!();
     println!("# total bench time {:.1?}", bench_start.elapsed());
     Ok(())
+}
+
+/// Curator 5's InterProcessMutex under the contended load, in a JVM (`--with-curator`).
+struct Curator {
+    classes: std::path::PathBuf,
+    classpath: String,
+}
+
+const CURATOR_JARS: &[&str] = &[
+    "/usr/share/java/curator-recipes.jar",
+    "/usr/share/java/curator-framework.jar",
+    "/usr/share/java/curator-client.jar",
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/zookeeper-jute.jar",
+    "/usr/share/java/guava.jar",
+    "/usr/share/java/slf4j-api.jar",
+];
+
+const SLF4J_NOP: &str = "/usr/share/java/slf4j-nop.jar";
+
+impl Curator {
+    fn compile() -> Res<Curator> {
+        if let Some(missing) = CURATOR_JARS
+            .iter()
+            .find(|j| !std::path::Path::new(j).exists())
+        {
+            return Err(format!(
+                "--with-curator needs Debian's Curator ({missing} is missing): \
+                 apt-get install libcurator-recipes-java default-jdk-headless"
+            )
+            .into());
+        }
+        let mut classpath = CURATOR_JARS.join(":");
+        // Quiet slf4j (Curator logs nothing the bench needs), if Debian's binding is there.
+        if std::path::Path::new(SLF4J_NOP).exists() {
+            classpath = format!("{classpath}:{SLF4J_NOP}");
+        }
+        let classes =
+            std::env::temp_dir().join(format!("zklock-bench-java-{}", std::process::id()));
+        std::fs::create_dir_all(&classes)?;
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/java/CuratorBench.java"
+        );
+        let status = std::process::Command::new("javac")
+            .args(["-nowarn", "-d"])
+            .arg(&classes)
+            .args(["-cp", &classpath, source])
+            .status()
+            .map_err(|e| format!("--with-curator needs javac (a JDK): {e}"))?;
+        if !status.success() {
+            return Err(format!("javac failed on {source}").into());
+        }
+        Ok(Curator { classes, classpath })
+    }
+
+    /// Runs `n` Curator contenders on `path` for the contended time: (handoffs, elapsed,
+    /// server counters with the JVM's CPU as the client's).
+    fn run(&self, zk: &Zk, path: &str, n: usize) -> Res<(u64, Duration, Deltas)> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("java")
+            .args(["-Xmx256m", "-XX:+UseSerialGC", "-cp"])
+            .arg(format!("{}:{}", self.classes.display(), self.classpath))
+            .args([
+                "CuratorBench",
+                &zk.connect,
+                &n.to_string(),
+                &(CONTENDED_SECS * 1000).to_string(),
+                path,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut lines = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+        let mut next = || -> Res<String> { Ok(lines.next().ok_or("the Curator JVM ended")??) };
+        while next()? != "ready" {}
+        let before = zk.mntr();
+        writeln!(child.stdin.as_mut().ok_or("no stdin")?, "go")?;
+        let result = next()?;
+        let after = zk.mntr();
+        let _ = child.wait();
+        // curator handoffs <n> elapsed_ms <ms> cpu_ms <ms>
+        let f: Vec<&str> = result.split_whitespace().collect();
+        let num =
+            |i: usize| -> Res<u64> { Ok(f.get(i).ok_or("short Curator result")?.parse::<u64>()?) };
+        let (handoffs, elapsed, cpu) = (num(2)?, num(4)?, num(6)?);
+        let counters = before.zip(after).map(|(mut a, mut b)| {
+            a.client_cpu = Some(Duration::ZERO);
+            b.client_cpu = Some(Duration::from_millis(cpu));
+            (a, b)
+        });
+        Ok((handoffs, Duration::from_millis(elapsed), counters))
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.classes);
+    }
 }
 
 fn stats(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
@@ -352,7 +465,7 @@ fn uncontended(zk: &Zk, root: &str, label: &str) -> Res<()> {
 // ---------------------------------------------------------------------------------------------
 // 2. Contended handoffs/s: each thread its own Client and its own mutex on one path.
 
-fn contended(zk: &Zk, root: &str, label: &str) -> Res<()> {
+fn contended(zk: &Zk, root: &str, label: &str, curator: Option<&Curator>) -> Res<()> {
     println!("## 2. contended{label}, {CONTENDED_SECS} s per row, each thread: own Client + own InterProcessMutex on one path, loop acquire -> counter += 1 -> release");
     println!(
         "{:>8} {:>10} {:>12} {:>14} {:>12} {:>10} {COUNTER_HEAD}",
@@ -417,6 +530,23 @@ fn contended(zk: &Zk, root: &str, label: &str) -> Res<()> {
         );
         for c in clients {
             c.close();
+        }
+        if let Some(curator) = curator {
+            let (handoffs, elapsed, counters) = curator.run(zk, &format!("{path}-curator"), n)?;
+            let rate = handoffs as f64 / elapsed.as_secs_f64();
+            println!(
+                "{:>8} {handoffs:>10} {rate:>12.1} {:>14} {:>12} {:>9.2}s {}",
+                format!("C {n}"),
+                "-",
+                "-",
+                elapsed.as_secs_f64(),
+                PerOp(counters, handoffs as usize)
+            );
+            println!(
+                "{:>8} zklock / Curator handoffs/s: {:.2}x",
+                "",
+                total as f64 / (last - start).as_secs_f64() / rate
+            );
         }
     }
     println!();
