@@ -350,7 +350,17 @@ impl Curator {
         writeln!(child.stdin.as_mut().ok_or("no stdin")?, "go")?;
         let result = next()?;
         let after = zk.mntr();
-        let _ = child.wait();
+        // The JVM closes its clients and exits; a bench never hangs on it.
+        let deadline = Instant::now() + STALL;
+        while child.try_wait()?.is_none() {
+            if Instant::now() >= deadline {
+                eprintln!("the Curator JVM did not exit; killing it");
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
         // curator handoffs <n> elapsed_ms <ms> cpu_ms <ms>
         let f: Vec<&str> = result.split_whitespace().collect();
         let num =
