@@ -1,8 +1,17 @@
-// Curator 5's InterProcessMutex under the same load as benches/mutex.rs section 2: N threads,
-// each with its own CuratorFramework and mutex on one path, loop acquire -> counter += 1 ->
-// release for a fixed time. Run by the bench with --with-curator; prints one line:
+// Curator 5's InterProcessMutex under the same loads as benches/mutex (run by the bench with
+// --with-curator). Both modes print "ready" once set up, wait for a line on stdin, run, and print
+// one line.
+//
+// contended <connect> <threads> <millis> <path>: N threads, each with its own CuratorFramework
+// and mutex on one path, loop acquire -> counter += 1 -> release for a fixed time.
 //   curator handoffs <n> elapsed_ms <ms> cpu_ms <process CPU of the JVM>
+//
+// drain <connect> <queue> <clients> <hold_ms> <path>: a holder takes the lock, <queue> waiter
+// threads (each its own mutex, sharing <clients> CuratorFrameworks round-robin) queue behind it;
+// once all their nodes are there it prints ready, and on "go" the holder releases.
+//   curator drain_us <release to the last waiter done> head_us <first 10 %> tail_us <last 10 %> cpu_ms <ms>
 import java.lang.management.ManagementFactory;
+import java.util.Arrays;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
@@ -13,33 +22,128 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public class CuratorBench {
+    static final com.sun.management.OperatingSystemMXBean OS =
+        (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+
     public static void main(String[] args) throws Exception {
-        String connect = args[0];
-        int threads = Integer.parseInt(args[1]);
-        long millis = Long.parseLong(args[2]);
-        String path = args[3];
-        CuratorFramework[] clients = new CuratorFramework[threads];
-        for (int i = 0; i < threads; i++) {
+        String mode = args[0];
+        String connect = args[1];
+        if (mode.equals("contended")) {
+            int threads = Integer.parseInt(args[2]);
+            long millis = Long.parseLong(args[3]);
+            String path = args[4];
+            CuratorFramework[] clients = connect(connect, threads);
+            // Warm-up, so the JIT is not measured: a short contended run on another path.
+            run(clients, path + "-warmup", 1000);
+            awaitGo();
+            long cpu0 = OS.getProcessCpuTime();
+            long t0 = System.nanoTime();
+            long result = run(clients, path, millis);
+            long elapsed = (System.nanoTime() - t0) / 1_000_000;
+            long cpu = (OS.getProcessCpuTime() - cpu0) / 1_000_000;
+            System.out.println("curator handoffs " + result + " elapsed_ms " + elapsed + " cpu_ms " + cpu);
+            close(clients);
+        } else if (mode.equals("drain")) {
+            int queue = Integer.parseInt(args[2]);
+            CuratorFramework[] clients = connect(connect, Integer.parseInt(args[3]) + 1);
+            long hold = Long.parseLong(args[4]);
+            String path = args[5];
+            // Warm-up: a short drain on another path.
+            Drain warm = new Drain(clients, path + "-warmup", 20, hold);
+            warm.release();
+            warm.await();
+            Drain drain = new Drain(clients, path, queue, hold);
+            awaitGo();
+            long cpu0 = OS.getProcessCpuTime();
+            long t0 = System.nanoTime();
+            drain.release();
+            long[] done = drain.await();
+            long cpu = (OS.getProcessCpuTime() - cpu0) / 1_000_000;
+            Arrays.sort(done);
+            int k = Math.max(queue / 10, 1);
+            long total = done[queue - 1] - t0;
+            long head = done[k - 1] - t0;
+            long tail = done[queue - 1] - (queue > k ? done[queue - 1 - k] : t0);
+            System.out.println("curator drain_us " + total / 1000 + " head_us " + head / 1000
+                + " tail_us " + tail / 1000 + " cpu_ms " + cpu);
+            close(clients);
+        } else {
+            throw new IllegalArgumentException("mode: contended or drain");
+        }
+    }
+
+    static CuratorFramework[] connect(String connect, int n) throws Exception {
+        CuratorFramework[] clients = new CuratorFramework[n];
+        for (int i = 0; i < n; i++) {
             clients[i] = CuratorFrameworkFactory.newClient(connect, 30000, 15000,
                 new ExponentialBackoffRetry(100, 3));
             clients[i].start();
             clients[i].blockUntilConnected();
         }
-        // Warm-up, so the JIT is not measured: a short contended run on another path.
-        run(clients, path + "-warmup", 1000);
-        com.sun.management.OperatingSystemMXBean os =
-            (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        return clients;
+    }
+
+    static void close(CuratorFramework[] clients) {
+        for (CuratorFramework c : clients) {
+            c.close();
+        }
+    }
+
+    static void awaitGo() throws Exception {
         System.out.println("ready");
         System.out.flush();
         new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine(); // "go"
-        long cpu0 = os.getProcessCpuTime();
-        long t0 = System.nanoTime();
-        long result = run(clients, path, millis);
-        long elapsed = (System.nanoTime() - t0) / 1_000_000;
-        long cpu = (os.getProcessCpuTime() - cpu0) / 1_000_000;
-        System.out.println("curator handoffs " + result + " elapsed_ms " + elapsed + " cpu_ms " + cpu);
-        for (CuratorFramework c : clients) {
-            c.close();
+    }
+
+    // clients[0] holds; the waiters share the others.
+    static class Drain {
+        final InterProcessMutex holder;
+        final long[] done;
+        final CountDownLatch finished;
+
+        Drain(CuratorFramework[] clients, String path, int queue, long hold) throws Exception {
+            holder = new InterProcessMutex(clients[0], path);
+            holder.acquire();
+            done = new long[queue];
+            finished = new CountDownLatch(queue);
+            for (int i = 0; i < queue; i++) {
+                final int me = i;
+                final CuratorFramework client = clients[1 + i % (clients.length - 1)];
+                Thread t = new Thread(null, () -> {
+                    try {
+                        InterProcessMutex mutex = new InterProcessMutex(client, path);
+                        mutex.acquire();
+                        if (hold > 0) {
+                            Thread.sleep(hold);
+                        }
+                        mutex.release();
+                        done[me] = System.nanoTime();
+                    } catch (Exception e) {
+                        e.printStackTrace();
+                    } finally {
+                        finished.countDown();
+                    }
+                }, "waiter-" + i, 256 * 1024);
+                t.start();
+            }
+            long deadline = System.nanoTime() + 60_000_000_000L;
+            while (clients[0].getChildren().forPath(path).size() < queue + 1) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("the waiters did not queue in 60 s");
+                }
+                Thread.sleep(10);
+            }
+        }
+
+        void release() throws Exception {
+            holder.release();
+        }
+
+        long[] await() throws Exception {
+            if (!finished.await(60, java.util.concurrent.TimeUnit.SECONDS)) {
+                throw new IllegalStateException("the drain stalled for 60 s");
+            }
+            return done;
         }
     }
 
