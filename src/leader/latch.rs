@@ -2,22 +2,18 @@
 //! (`<path>/_c_<uuid>-latch-<seq10>`, data = id) through LockInternals and holds leadership
 //! while the node heads the queue, in our live session, and its health keeps to the policy.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-use super::term::Term;
-use super::{check_path, default_id, participants, Participant};
-use crate::client::{
-    is_watcher_thread, AclProvider, Client, ErrorPolicy, Listeners, Receiver, RecipeAcl,
-};
+use super::participant::{Candidate, Settings};
+use super::Participant;
+use crate::client::{is_watcher_thread, AclProvider, Client, ErrorPolicy, Listeners, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::locks::{LockInternals, Release, StandardDriver};
+use crate::locks::Acquired;
 
 /// Curator's lock node name for latches.
 const LATCH_NAME: &str = "latch-";
@@ -126,39 +122,22 @@ pub struct LeaderLatch {
 /// ```
 #[derive(Debug)]
 pub struct LeaderLatchBuilder {
-    client: Client,
-    path: String,
-    id: Option<String>,
+    settings: Settings,
     close_mode: CloseMode,
-    policy: Option<ErrorPolicy>,
-    acl: RecipeAcl,
 }
 
 struct Inner {
-    client: Client,
-    internals: LockInternals<Client>,
-    id: String,
+    candidate: Candidate<()>,
     close_mode: CloseMode,
-    policy: ErrorPolicy,
-    state: Mutex<State>,
-    changed: Condvar,
-    closed: AtomicBool,
     channels: Mutex<Vec<Sender<LeadershipChange>>>,
     listeners: Arc<Listeners<LeadershipChange>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-#[derive(Default)]
-struct State {
-    started: bool,
-    term: Option<Arc<Term>>,
 }
 
 impl LeaderLatchBuilder {
     /// The participant id, written into our node (Curator's `id`); default: host name and
     /// process id.
     pub fn id(mut self, id: &str) -> Self {
-        self.id = Some(id.to_owned());
+        self.settings.id(id);
         self
     }
 
@@ -172,46 +151,26 @@ impl LeaderLatchBuilder {
     /// Client's ([`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)). Other
     /// participants read each node's id, so give them READ on it.
     pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
-        self.acl = RecipeAcl(Some(Arc::new(provider)));
+        self.settings.acl_provider(provider);
         self
     }
 
     /// When leadership is given up because of the connection; default: the Client's
     /// ([`ClientBuilder::error_policy`](crate::ClientBuilder::error_policy)).
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
-        self.policy = Some(policy);
+        self.settings.error_policy(policy);
         self
     }
 
     /// The latch, not yet taking part: call [`LeaderLatch::start`].
     pub fn build(self) -> Result<LeaderLatch> {
-        check_path(&self.path)?;
-        let id = self.id.unwrap_or_else(default_id);
-        let internals = LockInternals::new(
-            self.client.clone(),
-            &self.path,
-            LATCH_NAME,
-            Arc::new(StandardDriver),
-            crate::locks::Leases::Fixed(1),
-        )?
-        .without_holder_marks();
-        internals.set_node_data(Some(id.clone().into_bytes()))?;
-        if let Some(provider) = self.acl.0 {
-            internals.set_acl_provider(provider);
-        }
         Ok(LeaderLatch {
             inner: Arc::new(Inner {
-                policy: self.policy.unwrap_or(self.client.error_policy()),
-                client: self.client,
-                internals,
-                id,
+                // No holder marks: Curator's latches do not follow data changes.
+                candidate: self.settings.build(LATCH_NAME, false, ())?,
                 close_mode: self.close_mode,
-                state: Mutex::new(State::default()),
-                changed: Condvar::new(),
-                closed: AtomicBool::new(false),
                 channels: Mutex::new(Vec::new()),
                 listeners: Arc::new(Listeners::default()),
-                thread: Mutex::new(None),
             }),
         })
     }
@@ -226,51 +185,27 @@ impl LeaderLatch {
     /// Configures a latch on `path`.
     pub fn builder(client: &Client, path: &str) -> LeaderLatchBuilder {
         LeaderLatchBuilder {
-            client: client.clone(),
-            path: path.to_owned(),
-            id: None,
+            settings: Settings::new(client, path),
             close_mode: CloseMode::default(),
-            policy: None,
-            acl: RecipeAcl::default(),
         }
     }
 
     /// Starts taking part, in the background; returns at once. Fails if the latch was started
     /// before or closed.
     pub fn start(&self) -> Result<()> {
-        if self.inner.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        {
-            let mut state = self.inner.state.lock();
-            if state.started {
-                return Err(Error::invalid("the latch was started already"));
-            }
-            state.started = true;
-        }
         let inner = self.inner.clone();
-        let handle = thread::Builder::new()
-            .name("zklock-latch".into())
-            .spawn(move || inner.run())
-            .map_err(|e| Error::thread_start("zklock-latch", &e))?;
-        *self.inner.thread.lock() = Some(handle);
-        Ok(())
+        self.inner.candidate.start("latch", move || inner.run())
     }
 
     /// Whether we lead now: a term is on and its node's health, computed now, keeps to the
     /// error policy.
     pub fn has_leadership(&self) -> bool {
-        self.inner
-            .state
-            .lock()
-            .term
-            .as_ref()
-            .is_some_and(|t| !t.is_over())
+        self.inner.candidate.state.lock().leads()
     }
 
     /// The current term's epoch (fencing token), while we lead.
     pub fn epoch(&self) -> Option<u64> {
-        let term = self.inner.state.lock().term.clone()?;
+        let term = self.inner.candidate.state.lock().term.clone()?;
         (!term.is_over()).then(|| term.epoch())
     }
 
@@ -301,21 +236,22 @@ impl LeaderLatch {
         if !deadline.expired() && is_watcher_thread() {
             return Err(Error::OnWatcherThread);
         }
-        let mut state = self.inner.state.lock();
+        let candidate = &self.inner.candidate;
+        let mut state = candidate.state.lock();
         loop {
-            if self.inner.closed.load(Ordering::SeqCst) || !state.started {
+            if candidate.is_closed() || !state.started {
                 return Err(Error::Closed);
             }
-            if state.term.as_ref().is_some_and(|t| !t.is_over()) {
+            if state.leads() {
                 return Ok(true);
             }
             match until {
                 Some(at) => {
-                    if self.inner.changed.wait_until(&mut state, at).timed_out() {
-                        return Ok(state.term.as_ref().is_some_and(|t| !t.is_over()));
+                    if candidate.changed.wait_until(&mut state, at).timed_out() {
+                        return Ok(state.leads());
                     }
                 }
-                None => self.inner.changed.wait(&mut state),
+                None => candidate.changed.wait(&mut state),
             }
         }
     }
@@ -325,7 +261,7 @@ impl LeaderLatch {
     /// # Blocking and errors
     /// As [`participants`](Self::participants).
     pub fn leader(&self) -> Result<Option<Participant>> {
-        Ok(self.participants()?.into_iter().next())
+        self.inner.candidate.leader()
     }
 
     /// Every participant, the leader first (read from the server, as Curator does).
@@ -337,17 +273,17 @@ impl LeaderLatch {
     /// A connection error if the server cannot be reached in time; a participant whose node
     /// goes meanwhile is left out.
     pub fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.inner.client, &self.inner.internals)
+        self.inner.candidate.participants()
     }
 
     /// This latch's participant id.
     pub fn id(&self) -> &str {
-        &self.inner.id
+        &self.inner.candidate.id
     }
 
     /// Our node's path while we take part and our node is queued and leads, if it does.
     pub fn leader_node(&self) -> Option<String> {
-        let term = self.inner.state.lock().term.clone()?;
+        let term = self.inner.candidate.state.lock().term.clone()?;
         Some(term.node().to_owned())
     }
 
@@ -379,13 +315,8 @@ impl LeaderLatch {
     /// # Errors
     /// None today; the `Result` is kept for Curator's signature (its `close()` throws).
     pub fn close(&self) -> Result<()> {
-        self.inner.close();
-        let handle = self.inner.thread.lock().take();
-        if let Some(handle) = handle {
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.inner.candidate.close();
+        self.inner.candidate.join();
         Ok(())
     }
 }
@@ -393,104 +324,57 @@ impl LeaderLatch {
 impl Drop for LeaderLatch {
     /// Closes in the background: returns at once.
     fn drop(&mut self) {
-        self.inner.close();
+        self.inner.candidate.close();
     }
 }
 
 impl std::fmt::Debug for LeaderLatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaderLatch")
-            .field("path", &self.inner.internals.path)
-            .field("id", &self.inner.id)
-            .finish_non_exhaustive()
+        self.inner.candidate.fmt_as("LeaderLatch", f)
     }
 }
 
 impl Inner {
-    fn close(&self) {
-        if self.closed.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        self.internals.cancel_waiters();
-        let term = self.state.lock().term.clone();
-        if let Some(term) = term {
-            term.end();
-        }
-        self.changed.notify_all();
-    }
-
     fn tell(&self, change: LeadershipChange) {
-        tracing::info!("{}: {change:?}", self.internals.path);
+        tracing::info!("{}: {change:?}", self.candidate.internals.path);
         self.channels.lock().retain(|tx| tx.send(change).is_ok());
         let listeners = self.listeners.clone();
-        self.client
+        self.candidate
+            .client
             .on_watcher_thread(move || listeners.call(u64::MAX, change));
     }
 
     /// The latch's thread: queue, lead, give up, queue again, until closed.
     fn run(self: Arc<Self>) {
         let mut pause = Duration::from_millis(100);
-        while !self.closed.load(Ordering::SeqCst) {
-            match self.internals.attempt_lock(Deadline::NEVER) {
-                Ok(Some(acquired)) => {
-                    pause = Duration::from_millis(100);
-                    self.lead(acquired);
-                }
-                Ok(None) | Err(Error::Cancelled) => {}
-                Err(e) => {
-                    tracing::warn!("{}: taking part failed: {e}", self.internals.path);
-                    self.rest(pause);
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
+        while !self.candidate.is_closed() {
+            if let Some(acquired) = self.candidate.attempt(&mut pause, |_| {}) {
+                self.lead(acquired);
             }
         }
     }
 
     /// One term: from the grant until the term is over; then our node goes.
-    fn lead(self: &Arc<Self>, acquired: crate::locks::Acquired) {
+    fn lead(self: &Arc<Self>, acquired: Acquired) {
         let woken = Arc::downgrade(self);
-        let term = Arc::new(Term::begin(
-            &self.client,
-            acquired,
-            self.policy,
-            move || {
-                if let Some(inner) = woken.upgrade() {
-                    inner.changed.notify_all();
-                }
-            },
-        ));
-        {
-            let mut state = self.state.lock();
-            if self.closed.load(Ordering::SeqCst) {
-                term.end();
+        let (term, state) = self.candidate.begin(acquired, move || {
+            if let Some(inner) = woken.upgrade() {
+                inner.candidate.changed.notify_all();
             }
-            state.term = Some(term.clone());
-            // Told under the lock: a channel opened once `await_leadership` returned does not
-            // hear this term's Gained.
-            if !term.is_over() {
-                self.tell(LeadershipChange::Gained {
-                    epoch: term.epoch(),
-                });
-            }
+        });
+        // Told under the lock: a channel opened once `await_leadership` returned does not
+        // hear this term's Gained.
+        if !term.is_over() {
+            self.tell(LeadershipChange::Gained {
+                epoch: term.epoch(),
+            });
         }
-        self.changed.notify_all();
+        drop(state);
+        self.candidate.changed.notify_all();
         term.wait_over(None);
-        self.state.lock().term = None;
-        self.changed.notify_all();
-        let _ = self
-            .internals
-            .release(term.node(), term.session(), Release::Background);
-        let closed = self.closed.load(Ordering::SeqCst);
-        if !closed || self.close_mode == CloseMode::NotifyLeader {
+        self.candidate.end(&term);
+        if !self.candidate.is_closed() || self.close_mode == CloseMode::NotifyLeader {
             self.tell(LeadershipChange::Lost);
-        }
-    }
-
-    /// Sleeps up to `d`, cut short by close.
-    fn rest(&self, d: Duration) {
-        let mut state = self.state.lock();
-        if !self.closed.load(Ordering::SeqCst) {
-            self.changed.wait_for(&mut state, d);
         }
     }
 }

@@ -3,19 +3,18 @@
 //! the closure's return ends the term. `elect` is the same term on the caller's thread.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
+use super::participant::{election, Candidate, Settings};
 use super::term::Term;
-use super::{check_path, default_id, participants, Participant};
-use crate::client::{AclProvider, Client, ErrorPolicy, LockHealth, Receiver, RecipeAcl};
+use super::Participant;
+use crate::client::{AclProvider, Client, ErrorPolicy, LockHealth, Receiver};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::locks::{Acquired, Leases, LockInternals, Release, StandardDriver};
+use crate::locks::{Acquired, LockInternals, Release};
 
 /// Curator's lock node name for mutexes and leader selectors.
 const LOCK_NAME: &str = "lock-";
@@ -153,39 +152,26 @@ pub struct LeaderSelector {
 /// ```
 #[derive(Debug)]
 pub struct LeaderSelectorBuilder {
-    client: Client,
-    path: String,
-    id: Option<String>,
+    settings: Settings,
     auto_requeue: bool,
-    policy: Option<ErrorPolicy>,
-    acl: RecipeAcl,
 }
 
 struct Inner {
-    client: Client,
-    internals: LockInternals<Client>,
-    id: String,
-    policy: ErrorPolicy,
+    candidate: Candidate<Queue>,
     auto_requeue: bool,
     task: Mutex<Task>,
-    state: Mutex<State>,
-    changed: Condvar,
-    closed: AtomicBool,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-#[derive(Default)]
-struct State {
-    started: bool,
-    /// Take part (again) when the current turn is over.
+/// The selector's part of the state.
+struct Queue {
+    /// Take part when the thread is free: from the start, and after a term when requeued.
     queued: bool,
-    term: Option<Arc<Term>>,
 }
 
 impl LeaderSelectorBuilder {
     /// The participant id, written into our node; default: host name and process id.
     pub fn id(mut self, id: &str) -> Self {
-        self.id = Some(id.to_owned());
+        self.settings.id(id);
         self
     }
 
@@ -199,13 +185,13 @@ impl LeaderSelectorBuilder {
     /// Client's ([`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)). Other
     /// participants read each node's id, so give them READ on it.
     pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
-        self.acl = RecipeAcl(Some(Arc::new(provider)));
+        self.settings.acl_provider(provider);
         self
     }
 
     /// When leadership is given up because of the connection; default: the Client's.
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
-        self.policy = Some(policy);
+        self.settings.error_policy(policy);
         self
     }
 
@@ -215,40 +201,16 @@ impl LeaderSelectorBuilder {
         self,
         lead: impl FnMut(&Leadership) -> Result<()> + Send + 'static,
     ) -> Result<LeaderSelector> {
-        let id = self.id.unwrap_or_else(default_id);
-        let internals = election(&self.client, &self.path, &id)?;
-        if let Some(provider) = self.acl.0 {
-            internals.set_acl_provider(provider);
-        }
         Ok(LeaderSelector {
             inner: Arc::new(Inner {
-                policy: self.policy.unwrap_or(self.client.error_policy()),
-                client: self.client,
-                internals,
-                id,
+                candidate: self
+                    .settings
+                    .build(LOCK_NAME, true, Queue { queued: true })?,
                 auto_requeue: self.auto_requeue,
                 task: Mutex::new(Box::new(lead)),
-                state: Mutex::new(State::default()),
-                changed: Condvar::new(),
-                closed: AtomicBool::new(false),
-                thread: Mutex::new(None),
             }),
         })
     }
-}
-
-/// The mutex an election on `path` queues on, our node's data being `id`.
-fn election(client: &Client, path: &str, id: &str) -> Result<LockInternals<Client>> {
-    check_path(path)?;
-    let internals = LockInternals::new(
-        client.clone(),
-        path,
-        LOCK_NAME,
-        Arc::new(StandardDriver),
-        Leases::Fixed(1),
-    )?;
-    internals.set_node_data(Some(id.as_bytes().to_vec()))?;
-    Ok(internals)
 }
 
 impl LeaderSelector {
@@ -264,56 +226,37 @@ impl LeaderSelector {
     /// Configures a selector on `path`.
     pub fn builder(client: &Client, path: &str) -> LeaderSelectorBuilder {
         LeaderSelectorBuilder {
-            client: client.clone(),
-            path: path.to_owned(),
-            id: None,
+            settings: Settings::new(client, path),
             auto_requeue: false,
-            policy: None,
-            acl: RecipeAcl::default(),
         }
     }
 
     /// Starts taking part, on the selector's own thread; returns at once.
     pub fn start(&self) -> Result<()> {
-        if self.inner.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        {
-            let mut state = self.inner.state.lock();
-            if state.started {
-                return Err(Error::invalid("the selector was started already"));
-            }
-            state.started = true;
-            state.queued = true;
-        }
         let inner = self.inner.clone();
-        let handle = thread::Builder::new()
-            .name("zklock-selector".into())
-            .spawn(move || inner.run())
-            .map_err(|e| Error::thread_start("zklock-selector", &e))?;
-        *self.inner.thread.lock() = Some(handle);
-        Ok(())
+        self.inner.candidate.start("selector", move || inner.run())
     }
 
     /// Takes part once more after the current turn (Curator's `requeue()`); whether it was not
     /// queued already. Fails before `start` and after `close`.
     pub fn requeue(&self) -> Result<bool> {
-        if self.inner.closed.load(Ordering::SeqCst) {
+        let candidate = &self.inner.candidate;
+        if candidate.is_closed() {
             return Err(Error::Closed);
         }
-        let mut state = self.inner.state.lock();
+        let mut state = candidate.state.lock();
         if !state.started {
             return Err(Error::invalid("the selector was not started"));
         }
-        let fresh = !state.queued;
-        state.queued = true;
-        self.inner.changed.notify_all();
+        let fresh = !state.own.queued;
+        state.own.queued = true;
+        candidate.changed.notify_all();
         Ok(fresh)
     }
 
     /// Cancels the current term's [`Leadership`]: the closure is expected to return.
     pub fn interrupt_leadership(&self) {
-        let term = self.inner.state.lock().term.clone();
+        let term = self.inner.candidate.state.lock().term.clone();
         if let Some(term) = term {
             term.end();
         }
@@ -321,12 +264,7 @@ impl LeaderSelector {
 
     /// Whether we lead now: a term is on and not cancelled.
     pub fn has_leadership(&self) -> bool {
-        self.inner
-            .state
-            .lock()
-            .term
-            .as_ref()
-            .is_some_and(|t| !t.is_over())
+        self.inner.candidate.state.lock().leads()
     }
 
     /// The participant that leads: the holder of the election's mutex (read from the server).
@@ -334,7 +272,7 @@ impl LeaderSelector {
     /// # Blocking and errors
     /// As [`participants`](Self::participants).
     pub fn leader(&self) -> Result<Option<Participant>> {
-        Ok(self.participants()?.into_iter().next())
+        self.inner.candidate.leader()
     }
 
     /// Every participant in queue order, the leader first (read from the server).
@@ -345,18 +283,18 @@ impl LeaderSelector {
     /// # Errors
     /// A connection error if the server cannot be reached in time.
     pub fn participants(&self) -> Result<Vec<Participant>> {
-        participants(&self.inner.client, &self.inner.internals)
+        self.inner.candidate.participants()
     }
 
     /// This selector's participant id.
     pub fn id(&self) -> &str {
-        &self.inner.id
+        &self.inner.candidate.id
     }
 
     /// Stops taking part: a waiting turn ends at once, a running term is cancelled, and our node
     /// goes when the closure returns. Returns at once; idempotent.
     pub fn close(&self) {
-        self.inner.close();
+        self.inner.candidate.close();
     }
 
     /// [`close`](Self::close), then waits up to `timeout` for the selector's thread to end
@@ -366,117 +304,77 @@ impl LeaderSelector {
     /// At most `timeout`; a closure that ignores its cancellation keeps the thread (and the
     /// node) until it returns, and `false` says so.
     pub fn close_timeout(&self, timeout: Duration) -> bool {
-        self.inner.close();
+        let candidate = &self.inner.candidate;
+        candidate.close();
         let deadline = Deadline::after(timeout);
-        let mut state = self.inner.state.lock();
+        let mut state = candidate.state.lock();
         while state.started {
             match deadline.instant() {
                 Some(at) => {
-                    if self.inner.changed.wait_until(&mut state, at).timed_out() {
+                    if candidate.changed.wait_until(&mut state, at).timed_out() {
                         return !state.started;
                     }
                 }
-                None => self.inner.changed.wait(&mut state),
+                None => candidate.changed.wait(&mut state),
             }
         }
         drop(state);
-        if let Some(handle) = self.inner.thread.lock().take() {
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        candidate.join();
         true
     }
 }
 
 impl Drop for LeaderSelector {
     fn drop(&mut self) {
-        self.inner.close();
+        self.inner.candidate.close();
     }
 }
 
 impl std::fmt::Debug for LeaderSelector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaderSelector")
-            .field("path", &self.inner.internals.path)
-            .field("id", &self.inner.id)
-            .finish_non_exhaustive()
+        self.inner.candidate.fmt_as("LeaderSelector", f)
     }
 }
 
 impl Inner {
-    fn close(&self) {
-        if self.closed.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        self.internals.cancel_waiters();
-        let term = self.state.lock().term.clone();
-        if let Some(term) = term {
-            term.end();
-        }
-        self.changed.notify_all();
-    }
-
     /// The selector's thread: wait to be queued, take part, lead, until closed.
     fn run(self: Arc<Self>) {
+        let candidate = &self.candidate;
         let mut pause = Duration::from_millis(100);
         loop {
             {
-                let mut state = self.state.lock();
-                while !state.queued && !self.closed.load(Ordering::SeqCst) {
-                    self.changed.wait(&mut state);
+                let mut state = candidate.state.lock();
+                while !state.own.queued && !candidate.is_closed() {
+                    candidate.changed.wait(&mut state);
                 }
-                if self.closed.load(Ordering::SeqCst) {
+                if candidate.is_closed() {
                     state.started = false;
-                    self.changed.notify_all();
+                    candidate.changed.notify_all();
                     return;
                 }
-                state.queued = false;
+                state.own.queued = false;
             }
-            match self.internals.attempt_lock(Deadline::NEVER) {
-                Ok(Some(acquired)) => {
-                    pause = Duration::from_millis(100);
-                    self.lead(acquired);
-                    if self.auto_requeue {
-                        self.state.lock().queued = true;
-                    }
-                }
-                Ok(None) | Err(Error::Cancelled) => {}
-                Err(e) => {
-                    tracing::warn!("{}: taking part failed: {e}", self.internals.path);
-                    let mut state = self.state.lock();
-                    state.queued = true;
-                    if !self.closed.load(Ordering::SeqCst) {
-                        self.changed.wait_for(&mut state, pause);
-                    }
-                    pause = (pause * 2).min(Duration::from_secs(2));
+            if let Some(acquired) = candidate.attempt(&mut pause, |s| s.own.queued = true) {
+                self.lead(acquired);
+                if self.auto_requeue {
+                    candidate.state.lock().own.queued = true;
                 }
             }
         }
     }
 
     fn lead(&self, acquired: Acquired) {
-        let term = Arc::new(Term::begin(&self.client, acquired, self.policy, || {}));
-        {
-            let mut state = self.state.lock();
-            if self.closed.load(Ordering::SeqCst) {
-                term.end();
-            }
-            state.term = Some(term.clone());
-        }
+        let (term, state) = self.candidate.begin(acquired, || {});
+        drop(state);
         let leadership = Leadership {
             term: term.clone(),
-            id: self.id.clone(),
+            id: self.candidate.id.clone(),
         };
         if !term.is_over() {
             let mut task = self.task.lock();
-            run_term(&self.internals.path, &leadership, |l| (*task)(l));
+            run_term(&self.candidate.internals.path, &leadership, |l| (*task)(l));
         }
-        term.end();
-        self.state.lock().term = None;
-        let _ = self
-            .internals
-            .release(term.node(), term.session(), Release::Background);
+        self.candidate.end(&term);
     }
 }
 
@@ -516,7 +414,7 @@ pub fn elect<T>(
     id: &str,
     f: impl FnOnce(&Leadership) -> T,
 ) -> Result<T> {
-    let internals = election(client, path, id)?;
+    let internals = election(client, path, LOCK_NAME, id)?;
     let acquired = internals
         .attempt_lock(Deadline::NEVER)?
         .ok_or(Error::Timeout)?;
