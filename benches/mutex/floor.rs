@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_executor::Executor;
 use zookeeper_client as zk;
 
-use crate::{Res, SESSION_TIMEOUT};
+use crate::{Res, SESSION_TIMEOUT, STALL};
 
 struct Spawner(Arc<Executor<'static>>);
 
@@ -70,7 +70,12 @@ pub async fn acquire(zk: &zk::Client, dir: &str) -> Res<String> {
             .await
         {
             Ok((_, _, watch)) => {
-                watch.changed().await;
+                // Bounded, as every wait of the bench: a stuck queue fails the run.
+                let stalled = async {
+                    async_io::Timer::after(STALL).await;
+                    Err(format!("the floor's predecessor did not go in {STALL:?}"))
+                };
+                futures_lite::future::or(async { Ok(watch.changed().await) }, stalled).await?;
             }
             Err(zk::Error::NoNode) => {}
             Err(e) => return Err(e.into()),
