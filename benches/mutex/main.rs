@@ -330,9 +330,17 @@ struct Race {
     counter: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     barrier: Arc<Barrier>,
+    /// This contender has passed the barrier.
+    started: Arc<AtomicBool>,
 }
 
 impl Race {
+    /// Waits for every contender and the clock.
+    fn start(&self) {
+        self.started.store(true, Ordering::Release);
+        self.barrier.wait();
+    }
+
     fn bump(&self) {
         let v = self.counter.load(Ordering::SeqCst);
         self.counter.store(v + 1, Ordering::SeqCst);
@@ -360,11 +368,23 @@ where
         counter: Arc::new(AtomicU64::new(0)),
         stop: Arc::new(AtomicBool::new(false)),
         barrier: Arc::new(Barrier::new(n + 1)),
+        started: Arc::new(AtomicBool::new(false)),
     };
     let handles: Vec<_> = (0..n)
         .map(|_| {
-            let (race, contender) = (race.clone(), contender.clone());
-            thread::spawn(move || contender(race))
+            let race = Race {
+                started: Arc::new(AtomicBool::new(false)),
+                ..race.clone()
+            };
+            let contender = contender.clone();
+            thread::spawn(move || {
+                let outcome = contender(race.clone());
+                // Failed before the start: still let the others (and the clock) go.
+                if !race.started.load(Ordering::Acquire) {
+                    race.barrier.wait();
+                }
+                outcome
+            })
         })
         .collect();
     let before = zk.mntr();
@@ -418,7 +438,7 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
             let dir = dir.clone();
             floor::with_session(&connect, |wire| async move {
                 floor::mkdirs(&wire, &dir).await?;
-                race.barrier.wait();
+                race.start();
                 let (cpu, mut mine) = (thread_cpu(), 0);
                 while race.running() {
                     let node = floor::acquire(&wire, &dir).await?;
@@ -440,7 +460,7 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                 .pop()
                 .ok_or("no Client")?;
             let mutex = InterProcessMutex::new(&client, &zk_path)?;
-            race.barrier.wait();
+            race.start();
             let (cpu, mut mine) = (thread_cpu(), 0);
             while race.running() {
                 mutex.acquire()?;
