@@ -540,3 +540,48 @@ fn clones_share_the_mutex_and_its_holds() {
     drop(guard);
     assert!(!mutex.is_acquired_in_this_process());
 }
+
+/// A waiter granted the moment the holder ahead of it goes (without listing the queue again)
+/// is kept from the read that confirmed its node is still there: deleting that node reads Lost,
+/// and nothing stays watched after the release.
+#[test]
+fn a_waiter_granted_when_its_predecessor_goes_is_kept_from_its_first_read() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let cs = server.connect_string();
+    let path = "/locks/fast-path";
+    let (a, b) = (session_client(&cs), session_client(&cs));
+    let first = InterProcessMutex::new(&a, path).unwrap();
+    let second = Arc::new(InterProcessMutex::new(&b, path).unwrap());
+    let events = second.health_events();
+    first.acquire().unwrap();
+    let (granted_tx, granted) = crossbeam_channel::bounded(1);
+    let (release_tx, release) = crossbeam_channel::bounded::<()>(1);
+    let waiter = {
+        let second = second.clone();
+        thread::spawn(move || {
+            second.acquire().unwrap();
+            granted_tx
+                .send((second.lock_node().unwrap(), second.health()))
+                .unwrap();
+            release.recv().unwrap();
+            second.release()
+        })
+    };
+    wait_for("the waiter's node", || {
+        first.participant_nodes().unwrap().len() == 2
+    });
+    first.release().unwrap();
+    let (node, health) = granted.recv_timeout(patience()).unwrap();
+    assert_eq!(health, Some(LockHealth::Held));
+    let admin = session_client(&cs);
+    admin.delete(&node).unwrap();
+    let e = events.recv_timeout(patience()).unwrap();
+    assert_eq!(
+        (e.health, e.node.as_str()),
+        (LockHealth::Lost, node.as_str())
+    );
+    release_tx.send(()).unwrap();
+    assert!(matches!(waiter.join().unwrap(), Err(Error::LockLost)));
+    assert_clean(|| server.four_letter("wchc").unwrap(), &admin, path);
+}

@@ -52,6 +52,26 @@ pub enum LockHealth {
 /// Told the held node's data whenever the keeper reads it.
 pub(crate) type OnData = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
+/// A held node already read with a watch by its acquire (the check that our node still exists
+/// after our predecessor went): the keeper starts from it instead of reading the node again.
+/// Without a watch (`inner` empty) it only records that the node was seen.
+#[derive(Default)]
+pub(crate) struct Primed(Option<PrimedWatch>);
+
+impl std::fmt::Debug for Primed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primed")
+            .field("watch", &self.0.as_ref().map(|w| w.session))
+            .finish()
+    }
+}
+
+struct PrimedWatch {
+    session: i64,
+    data: Vec<u8>,
+    watcher: zk::OneshotWatcher,
+}
+
 /// Stops the keeper when dropped.
 pub(crate) struct KeeperGuard(Signal);
 
@@ -74,6 +94,28 @@ impl Client {
         worst(reported, lease)
     }
 
+    /// Reads a node we are about to hold with the watch its keeper will need, so that the
+    /// check "our node is still there" and the keeper's first read are one request; `None` if
+    /// the node is gone.
+    pub(crate) fn prime_keeper(
+        &self,
+        path: &str,
+        call: &mut super::Call,
+    ) -> crate::Result<Option<Primed>> {
+        let read = self.run("prime_keeper", call, |zk, _| async move {
+            match zk.get_and_watch_data(path).await {
+                Ok((data, _, watcher)) => Ok(Some(PrimedWatch {
+                    session: zk.session_id().0,
+                    data,
+                    watcher,
+                })),
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(e) => Err(crate::Error::from_zk(e, path)),
+            }
+        })?;
+        Ok(read.map(|w| Primed(Some(w))))
+    }
+
     /// Watches `path` (owned by session `owner`, or 0 for a persistent node) and calls `report`
     /// on every health change, and `on_data` with the node's data whenever it is read (when the
     /// keeper starts and after every change: the lock layer decides what the data means, e.g.
@@ -92,6 +134,7 @@ impl Client {
         owner: i64,
         report: Arc<dyn Fn(LockHealth) + Send + Sync>,
         on_data: Option<OnData>,
+        primed: Option<Primed>,
     ) -> KeeperGuard {
         let cancel = Signal::default();
         let mut node = Kept {
@@ -112,8 +155,12 @@ impl Client {
         match zk {
             Some(zk) if zk.session_id().0 == owner => {
                 let shared = self.inner.shared.clone();
+                let primed = primed
+                    .and_then(|p| p.0)
+                    .filter(|p| p.session == owner)
+                    .map(|p| (p.data, p.watcher));
                 self.shared().spawn(async move {
-                    match keep(&zk, &ended, &mut node).await {
+                    match keep(&zk, &ended, &mut node, primed).await {
                         End::Stopped => {}
                         End::Lost => node.report(LockHealth::Lost),
                         End::GivenUp => {
@@ -180,7 +227,7 @@ async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
             }
         };
         backoff.reset();
-        if let End::Stopped = keep(&zk, &ended, &mut node).await {
+        if let End::Stopped = keep(&zk, &ended, &mut node, None).await {
             return;
         }
         // Deleted, or only our session ended: a live session tells which.
@@ -193,7 +240,13 @@ async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
     }
 }
 
-async fn keep(zk: &zk::Client, ended: &Signal, node: &mut Kept) -> End {
+/// `primed`: the node's data and watch, read already in this session.
+async fn keep(
+    zk: &zk::Client,
+    ended: &Signal,
+    node: &mut Kept,
+    mut primed: Option<(Vec<u8>, zk::OneshotWatcher)>,
+) -> End {
     enum Ev {
         Stop,
         Ended,
@@ -221,13 +274,22 @@ async fn keep(zk: &zk::Client, ended: &Signal, node: &mut Kept) -> End {
         if cancel.is_set() {
             return End::Stopped;
         }
-        let armed = future::or(async { Err(interrupt().await) }, async {
-            Ok(zk.get_and_watch_data(&path).await)
-        });
-        let watcher = match armed.await {
+        let armed = match primed.take() {
+            Some((data, watcher)) => Ok(Ok((data, watcher))),
+            None => {
+                future::or(async { Err(interrupt().await) }, async {
+                    Ok(zk
+                        .get_and_watch_data(&path)
+                        .await
+                        .map(|(data, _, watcher)| (data, watcher)))
+                })
+                .await
+            }
+        };
+        let watcher = match armed {
             Err(Ev::Stop) => return End::Stopped,
             Err(_) => return End::GivenUp,
-            Ok(Ok((data, _, watcher))) => {
+            Ok(Ok((data, watcher))) => {
                 node.report(LockHealth::Held);
                 if let Some(f) = &node.on_data {
                     f(&data);

@@ -30,7 +30,7 @@ pub(crate) use self::builder::MAX_DATA_LEN;
 pub use self::channel::Receiver;
 pub(crate) use self::cleanup::Doomed;
 pub use self::keeper::LockHealth;
-pub(crate) use self::keeper::{KeeperGuard, OnData};
+pub(crate) use self::keeper::{KeeperGuard, OnData, Primed};
 pub(crate) use self::runtime::Runtime;
 pub(crate) use self::runtime::Signal;
 use self::session::Shared;

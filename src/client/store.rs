@@ -9,7 +9,7 @@ use super::acl::{AclSource, SharedAcl};
 use super::runtime::{Handoff, Signal};
 use super::types::{Acl, CreateMode, Stat};
 use super::watcher::{Registration, Waiter, WatchTarget};
-use super::{check_data, cleanup, Call, Client, Doomed, WatchGuard};
+use super::{check_data, cleanup, Call, Client, Doomed, Primed, WatchGuard};
 use crate::error::{Error, Result};
 use crate::path;
 
@@ -197,6 +197,9 @@ pub(crate) trait Store: Send + Sync {
     /// A data watch on `path` that wakes `waiter`, with the node's stat and data; `None` if the
     /// node does not exist.
     fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>>;
+    /// Reads a node about to be held with the watch its keeper will start from; `None` if the
+    /// node is gone.
+    fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
     /// Marks a granted holder's node (setData at version 0), in the background.
     fn mark_holder(&self, path: &str, data: &[u8]);
     /// Guaranteed delete, in the background, through whatever session is current.
@@ -307,6 +310,10 @@ impl Store for Client {
             Err(Error::NoNode(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>> {
+        Client::prime_keeper(self, path, call)
     }
 
     fn mark_holder(&self, path: &str, data: &[u8]) {

@@ -95,7 +95,13 @@ impl Term {
                 }
             }
         };
-        let keeper = client.keep_node(&acquired.path, acquired.session, Arc::new(report), None);
+        let keeper = client.keep_node(
+            &acquired.path,
+            acquired.session,
+            Arc::new(report),
+            None,
+            acquired.primed,
+        );
         Term {
             client: client.clone(),
             node: acquired.path,

@@ -16,8 +16,8 @@ use super::driver::{LockDriver, LockNode, Predicate};
 pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
-    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, SharedAcl, Signal, Stat,
-    Store, Waiter, WatchEventKind,
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Primed, SharedAcl, Signal,
+    Stat, Store, Waiter, WatchEventKind,
 };
 
 /// A holder marks its node only when the queue it last listed held at least this many other
@@ -36,13 +36,15 @@ use crate::error::{Error, Result};
 use crate::{metrics, path};
 
 /// A granted attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Acquired {
     pub(crate) path: String,
     /// Rises strictly across successive holders of the lock path.
     pub(crate) token: u64,
     /// The session our node belongs to.
     pub(crate) session: i64,
+    /// Our node as read by the grant, for the keeper to start from.
+    pub(crate) primed: Option<Primed>,
 }
 
 pub(crate) struct LockInternals<S: Store> {
@@ -119,6 +121,7 @@ enum Outcome {
     Granted {
         token: u64,
         mark: bool,
+        primed: Option<Primed>,
     },
     TimedOut,
     /// Our node vanished or belongs to an ended session: start over with a new node.
@@ -241,7 +244,11 @@ impl<S: Store> LockInternals<S> {
                 owner: stat.ephemeral_owner,
             };
             match self.wait_for_lock(&our_path, &stat, &mut call, wait, cancel) {
-                Ok(Outcome::Granted { token, mark }) => {
+                Ok(Outcome::Granted {
+                    token,
+                    mark,
+                    primed,
+                }) => {
                     cleanup.path = None;
                     if mark {
                         self.store.mark_holder(&our_path, &self.current_data());
@@ -251,6 +258,7 @@ impl<S: Store> LockInternals<S> {
                         path: our_path,
                         token,
                         session,
+                        primed,
                     }));
                 }
                 Ok(Outcome::TimedOut) | Err(Error::Timeout) => return Ok(None),
@@ -285,6 +293,7 @@ impl<S: Store> LockInternals<S> {
             path,
             token: stat.czxid as u64,
             session: stat.ephemeral_owner,
+            primed: None,
         })
     }
 
@@ -330,10 +339,11 @@ impl<S: Store> LockInternals<S> {
         // With one lease, a marked node holds and so has nothing ahead of it. With more, a
         // holder may have others ahead, so marks say nothing about our turn.
         let marks = self.holder_marks && fifo && self.leases == Leases::Fixed(1);
-        let granted = |mark| {
+        let granted = |mark, primed| {
             Ok(Outcome::Granted {
                 token: stat.czxid as u64,
                 mark,
+                primed,
             })
         };
         let waiter = Arc::new(Waiter::default());
@@ -380,6 +390,7 @@ impl<S: Store> LockInternals<S> {
                             return Ok(Outcome::Granted {
                                 token: stat.mzxid as u64,
                                 mark: false,
+                                primed: None,
                             })
                         }
                         Claim::HeldBy(holder) => path::name(&holder).to_owned(),
@@ -388,7 +399,7 @@ impl<S: Store> LockInternals<S> {
                 }
                 Ok(Predicate::Granted) => {
                     let waiters_behind = children.last().map(String::as_str) != Some(our_name);
-                    return granted(marks && waiters_behind && others >= self.mark_from);
+                    return granted(marks && waiters_behind && others >= self.mark_from, None);
                 }
                 Ok(Predicate::Watch(_)) if wait.expired() => return Ok(Outcome::TimedOut),
                 Ok(Predicate::Watch(node)) => node,
@@ -418,9 +429,12 @@ impl<S: Store> LockInternals<S> {
                     // Curator lists the whole queue each time.
                     Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
                         // Unless our own node went meanwhile (deleted by hand, say): nothing
-                        // watches it, and a listing would have shown it.
-                        return match self.store.stat(our_path, call)? {
-                            Some(_) => granted(marks && others >= self.mark_from),
+                        // watches it, and a listing would have shown it. The read that checks
+                        // is the one the keeper starts from, with its watch.
+                        return match self.store.prime_keeper(our_path, call)? {
+                            Some(primed) => {
+                                granted(marks && others >= self.mark_from, Some(primed))
+                            }
                             None => Ok(Outcome::Restart),
                         };
                     }

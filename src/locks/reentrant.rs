@@ -104,7 +104,7 @@ impl Reentrant {
         }
     }
 
-    fn hold(&self, acquired: Acquired) -> Holding {
+    fn hold(&self, mut acquired: Acquired) -> Holding {
         let (health, report) = self.feed.hold(&self.client, &acquired.path, acquired.token);
         // Curator's revocation request is a data write into the held node; told once.
         let on_revoke = self.revocable.lock().clone().map(|listener| {
@@ -117,9 +117,13 @@ impl Reentrant {
                 }
             }) as crate::client::OnData
         });
-        let keeper = self
-            .client
-            .keep_node(&acquired.path, acquired.session, report, on_revoke);
+        let keeper = self.client.keep_node(
+            &acquired.path,
+            acquired.session,
+            report,
+            on_revoke,
+            acquired.primed.take(),
+        );
         Holding {
             path: acquired.path,
             session: acquired.session,

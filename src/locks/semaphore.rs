@@ -253,9 +253,13 @@ impl InterProcessSemaphoreV2 {
             return Ok(None);
         };
         let (health, report) = self.feed.hold(&self.client, &acquired.path, acquired.token);
-        let keeper = self
-            .client
-            .keep_node(&acquired.path, acquired.session, report, None);
+        let keeper = self.client.keep_node(
+            &acquired.path,
+            acquired.session,
+            report,
+            None,
+            acquired.primed,
+        );
         Ok(Some(Lease {
             client: self.client.clone(),
             path: acquired.path,
