@@ -36,7 +36,7 @@ pub(crate) use self::runtime::Signal;
 use self::session::Shared;
 #[cfg(test)]
 pub(crate) use self::store::Watched;
-pub(crate) use self::store::{create_protected, Claim, NodeSpec, Store};
+pub(crate) use self::store::{create_protected, Claim, NodeSpec, Siblings, Store};
 pub use self::types::{
     Acl, ConnectionState, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
@@ -489,7 +489,6 @@ impl Client {
         path::validate(path, false)?;
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cancel = Signal::default();
-        let target = WatchTarget::Channel(tx);
         let (children, watcher) = self.run(
             "children_watch",
             &mut self.user_call(),
@@ -508,7 +507,7 @@ impl Client {
             })
             .await;
             if let Some(event) = fired {
-                let _ = events.send(Message::Watch(target, WatchEvent::from_zk(event)));
+                let _ = events.send(Message::Watch(tx, WatchEvent::from_zk(event)));
             }
         });
         Ok((
@@ -587,8 +586,16 @@ impl Client {
             })
             .await;
             // On cancel the watcher is dropped here, which removes the watch from the server.
-            if let Some(event) = fired {
-                let _ = events.send(Message::Watch(target, WatchEvent::from_zk(event)));
+            match (fired, target) {
+                (None, _) => {}
+                // A recipe's waiter is only a counter and a condvar: woken from here, one
+                // thread hop (the watcher thread's) less on every handoff.
+                (Some(event), WatchTarget::Waiter(waiter)) => {
+                    waiter.wake_watch(WatchEvent::from_zk(event))
+                }
+                (Some(event), WatchTarget::Channel(tx)) => {
+                    let _ = events.send(Message::Watch(tx, WatchEvent::from_zk(event)));
+                }
             }
         });
         Ok((data, Stat::from_zk(stat)))
@@ -871,6 +878,7 @@ impl<'a> Create<'a> {
             provider: None,
             parents: self.parents,
             protected: false,
+            siblings: None,
         };
         spec.validate()?;
         if self.protected {

@@ -43,7 +43,17 @@ pub(crate) struct NodeSpec<'a> {
     /// A protected create (`_c_<uuid>-` name): if the caller stops waiting for its answer, what
     /// it made is deleted in the background.
     pub(crate) protected: bool,
+    /// Where to put the parent's children, listed right behind the create (see [`Siblings`]).
+    pub(crate) siblings: Option<&'a Siblings>,
 }
+
+/// The children of a created node's parent, listed with a request sent right behind the create
+/// in the same session, without waiting for the create's answer: the server answers requests of
+/// a session in order, so the listing includes the new node and everything created before it —
+/// what a listing sent after the answer would show, one round trip sooner. Left empty when the
+/// create or the listing failed, or the node was made another way (after missing parents were
+/// created, or found after a lost reply).
+pub(crate) type Siblings = Arc<parking_lot::Mutex<Option<Vec<String>>>>;
 
 impl std::fmt::Debug for NodeSpec<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,6 +94,7 @@ struct OwnedSpec {
     /// The ACL of each ancestor, when missing parents are to be created: worked out on the
     /// caller's thread, so a user's provider never runs on the I/O thread.
     parents: Option<PathAcls>,
+    siblings: Option<Siblings>,
 }
 
 /// The ACL for each of a few paths.
@@ -111,7 +122,16 @@ fn looked_up(acls: &PathAcls, path: &str) -> Vec<zk::Acl> {
 impl OwnedSpec {
     async fn create(self, zk: zk::Client) -> Result<(String, Stat)> {
         let options = self.mode.to_zk().with_acls(zk::Acls::new(&self.acl));
-        let mut result = zk.create(&self.path, &self.data, &options).await;
+        let create = zk.create(&self.path, &self.data, &options);
+        // Sent before the create is answered (both requests are queued as they are made).
+        let listing = self
+            .siblings
+            .as_ref()
+            .map(|_| zk.list_children(path::parent(&self.path)));
+        let mut result = create.await;
+        if let (Some(slot), Some(listing), Ok(_)) = (&self.siblings, listing, &result) {
+            *slot.lock() = listing.await.ok();
+        }
         if let (Some(acls), Err(zk::Error::NoNode)) = (&self.parents, &result) {
             let parent = path::parent(&self.path);
             mkdirs(&zk, parent, zk::CreateMode::Container, &|p| {
@@ -200,7 +220,8 @@ pub(crate) trait Store: Send + Sync {
     /// Reads a node about to be held with the watch its keeper will start from; `None` if the
     /// node is gone.
     fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
-    /// Marks a granted holder's node (setData at version 0), in the background.
+    /// Marks a granted holder's node (setData at version 0): sent before this returns, its
+    /// reply awaited in the background.
     fn mark_holder(&self, path: &str, data: &[u8]);
     /// Guaranteed delete, in the background, through whatever session is current.
     fn delete_background(&self, doomed: Doomed);
@@ -264,6 +285,7 @@ impl Store for Client {
             parents: spec
                 .parents
                 .then(|| ancestor_acls(spec.path, |p| source.zk_acl(p))),
+            siblings: spec.siblings.cloned(),
         };
         if !spec.protected {
             return self.run_once(call, |zk, _| owned.create(zk));
@@ -320,10 +342,13 @@ impl Store for Client {
         let Some(zk) = self.shared().conn.lock().zk.clone() else {
             return;
         };
-        let (path, data) = (path.to_owned(), data.to_vec());
+        // Version 0: never overwrite a revocation request that came first. Sent here, on the
+        // caller's thread, so that a read of the node sent after it sees the mark (and a watch
+        // that read sets does not fire for it).
+        let sent = zk.set_data(path, data, Some(0));
+        let path = path.to_owned();
         self.shared().spawn(async move {
-            // Version 0: never overwrite a revocation request that came first.
-            if let Err(e) = zk.set_data(&path, &data, Some(0)).await {
+            if let Err(e) = sent.await {
                 tracing::debug!("marking {path} as the holder: {e}");
             }
         });

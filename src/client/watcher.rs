@@ -1,6 +1,7 @@
-//! The watcher thread: one per Client. It receives watch events and connection-state changes over
-//! a crossbeam channel, wakes exactly the waiter a watch belongs to, wakes every registered waiter
-//! on a state change, and runs state listeners in order. Nothing here does ZooKeeper I/O, so a slow
+//! The watcher thread: one per Client. It receives user watches' events and connection-state
+//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::Watch), wakes every
+//! registered waiter on a state change, and runs state listeners in order. (A recipe's waiter is
+//! woken for its watch by the I/O thread itself: that wake only bumps a counter.) Nothing here does ZooKeeper I/O, so a slow
 //! listener delays only other listeners and wake-ups, never the session (CURATOR-716).
 //!
 //! Listener lists are snapshotted before anything is called, so a listener may add or remove
@@ -186,7 +187,9 @@ impl<T: Clone + std::fmt::Debug> Listeners<T> {
 pub(crate) enum Message {
     /// The n-th state emitted, counting from 1.
     State(u64, ConnectionState),
-    Watch(WatchTarget, WatchEvent),
+    /// A fired watch for a user's [`Watch`](crate::Watch) (a recipe's waiter is woken on the
+    /// I/O thread directly).
+    Watch(Sender<WatchEvent>, WatchEvent),
     /// A user callback that must not run on the I/O thread.
     Run(Box<dyn FnOnce() + Send>),
     Stop,
@@ -306,10 +309,9 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
     for message in rx {
         match message {
             Message::State(seq, state) => registry.deliver_state(seq, state),
-            Message::Watch(WatchTarget::Channel(tx), event) => {
+            Message::Watch(tx, event) => {
                 let _ = tx.send(event);
             }
-            Message::Watch(WatchTarget::Waiter(waiter), event) => waiter.wake_watch(event),
             Message::Run(f) => {
                 if catch_unwind(AssertUnwindSafe(f)).is_err() {
                     tracing::error!("a lock-health or revocation listener panicked");

@@ -16,8 +16,8 @@ use super::driver::{LockDriver, LockNode, Predicate};
 pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
-    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Primed, SharedAcl, Signal,
-    Stat, Store, Waiter, WatchEventKind,
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Primed, SharedAcl,
+    Siblings, Signal, Stat, Store, Waiter, WatchEventKind,
 };
 
 /// A holder marks its node only when the queue it last listed held at least this many other
@@ -117,7 +117,7 @@ pub(crate) fn shared_count(path: &str, data: &[u8]) -> Result<usize> {
 }
 
 enum Outcome {
-    /// `mark`: waiters may be queued behind us; tell the next one we hold.
+    /// `mark`: waiters may be queued behind us; tell the next one we hold (unless told already).
     Granted {
         token: u64,
         mark: bool,
@@ -233,7 +233,7 @@ impl<S: Store> LockInternals<S> {
         let mut call = self.store.new_call(io);
         call.cancel = Some(cancel.signal.clone());
         loop {
-            let (our_path, stat) = match self.create_node(&mut call) {
+            let (our_path, stat, listing) = match self.create_node(&mut call) {
                 Ok(created) => created,
                 Err(Error::Timeout) => return Ok(None),
                 Err(e) => return Err(e),
@@ -243,7 +243,7 @@ impl<S: Store> LockInternals<S> {
                 path: Some(our_path.clone()),
                 owner: stat.ephemeral_owner,
             };
-            match self.wait_for_lock(&our_path, &stat, &mut call, wait, cancel) {
+            match self.wait_for_lock(&our_path, &stat, listing, &mut call, wait, cancel) {
                 Ok(Outcome::Granted {
                     token,
                     mark,
@@ -288,7 +288,7 @@ impl<S: Store> LockInternals<S> {
     /// knows it holds (a writer's downgrade to a read). Bounded by the operation timeout.
     pub(crate) fn create_held(&self, node: LockNode) -> Result<Acquired> {
         let mut call = self.store.new_call(Deadline::after(self.store.io_grace()));
-        let (path, stat) = self.create_named(node, &mut call)?;
+        let (path, stat) = self.create_named(node, None, &mut call)?;
         Ok(Acquired {
             path,
             token: stat.czxid as u64,
@@ -297,11 +297,26 @@ impl<S: Store> LockInternals<S> {
         })
     }
 
-    fn create_node(&self, call: &mut Call) -> Result<(String, Stat)> {
-        self.create_named(self.driver.create_lock_node(&self.lock_name), call)
+    /// Our new node, with the lock's children as listed right behind its create when the
+    /// driver lets the first listing come before anything else (a claim reads the parent first).
+    fn create_node(&self, call: &mut Call) -> Result<(String, Stat, Option<Vec<String>>)> {
+        let node = self.driver.create_lock_node(&self.lock_name);
+        if self.driver.grant_by_claim() {
+            let (path, stat) = self.create_named(node, None, call)?;
+            return Ok((path, stat, None));
+        }
+        let siblings = Siblings::default();
+        let (path, stat) = self.create_named(node, Some(&siblings), call)?;
+        let listing = siblings.lock().take();
+        Ok((path, stat, listing))
     }
 
-    fn create_named(&self, node: LockNode, call: &mut Call) -> Result<(String, Stat)> {
+    fn create_named(
+        &self,
+        node: LockNode,
+        siblings: Option<&Siblings>,
+        call: &mut Call,
+    ) -> Result<(String, Stat)> {
         let data = self.node_data.lock().clone();
         let provider = self.acl.lock().clone();
         let prefix = path::join(&self.path, &node.name);
@@ -313,21 +328,27 @@ impl<S: Store> LockInternals<S> {
             provider: provider.as_ref(),
             parents: true,
             protected: false,
+            siblings,
         };
         create_protected(&self.store, &spec, call)
     }
 
     /// The children, sorted as the driver orders them.
     pub(crate) fn sorted_children(&self, call: &mut Call) -> Result<Vec<String>> {
-        let mut children = self.store.children(&self.path, call)?;
+        let children = self.store.children(&self.path, call)?;
+        Ok(self.sorted(children))
+    }
+
+    fn sorted(&self, mut children: Vec<String>) -> Vec<String> {
         children.sort_by_cached_key(|c| (self.driver.sort_key(c, &self.lock_name), c.clone()));
-        Ok(children)
+        children
     }
 
     fn wait_for_lock(
         &self,
         our_path: &str,
         stat: &Stat,
+        mut listing: Option<Vec<String>>,
         call: &mut Call,
         wait: Deadline,
         cancel: &Cancel,
@@ -363,7 +384,12 @@ impl<S: Store> LockInternals<S> {
             } else {
                 0
             };
-            let children = match self.sorted_children(call) {
+            // The first listing may have come with our create.
+            let listed = match listing.take() {
+                Some(children) => Ok(self.sorted(children)),
+                None => self.sorted_children(call),
+            };
+            let children = match listed {
                 Ok(c) => c,
                 Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
                 Err(e) => return Err(e),
@@ -428,13 +454,16 @@ impl<S: Store> LockInternals<S> {
                     // ours without listing again, so a drain costs O(1) per handoff where
                     // Curator lists the whole queue each time.
                     Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
+                        // The mark goes out first, so that the read below sees it and the
+                        // keeper's watch that read sets does not fire for it.
+                        if marks && others >= self.mark_from {
+                            self.store.mark_holder(our_path, &self.current_data());
+                        }
                         // Unless our own node went meanwhile (deleted by hand, say): nothing
                         // watches it, and a listing would have shown it. The read that checks
                         // is the one the keeper starts from, with its watch.
                         return match self.store.prime_keeper(our_path, call)? {
-                            Some(primed) => {
-                                granted(marks && others >= self.mark_from, Some(primed))
-                            }
+                            Some(primed) => granted(false, Some(primed)),
                             None => Ok(Outcome::Restart),
                         };
                     }

@@ -21,6 +21,8 @@ enum Op {
     Children,
     Watch,
     Mark,
+    /// A listing sent right behind a create.
+    ListWithCreate,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +54,8 @@ struct Fake {
     registry: Arc<Registry>,
     /// What the Client's operation timeout would be.
     grace: Duration,
+    /// Answers a create's request for its siblings, as the Client does.
+    lists_with_create: bool,
 }
 
 impl Fake {
@@ -64,6 +68,7 @@ impl Fake {
             state: Arc::new(Mutex::new(state)),
             registry: Arc::new(Registry::default()),
             grace: Duration::from_secs(5),
+            lists_with_create: false,
         }
     }
 
@@ -212,7 +217,20 @@ impl Store for Fake {
                 self.state.lock().session += 1;
                 Err(Error::ConnectionLoss)
             }
-            _ => Ok(created),
+            _ => {
+                if let (true, Some(slot)) = (self.lists_with_create, spec.siblings) {
+                    let parent = path::parent(spec.path);
+                    let names = self.children_of(parent);
+                    *slot.lock() = Some(names.iter().map(|p| path::name(p).to_owned()).collect());
+                    *self
+                        .state
+                        .lock()
+                        .calls
+                        .entry(Op::ListWithCreate)
+                        .or_default() += 1;
+                }
+                Ok(created)
+            }
         }
     }
 
@@ -916,4 +934,41 @@ fn cancel_ends_a_parked_waiter_and_deletes_its_node() {
     wait_watches(&fake, 1);
     fake.remove(&holder);
     assert!(later.join().unwrap().unwrap().is_some());
+}
+
+#[test]
+fn the_listing_that_comes_with_the_create_is_the_first_listing() {
+    let fake = Fake {
+        lists_with_create: true,
+        ..Fake::new()
+    };
+    // Free: granted on the listing that came with the create, none other.
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(
+        (fake.calls(Op::ListWithCreate), fake.calls(Op::Children)),
+        (1, 0)
+    );
+    // Held: a waiter finds the holder in that listing, watches it, and takes the lock when it
+    // goes, without a listing of its own.
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+    let next = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [next.path]);
+    assert_eq!(
+        (fake.calls(Op::ListWithCreate), fake.calls(Op::Children)),
+        (2, 0)
+    );
+    // A driver that claims reads the parent before it lists: it lists on its own.
+    let claiming = lock(&fake, Arc::new(UnfairDriver));
+    assert_none(
+        claiming
+            .attempt_lock(Deadline::after(Duration::ZERO))
+            .unwrap(),
+    );
+    assert_eq!(fake.calls(Op::ListWithCreate), 2);
+    assert!(fake.calls(Op::Children) > 0);
 }
