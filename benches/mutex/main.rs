@@ -6,7 +6,10 @@
 //! cargo bench --features testing --bench mutex
 //! cargo bench --features testing --bench mutex -- --with-curator     # + Curator 5, same loads
 //! ZK_CONNECT=host:port cargo bench --features testing --bench mutex   # your own server
+//! cargo bench --features testing --bench mutex -- --only=contended --contended-secs=20
 //! ```
+//!
+//! `--only=` takes a comma-separated list of `uncontended`, `contended`, `drain`.
 //!
 //! The floor (`floor.rs`) is the lock protocol on `zookeeper-client` directly, one thread per
 //! session driving both the wire client and the protocol: what any lock on this wire client
@@ -35,6 +38,7 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use zklock::testing::TestingServer;
 use zklock::{Client, CreateMode, InterProcessMutex};
 
@@ -53,6 +57,8 @@ type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// How much of each case runs: all of it under `cargo bench`, a short pass under `cargo test`.
 struct Plan {
+    /// The short pass of `cargo test`, whose figures mean nothing.
+    short: bool,
     warmup: usize,
     iterations: usize,
     contended: Duration,
@@ -61,6 +67,7 @@ struct Plan {
 }
 
 const FULL: Plan = Plan {
+    short: false,
     warmup: 100,
     iterations: 500,
     contended: Duration::from_secs(5),
@@ -69,6 +76,7 @@ const FULL: Plan = Plan {
 };
 
 const SHORT: Plan = Plan {
+    short: true,
     warmup: 10,
     iterations: 50,
     contended: Duration::from_millis(500),
@@ -83,13 +91,22 @@ fn main() {
     }
 }
 
+/// The value of the command-line argument `prefix<value>`.
+fn arg(prefix: &str) -> Option<String> {
+    std::env::args().find_map(|a| a.strip_prefix(prefix).map(str::to_owned))
+}
+
 fn run() -> Res<()> {
     // `cargo bench` passes --bench; `cargo test` does not.
-    let plan = if std::env::args().any(|a| a == "--bench") {
-        &FULL
+    let mut plan = if std::env::args().any(|a| a == "--bench") {
+        FULL
     } else {
-        &SHORT
+        SHORT
     };
+    if let Some(secs) = arg("--contended-secs=") {
+        plan.contended = Duration::from_secs_f64(secs.parse()?);
+    }
+    let plan = &plan;
     let nproc = thread::available_parallelism().map_or(0, |n| n.get());
     let zk = match std::env::var("ZK_CONNECT") {
         Ok(connect) if !connect.is_empty() => Zk {
@@ -123,7 +140,7 @@ fn run() -> Res<()> {
 
     println!("# zklock InterProcessMutex bench");
     println!("# command:   {COMMAND}");
-    if std::ptr::eq(plan, &SHORT) {
+    if plan.short {
         println!("# SHORT PASS (run by cargo test): the figures below mean nothing");
     }
     println!(
@@ -151,12 +168,20 @@ fn run() -> Res<()> {
         None
     };
     let curator = curator.as_ref();
-    uncontended(&zk, &root, "", plan)?;
-    contended(&zk, &root, "", plan, curator)?;
+    let only = arg("--only=");
+    let case = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|c| c == name));
+    if case("uncontended") {
+        uncontended(&zk, &root, "", plan)?;
+    }
+    if case("contended") {
+        contended(&zk, &root, "", plan, curator)?;
+    }
     // Waiters that release at once, then waiters that hold for a millisecond (longer than a
     // round trip, so each can see that the one ahead of it holds).
-    drain(&zk, &root, "", Duration::ZERO, plan, curator)?;
-    drain(&zk, &root, "", Duration::from_millis(1), plan, curator)?;
+    if case("drain") {
+        drain(&zk, &root, "", Duration::ZERO, plan, curator)?;
+        drain(&zk, &root, "", Duration::from_millis(1), plan, curator)?;
+    }
     // The same on a server that fsyncs every transaction, as in production.
     if zk.server.is_some() {
         let durable = TestingServer::start_durable()?;
@@ -165,22 +190,37 @@ fn run() -> Res<()> {
             server: Some(durable),
         };
         let label = " (forceSync=yes)";
-        uncontended(&zk, &root, label, plan)?;
-        contended(&zk, &root, label, plan, curator)?;
-        drain(&zk, &root, label, Duration::from_millis(1), plan, curator)?;
+        if case("uncontended") {
+            uncontended(&zk, &root, label, plan)?;
+        }
+        if case("contended") {
+            contended(&zk, &root, label, plan, curator)?;
+        }
+        if case("drain") {
+            drain(&zk, &root, label, Duration::from_millis(1), plan, curator)?;
+        }
     }
     println!();
     println!("# total bench time {:.1?}", bench_start.elapsed());
     Ok(())
 }
 
-fn stats(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
-    samples.sort();
-    let n = samples.len();
-    let p50 = samples[n / 2];
-    let p99 = samples[((n * 99).div_ceil(100)).min(n) - 1];
-    let mean = samples.iter().sum::<Duration>() / n as u32;
-    (p50, p99, mean)
+/// Latencies in microseconds, to three significant figures.
+fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("three significant figures are valid")
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    let us = d.as_micros().try_into().unwrap_or(u64::MAX);
+    // `record` grows the histogram; `saturating_record` would clamp to its current range.
+    if h.record(us).is_err() {
+        h.saturating_record(us);
+    }
+}
+
+/// The `q` quantile of `h`, in ms.
+fn quantile_ms(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1e3
 }
 
 fn ms(d: Duration) -> f64 {
@@ -190,9 +230,9 @@ fn ms(d: Duration) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // 1. Uncontended acquire + release, beside the floor.
 
-/// A timed row: latency samples, counters and the caller's own CPU.
+/// A timed row: latencies, counters and the caller's own CPU.
 struct Timed {
-    samples: Vec<Duration>,
+    samples: Histogram<u64>,
     per: PerOp,
 }
 
@@ -203,11 +243,11 @@ fn timed(zk: &Zk, plan: &Plan, mut op: impl FnMut() -> Res<()>) -> Res<Timed> {
     }
     let before = zk.mntr();
     let cpu = thread_cpu();
-    let mut samples = Vec::with_capacity(plan.iterations);
+    let mut samples = histogram();
     for _ in 0..plan.iterations {
         let t = Instant::now();
         op()?;
-        samples.push(t.elapsed());
+        record(&mut samples, t.elapsed());
     }
     let cpu = thread_cpu() - cpu;
     // A lock hold's keeper getData runs in the background: let it land.
@@ -233,11 +273,11 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
         }
         let before = zk.mntr();
         let cpu = thread_cpu();
-        let mut samples = Vec::with_capacity(plan.iterations);
+        let mut samples = histogram();
         for _ in 0..plan.iterations {
             let t = Instant::now();
             cycle().await?;
-            samples.push(t.elapsed());
+            record(&mut samples, t.elapsed());
         }
         let cpu = thread_cpu() - cpu;
         let after = zk.mntr();
@@ -291,19 +331,18 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
     ];
     let mut p50s = Vec::new();
     for (name, row) in rows {
-        let (p50, p99, mean) = stats(row.samples.clone());
+        let p50 = quantile_ms(&row.samples, 0.5);
         p50s.push(p50);
         println!(
-            "{name:<72} {:>8.3} {:>8.3} {:>8.3} {}",
-            ms(p50),
-            ms(p99),
-            ms(mean),
+            "{name:<72} {p50:>8.3} {:>8.3} {:>8.3} {}",
+            quantile_ms(&row.samples, 0.99),
+            row.samples.mean() / 1e3,
             row.per
         );
     }
     println!(
         "InterProcessMutex / floor: p50 {:.2}x, client CPU {}",
-        p50s[2].as_secs_f64() / p50s[0].as_secs_f64(),
+        p50s[2] / p50s[0],
         ratio(lock.per.cpu_ms(), floor.per.cpu_ms())
     );
     println!();
@@ -320,8 +359,16 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 // ---------------------------------------------------------------------------------------------
 // 2. Contended handoffs/s: each thread its own session and its own lock on one path.
 
-/// What one contender hands back: its handoffs, when it stopped, its own CPU.
-type Outcome = (u64, Instant, Duration);
+/// What one contender hands back.
+struct Outcome {
+    handoffs: u64,
+    /// When it stopped.
+    end: Instant,
+    /// Its own CPU.
+    cpu: Duration,
+    /// How long each acquire waited.
+    waits: Histogram<u64>,
+}
 
 /// The shared state of a contended row.
 #[derive(Clone)]
@@ -393,11 +440,13 @@ where
     thread::sleep(plan.contended);
     race.stop.store(true, Ordering::Release);
     let (mut per_thread, mut last, mut callers) = (Vec::new(), start, Duration::ZERO);
+    let mut waits = histogram();
     for h in handles {
-        let (mine, end, cpu) = h.join().map_err(|_| "contender panicked")??;
-        per_thread.push(mine);
-        last = last.max(end);
-        callers += cpu;
+        let mine = h.join().map_err(|_| "contender panicked")??;
+        per_thread.push(mine.handoffs);
+        last = last.max(mine.end);
+        callers += mine.cpu;
+        waits.add(&mine.waits).map_err(|e| format!("merging waits: {e}"))?;
     }
     let after = zk.mntr();
     let elapsed = last - start;
@@ -412,8 +461,10 @@ where
         per: PerOp(before.zip(after), total as usize, Some(callers)),
     };
     println!(
-        "{name:<10} {n:>3} {total:>9} {:>11.1} {:>12} {lost:>5} {:>8.2}s {}",
+        "{name:<10} {n:>3} {total:>9} {:>11.1} {:>8.3} {:>8.3} {:>12} {lost:>5} {:>8.2}s {}",
         row.rate,
+        quantile_ms(&waits, 0.5),
+        quantile_ms(&waits, 0.99),
         format!("{lo}..{hi}"),
         elapsed.as_secs_f64(),
         row.per
@@ -427,8 +478,8 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
         plan.contended
     );
     println!(
-        "{:<10} {:>3} {:>9} {:>11} {:>12} {:>5} {:>9} {COUNTER_HEAD}",
-        "", "n", "handoffs", "handoffs/s", "per-thread", "lost", "elapsed"
+        "{:<10} {:>3} {:>9} {:>11} {:>8} {:>8} {:>12} {:>5} {:>9} {COUNTER_HEAD}",
+        "", "n", "handoffs", "handoffs/s", "wait p50", "wait p99", "per-thread", "lost", "elapsed"
     );
     for &n in &CONTENDERS {
         let path = format!("{root}/contended-{n}");
@@ -439,14 +490,21 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
             floor::with_session(&connect, |wire| async move {
                 floor::mkdirs(&wire, &dir).await?;
                 race.start();
-                let (cpu, mut mine) = (thread_cpu(), 0);
+                let (cpu, mut mine, mut waits) = (thread_cpu(), 0, histogram());
                 while race.running() {
+                    let t = Instant::now();
                     let node = floor::acquire(&wire, &dir).await?;
+                    record(&mut waits, t.elapsed());
                     race.bump();
                     mine += 1;
                     floor::release(&wire, &node).await?;
                 }
-                Ok((mine, Instant::now(), thread_cpu() - cpu))
+                Ok(Outcome {
+                    handoffs: mine,
+                    end: Instant::now(),
+                    cpu: thread_cpu() - cpu,
+                    waits,
+                })
             })
         })?;
 
@@ -461,14 +519,21 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                 .ok_or("no Client")?;
             let mutex = InterProcessMutex::new(&client, &zk_path)?;
             race.start();
-            let (cpu, mut mine) = (thread_cpu(), 0);
+            let (cpu, mut mine, mut waits) = (thread_cpu(), 0, histogram());
             while race.running() {
+                let t = Instant::now();
                 mutex.acquire()?;
+                record(&mut waits, t.elapsed());
                 race.bump();
                 mine += 1;
                 mutex.release()?;
             }
-            Ok((mine, Instant::now(), thread_cpu() - cpu))
+            Ok(Outcome {
+                handoffs: mine,
+                end: Instant::now(),
+                cpu: thread_cpu() - cpu,
+                waits,
+            })
         })?;
         for c in clients {
             c.close();
@@ -485,8 +550,10 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                 curator.contended(zk, &format!("{path}-curator"), n, plan.contended)?;
             let rate = handoffs as f64 / elapsed.as_secs_f64();
             println!(
-                "{:<10} {n:>3} {handoffs:>9} {rate:>11.1} {:>12} {:>5} {:>8.2}s {}",
+                "{:<10} {n:>3} {handoffs:>9} {rate:>11.1} {:>8} {:>8} {:>12} {:>5} {:>8.2}s {}",
                 "Curator",
+                "-",
+                "-",
                 "-",
                 "-",
                 elapsed.as_secs_f64(),

@@ -2,6 +2,7 @@
 //! once reconnected with the node verified, and Lost when the node is deleted, its session ends,
 //! or the Client gives the session up. Runs on the executor thread; no user code runs here.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +49,15 @@ pub enum LockHealth {
     /// session timeout; or the node was deleted.
     Lost,
 }
+
+/// How long after its grant a hold's node is first read and watched. The grant has just seen it
+/// in our session, so until then a deletion by someone else is noticed this much later than it
+/// would be; a hold released sooner (a short critical section) costs no read and no watch.
+const FIRST_LOOK: Duration = Duration::from_millis(5);
+
+/// How long a released hold's watch waits to be cleared by the node's deletion before it is
+/// removed by a request of its own.
+const LINGER: Duration = Duration::from_secs(10);
 
 /// Told the held node's data whenever the keeper reads it.
 pub(crate) type OnData = Arc<dyn Fn(&[u8]) + Send + Sync>;
@@ -270,6 +280,20 @@ async fn keep(
         )
     };
     let mut states = zk.state_watcher();
+    // The grant has just seen the node in this session: a hold that ends within FIRST_LOOK
+    // costs no read at all.
+    if primed.is_none() {
+        match future::or(interrupt(), async {
+            sleep(FIRST_LOOK).await;
+            Ev::State(zk::SessionState::SyncConnected)
+        })
+        .await
+        {
+            Ev::Stop => return End::Stopped,
+            Ev::Ended => return End::GivenUp,
+            _ => {}
+        }
+    }
     loop {
         if cancel.is_set() {
             return End::Stopped;
@@ -277,7 +301,18 @@ async fn keep(
         let armed = match primed.take() {
             Some((data, watcher)) => Ok(Ok((data, watcher))),
             None => {
-                future::or(async { Err(interrupt().await) }, async {
+                // A read on its way is let finish after a release (for a while): dropped before
+                // its answer, the watch it sets would cost a removeWatches of its own.
+                let released = async {
+                    cancel.wait().await;
+                    sleep(LINGER).await;
+                    Ev::Stop
+                };
+                let ended = async {
+                    ended.wait().await;
+                    Ev::Ended
+                };
+                future::or(async { Err(future::or(released, ended).await) }, async {
                     Ok(zk
                         .get_and_watch_data(&path)
                         .await
@@ -302,18 +337,30 @@ async fn keep(
             // Disconnected: the state watcher below says when to look again.
             Ok(Err(_)) => None,
         };
-        let fired = async {
+        let watching = watcher.is_some();
+        let mut fired = pin!(async move {
             match watcher {
-                Some(w) => Ev::Watch(w.changed().await),
+                Some(w) => w.changed().await,
                 None => future::pending().await,
             }
-        };
+        });
         let ev = future::or(
             interrupt(),
-            future::or(fired, async { Ev::State(states.changed().await) }),
+            future::or(async { Ev::Watch(fired.as_mut().await) }, async {
+                Ev::State(states.changed().await)
+            }),
         )
         .await;
         match ev {
+            Ev::Stop if watching => {
+                // Released: the delete that follows fires this watch and so clears it on the
+                // server. Dropped before that, it would cost a request (removeWatches) per hold.
+                let cleared = async {
+                    fired.await;
+                };
+                future::or(cleared, future::or(sleep(LINGER), ended.wait())).await;
+                return End::Stopped;
+            }
             Ev::Stop => return End::Stopped,
             Ev::Ended => return End::GivenUp,
             Ev::Watch(e) if e.event_type == zk::EventType::NodeDataChanged => {}
