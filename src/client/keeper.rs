@@ -26,6 +26,11 @@ use super::Client;
 /// once on waking, before its I/O thread has noticed anything. Check it right before each write
 /// to the resource, and pass the fencing token along for what a check cannot catch.
 ///
+/// The grant itself sees the node in our session; the node is then watched from at most 5 ms
+/// later (a waiter's grant watches it already), so that a short hold costs no extra request. A
+/// deletion of the node by someone else in those first milliseconds reads `Lost` once that
+/// watch is set.
+///
 /// # Example
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
@@ -62,11 +67,36 @@ const LINGER: Duration = Duration::from_secs(10);
 /// Told the held node's data whenever the keeper reads it.
 pub(crate) type OnData = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
-/// A held node already read with a watch by its acquire (the check that our node still exists
-/// after our predecessor went): the keeper starts from it instead of reading the node again.
-/// Without a watch (`inner` empty) it only records that the node was seen.
-#[derive(Default)]
+/// A node about to be held, already read with a watch by its acquire (while it waited, or to
+/// check that our node still exists after our predecessor went): the keeper starts from it
+/// instead of reading the node again.
 pub(crate) struct Primed(Option<PrimedWatch>);
+
+/// Resolves when the watch fires.
+type Fired = std::pin::Pin<Box<dyn std::future::Future<Output = zk::WatchedEvent> + Send>>;
+
+impl Primed {
+    /// Whether the node's watch has not fired since it was read: not deleted, not written.
+    pub(crate) fn untouched(&mut self) -> bool {
+        match &mut self.0 {
+            Some(w) => future::block_on(future::poll_once(w.fired.as_mut())).is_none(),
+            None => false,
+        }
+    }
+
+    /// A node read in session `session`, whose watch resolves `fired`.
+    pub(crate) fn watched(
+        session: i64,
+        data: Vec<u8>,
+        fired: impl std::future::Future<Output = zk::WatchedEvent> + Send + 'static,
+    ) -> Primed {
+        Primed(Some(PrimedWatch {
+            session,
+            data,
+            fired: Box::pin(fired),
+        }))
+    }
+}
 
 impl std::fmt::Debug for Primed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,7 +109,7 @@ impl std::fmt::Debug for Primed {
 struct PrimedWatch {
     session: i64,
     data: Vec<u8>,
-    watcher: zk::OneshotWatcher,
+    fired: Fired,
 }
 
 /// Stops the keeper when dropped.
@@ -114,16 +144,16 @@ impl Client {
     ) -> crate::Result<Option<Primed>> {
         let read = self.run("prime_keeper", call, |zk, _| async move {
             match zk.get_and_watch_data(path).await {
-                Ok((data, _, watcher)) => Ok(Some(PrimedWatch {
-                    session: zk.session_id().0,
+                Ok((data, _, watcher)) => Ok(Some(Primed::watched(
+                    zk.session_id().0,
                     data,
-                    watcher,
-                })),
+                    watcher.changed(),
+                ))),
                 Err(zk::Error::NoNode) => Ok(None),
                 Err(e) => Err(crate::Error::from_zk(e, path)),
             }
         })?;
-        Ok(read.map(|w| Primed(Some(w))))
+        Ok(read)
     }
 
     /// Watches `path` (owned by session `owner`, or 0 for a persistent node) and calls `report`
@@ -168,7 +198,7 @@ impl Client {
                 let primed = primed
                     .and_then(|p| p.0)
                     .filter(|p| p.session == owner)
-                    .map(|p| (p.data, p.watcher));
+                    .map(|p| (p.data, p.fired));
                 self.shared().spawn(async move {
                     match keep(&zk, &ended, &mut node, primed).await {
                         End::Stopped => {}
@@ -255,7 +285,7 @@ async fn keep(
     zk: &zk::Client,
     ended: &Signal,
     node: &mut Kept,
-    mut primed: Option<(Vec<u8>, zk::OneshotWatcher)>,
+    mut primed: Option<(Vec<u8>, Fired)>,
 ) -> End {
     enum Ev {
         Stop,
@@ -316,7 +346,7 @@ async fn keep(
                     Ok(zk
                         .get_and_watch_data(&path)
                         .await
-                        .map(|(data, _, watcher)| (data, watcher)))
+                        .map(|(data, _, watcher)| (data, Box::pin(watcher.changed()) as Fired)))
                 })
                 .await
             }
@@ -340,7 +370,7 @@ async fn keep(
         let watching = watcher.is_some();
         let mut fired = pin!(async move {
             match watcher {
-                Some(w) => w.changed().await,
+                Some(w) => w.await,
                 None => future::pending().await,
             }
         });

@@ -23,6 +23,8 @@ enum Op {
     Mark,
     /// A listing sent right behind a create.
     ListWithCreate,
+    /// A read of our own node with the watch its keeper starts from.
+    Prime,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,12 +275,24 @@ impl Store for Fake {
     }
 
     fn prime_keeper(&self, path: &str, _call: &mut Call) -> Result<Option<Primed>> {
-        Ok(self
-            .state
-            .lock()
-            .nodes
-            .contains_key(path)
-            .then(Primed::default))
+        if !self.state.lock().nodes.contains_key(path) {
+            return Ok(None);
+        }
+        *self.state.lock().calls.entry(Op::Prime).or_default() += 1;
+        // Fires once the node is gone (looked at whenever polled).
+        let (state, path) = (self.state.clone(), path.to_owned());
+        let fired = std::future::poll_fn(move |_| {
+            if state.lock().nodes.contains_key(&path) {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(zookeeper_client::WatchedEvent::new(
+                    zookeeper_client::EventType::NodeDeleted,
+                    path.clone(),
+                ))
+            }
+        });
+        let session = self.state.lock().session;
+        Ok(Some(Primed::watched(session, Vec::new(), fired)))
     }
 
     fn claim(
@@ -971,4 +985,34 @@ fn the_listing_that_comes_with_the_create_is_the_first_listing() {
     );
     assert_eq!(fake.calls(Op::ListWithCreate), 2);
     assert!(fake.calls(Op::Children) > 0);
+}
+
+#[test]
+fn a_waiter_behind_the_holder_takes_the_lock_without_a_request_when_it_goes() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    // Our own node was read (with the keeper's watch) while the holder held.
+    let deadline = forever();
+    while fake.calls(Op::Prime) == 0 {
+        assert!(!deadline.expired(), "our node was never read");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let before: Vec<usize> = [Op::Children, Op::Watch, Op::Prime]
+        .iter()
+        .map(|&op| fake.calls(op))
+        .collect();
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert!(
+        got.primed.is_some(),
+        "the keeper starts from the read made while waiting"
+    );
+    let after: Vec<usize> = [Op::Children, Op::Watch, Op::Prime]
+        .iter()
+        .map(|&op| fake.calls(op))
+        .collect();
+    assert_eq!(before, after, "the handoff made a request");
 }
