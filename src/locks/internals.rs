@@ -22,8 +22,9 @@
 //!   delete's watch event and nothing else. 2 writes, 3 reads.
 //! * a long queue (16 or more others in the granting listing): the holder also marks its node
 //!   (one more write) so that its follower needs no listing when it goes; the follower's watch
-//!   fires for the mark and it reads the node again, and the new holder reads its own node
-//!   after its mark. 3 writes, 4 reads, none of them O(queue).
+//!   fires for the mark and it reads the node again; the new holder reads its own node before
+//!   its mark (a read after it would wait for the mark's commit) and its keeper reads it again
+//!   once the mark fires its watch. 3 writes, 4 reads, none of them O(queue).
 //!
 //! A waiter whose predecessor is gone before its watch is set, or that was not at the head,
 //! lists again, as Curator does on every wake.
@@ -137,7 +138,7 @@ pub(crate) fn shared_count(path: &str, data: &[u8]) -> Result<usize> {
 }
 
 enum Outcome {
-    /// `mark`: waiters may be queued behind us; tell the next one we hold (unless told already).
+    /// `mark`: waiters may be queued behind us; tell the next one we hold.
     Granted {
         token: u64,
         mark: bool,
@@ -486,21 +487,20 @@ impl<S: Store> LockInternals<S> {
                     // ours without listing again, so a drain costs O(1) per handoff where
                     // Curator lists the whole queue each time.
                     Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
+                        let mark = marks && others >= self.mark_from;
+                        // Our node, read while we waited and untouched since: nothing to ask.
                         if let Some(mut primed) = own.take() {
                             if primed.untouched() {
-                                return granted(false, Some(primed));
+                                return granted(mark, Some(primed));
                             }
-                        }
-                        // The mark goes out first, so that the read below sees it and the
-                        // keeper's watch that read sets does not fire for it.
-                        if marks && others >= self.mark_from {
-                            self.store.mark_holder(our_path, &self.current_data());
                         }
                         // Unless our own node went meanwhile (deleted by hand, say): nothing
                         // watches it, and a listing would have shown it. The read that checks
-                        // is the one the keeper starts from, with its watch.
+                        // is the one the keeper starts from, with its watch. Our mark goes out
+                        // after it and fires that watch once (a read more, off the handoff's
+                        // path); sent before it, the read would wait for the mark's commit.
                         return match self.store.prime_keeper(our_path, call)? {
-                            Some(primed) => granted(false, Some(primed)),
+                            Some(primed) => granted(mark, Some(primed)),
                             None => Ok(Outcome::Restart),
                         };
                     }
