@@ -169,7 +169,10 @@ fn run() -> Res<()> {
     };
     let curator = curator.as_ref();
     let only = arg("--only=");
-    let case = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|c| c == name));
+    let case = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|c| c == name))
+    };
     if case("uncontended") {
         uncontended(&zk, &root, "", plan)?;
     }
@@ -446,7 +449,9 @@ where
         per_thread.push(mine.handoffs);
         last = last.max(mine.end);
         callers += mine.cpu;
-        waits.add(&mine.waits).map_err(|e| format!("merging waits: {e}"))?;
+        waits
+            .add(&mine.waits)
+            .map_err(|e| format!("merging waits: {e}"))?;
     }
     let after = zk.mntr();
     let elapsed = last - start;
