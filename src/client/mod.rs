@@ -578,6 +578,17 @@ impl Client {
                 .await
                 .map_err(|e| Error::from_zk(e, path))
         })?;
+        self.forward_watch(watcher, target, cancel);
+        Ok((data, Stat::from_zk(stat)))
+    }
+
+    /// Hands `watcher`'s event to `target` when it fires; setting `cancel` removes the watch.
+    pub(crate) fn forward_watch(
+        &self,
+        watcher: zk::OneshotWatcher,
+        target: WatchTarget,
+        cancel: Signal,
+    ) {
         let events = self.shared().events.clone();
         self.shared().spawn(async move {
             let fired = future::or(async { Some(watcher.changed().await) }, async {
@@ -598,7 +609,6 @@ impl Client {
                 }
             }
         });
-        Ok((data, Stat::from_zk(stat)))
     }
 
     /// Sets a node's data, whatever its version; returns the new stat.

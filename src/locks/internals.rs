@@ -15,16 +15,16 @@
 //!   session's requests in order, so the listing shows our node); the release's delete. 2
 //!   writes, 1 read. The keeper reads and watches our node only once the hold has lasted 5 ms
 //!   (`keeper.rs`), so a short hold costs nothing more, a longer one 1 read.
-//! * behind a holder: the same, plus a getData-watch of the node ahead of us and, while it
-//!   holds, a getData-watch of our own node (the read the keeper starts from). When the node
-//!   ahead goes and it headed our listing (or had marked itself as the holder), and our own
-//!   node's watch has not fired, the lock is ours without a further request: the handoff is the
-//!   delete's watch event and nothing else. 2 writes, 3 reads.
+//! * behind a holder: the same, plus a getData-watch of the node ahead of us and, sent right
+//!   behind it (one round trip for both), a getData-watch of our own node (the read the keeper
+//!   starts from). When the node ahead goes and it headed our listing (or had marked itself as
+//!   the holder), and our own node's watch has not fired, the lock is ours without a further
+//!   request: the handoff is the delete's watch event and nothing else. 2 writes, 3 reads.
 //! * a long queue (16 or more others in the granting listing): the holder also marks its node
 //!   (one more write) so that its follower needs no listing when it goes; the follower's watch
-//!   fires for the mark and it reads the node again; the new holder reads its own node before
-//!   its mark (a read after it would wait for the mark's commit) and its keeper reads it again
-//!   once the mark fires its watch. 3 writes, 4 reads, none of them O(queue).
+//!   fires for the mark, it reads that node again (now known to hold), then its own; the new
+//!   holder's mark fires its own watch, and its keeper reads again. 3 writes, 5 reads, none of
+//!   them O(queue) and none between a release and the next grant.
 //!
 //! A waiter whose predecessor is gone before its watch is set, or that was not at the head,
 //! lists again, as Curator does on every wake.
@@ -461,17 +461,29 @@ impl<S: Store> LockInternals<S> {
                 fifo && matches!(self.leases, Leases::Fixed(_)) && children.first() == Some(&watch);
             let watch_path = path::join(&self.path, &watch);
             loop {
+                // Our own node is read with it (see below) when the node we watch holds.
+                let watched = if holds && own.is_none() {
+                    let (watched, ours) =
+                        self.store
+                            .watch_and_prime(&watch_path, &waiter, our_path, call)?;
+                    match ours {
+                        Some(primed) => own = Some(primed),
+                        None => return Ok(Outcome::Restart),
+                    }
+                    watched
+                } else {
+                    self.store.watch(&watch_path, &waiter, call)?
+                };
                 // getData, not exists: no watch is left behind on a node that is already gone.
-                let Some((_guard, wstat, wdata)) = self.store.watch(&watch_path, &waiter, call)?
-                else {
+                let Some((_guard, wstat, wdata)) = watched else {
                     continue 'listing;
                 };
                 holds |= marks && is_holder_mark(&wstat, &wdata);
                 // Our own node, read with the watch its keeper will need while the holder
                 // holds: when that holder goes, nothing is left to ask, and the handoff costs
-                // no round trip. (A holder that will mark reads after its mark instead.)
-                let will_mark = marks && others >= self.mark_from;
-                if holds && !will_mark && own.is_none() {
+                // no round trip. (Our mark, if we make one, fires that watch once: the keeper
+                // reads again, off the handoff's path.)
+                if holds && own.is_none() {
                     match self.store.prime_keeper(our_path, call)? {
                         Some(primed) => own = Some(primed),
                         None => return Ok(Outcome::Restart),
@@ -494,11 +506,10 @@ impl<S: Store> LockInternals<S> {
                                 return granted(mark, Some(primed));
                             }
                         }
-                        // Unless our own node went meanwhile (deleted by hand, say): nothing
-                        // watches it, and a listing would have shown it. The read that checks
-                        // is the one the keeper starts from, with its watch. Our mark goes out
-                        // after it and fires that watch once (a read more, off the handoff's
-                        // path); sent before it, the read would wait for the mark's commit.
+                        // Our node's watch fired (written or deleted) or was never set: read it
+                        // again, unless it went (deleted by hand, say), which a listing would
+                        // have shown. Our mark goes out after this read: sent before it, the
+                        // read would wait for the mark's commit.
                         return match self.store.prime_keeper(our_path, call)? {
                             Some(primed) => granted(mark, Some(primed)),
                             None => Ok(Outcome::Restart),
