@@ -220,18 +220,6 @@ pub(crate) trait Store: Send + Sync {
     /// Reads a node about to be held with the watch its keeper will start from; `None` if the
     /// node is gone.
     fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
-    /// [`Store::watch`] of `path` and [`Store::prime_keeper`] of `own`, the second request sent
-    /// right behind the first: one round trip for both.
-    fn watch_and_prime(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        own: &str,
-        call: &mut Call,
-    ) -> Result<(Option<Watched>, Option<Primed>)> {
-        let watched = self.watch(path, waiter, call)?;
-        Ok((watched, self.prime_keeper(own, call)?))
-    }
     /// Marks a granted holder's node (setData at version 0): sent before this returns, its
     /// reply awaited in the background.
     fn mark_holder(&self, path: &str, data: &[u8]);
@@ -348,41 +336,6 @@ impl Store for Client {
 
     fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>> {
         Client::prime_keeper(self, path, call)
-    }
-
-    fn watch_and_prime(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        own: &str,
-        call: &mut Call,
-    ) -> Result<(Option<Watched>, Option<Primed>)> {
-        crate::path::validate(path, false)?;
-        crate::path::validate(own, false)?;
-        let (watched, primed) = self.run("data_watch", call, |zk, _| async move {
-            let theirs = zk.get_and_watch_data(path);
-            let ours = zk.get_and_watch_data(own);
-            let (theirs, ours) = (theirs.await, ours.await);
-            let theirs = match theirs {
-                Ok(read) => Some(read),
-                Err(zk::Error::NoNode) => None,
-                Err(e) => return Err(Error::from_zk(e, path)),
-            };
-            let ours = match ours {
-                Ok((data, _, watcher)) => {
-                    Some(Primed::watched(zk.session_id().0, data, watcher.changed()))
-                }
-                Err(zk::Error::NoNode) => None,
-                Err(e) => return Err(Error::from_zk(e, own)),
-            };
-            Ok((theirs, ours))
-        })?;
-        let watched = watched.map(|(data, stat, watcher)| {
-            let cancel = Signal::default();
-            self.forward_watch(watcher, WatchTarget::Waiter(waiter.clone()), cancel.clone());
-            (WatchGuard(cancel), Stat::from_zk(stat), data)
-        });
-        Ok((watched, primed))
     }
 
     fn mark_holder(&self, path: &str, data: &[u8]) {

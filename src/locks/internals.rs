@@ -15,11 +15,11 @@
 //!   session's requests in order, so the listing shows our node); the release's delete. 2
 //!   writes, 1 read. The keeper reads and watches our node only once the hold has lasted 5 ms
 //!   (`keeper.rs`), so a short hold costs nothing more, a longer one 1 read.
-//! * behind a holder: the same, plus a getData-watch of the node ahead of us and, sent right
-//!   behind it (one round trip for both), a getData-watch of our own node (the read the keeper
-//!   starts from). When the node ahead goes and it headed our listing (or had marked itself as
-//!   the holder), and our own node's watch has not fired, the lock is ours without a further
-//!   request: the handoff is the delete's watch event and nothing else. 2 writes, 3 reads.
+//! * behind a holder: the same, plus a getData-watch of the node ahead of us and, once that is
+//!   set, a getData-watch of our own node (the read the keeper starts from). When the node
+//!   ahead goes and it headed our listing (or had marked itself as the holder), and our own
+//!   node's watch has not fired, the lock is ours without a further request: the handoff is
+//!   the delete's watch event and nothing else. 2 writes, 3 reads.
 //! * a long queue (16 or more others in the granting listing): the holder also marks its node
 //!   (one more write) so that its follower needs no listing when it goes; the follower's watch
 //!   fires for the mark, it reads that node again (now known to hold), then its own; the new
@@ -461,21 +461,9 @@ impl<S: Store> LockInternals<S> {
                 fifo && matches!(self.leases, Leases::Fixed(_)) && children.first() == Some(&watch);
             let watch_path = path::join(&self.path, &watch);
             loop {
-                // Our own node is read with it (see below) when the node we watch holds.
-                let watched = if holds && own.is_none() {
-                    let (watched, ours) =
-                        self.store
-                            .watch_and_prime(&watch_path, &waiter, our_path, call)?;
-                    match ours {
-                        Some(primed) => own = Some(primed),
-                        None => return Ok(Outcome::Restart),
-                    }
-                    watched
-                } else {
-                    self.store.watch(&watch_path, &waiter, call)?
-                };
                 // getData, not exists: no watch is left behind on a node that is already gone.
-                let Some((_guard, wstat, wdata)) = watched else {
+                let Some((_guard, wstat, wdata)) = self.store.watch(&watch_path, &waiter, call)?
+                else {
                     continue 'listing;
                 };
                 holds |= marks && is_holder_mark(&wstat, &wdata);
