@@ -146,6 +146,31 @@ impl std::fmt::Debug for Client {
 
 static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
 
+/// Fails with [`Error::ConnectionLoss`] once the connection has been down for `grace` without
+/// coming back. A request sent just as the connection broke may be held by the wire client for
+/// the next connection; without this its caller would wait until the session ended.
+async fn disconnected_for<T>(zk: zk::Client, grace: Duration) -> Result<T> {
+    let mut states = zk.state_watcher();
+    loop {
+        match states.peek_state() {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                states.changed().await;
+            }
+            // The request itself fails with the session.
+            s if s.is_terminated() => future::pending::<()>().await,
+            _ => {
+                let back = future::or(async { Some(states.changed().await) }, async {
+                    runtime::sleep(grace).await;
+                    None
+                });
+                if back.await.is_none() {
+                    return Err(Error::ConnectionLoss);
+                }
+            }
+        }
+    }
+}
+
 /// The deadline and retry budget of one user call, shared by its nested steps (CURATOR-559).
 /// The budget starts afresh after every round trip the server answered.
 pub(crate) struct Call {
@@ -360,8 +385,12 @@ impl Client {
             }
             Err(Error::Cancelled)
         };
-        let result = runtime::block_on(future::or(op(zk, generation), cancelled), call.deadline)
-            .unwrap_or(Err(Error::Timeout));
+        let stalled = disconnected_for(zk.clone(), self.shared().config.builder.connection_timeout);
+        let result = runtime::block_on(
+            future::or(op(zk, generation), future::or(cancelled, stalled)),
+            call.deadline,
+        )
+        .unwrap_or(Err(Error::Timeout));
         match &result {
             Err(e) if e.outcome_unknown() => {}
             _ => call.budget.reset(),
