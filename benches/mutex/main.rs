@@ -373,6 +373,18 @@ struct Outcome {
     waits: Histogram<u64>,
 }
 
+impl Outcome {
+    /// A contender's tally as it stops; `cpu_start`: its thread CPU when it started.
+    fn now(handoffs: u64, cpu_start: Duration, waits: Histogram<u64>) -> Outcome {
+        Outcome {
+            handoffs,
+            end: Instant::now(),
+            cpu: thread_cpu() - cpu_start,
+            waits,
+        }
+    }
+}
+
 /// The shared state of a contended row.
 #[derive(Clone)]
 struct Race {
@@ -504,12 +516,7 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                     mine += 1;
                     floor::release(&wire, &node).await?;
                 }
-                Ok(Outcome {
-                    handoffs: mine,
-                    end: Instant::now(),
-                    cpu: thread_cpu() - cpu,
-                    waits,
-                })
+                Ok(Outcome::now(mine, cpu, waits))
             })
         })?;
 
@@ -533,12 +540,7 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                 mine += 1;
                 mutex.release()?;
             }
-            Ok(Outcome {
-                handoffs: mine,
-                end: Instant::now(),
-                cpu: thread_cpu() - cpu,
-                waits,
-            })
+            Ok(Outcome::now(mine, cpu, waits))
         })?;
         for c in clients {
             c.close();
