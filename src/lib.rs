@@ -78,10 +78,12 @@
 //!
 //! # Threads
 //!
-//! Each [`Client`] runs two threads: `zklock-io-N` (the wire client: sockets, pings,
-//! reconnects, on an executor of its own) and `zklock-watch-N` (watch events, connection states,
-//! listeners and callbacks). [`Client::close`] joins both; dropping the last clone lets them end
-//! by themselves shortly after. Host names are resolved on the process-wide thread pool of the
+//! Each [`Client`] runs a `zklock-watch-N` thread (watch events, connection states, listeners
+//! and callbacks), and its wire client (sockets, pings, reconnects, on an executor of its own)
+//! on the process's one `zklock-io` thread, which every Client of the process shares: it starts
+//! with the first Client and ends with the last. [`Client::close`] joins the watcher thread (and
+//! the I/O thread when it was the last Client); dropping the last clone lets them end by
+//! themselves shortly after. Host names are resolved on the process-wide thread pool of the
 //! `blocking` crate (`blocking-N` threads, which end after a second idle), and `async-io` may
 //! start one process-wide `async-io` reactor thread. A [`LeaderLatch`] runs a `zklock-latch`
 //! thread and a [`LeaderSelector`] a `zklock-selector` thread, both joined by their `close`.

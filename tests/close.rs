@@ -1,4 +1,5 @@
-//! After `close()` every thread a Client started has exited. Alone in its test binary, so no
+//! After `close()` every thread a Client started has exited (the shared I/O thread too, when it
+//! was the process's last Client). Alone in its test binary, so no
 //! other test's Client threads are counted.
 
 mod common;
@@ -11,7 +12,8 @@ fn zklock_threads() -> Vec<String> {
     let mut names = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         if let Ok(name) = std::fs::read_to_string(task.path().join("comm")) {
-            if name.starts_with("zklock-io-") || name.starts_with("zklock-watch-") {
+            // The process's I/O thread (shared by its Clients) and each Client's watcher thread.
+            if name.trim() == "zklock-io" || name.starts_with("zklock-watch-") {
                 names.push(name.trim().to_owned());
             }
         }

@@ -54,10 +54,11 @@ use crate::retry::RetryBudget;
 /// Curator's `CuratorFramework`. Cheap to clone; all clones share one session.
 ///
 /// # Threads
-/// Each Client starts two threads: `zklock-io-N` runs the wire client (sockets, pings,
-/// reconnects) and `zklock-watch-N` delivers watch events and connection states. Both end when
-/// [`close`](Client::close) is called or the last clone is dropped. The process also has one
-/// `async-io` reactor thread shared by all Clients, started on first use.
+/// Each Client starts a `zklock-watch-N` thread that delivers watch events and connection
+/// states, and runs its wire client (sockets, pings, reconnects) on the process's one
+/// `zklock-io` thread, shared by every Client of the process (started with the first, ended
+/// with the last). They end when [`close`](Client::close) is called or the last clone is
+/// dropped. The process also has one `async-io` reactor thread, started on first use.
 ///
 /// # Retries and deadlines
 /// Each call is one retry budget from the Client's [`RetryPolicy`](crate::RetryPolicy): a
@@ -194,11 +195,10 @@ impl Client {
     fn start(config: builder::Config) -> Result<Client> {
         let id = CLIENT_IDS.fetch_add(1, Ordering::Relaxed);
         let registry = Arc::new(Registry::default());
-        let (watch_name, io_name) = (format!("zklock-watch-{id}"), format!("zklock-io-{id}"));
+        let watch_name = format!("zklock-watch-{id}");
         let watcher = WatcherThread::start(watch_name.clone(), registry.clone())
             .map_err(|e| Error::thread_start(&watch_name, &e))?;
-        let runtime =
-            Runtime::start(io_name.clone()).map_err(|e| Error::thread_start(&io_name, &e))?;
+        let runtime = Runtime::start().map_err(|e| Error::thread_start(runtime::IO_THREAD, &e))?;
         let shared = Arc::new(Shared::new(
             config,
             registry,
@@ -786,18 +786,11 @@ impl Client {
         let _ = self.shared().events.send(Message::Run(Box::new(f)));
     }
 
-    /// Blocks the Client's I/O thread (no reads, writes or reconnects) until the returned
-    /// sender drops, so a test can act on the session without this Client racing it.
+    /// Holds the Client's wire client still (no reads, writes or reconnects) until the
+    /// returned value drops, so a test can act on the session without this Client racing it.
     #[cfg(feature = "testing")]
-    pub(crate) fn freeze_io_for_testing(&self) -> crossbeam_channel::Sender<()> {
-        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
-        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        self.shared().spawn(async move {
-            let _ = ack_tx.send(());
-            let _ = rx.recv_timeout(Duration::from_secs(120));
-        });
-        let _ = ack_rx.recv_timeout(Duration::from_secs(60));
-        tx
+    pub(crate) fn freeze_io_for_testing(&self) -> runtime::Frozen {
+        self.inner.runtime.freeze()
     }
 
     #[cfg(feature = "testing")]

@@ -2,10 +2,11 @@
 //! user threads wait for it. Users never see a future or a runtime.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, JoinHandle, Thread};
+use std::time::Duration;
 
 use async_executor::Executor;
 use parking_lot::Mutex;
@@ -132,12 +133,17 @@ impl<T: Send + 'static> Drop for Receiver<T> {
     }
 }
 
-/// One executor thread per Client. zookeeper-client spawns its session task through `spawns`;
-/// this thread installs itself as the spawner, so every task of this Client runs here.
+/// A Client's tasks (its wire client's session, pings, reconnects; zklock's background work):
+/// an executor of its own, run inside the process's one I/O thread. zookeeper-client spawns its
+/// session task through `spawns`; every poll of a Client's executor installs that executor as
+/// the spawner, so every task of this Client runs on it and ends with it.
 pub(crate) struct Runtime {
     executor: Arc<Executor<'static>>,
     stop: Signal,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set once this Client's executor has stopped running (its tasks go with the Runtime).
+    ended: Signal,
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    freeze: Arc<Freeze>,
 }
 
 struct Spawner(Arc<Executor<'static>>);
@@ -148,24 +154,193 @@ impl spawns::Spawn for Spawner {
     }
 }
 
-impl Runtime {
-    pub(crate) fn start(name: String) -> std::io::Result<Runtime> {
+/// The name of the process's I/O thread.
+pub(crate) const IO_THREAD: &str = "zklock-io";
+
+/// How long [`Runtime::shutdown`] waits for a Client's tasks to stop.
+const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
+
+/// The process's one I/O thread, shared by every Client while at least one runs. async-io has
+/// one reactor per process and only one thread can wait on it: with a thread per Client, a
+/// socket's readiness found by another Client's thread had to be handed to the owner's thread
+/// before the answer reached the caller (one more thread wake per request with several
+/// Clients). On one thread the reactor and every session task meet.
+struct IoThread {
+    executor: Arc<Executor<'static>>,
+    stop: Signal,
+    /// Runtimes whose tasks run here.
+    users: usize,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct IoState {
+    current: Option<IoThread>,
+    /// The thread that ended with the last Runtime, for [`Runtime::shutdown`] to join.
+    retired: Option<JoinHandle<()>>,
+}
+
+static IO: Mutex<IoState> = Mutex::new(IoState {
+    current: None,
+    retired: None,
+});
+
+thread_local! {
+    static ON_IO_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl IoThread {
+    /// Registers one more Runtime; starts the thread if none runs.
+    fn join() -> std::io::Result<Arc<Executor<'static>>> {
+        let mut io = IO.lock();
+        if let Some(current) = &mut io.current {
+            current.users += 1;
+            return Ok(current.executor.clone());
+        }
         let executor = Arc::new(Executor::new());
         let stop = Signal::default();
-        let thread = thread::Builder::new().name(name).spawn({
+        let thread = thread::Builder::new().name(IO_THREAD.into()).spawn({
             let executor = executor.clone();
             let stop = stop.wait();
             move || {
-                let spawner = Spawner(executor.clone());
-                let _scope = spawns::enter(&spawner);
+                ON_IO_THREAD.with(|on| on.set(true));
                 // async-io's block_on lets this thread drive the I/O reactor while it waits.
                 async_io::block_on(executor.run(stop));
             }
         })?;
+        io.current = Some(IoThread {
+            executor: executor.clone(),
+            stop,
+            users: 1,
+            thread: Some(thread),
+        });
+        Ok(executor)
+    }
+
+    /// A Runtime's tasks have ended; the last one stops the thread.
+    fn leave() {
+        let mut io = IO.lock();
+        let last = io.current.as_mut().is_some_and(|c| {
+            c.users -= 1;
+            c.users == 0
+        });
+        if last {
+            let mut current = io.current.take().expect("checked above");
+            current.stop.set();
+            io.retired = current.thread.take();
+        }
+    }
+}
+
+/// Runs one Client's executor on the I/O thread, with that executor as the `spawns` spawner;
+/// when it ends (stopped, or dropped with the I/O thread's executor) the Client is done.
+struct ClientTasks<F> {
+    run: Pin<Box<F>>,
+    spawner: Spawner,
+    ended: Signal,
+    freeze: Arc<Freeze>,
+}
+
+impl<F: Future<Output = ()>> Future for ClientTasks<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.freeze.holds(cx) {
+            return Poll::Pending;
+        }
+        let _scope = spawns::enter(&this.spawner);
+        this.run.as_mut().poll(cx)
+    }
+}
+
+impl<F> Drop for ClientTasks<F> {
+    fn drop(&mut self) {
+        self.ended.set();
+        IoThread::leave();
+    }
+}
+
+/// Holds one Client's tasks still (for tests that act on its session behind its back).
+#[derive(Default)]
+struct Freeze {
+    frozen: std::sync::atomic::AtomicBool,
+    state: Mutex<FreezeState>,
+}
+
+#[derive(Default)]
+struct FreezeState {
+    /// Told once the Client's tasks have stopped running.
+    ack: Option<crossbeam_channel::Sender<()>>,
+    waker: Option<Waker>,
+}
+
+impl Freeze {
+    /// Whether the Client's tasks must stay still; if so, wakes the poll when they may go on.
+    fn holds(&self, cx: &Context<'_>) -> bool {
+        if !self.frozen.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let mut s = self.state.lock();
+        if !self.frozen.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        if let Some(ack) = s.ack.take() {
+            let _ = ack.send(());
+        }
+        s.waker = Some(cx.waker().clone());
+        true
+    }
+
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    fn thaw(&self) {
+        let waker = {
+            let mut s = self.state.lock();
+            self.frozen
+                .store(false, std::sync::atomic::Ordering::Release);
+            s.waker.take()
+        };
+        waker.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Keeps a Client's tasks still until dropped.
+#[cfg(feature = "testing")]
+pub(crate) struct Frozen(Arc<Freeze>);
+
+#[cfg(feature = "testing")]
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+impl Runtime {
+    /// Starts a Client's executor on the process's I/O thread (starting that thread if it is
+    /// not running).
+    pub(crate) fn start() -> std::io::Result<Runtime> {
+        let io = IoThread::join()?;
+        let executor = Arc::new(Executor::new());
+        let stop = Signal::default();
+        let ended = Signal::default();
+        let freeze = Arc::new(Freeze::default());
+        let run = {
+            let executor = executor.clone();
+            let stop = stop.wait();
+            async move { executor.run(stop).await }
+        };
+        io.spawn(ClientTasks {
+            run: Box::pin(run),
+            spawner: Spawner(executor.clone()),
+            ended: ended.clone(),
+            freeze: freeze.clone(),
+        })
+        .detach();
         Ok(Runtime {
             executor,
             stop,
-            thread: Mutex::new(Some(thread)),
+            ended,
+            freeze,
         })
     }
 
@@ -178,8 +353,8 @@ impl Runtime {
     }
 
     /// Lets the executor run until `done` is set (at most `bound`), then stops it; returns at
-    /// once and leaves the thread to end by itself.
-    pub(crate) fn shutdown_after(&self, done: Signal, bound: std::time::Duration) {
+    /// once.
+    pub(crate) fn shutdown_after(&self, done: Signal, bound: Duration) {
         let stop = self.stop.clone();
         self.executor
             .spawn(async move {
@@ -187,18 +362,39 @@ impl Runtime {
                 stop.set();
             })
             .detach();
-        drop(self.thread.lock().take());
     }
 
-    /// Stops the executor (pending tasks are dropped) and joins its thread.
+    /// Stops the executor (pending tasks are dropped) and waits for it, at most 10 s; when this
+    /// was the last Runtime of the process, also for the I/O thread to end. On the I/O thread
+    /// itself it only stops the executor.
     pub(crate) fn shutdown(&self) {
         self.stop.set();
-        let handle = self.thread.lock().take();
-        if let Some(handle) = handle {
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
-            }
+        if ON_IO_THREAD.with(|on| on.get()) {
+            return;
         }
+        block_on(self.ended.wait(), Deadline::after(SHUTDOWN_BOUND));
+        let retired = IO.lock().retired.take();
+        if let Some(handle) = retired {
+            let _ = handle.join();
+        }
+    }
+
+    /// Holds this Client's tasks still (no reads, writes, timers or reconnects) until the
+    /// returned value drops; returns once they are still (at most 60 s).
+    #[cfg(feature = "testing")]
+    pub(crate) fn freeze(&self) -> Frozen {
+        let (ack, acked) = crossbeam_channel::bounded(1);
+        {
+            let mut s = self.freeze.state.lock();
+            s.ack = Some(ack);
+            self.freeze
+                .frozen
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        // Makes sure the executor is polled (and sees the freeze) even if it has nothing to do.
+        self.executor.spawn(async {}).detach();
+        let _ = acked.recv_timeout(Duration::from_secs(60));
+        Frozen(self.freeze.clone())
     }
 }
 
@@ -255,20 +451,48 @@ mod tests {
     }
 
     #[test]
-    fn runtime_runs_tasks_and_its_thread_exits_on_shutdown() {
-        let rt = Runtime::start("zklock-test-rt".into()).unwrap();
-        let done = Signal::default();
-        let d2 = done.clone();
-        rt.spawn(async move {
-            sleep(Duration::from_millis(5)).await;
-            d2.set();
+    fn runtimes_share_one_io_thread_and_a_frozen_one_holds_only_its_own_tasks() {
+        let on_io = || {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            move |rt: &Runtime| {
+                let tx = tx.clone();
+                rt.spawn(async move {
+                    let _ = tx.send(thread::current().name().map(str::to_owned));
+                });
+                rx.recv_timeout(Duration::from_secs(30)).ok().flatten()
+            }
+        };
+        let (a, b) = (Runtime::start().unwrap(), Runtime::start().unwrap());
+        assert_eq!(on_io()(&a).as_deref(), Some(IO_THREAD));
+        assert_eq!(on_io()(&b).as_deref(), Some(IO_THREAD));
+
+        // A frozen runtime runs nothing; the other goes on.
+        let ran = Signal::default();
+        let frozen = a.freeze();
+        let r = ran.clone();
+        a.spawn(async move { r.set() });
+        let ticks = Signal::default();
+        let t = ticks.clone();
+        b.spawn(async move {
+            sleep(Duration::from_millis(50)).await;
+            t.set();
         });
         assert_eq!(
-            block_on(done.wait(), Deadline::after(Duration::from_secs(30))),
+            block_on(ticks.wait(), Deadline::after(Duration::from_secs(30))),
             Some(())
         );
-        rt.shutdown();
-        assert!(rt.thread.lock().is_none());
+        assert!(!ran.is_set(), "a frozen runtime ran a task");
+        drop(frozen);
+        assert_eq!(
+            block_on(ran.wait(), Deadline::after(Duration::from_secs(30))),
+            Some(())
+        );
+
+        a.shutdown();
+        assert!(a.ended.is_set());
+        assert!(!b.ended.is_set());
+        b.shutdown();
+        assert!(b.ended.is_set());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub fn expire_session(client: &Client) -> Result<i64> {
     // While the joiner takes the session over, `client` must not reconnect and take it back.
     let frozen = client.freeze_io_for_testing();
     // The wire client spawns its session task: run it on a runtime of its own.
-    let runtime = crate::client::Runtime::start("zklock-expire".into())
+    let runtime = crate::client::Runtime::start()
         .map_err(|e| Error::ZooKeeper(format!("cannot start a thread: {e}")))?;
     let (tx, rx) = crossbeam_channel::bounded(1);
     runtime.spawn(async move {
