@@ -10,6 +10,9 @@
 //! ```
 //!
 //! `--only=` takes a comma-separated list of `uncontended`, `contended`, `drain`.
+//! `--rounds=N` runs the uncontended and contended cases N times on each server and ends with
+//! the median and range of every ratio over the rounds (each ratio is taken within one round,
+//! where floor, zklock and Curator ran back to back).
 //!
 //! The floor (`floor.rs`) is the lock protocol on `zookeeper-client` directly, one thread per
 //! session driving both the wire client and the protocol: what any lock on this wire client
@@ -173,11 +176,17 @@ fn run() -> Res<()> {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|c| c == name))
     };
-    if case("uncontended") {
-        uncontended(&zk, &root, "", plan)?;
-    }
-    if case("contended") {
-        contended(&zk, &root, "", plan, curator)?;
+    let rounds: usize = arg("--rounds=").map_or(Ok(1), |r| r.parse())?;
+    for round in 1..=rounds {
+        if rounds > 1 {
+            println!("# round {round} of {rounds}");
+        }
+        if case("uncontended") {
+            uncontended(&zk, &root, "", plan)?;
+        }
+        if case("contended") {
+            contended(&zk, &root, "", plan, curator)?;
+        }
     }
     // Waiters that release at once, then waiters that hold for a millisecond (longer than a
     // round trip, so each can see that the one ahead of it holds).
@@ -193,19 +202,72 @@ fn run() -> Res<()> {
             server: Some(durable),
         };
         let label = " (forceSync=yes)";
-        if case("uncontended") {
-            uncontended(&zk, &root, label, plan)?;
-        }
-        if case("contended") {
-            contended(&zk, &root, label, plan, curator)?;
+        for round in 1..=rounds {
+            if rounds > 1 {
+                println!("# round {round} of {rounds}");
+            }
+            if case("uncontended") {
+                uncontended(&zk, &root, label, plan)?;
+            }
+            if case("contended") {
+                contended(&zk, &root, label, plan, curator)?;
+            }
         }
         if case("drain") {
             drain(&zk, &root, label, Duration::from_millis(1), plan, curator)?;
         }
     }
+    if rounds > 1 {
+        print_ratios(rounds);
+    }
     println!();
     println!("# total bench time {:.1?}", bench_start.elapsed());
     Ok(())
+}
+
+/// Every ratio the rounds printed, by row, in the order they first appeared.
+static RATIOS: std::sync::Mutex<Vec<(String, f64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps a ratio for the summary of `--rounds=N`.
+fn keep_ratio(what: String, value: Option<f64>) {
+    if let (Some(v), Ok(mut ratios)) = (value, RATIOS.lock()) {
+        ratios.push((what, v));
+    }
+}
+
+/// Median and range of each ratio over the rounds: the rows of one round move together with
+/// the machine's load, so a ratio taken within a round and summarised over rounds is what can be
+/// told apart from noise.
+fn print_ratios(rounds: usize) {
+    let Ok(ratios) = RATIOS.lock() else { return };
+    let mut order: Vec<&str> = Vec::new();
+    for (what, _) in ratios.iter() {
+        if !order.contains(&what.as_str()) {
+            order.push(what);
+        }
+    }
+    println!("## ratios over {rounds} rounds: median [min .. max]");
+    for what in order {
+        let mut values: Vec<f64> = ratios
+            .iter()
+            .filter(|(w, _)| w == what)
+            .map(|(_, v)| *v)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        let median = if values.len() % 2 == 1 {
+            values[values.len() / 2]
+        } else {
+            (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
+        };
+        // Ratios print as "1.23x", the CPU figures as milliseconds.
+        let unit = if what.contains("ms/") { " ms" } else { "x" };
+        println!(
+            "{what:<62} {median:>6.2}{unit} [{:.2} .. {:.2}] (n={})",
+            values[0],
+            values[values.len() - 1],
+            values.len()
+        );
+    }
 }
 
 /// Latencies in microseconds, to three significant figures.
@@ -347,6 +409,17 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
         "InterProcessMutex / floor: p50 {:.2}x, client CPU {}",
         p50s[2] / p50s[0],
         ratio(lock.per.cpu_ms(), floor.per.cpu_ms())
+    );
+    keep_ratio(
+        format!("uncontended{label}: zklock / floor p50"),
+        Some(p50s[2] / p50s[0]),
+    );
+    keep_ratio(
+        format!("uncontended{label}: zklock / floor client CPU"),
+        lock.per
+            .cpu_ms()
+            .zip(floor.per.cpu_ms())
+            .map(|(a, b)| a / b),
     );
     println!();
     Ok(())
@@ -551,6 +624,21 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
             lock.rate / floor.rate,
             ratio(lock.per.cpu_ms(), floor.per.cpu_ms())
         );
+        keep_ratio(
+            format!("contended{label} n={n}: zklock / floor handoffs/s"),
+            Some(lock.rate / floor.rate),
+        );
+        keep_ratio(
+            format!("contended{label} n={n}: zklock / floor client CPU"),
+            lock.per
+                .cpu_ms()
+                .zip(floor.per.cpu_ms())
+                .map(|(a, b)| a / b),
+        );
+        keep_ratio(
+            format!("contended{label} n={n}: zklock client CPU ms/handoff"),
+            lock.per.cpu_ms(),
+        );
 
         if let Some(curator) = curator {
             let (handoffs, elapsed, counters) =
@@ -570,6 +658,10 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                 "{:<14} zklock / Curator: handoffs/s {:.2}x",
                 "",
                 lock.rate / rate
+            );
+            keep_ratio(
+                format!("contended{label} n={n}: zklock / Curator handoffs/s"),
+                Some(lock.rate / rate),
             );
         }
     }
