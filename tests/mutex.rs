@@ -585,3 +585,50 @@ fn a_waiter_granted_when_its_predecessor_goes_is_kept_from_its_first_read() {
     assert!(matches!(waiter.join().unwrap(), Err(Error::LockLost)));
     assert_clean(|| server.four_letter("wchc").unwrap(), &admin, path);
 }
+
+/// A queue long enough for holders to mark their nodes (16 or more), of waiters that release
+/// at once — half with `release()`, half by dropping their guard — drains in queue order, one
+/// holder at a time, and leaves no node or watch.
+#[test]
+fn a_long_queue_of_waiters_that_release_at_once_drains_in_order_one_at_a_time() {
+    const WAITERS: usize = 40;
+    let server = TestingServer::start().unwrap();
+    let path = "/locks/long-queue";
+    let holder_client = session_client(&server.connect_string());
+    let holder = InterProcessMutex::new(&holder_client, path).unwrap();
+    holder.acquire().unwrap();
+    let clients: Vec<Client> = (0..4)
+        .map(|_| session_client(&server.connect_string()))
+        .collect();
+    let shared = Arc::new(Exclusion::default());
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..WAITERS {
+        let (client, shared, grants) = (clients[i % 4].clone(), shared.clone(), grants.clone());
+        threads.push(thread::spawn(move || {
+            let mutex = InterProcessMutex::new(&client, path).unwrap();
+            if i % 2 == 0 {
+                mutex.acquire().unwrap();
+                shared.critical_section();
+                grants.lock().unwrap().push(i);
+                mutex.release().unwrap();
+            } else {
+                let _guard = mutex.lock().unwrap();
+                shared.critical_section();
+                grants.lock().unwrap().push(i);
+            }
+        }));
+        wait_for("the waiter's node", || {
+            holder.participant_nodes().unwrap().len() == i + 2
+        });
+    }
+    holder.release().unwrap();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(shared.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(*shared.count.lock().unwrap(), WAITERS as u64);
+    assert_eq!(*grants.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    wait_for("the last guard's background delete", || {
+        holder_client.children(path).unwrap().is_empty()
+    });
+    assert_clean(|| server.four_letter("wchc").unwrap(), &holder_client, path);
+}

@@ -53,10 +53,19 @@ impl Doomed {
 
 /// Starts deleting `doomed` in the background; returns at once.
 pub(crate) fn spawn(shared: &Arc<Shared>, doomed: Doomed) {
+    spawn_after(shared, doomed, None);
+}
+
+/// Starts deleting `doomed` in the background once `after` is set (or its bound has passed);
+/// returns at once.
+pub(crate) fn spawn_after(shared: &Arc<Shared>, doomed: Doomed, after: Option<(Signal, Duration)>) {
     let task_shared = shared.clone();
     let pending = crate::metrics::PendingDelete::new();
     shared.spawn(async move {
         let _pending = pending;
+        if let Some((after, bound)) = after {
+            future::or(after.wait(), sleep(bound)).await;
+        }
         let shared = task_shared;
         let what = doomed.describe();
         let misses = AtomicU32::new(0);

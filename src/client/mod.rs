@@ -244,6 +244,12 @@ impl Client {
         cleanup::spawn(&self.inner.shared, doomed);
     }
 
+    /// [`delete_in_background`](Client::delete_in_background) once `after` is set, or at the
+    /// latest after the operation (else connection) timeout.
+    pub(crate) fn delete_in_background_after(&self, doomed: Doomed, after: Signal) {
+        cleanup::spawn_after(&self.inner.shared, doomed, Some((after, self.io_grace())));
+    }
+
     /// How long one ZooKeeper step of a lock attempt may take beyond the caller's wait: the
     /// operation timeout, else the connection timeout.
     pub(crate) fn io_grace(&self) -> Duration {

@@ -37,6 +37,11 @@ impl Signal {
         self.0.lock().set
     }
 
+    /// Blocks until set or `deadline`; returns whether it is set.
+    pub(crate) fn wait_until(&self, deadline: Deadline) -> bool {
+        self.is_set() || block_on(self.wait(), deadline).is_some()
+    }
+
     /// Resolves once [`Signal::set`] was called.
     pub(crate) fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
         let state = self.0.clone();

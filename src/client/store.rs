@@ -221,10 +221,13 @@ pub(crate) trait Store: Send + Sync {
     /// node is gone.
     fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
     /// Marks a granted holder's node (setData at version 0): sent before this returns, its
-    /// reply awaited in the background.
-    fn mark_holder(&self, path: &str, data: &[u8]);
+    /// reply awaited in the background; the signal is set once it came (or failed).
+    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal;
     /// Guaranteed delete, in the background, through whatever session is current.
     fn delete_background(&self, doomed: Doomed);
+    /// [`delete_background`](Store::delete_background) once `after` is set (or at the latest
+    /// after the Client's operation timeout).
+    fn delete_background_after(&self, doomed: Doomed, after: Signal);
     /// Deletes now (a missing node counts as deleted); on connection loss the error is
     /// returned and the delete goes on in the background.
     fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
@@ -338,24 +341,33 @@ impl Store for Client {
         Client::prime_keeper(self, path, call)
     }
 
-    fn mark_holder(&self, path: &str, data: &[u8]) {
+    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal {
+        let answered = Signal::default();
         let Some(zk) = self.shared().conn.lock().zk.clone() else {
-            return;
+            answered.set();
+            return answered;
         };
         // Version 0: never overwrite a revocation request that came first. Sent here, on the
         // caller's thread, so that a read of the node sent after it sees the mark (and a watch
         // that read sets does not fire for it).
         let sent = zk.set_data(path, data, Some(0));
         let path = path.to_owned();
+        let done = answered.clone();
         self.shared().spawn(async move {
             if let Err(e) = sent.await {
                 tracing::debug!("marking {path} as the holder: {e}");
             }
+            done.set();
         });
+        answered
     }
 
     fn delete_background(&self, doomed: Doomed) {
         self.delete_in_background(doomed);
+    }
+
+    fn delete_background_after(&self, doomed: Doomed, after: Signal) {
+        self.delete_in_background_after(doomed, after);
     }
 
     fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()> {

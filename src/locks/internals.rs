@@ -24,11 +24,15 @@
 //!   (one more write) so that its follower needs no listing when it goes; the follower's watch
 //!   fires for the mark, it reads that node again (now known to hold), then its own; the new
 //!   holder's mark fires its own watch, and its keeper reads again. 3 writes, 5 reads, none of
-//!   them O(queue) and none between a release and the next grant.
+//!   them O(queue) and none between a release and the next grant. A hold released before its
+//!   mark was answered sends its delete only after that answer (a guard's background delete
+//!   too): the follower's read of the marked node then comes before the delete's commit, where
+//!   a delete sent right behind the mark would usually win and the follower list the queue.
 //!
 //! A waiter whose predecessor is gone before its watch is set, or that was not at the head,
 //! lists again, as Curator does on every wake.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -83,6 +87,8 @@ pub(crate) struct LockInternals<S: Store> {
     mark_from: usize,
     /// Shared by the attempts in progress; replaced by a fresh one when they are cancelled.
     cancel: Mutex<Cancel>,
+    /// Holders' marks not yet answered, by node: a release waits for its node's mark.
+    marking: Mutex<HashMap<String, Signal>>,
 }
 
 /// Cancels the attempts that share it: ends their I/O waits and wakes their parked waiters.
@@ -191,6 +197,7 @@ impl<S: Store> LockInternals<S> {
             holder_marks: true,
             mark_from: MARK_FROM,
             cancel: Mutex::new(Cancel::default()),
+            marking: Mutex::new(HashMap::new()),
         })
     }
 
@@ -272,7 +279,10 @@ impl<S: Store> LockInternals<S> {
                 }) => {
                     cleanup.path = None;
                     if mark {
-                        self.store.mark_holder(&our_path, &self.current_data());
+                        let answered = self.store.mark_holder(&our_path, &self.current_data());
+                        let mut marking = self.marking.lock();
+                        marking.retain(|_, answered| !answered.is_set());
+                        marking.insert(our_path.clone(), answered);
                     }
                     let session = stat.ephemeral_owner;
                     return Ok(Some(Acquired {
@@ -537,15 +547,31 @@ impl<S: Store> LockInternals<S> {
     }
 
     /// Deletes a held node of session `owner` as `how` says.
+    ///
+    /// A hold released before its mark was answered first waits for that answer (within the
+    /// release's bound): the waiter behind us, woken by the mark, reads our node to see that
+    /// it holds, and a delete sent right behind the mark would usually win that race, so that
+    /// the waiter lists the whole queue again. Sent after the answer, the delete still has a
+    /// quorum write to go through while that read is answered at once.
     pub(crate) fn release(&self, our_path: &str, owner: i64, how: Release) -> Result<()> {
+        let mark = self.marking.lock().remove(our_path);
         match how {
             Release::Background => {
-                self.store
-                    .delete_background(Doomed::node(our_path, Some(owner)));
+                let doomed = Doomed::node(our_path, Some(owner));
+                match mark {
+                    Some(answered) if !answered.is_set() => {
+                        self.store.delete_background_after(doomed, answered)
+                    }
+                    _ => self.store.delete_background(doomed),
+                }
                 Ok(())
             }
             Release::Within(by) => {
-                let mut call = self.store.new_call(self.bounded(by));
+                let deadline = self.bounded(by);
+                if let Some(answered) = mark {
+                    answered.wait_until(deadline);
+                }
+                let mut call = self.store.new_call(deadline);
                 self.store.delete_guaranteed(our_path, &mut call)
             }
         }

@@ -48,6 +48,8 @@ struct State {
     watches: HashMap<String, Vec<(Arc<Waiter>, crate::client::Signal)>>,
     faults: VecDeque<(Op, Fault)>,
     calls: HashMap<Op, usize>,
+    /// Marks whose answer is held back (`Some`) until `answer_marks`; `None`: answered at once.
+    unanswered_marks: Option<Vec<crate::client::Signal>>,
 }
 
 #[derive(Clone)]
@@ -72,6 +74,16 @@ impl Fake {
             grace: Duration::from_secs(5),
             lists_with_create: false,
         }
+    }
+
+    /// Holds back the answers of later marks until [`Fake::answer_marks`].
+    fn answer_marks_later(&self) {
+        self.state.lock().unanswered_marks = Some(Vec::new());
+    }
+
+    fn answer_marks(&self) {
+        let held = self.state.lock().unanswered_marks.take();
+        held.into_iter().flatten().for_each(|s| s.set());
     }
 
     fn fail(&self, op: Op, fault: Fault) {
@@ -345,9 +357,14 @@ impl Store for Fake {
         Ok(Some((WatchGuard(cancel), stat, b"fake".to_vec())))
     }
 
-    fn mark_holder(&self, path: &str, _data: &[u8]) {
+    fn mark_holder(&self, path: &str, _data: &[u8]) -> crate::client::Signal {
+        let answered = crate::client::Signal::default();
         let fired = {
             let mut st = self.state.lock();
+            match &mut st.unanswered_marks {
+                Some(held) => held.push(answered.clone()),
+                None => answered.set(),
+            }
             *st.calls.entry(Op::Mark).or_default() += 1;
             st.zxid += 1;
             let zxid = st.zxid;
@@ -356,7 +373,7 @@ impl Store for Fake {
                     n.version = 1;
                     n.mzxid = zxid;
                 }
-                _ => return,
+                _ => return answered,
             }
             st.watches.remove(path).unwrap_or_default()
         };
@@ -368,6 +385,15 @@ impl Store for Fake {
                 });
             }
         }
+        answered
+    }
+
+    fn delete_background_after(&self, doomed: Doomed, after: crate::client::Signal) {
+        let me = self.clone();
+        thread::spawn(move || {
+            after.wait_until(Deadline::after(me.grace));
+            me.delete_background(doomed);
+        });
     }
 
     fn delete_background(&self, doomed: Doomed) {
@@ -616,6 +642,59 @@ fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
     );
     assert!(fake.children_of(DIR).is_empty());
     assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn a_release_waits_for_its_marks_answer_before_it_deletes() {
+    let fake = Fake::new();
+    fake.answer_marks_later();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    fake.add_contender(DIR);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Mark), 1);
+    let release = {
+        let (l, path) = (l.clone(), got.path.clone());
+        thread::spawn(move || l.release(&path, got.session, Release::Within(None)))
+    };
+    thread::sleep(Duration::from_millis(100));
+    assert!(
+        fake.children_of(DIR).contains(&got.path),
+        "deleted before the mark was answered: the waiter behind would list again"
+    );
+    fake.answer_marks();
+    release.join().unwrap().unwrap();
+    assert!(!fake.children_of(DIR).contains(&got.path));
+
+    // A guard's release returns at once; its background delete waits for the answer too.
+    fake.answer_marks_later();
+    let behind = fake
+        .children_of(DIR)
+        .pop()
+        .expect("the contender behind us");
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    fake.add_contender(DIR);
+    fake.remove(&behind);
+    let got = t.join().unwrap().unwrap().unwrap();
+    l.release(&got.path, got.session, Release::Background)
+        .unwrap();
+    thread::sleep(Duration::from_millis(100));
+    assert!(
+        fake.children_of(DIR).contains(&got.path),
+        "deleted in the background before the mark was answered"
+    );
+    fake.answer_marks();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.children_of(DIR).contains(&got.path) {
+        assert!(std::time::Instant::now() < deadline, "never deleted");
+        thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The mark only where it pays: a holder marks when the listing it was granted on held at
