@@ -632,3 +632,34 @@ fn a_long_queue_of_waiters_that_release_at_once_drains_in_order_one_at_a_time() 
     });
     assert_clean(|| server.four_letter("wchc").unwrap(), &holder_client, path);
 }
+
+/// Holds released within a few milliseconds start no keeper; one held longer, behind many of
+/// them, is still kept: deleting its node reads Lost.
+#[test]
+fn a_hold_behind_many_short_ones_is_still_kept() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let mutex = InterProcessMutex::new(&client, "/locks/short-then-long").unwrap();
+    for _ in 0..50 {
+        mutex.lock().unwrap().release().unwrap();
+    }
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    let node = mutex.lock_node().unwrap();
+    // Past the keeper's first look (5 ms), with margin for a loaded machine.
+    thread::sleep(Duration::from_millis(200));
+    let admin = session_client(&server.connect_string());
+    admin.delete(&node).unwrap();
+    let e = events.recv_timeout(patience()).unwrap();
+    assert_eq!(
+        (e.health, e.node.as_str()),
+        (LockHealth::Lost, node.as_str())
+    );
+    assert_eq!(guard.health(), LockHealth::Lost);
+    drop(guard);
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/short-then-long",
+    );
+}
