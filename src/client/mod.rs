@@ -123,8 +123,8 @@ impl Inner {
         self.watcher.shutdown();
     }
 
-    /// Starts the close and returns at once: the I/O thread closes the session and ends by
-    /// itself (within [`CLOSE_BOUND`]), the watcher thread after what is queued for it.
+    /// Starts the close and returns at once: the Client's tasks close the session on the I/O
+    /// thread and stop (within [`CLOSE_BOUND`]), the watcher thread after what is queued for it.
     fn close_in_background(&self) {
         if self.shared.mark_closed() {
             self.shared.registry.wake_all();

@@ -6,7 +6,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 
 /// Expires `client`'s current session on the server: a second connection joins the same session
-/// (same id and password) and closes it, while `client`'s I/O thread is held still so that it
+/// (same id and password) and closes it, while `client`'s wire client is held still so that it
 /// cannot take the session back first. The server ends the session and deletes its ephemeral
 /// nodes; `client` sees its session expire, reports `Lost`, then opens a new one (`Reconnected`).
 ///
