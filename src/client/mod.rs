@@ -258,8 +258,9 @@ impl Client {
     }
 
     /// Closes the session (its ephemeral nodes go) and ends the Client's threads, waiting for
-    /// them: at most about 5 s for the session's close, plus whatever listener is running.
-    /// Every later call fails with [`Error::Closed`]. Idempotent.
+    /// them: at most about 5 s for the session's close, at most 10 s more for the shared I/O
+    /// thread to let this Client's tasks go (at once unless that thread is held up), plus
+    /// whatever listener is running. Every later call fails with [`Error::Closed`]. Idempotent.
     ///
     /// Dropping the last clone does the same without waiting: it returns at once and the
     /// threads end by themselves shortly after.

@@ -644,19 +644,41 @@ fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
     assert_eq!(fake.live_watches(), 0);
 }
 
+/// Takes the lock as the waiter right behind `ahead` with one more contender behind us, so that
+/// the grant marks our node.
+fn granted_with_a_mark(fake: &Fake, l: &Arc<LockInternals<Fake>>, ahead: &str) -> Acquired {
+    let t = spawn_attempt(l);
+    wait_children(fake, 2);
+    wait_watches(fake, 1);
+    fake.add_contender(DIR);
+    fake.remove(ahead);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert!(fake.calls(Op::Mark) > 0);
+    got
+}
+
+/// The contender a previous `granted_with_a_mark` left behind its holder.
+fn last_contender(fake: &Fake) -> String {
+    fake.children_of(DIR)
+        .pop()
+        .expect("the contender behind the last holder")
+}
+
+fn wait_gone(fake: &Fake, path: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.children_of(DIR).iter().any(|c| c == path) {
+        assert!(std::time::Instant::now() < deadline, "{path} never deleted");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn a_release_waits_for_its_marks_answer_before_it_deletes() {
     let fake = Fake::new();
     fake.answer_marks_later();
     let holder = fake.add_contender(DIR);
     let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
-    let t = spawn_attempt(&l);
-    wait_children(&fake, 2);
-    wait_watches(&fake, 1);
-    fake.add_contender(DIR);
-    fake.remove(&holder);
-    let got = t.join().unwrap().unwrap().unwrap();
-    assert_eq!(fake.calls(Op::Mark), 1);
+    let got = granted_with_a_mark(&fake, &l, &holder);
     let release = {
         let (l, path) = (l.clone(), got.path.clone());
         thread::spawn(move || l.release(&path, got.session, Release::Within(None)))
@@ -672,16 +694,7 @@ fn a_release_waits_for_its_marks_answer_before_it_deletes() {
 
     // A guard's release returns at once; its background delete waits for the answer too.
     fake.answer_marks_later();
-    let behind = fake
-        .children_of(DIR)
-        .pop()
-        .expect("the contender behind us");
-    let t = spawn_attempt(&l);
-    wait_children(&fake, 2);
-    wait_watches(&fake, 1);
-    fake.add_contender(DIR);
-    fake.remove(&behind);
-    let got = t.join().unwrap().unwrap().unwrap();
+    let got = granted_with_a_mark(&fake, &l, &last_contender(&fake));
     l.release(&got.path, got.session, Release::Background)
         .unwrap();
     thread::sleep(Duration::from_millis(100));
@@ -690,11 +703,38 @@ fn a_release_waits_for_its_marks_answer_before_it_deletes() {
         "deleted in the background before the mark was answered"
     );
     fake.answer_marks();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while fake.children_of(DIR).contains(&got.path) {
-        assert!(std::time::Instant::now() < deadline, "never deleted");
-        thread::sleep(Duration::from_millis(5));
+    wait_gone(&fake, &got.path);
+}
+
+/// A mark whose answer never comes (the connection broke under it) holds a release up only
+/// until the release's bound, and the node is deleted all the same.
+#[test]
+fn a_mark_never_answered_holds_a_release_up_only_until_its_bound() {
+    let fake = Fake {
+        grace: Duration::from_millis(200),
+        ..Fake::new()
+    };
+    fake.answer_marks_later();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
+    let got = granted_with_a_mark(&fake, &l, &holder);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let (l, path) = (l.clone(), got.path.clone());
+        thread::spawn(move || {
+            let _ = tx.send(l.release(&path, got.session, Release::Within(None)));
+        });
     }
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the release waited for the mark past its bound")
+        .unwrap();
+    wait_gone(&fake, &got.path);
+
+    // The same for a guard's background delete (bounded by the operation timeout).
+    let got = granted_with_a_mark(&fake, &l, &last_contender(&fake));
+    l.release(&got.path, got.session, Release::Background)
+        .unwrap();
+    wait_gone(&fake, &got.path);
 }
 
 /// The mark only where it pays: a holder marks when the listing it was granted on held at
