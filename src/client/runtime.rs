@@ -181,13 +181,13 @@ struct IoThread {
 #[derive(Default)]
 struct IoState {
     current: Option<IoThread>,
-    /// The thread that ended with the last Runtime, for [`Runtime::shutdown`] to join.
-    retired: Option<JoinHandle<()>>,
+    /// Threads that ended with the last Runtime, for [`Runtime::shutdown`] to join.
+    retired: Vec<JoinHandle<()>>,
 }
 
 static IO: Mutex<IoState> = Mutex::new(IoState {
     current: None,
-    retired: None,
+    retired: Vec::new(),
 });
 
 thread_local! {
@@ -232,7 +232,7 @@ impl IoThread {
         if last {
             let mut current = io.current.take().expect("checked above");
             current.stop.set();
-            io.retired = current.thread.take();
+            io.retired.extend(current.thread.take());
         }
     }
 }
@@ -261,8 +261,9 @@ impl<F: Future<Output = ()>> Future for ClientTasks<F> {
 
 impl<F> Drop for ClientTasks<F> {
     fn drop(&mut self) {
-        self.ended.set();
+        // Leave first: once `ended` is seen, a retired I/O thread is already there to join.
         IoThread::leave();
+        self.ended.set();
     }
 }
 
@@ -378,8 +379,8 @@ impl Runtime {
             return;
         }
         block_on(self.ended.wait(), Deadline::after(SHUTDOWN_BOUND));
-        let retired = IO.lock().retired.take();
-        if let Some(handle) = retired {
+        let retired = std::mem::take(&mut IO.lock().retired);
+        for handle in retired {
             let _ = handle.join();
         }
     }
