@@ -10,7 +10,6 @@ mod liveness;
 mod runtime;
 mod session;
 mod store;
-mod tasks;
 #[cfg(feature = "tls")]
 mod tls;
 mod types;
@@ -59,10 +58,7 @@ use crate::retry::RetryBudget;
 /// states, and runs its wire client (sockets, pings, reconnects) on the process's one
 /// `zklock-io` thread, shared by every Client of the process (started with the first, ended
 /// with the last). They end when [`close`](Client::close) is called or the last clone is
-/// dropped. A blocking call writes its request on the calling thread (it runs the Client's
-/// tasks until the request is out; a thread with less than 256 KiB of stack left hands it to the
-/// I/O thread instead); the I/O thread reads the answers. The process also has one `async-io`
-/// reactor thread, started on first use.
+/// dropped. The process also has one `async-io` reactor thread, started on first use.
 ///
 /// # Retries and deadlines
 /// Each call is one retry budget from the Client's [`RetryPolicy`](crate::RetryPolicy): a
@@ -121,8 +117,7 @@ impl Inner {
     fn close(&self) {
         if self.shared.mark_closed() {
             self.shared.registry.wake_all();
-            self.runtime
-                .block_on(self.shared.finished.wait(), Deadline::after(CLOSE_BOUND));
+            runtime::block_on(self.shared.finished.wait(), Deadline::after(CLOSE_BOUND));
         }
         self.runtime.shutdown();
         self.watcher.shutdown();
@@ -208,7 +203,7 @@ impl Client {
             config,
             registry,
             watcher.tx.clone(),
-            runtime.tasks(),
+            runtime.executor(),
         ));
         runtime.spawn(session::supervise(shared.clone()));
         Ok(Client {
@@ -398,14 +393,11 @@ impl Client {
             Err(Error::Cancelled)
         };
         let stalled = disconnected_for(zk.clone(), self.shared().config.builder.connection_timeout);
-        let result = self
-            .inner
-            .runtime
-            .block_on(
-                future::or(op(zk, generation), future::or(cancelled, stalled)),
-                call.deadline,
-            )
-            .unwrap_or(Err(Error::Timeout));
+        let result = runtime::block_on(
+            future::or(op(zk, generation), future::or(cancelled, stalled)),
+            call.deadline,
+        )
+        .unwrap_or(Err(Error::Timeout));
         match &result {
             Err(e) if e.outcome_unknown() => {}
             _ => call.budget.reset(),

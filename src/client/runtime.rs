@@ -2,7 +2,7 @@
 //! user threads wait for it. Users never see a future or a runtime.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, JoinHandle, Thread};
@@ -11,7 +11,6 @@ use std::time::Duration;
 use async_executor::Executor;
 use parking_lot::Mutex;
 
-use super::tasks::{ClientTasks, Tasks};
 use crate::deadline::Deadline;
 
 /// A one-shot flag a future can wait for; set from any thread.
@@ -139,24 +138,25 @@ impl<T: Send + 'static> Drop for Receiver<T> {
     }
 }
 
-/// A Client's tasks ([`Tasks`]): run by the process's one I/O thread, and by a caller of
-/// [`Runtime::block_on`] until its requests are written.
+/// A Client's tasks (its wire client's session, pings, reconnects; zklock's background work):
+/// an executor of its own, run inside the process's one I/O thread. zookeeper-client spawns its
+/// session task through `spawns`; every poll of a Client's executor installs that executor as
+/// the spawner, so every task of this Client runs on it and ends with it.
 pub(crate) struct Runtime {
-    tasks: Arc<Tasks>,
-    /// Set once the I/O thread has stopped running this Client's tasks (they go with the
-    /// Runtime).
+    executor: Arc<Executor<'static>>,
+    stop: Signal,
+    /// Set once this Client's executor has stopped running (its tasks go with the Runtime).
     ended: Signal,
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    freeze: Arc<Freeze>,
 }
 
-/// How much stack a caller must have left to run its Client's tasks itself: the wire client's
-/// session task is polled on the caller's stack, and in a debug build that poll alone needs
-/// more than the 64 KiB a small thread may have (measured: a 64 KiB thread overflowed, a 96 KiB
-/// one did not). A caller with less leaves its request to the I/O thread, as every caller did
-/// before (one thread wake more per request, nothing else).
-const DRIVE_STACK: usize = 256 * 1024;
+struct Spawner(Arc<Executor<'static>>);
 
-fn has_stack_to_drive() -> bool {
-    stacker::remaining_stack().is_some_and(|left| left >= DRIVE_STACK)
+impl spawns::Spawn for Spawner {
+    fn spawn(&self, task: spawns::Task) {
+        self.0.spawn(Box::into_pin(task.future)).detach();
+    }
 }
 
 /// The name of the process's I/O thread.
@@ -170,7 +170,7 @@ const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
 /// socket's readiness found by another Client's thread had to be handed to the owner's thread
 /// before the answer reached the caller (one more thread wake per request with several
 /// Clients). On one thread the reactor and every session task meet.
-pub(crate) struct IoThread {
+struct IoThread {
     executor: Arc<Executor<'static>>,
     stop: Signal,
     /// Runtimes whose tasks run here.
@@ -190,6 +190,10 @@ static IO: Mutex<IoState> = Mutex::new(IoState {
     retired: Vec::new(),
 });
 
+thread_local! {
+    static ON_IO_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl IoThread {
     /// Registers one more Runtime; starts the thread if none runs.
     fn join() -> std::io::Result<Arc<Executor<'static>>> {
@@ -203,8 +207,11 @@ impl IoThread {
         let thread = thread::Builder::new().name(IO_THREAD.into()).spawn({
             let executor = executor.clone();
             let stop = stop.wait();
-            // async-io's block_on lets this thread drive the I/O reactor while it waits.
-            move || async_io::block_on(executor.run(stop))
+            move || {
+                ON_IO_THREAD.with(|on| on.set(true));
+                // async-io's block_on lets this thread drive the I/O reactor while it waits.
+                async_io::block_on(executor.run(stop));
+            }
         })?;
         io.current = Some(IoThread {
             executor: executor.clone(),
@@ -216,7 +223,7 @@ impl IoThread {
     }
 
     /// A Runtime's tasks have ended; the last one stops the thread.
-    pub(crate) fn leave() {
+    fn leave() {
         let mut io = IO.lock();
         let last = io.current.as_mut().is_some_and(|c| {
             c.users -= 1;
@@ -230,9 +237,82 @@ impl IoThread {
     }
 }
 
+/// Runs one Client's executor on the I/O thread, with that executor as the `spawns` spawner;
+/// when it ends (stopped, or dropped with the I/O thread's executor) the Client is done.
+struct ClientTasks<F> {
+    run: Pin<Box<F>>,
+    spawner: Spawner,
+    ended: Signal,
+    freeze: Arc<Freeze>,
+}
+
+impl<F: Future<Output = ()>> Future for ClientTasks<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.freeze.holds(cx) {
+            return Poll::Pending;
+        }
+        let _scope = spawns::enter(&this.spawner);
+        this.run.as_mut().poll(cx)
+    }
+}
+
+impl<F> Drop for ClientTasks<F> {
+    fn drop(&mut self) {
+        // Leave first: once `ended` is seen, a retired I/O thread is already there to join.
+        IoThread::leave();
+        self.ended.set();
+    }
+}
+
+/// Holds one Client's tasks still (for tests that act on its session behind its back).
+#[derive(Default)]
+struct Freeze {
+    frozen: std::sync::atomic::AtomicBool,
+    state: Mutex<FreezeState>,
+}
+
+#[derive(Default)]
+struct FreezeState {
+    /// Told once the Client's tasks have stopped running.
+    ack: Option<crossbeam_channel::Sender<()>>,
+    waker: Option<Waker>,
+}
+
+impl Freeze {
+    /// Whether the Client's tasks must stay still; if so, wakes the poll when they may go on.
+    fn holds(&self, cx: &Context<'_>) -> bool {
+        if !self.frozen.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let mut s = self.state.lock();
+        if !self.frozen.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        if let Some(ack) = s.ack.take() {
+            let _ = ack.send(());
+        }
+        s.waker = Some(cx.waker().clone());
+        true
+    }
+
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    fn thaw(&self) {
+        let waker = {
+            let mut s = self.state.lock();
+            self.frozen
+                .store(false, std::sync::atomic::Ordering::Release);
+            s.waker.take()
+        };
+        waker.into_iter().for_each(Waker::wake);
+    }
+}
+
 /// Keeps a Client's tasks still until dropped.
 #[cfg(feature = "testing")]
-pub(crate) struct Frozen(Arc<Tasks>);
+pub(crate) struct Frozen(Arc<Freeze>);
 
 #[cfg(feature = "testing")]
 impl Drop for Frozen {
@@ -242,76 +322,60 @@ impl Drop for Frozen {
 }
 
 impl Runtime {
-    /// Starts a Client's tasks, on the process's I/O thread (starting that thread if it is not
-    /// running) whenever no caller drives them.
+    /// Starts a Client's executor on the process's I/O thread (starting that thread if it is
+    /// not running).
     pub(crate) fn start() -> std::io::Result<Runtime> {
         let io = IoThread::join()?;
-        let tasks = Tasks::new();
+        let executor = Arc::new(Executor::new());
+        let stop = Signal::default();
         let ended = Signal::default();
-        io.spawn(ClientTasks::new(tasks.clone(), ended.clone()))
-            .detach();
-        Ok(Runtime { tasks, ended })
+        let freeze = Arc::new(Freeze::default());
+        let run = {
+            let executor = executor.clone();
+            let stop = stop.wait();
+            async move { executor.run(stop).await }
+        };
+        io.spawn(ClientTasks {
+            run: Box::pin(run),
+            spawner: Spawner(executor.clone()),
+            ended: ended.clone(),
+            freeze: freeze.clone(),
+        })
+        .detach();
+        Ok(Runtime {
+            executor,
+            stop,
+            ended,
+            freeze,
+        })
     }
 
-    pub(crate) fn tasks(&self) -> std::sync::Weak<Tasks> {
-        Arc::downgrade(&self.tasks)
+    pub(crate) fn executor(&self) -> std::sync::Weak<Executor<'static>> {
+        Arc::downgrade(&self.executor)
     }
 
     pub(crate) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.spawn(f);
+        self.executor.spawn(f).detach();
     }
 
-    /// Runs `f` on the calling thread until it completes or `deadline` passes (`None`). The
-    /// requests `f` sends are written on this thread: it runs the Client's tasks until they
-    /// are out (unless another caller does the same right now), then hands them back to the I/O
-    /// thread, which reads the answers.
-    pub(crate) fn block_on<F: Future>(&self, f: F, deadline: Deadline) -> Option<F::Output> {
-        let me = thread::current();
-        let mut driving = has_stack_to_drive() && self.tasks.start_driving(&me);
-        let waker = Waker::from(Arc::new(ThreadWaker(me)));
-        let mut cx = Context::from_waker(&waker);
-        let mut f = pin!(f);
-        let result = loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                break Some(v);
-            }
-            if driving {
-                if self.tasks.drive() {
-                    continue;
-                }
-                self.tasks.stop_driving();
-                driving = false;
-            }
-            match deadline.remaining() {
-                None => thread::park(),
-                Some(d) if d.is_zero() => break None,
-                Some(d) => thread::park_timeout(d),
-            }
-        };
-        if driving {
-            self.tasks.stop_driving();
-        }
-        result
-    }
-
-    /// Lets the tasks run until `done` is set (at most `bound`), then stops them; returns at
+    /// Lets the executor run until `done` is set (at most `bound`), then stops it; returns at
     /// once.
     pub(crate) fn shutdown_after(&self, done: Signal, bound: Duration) {
-        let tasks = Arc::downgrade(&self.tasks);
-        self.tasks.spawn(async move {
-            futures_lite::future::or(done.wait(), sleep(bound)).await;
-            if let Some(tasks) = tasks.upgrade() {
-                tasks.stop();
-            }
-        });
+        let stop = self.stop.clone();
+        self.executor
+            .spawn(async move {
+                futures_lite::future::or(done.wait(), sleep(bound)).await;
+                stop.set();
+            })
+            .detach();
     }
 
-    /// Stops the tasks (pending ones are dropped with the Runtime) and waits, at most 10 s, for
-    /// the I/O thread to let them go; when this was the process's last Runtime, also for that
-    /// thread to end.
+    /// Stops the executor (pending tasks are dropped) and waits for it, at most 10 s; when this
+    /// was the last Runtime of the process, also for the I/O thread to end. On the I/O thread
+    /// itself it only stops the executor.
     pub(crate) fn shutdown(&self) {
-        self.tasks.stop();
-        if thread::current().name() == Some(IO_THREAD) {
+        self.stop.set();
+        if ON_IO_THREAD.with(|on| on.get()) {
             return;
         }
         block_on(self.ended.wait(), Deadline::after(SHUTDOWN_BOUND));
@@ -322,13 +386,21 @@ impl Runtime {
     }
 
     /// Holds this Client's tasks still (no reads, writes, timers or reconnects) until the
-    /// returned value drops; returns once the I/O thread has seen it (at most 60 s).
+    /// returned value drops; returns once they are still (at most 60 s).
     #[cfg(feature = "testing")]
     pub(crate) fn freeze(&self) -> Frozen {
         let (ack, acked) = crossbeam_channel::bounded(1);
-        self.tasks.freeze(ack);
+        {
+            let mut s = self.freeze.state.lock();
+            s.ack = Some(ack);
+            self.freeze
+                .frozen
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        // Makes sure the executor is polled (and sees the freeze) even if it has nothing to do.
+        self.executor.spawn(async {}).detach();
         let _ = acked.recv_timeout(Duration::from_secs(60));
-        Frozen(self.tasks.clone())
+        Frozen(self.freeze.clone())
     }
 }
 
@@ -412,13 +484,8 @@ mod tests {
             t.set();
         });
         assert_eq!(
-            b.block_on(ticks.wait(), Deadline::after(Duration::from_secs(30))),
+            block_on(ticks.wait(), Deadline::after(Duration::from_secs(30))),
             Some(())
-        );
-        // Nor does a caller waiting on it run them.
-        assert_eq!(
-            a.block_on(ran.wait(), Deadline::after(Duration::from_millis(100))),
-            None
         );
         assert!(!ran.is_set(), "a frozen runtime ran a task");
         drop(frozen);
@@ -432,103 +499,6 @@ mod tests {
         assert!(!b.ended.is_set());
         b.shutdown();
         assert!(b.ended.is_set());
-    }
-
-    #[test]
-    fn a_caller_runs_its_clients_tasks_until_its_request_is_out_and_the_io_thread_the_rest() {
-        let rt = Runtime::start().unwrap();
-        let forever = Deadline::after(Duration::from_secs(30));
-        // Nobody waits: the I/O thread runs the task.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        rt.spawn(async move {
-            let _ = tx.send(thread::current().name().map(str::to_owned));
-        });
-        let ran_on = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-        assert_eq!(ran_on.as_deref(), Some(IO_THREAD));
-        // A task woken by a caller's request runs on the caller's thread — unless the I/O
-        // thread, still in its turn, takes it first: either may, so try a few times.
-        let on_caller = (0..20)
-            .filter(|_| {
-                let ran_on = rt.block_on(
-                    async {
-                        let (tx, rx) = Handoff::new(|_| {});
-                        rt.spawn(async move { tx.send(thread::current().id()) });
-                        rx.recv().await
-                    },
-                    forever,
-                );
-                ran_on == Some(Some(thread::current().id()))
-            })
-            .count();
-        assert!(on_caller > 0, "the caller never ran its own request's task");
-        // Once the request is out, they are the I/O thread's again.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        rt.spawn(async move {
-            let _ = tx.send(thread::current().name().map(str::to_owned));
-        });
-        let ran_on = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-        assert_eq!(ran_on.as_deref(), Some(IO_THREAD));
-        rt.shutdown();
-    }
-
-    #[test]
-    fn a_caller_short_of_stack_leaves_its_request_to_the_io_thread() {
-        let rt = Arc::new(Runtime::start().unwrap());
-        let small = thread::Builder::new()
-            .stack_size(DRIVE_STACK / 2)
-            .spawn({
-                let rt = rt.clone();
-                move || {
-                    (0..20)
-                        .map(|_| {
-                            rt.block_on(
-                                async {
-                                    let (tx, rx) = Handoff::new(|_| {});
-                                    rt.spawn(async move {
-                                        tx.send(thread::current().name().map(str::to_owned))
-                                    });
-                                    rx.recv().await
-                                },
-                                Deadline::after(Duration::from_secs(30)),
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                }
-            })
-            .unwrap();
-        let ran_on = small.join().unwrap();
-        assert!(
-            ran_on
-                .iter()
-                .all(|r| r == &Some(Some(Some(IO_THREAD.to_owned())))),
-            "{ran_on:?}"
-        );
-        rt.shutdown();
-    }
-
-    #[test]
-    fn a_task_waiting_for_what_never_comes_is_dropped_with_its_runtime() {
-        struct SetOnDrop(Signal);
-        impl Drop for SetOnDrop {
-            fn drop(&mut self) {
-                self.0.set();
-            }
-        }
-        let rt = Runtime::start().unwrap();
-        let (dropped, started) = (Signal::default(), Signal::default());
-        let guard = SetOnDrop(dropped.clone());
-        let s = started.clone();
-        rt.spawn(async move {
-            let _guard = guard;
-            s.set();
-            futures_lite::future::pending::<()>().await;
-        });
-        let forever = Deadline::after(Duration::from_secs(30));
-        assert_eq!(block_on(started.wait(), forever), Some(()));
-        rt.shutdown();
-        assert!(!dropped.is_set());
-        drop(rt);
-        assert!(dropped.is_set(), "the waiting task outlived its runtime");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use async_executor::Executor;
 use crossbeam_channel::Sender;
 use futures_lite::future;
 use parking_lot::{Condvar, Mutex};
@@ -16,7 +17,6 @@ use super::builder::Config;
 use super::liveness::Liveness;
 use super::runtime::{sleep, Signal};
 use super::store::mkdirs;
-use super::tasks::Tasks;
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
 use crate::deadline::Deadline;
@@ -27,7 +27,7 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) registry: Arc<Registry>,
     pub(crate) events: Sender<Message>,
-    pub(crate) tasks: Weak<Tasks>,
+    pub(crate) executor: Weak<Executor<'static>>,
     pub(crate) conn: Mutex<Conn>,
     conn_cv: Condvar,
     pub(crate) stop: Signal,
@@ -69,13 +69,13 @@ impl Shared {
         config: Config,
         registry: Arc<Registry>,
         events: Sender<Message>,
-        tasks: Weak<Tasks>,
+        executor: Weak<Executor<'static>>,
     ) -> Shared {
         Shared {
             config,
             registry,
             events,
-            tasks,
+            executor,
             conn: Mutex::new(Conn::default()),
             conn_cv: Condvar::new(),
             stop: Signal::default(),
@@ -105,8 +105,8 @@ impl Shared {
     }
 
     pub(crate) fn spawn(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
-        if let Some(tasks) = self.tasks.upgrade() {
-            tasks.spawn(f);
+        if let Some(ex) = self.executor.upgrade() {
+            ex.spawn(f).detach();
         }
     }
 
