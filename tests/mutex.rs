@@ -63,6 +63,43 @@ fn eight_clients_exclude_each_other() {
     assert_clean(|| server.four_letter("wchc").unwrap(), &client, "/locks/x");
 }
 
+/// Calls, waits and releases work from a thread with a small (64 KiB) stack, debug build
+/// included: the wire client's session task is never polled on the caller's stack (a version
+/// that did overflowed such a thread).
+#[test]
+fn a_thread_with_a_small_stack_can_wait_for_and_release_a_lock() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let mutex = Arc::new(InterProcessMutex::new(&client, "/locks/small").unwrap());
+    let holder = mutex.lock().unwrap();
+    let small = thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn({
+            let (client, mutex) = (client.clone(), mutex.clone());
+            move || {
+                client.create("/small").call().unwrap();
+                let guard = mutex.lock().unwrap();
+                drop(guard);
+                for _ in 0..20 {
+                    mutex.acquire().unwrap();
+                    mutex.release().unwrap();
+                }
+            }
+        })
+        .unwrap();
+    // The small thread waits behind us, then takes the lock once we let go.
+    wait_for("the small thread to queue", || {
+        mutex.participant_nodes().unwrap().len() == 2
+    });
+    holder.release().unwrap();
+    small.join().unwrap();
+    assert_clean(
+        || server.four_letter("wchc").unwrap(),
+        &client,
+        "/locks/small",
+    );
+}
+
 #[test]
 fn eight_threads_sharing_one_client_and_one_mutex_exclude_each_other() {
     let server = TestingServer::start().unwrap();
