@@ -29,8 +29,14 @@
 //!   too): the follower's read of the marked node then comes before the delete's commit, where
 //!   a delete sent right behind the mark would usually win and the follower list the queue.
 //!
-//! A waiter whose predecessor is gone before its watch is set, or that was not at the head,
-//! lists again, as Curator does on every wake.
+//! * behind a holder that releases before our watch is set (short holds: the create's listing
+//!   still shows it, its delete lands before our getData): that getData answers "no node", and
+//!   as the node headed our listing, the lock is ours with no further request — the listing,
+//!   one round trip old, shows our node, as for a free lock. 2 writes, 2 reads. (It used to
+//!   list again: with two sessions taking turns on short holds, 40 % of acquisitions did.)
+//!
+//! A waiter whose predecessor did not head its listing (and had not marked itself) lists again
+//! when that node goes, as Curator does on every wake.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -470,10 +476,21 @@ impl<S: Store> LockInternals<S> {
             let mut holds =
                 fifo && matches!(self.leases, Leases::Fixed(_)) && children.first() == Some(&watch);
             let watch_path = path::join(&self.path, &watch);
+            // Whether we have parked since the listing (which showed our node).
+            let mut parked = false;
             loop {
                 // getData, not exists: no watch is left behind on a node that is already gone.
                 let Some((_guard, wstat, wdata)) = self.store.watch(&watch_path, &waiter, call)?
                 else {
+                    // The holder ahead went before our watch was set (a short hold, typically):
+                    // as for its delete's event below, the lock is ours without listing again.
+                    if holds && self.in_our_session(owner) {
+                        let mark = marks && others >= self.mark_from;
+                        return match self.take_over(our_path, own.take(), !parked, call)? {
+                            Some(primed) => granted(mark, primed),
+                            None => Ok(Outcome::Restart),
+                        };
+                    }
                     continue 'listing;
                 };
                 holds |= marks && is_holder_mark(&wstat, &wdata);
@@ -488,6 +505,7 @@ impl<S: Store> LockInternals<S> {
                     }
                 }
                 cancel.check()?;
+                parked = true;
                 if !waiter.wait(seen, wait) {
                     return Ok(Outcome::TimedOut);
                 }
@@ -498,18 +516,8 @@ impl<S: Store> LockInternals<S> {
                     // Curator lists the whole queue each time.
                     Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
                         let mark = marks && others >= self.mark_from;
-                        // Our node, read while we waited and untouched since: nothing to ask.
-                        if let Some(mut primed) = own.take() {
-                            if primed.untouched() {
-                                return granted(mark, Some(primed));
-                            }
-                        }
-                        // Our node's watch fired (written or deleted) or was never set: read it
-                        // again, unless it went (deleted by hand, say), which a listing would
-                        // have shown. Our mark goes out after this read: sent before it, the
-                        // read would wait for the mark's commit.
-                        return match self.store.prime_keeper(our_path, call)? {
-                            Some(primed) => granted(mark, Some(primed)),
+                        return match self.take_over(our_path, own.take(), false, call)? {
+                            Some(primed) => granted(mark, primed),
                             None => Ok(Outcome::Restart),
                         };
                     }
@@ -522,6 +530,29 @@ impl<S: Store> LockInternals<S> {
                 }
             }
         }
+    }
+
+    /// The holder ahead of us is gone and nothing is left ahead: the lock is ours if our node
+    /// still exists (`None`: it does not). That is known from our node's read while its watch
+    /// has not fired since, or from a listing we have not parked since — one round trip ago, as
+    /// for a free lock (the keeper reads the node once the hold lasts). Else it is read again,
+    /// unless it went (deleted by hand, say), which a listing would have shown. Our mark goes
+    /// out after this read: sent before it, the read would wait for the mark's commit.
+    fn take_over(
+        &self,
+        our_path: &str,
+        own: Option<Primed>,
+        fresh_listing: bool,
+        call: &mut Call,
+    ) -> Result<Option<Option<Primed>>> {
+        if let Some(mut primed) = own {
+            if primed.untouched() {
+                return Ok(Some(Some(primed)));
+            }
+        } else if fresh_listing {
+            return Ok(Some(None));
+        }
+        Ok(self.store.prime_keeper(our_path, call)?.map(Some))
     }
 
     fn claim(

@@ -50,6 +50,8 @@ struct State {
     calls: HashMap<Op, usize>,
     /// Marks whose answer is held back (`Some`) until `answer_marks`; `None`: answered at once.
     unanswered_marks: Option<Vec<crate::client::Signal>>,
+    /// A node that goes just before the next watch is set (its holder released meanwhile).
+    gone_before_watch: Option<String>,
 }
 
 #[derive(Clone)]
@@ -84,6 +86,11 @@ impl Fake {
     fn answer_marks(&self) {
         let held = self.state.lock().unanswered_marks.take();
         held.into_iter().flatten().for_each(|s| s.set());
+    }
+
+    /// `path` goes right before the next watch request is answered.
+    fn remove_before_next_watch(&self, path: &str) {
+        self.state.lock().gone_before_watch = Some(path.to_owned());
     }
 
     fn fail(&self, op: Op, fault: Fault) {
@@ -345,6 +352,8 @@ impl Store for Fake {
         while self.fault(Op::Watch).is_some() {
             self.backoff(call, Error::ConnectionLoss)?;
         }
+        let gone = self.state.lock().gone_before_watch.take();
+        gone.inspect(|p| self.remove(p));
         let mut st = self.state.lock();
         let Some(stat) = st.nodes.get(path).copied() else {
             return Ok(None);
@@ -785,6 +794,44 @@ fn a_waiter_behind_a_non_head_lists_again_and_keeps_queue_order() {
         !t.is_finished(),
         "granted while an earlier node still holds"
     );
+    fake.remove(&first);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_holder_gone_before_the_watch_is_set_hands_over_without_another_request() {
+    let fake = Fake {
+        lists_with_create: true,
+        ..Fake::new()
+    };
+    let holder = fake.add_contender(DIR);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // Our create's listing shows the holder at the head; it releases before our watch is set.
+    fake.remove_before_next_watch(&holder);
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&got.path));
+    // The listing, one round trip ago, showed our node: as for a free lock, no other read.
+    let reads = |fake: &Fake| {
+        [Op::ListWithCreate, Op::Children, Op::Watch, Op::Prime].map(|op| fake.calls(op))
+    };
+    assert_eq!(reads(&fake), [1, 0, 1, 0]);
+    assert!(got.primed.is_none());
+    assert_eq!(fake.live_watches(), 0);
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+
+    // The node ahead of us did not head the listing: someone may still hold, so we list again
+    // and wait for the head.
+    let first = fake.add_contender(DIR);
+    let second = fake.add_contender(DIR);
+    fake.remove_before_next_watch(&second);
+    let l = Arc::new(l);
+    let t = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    assert_eq!(fake.calls(Op::Children), 1, "listed again");
+    thread::sleep(Duration::from_millis(50));
+    assert!(!t.is_finished(), "granted while the head still holds");
     fake.remove(&first);
     let got = t.join().unwrap().unwrap().unwrap();
     assert_eq!(fake.children_of(DIR), [got.path]);
