@@ -36,12 +36,14 @@ pub(crate) use self::runtime::Signal;
 use self::session::Shared;
 #[cfg(test)]
 pub(crate) use self::store::Watched;
-pub(crate) use self::store::{create_protected, Claim, NodeSpec, Siblings, Store};
+pub(crate) use self::store::{create_protected, Claim, NodeSpec, OnChange, Siblings, Store};
 pub use self::types::{
     Acl, ConnectionState, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 #[allow(unused_imports)] // the lock recipes park on these
-pub(crate) use self::watcher::{is_watcher_thread, Listeners, Registration, Registry, Waiter};
+pub(crate) use self::watcher::{
+    is_watcher_thread, Listeners, Registration, Registry, Reread, Waiter,
+};
 #[cfg(all(test, feature = "testing"))]
 mod tests;
 use self::watcher::{Message, WatchTarget, WatcherThread};
@@ -609,39 +611,76 @@ impl Client {
         call: &mut Call,
     ) -> Result<(Vec<u8>, Stat)> {
         path::validate(path, false)?;
-        let (data, stat, watcher) = self.run("data_watch", call, |zk, _| async move {
-            zk.get_and_watch_data(path)
+        let (data, stat, watcher, zk) = self.run("data_watch", call, |zk, _| async move {
+            let (data, stat, watcher) = zk
+                .get_and_watch_data(path)
                 .await
-                .map_err(|e| Error::from_zk(e, path))
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok((data, stat, watcher, zk))
         })?;
-        self.forward_watch(watcher, target, cancel);
+        self.forward_watch(zk, path, watcher, target, cancel);
         Ok((data, Stat::from_zk(stat)))
     }
 
-    /// Hands `watcher`'s event to `target` when it fires; setting `cancel` removes the watch.
-    pub(crate) fn forward_watch(
+    /// Hands the event of `watcher` (set on `path` through `zk`) to `target` when it fires;
+    /// setting `cancel` removes the watch.
+    fn forward_watch(
         &self,
-        watcher: zk::OneshotWatcher,
+        zk: zk::Client,
+        path: &str,
+        mut watcher: zk::OneshotWatcher,
         target: WatchTarget,
         cancel: Signal,
     ) {
         let events = self.shared().events.clone();
+        let path = path.to_owned();
         self.shared().spawn(async move {
-            let fired = future::or(async { Some(watcher.changed().await) }, async {
-                cancel.wait().await;
-                None
-            })
-            .await;
-            // On cancel the watcher is dropped here, which removes the watch from the server.
-            match (fired, target) {
-                (None, _) => {}
-                // A recipe's waiter is only a counter and a condvar: woken from here, one
-                // thread hop (the watcher thread's) less on every handoff.
-                (Some(event), WatchTarget::Waiter(waiter)) => {
-                    waiter.wake_watch(WatchEvent::from_zk(event))
-                }
-                (Some(event), WatchTarget::Channel(tx)) => {
-                    let _ = events.send(Message::Watch(tx, WatchEvent::from_zk(event)));
+            loop {
+                let fired = future::or(async { Some(watcher.changed().await) }, async {
+                    cancel.wait().await;
+                    None
+                })
+                .await;
+                // On cancel the watcher is dropped here, which removes the watch from the server.
+                let Some(event) = fired else { return };
+                let event = WatchEvent::from_zk(event);
+                match &target {
+                    // A recipe's waiter is only a counter and a condvar: woken from here, one
+                    // thread hop (the watcher thread's) less on every handoff.
+                    WatchTarget::Waiter(waiter) => return waiter.wake_watch(event),
+                    // Read from here, as the event comes in: the holder that wrote this node's
+                    // mark deletes it once the mark is answered, and a read sent by the waiter
+                    // after its wake-up would often come after that delete (the waiter then
+                    // cannot tell a holder from a waiter that gave up, and lists the queue).
+                    WatchTarget::Rereading { waiter, count }
+                        if event.kind == WatchEventKind::NodeDataChanged =>
+                    {
+                        // Both requests go out now, one behind the other: one round trip.
+                        let node = zk.get_and_watch_data(&path);
+                        let parent = count.then(|| zk.check_stat(path::parent(&path)));
+                        let node = node.await;
+                        let parent = match parent {
+                            Some(stat) => stat.await.ok().flatten().map(Stat::from_zk),
+                            None => None,
+                        };
+                        let (node, next) = match node {
+                            Ok((data, stat, next)) => {
+                                (Ok(Some((Stat::from_zk(stat), data))), Some(next))
+                            }
+                            Err(zk::Error::NoNode) => (Ok(None), None),
+                            Err(e) => (Err(Error::from_zk(e, &path)), None),
+                        };
+                        waiter.wake_reread(event, Reread { node, parent });
+                        match next {
+                            Some(next) => watcher = next,
+                            None => return,
+                        }
+                    }
+                    WatchTarget::Rereading { waiter, .. } => return waiter.wake_watch(event),
+                    WatchTarget::Channel(tx) => {
+                        let _ = events.send(Message::Watch(tx.clone(), event));
+                        return;
+                    }
                 }
             }
         });

@@ -201,6 +201,18 @@ pub(crate) async fn mkdirs(
     Err(Error::NoNode(path.to_owned()))
 }
 
+/// What a data change on a node watched by [`Store::watch`] has the I/O thread read (with the
+/// node's new watch, under the same guard) before the waiter is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnChange {
+    /// Nothing: the waiter is woken, and the watch is spent.
+    Wake,
+    /// The node again, with a new watch.
+    Reread,
+    /// The node again, with a new watch, and its parent's stat, sent right behind it.
+    RereadAndCount,
+}
+
 /// What LockInternals does to ZooKeeper. Every method but `create_once` retries connection
 /// losses within the call's budget; `create_once` makes one attempt, because only the caller
 /// knows how to recover a lost reply.
@@ -215,8 +227,15 @@ pub(crate) trait Store: Send + Sync {
     fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>>;
     fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>>;
     /// A data watch on `path` that wakes `waiter`, with the node's stat and data; `None` if the
-    /// node does not exist.
-    fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>>;
+    /// node does not exist. `on_change` says what a data change has read before `waiter` is
+    /// woken (see [`Waiter::reread_since`]).
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        on_change: OnChange,
+        call: &mut Call,
+    ) -> Result<Option<Watched>>;
     /// Reads a node about to be held with the watch its keeper will start from; `None` if the
     /// node is gone.
     fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
@@ -327,9 +346,26 @@ impl Store for Client {
         self.exists_in(path, call)
     }
 
-    fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>> {
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        on_change: OnChange,
+        call: &mut Call,
+    ) -> Result<Option<Watched>> {
         let cancel = Signal::default();
-        let target = WatchTarget::Waiter(waiter.clone());
+        let waiter = waiter.clone();
+        let target = match on_change {
+            OnChange::Wake => WatchTarget::Waiter(waiter),
+            OnChange::Reread => WatchTarget::Rereading {
+                waiter,
+                count: false,
+            },
+            OnChange::RereadAndCount => WatchTarget::Rereading {
+                waiter,
+                count: true,
+            },
+        };
         match self.data_watch_in(path, target, cancel.clone(), call) {
             Ok((data, stat)) => Ok(Some((WatchGuard(cancel), stat, data))),
             Err(Error::NoNode(_)) => Ok(None),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::client::Store;
+use crate::client::{OnChange, Store};
 use crate::testing::TestingServer;
 
 #[test]
@@ -25,7 +25,7 @@ fn a_watch_wakes_only_its_waiter_and_state_changes_wake_all() {
     let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
     let (seen_w, seen_b) = (watched.epoch(), bystander.epoch());
     let guard = client
-        .watch("/w/a", &watched, &mut call)
+        .watch("/w/a", &watched, OnChange::Wake, &mut call)
         .unwrap()
         .expect("node exists");
     client.delete("/w/a").unwrap();
@@ -59,15 +59,73 @@ fn a_dropped_watch_guard_leaves_no_watch_on_the_server() {
     let waiter = Arc::new(Waiter::default());
     let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
     let guard = client
-        .watch("/g", &waiter, &mut call)
+        .watch("/g", &waiter, OnChange::Wake, &mut call)
         .unwrap()
         .expect("node exists");
-    assert!(client.watch("/none", &waiter, &mut call).unwrap().is_none());
+    assert!(client
+        .watch("/none", &waiter, OnChange::Wake, &mut call)
+        .unwrap()
+        .is_none());
     let watches = || server.four_letter("wchc").unwrap();
     assert!(watches().contains("/g"), "watch not set: {}", watches());
     drop(guard);
     let deadline = Deadline::after(Duration::from_secs(60));
     while watches().contains("/g") {
+        assert!(
+            !deadline.expired(),
+            "watch left on the server: {}",
+            watches()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client.close();
+}
+
+/// A rereading watch: a data change is delivered with the node as read right after it (and its
+/// parent's stat when asked for), and the watch that read set fires again; dropping the guard
+/// then removes it from the server.
+#[test]
+fn a_rereading_watch_delivers_the_new_data_and_watches_on() {
+    let server = TestingServer::start().unwrap();
+    let client = Client::connect(&server.connect_string()).unwrap();
+    client
+        .create("/p/r")
+        .data(b"a")
+        .parents_as_containers()
+        .call()
+        .unwrap();
+    client.create("/p/s").call().unwrap();
+    let waiter = Arc::new(Waiter::default());
+    let mut call = client.new_call(Deadline::after(Duration::from_secs(60)));
+    let seen = waiter.epoch();
+    let guard = client
+        .watch("/p/r", &waiter, OnChange::RereadAndCount, &mut call)
+        .unwrap()
+        .expect("node exists");
+    client.set_data("/p/r", b"b").unwrap();
+    assert!(waiter.wait(seen, Deadline::after(Duration::from_secs(60))));
+    let (then, reread) = waiter.reread_since(seen, "/p/r").expect("read again");
+    let (stat, data) = reread.node.unwrap().expect("node still there");
+    assert_eq!((stat.version, data.as_slice()), (1, &b"b"[..]));
+    assert_eq!(reread.parent.map(|p| p.num_children), Some(2));
+    assert!(
+        waiter.reread_since(seen, "/p/r").is_none(),
+        "delivered twice"
+    );
+
+    client.set_data("/p/r", b"c").unwrap();
+    assert!(waiter.wait(then, Deadline::after(Duration::from_secs(60))));
+    let (_, reread) = waiter.reread_since(then, "/p/r").expect("read again");
+    assert_eq!(reread.node.unwrap().unwrap().0.version, 2);
+    let watches = || server.four_letter("wchc").unwrap();
+    assert!(
+        watches().contains("/p/r"),
+        "no watch after the reread: {}",
+        watches()
+    );
+    drop(guard);
+    let deadline = Deadline::after(Duration::from_secs(60));
+    while watches().contains("/p/r") {
         assert!(
             !deadline.expired(),
             "watch left on the server: {}",

@@ -18,8 +18,18 @@ use std::thread::{self, JoinHandle};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use super::types::{ConnectionState, WatchEvent, WatchEventKind};
+use super::types::{ConnectionState, Stat, WatchEvent, WatchEventKind};
 use crate::deadline::Deadline;
+use crate::error::Result;
+
+/// A watched node read again (with a new watch) as soon as its data changed, before its waiter
+/// was woken.
+pub(crate) struct Reread {
+    /// Its stat and data; `None` if it was gone by then.
+    pub(crate) node: Result<Option<(Stat, Vec<u8>)>>,
+    /// Its parent's stat, when asked for, read together with it (`None` if that failed).
+    pub(crate) parent: Option<Stat>,
+}
 
 /// A per-waiter parking slot. Wakes are counted, so a wake that lands between a waiter's check
 /// and its park is never lost: the waiter parks only while the count is still what it saw.
@@ -29,12 +39,14 @@ pub(crate) struct Waiter {
     cv: Condvar,
 }
 
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct Slot {
     wakes: u64,
     state_changes: u64,
     /// The last watch event delivered to this waiter, with the wake count it made.
     last_watch: Option<(u64, WatchEvent)>,
+    /// The last re-read of a watched node, with the wake count that delivered it.
+    reread: Option<(u64, String, Reread)>,
 }
 
 /// What a waiter saw before parking; compare after waking.
@@ -70,6 +82,15 @@ impl Waiter {
         self.cv.notify_all();
     }
 
+    /// Wakes for a fired data watch whose node was read again at once (`reread`).
+    pub(crate) fn wake_reread(&self, event: WatchEvent, reread: Reread) {
+        let mut slot = self.slot.lock();
+        slot.wakes += 1;
+        slot.reread = Some((slot.wakes, event.path.clone(), reread));
+        slot.last_watch = Some((slot.wakes, event));
+        self.cv.notify_all();
+    }
+
     /// Parks until woken after `seen` or until the deadline; returns whether it was woken.
     pub(crate) fn wait(&self, seen: Seen, deadline: Deadline) -> bool {
         let mut slot = self.slot.lock();
@@ -92,6 +113,29 @@ impl Waiter {
         (now.state_changes == seen.state_changes).then_some(now)
     }
 
+    /// The re-read of `path` delivered since `seen` (provided no connection-state change
+    /// happened meanwhile), with a `Seen` as of its delivery: an event of the watch it set is
+    /// after it.
+    pub(crate) fn reread_since(&self, seen: Seen, path: &str) -> Option<(Seen, Reread)> {
+        let mut slot = self.slot.lock();
+        if slot.state_changes != seen.state_changes {
+            return None;
+        }
+        match slot.reread.take() {
+            Some((wake, p, reread)) if wake > seen.wakes && p == path => Some((
+                Seen {
+                    wakes: wake,
+                    state_changes: seen.state_changes,
+                },
+                reread,
+            )),
+            other => {
+                slot.reread = other;
+                None
+            }
+        }
+    }
+
     /// What a watch on `path` reported since `seen`, provided no connection-state change
     /// happened meanwhile (so the session is the same and nothing was missed).
     pub(crate) fn watched_since(&self, seen: Seen, path: &str) -> Option<WatchEventKind> {
@@ -112,6 +156,9 @@ pub(crate) enum WatchTarget {
     Channel(Sender<WatchEvent>),
     /// A parked waiter of a recipe.
     Waiter(Arc<Waiter>),
+    /// A parked waiter of a recipe that, on a data change, gets the node read again (with a
+    /// new watch) by the I/O thread before it is woken, and with `count` its parent's stat too.
+    Rereading { waiter: Arc<Waiter>, count: bool },
 }
 
 thread_local! {

@@ -22,12 +22,19 @@
 //!   the delete's watch event and nothing else. 2 writes, 3 reads.
 //! * a long queue (16 or more others in the granting listing): the holder also marks its node
 //!   (one more write) so that its follower needs no listing when it goes; the follower's watch
-//!   fires for the mark, it reads that node again (now known to hold), then its own; the new
-//!   holder's mark fires its own watch, and its keeper reads again. 3 writes, 5 reads, none of
-//!   them O(queue) and none between a release and the next grant. A hold released before its
-//!   mark was answered sends its delete only after that answer (a guard's background delete
-//!   too): the follower's read of the marked node then comes before the delete's commit, where
-//!   a delete sent right behind the mark would usually win and the follower list the queue.
+//!   fires for the mark, the Client's I/O thread reads that node again as the event comes in
+//!   (now known to hold; with a new watch), and the follower reads its own; the new holder's
+//!   mark fires its own watch, and its keeper reads again. 3 writes, 5 reads, none of them
+//!   O(queue) and none between a release and the next grant. A hold released before its mark
+//!   was answered sends its delete only after that answer (a guard's background delete too), so
+//!   that the follower's read of the marked node comes before the delete's commit: a delete
+//!   sent right behind the mark would usually win, and the follower, finding the node gone,
+//!   could not tell a holder from a waiter that gave up and would list the queue. (That read
+//!   used to be sent by the follower once woken, and lost the race now and then all the same.)
+//!   A waiter that listed a short queue when it joined and then sees the holder ahead mark
+//!   counts the queue (a stat of the parent, sent right behind that read: one small read, no
+//!   round trip more) and marks in its turn if the queue is long: a drain is marked from its
+//!   first handoff, not only from the first waiter whose own listing was long.
 //!
 //! * behind a holder that releases before our watch is set (short holds: the create's listing
 //!   still shows it, its delete lands before our getData): that getData answers "no node", and
@@ -47,9 +54,12 @@ use super::driver::{LockDriver, LockNode, Predicate};
 pub(crate) use super::guard::Release;
 use super::revocation::REVOKE_MESSAGE;
 use crate::client::{
-    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, Primed, SharedAcl,
-    Siblings, Signal, Stat, Store, Waiter, WatchEventKind,
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, OnChange, Primed, Reread,
+    SharedAcl, Siblings, Signal, Stat, Store, Waiter, WatchEventKind,
 };
+use crate::deadline::Deadline;
+use crate::error::{Error, Result};
+use crate::{metrics, path};
 
 /// A holder marks its node only when the queue it last listed held at least this many other
 /// nodes: a mark costs a quorum write (and the next waiter a read) to spare that waiter a
@@ -62,9 +72,6 @@ const MARK_FROM: usize = 16;
 fn is_holder_mark(stat: &Stat, data: &[u8]) -> bool {
     stat.version > 0 && data != REVOKE_MESSAGE
 }
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
-use crate::{metrics, path};
 
 /// A granted attempt.
 #[derive(Debug)]
@@ -441,7 +448,9 @@ impl<S: Store> LockInternals<S> {
             let (max_leases, _count_watch) = match &self.leases {
                 Leases::Fixed(n) => (*n, None),
                 Leases::Shared(count_path) => {
-                    let Some((guard, _, data)) = self.store.watch(count_path, &waiter, call)?
+                    let Some((guard, _, data)) =
+                        self.store
+                            .watch(count_path, &waiter, OnChange::Wake, call)?
                     else {
                         return Err(Error::NoNode(count_path.clone()));
                     };
@@ -478,10 +487,37 @@ impl<S: Store> LockInternals<S> {
             let watch_path = path::join(&self.path, &watch);
             // Whether we have parked since the listing (which showed our node).
             let mut parked = false;
+            // On a data change (a mark, typically) the Client's I/O thread reads the node again
+            // as the event comes in, and when our listing was short, counts the queue too.
+            let on_change = match (marks, others < self.mark_from) {
+                (false, _) => OnChange::Wake,
+                (true, false) => OnChange::Reread,
+                (true, true) => OnChange::RereadAndCount,
+            };
+            // The watch on that node; its node read again after a data change, if it was.
+            let mut _guard = None;
+            let mut reread: Option<Reread> = None;
             loop {
                 // getData, not exists: no watch is left behind on a node that is already gone.
-                let Some((_guard, wstat, wdata)) = self.store.watch(&watch_path, &waiter, call)?
-                else {
+                let mut parent = None;
+                let looked = match reread.take() {
+                    Some(Reread {
+                        node: Ok(looked),
+                        parent: p,
+                    }) => {
+                        parent = p;
+                        looked
+                    }
+                    Some(Reread { node: Err(_), .. }) => continue 'listing,
+                    None => self
+                        .store
+                        .watch(&watch_path, &waiter, on_change, call)?
+                        .map(|(guard, stat, data)| {
+                            _guard = Some(guard);
+                            (stat, data)
+                        }),
+                };
+                let Some((wstat, wdata)) = looked else {
                     // The holder ahead went before our watch was set (a short hold, typically):
                     // as for its delete's event below, the lock is ours without listing again.
                     if holds && self.in_our_session(owner) {
@@ -493,7 +529,14 @@ impl<S: Store> LockInternals<S> {
                     }
                     continue 'listing;
                 };
-                holds |= marks && is_holder_mark(&wstat, &wdata);
+                let marked = marks && is_holder_mark(&wstat, &wdata);
+                // A marked holder saw a long queue, and ours, listed when we joined, was short:
+                // the queue as counted with the mark's read decides whether we mark in our turn,
+                // so that the waiter behind us needs no listing either.
+                if let (true, Some(parent)) = (marked, parent) {
+                    others = others.max(parent.num_children.max(1) as usize - 1);
+                }
+                holds |= marked;
                 // Our own node, read with the watch its keeper will need while the holder
                 // holds: when that holder goes, nothing is left to ask, and the handoff costs
                 // no round trip. (Our mark, if we make one, fires that watch once: the keeper
@@ -510,6 +553,13 @@ impl<S: Store> LockInternals<S> {
                     return Ok(Outcome::TimedOut);
                 }
                 cancel.check()?;
+                // It may have marked itself as the holder: the I/O thread read it again as the
+                // change came in (that read came before any later event of the watch it set).
+                if let Some((then, looked)) = waiter.reread_since(seen, &watch_path) {
+                    seen = then;
+                    reread = Some(looked);
+                    continue;
+                }
                 match waiter.watched_since(seen, &watch_path) {
                     // The holder ahead of us went and nodes only join behind us: the lock is
                     // ours without listing again, so a drain costs O(1) per handoff where
@@ -521,11 +571,6 @@ impl<S: Store> LockInternals<S> {
                             None => Ok(Outcome::Restart),
                         };
                     }
-                    // It may have marked itself as the holder: look again at it alone.
-                    Some(WatchEventKind::NodeDataChanged) if marks => match waiter.rearm(seen) {
-                        Some(now) => seen = now,
-                        None => continue 'listing,
-                    },
                     _ => continue 'listing,
                 }
             }

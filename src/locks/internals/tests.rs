@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::client::{
-    Claim, CreateMode, Doomed, Registration, Registry, WatchEvent, WatchEventKind, WatchGuard,
-    Watched,
+    Claim, CreateMode, Doomed, OnChange, Registration, Registry, Reread, WatchEvent,
+    WatchEventKind, WatchGuard, Watched,
 };
 use crate::locks::driver::{StandardDriver, UnfairDriver};
 use crate::retry::{RetryBudget, RetryNTimes};
@@ -25,6 +25,8 @@ enum Op {
     ListWithCreate,
     /// A read of our own node with the watch its keeper starts from.
     Prime,
+    /// A stat of a node (the lock's parent, to count its queue).
+    Stat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +47,8 @@ struct State {
     next_seq: HashMap<String, i64>,
     zxid: i64,
     session: i64,
-    watches: HashMap<String, Vec<(Arc<Waiter>, crate::client::Signal)>>,
+    /// Data watches: the waiter, the guard's signal, what a data change reads.
+    watches: HashMap<String, Vec<(Arc<Waiter>, crate::client::Signal, OnChange)>>,
     faults: VecDeque<(Op, Fault)>,
     calls: HashMap<Op, usize>,
     /// Marks whose answer is held back (`Some`) until `answer_marks`; `None`: answered at once.
@@ -62,6 +65,8 @@ struct Fake {
     grace: Duration,
     /// Answers a create's request for its siblings, as the Client does.
     lists_with_create: bool,
+    /// Held by a test to keep `watch` requests from being answered meanwhile.
+    watch_gate: Arc<Mutex<()>>,
 }
 
 impl Fake {
@@ -75,6 +80,7 @@ impl Fake {
             registry: Arc::new(Registry::default()),
             grace: Duration::from_secs(5),
             lists_with_create: false,
+            watch_gate: Arc::default(),
         }
     }
 
@@ -143,7 +149,7 @@ impl Fake {
             st.nodes.remove(path);
             st.watches.remove(path).unwrap_or_default()
         };
-        for (w, cancel) in fired {
+        for (w, cancel, _) in fired {
             if !cancel.is_set() {
                 w.wake_watch(WatchEvent {
                     kind: WatchEventKind::NodeDeleted,
@@ -174,7 +180,7 @@ impl Fake {
         st.watches
             .values()
             .flatten()
-            .filter(|(_, c)| !c.is_set())
+            .filter(|(_, c, _)| !c.is_set())
             .count()
     }
 
@@ -277,20 +283,18 @@ impl Store for Fake {
     }
 
     fn stat(&self, path: &str, _call: &mut Call) -> Result<Option<Stat>> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        *st.calls.entry(Op::Stat).or_default() += 1;
         if let Some(node) = st.nodes.get(path) {
             return Ok(Some(*node));
         }
         // A parent exists while it has children (containers), with the version claims bumped.
-        let prefix = format!("{path}/");
-        Ok(st
-            .nodes
-            .keys()
-            .any(|k| k.starts_with(&prefix))
-            .then(|| Stat {
-                version: st.parent_versions.get(path).copied().unwrap_or(0),
-                ..Stat::default()
-            }))
+        let children = st.nodes.keys().filter(|k| path::parent(k) == path).count();
+        Ok((children > 0).then(|| Stat {
+            version: st.parent_versions.get(path).copied().unwrap_or(0),
+            num_children: children as i32,
+            ..Stat::default()
+        }))
     }
 
     fn prime_keeper(&self, path: &str, _call: &mut Call) -> Result<Option<Primed>> {
@@ -348,7 +352,14 @@ impl Store for Fake {
         Ok(Claim::Won(won))
     }
 
-    fn watch(&self, path: &str, waiter: &Arc<Waiter>, call: &mut Call) -> Result<Option<Watched>> {
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        on_change: OnChange,
+        call: &mut Call,
+    ) -> Result<Option<Watched>> {
+        drop(self.watch_gate.lock());
         while self.fault(Op::Watch).is_some() {
             self.backoff(call, Error::ConnectionLoss)?;
         }
@@ -359,10 +370,11 @@ impl Store for Fake {
             return Ok(None);
         };
         let cancel = crate::client::Signal::default();
-        st.watches
-            .entry(path.to_owned())
-            .or_default()
-            .push((waiter.clone(), cancel.clone()));
+        st.watches.entry(path.to_owned()).or_default().push((
+            waiter.clone(),
+            cancel.clone(),
+            on_change,
+        ));
         Ok(Some((WatchGuard(cancel), stat, b"fake".to_vec())))
     }
 
@@ -386,13 +398,45 @@ impl Store for Fake {
             }
             st.watches.remove(path).unwrap_or_default()
         };
-        for (w, cancel) in fired {
-            if !cancel.is_set() {
-                w.wake_watch(WatchEvent {
-                    kind: WatchEventKind::NodeDataChanged,
-                    path: path.into(),
-                });
+        for (w, cancel, on_change) in fired {
+            if cancel.is_set() {
+                continue;
             }
+            let event = WatchEvent {
+                kind: WatchEventKind::NodeDataChanged,
+                path: path.into(),
+            };
+            if on_change == OnChange::Wake {
+                w.wake_watch(event);
+                continue;
+            }
+            // As the Client's I/O thread does: read again, with a new watch, then wake.
+            let node = {
+                let mut st = self.state.lock();
+                let stat = st.nodes.get(path).copied();
+                if stat.is_some() {
+                    st.watches.entry(path.to_owned()).or_default().push((
+                        w.clone(),
+                        cancel.clone(),
+                        on_change,
+                    ));
+                }
+                *st.calls.entry(Op::Watch).or_default() += 1;
+                stat.map(|stat| (stat, b"fake".to_vec()))
+            };
+            let parent = if on_change == OnChange::RereadAndCount {
+                let mut call = self.new_call(forever());
+                self.stat(path::parent(path), &mut call).unwrap()
+            } else {
+                None
+            };
+            w.wake_reread(
+                event,
+                Reread {
+                    node: Ok(node),
+                    parent,
+                },
+            );
         }
         answered
     }
@@ -773,6 +817,83 @@ fn a_holder_marks_only_when_its_queue_was_long_enough() {
     assert_eq!(marks_with(Some(2)), 1, "two others behind: marks");
     assert_eq!(marks_with(Some(3)), 0, "fewer than three: no mark");
     assert_eq!(marks_with(None), 0, "a queue of three is short by default");
+}
+
+/// The node ahead is read again as its mark's event comes in (by the Client's I/O thread), not
+/// when the waiter behind gets to run: a holder that marks and releases at once hands over
+/// without a listing, however late its follower wakes.
+#[test]
+fn a_follower_woken_after_the_marked_holder_went_takes_over_without_listing() {
+    let fake = Fake::new();
+    let head = fake.add_contender(DIR);
+    let ahead = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 3);
+    wait_watches(&fake, 1); // on `ahead`, which is not the head: its delete alone says nothing
+    let listings = fake.calls(Op::Children);
+    {
+        // `ahead` is granted, marks its node and releases before we can ask anything.
+        let _held_up = fake.watch_gate.lock();
+        fake.remove(&head);
+        let _ = fake.mark_holder(&ahead, b"");
+        fake.remove(&ahead);
+    }
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Children), listings, "listed the queue again");
+    assert_eq!(fake.children_of(DIR), [got.path]);
+    assert_eq!(fake.live_watches(), 0);
+}
+
+/// A waiter that listed a short queue but then sees the holder ahead mark its node (the holder
+/// saw a long one) counts the queue with one stat of the parent, and marks in its turn if the
+/// queue is long: a drain is marked from its first handoffs on, not only once the waiters'
+/// listings were long. Without the mark it counts nothing.
+#[test]
+fn a_waiter_behind_a_marked_holder_counts_the_queue_and_marks_if_it_grew() {
+    let run = |joined_behind: usize| {
+        let fake = Fake::new();
+        let head = fake.add_contender(DIR);
+        let ahead = fake.add_contender(DIR);
+        let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(3));
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 3); // listed [head, ahead, ours]: 2 others, short
+        wait_watches(&fake, 1);
+        for _ in 0..joined_behind {
+            fake.add_contender(DIR);
+        }
+        fake.remove(&head);
+        let _ = fake.mark_holder(&ahead, b"");
+        wait_prime(&fake);
+        let stats = fake.calls(Op::Stat);
+        fake.remove(&ahead);
+        let got = t.join().unwrap().unwrap().unwrap();
+        (stats, fake.calls(Op::Mark) - 1, got)
+    };
+    let (stats, marks, _) = run(2);
+    assert_eq!((stats, marks), (1, 1), "counted 4 others now: marks");
+    let (stats, marks, _) = run(0);
+    assert_eq!((stats, marks), (1, 0), "still 2 others: no mark");
+
+    // Behind a holder that did not mark, nothing is counted.
+    let fake = Fake::new();
+    let head = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(3));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    fake.remove(&head);
+    t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Stat), 0);
+}
+
+/// Waits until a waiter has read its own node (it saw the holder ahead of it hold).
+fn wait_prime(fake: &Fake) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.calls(Op::Prime) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never primed");
+        thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
