@@ -16,7 +16,9 @@
 //!
 //! The floor (`floor.rs`) is the lock protocol on `zookeeper-client` directly, one thread per
 //! session driving both the wire client and the protocol: what any lock on this wire client
-//! costs at least. `--with-curator` runs Curator's `InterProcessMutex`
+//! costs at least. The socket floor (`socket.rs`, uncontended and contended) is the same
+//! protocol on blocking sockets with hand-encoded requests and no wire library: what the kernel
+//! and the server cost the client, below which no client can go on the machine at hand. `--with-curator` runs Curator's `InterProcessMutex`
 //! (`benches/java/CuratorBench.java`, Debian's `libcurator-recipes-java` and a JDK) beside each
 //! contended and drain row, on the same server in the same run, and prints the ratios.
 //!
@@ -35,6 +37,7 @@
 mod counters;
 mod curator;
 mod floor;
+mod socket;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -353,6 +356,23 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
     })?;
 
     let client = zk.client()?;
+    // The socket floor: the same three requests without any wire library.
+    let socket_dir = format!("{root}/socket-floor");
+    match client.create(&socket_dir).parents_as_containers().call() {
+        Ok(_) | Err(zklock::Error::NodeExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut session = socket::Session::open(&zk.connect, SESSION_TIMEOUT)?;
+    let socket_prefix = format!("{socket_dir}/_c_{}-lock-", uuid::Uuid::new_v4());
+    let bare = timed(zk, plan, || {
+        let node = session.create(&socket_prefix)?;
+        if session.children(&socket_dir)?.is_empty() {
+            return Err("the socket floor's listing missed its node".into());
+        }
+        session.delete(&node)
+    })?;
+    session.close()?;
+
     let raw_parent = format!("{root}/raw");
     let raw_prefix = format!("{raw_parent}/lock-");
     let raw = timed(zk, plan, || {
@@ -389,6 +409,10 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
             &floor,
         ),
         (
+            "socket floor: blocking TcpStream, no wire library: same 3 requests",
+            &bare,
+        ),
+        (
             "zklock Client, no recipe: create(protected, parents), children, delete",
             &raw,
         ),
@@ -406,13 +430,24 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
         );
     }
     println!(
-        "InterProcessMutex / floor: p50 {:.2}x, client CPU {}",
-        p50s[2] / p50s[0],
-        ratio(lock.per.cpu_ms(), floor.per.cpu_ms())
+        "InterProcessMutex / floor: p50 {:.2}x, client CPU {}; socket floor / floor: p50 {:.2}x, \
+         client CPU {}",
+        p50s[3] / p50s[0],
+        ratio(lock.per.cpu_ms(), floor.per.cpu_ms()),
+        p50s[1] / p50s[0],
+        ratio(bare.per.cpu_ms(), floor.per.cpu_ms())
     );
     keep_ratio(
         format!("uncontended{label}: zklock / floor p50"),
-        Some(p50s[2] / p50s[0]),
+        Some(p50s[3] / p50s[0]),
+    );
+    keep_ratio(
+        format!("uncontended{label}: socket floor client CPU ms/cycle"),
+        bare.per.cpu_ms(),
+    );
+    keep_ratio(
+        format!("uncontended{label}: floor client CPU ms/cycle"),
+        floor.per.cpu_ms(),
     );
     keep_ratio(
         format!("uncontended{label}: zklock / floor client CPU"),
@@ -592,6 +627,40 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
                 Ok(Outcome::now(mine, cpu, waits))
             })
         })?;
+
+        // The same protocol on blocking sockets, without a wire library.
+        let dir = format!("{path}-socket");
+        let setup = zk.client()?;
+        match setup.create(&dir).parents_as_containers().call() {
+            Ok(_) | Err(zklock::Error::NodeExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        setup.close();
+        let connect = zk.connect.clone();
+        let bare = race(zk, "socket", n, plan, move |race| {
+            let mut session = socket::Session::open(&connect, SESSION_TIMEOUT)?;
+            race.start();
+            let (cpu, mut mine, mut waits) = (thread_cpu(), 0, histogram());
+            while race.running() {
+                let t = Instant::now();
+                let node = session.acquire(&dir)?;
+                record(&mut waits, t.elapsed());
+                race.bump();
+                mine += 1;
+                session.delete(&node)?;
+            }
+            let outcome = Outcome::now(mine, cpu, waits);
+            session.close()?;
+            Ok(outcome)
+        })?;
+        keep_ratio(
+            format!("contended{label} n={n}: socket floor client CPU ms/handoff"),
+            bare.per.cpu_ms(),
+        );
+        keep_ratio(
+            format!("contended{label} n={n}: floor client CPU ms/handoff"),
+            floor.per.cpu_ms(),
+        );
 
         let clients = (0..n).map(|_| zk.client()).collect::<Res<Vec<_>>>()?;
         let pool = Arc::new(std::sync::Mutex::new(clients.clone()));
