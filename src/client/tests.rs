@@ -66,19 +66,28 @@ fn a_dropped_watch_guard_leaves_no_watch_on_the_server() {
         .watch("/none", &waiter, OnChange::Wake, &mut call)
         .unwrap()
         .is_none());
-    let watches = || server.four_letter("wchc").unwrap();
-    assert!(watches().contains("/g"), "watch not set: {}", watches());
+    assert!(watches(&server).contains("/g"), "watch not set");
     drop(guard);
+    await_no_watch(&server, "/g");
+    client.close();
+}
+
+/// The server's watches by session (`wchc`).
+fn watches(server: &TestingServer) -> String {
+    server.four_letter("wchc").unwrap()
+}
+
+/// Waits (a minute at most) until no session watches `path`.
+fn await_no_watch(server: &TestingServer, path: &str) {
     let deadline = Deadline::after(Duration::from_secs(60));
-    while watches().contains("/g") {
+    while watches(server).contains(path) {
         assert!(
             !deadline.expired(),
             "watch left on the server: {}",
-            watches()
+            watches(server)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    client.close();
 }
 
 /// A rereading watch: a data change is delivered with the node as read right after it (and its
@@ -117,22 +126,12 @@ fn a_rereading_watch_delivers_the_new_data_and_watches_on() {
     assert!(waiter.wait(then, Deadline::after(Duration::from_secs(60))));
     let (_, reread) = waiter.reread_since(then, "/p/r").expect("read again");
     assert_eq!(reread.node.unwrap().unwrap().0.version, 2);
-    let watches = || server.four_letter("wchc").unwrap();
     assert!(
-        watches().contains("/p/r"),
-        "no watch after the reread: {}",
-        watches()
+        watches(&server).contains("/p/r"),
+        "no watch after the reread"
     );
     drop(guard);
-    let deadline = Deadline::after(Duration::from_secs(60));
-    while watches().contains("/p/r") {
-        assert!(
-            !deadline.expired(),
-            "watch left on the server: {}",
-            watches()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_no_watch(&server, "/p/r");
     client.close();
 }
 
