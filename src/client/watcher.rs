@@ -107,12 +107,6 @@ impl Waiter {
         true
     }
 
-    /// A new `Seen` to wait from, if no connection-state change happened since `seen`.
-    pub(crate) fn rearm(&self, seen: Seen) -> Option<Seen> {
-        let now = self.epoch();
-        (now.state_changes == seen.state_changes).then_some(now)
-    }
-
     /// The re-read of `path` delivered since `seen` (provided no connection-state change
     /// happened meanwhile), with a `Seen` as of its delivery: an event of the watch it set is
     /// after it.
@@ -397,9 +391,23 @@ mod tests {
             None,
             "only events after `seen` count"
         );
-        assert!(w.rearm(seen).is_some());
+        let changed = |p: &str| WatchEvent {
+            kind: WatchEventKind::NodeDataChanged,
+            path: p.into(),
+        };
+        let gone = || Reread {
+            node: Ok(None),
+            parent: None,
+        };
+        w.wake_reread(changed("/l/a"), gone());
+        let (then, _) = w.reread_since(seen, "/l/a").expect("delivered");
+        assert_eq!(then, w.epoch(), "a Seen as of the delivery");
+        w.wake_reread(changed("/l/a"), gone());
         w.wake();
-        assert!(w.rearm(seen).is_none(), "a state change since `seen`");
+        assert!(
+            w.reread_since(seen, "/l/a").is_none(),
+            "a state change voids the reread"
+        );
         assert!(
             w.watched_since(seen, "/l/a").is_none(),
             "a state change voids the shortcut"
