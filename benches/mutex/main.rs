@@ -18,7 +18,9 @@
 //! session driving both the wire client and the protocol: what any lock on this wire client
 //! costs at least. The socket floor (`socket.rs`, uncontended and contended) is the same
 //! protocol on blocking sockets with hand-encoded requests and no wire library: what the kernel
-//! and the server cost the client, below which no client can go on the machine at hand. `--with-curator` runs Curator's `InterProcessMutex`
+//! and the server cost the client, below which no client can go on the machine at hand; its
+//! threaded variant adds a reader thread per session, as any client that keeps its session alive
+//! needs. `--with-curator` runs Curator's `InterProcessMutex`
 //! (`benches/java/CuratorBench.java`, Debian's `libcurator-recipes-java` and a JDK) beside each
 //! contended and drain row, on the same server in the same run, and prints the ratios.
 //!
@@ -362,16 +364,23 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
         Ok(_) | Err(zklock::Error::NodeExists(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    let mut session = socket::Session::open(&zk.connect, SESSION_TIMEOUT)?;
     let socket_prefix = format!("{socket_dir}/_c_{}-lock-", uuid::Uuid::new_v4());
-    let bare = timed(zk, plan, || {
-        let node = session.create(&socket_prefix)?;
-        if session.children(&socket_dir)?.is_empty() {
-            return Err("the socket floor's listing missed its node".into());
-        }
-        session.delete(&node)
-    })?;
-    session.close()?;
+    let socket_row = |mut session: socket::Session| {
+        let row = timed(zk, plan, || {
+            let node = session.create(&socket_prefix)?;
+            if session.children(&socket_dir)?.is_empty() {
+                return Err("the socket floor's listing missed its node".into());
+            }
+            session.delete(&node)
+        })?;
+        session.close()?;
+        Res::Ok(row)
+    };
+    let bare = socket_row(socket::Session::open(&zk.connect, SESSION_TIMEOUT)?)?;
+    let threaded = socket_row(socket::Session::open_threaded(
+        &zk.connect,
+        SESSION_TIMEOUT,
+    )?)?;
 
     let raw_parent = format!("{root}/raw");
     let raw_prefix = format!("{raw_parent}/lock-");
@@ -413,6 +422,10 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
             &bare,
         ),
         (
+            "threaded socket floor: the same, answers read by a session thread",
+            &threaded,
+        ),
+        (
             "zklock Client, no recipe: create(protected, parents), children, delete",
             &raw,
         ),
@@ -432,22 +445,30 @@ fn uncontended(zk: &Zk, root: &str, label: &str, plan: &Plan) -> Res<()> {
     println!(
         "InterProcessMutex / floor: p50 {:.2}x, client CPU {}; socket floor / floor: p50 {:.2}x, \
          client CPU {}",
-        p50s[3] / p50s[0],
+        p50s[4] / p50s[0],
         ratio(lock.per.cpu_ms(), floor.per.cpu_ms()),
         p50s[1] / p50s[0],
         ratio(bare.per.cpu_ms(), floor.per.cpu_ms())
     );
     keep_ratio(
         format!("uncontended{label}: zklock / floor p50"),
-        Some(p50s[3] / p50s[0]),
+        Some(p50s[4] / p50s[0]),
     );
     keep_ratio(
         format!("uncontended{label}: socket floor client CPU ms/cycle"),
         bare.per.cpu_ms(),
     );
     keep_ratio(
+        format!("uncontended{label}: threaded socket floor client CPU ms/cycle"),
+        threaded.per.cpu_ms(),
+    );
+    keep_ratio(
         format!("uncontended{label}: floor client CPU ms/cycle"),
         floor.per.cpu_ms(),
+    );
+    keep_ratio(
+        format!("uncontended{label}: zklock client CPU ms/cycle"),
+        lock.per.cpu_ms(),
     );
     keep_ratio(
         format!("uncontended{label}: zklock / floor client CPU"),
@@ -636,26 +657,38 @@ fn contended(zk: &Zk, root: &str, label: &str, plan: &Plan, curator: Option<&Cur
             Err(e) => return Err(e.into()),
         }
         setup.close();
-        let connect = zk.connect.clone();
-        let bare = race(zk, "socket", n, plan, move |race| {
-            let mut session = socket::Session::open(&connect, SESSION_TIMEOUT)?;
-            race.start();
-            let (cpu, mut mine, mut waits) = (thread_cpu(), 0, histogram());
-            while race.running() {
-                let t = Instant::now();
-                let node = session.acquire(&dir)?;
-                record(&mut waits, t.elapsed());
-                race.bump();
-                mine += 1;
-                session.delete(&node)?;
-            }
-            let outcome = Outcome::now(mine, cpu, waits);
-            session.close()?;
-            Ok(outcome)
-        })?;
+        let socket_race = |name: &str, threaded: bool| {
+            let (connect, dir) = (zk.connect.clone(), dir.clone());
+            race(zk, name, n, plan, move |race| {
+                let mut session = if threaded {
+                    socket::Session::open_threaded(&connect, SESSION_TIMEOUT)?
+                } else {
+                    socket::Session::open(&connect, SESSION_TIMEOUT)?
+                };
+                race.start();
+                let (cpu, mut mine, mut waits) = (thread_cpu(), 0, histogram());
+                while race.running() {
+                    let t = Instant::now();
+                    let node = session.acquire(&dir)?;
+                    record(&mut waits, t.elapsed());
+                    race.bump();
+                    mine += 1;
+                    session.delete(&node)?;
+                }
+                let outcome = Outcome::now(mine, cpu, waits);
+                session.close()?;
+                Ok(outcome)
+            })
+        };
+        let bare = socket_race("socket", false)?;
+        let threaded = socket_race("threaded", true)?;
         keep_ratio(
             format!("contended{label} n={n}: socket floor client CPU ms/handoff"),
             bare.per.cpu_ms(),
+        );
+        keep_ratio(
+            format!("contended{label} n={n}: threaded socket floor client CPU ms/handoff"),
+            threaded.per.cpu_ms(),
         );
         keep_ratio(
             format!("contended{label} n={n}: floor client CPU ms/handoff"),

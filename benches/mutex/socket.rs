@@ -5,9 +5,16 @@
 //! acquisition. Between it and the floor of `floor.rs` lies what a wire client adds; only a
 //! figure measured here says how low any client could go on a given machine. Bench-only: no
 //! reconnect and no pings (a run is far shorter than the session timeout).
+//!
+//! [`Session::open_threaded`] is the same with one change: a thread of the session reads every
+//! answer and hands it to the caller, who writes its requests itself. A client that keeps its
+//! session alive while nobody calls it (answers pings, receives watch events) needs such a
+//! reader; this is the cheapest shape it can take, and so the floor of any such client.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::Res;
@@ -28,19 +35,48 @@ pub struct Session {
     stream: TcpStream,
     xid: i32,
     frame: Vec<u8>,
+    /// Threaded: the reader's frames, and the reader.
+    reader: Option<(mpsc::Receiver<Vec<u8>>, JoinHandle<()>)>,
 }
 
 impl Session {
-    /// Connects to the first host of `connect` and opens a session.
+    /// Connects to the first host of `connect` and opens a session; the caller's thread reads
+    /// the answers.
     pub fn open(connect: &str, timeout: Duration) -> Res<Session> {
+        Session::connect(connect, timeout, false)
+    }
+
+    /// [`open`](Session::open), with a thread of the session reading every answer.
+    pub fn open_threaded(connect: &str, timeout: Duration) -> Res<Session> {
+        Session::connect(connect, timeout, true)
+    }
+
+    fn connect(connect: &str, timeout: Duration, threaded: bool) -> Res<Session> {
         let host = connect.split(',').next().unwrap_or(connect);
         let stream = TcpStream::connect(host)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(crate::STALL))?;
+        let reader = if threaded {
+            let (tx, rx) = mpsc::channel();
+            let mut from = stream.try_clone()?;
+            let thread = thread::Builder::new()
+                .name("socket-reader".into())
+                .spawn(move || {
+                    while let Ok(frame) = read_frame(&mut from, Vec::new()) {
+                        if tx.send(frame).is_err() {
+                            break;
+                        }
+                    }
+                })?;
+            Some((rx, thread))
+        } else {
+            None
+        };
         let mut session = Session {
             stream,
             xid: 0,
             frame: Vec::with_capacity(4096),
+            reader,
         };
         // ConnectRequest: protocol version, last zxid seen, timeout, session id, password,
         // read-only.
@@ -132,10 +168,16 @@ impl Session {
         self.call(&body).map(drop)
     }
 
-    /// Closes the session (its ephemeral nodes go with it).
+    /// Closes the session (its ephemeral nodes go with it) and waits for its reader.
     pub fn close(mut self) -> Res<()> {
         let body = self.header(CLOSE_SESSION);
-        self.call(&body).map(drop)
+        self.call(&body)?;
+        if let Some((rx, thread)) = self.reader.take() {
+            // The server closes the connection after its answer: the reader sees the end.
+            drop(rx);
+            thread.join().map_err(|_| "the socket reader panicked")?;
+        }
+        Ok(())
     }
 
     fn header(&mut self, op: i32) -> Vec<u8> {
@@ -174,16 +216,27 @@ impl Session {
     }
 
     fn receive(&mut self) -> Res<&[u8]> {
-        let mut len = [0; 4];
-        self.stream.read_exact(&mut len)?;
-        let len = usize::try_from(i32::from_be_bytes(len))?;
-        if len > 16 << 20 {
-            return Err(format!("implausible frame of {len} bytes").into());
-        }
-        self.frame.resize(len, 0);
-        self.stream.read_exact(&mut self.frame)?;
+        self.frame = match &self.reader {
+            Some((rx, _)) => rx
+                .recv_timeout(crate::STALL)
+                .map_err(|e| format!("the socket reader: {e}"))?,
+            None => read_frame(&mut self.stream, std::mem::take(&mut self.frame))?,
+        };
         Ok(&self.frame)
     }
+}
+
+/// One length-prefixed frame from `from`, into `frame`'s allocation.
+fn read_frame(from: &mut TcpStream, mut frame: Vec<u8>) -> Res<Vec<u8>> {
+    let mut len = [0; 4];
+    from.read_exact(&mut len)?;
+    let len = usize::try_from(i32::from_be_bytes(len))?;
+    if len > 16 << 20 {
+        return Err(format!("implausible frame of {len} bytes").into());
+    }
+    frame.resize(len, 0);
+    from.read_exact(&mut frame)?;
+    Ok(frame)
 }
 
 struct Reader<'a>(&'a [u8]);
