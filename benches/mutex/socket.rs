@@ -11,7 +11,7 @@
 //! session alive while nobody calls it (answers pings, receives watch events) needs such a
 //! reader; this is the cheapest shape it can take, and so the floor of any such client.
 
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
@@ -32,11 +32,20 @@ const PERMS_ALL: i32 = 31;
 
 /// One session on a blocking socket.
 pub struct Session {
+    /// Requests go out here.
     stream: TcpStream,
     xid: i32,
     frame: Vec<u8>,
-    /// Threaded: the reader's frames, and the reader.
-    reader: Option<(mpsc::Receiver<Vec<u8>>, JoinHandle<()>)>,
+    input: Input,
+}
+
+/// Where answers come from. Reads are buffered: one system call usually brings a whole frame
+/// (length and body), often several.
+enum Input {
+    /// The caller reads them.
+    Direct(BufReader<TcpStream>),
+    /// A thread of the session reads them and hands them over.
+    Threaded(mpsc::Receiver<Vec<u8>>, JoinHandle<()>),
 }
 
 impl Session {
@@ -56,9 +65,9 @@ impl Session {
         let stream = TcpStream::connect(host)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(crate::STALL))?;
-        let reader = if threaded {
+        let mut from = BufReader::new(stream.try_clone()?);
+        let input = if threaded {
             let (tx, rx) = mpsc::channel();
-            let mut from = stream.try_clone()?;
             let thread = thread::Builder::new()
                 .name("socket-reader".into())
                 .spawn(move || {
@@ -68,15 +77,15 @@ impl Session {
                         }
                     }
                 })?;
-            Some((rx, thread))
+            Input::Threaded(rx, thread)
         } else {
-            None
+            Input::Direct(from)
         };
         let mut session = Session {
             stream,
             xid: 0,
             frame: Vec::with_capacity(4096),
-            reader,
+            input,
         };
         // ConnectRequest: protocol version, last zxid seen, timeout, session id, password,
         // read-only.
@@ -172,7 +181,7 @@ impl Session {
     pub fn close(mut self) -> Res<()> {
         let body = self.header(CLOSE_SESSION);
         self.call(&body)?;
-        if let Some((rx, thread)) = self.reader.take() {
+        if let Input::Threaded(rx, thread) = self.input {
             // The server closes the connection after its answer: the reader sees the end.
             drop(rx);
             thread.join().map_err(|_| "the socket reader panicked")?;
@@ -216,18 +225,18 @@ impl Session {
     }
 
     fn receive(&mut self) -> Res<&[u8]> {
-        self.frame = match &self.reader {
-            Some((rx, _)) => rx
+        self.frame = match &mut self.input {
+            Input::Threaded(rx, _) => rx
                 .recv_timeout(crate::STALL)
                 .map_err(|e| format!("the socket reader: {e}"))?,
-            None => read_frame(&mut self.stream, std::mem::take(&mut self.frame))?,
+            Input::Direct(from) => read_frame(from, std::mem::take(&mut self.frame))?,
         };
         Ok(&self.frame)
     }
 }
 
 /// One length-prefixed frame from `from`, into `frame`'s allocation.
-fn read_frame(from: &mut TcpStream, mut frame: Vec<u8>) -> Res<Vec<u8>> {
+fn read_frame(from: &mut impl Read, mut frame: Vec<u8>) -> Res<Vec<u8>> {
     let mut len = [0; 4];
     from.read_exact(&mut len)?;
     let len = usize::try_from(i32::from_be_bytes(len))?;
