@@ -172,34 +172,35 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod client;
-mod deadline;
-mod error;
-mod leader;
-mod locks;
-mod metrics;
-mod path;
-mod retry;
+mod core;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
-pub use crate::client::{
-    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,
-    LockHealth, Perms, Receiver, Stat, Watch, WatchEvent, WatchEventKind,
+pub use crate::core::channel::Receiver;
+pub use crate::core::error::{Error, Result};
+pub use crate::core::health::{HealthEvent, LockHealth};
+pub use crate::core::lock::{ArcLockGuard, Lock, LockGuard};
+pub use crate::core::retry::{
+    BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
+    RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
-pub use crate::error::{Error, Result};
-pub use crate::leader::{
+#[cfg(feature = "zookeeper")]
+pub use crate::zookeeper::client::{
+    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,
+    Perms, Stat, Watch, WatchEvent, WatchEventKind,
+};
+#[cfg(feature = "zookeeper")]
+pub use crate::zookeeper::leader::{
     elect, CloseMode, LeaderLatch, LeaderLatchBuilder, LeaderSelector, LeaderSelectorBuilder,
     Leadership, LeadershipChange, Participant,
 };
-pub use crate::locks::{
-    ArcLockGuard, HealthEvent, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, Lock, LockDriver, LockGuard,
-    LockNode, MutexGuard, Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver,
-    VersionedCount, WriteLock,
-};
-pub use crate::retry::{
-    BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
-    RetryOneTime, RetryPolicy, RetryUntilElapsed,
+#[cfg(feature = "zookeeper")]
+pub use crate::zookeeper::locks::{
+    InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LockDriver, LockNode, MutexGuard,
+    Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver, VersionedCount,
+    WriteLock,
 };

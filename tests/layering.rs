@@ -1,4 +1,4 @@
-//! The layers of DESIGN.md §1: the Client (`src/client/`) never reaches up into the lock
+//! The layers: the Client (`src/zookeeper/client/`) never reaches up into the lock
 //! recipes or leader election; they build on it, not the other way round.
 
 use std::fs;
@@ -6,7 +6,7 @@ use std::path::Path;
 
 #[test]
 fn the_client_layer_imports_nothing_from_the_layers_above() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/client");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/zookeeper/client");
     let mut offenders = Vec::new();
     let mut files = 0;
     for entry in fs::read_dir(&dir).unwrap() {
@@ -15,7 +15,7 @@ fn the_client_layer_imports_nothing_from_the_layers_above() {
             files += 1;
             let text = fs::read_to_string(&path).unwrap();
             for (n, line) in text.lines().enumerate() {
-                if ["crate::locks", "crate::leader"]
+                if ["crate::zookeeper::locks", "crate::zookeeper::leader"]
                     .iter()
                     .any(|upper| line.contains(upper))
                 {
@@ -24,7 +24,7 @@ fn the_client_layer_imports_nothing_from_the_layers_above() {
             }
         }
     }
-    assert!(files >= 5, "src/client/ not found where expected");
+    assert!(files >= 5, "src/zookeeper/client/ not found where expected");
     assert!(
         offenders.is_empty(),
         "the client layer imports from above it:\n{}",

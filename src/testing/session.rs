@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::core::error::{Error, Result};
+use crate::zookeeper::client::Client;
 
 /// Expires `client`'s current session on the server: a second connection joins the same session
 /// (same id and password) and closes it, while `client`'s wire client is held still so that it
@@ -28,7 +28,7 @@ pub fn expire_session(client: &Client) -> Result<i64> {
     // While the joiner takes the session over, `client` must not reconnect and take it back.
     let frozen = client.freeze_io_for_testing();
     // The wire client spawns its session task: run it on a runtime of its own.
-    let runtime = crate::client::Runtime::start()
+    let runtime = crate::zookeeper::client::Runtime::start()
         .map_err(|e| Error::ZooKeeper(format!("cannot start a thread: {e}")))?;
     let (tx, rx) = crossbeam_channel::bounded(1);
     runtime.spawn(async move {

@@ -1,0 +1,234 @@
+//! The one error type of zklock.
+
+use std::fmt;
+
+/// What went wrong, grouped by what the caller can do about it.
+///
+/// Input is checked before any I/O: a malformed path, connect string or timeout is reported as
+/// [`Error::InvalidArgument`] / [`Error::InvalidPath`] and nothing is sent to ZooKeeper. Nothing in
+/// zklock panics on a server's answer: an unexpected one becomes [`Error::ZooKeeper`].
+///
+/// # Example
+/// ```
+/// # fn main() {
+/// let err = zklock::Client::builder("").build().unwrap_err();
+/// assert!(matches!(err, zklock::Error::InvalidArgument(_)));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bad argument: connect string, timeout, data size, retry parameters. Fix the call.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A path ZooKeeper would refuse (relative, trailing slash, `.` / `..`, NUL, empty component).
+    #[error("invalid path {path:?}: {reason}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// [`ClientBuilder::connect`](crate::ClientBuilder::connect) could not open a session within
+    /// the connection timeout; `cause` says why the last attempt failed (a refused port, a
+    /// name that does not resolve, no right to create the namespace, ...).
+    #[error("cannot connect to ZooKeeper at {hosts}")]
+    ConnectFailed {
+        /// The hosts tried.
+        hosts: String,
+        /// Why the last attempt failed.
+        #[source]
+        cause: Box<Error>,
+    },
+    /// A socket-level failure: a name that does not resolve, a refused or unreachable port.
+    #[error("{context}: {message}")]
+    Io {
+        /// What was being done (`connecting to 127.0.0.1:2181`).
+        context: String,
+        /// The operating system's classification.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+    /// The server refused this client's authentication (a SASL login that failed, or none
+    /// where the server requires it) and ended the session.
+    #[error("authentication failed: {0}")]
+    AuthFailed(String),
+    /// A TLS connection was refused: the server's certificate is not trusted or does not name
+    /// the host, or the server refused this client's certificate (or its lack of one).
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The connection was lost and the retry policy (or the call's deadline) gave up; the session
+    /// may still be alive. Retrying later may succeed.
+    #[error("connection to ZooKeeper lost")]
+    ConnectionLoss,
+    /// The ZooKeeper session ended; ephemeral nodes of it are gone. The [`Client`](crate::Client)
+    /// opens a new session by itself.
+    #[error("ZooKeeper session expired")]
+    SessionExpired,
+    /// The call's deadline passed before it could complete.
+    #[error("operation timed out")]
+    Timeout,
+    /// The node does not exist.
+    #[error("no node {0:?}")]
+    NoNode(String),
+    /// The node already exists.
+    #[error("node {0:?} already exists")]
+    NodeExists(String),
+    /// The node has children.
+    #[error("node {0:?} has children")]
+    NotEmpty(String),
+    /// The expected version did not match.
+    #[error("bad version for node {0:?}")]
+    BadVersion(String),
+    /// The ACL forbids this client the operation.
+    #[error("not authorised (NoAuth) for {0:?}")]
+    NoAuth(String),
+    /// An ephemeral node cannot have children.
+    #[error("node {0:?} is ephemeral and cannot have children")]
+    NoChildrenForEphemerals(String),
+    /// The [`Client`](crate::Client) was closed.
+    #[error("client closed")]
+    Closed,
+    /// A thread released a lock it does not hold.
+    #[error("the current thread does not hold this lock")]
+    NotOwner,
+    /// `release()` of a lock that is not held (semaphore mutex).
+    #[error("the lock is not acquired")]
+    NotAcquired,
+    /// A thread that holds a read lock asked for the write lock of the same read-write lock.
+    /// It would wait for itself (Curator deadlocks here): release the read lock first.
+    #[error(
+        "a thread holding the read lock cannot take the write lock: release the read lock first"
+    )]
+    WouldDeadlock,
+    /// The lock had been lost (session expired, node deleted) before it was released: whatever
+    /// it protected may have been touched by another holder meanwhile.
+    #[error("the lock had been lost before it was released")]
+    LockLost,
+    /// A call that parks until a ZooKeeper event arrives (an acquire that may wait) was made on a
+    /// Client's watcher thread, i.e. from a connection-state listener, a lock-health callback or
+    /// a revocation listener. Only that thread delivers the event it would wait for, so it would
+    /// wait forever: the call fails at once instead. Hand the work to another thread, or use
+    /// `try_lock()` (one attempt, no wait), which is allowed there.
+    #[error(
+        "a blocking zklock call was made from a listener or callback (the Client's watcher \
+         thread), where it would wait for itself: hand the work to another thread"
+    )]
+    OnWatcherThread,
+    /// The wait was cancelled with `cancel_waiters()`; the attempt's node was deleted.
+    #[error("the acquisition was cancelled")]
+    Cancelled,
+    /// zklock could not start one of its threads (the process is out of threads or memory).
+    #[error("cannot start thread {name}: {message}")]
+    ThreadStart {
+        /// The thread's name (`zklock-io`, `zklock-latch`, ...).
+        name: String,
+        /// The operating system's classification.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+    /// Any other answer of the server or the wire client, with its description.
+    #[error("ZooKeeper error: {0}")]
+    ZooKeeper(String),
+}
+
+/// `Result<T, zklock::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether the retry policy may retry the operation that failed with this error. The one
+    /// classification of every path, foreground and background alike.
+    pub(crate) fn is_retryable(&self) -> bool {
+        matches!(self, Error::ConnectionLoss)
+    }
+
+    /// Whether an operation that failed with this error may nonetheless have been applied by
+    /// the server (its reply was lost, or the caller stopped waiting for it).
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::ConnectionLoss | Error::Timeout | Error::Cancelled
+        )
+    }
+
+    pub(crate) fn io(context: impl fmt::Display, e: &std::io::Error) -> Error {
+        Error::Io {
+            context: context.to_string(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    pub(crate) fn thread_start(name: &str, e: &std::io::Error) -> Error {
+        Error::ThreadStart {
+            name: name.to_owned(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    pub(crate) fn invalid(what: impl fmt::Display) -> Error {
+        Error::InvalidArgument(what.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_that_cannot_start_is_named() {
+        let e = Error::thread_start(
+            "zklock-io-7",
+            &std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        );
+        assert!(matches!(&e, Error::ThreadStart { name, kind, .. }
+            if name == "zklock-io-7" && *kind == std::io::ErrorKind::OutOfMemory));
+        assert!(e.to_string().contains("zklock-io-7"));
+    }
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn check<T: Send + Sync + 'static + std::error::Error>() {}
+        check::<Error>();
+    }
+
+    #[test]
+    fn wire_errors_map_by_what_the_caller_can_do() {
+        use zookeeper_client::Error as Zk;
+        assert_eq!(
+            Error::from_zk(Zk::ConnectionLoss, "/a"),
+            Error::ConnectionLoss
+        );
+        assert_eq!(
+            Error::from_zk(Zk::SessionMoved, "/a"),
+            Error::ConnectionLoss
+        );
+        assert_eq!(
+            Error::from_zk(Zk::SessionExpired, "/a"),
+            Error::SessionExpired
+        );
+        assert_eq!(Error::from_zk(Zk::NoNode, "/a"), Error::NoNode("/a".into()));
+        assert_eq!(Error::from_zk(Zk::NoAuth, "/a"), Error::NoAuth("/a".into()));
+        assert!(matches!(
+            Error::from_zk(Zk::AuthFailed, "/a"),
+            Error::AuthFailed(_)
+        ));
+        assert!(matches!(
+            Error::from_zk(Zk::InvalidAcl, "/a"),
+            Error::InvalidArgument(_)
+        ));
+        assert_eq!(
+            Error::from_zk(Zk::NoChildrenForEphemerals, "/a/b"),
+            Error::NoChildrenForEphemerals("/a/b".into())
+        );
+        assert!(matches!(
+            Error::from_zk(Zk::Unimplemented, "/a"),
+            Error::ZooKeeper(_)
+        ));
+        assert!(Error::ConnectionLoss.is_retryable());
+        assert!(!Error::SessionExpired.is_retryable());
+    }
+}

@@ -1,0 +1,179 @@
+//! Lock health as the holder sees it: [`LockHealth`], one hold's health cell, kept current by
+//! its backend, and the subscribers of a lock object that hear each change as a [`HealthEvent`].
+
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use super::channel::Receiver;
+use super::listeners::Listeners;
+
+/// The health of a lock this process holds, on any backend.
+///
+/// `health()` is computed when it is called, not only when the backend last heard something:
+/// besides what it has heard (a disconnection, an expired session or lease, a deleted node), it
+/// counts the time since the server last acknowledged the client (the local lease). A process
+/// that stood still (SIGSTOP, a stalled VM) reads `Suspended` once that time passes the suspend
+/// threshold and `Lost` past the server-side timeout that frees a silent holder (ZooKeeper's
+/// session timeout), at once on waking, before any of its threads has noticed anything. Check
+/// it right before each write to the resource, and pass the fencing token along for what a
+/// check cannot catch.
+///
+/// On ZooKeeper the grant itself sees the node in our session; the node is then watched from at
+/// most 5 ms later (a waiter's grant watches it already), so that a short hold costs no extra
+/// request. A deletion of the node by someone else in those first milliseconds reads `Lost`
+/// once that watch is set.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = zklock::InterProcessMutex::new(&client, "/locks/ledger")?;
+/// let guard = mutex.lock()?;
+/// if guard.health() == zklock::LockHealth::Held {
+///     // write, with guard.fencing_token()
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockHealth {
+    /// Held, known to be ours on the server (the lock node in our live session), heard from
+    /// lately.
+    Held,
+    /// The connection is gone or has been silent (or this process stood still) for longer
+    /// than the suspend threshold; whether we still hold it is unknown until it comes back.
+    Suspended,
+    /// Gone: the session expired, was given up, or has been silent for longer than the
+    /// server-side timeout; or the lock node was deleted.
+    Lost,
+}
+
+/// The worse of two healths.
+pub(crate) fn worst(a: LockHealth, b: LockHealth) -> LockHealth {
+    let rank = |h| match h {
+        LockHealth::Held => 0,
+        LockHealth::Suspended => 1,
+        LockHealth::Lost => 2,
+    };
+    if rank(a) >= rank(b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// Runs a listener call where the backend runs user code (never on its I/O thread).
+pub(crate) type Dispatch = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+
+/// A change of one hold's health, with the node and fencing token of that hold, so that the
+/// events of several holds through one lock object (one per thread) can be told apart.
+///
+/// Compares equal to a bare [`LockHealth`] of the same value.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = zklock::InterProcessMutex::new(&client, "/locks/ledger")?;
+/// let events = mutex.health_events();
+/// let guard = mutex.lock()?;
+/// for event in events.try_iter() {
+///     if event.fencing_token == guard.fencing_token() && event == zklock::LockHealth::Lost {
+///         println!("{} is lost", event.node);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct HealthEvent {
+    /// The hold's new health.
+    pub health: LockHealth,
+    /// The hold's lock node.
+    pub node: String,
+    /// The hold's fencing token.
+    pub fencing_token: u64,
+}
+
+impl PartialEq<LockHealth> for HealthEvent {
+    fn eq(&self, other: &LockHealth) -> bool {
+        self.health == *other
+    }
+}
+
+/// The subscribers of one lock object: channels and removable callbacks.
+#[derive(Default)]
+pub(crate) struct HealthFeed {
+    channels: Mutex<Vec<Sender<HealthEvent>>>,
+    callbacks: Arc<Listeners<HealthEvent>>,
+}
+
+/// One hold's last reported health; once Lost it stays Lost.
+pub(crate) type HealthCell = Arc<Mutex<LockHealth>>;
+
+impl HealthFeed {
+    pub(crate) fn channel(&self) -> Receiver<HealthEvent> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.channels.lock().push(tx);
+        Receiver::new(rx)
+    }
+
+    pub(crate) fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
+        self.callbacks.add(0, Box::new(f))
+    }
+
+    pub(crate) fn remove(&self, id: u64) -> bool {
+        self.callbacks.remove(id)
+    }
+
+    /// A new hold's health cell (Held) and the report function its backend calls: it updates
+    /// the cell and tells every subscriber of a change, callbacks through `dispatch`. `lock`
+    /// names the lock in metrics.
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        dispatch: Dispatch,
+        lock: &str,
+        node: &str,
+        token: u64,
+    ) -> (HealthCell, Arc<dyn Fn(LockHealth) + Send + Sync>) {
+        let cell = Arc::new(Mutex::new(LockHealth::Held));
+        let (health, feed, lock, node) =
+            (cell.clone(), self.clone(), lock.to_owned(), node.to_owned());
+        let report = move |new: LockHealth| {
+            {
+                let mut h = health.lock();
+                if *h == new || *h == LockHealth::Lost {
+                    return;
+                }
+                *h = new;
+            }
+            crate::core::metrics::health(&lock, new);
+            let event = HealthEvent {
+                health: new,
+                node: node.clone(),
+                fencing_token: token,
+            };
+            feed.channels
+                .lock()
+                .retain(|tx| tx.send(event.clone()).is_ok());
+            let callbacks = feed.callbacks.clone();
+            dispatch(Box::new(move || callbacks.call(u64::MAX, event)));
+        };
+        (cell, Arc::new(report))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_is_the_worse() {
+        use LockHealth::*;
+        assert_eq!(worst(Held, Suspended), Suspended);
+        assert_eq!(worst(Lost, Suspended), Lost);
+        assert_eq!(worst(Held, Held), Held);
+    }
+}

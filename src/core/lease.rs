@@ -1,0 +1,147 @@
+//! The local lease (Chubby's "jeopardy"): how long ago the client could last vouch that the
+//! server still had its session (ZooKeeper) or its lease (a key's TTL, a database session).
+//! Lock health is computed from it at call time, so a process frozen past the server-side
+//! timeout (SIGSTOP, a stalled VM, a swapped-out heap) does not read `Held` in the moment
+//! between waking up and its threads noticing the silence.
+//!
+//! Each backend renews the lease when it hears from the server (on ZooKeeper: the session
+//! supervisor's beat while connected, a round trip sent after a stall, a reconnection to the
+//! same session) and opens it with the server-side timeout and the suspend threshold.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::core::health::LockHealth;
+
+/// One session's local lease.
+pub(crate) struct LocalLease {
+    epoch: Instant,
+    /// When the session was last vouched for, in ms since `epoch`; `u64::MAX`: no session yet.
+    heard: AtomicU64,
+    /// The session's negotiated timeout, ms.
+    session: AtomicU64,
+    /// Silence after which the connection counts as suspended (the wire client's connection
+    /// timeout), ms.
+    suspend: AtomicU64,
+}
+
+impl LocalLease {
+    pub(crate) fn new() -> LocalLease {
+        LocalLease {
+            epoch: Instant::now(),
+            heard: AtomicU64::new(u64::MAX),
+            session: AtomicU64::new(0),
+            suspend: AtomicU64::new(0),
+        }
+    }
+
+    /// A session was opened with this negotiated timeout; it is heard from now.
+    pub(crate) fn open(&self, session: Duration, suspend: Duration) {
+        self.session.store(ms(session), Ordering::Release);
+        self.suspend
+            .store(ms(suspend.min(session)), Ordering::Release);
+        self.heard();
+    }
+
+    /// The server has the session now.
+    pub(crate) fn heard(&self) {
+        self.heard
+            .store(ms(self.epoch.elapsed()), Ordering::Release);
+    }
+
+    /// How long since the session was last vouched for; `None` before the first session.
+    pub(crate) fn since_heard(&self) -> Option<Duration> {
+        let heard = self.heard.load(Ordering::Acquire);
+        (heard != u64::MAX).then(|| {
+            self.epoch
+                .elapsed()
+                .saturating_sub(Duration::from_millis(heard))
+        })
+    }
+
+    pub(crate) fn session_timeout(&self) -> Duration {
+        Duration::from_millis(self.session.load(Ordering::Acquire))
+    }
+
+    /// The period of the supervisor's beat, and how late a beat may come and still count as
+    /// on time.
+    pub(crate) fn beat(&self) -> (Duration, Duration) {
+        let suspend = Duration::from_millis(self.suspend.load(Ordering::Acquire));
+        let period = (suspend / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        (period, period + suspend / 4)
+    }
+
+    /// Whether the session has not been vouched for for a whole session timeout: the server
+    /// has expired it unless it stood still as long.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.since_heard()
+            .is_some_and(|s| s > self.session_timeout())
+    }
+
+    /// What can be said now of a node of the current session: Held while the session was
+    /// vouched for within the suspend threshold, Suspended up to the session timeout, Lost
+    /// beyond it.
+    pub(crate) fn health(&self) -> LockHealth {
+        let Some(since) = self.since_heard() else {
+            return LockHealth::Suspended;
+        };
+        let suspend = Duration::from_millis(self.suspend.load(Ordering::Acquire));
+        if since <= suspend {
+            LockHealth::Held
+        } else if since <= self.session_timeout() {
+            LockHealth::Suspended
+        } else {
+            LockHealth::Lost
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease last renewed `ago` (at most 25 s).
+    fn renewed(ago: Duration) -> LocalLease {
+        let epoch = Instant::now()
+            .checked_sub(Duration::from_secs(25))
+            .expect("the clock started 25 s ago");
+        let l = LocalLease {
+            epoch,
+            ..LocalLease::new()
+        };
+        l.open(Duration::from_secs(9), Duration::from_secs(3));
+        l.heard
+            .store(ms(l.epoch.elapsed() - ago), Ordering::Release);
+        l
+    }
+
+    #[test]
+    fn health_follows_the_time_since_the_session_was_vouched_for() {
+        assert_eq!(LocalLease::new().health(), LockHealth::Suspended);
+        assert_eq!(renewed(Duration::ZERO).health(), LockHealth::Held);
+        assert_eq!(renewed(Duration::from_secs(2)).health(), LockHealth::Held);
+        assert_eq!(
+            renewed(Duration::from_secs(4)).health(),
+            LockHealth::Suspended
+        );
+        let frozen = renewed(Duration::from_secs(20));
+        assert_eq!(frozen.health(), LockHealth::Lost);
+        assert!(frozen.timed_out());
+        frozen.heard();
+        assert_eq!(frozen.health(), LockHealth::Held);
+        assert!(!frozen.timed_out());
+    }
+
+    #[test]
+    fn the_beat_is_a_fraction_of_the_suspend_threshold() {
+        let l = LocalLease::new();
+        l.open(Duration::from_secs(9), Duration::from_secs(3));
+        let (period, late) = l.beat();
+        assert_eq!(period, Duration::from_millis(750));
+        assert!(late > period && late < Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,67 @@
+//! Listeners called in registration order, for connection states and lock health alike.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+type Listener<T> = Arc<Mutex<Box<dyn FnMut(T) + Send>>>;
+
+/// Listeners called in registration order. Calls go to a snapshot of the list, taken without
+/// holding its lock, so a listener may add or remove listeners (itself included).
+pub(crate) struct Listeners<T> {
+    /// (id, how many values had been emitted when it was added, listener)
+    list: Mutex<Vec<(u64, u64, Listener<T>)>>,
+    next_id: Mutex<u64>,
+}
+
+impl<T> Default for Listeners<T> {
+    fn default() -> Self {
+        Listeners {
+            list: Mutex::new(Vec::new()),
+            next_id: Mutex::new(0),
+        }
+    }
+}
+
+impl<T: Clone + std::fmt::Debug> Listeners<T> {
+    /// Adds a listener for the values after the `since`-th; returns its id.
+    pub(crate) fn add(&self, since: u64, f: Box<dyn FnMut(T) + Send>) -> u64 {
+        let id = {
+            let mut next = self.next_id.lock();
+            *next += 1;
+            *next
+        };
+        self.list.lock().push((id, since, Arc::new(Mutex::new(f))));
+        id
+    }
+
+    pub(crate) fn remove(&self, id: u64) -> bool {
+        let mut list = self.list.lock();
+        let before = list.len();
+        list.retain(|(i, _, _)| *i != id);
+        list.len() != before
+    }
+
+    /// Calls every listener added before the `seq`-th value (one removed meanwhile is skipped).
+    pub(crate) fn call(&self, seq: u64, value: T) {
+        let snapshot: Vec<(u64, Listener<T>)> = self
+            .list
+            .lock()
+            .iter()
+            .filter(|(_, since, _)| seq > *since)
+            .map(|(id, _, f)| (*id, f.clone()))
+            .collect();
+        for (id, f) in snapshot {
+            if !self.list.lock().iter().any(|(i, _, _)| *i == id) {
+                continue;
+            }
+            // Only the watcher thread calls listeners, one at a time: this lock is free.
+            let mut f = f.lock();
+            let v = value.clone();
+            if catch_unwind(AssertUnwindSafe(|| (*f)(v))).is_err() {
+                tracing::error!("a listener panicked on {value:?}");
+            }
+        }
+    }
+}

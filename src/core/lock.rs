@@ -1,0 +1,569 @@
+//! The `Lock` trait over the lock family, and the guard every lock hands out.
+
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::error::Result;
+use crate::core::health::LockHealth;
+
+pub(crate) mod sealed {
+    use std::time::Instant;
+
+    use crate::core::error::Result;
+
+    /// How a release deletes the lock's node.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Release {
+        /// Now, reporting errors, by this instant (`None`: the Client's operation timeout, else
+        /// its connection timeout); what cannot be done in time goes on in the background.
+        Within(Option<Instant>),
+        /// In the background; returns at once (a guard's `Drop`).
+        Background,
+    }
+
+    /// What each lock implements; [`Lock`](super::Lock) builds the rest on it.
+    pub trait Sealed {
+        /// Waits for the lock until `until` (`None`: no limit); an instant already passed makes
+        /// one attempt without waiting.
+        fn acquire_until(&self, until: Option<Instant>) -> Result<bool>;
+        /// Releases one hold of the calling thread.
+        fn release_as(&self, how: Release) -> Result<()>;
+        /// Ends every acquisition in progress with `Error::Cancelled`.
+        fn cancel(&self);
+        /// Whether any thread of this process holds the lock through this object.
+        fn acquired_here(&self) -> bool;
+    }
+}
+pub(crate) use sealed::{Release, Sealed};
+
+/// `timeout` from now; `None` if that is past the end of time.
+fn until(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+/// What every lock of zklock can do; lets [`LockGuard`] (and code generic over locks) take any
+/// of them. Sealed: implemented by zklock's locks only.
+///
+/// # Blocking
+/// [`acquire`](Lock::acquire) and [`lock`](Lock::lock) wait without limit (until the lock is
+/// ours, the retry policy gives up during an outage, or [`cancel_waiters`](Lock::cancel_waiters)
+/// is called). The timed forms wait at most their timeout; each ZooKeeper round trip of the
+/// attempt may run past it by up to the Client's operation timeout (default: its connection
+/// timeout), so that a short timeout never misses a free lock for want of a round trip. A zero
+/// timeout, [`try_lock`](Lock::try_lock), makes exactly one attempt: create, list, then hold or
+/// delete and return.
+///
+/// An acquire that may wait fails at once with
+/// [`Error::OnWatcherThread`](crate::Error::OnWatcherThread) when called from a listener or
+/// callback (the Client's watcher thread, which would have to deliver the event it waits for);
+/// `try_lock` is allowed there.
+///
+/// # Example
+/// ```no_run
+/// use zklock::{InterProcessMutex, Lock};
+///
+/// fn with_lock<L: Lock>(lock: &L, work: impl FnOnce()) -> zklock::Result<()> {
+///     let _guard = lock.lock()?;
+///     work();
+///     Ok(())
+/// }
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// with_lock(&InterProcessMutex::new(&client, "/locks/a")?, || println!("held"))?;
+/// # Ok(()) }
+/// ```
+pub trait Lock: Sealed + Send + Sync {
+    /// Blocks until the calling thread holds the lock.
+    ///
+    /// # Blocking
+    /// Without limit while the lock is held by others; through an outage until the Client's
+    /// retry policy gives up (its budget starts afresh after every answered round trip).
+    ///
+    /// # Errors
+    /// [`OnWatcherThread`](crate::Error::OnWatcherThread) from a listener or callback;
+    /// [`Cancelled`](crate::Error::Cancelled) after [`cancel_waiters`](Lock::cancel_waiters);
+    /// [`ConnectionLoss`](crate::Error::ConnectionLoss) when the retry policy gives up;
+    /// [`NoAuth`](crate::Error::NoAuth) when the ACL forbids creating the lock node;
+    /// [`WouldDeadlock`](crate::Error::WouldDeadlock) for a write lock asked by a reader;
+    /// [`Closed`](crate::Error::Closed) once the Client is closed. A session that expires
+    /// while waiting is not an error: the attempt starts over in the new session.
+    fn acquire(&self) -> Result<()> {
+        self.acquire_until(None).map(|_| ())
+    }
+
+    /// Waits up to `timeout`: `false` if the lock is not ours by then, with nothing left
+    /// behind. A zero timeout makes one attempt without waiting.
+    ///
+    /// # Blocking
+    /// At most `timeout` waiting for the lock; each round trip of the attempt may run past it
+    /// by the Client's operation timeout (default: its connection timeout).
+    ///
+    /// # Errors
+    /// As [`acquire`](Lock::acquire); running out of time is `Ok(false)`, not an error.
+    ///
+    /// Test the answer: `if !lock.acquire_timeout(d)? { return … }`. The compiler cannot warn
+    /// about `lock.acquire_timeout(d)?;` (the `?` uses the `Result`, and a `bool` carries no
+    /// `#[must_use]`), which goes on without the lock; prefer
+    /// [`try_lock_for`](Lock::try_lock_for), whose guard is the proof of holding.
+    #[must_use = "`false` means the lock was NOT acquired"]
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.acquire_until(until(timeout))
+    }
+
+    /// Releases one hold of the calling thread, reporting errors.
+    ///
+    /// # Blocking
+    /// At most the Client's operation timeout (default: its connection timeout); a delete that
+    /// cannot be done in time goes on in the background and the error is returned. An inner
+    /// re-entrant hold returns at once.
+    ///
+    /// # Errors
+    /// [`NotOwner`](crate::Error::NotOwner) if the calling thread does not hold it
+    /// ([`NotAcquired`](crate::Error::NotAcquired) for a semaphore mutex);
+    /// [`LockLost`](crate::Error::LockLost) if the hold had been lost before (whatever it
+    /// protected may have been touched by another holder); a connection error if the delete
+    /// could not be confirmed in time (it goes on in the background).
+    fn release(&self) -> Result<()> {
+        self.release_as(Release::Within(None))
+    }
+
+    /// [`release`](Lock::release) bounded by `timeout`.
+    ///
+    /// # Blocking
+    /// At most `timeout`; what is not done by then goes on in the background.
+    ///
+    /// # Errors
+    /// As [`release`](Lock::release).
+    fn release_timeout(&self, timeout: Duration) -> Result<()> {
+        self.release_as(Release::Within(Some(
+            until(timeout).unwrap_or_else(far_future),
+        )))
+    }
+
+    /// Ends every acquisition of this lock object that is waiting now, on any thread: each
+    /// returns [`Error::Cancelled`](crate::Error::Cancelled) promptly, its node deleted.
+    /// Acquisitions that start later are not affected (kazoo's `Lock.cancel()`).
+    fn cancel_waiters(&self) {
+        self.cancel()
+    }
+
+    /// The calling thread's fencing token, if it holds the lock.
+    fn fencing_token(&self) -> Option<u64>;
+
+    /// The health of the calling thread's hold, if it holds the lock.
+    fn health(&self) -> Option<LockHealth>;
+
+    /// [`acquire`](Lock::acquire), returning a guard that releases on drop.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire`](Lock::acquire). Dropping the guard never blocks.
+    fn lock(&self) -> Result<LockGuard<'_, Self>>
+    where
+        Self: Sized,
+    {
+        self.acquire()?;
+        Ok(LockGuard::new(self))
+    }
+
+    /// One attempt, no wait (parking_lot's `try_lock`, Curator's `acquire(0, unit)`): a guard if
+    /// the lock was free, `None` (with our node deleted) if not.
+    ///
+    /// # Blocking and errors
+    /// One create and one listing, each bounded by the operation timeout; never waits for the
+    /// lock. Allowed on the watcher thread. Errors as [`acquire`](Lock::acquire).
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock(&self) -> Result<Option<LockGuard<'_, Self>>>
+    where
+        Self: Sized,
+    {
+        self.try_lock_for(Duration::ZERO)
+    }
+
+    /// [`acquire_timeout`](Lock::acquire_timeout), returning a guard, or `None` on timeout.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire_timeout`](Lock::acquire_timeout).
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<'_, Self>>>
+    where
+        Self: Sized,
+    {
+        Ok(self
+            .acquire_until(until(timeout))?
+            .then(|| LockGuard::new(self)))
+    }
+
+    /// Waits until `deadline` at the latest; a guard, or `None` if the lock is not ours by then.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire_timeout`](Lock::acquire_timeout) with the time left until `deadline`.
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<'_, Self>>>
+    where
+        Self: Sized,
+    {
+        Ok(self
+            .acquire_until(Some(deadline))?
+            .then(|| LockGuard::new(self)))
+    }
+
+    /// [`lock`](Lock::lock) through an `Arc`, returning a guard that owns a clone of it
+    /// (parking_lot's `lock_arc`): the guard can live in a struct beside the lock, or anywhere
+    /// a borrow could not.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire`](Lock::acquire).
+    fn lock_arc(self: &Arc<Self>) -> Result<ArcLockGuard<Self>>
+    where
+        Self: Sized,
+    {
+        self.acquire()?;
+        Ok(ArcLockGuard::new(self.clone()))
+    }
+
+    /// [`try_lock_for`](Lock::try_lock_for) through an `Arc`: an owned guard, or `None`.
+    ///
+    /// # Blocking and errors
+    /// As [`acquire_timeout`](Lock::acquire_timeout).
+    #[must_use = "`None` means the lock was NOT acquired"]
+    fn try_lock_arc_for(self: &Arc<Self>, timeout: Duration) -> Result<Option<ArcLockGuard<Self>>>
+    where
+        Self: Sized,
+    {
+        Ok(self
+            .acquire_until(until(timeout))?
+            .then(|| ArcLockGuard::new(self.clone())))
+    }
+}
+
+/// A lock shared through an `Arc` is a lock: e.g. one mutex both locked directly and made part
+/// of an [`InterProcessMultiLock`](crate::InterProcessMultiLock).
+impl<L: Lock + ?Sized> Sealed for Arc<L> {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        (**self).acquire_until(until)
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        (**self).release_as(how)
+    }
+
+    fn cancel(&self) {
+        (**self).cancel()
+    }
+
+    fn acquired_here(&self) -> bool {
+        (**self).acquired_here()
+    }
+}
+
+impl<L: Lock + ?Sized> Lock for Arc<L> {
+    fn fencing_token(&self) -> Option<u64> {
+        (**self).fencing_token()
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        (**self).health()
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+/// Inherent methods that forward to [`Lock`], so that a lock's whole API is usable without
+/// importing the trait.
+macro_rules! forward_lock_api {
+    ($lock:ty) => {
+        impl $lock {
+            /// Blocks until the calling thread holds the lock (see [`Lock`](crate::Lock) for
+            /// the bounds of every acquire).
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::acquire`](crate::Lock::acquire).
+            pub fn acquire(&self) -> $crate::Result<()> {
+                $crate::Lock::acquire(self)
+            }
+
+            /// Waits up to `timeout`: `false` if the lock is not ours by then, with this
+            /// attempt's node deleted. A zero timeout makes one attempt without waiting.
+            /// Test the answer: `lock.acquire_timeout(d)?;` compiles without a warning and
+            /// goes on without the lock (see [`Lock::acquire_timeout`]).
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::acquire_timeout`](crate::Lock::acquire_timeout).
+            #[must_use = "`false` means the lock was NOT acquired"]
+            pub fn acquire_timeout(&self, timeout: std::time::Duration) -> $crate::Result<bool> {
+                $crate::Lock::acquire_timeout(self, timeout)
+            }
+
+            /// Releases one hold of the calling thread, reporting errors; bounded by the
+            /// Client's operation timeout (default: its connection timeout).
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::release`](crate::Lock::release).
+            pub fn release(&self) -> $crate::Result<()> {
+                $crate::Lock::release(self)
+            }
+
+            /// [`release`](Self::release) bounded by `timeout`; a delete that cannot be done
+            /// in time goes on in the background and the error is returned.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::release_timeout`](crate::Lock::release_timeout).
+            pub fn release_timeout(&self, timeout: std::time::Duration) -> $crate::Result<()> {
+                $crate::Lock::release_timeout(self, timeout)
+            }
+
+            /// Ends every acquisition of this object waiting now, on any thread, with
+            /// [`Error::Cancelled`](crate::Error::Cancelled); their nodes are deleted.
+            pub fn cancel_waiters(&self) {
+                $crate::Lock::cancel_waiters(self)
+            }
+
+            /// [`acquire`](Self::acquire), returning a guard that releases on drop.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::lock`](crate::Lock::lock).
+            pub fn lock(&self) -> $crate::Result<$crate::LockGuard<'_, $lock>> {
+                $crate::Lock::lock(self)
+            }
+
+            /// One attempt, no wait: a guard if the lock was free, else `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock`](crate::Lock::try_lock).
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock(&self) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
+                $crate::Lock::try_lock(self)
+            }
+
+            /// [`acquire_timeout`](Self::acquire_timeout), returning a guard, or `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock_for`](crate::Lock::try_lock_for).
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock_for(
+                &self,
+                timeout: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
+                $crate::Lock::try_lock_for(self, timeout)
+            }
+
+            /// [`lock`](Self::lock) through an `Arc`: a guard that owns a clone of it.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::lock_arc`](crate::Lock::lock_arc).
+            pub fn lock_arc(
+                self: &std::sync::Arc<Self>,
+            ) -> $crate::Result<$crate::ArcLockGuard<$lock>> {
+                $crate::Lock::lock_arc(self)
+            }
+
+            /// [`try_lock_for`](Self::try_lock_for) through an `Arc`: an owned guard, or
+            /// `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock_arc_for`](crate::Lock::try_lock_arc_for).
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock_arc_for(
+                self: &std::sync::Arc<Self>,
+                timeout: std::time::Duration,
+            ) -> $crate::Result<Option<$crate::ArcLockGuard<$lock>>> {
+                $crate::Lock::try_lock_arc_for(self, timeout)
+            }
+
+            /// Waits until `deadline` at the latest: a guard, or `None`.
+            ///
+            /// # Blocking and errors
+            /// As [`Lock::try_lock_until`](crate::Lock::try_lock_until).
+            #[must_use = "`None` means the lock was NOT acquired"]
+            pub fn try_lock_until(
+                &self,
+                deadline: std::time::Instant,
+            ) -> $crate::Result<Option<$crate::LockGuard<'_, $lock>>> {
+                $crate::Lock::try_lock_until(self, deadline)
+            }
+        }
+    };
+}
+pub(crate) use forward_lock_api;
+
+/// Holds a lock for the calling thread; releases it when dropped.
+///
+/// Dropping the guard returns at once, whatever the state of the connection: the node's delete
+/// goes to the background, which retries until the node is gone. Use
+/// [`release`](LockGuard::release) to wait for the delete and see its errors.
+///
+/// Not `Send`: zklock's locks are re-entrant per thread, so a hold must be released on the
+/// thread that took it — except the guard of an
+/// [`InterProcessSemaphoreMutex`](crate::InterProcessSemaphoreMutex), whose hold is not a
+/// thread's.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = zklock::InterProcessMutex::new(&client, "/locks/a")?;
+/// let guard = mutex.lock()?;
+/// let token = guard.fencing_token();
+/// guard.release()?; // or just drop it; this way errors are seen
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct LockGuard<'a, L: Lock> {
+    held: Held<&'a L>,
+}
+
+impl<'a, L: Lock> LockGuard<'a, L> {
+    pub(crate) fn new(lock: &'a L) -> Self {
+        LockGuard {
+            held: Held::new(lock),
+        }
+    }
+
+    /// Releases now, reporting errors (dropping the guard only logs them). Bounded as
+    /// [`Lock::release`].
+    pub fn release(self) -> Result<()> {
+        self.held.release(None)
+    }
+
+    /// [`release`](Self::release) bounded by `timeout`.
+    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
+        self.held.release(Some(timeout))
+    }
+
+    /// This hold's fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.lock.fencing_token().unwrap_or_default()
+    }
+
+    /// This hold's health, computed now (see [`LockHealth`]).
+    pub fn health(&self) -> LockHealth {
+        self.held.lock.health().unwrap_or(LockHealth::Lost)
+    }
+}
+
+impl<L: Lock> std::fmt::Debug for LockGuard<'_, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("released", &self.held.released)
+            .finish()
+    }
+}
+
+/// A guard that owns an `Arc` of its lock ([`Lock::lock_arc`]): it can be stored in a struct
+/// beside the lock, returned from a function, or kept in a collection. Releases on drop.
+///
+/// Not `Send`, like [`LockGuard`]: a re-entrant hold belongs to the thread that took it (the
+/// guard of an [`InterProcessSemaphoreMutex`](crate::InterProcessSemaphoreMutex) is `Send`).
+///
+/// # Example
+/// ```no_run
+/// use std::sync::Arc;
+/// use zklock::{ArcLockGuard, InterProcessMutex, Lock};
+///
+/// struct Job {
+///     _lock: ArcLockGuard<InterProcessMutex>, // held as long as the job lives
+///     token: u64,
+/// }
+///
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let mutex = Arc::new(InterProcessMutex::new(&client, "/locks/job")?);
+/// let guard = mutex.lock_arc()?;
+/// let job = Job { token: guard.fencing_token(), _lock: guard };
+/// drop(job); // released here
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct ArcLockGuard<L: Lock> {
+    held: Held<Arc<L>>,
+}
+
+impl<L: Lock> ArcLockGuard<L> {
+    fn new(lock: Arc<L>) -> Self {
+        ArcLockGuard {
+            held: Held::new(lock),
+        }
+    }
+
+    /// The lock this guard holds.
+    pub fn lock(&self) -> &Arc<L> {
+        &self.held.lock
+    }
+
+    /// Releases now, reporting errors. Bounded as [`Lock::release`].
+    pub fn release(self) -> Result<()> {
+        self.held.release(None)
+    }
+
+    /// [`release`](Self::release) bounded by `timeout`.
+    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
+        self.held.release(Some(timeout))
+    }
+
+    /// This hold's fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.lock.fencing_token().unwrap_or_default()
+    }
+
+    /// This hold's health, computed now (see [`LockHealth`]).
+    pub fn health(&self) -> LockHealth {
+        self.held.lock.health().unwrap_or(LockHealth::Lost)
+    }
+}
+
+impl<L: Lock> std::fmt::Debug for ArcLockGuard<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArcLockGuard")
+            .field("released", &self.held.released)
+            .finish()
+    }
+}
+
+/// What both guards hold: the lock (borrowed or owned), released once, in the background on
+/// drop.
+struct Held<P: Deref>
+where
+    P::Target: Lock,
+{
+    lock: P,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<P: Deref> Held<P>
+where
+    P::Target: Lock,
+{
+    fn new(lock: P) -> Self {
+        Held {
+            lock,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn release(mut self, timeout: Option<Duration>) -> Result<()> {
+        self.released = true;
+        match timeout {
+            None => self.lock.release(),
+            Some(t) => self.lock.release_timeout(t),
+        }
+    }
+}
+
+impl<P: Deref> Drop for Held<P>
+where
+    P::Target: Lock,
+{
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.lock.release_as(Release::Background) {
+                tracing::warn!("releasing a lock on guard drop: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! What every backend's locks share, knowing no coordination service: the `Lock` trait and
+//! its guards, the per-thread re-entrancy count, lock health and the local lease behind it,
+//! deadlines, retry policies, the error enum, notification channels and listeners, metrics.
+
+// The core serves the backends: a build with none of them (the check that the core compiles
+// alone) leaves most of it unused.
+#![cfg_attr(
+    not(feature = "zookeeper"),
+    allow(dead_code, unused_imports, unused_macros)
+)]
+
+pub(crate) mod channel;
+pub(crate) mod deadline;
+pub(crate) mod error;
+pub(crate) mod health;
+pub(crate) mod lease;
+pub(crate) mod listeners;
+pub(crate) mod lock;
+pub(crate) mod metrics;
+pub(crate) mod reentrant;
+pub(crate) mod retry;

@@ -1,0 +1,668 @@
+//! `ClientBuilder`: everything a Client is configured with, checked before any I/O.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::acl::{AclProvider, AclSource, SharedAcl};
+use super::types::{Acl, ErrorPolicy};
+use super::Client;
+use crate::core::error::{Error, Result};
+use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
+use crate::zookeeper::path;
+
+/// Largest node data ZooKeeper accepts by default (`jute.maxbuffer`).
+pub(crate) const MAX_DATA_LEN: usize = 1024 * 1024;
+
+/// Builds a [`Client`] (Curator's `CuratorFrameworkFactory.builder()`).
+///
+/// Defaults: session timeout 60 s, connection timeout 15 s, `ExponentialBackoffRetry(1 s, 3)`
+/// (Curator's recipe defaults), no namespace, no auth, ACL `world:anyone` all, default node data
+/// = this host's IP address as text (Curator's), no per-operation timeout.
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::Client::builder("zk1:2181,zk2:2181,zk3:2181")
+///     .session_timeout(Duration::from_secs(10))
+///     .connection_timeout(Duration::from_secs(5))
+///     .retry_policy(zklock::RetryNTimes::new(5, Duration::from_millis(500))?)
+///     .namespace("myapp")
+///     .digest_auth("app", "secret")
+///     .connect()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClientBuilder {
+    pub(crate) connect_string: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) operation_timeout: Option<Duration>,
+    pub(crate) retry: Arc<dyn RetryPolicy>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) auth: Vec<(String, Vec<u8>)>,
+    pub(crate) acl: SharedAcl,
+    pub(crate) default_data: Option<Vec<u8>>,
+    pub(crate) can_be_read_only: bool,
+    pub(crate) error_policy: ErrorPolicy,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<super::tls::TlsSettings>,
+    #[cfg(feature = "sasl-digest-md5")]
+    pub(crate) sasl: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("connect_string", &self.connect_string)
+            .field("session_timeout", &self.session_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("retry", &self.retry)
+            .field("namespace", &self.namespace)
+            .field(
+                "auth_schemes",
+                &self.auth.iter().map(|a| &a.0).collect::<Vec<_>>(),
+            )
+            .field("tls", &self.uses_tls())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    pub(crate) fn new(connect_string: &str) -> ClientBuilder {
+        ClientBuilder {
+            connect_string: connect_string.to_owned(),
+            session_timeout: Duration::from_secs(60),
+            connection_timeout: Duration::from_secs(15),
+            operation_timeout: None,
+            retry: Arc::new(
+                ExponentialBackoffRetry::new(Duration::from_secs(1), 3).expect("valid default"),
+            ),
+            namespace: None,
+            auth: Vec::new(),
+            acl: Arc::new(vec![Acl::open_unsafe()]),
+            default_data: None,
+            can_be_read_only: false,
+            error_policy: ErrorPolicy::Standard,
+            #[cfg(feature = "tls")]
+            tls: None,
+            #[cfg(feature = "sasl-digest-md5")]
+            sasl: None,
+        }
+    }
+
+    /// When leader recipes ([`LeaderLatch`](crate::LeaderLatch),
+    /// [`LeaderSelector`](crate::LeaderSelector)) give leadership up because of the connection,
+    /// unless a recipe is told otherwise; default [`ErrorPolicy::Standard`].
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.error_policy = policy;
+        self
+    }
+
+    /// Session timeout asked of the server (it may grant less or more, within its bounds).
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.session_timeout = d;
+        self
+    }
+
+    /// How long one attempt waits for a connection before it counts as a `ConnectionLoss` for
+    /// the retry policy; also bounds [`ClientBuilder::connect`].
+    pub fn connection_timeout(mut self, d: Duration) -> Self {
+        self.connection_timeout = d;
+        self
+    }
+
+    /// A deadline for every operation of the Client's own API (none by default: the retry policy
+    /// bounds them). Recipes pass their own deadlines.
+    pub fn operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = Some(d);
+        self
+    }
+
+    /// The retry policy for connection losses.
+    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
+        self.retry = Arc::new(policy);
+        self
+    }
+
+    /// Every path is taken relative to `/<namespace>`, created on first connection (Curator's
+    /// namespace). Nested namespaces (`a/b`) are allowed.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_owned());
+        self
+    }
+
+    /// Authentication sent on every connection (`scheme`, raw auth bytes; Curator's
+    /// `authorization`). May be given several times. A server that refuses it ends the session
+    /// (`AuthFailed`).
+    pub fn auth(mut self, scheme: &str, auth: &[u8]) -> Self {
+        self.auth.push((scheme.to_owned(), auth.to_vec()));
+        self
+    }
+
+    /// `digest` authentication as `user:password`.
+    pub fn digest_auth(self, user: &str, password: &str) -> Self {
+        self.auth("digest", format!("{user}:{password}").as_bytes())
+    }
+
+    /// ACL for every node this Client and its recipes create when the call names none (lock
+    /// nodes, their parents, the namespace): a shorthand for an [`AclProvider`] that answers
+    /// `acl` for every path. Replaces an earlier [`acl_provider`](Self::acl_provider).
+    pub fn default_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = Arc::new(acl);
+        self
+    }
+
+    /// Chooses the ACL of each node this Client and its recipes create when the call names none
+    /// (Curator's `aclProvider`): lock nodes, the parents created for them and the namespace.
+    /// Replaces an earlier [`default_acl`](Self::default_acl). See [`AclProvider`] for the
+    /// recommended set-up for locks.
+    pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
+        self.acl = Arc::new(provider);
+        self
+    }
+
+    /// Data for nodes this Client creates when the call gives none.
+    pub fn default_data(mut self, data: &[u8]) -> Self {
+        self.default_data = Some(data.to_vec());
+        self
+    }
+
+    /// Connects with TLS, trusting the CA certificates (and CRLs) in `pem` (feature `tls`).
+    /// Every host of the connect string then uses TLS unless it is written `tcp://host:port`;
+    /// a host written `tcp+tls://host:port` needs this too. The servers' certificates must
+    /// name the host connected to (see
+    /// [`tls_hostname_verification`](Self::tls_hostname_verification)). The PEM is checked by
+    /// [`build`](Self::build), before any I/O.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(mut self, pem: &str) -> Self {
+        self.tls.get_or_insert_with(Default::default).ca_pem = Some(pem.to_owned());
+        self
+    }
+
+    /// The client certificate (chain) and private key, in PEM, that a TLS connection presents
+    /// to servers that ask for one (`ssl.clientAuth=need`); the server then also knows this
+    /// session by ZooKeeper's `x509` scheme (feature `tls`). Needs
+    /// [`tls_ca_pem`](Self::tls_ca_pem).
+    #[cfg(feature = "tls")]
+    pub fn tls_identity_pem(mut self, cert: &str, key: &str) -> Self {
+        self.tls.get_or_insert_with(Default::default).identity_pem =
+            Some((cert.to_owned(), key.to_owned()));
+        self
+    }
+
+    /// Whether a server's certificate must name the host connected to (default `true`).
+    /// Turning it off lets anyone with a certificate from the CA pose as a server (feature
+    /// `tls`).
+    #[cfg(feature = "tls")]
+    pub fn tls_hostname_verification(mut self, verify: bool) -> Self {
+        self.tls
+            .get_or_insert_with(Default::default)
+            .no_hostname_verification = !verify;
+        self
+    }
+
+    /// Logs in with SASL `DIGEST-MD5` as `user` (feature `sasl-digest-md5`): for servers with
+    /// `authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider` and a JAAS
+    /// `Server` section listing the user. The session is then known by ZooKeeper's `sasl`
+    /// scheme (ACL id `sasl:<user>`). A refused login ends the session: `connect()` fails with
+    /// [`Error::AuthFailed`].
+    #[cfg(feature = "sasl-digest-md5")]
+    pub fn sasl_digest_md5(mut self, user: &str, password: &str) -> Self {
+        self.sasl = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Whether sessions will authenticate in some way.
+    pub(crate) fn has_credentials(&self) -> bool {
+        #[allow(unused_mut)]
+        let mut has = !self.auth.is_empty();
+        #[cfg(feature = "tls")]
+        {
+            has |= self.tls.as_ref().is_some_and(|t| t.identity_pem.is_some());
+        }
+        #[cfg(feature = "sasl-digest-md5")]
+        {
+            has |= self.sasl.is_some();
+        }
+        has
+    }
+
+    /// Whether TLS options were given.
+    pub(crate) fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        return false;
+    }
+
+    /// Allow connecting to read-only servers (reported as `ConnectionState::ReadOnly`).
+    pub fn can_be_read_only(mut self, yes: bool) -> Self {
+        self.can_be_read_only = yes;
+        self
+    }
+
+    /// Checks the configuration and starts the Client's threads; connecting goes on in the
+    /// background. Operations wait for the connection (up to the connection timeout per attempt).
+    pub fn build(self) -> Result<Client> {
+        let config = self.validate()?;
+        Client::start(config)
+    }
+
+    /// [`build`](Self::build), then waits up to the connection timeout for the first session.
+    ///
+    /// # Errors
+    /// [`Error::ConnectFailed`] if no session could be made, its `source()` saying why: the
+    /// server's refusal ([`Error::NoAuth`] on the namespace, ...) or, when the wire client does
+    /// not tell, what a plain socket finds ([`Error::Io`]: a name that does not resolve, a
+    /// refused port).
+    ///
+    /// # Blocking
+    /// Up to the connection timeout, plus up to a second per host to find the cause of a failure.
+    pub fn connect(self) -> Result<Client> {
+        let timeout = self.connection_timeout;
+        let client = self.build()?;
+        if client.block_until_connected(timeout) {
+            Ok(client)
+        } else {
+            let hosts = client.hosts().to_owned();
+            let cause = match client.last_open_error() {
+                // The server answered and refused us (no right to the namespace, ...).
+                Some(e) if !matches!(e, Error::ZooKeeper(_) | Error::ConnectionLoss) => e,
+                // The wire client keeps the socket's reason to itself: look for it.
+                last => probe(&hosts)
+                    .or_else(|| probe_tls(&client.shared().config))
+                    .or(last)
+                    .unwrap_or(Error::Timeout),
+            };
+            client.close();
+            Err(Error::ConnectFailed {
+                hosts,
+                cause: Box::new(cause),
+            })
+        }
+    }
+
+    fn validate(mut self) -> Result<Config> {
+        let hosts = parse_hosts(&self.connect_string)?;
+        let tls = self.check_tls(&hosts)?;
+        let timeout = |name: &str, d: Duration| {
+            if d.is_zero() {
+                Err(Error::invalid(format!("{name} must be greater than zero")))
+            } else if d > Duration::from_secs(24 * 3600) {
+                Err(Error::invalid(format!(
+                    "{name} of {d:?} is unreasonably long"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        timeout("session timeout", self.session_timeout)?;
+        timeout("connection timeout", self.connection_timeout)?;
+        if let Some(d) = self.operation_timeout {
+            timeout("operation timeout", d)?;
+        }
+        if self.session_timeout > Duration::from_millis(i32::MAX as u64) {
+            return Err(Error::invalid(
+                "session timeout does not fit ZooKeeper's i32 ms",
+            ));
+        }
+        let namespace = match self.namespace.take() {
+            None => None,
+            Some(ns) => Some(path::validate_namespace(&ns)?),
+        };
+        if self.acl.default_acl().is_empty() {
+            return Err(Error::invalid("default ACL must not be empty"));
+        }
+        for (scheme, auth) in &self.auth {
+            check_auth(scheme, auth)?;
+        }
+        #[cfg(feature = "sasl-digest-md5")]
+        if let Some((user, _)) = &self.sasl {
+            if user.is_empty() {
+                return Err(Error::invalid("SASL user must not be empty"));
+            }
+        }
+        let default_data = self.default_data.take().unwrap_or_else(local_address);
+        if default_data.len() > MAX_DATA_LEN {
+            return Err(Error::invalid("default data is over 1 MiB"));
+        }
+        // Worked out here, on the caller's thread: a user's provider never runs on the I/O
+        // thread. The namespace's paths are outside it: the provider gets them as they are.
+        let namespace_acls = match &namespace {
+            None => Vec::new(),
+            Some(ns) => {
+                let source = AclSource {
+                    provider: self.acl.clone(),
+                    namespace: None,
+                };
+                let mut acls = super::store::ancestor_acls(ns, |p| source.zk_acl(p));
+                acls.push((ns.clone(), source.zk_acl(ns)));
+                if let Some((p, _)) = acls.iter().find(|(_, a)| a.is_empty()) {
+                    return Err(Error::invalid(format!("the ACL provider gives {p} no ACL")));
+                }
+                let creator = |(_, a): &&(String, Vec<zookeeper_client::Acl>)| {
+                    a.iter().any(|e| e.scheme() == "auth")
+                };
+                if let Some((p, _)) = acls.iter().find(creator) {
+                    if !self.has_credentials() {
+                        return Err(Error::invalid(format!(
+                            "the ACL for the namespace's {p} grants the creator (`auth`), but \
+                             the Client has no credentials (ClientBuilder::digest_auth / auth)"
+                        )));
+                    }
+                }
+                acls
+            }
+        };
+        Ok(Config {
+            hosts,
+            tls,
+            namespace_acls,
+            namespace,
+            default_data,
+            builder: self,
+        })
+    }
+}
+
+/// Refuses authentication the server would refuse anyway (and end the session for).
+pub(crate) fn check_auth(scheme: &str, auth: &[u8]) -> Result<()> {
+    if scheme.is_empty() || scheme.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(format!("bad auth scheme {scheme:?}")));
+    }
+    if scheme == "digest" && !auth.contains(&b':') {
+        return Err(Error::invalid(
+            "digest auth must be \"user:password\" (no ':' found)",
+        ));
+    }
+    Ok(())
+}
+
+impl ClientBuilder {
+    /// The wire client's TLS options, if TLS is used; TLS hosts without TLS options, or
+    /// options that do not parse, are refused.
+    fn check_tls(&self, hosts: &str) -> Result<Option<TlsConfig>> {
+        let tls_hosts: Vec<&str> = hosts
+            .split(',')
+            .filter(|h| {
+                h.starts_with(TLS_PREFIX) || (self.uses_tls() && !h.starts_with(TCP_PREFIX))
+            })
+            .collect();
+        #[cfg(feature = "tls")]
+        {
+            let Some(settings) = &self.tls else {
+                return match tls_hosts.first() {
+                    Some(h) => Err(Error::invalid(format!(
+                        "{h} uses TLS: give the servers' CA with ClientBuilder::tls_ca_pem"
+                    ))),
+                    None => Ok(None),
+                };
+            };
+            for host in &tls_hosts {
+                super::tls::check_server_name(host_name(host))?;
+            }
+            Ok(Some(TlsConfig {
+                options: settings.to_zk()?,
+                settings: settings.clone(),
+            }))
+        }
+        #[cfg(not(feature = "tls"))]
+        match tls_hosts.first() {
+            Some(h) => Err(Error::invalid(format!(
+                "{h} uses TLS, which needs zklock's `tls` feature"
+            ))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The TLS part of a checked configuration.
+#[cfg(feature = "tls")]
+#[derive(Clone)]
+pub(crate) struct TlsConfig {
+    pub(crate) options: zookeeper_client::TlsOptions,
+    pub(crate) settings: super::tls::TlsSettings,
+}
+
+/// Never made without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+pub(crate) enum TlsConfig {}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsConfig")
+    }
+}
+
+const TLS_PREFIX: &str = "tcp+tls://";
+const TCP_PREFIX: &str = "tcp://";
+
+/// `host` of `[scheme://]host:port` (IPv6 without brackets).
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) fn host_name(entry: &str) -> &str {
+    let bare = entry
+        .strip_prefix(TLS_PREFIX)
+        .or_else(|| entry.strip_prefix(TCP_PREFIX))
+        .unwrap_or(entry);
+    let host = bare.rsplit_once(':').map_or(bare, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// `host:port` of `[scheme://]host:port`.
+fn socket_address(entry: &str) -> &str {
+    entry
+        .strip_prefix(TLS_PREFIX)
+        .or_else(|| entry.strip_prefix(TCP_PREFIX))
+        .unwrap_or(entry)
+}
+
+/// A checked configuration.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// `[tcp://|tcp+tls://]host:port,...`, as the wire client takes it.
+    pub(crate) hosts: String,
+    /// Set when some host uses TLS.
+    pub(crate) tls: Option<TlsConfig>,
+    /// The ACL of the namespace and of each of its ancestors.
+    pub(crate) namespace_acls: Vec<(String, Vec<zookeeper_client::Acl>)>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) default_data: Vec<u8>,
+    pub(crate) builder: ClientBuilder,
+}
+
+/// Why the hosts cannot be reached, if a socket says so: the first name that does not resolve
+/// or address that refuses or does not answer a TCP connection within a second. `None` if some
+/// host accepts a connection (the trouble is then beyond the socket).
+fn probe(hosts: &str) -> Option<Error> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let mut first = None;
+    for host in hosts.split(',').map(socket_address) {
+        let addrs = match host.to_socket_addrs() {
+            Ok(a) => a,
+            Err(e) => {
+                first.get_or_insert(Error::io(format!("resolving {host}"), &e));
+                continue;
+            }
+        };
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                Ok(_) => return None,
+                Err(e) => {
+                    first.get_or_insert(Error::io(format!("connecting to {host} ({addr})"), &e));
+                }
+            }
+        }
+    }
+    first
+}
+
+/// Why a TLS host refuses us, if a handshake tells.
+fn probe_tls(config: &Config) -> Option<Error> {
+    #[cfg(feature = "tls")]
+    {
+        let Some(tls) = config.tls.as_ref() else {
+            // A plain client pointed at a TLS port gets no answer it understands.
+            for entry in config.hosts.split(',') {
+                let port = socket_address(entry).rsplit_once(':')?.1.parse().ok()?;
+                if super::tls::speaks_tls(host_name(entry), port) {
+                    return Some(Error::Tls(format!(
+                        "{} speaks TLS: connect with tcp+tls:// hosts and \
+                         ClientBuilder::tls_ca_pem",
+                        socket_address(entry)
+                    )));
+                }
+            }
+            return None;
+        };
+        for entry in config.hosts.split(',') {
+            if entry.starts_with(TCP_PREFIX) {
+                continue;
+            }
+            let port = socket_address(entry).rsplit_once(':')?.1.parse().ok()?;
+            if let Some(e) = tls.settings.probe(host_name(entry), port) {
+                return Some(e);
+            }
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = config;
+    None
+}
+
+/// Checks `[scheme://]host:port[,…]` (scheme `tcp` or `tcp+tls`, the wire client's); a chroot
+/// suffix is refused in favour of `namespace`.
+fn parse_hosts(s: &str) -> Result<String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(Error::invalid(
+            "connect string is empty: expected host:port[,host:port…]",
+        ));
+    }
+    let mut hosts = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let (scheme, part) = if let Some(rest) = part.strip_prefix(TLS_PREFIX) {
+            (TLS_PREFIX, rest)
+        } else if let Some(rest) = part.strip_prefix(TCP_PREFIX) {
+            (TCP_PREFIX, rest)
+        } else {
+            ("", part)
+        };
+        if part.contains("://") {
+            return Err(Error::invalid(format!(
+                "connect string {s:?}: only tcp:// and tcp+tls:// hosts are supported"
+            )));
+        }
+        if part.contains('/') {
+            return Err(Error::invalid(format!(
+                "connect string {s:?} has a chroot suffix: use ClientBuilder::namespace instead"
+            )));
+        }
+        let bad = |why: &str| Err(Error::invalid(format!("connect string {s:?}: {why}")));
+        if part.is_empty() {
+            return bad("empty host entry");
+        }
+        let (host, port) = match part.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(':') || h.starts_with('[') => (h, Some(p)),
+            _ => (part, None),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return bad("bad host name");
+        }
+        let port = match port {
+            None => 2181,
+            Some(p) => match p.parse::<u16>() {
+                Ok(p) if p != 0 => p,
+                _ => return bad("port must be a number from 1 to 65535"),
+            },
+        };
+        if host.contains(':') {
+            hosts.push(format!("{scheme}[{host}]:{port}"));
+        } else {
+            hosts.push(format!("{scheme}{host}:{port}"));
+        }
+    }
+    Ok(hosts.join(","))
+}
+
+/// Curator's default node data: this host's address as text.
+fn local_address() -> Vec<u8> {
+    let ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            // No packet is sent: connecting a UDP socket only picks the outgoing interface.
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    ip.to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings() {
+        assert_eq!(parse_hosts("a:1,b:2").unwrap(), "a:1,b:2");
+        assert_eq!(parse_hosts(" a , b:3 ").unwrap(), "a:2181,b:3");
+        assert_eq!(parse_hosts("[::1]:2181").unwrap(), "[::1]:2181");
+        assert_eq!(
+            parse_hosts("tcp+tls://a:1, tcp://b").unwrap(),
+            "tcp+tls://a:1,tcp://b:2181"
+        );
+        assert_eq!(host_name("tcp+tls://[::1]:2181"), "::1");
+        assert_eq!(socket_address("tcp://b:2181"), "b:2181");
+        for bad in [
+            "",
+            " ",
+            ",",
+            "a:1,,b:2",
+            "a:x",
+            "a:0",
+            "a:70000",
+            ":2181",
+            "a:1/chroot",
+            "a b:1",
+            "http://a:1",
+            "tcp+tls://a:1/chroot",
+        ] {
+            assert!(
+                matches!(parse_hosts(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_configuration_is_refused_before_io() {
+        let b = || ClientBuilder::new("127.0.0.1:1");
+        assert!(b().session_timeout(Duration::ZERO).validate().is_err());
+        assert!(b().connection_timeout(Duration::ZERO).validate().is_err());
+        assert!(b().operation_timeout(Duration::ZERO).validate().is_err());
+        assert!(b().namespace("").validate().is_err());
+        assert!(b().namespace("a/../b").validate().is_err());
+        assert!(b().default_acl(vec![]).validate().is_err());
+        assert!(b().auth("digest", b"nocolon").validate().is_err());
+        assert!(b().auth("", b"a:b").validate().is_err());
+        assert!(b().digest_auth("a", "b").validate().is_ok());
+        let creator = || b().namespace("ns").default_acl(vec![Acl::creator_all()]);
+        assert!(creator().validate().is_err());
+        assert!(creator().digest_auth("a", "b").validate().is_ok());
+        // A TLS host needs TLS options (and the feature).
+        assert!(ClientBuilder::new("tcp+tls://127.0.0.1:1")
+            .validate()
+            .is_err());
+        assert!(b()
+            .default_data(&vec![0; MAX_DATA_LEN + 1])
+            .validate()
+            .is_err());
+        let c = b().namespace("app/x").validate().unwrap();
+        assert_eq!(c.namespace.as_deref(), Some("/app/x"));
+        assert!(!c.default_data.is_empty());
+    }
+}

@@ -1,0 +1,556 @@
+//! The few ZooKeeper operations the lock algorithm needs, as a trait: the Client implements it
+//! against the server, and unit tests implement it in memory with injected faults.
+
+use std::sync::Arc;
+
+use zookeeper_client as zk;
+
+use super::acl::{AclSource, SharedAcl};
+use super::runtime::{Handoff, Signal};
+use super::types::{Acl, CreateMode, Stat};
+use super::watcher::{Registration, Waiter, WatchTarget};
+use super::{check_data, cleanup, Call, Client, Doomed, Primed, WatchGuard};
+use crate::core::error::{Error, Result};
+use crate::zookeeper::path;
+
+/// A watch set by [`Store::watch`], with what the node held then.
+pub(crate) type Watched = (WatchGuard, Stat, Vec<u8>);
+
+/// The outcome of [`Store::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Ours is marked now; the stat of that write.
+    Won(Stat),
+    /// This node is marked: it holds.
+    HeldBy(String),
+    /// A node vanished meanwhile (maybe ours): look again.
+    Changed,
+}
+
+/// A node to create.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeSpec<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) data: &'a [u8],
+    pub(crate) mode: CreateMode,
+    /// The node's ACL; `None`: what the provider gives its path.
+    pub(crate) acl: Option<&'a [Acl]>,
+    /// The provider for the node (when `acl` is `None`) and the parents it creates; `None`: the
+    /// Client's.
+    pub(crate) provider: Option<&'a SharedAcl>,
+    /// Create missing parents as containers.
+    pub(crate) parents: bool,
+    /// A protected create (`_c_<uuid>-` name): if the caller stops waiting for its answer, what
+    /// it made is deleted in the background.
+    pub(crate) protected: bool,
+    /// Where to put the parent's children, listed right behind the create (see [`Siblings`]).
+    pub(crate) siblings: Option<&'a Siblings>,
+}
+
+/// The children of a created node's parent, listed with a request sent right behind the create
+/// in the same session, without waiting for the create's answer: the server answers requests of
+/// a session in order, so the listing includes the new node and everything created before it —
+/// what a listing sent after the answer would show, one round trip sooner. Left empty when the
+/// create or the listing failed, or the node was made another way (after missing parents were
+/// created, or found after a lost reply).
+pub(crate) type Siblings = Arc<parking_lot::Mutex<Option<Vec<String>>>>;
+
+impl std::fmt::Debug for NodeSpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSpec")
+            .field("path", &self.path)
+            .field("mode", &self.mode)
+            .field("acl", &self.acl)
+            .field("own_provider", &self.provider.is_some())
+            .field("parents", &self.parents)
+            .field("protected", &self.protected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeSpec<'_> {
+    pub(crate) fn validate(&self) -> Result<()> {
+        path::validate(self.path, self.mode.is_sequential())?;
+        if self.path == "/" {
+            return Err(Error::InvalidPath {
+                path: "/".into(),
+                reason: "the root exists already",
+            });
+        }
+        check_data(self.data)?;
+        if self.acl.is_some_and(|a| a.is_empty()) {
+            return Err(Error::invalid("ACL must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+/// A [`NodeSpec`] that a background task can own.
+struct OwnedSpec {
+    path: String,
+    data: Vec<u8>,
+    mode: CreateMode,
+    acl: Vec<zk::Acl>,
+    /// The ACL of each ancestor, when missing parents are to be created: worked out on the
+    /// caller's thread, so a user's provider never runs on the I/O thread.
+    parents: Option<PathAcls>,
+    siblings: Option<Siblings>,
+}
+
+/// The ACL for each of a few paths.
+pub(crate) type PathAcls = Vec<(String, Vec<zk::Acl>)>;
+
+/// `path`'s proper ancestors but the root, each with the ACL `acl` gives it.
+pub(crate) fn ancestor_acls(path: &str, acl: impl Fn(&str) -> Vec<zk::Acl>) -> PathAcls {
+    let mut out = Vec::new();
+    let mut at = path::parent(path);
+    while at != "/" {
+        out.push((at.to_owned(), acl(at)));
+        at = path::parent(at);
+    }
+    out
+}
+
+/// The ACL worked out for `path`.
+fn looked_up(acls: &PathAcls, path: &str) -> Vec<zk::Acl> {
+    acls.iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, acl)| acl.clone())
+        .unwrap_or_default()
+}
+
+impl OwnedSpec {
+    async fn create(self, zk: zk::Client) -> Result<(String, Stat)> {
+        let options = self.mode.to_zk().with_acls(zk::Acls::new(&self.acl));
+        let create = zk.create(&self.path, &self.data, &options);
+        // Sent before the create is answered (both requests are queued as they are made).
+        let listing = self
+            .siblings
+            .as_ref()
+            .map(|_| zk.list_children(path::parent(&self.path)));
+        let mut result = create.await;
+        if let (Some(slot), Some(listing), Ok(_)) = (&self.siblings, listing, &result) {
+            *slot.lock() = listing.await.ok();
+        }
+        if let (Some(acls), Err(zk::Error::NoNode)) = (&self.parents, &result) {
+            let parent = path::parent(&self.path);
+            mkdirs(&zk, parent, zk::CreateMode::Container, &|p| {
+                looked_up(acls, p)
+            })
+            .await?;
+            result = zk.create(&self.path, &self.data, &options).await;
+        }
+        let (stat, seq) = result.map_err(|e| Error::from_zk(e, &self.path))?;
+        let created = if self.mode.is_sequential() {
+            format!("{}{seq}", self.path)
+        } else {
+            self.path
+        };
+        Ok((created, Stat::from_zk(stat)))
+    }
+}
+
+/// Creates `path` and whatever of its ancestors is missing, each with the ACL `acl` gives its
+/// path (Curator's `ZKPaths.mkdirs`). It asks `exists` from `path` upwards first and creates only
+/// below the deepest node that exists: ZooKeeper checks the parent's CREATE permission before it
+/// answers NodeExists, so a create on an existing node the caller may not create under would
+/// fail with NoAuth. A NoAuth names the path it was refused on.
+pub(crate) async fn mkdirs(
+    zk: &zk::Client,
+    path: &str,
+    mode: zk::CreateMode,
+    acl: &(dyn Fn(&str) -> Vec<zk::Acl> + Sync),
+) -> Result<()> {
+    let acl = |p: &str| {
+        let acl = acl(p);
+        if acl.is_empty() {
+            Err(Error::invalid(format!("no ACL for {p}")))
+        } else {
+            Ok(acl)
+        }
+    };
+    // A container above may be reaped between our look and our create: look again, a few times.
+    for _ in 0..3 {
+        let mut missing = Vec::new();
+        let mut at = path;
+        while at != "/" {
+            match zk.check_stat(at).await {
+                Ok(Some(_)) => break,
+                Ok(None) => missing.push(at),
+                Err(e) => return Err(Error::from_zk(e, at)),
+            }
+            at = path::parent(at);
+        }
+        let mut reaped = false;
+        for dir in missing.into_iter().rev() {
+            let acl = acl(dir)?;
+            let options = mode.with_acls(zk::Acls::new(&acl));
+            match zk.create(dir, &[], &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(zk::Error::NoNode) => {
+                    reaped = true;
+                    break;
+                }
+                Err(e) => return Err(Error::from_zk(e, dir)),
+            }
+        }
+        if !reaped {
+            return Ok(());
+        }
+    }
+    Err(Error::NoNode(path.to_owned()))
+}
+
+/// What a data change on a node watched by [`Store::watch`] has the I/O thread read (with the
+/// node's new watch, under the same guard) before the waiter is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnChange {
+    /// Nothing: the waiter is woken, and the watch is spent.
+    Wake,
+    /// The node again, with a new watch.
+    Reread,
+    /// The node again, with a new watch, and its parent's stat, sent right behind it.
+    RereadAndCount,
+}
+
+/// What LockInternals does to ZooKeeper. Every method but `create_once` retries connection
+/// losses within the call's budget; `create_once` makes one attempt, because only the caller
+/// knows how to recover a lost reply.
+pub(crate) trait Store: Send + Sync {
+    /// A call bounded by `deadline` with a fresh retry budget.
+    fn new_call(&self, deadline: crate::core::deadline::Deadline) -> Call;
+    /// How long a step of a lock attempt may take beyond the caller's wait.
+    fn io_grace(&self) -> std::time::Duration;
+    fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)>;
+    /// Sleeps for the next retry, or gives the error back when the budget is spent.
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()>;
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>>;
+    fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>>;
+    /// A data watch on `path` that wakes `waiter`, with the node's stat and data; `None` if the
+    /// node does not exist. `on_change` says what a data change has read before `waiter` is
+    /// woken (see [`Waiter::reread_since`]).
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        on_change: OnChange,
+        call: &mut Call,
+    ) -> Result<Option<Watched>>;
+    /// Reads a node about to be held with the watch its keeper will start from; `None` if the
+    /// node is gone.
+    fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
+    /// Marks a granted holder's node (setData at version 0): sent before this returns, its
+    /// reply awaited in the background; the signal is set once it came (or failed).
+    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal;
+    /// Guaranteed delete, in the background, through whatever session is current.
+    fn delete_background(&self, doomed: Doomed);
+    /// [`delete_background`](Store::delete_background) once `after` is set (or at the latest
+    /// after the Client's operation timeout).
+    fn delete_background_after(&self, doomed: Doomed, after: Signal);
+    /// Deletes now (a missing node counts as deleted); on connection loss the error is
+    /// returned and the delete goes on in the background.
+    fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
+    /// The current session's id, if one is open.
+    fn session_id(&self) -> Option<i64>;
+    /// Marks `ours` as the holder with one atomic write (setData at version 0), provided none
+    /// of `others` is marked (all still at version 0) and no claim was made under `parent`
+    /// since its data version was `parent_version` (read before `others` was listed): the
+    /// claim bumps that version, so a contender created after our listing, and so missing from
+    /// `others`, cannot have claimed meanwhile.
+    fn claim(
+        &self,
+        ours: &str,
+        data: &[u8],
+        others: &[String],
+        parent: (&str, i32),
+        call: &mut Call,
+    ) -> Result<Claim>;
+    fn register(&self, waiter: &Arc<Waiter>) -> Registration;
+    fn default_data(&self) -> &[u8];
+}
+
+impl Store for Client {
+    fn new_call(&self, deadline: crate::core::deadline::Deadline) -> Call {
+        Client::new_call(self, deadline)
+    }
+
+    fn io_grace(&self) -> std::time::Duration {
+        Client::io_grace(self)
+    }
+
+    fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)> {
+        let config = &self.shared().config;
+        let source = AclSource {
+            provider: spec.provider.unwrap_or(&config.builder.acl).clone(),
+            namespace: config.namespace.clone(),
+        };
+        let acl: Vec<zk::Acl> = match spec.acl {
+            Some(acl) => acl.iter().map(Acl::to_zk).collect(),
+            None => source.zk_acl(spec.path),
+        };
+        if acl.is_empty() {
+            return Err(Error::invalid(format!("no ACL for {}", spec.path)));
+        }
+        if acl.iter().any(|a| a.scheme() == "auth") && !self.shared().has_credentials() {
+            return Err(Error::invalid(format!(
+                "the ACL for {} grants the creator (`auth`, e.g. Acl::creator_all()), but this \
+                 Client has no credentials: add them with ClientBuilder::digest_auth / auth or \
+                 Client::add_auth",
+                spec.path
+            )));
+        }
+        let owned = OwnedSpec {
+            path: spec.path.to_owned(),
+            data: spec.data.to_vec(),
+            mode: spec.mode,
+            acl,
+            parents: spec
+                .parents
+                .then(|| ancestor_acls(spec.path, |p| source.zk_acl(p))),
+            siblings: spec.siblings.cloned(),
+        };
+        if !spec.protected {
+            return self.run_once(call, |zk, _| owned.create(zk));
+        }
+        // The request is on its way once sent, whether or not we wait for its answer: a create
+        // queued behind a reconnect may be applied seconds after this attempt gave up. So the
+        // answer is awaited in the background, and a node nobody took is deleted.
+        let shared = self.shared_arc().clone();
+        self.run_once(call, move |zk, _| {
+            let prefix = owned.path.clone();
+            let (tx, rx) = Handoff::new(move |orphan: Result<(String, Stat)>| match orphan {
+                Ok((node, stat)) => {
+                    tracing::debug!("{node} was created after its caller gave up; deleting it");
+                    cleanup::spawn(&shared, Doomed::node(&node, Some(stat.ephemeral_owner)))
+                }
+                Err(e) if e.outcome_unknown() => {
+                    cleanup::spawn(&shared, Doomed::protected(&prefix))
+                }
+                Err(_) => {}
+            });
+            self.shared()
+                .spawn(async move { tx.send(owned.create(zk).await) });
+            async move { rx.recv().await.unwrap_or(Err(Error::Closed)) }
+        })
+    }
+
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        Client::backoff(self, call, err)
+    }
+
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
+        self.children_in(path, call)
+    }
+
+    fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>> {
+        self.exists_in(path, call)
+    }
+
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        on_change: OnChange,
+        call: &mut Call,
+    ) -> Result<Option<Watched>> {
+        let cancel = Signal::default();
+        let waiter = waiter.clone();
+        let target = match on_change {
+            OnChange::Wake => WatchTarget::Waiter(waiter),
+            OnChange::Reread => WatchTarget::Rereading {
+                waiter,
+                count: false,
+            },
+            OnChange::RereadAndCount => WatchTarget::Rereading {
+                waiter,
+                count: true,
+            },
+        };
+        match self.data_watch_in(path, target, cancel.clone(), call) {
+            Ok((data, stat)) => Ok(Some((WatchGuard(cancel), stat, data))),
+            Err(Error::NoNode(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>> {
+        Client::prime_keeper(self, path, call)
+    }
+
+    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal {
+        let answered = Signal::default();
+        let Some(zk) = self.shared().conn.lock().zk.clone() else {
+            answered.set();
+            return answered;
+        };
+        // Version 0: never overwrite a revocation request that came first. Sent here, on the
+        // caller's thread, so that a read of the node sent after it sees the mark (and a watch
+        // that read sets does not fire for it).
+        let sent = zk.set_data(path, data, Some(0));
+        let path = path.to_owned();
+        let done = answered.clone();
+        self.shared().spawn(async move {
+            if let Err(e) = sent.await {
+                tracing::debug!("marking {path} as the holder: {e}");
+            }
+            done.set();
+        });
+        answered
+    }
+
+    fn delete_background(&self, doomed: Doomed) {
+        self.delete_in_background(doomed);
+    }
+
+    fn delete_background_after(&self, doomed: Doomed, after: Signal) {
+        self.delete_in_background_after(doomed, after);
+    }
+
+    fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()> {
+        self.delete_guaranteed_in(path, call)
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        Client::session_id(self)
+    }
+
+    fn register(&self, waiter: &Arc<Waiter>) -> Registration {
+        self.shared().registry.register(waiter)
+    }
+
+    fn claim(
+        &self,
+        ours: &str,
+        data: &[u8],
+        others: &[String],
+        (parent, parent_version): (&str, i32),
+        call: &mut Call,
+    ) -> Result<Claim> {
+        loop {
+            let attempt = self.run_once(call, |zk, _| async move {
+                let mut multi = zk.new_multi_writer();
+                for other in others {
+                    multi
+                        .add_check_version(other, 0)
+                        .map_err(|e| Error::from_zk(e, other))?;
+                }
+                multi
+                    .add_set_data(ours, data, Some(0))
+                    .map_err(|e| Error::from_zk(e, ours))?;
+                multi
+                    .add_set_data(parent, &[], Some(parent_version))
+                    .map_err(|e| Error::from_zk(e, parent))?;
+                match multi.commit().await {
+                    Ok(results) => match results.into_iter().nth(others.len()) {
+                        Some(zk::MultiWriteResult::SetData { stat }) => {
+                            Ok(Claim::Won(Stat::from_zk(stat)))
+                        }
+                        other => Err(Error::ZooKeeper(format!(
+                            "unexpected claim reply {other:?}"
+                        ))),
+                    },
+                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                        match (others.get(index), source) {
+                            (Some(holder), zk::Error::BadVersion) => {
+                                Ok(Claim::HeldBy(holder.clone()))
+                            }
+                            (_, zk::Error::NoNode | zk::Error::BadVersion) => Ok(Claim::Changed),
+                            (_, e) => Err(Error::from_zk(e, ours)),
+                        }
+                    }
+                    Err(zk::MultiWriteError::RequestFailed { source }) => {
+                        Err(Error::from_zk(source, ours))
+                    }
+                }
+            });
+            match attempt {
+                Err(e) if e.is_retryable() => {
+                    // The reply may be lost after the server applied it: our mark tells.
+                    if let Ok(Some(stat)) = self.exists_in(ours, call) {
+                        if stat.version > 0 {
+                            return Ok(Claim::Won(stat));
+                        }
+                    }
+                    self.backoff(call, e)?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn default_data(&self) -> &[u8] {
+        &self.shared().config.default_data
+    }
+}
+
+/// Curator's protected create: the name gets a fresh `_c_<uuid>-` prefix, so that after a lost
+/// reply the retry finds the node the server did make instead of making a second one.
+pub(crate) fn create_protected<S: Store + ?Sized>(
+    store: &S,
+    spec: &NodeSpec<'_>,
+    call: &mut Call,
+) -> Result<(String, Stat)> {
+    let target = path::protected(spec.path, &path::new_protected_id());
+    let spec = NodeSpec {
+        path: &target,
+        protected: true,
+        ..*spec
+    };
+    let mut reply_lost = false;
+    let outcome = loop {
+        if reply_lost {
+            match find_protected(store, &spec, call) {
+                Ok(Some(found)) => break Ok(found),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+        }
+        match store.create_once(&spec, call) {
+            Err(e) if e.is_retryable() => {
+                reply_lost = true;
+                if let Err(e) = store.backoff(call, e) {
+                    break Err(e);
+                }
+            }
+            Err(e) => {
+                reply_lost |= e.outcome_unknown();
+                break Err(e);
+            }
+            ok => break ok,
+        }
+    };
+    // Given up with a create that the server may have applied: find that node by its
+    // protection id and delete it, or it would sit in our live session at the queue's head.
+    if outcome.is_err() && reply_lost {
+        store.delete_background(Doomed::protected(&target));
+    }
+    outcome
+}
+
+/// Our node after a lost reply, if the server made it. An ephemeral node is adopted only if it
+/// belongs to the current session; one of an earlier session is deleted (CURATOR-45/498).
+fn find_protected<S: Store + ?Sized>(
+    store: &S,
+    spec: &NodeSpec<'_>,
+    call: &mut Call,
+) -> Result<Option<(String, Stat)>> {
+    let parent = path::parent(spec.path);
+    let prefix = path::name(spec.path);
+    let children = match store.children(parent, call) {
+        Ok(c) => c,
+        Err(Error::NoNode(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let found = path::join(parent, &name);
+    let Some(stat) = store.stat(&found, call)? else {
+        return Ok(None);
+    };
+    if spec.mode.is_ephemeral() && Some(stat.ephemeral_owner) != store.session_id() {
+        store.delete_background(Doomed::node(&found, Some(stat.ephemeral_owner)));
+        return Ok(None);
+    }
+    Ok(Some((found, stat)))
+}

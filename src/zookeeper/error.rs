@@ -1,0 +1,38 @@
+//! ZooKeeper's answers as zklock's one [`Error`].
+
+use crate::core::error::Error;
+
+impl Error {
+    /// Maps a wire-client error for the operation on `path`.
+    pub(crate) fn from_zk(err: zookeeper_client::Error, path: &str) -> Error {
+        use zookeeper_client::Error as Zk;
+        match err {
+            // OperationTimeout and SessionMoved are retried like Curator does (RetryLoop).
+            Zk::ConnectionLoss | Zk::Timeout | Zk::SessionMoved => Error::ConnectionLoss,
+            // The wire client fails in-flight requests with the socket's own error (a reset,
+            // an idle timeout) when a connection dies: the outcome is unknown, as with
+            // ConnectionLoss.
+            Zk::Custom(e) => {
+                tracing::debug!("{path:?}: connection failed: {e}");
+                Error::ConnectionLoss
+            }
+            Zk::SessionExpired => Error::SessionExpired,
+            Zk::ClientClosed => Error::Closed,
+            Zk::NoNode => Error::NoNode(path.to_owned()),
+            Zk::NodeExists => Error::NodeExists(path.to_owned()),
+            Zk::NotEmpty => Error::NotEmpty(path.to_owned()),
+            Zk::BadVersion => Error::BadVersion(path.to_owned()),
+            Zk::NoAuth => Error::NoAuth(path.to_owned()),
+            Zk::InvalidAcl => Error::InvalidArgument(format!(
+                "{path:?}: the server refused the ACL (InvalidACL); an `auth` entry such as \
+                 Acl::creator_all() needs a session with credentials"
+            )),
+            Zk::AuthFailed => Error::AuthFailed(
+                "the server refused the session's authentication (AuthFailed)".to_owned(),
+            ),
+            Zk::BadArguments(msg) => Error::InvalidArgument(format!("{path:?}: {msg}")),
+            Zk::NoChildrenForEphemerals => Error::NoChildrenForEphemerals(path.to_owned()),
+            other => Error::ZooKeeper(format!("{path:?}: {other}")),
+        }
+    }
+}

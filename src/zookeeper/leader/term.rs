@@ -1,0 +1,203 @@
+//! One term of leadership, shared by both leader recipes: our node holds the election's lock,
+//! the keeper follows it, and the term ends when the leader steps down, when it is interrupted
+//! or closed, or when the node's health breaks the error policy.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::core::health::LockHealth;
+use crate::zookeeper::client::{Client, ErrorPolicy, KeeperGuard};
+use crate::zookeeper::locks::Acquired;
+
+pub(crate) struct Term {
+    client: Client,
+    node: String,
+    epoch: u64,
+    session: i64,
+    policy: ErrorPolicy,
+    state: Arc<State>,
+    _keeper: KeeperGuard,
+}
+
+#[derive(Default)]
+struct State {
+    inner: Mutex<Inner>,
+    changed: Condvar,
+}
+
+struct Inner {
+    /// The keeper's last report.
+    health: LockHealth,
+    over: bool,
+    /// Told once when the term ends.
+    waiting: Vec<Sender<()>>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            health: LockHealth::Held,
+            over: false,
+            waiting: Vec::new(),
+        }
+    }
+}
+
+impl State {
+    fn end(&self) {
+        let waiting = {
+            let mut inner = self.inner.lock();
+            inner.over = true;
+            std::mem::take(&mut inner.waiting)
+        };
+        self.changed.notify_all();
+        for tx in waiting {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Whether `health` ends a term under `policy`.
+pub(crate) fn breaks(policy: ErrorPolicy, health: LockHealth) -> bool {
+    match policy {
+        ErrorPolicy::SessionOnly => health == LockHealth::Lost,
+        _ => health != LockHealth::Held,
+    }
+}
+
+impl Term {
+    /// Begins a term on a granted node; `on_end` runs (on the executor thread) if the node's
+    /// health ends it.
+    pub(crate) fn begin(
+        client: &Client,
+        acquired: Acquired,
+        policy: ErrorPolicy,
+        on_end: impl Fn() + Send + Sync + 'static,
+    ) -> Term {
+        let state = Arc::new(State::default());
+        let report = {
+            let state = state.clone();
+            move |health: LockHealth| {
+                let ends = {
+                    let mut inner = state.inner.lock();
+                    if inner.health != LockHealth::Lost {
+                        inner.health = health;
+                    }
+                    !inner.over && breaks(policy, inner.health)
+                };
+                state.changed.notify_all();
+                if ends {
+                    tracing::info!("leadership given up: the node is {health:?}");
+                    state.end();
+                    on_end();
+                }
+            }
+        };
+        let keeper = client.keep_node(
+            &acquired.path,
+            acquired.session,
+            Arc::new(report),
+            None,
+            acquired.primed,
+        );
+        Term {
+            client: client.clone(),
+            node: acquired.path,
+            epoch: acquired.token,
+            session: acquired.session,
+            policy,
+            state,
+            _keeper: keeper,
+        }
+    }
+
+    pub(crate) fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub(crate) fn session(&self) -> i64 {
+        self.session
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The node's health now (see [`LockHealth`]: computed at call time).
+    pub(crate) fn health(&self) -> LockHealth {
+        let reported = self.state.inner.lock().health;
+        self.client.vouch(self.session, reported)
+    }
+
+    /// Ended, or its health now breaks the policy.
+    pub(crate) fn is_over(&self) -> bool {
+        self.state.inner.lock().over || breaks(self.policy, self.health())
+    }
+
+    pub(crate) fn end(&self) {
+        self.state.end();
+    }
+
+    /// Waits until the term is over, at most `timeout` (`None`: no bound); whether it is.
+    pub(crate) fn wait_over(&self, timeout: Option<Duration>) -> bool {
+        let until = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut inner = self.state.inner.lock();
+        loop {
+            if inner.over {
+                return true;
+            }
+            // The local lease is not reported: look at it now and then.
+            let check = Instant::now() + Duration::from_millis(200);
+            let wake = until.map_or(check, |u| u.min(check));
+            self.state.changed.wait_until(&mut inner, wake);
+            if inner.over {
+                return true;
+            }
+            drop(inner);
+            if self.is_over() {
+                self.end();
+                return true;
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return false;
+            }
+            inner = self.state.inner.lock();
+        }
+    }
+
+    /// A channel that receives `()` once, when the term is over.
+    pub(crate) fn over_channel(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut inner = self.state.inner.lock();
+        if inner.over {
+            let _ = tx.send(());
+        } else {
+            inner.waiting.push(tx);
+        }
+        rx
+    }
+}
+
+impl Drop for Term {
+    fn drop(&mut self) {
+        self.state.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_says_which_health_ends_a_term() {
+        use LockHealth::*;
+        assert!(!breaks(ErrorPolicy::Standard, Held));
+        assert!(breaks(ErrorPolicy::Standard, Suspended));
+        assert!(breaks(ErrorPolicy::Standard, Lost));
+        assert!(!breaks(ErrorPolicy::SessionOnly, Suspended));
+        assert!(breaks(ErrorPolicy::SessionOnly, Lost));
+    }
+}

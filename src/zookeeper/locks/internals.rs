@@ -1,0 +1,681 @@
+//! LockInternals: the one lock algorithm every recipe composes.
+//!
+//! create our node (protected, parents as containers) → list and sort the children → ask the
+//! driver → if not granted, set a getData watch on the node it names and park this waiter →
+//! re-check when woken (by that watch or a connection-state change, or a cancel). The caller's
+//! deadline bounds the *wait*; each ZooKeeper step of the attempt may run past it by the
+//! Client's operation (else connection) timeout, so that a short timeout never misses a free
+//! lock for want of a round trip. Every path that ends without the lock deletes our node in the
+//! background (guaranteed delete).
+//!
+//! What an acquisition costs with the standard driver (requests of our session; a round trip
+//! is a wait for an answer):
+//!
+//! * free lock: create + listing, sent back to back (one round trip: the server answers a
+//!   session's requests in order, so the listing shows our node); the release's delete. 2
+//!   writes, 1 read. The keeper reads and watches our node only once the hold has lasted 5 ms
+//!   (`keeper.rs`), so a short hold costs nothing more, a longer one 1 read.
+//! * behind a holder: the same, plus a getData-watch of the node ahead of us and, once that is
+//!   set, a getData-watch of our own node (the read the keeper starts from). When the node
+//!   ahead goes and it headed our listing (or had marked itself as the holder), and our own
+//!   node's watch has not fired, the lock is ours without a further request: the handoff is
+//!   the delete's watch event and nothing else. 2 writes, 3 reads.
+//! * a long queue (16 or more others in the granting listing): the holder also marks its node
+//!   (one more write) so that its follower needs no listing when it goes; the follower's watch
+//!   fires for the mark, the Client's I/O thread reads that node again as the event comes in
+//!   (now known to hold; with a new watch), and the follower reads its own; the new holder's
+//!   mark fires its own watch, and its keeper reads again. 3 writes, 5 reads, none of them
+//!   O(queue) and none between a release and the next grant. A hold released before its mark
+//!   was answered sends its delete only after that answer (a guard's background delete too), so
+//!   that the follower's read of the marked node comes before the delete's commit: a delete
+//!   sent right behind the mark would usually win, and the follower, finding the node gone,
+//!   could not tell a holder from a waiter that gave up and would list the queue. (That read
+//!   used to be sent by the follower once woken, and lost the race now and then all the same.)
+//!   A waiter that listed a short queue when it joined and then sees the holder ahead mark
+//!   counts the queue (a stat of the parent, sent right behind that read: one small read, no
+//!   round trip more) and marks in its turn if the queue is long: a drain is marked from its
+//!   first handoff, not only from the first waiter whose own listing was long.
+//!
+//! * behind a holder that releases before our watch is set (short holds: the create's listing
+//!   still shows it, its delete lands before our getData): that getData answers "no node", and
+//!   as the node headed our listing, the lock is ours with no further request — the listing,
+//!   one round trip old, shows our node, as for a free lock. 2 writes, 2 reads. (It used to
+//!   list again: with two sessions taking turns on short holds, 40 % of acquisitions did.)
+//!
+//! A waiter whose predecessor did not head its listing (and had not marked itself) lists again
+//! when that node goes, as Curator does on every wake.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::driver::{LockDriver, LockNode, Predicate};
+use super::revocation::REVOKE_MESSAGE;
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+pub(crate) use crate::core::lock::Release;
+use crate::core::metrics;
+use crate::zookeeper::client::{
+    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, OnChange, Primed, Reread,
+    SharedAcl, Siblings, Signal, Stat, Store, Waiter, WatchEventKind,
+};
+use crate::zookeeper::path;
+
+/// A holder marks its node only when the queue it last listed held at least this many other
+/// nodes: a mark costs a quorum write (and the next waiter a read) to spare that waiter a
+/// listing, which pays only when the listing is long. Chosen by measurement (README,
+/// "Performance").
+const MARK_FROM: usize = 16;
+
+/// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
+/// request is the only other write a lock node gets.
+fn is_holder_mark(stat: &Stat, data: &[u8]) -> bool {
+    stat.version > 0 && data != REVOKE_MESSAGE
+}
+
+/// A granted attempt.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) path: String,
+    /// Rises strictly across successive holders of the lock path.
+    pub(crate) token: u64,
+    /// The session our node belongs to.
+    pub(crate) session: i64,
+    /// Our node as read by the grant, for the keeper to start from.
+    pub(crate) primed: Option<Primed>,
+}
+
+pub(crate) struct LockInternals<S: Store> {
+    pub(crate) store: S,
+    pub(crate) path: String,
+    lock_name: String,
+    driver: Arc<dyn LockDriver>,
+    leases: Leases,
+    node_data: Mutex<Option<Vec<u8>>>,
+    /// The recipe's own ACL provider for its nodes and their parents; `None`: the Client's.
+    acl: Mutex<Option<SharedAcl>>,
+    /// Whether a granted holder marks its node for the waiter behind it (see `wait_for_lock`).
+    holder_marks: bool,
+    /// Marks only when the last listing held at least this many other nodes.
+    mark_from: usize,
+    /// Shared by the attempts in progress; replaced by a fresh one when they are cancelled.
+    cancel: Mutex<Cancel>,
+    /// Holders' marks not yet answered, by node: a release waits for its node's mark.
+    marking: Mutex<HashMap<String, Signal>>,
+}
+
+/// Cancels the attempts that share it: ends their I/O waits and wakes their parked waiters.
+#[derive(Clone, Default)]
+struct Cancel {
+    signal: Signal,
+    parked: Arc<Mutex<Vec<Weak<Waiter>>>>,
+}
+
+impl Cancel {
+    fn attach(&self, waiter: &Arc<Waiter>) {
+        let mut parked = self.parked.lock();
+        parked.retain(|w| w.strong_count() > 0);
+        parked.push(Arc::downgrade(waiter));
+    }
+
+    fn cancel(&self) {
+        self.signal.set();
+        let parked: Vec<Arc<Waiter>> = self
+            .parked
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        parked.iter().for_each(|w| w.wake());
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.signal.is_set() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
+}
+
+/// How many contenders may hold at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Leases {
+    Fixed(usize),
+    /// Read from a Curator `SharedCount` node (a 4-byte big-endian integer).
+    Shared(String),
+}
+
+/// Parses a Curator `SharedCount` node's data; at least one lease.
+pub(crate) fn shared_count(path: &str, data: &[u8]) -> Result<usize> {
+    let bytes: [u8; 4] = data.try_into().map_err(|_| {
+        Error::ZooKeeper(format!(
+            "{path:?} does not hold a shared count ({} bytes)",
+            data.len()
+        ))
+    })?;
+    Ok(i32::from_be_bytes(bytes).max(1) as usize)
+}
+
+enum Outcome {
+    /// `mark`: waiters may be queued behind us; tell the next one we hold.
+    Granted {
+        token: u64,
+        mark: bool,
+        primed: Option<Primed>,
+    },
+    TimedOut,
+    /// Our node vanished or belongs to an ended session: start over with a new node.
+    Restart,
+}
+
+/// Deletes our node unless the attempt succeeded.
+struct Cleanup<'a, S: Store> {
+    store: &'a S,
+    path: Option<String>,
+    owner: i64,
+}
+
+impl<S: Store> Drop for Cleanup<'_, S> {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            self.store
+                .delete_background(Doomed::node(&path, Some(self.owner)));
+        }
+    }
+}
+
+impl<S: Store> LockInternals<S> {
+    pub(crate) fn new(
+        store: S,
+        path: &str,
+        lock_name: &str,
+        driver: Arc<dyn LockDriver>,
+        leases: Leases,
+    ) -> Result<Self> {
+        path::validate(path, false)?;
+        if path == "/" {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "a lock needs its own node",
+            });
+        }
+        Ok(LockInternals {
+            store,
+            path: path.to_owned(),
+            lock_name: lock_name.to_owned(),
+            driver,
+            leases,
+            node_data: Mutex::new(None),
+            acl: Mutex::new(None),
+            holder_marks: true,
+            mark_from: MARK_FROM,
+            cancel: Mutex::new(Cancel::default()),
+            marking: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Holders never write to their nodes. Curator's `LeaderLatch` watches its predecessor for
+    /// deletion only and does not re-arm its watch after a data change, so a mark would leave a
+    /// Java latch behind ours waiting for good.
+    pub(crate) fn without_holder_marks(mut self) -> Self {
+        self.holder_marks = false;
+        self
+    }
+
+    /// Marks when the last listing held at least `n` other nodes (0: always, as before).
+    #[cfg(test)]
+    pub(crate) fn marking_from(mut self, n: usize) -> Self {
+        self.mark_from = n;
+        self
+    }
+
+    /// Ends every attempt in progress with [`Error::Cancelled`] (their nodes are deleted);
+    /// attempts that start later are not affected.
+    pub(crate) fn cancel_waiters(&self) {
+        let current = std::mem::take(&mut *self.cancel.lock());
+        current.cancel();
+    }
+
+    /// The ACL provider for the nodes (and parents) this recipe creates from now on.
+    pub(crate) fn set_acl_provider(&self, provider: SharedAcl) {
+        *self.acl.lock() = Some(provider);
+    }
+
+    pub(crate) fn set_node_data(&self, data: Option<Vec<u8>>) -> Result<()> {
+        if let Some(d) = &data {
+            if d.len() > crate::zookeeper::client::MAX_DATA_LEN {
+                return Err(Error::invalid("lock node data is over 1 MiB"));
+            }
+        }
+        *self.node_data.lock() = data;
+        Ok(())
+    }
+
+    /// Tries to take the lock, waiting until `wait`: `None` when it is not ours by then, with
+    /// our node deleted. An expired `wait` makes one attempt without waiting (`try_lock`).
+    pub(crate) fn attempt_lock(&self, wait: Deadline) -> Result<Option<Acquired>> {
+        if !wait.expired() && is_watcher_thread() {
+            return Err(Error::OnWatcherThread);
+        }
+        let cancel = self.cancel.lock().clone();
+        let started = std::time::Instant::now();
+        let _waiting = metrics::Waiting::new(&self.path);
+        let outcome = self.attempt(wait, &cancel);
+        match &outcome {
+            Ok(Some(_)) => metrics::acquired(&self.path, started.elapsed()),
+            Ok(None) => metrics::timed_out(&self.path),
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    fn attempt(&self, wait: Deadline, cancel: &Cancel) -> Result<Option<Acquired>> {
+        let io = wait.or_later(Deadline::after(self.store.io_grace()));
+        let mut call = self.store.new_call(io);
+        call.cancel = Some(cancel.signal.clone());
+        loop {
+            let (our_path, stat, listing) = match self.create_node(&mut call) {
+                Ok(created) => created,
+                Err(Error::Timeout) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let mut cleanup = Cleanup {
+                store: &self.store,
+                path: Some(our_path.clone()),
+                owner: stat.ephemeral_owner,
+            };
+            match self.wait_for_lock(&our_path, &stat, listing, &mut call, wait, cancel) {
+                Ok(Outcome::Granted {
+                    token,
+                    mark,
+                    primed,
+                }) => {
+                    cleanup.path = None;
+                    if mark {
+                        let answered = self.store.mark_holder(&our_path, &self.current_data());
+                        let mut marking = self.marking.lock();
+                        marking.retain(|_, answered| !answered.is_set());
+                        marking.insert(our_path.clone(), answered);
+                    }
+                    let session = stat.ephemeral_owner;
+                    return Ok(Some(Acquired {
+                        path: our_path,
+                        token,
+                        session,
+                        primed,
+                    }));
+                }
+                Ok(Outcome::TimedOut) | Err(Error::Timeout) => return Ok(None),
+                Ok(Outcome::Restart) => {
+                    tracing::debug!("lock node {our_path} is gone or stale; trying with a new one");
+                    if wait.expired() {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a node owned by `owner` can be granted in the session we are in now
+    /// (CURATOR-604). A persistent node (owner 0) belongs to no session.
+    fn in_our_session(&self, owner: i64) -> bool {
+        owner == 0 || self.store.session_id() == Some(owner)
+    }
+
+    fn current_data(&self) -> Vec<u8> {
+        let data = self.node_data.lock().clone();
+        data.unwrap_or_else(|| self.store.default_data().to_vec())
+    }
+
+    /// Creates a node named `node` that holds at once, without asking the driver: the caller
+    /// knows it holds (a writer's downgrade to a read). Bounded by the operation timeout.
+    pub(crate) fn create_held(&self, node: LockNode) -> Result<Acquired> {
+        let mut call = self.store.new_call(Deadline::after(self.store.io_grace()));
+        let (path, stat) = self.create_named(node, None, &mut call)?;
+        Ok(Acquired {
+            path,
+            token: stat.czxid as u64,
+            session: stat.ephemeral_owner,
+            primed: None,
+        })
+    }
+
+    /// Our new node, with the lock's children as listed right behind its create when the
+    /// driver lets the first listing come before anything else (a claim reads the parent first).
+    fn create_node(&self, call: &mut Call) -> Result<(String, Stat, Option<Vec<String>>)> {
+        let node = self.driver.create_lock_node(&self.lock_name);
+        if self.driver.grant_by_claim() {
+            let (path, stat) = self.create_named(node, None, call)?;
+            return Ok((path, stat, None));
+        }
+        let siblings = Siblings::default();
+        let (path, stat) = self.create_named(node, Some(&siblings), call)?;
+        let listing = siblings.lock().take();
+        Ok((path, stat, listing))
+    }
+
+    fn create_named(
+        &self,
+        node: LockNode,
+        siblings: Option<&Siblings>,
+        call: &mut Call,
+    ) -> Result<(String, Stat)> {
+        let data = self.node_data.lock().clone();
+        let provider = self.acl.lock().clone();
+        let prefix = path::join(&self.path, &node.name);
+        let spec = NodeSpec {
+            path: &prefix,
+            data: data.as_deref().unwrap_or(self.store.default_data()),
+            mode: node.mode,
+            acl: None,
+            provider: provider.as_ref(),
+            parents: true,
+            protected: false,
+            siblings,
+        };
+        create_protected(&self.store, &spec, call)
+    }
+
+    /// The children, sorted as the driver orders them.
+    pub(crate) fn sorted_children(&self, call: &mut Call) -> Result<Vec<String>> {
+        let children = self.store.children(&self.path, call)?;
+        Ok(self.sorted(children))
+    }
+
+    fn sorted(&self, mut children: Vec<String>) -> Vec<String> {
+        children.sort_by_cached_key(|c| (self.driver.sort_key(c, &self.lock_name), c.clone()));
+        children
+    }
+
+    fn wait_for_lock(
+        &self,
+        our_path: &str,
+        stat: &Stat,
+        mut listing: Option<Vec<String>>,
+        call: &mut Call,
+        wait: Deadline,
+        cancel: &Cancel,
+    ) -> Result<Outcome> {
+        let our_name = path::name(our_path);
+        let owner = stat.ephemeral_owner;
+        // Sequence order is creation order: nodes only ever join behind us.
+        let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
+        // With one lease, a marked node holds and so has nothing ahead of it. With more, a
+        // holder may have others ahead, so marks say nothing about our turn.
+        let marks = self.holder_marks && fifo && self.leases == Leases::Fixed(1);
+        let granted = |mark, primed| {
+            Ok(Outcome::Granted {
+                token: stat.czxid as u64,
+                mark,
+                primed,
+            })
+        };
+        let waiter = Arc::new(Waiter::default());
+        let _registration = self.store.register(&waiter);
+        cancel.attach(&waiter);
+        // How many other nodes our last listing held: a short queue is not worth a mark.
+        let mut others: usize;
+        // Our own node, read and watched while we wait (see below).
+        let mut own: Option<Primed> = None;
+        'listing: loop {
+            cancel.check()?;
+            let mut seen = waiter.epoch();
+            // A claim is made against the parent's version as of before the listing.
+            let parent_version = if self.driver.grant_by_claim() {
+                match self.store.stat(&self.path, call)? {
+                    Some(parent) => parent.version,
+                    None => return Ok(Outcome::Restart),
+                }
+            } else {
+                0
+            };
+            // The first listing may have come with our create.
+            let listed = match listing.take() {
+                Some(children) => Ok(self.sorted(children)),
+                None => self.sorted_children(call),
+            };
+            let children = match listed {
+                Ok(c) => c,
+                Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
+                Err(e) => return Err(e),
+            };
+            if !self.in_our_session(owner) {
+                return Ok(Outcome::Restart);
+            }
+            others = children.len().saturating_sub(1);
+            // A shared count is read with a watch, so that a change wakes us.
+            let (max_leases, _count_watch) = match &self.leases {
+                Leases::Fixed(n) => (*n, None),
+                Leases::Shared(count_path) => {
+                    let Some((guard, _, data)) =
+                        self.store
+                            .watch(count_path, &waiter, OnChange::Wake, call)?
+                    else {
+                        return Err(Error::NoNode(count_path.clone()));
+                    };
+                    (shared_count(count_path, &data)?, Some(guard))
+                }
+            };
+            let watch = match self.driver.gets_the_lock(&children, our_name, max_leases) {
+                Ok(Predicate::Granted) if self.driver.grant_by_claim() => {
+                    match self.claim(our_path, &children, parent_version, call)? {
+                        Claim::Won(stat) => {
+                            return Ok(Outcome::Granted {
+                                token: stat.mzxid as u64,
+                                mark: false,
+                                primed: None,
+                            })
+                        }
+                        Claim::HeldBy(holder) => path::name(&holder).to_owned(),
+                        Claim::Changed => continue,
+                    }
+                }
+                Ok(Predicate::Granted) => {
+                    let waiters_behind = children.last().map(String::as_str) != Some(our_name);
+                    return granted(marks && waiters_behind && others >= self.mark_from, None);
+                }
+                Ok(Predicate::Watch(_)) if wait.expired() => return Ok(Outcome::TimedOut),
+                Ok(Predicate::Watch(node)) => node,
+                Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
+                Err(e) => return Err(e),
+            };
+            // Whether the node we watch holds the lock, so that nothing is left ahead of it:
+            // it heads our listing, or it has marked itself as the holder.
+            let mut holds =
+                fifo && matches!(self.leases, Leases::Fixed(_)) && children.first() == Some(&watch);
+            let watch_path = path::join(&self.path, &watch);
+            // Whether we have parked since the listing (which showed our node).
+            let mut parked = false;
+            // On a data change (a mark, typically) the Client's I/O thread reads the node again
+            // as the event comes in, and when our listing was short, counts the queue too.
+            let on_change = match (marks, others < self.mark_from) {
+                (false, _) => OnChange::Wake,
+                (true, false) => OnChange::Reread,
+                (true, true) => OnChange::RereadAndCount,
+            };
+            // The watch on that node; its node read again after a data change, if it was.
+            let mut _guard = None;
+            let mut reread: Option<Reread> = None;
+            loop {
+                // getData, not exists: no watch is left behind on a node that is already gone.
+                let mut parent = None;
+                let looked = match reread.take() {
+                    Some(Reread {
+                        node: Ok(looked),
+                        parent: p,
+                    }) => {
+                        parent = p;
+                        looked
+                    }
+                    Some(Reread { node: Err(_), .. }) => continue 'listing,
+                    None => self
+                        .store
+                        .watch(&watch_path, &waiter, on_change, call)?
+                        .map(|(guard, stat, data)| {
+                            _guard = Some(guard);
+                            (stat, data)
+                        }),
+                };
+                let Some((wstat, wdata)) = looked else {
+                    // The holder ahead went before our watch was set (a short hold, typically):
+                    // as for its delete's event below, the lock is ours without listing again.
+                    if holds && self.in_our_session(owner) {
+                        let mark = marks && others >= self.mark_from;
+                        return match self.take_over(our_path, own.take(), !parked, call)? {
+                            Some(primed) => granted(mark, primed),
+                            None => Ok(Outcome::Restart),
+                        };
+                    }
+                    continue 'listing;
+                };
+                let marked = marks && is_holder_mark(&wstat, &wdata);
+                // A marked holder saw a long queue, and ours, listed when we joined, was short:
+                // the queue as counted with the mark's read decides whether we mark in our turn,
+                // so that the waiter behind us needs no listing either.
+                if let (true, Some(parent)) = (marked, parent) {
+                    others = others.max(parent.num_children.max(1) as usize - 1);
+                }
+                holds |= marked;
+                // Our own node, read with the watch its keeper will need while the holder
+                // holds: when that holder goes, nothing is left to ask, and the handoff costs
+                // no round trip. (Our mark, if we make one, fires that watch once: the keeper
+                // reads again, off the handoff's path.)
+                if holds && own.is_none() {
+                    match self.store.prime_keeper(our_path, call)? {
+                        Some(primed) => own = Some(primed),
+                        None => return Ok(Outcome::Restart),
+                    }
+                }
+                cancel.check()?;
+                parked = true;
+                if !waiter.wait(seen, wait) {
+                    return Ok(Outcome::TimedOut);
+                }
+                cancel.check()?;
+                // It may have marked itself as the holder: the I/O thread read it again as the
+                // change came in (that read came before any later event of the watch it set).
+                if let Some((then, looked)) = waiter.reread_since(seen, &watch_path) {
+                    seen = then;
+                    reread = Some(looked);
+                    continue;
+                }
+                match waiter.watched_since(seen, &watch_path) {
+                    // The holder ahead of us went and nodes only join behind us: the lock is
+                    // ours without listing again, so a drain costs O(1) per handoff where
+                    // Curator lists the whole queue each time.
+                    Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
+                        let mark = marks && others >= self.mark_from;
+                        return match self.take_over(our_path, own.take(), false, call)? {
+                            Some(primed) => granted(mark, primed),
+                            None => Ok(Outcome::Restart),
+                        };
+                    }
+                    _ => continue 'listing,
+                }
+            }
+        }
+    }
+
+    /// The holder ahead of us is gone and nothing is left ahead: the lock is ours if our node
+    /// still exists (`None`: it does not). That is known from our node's read while its watch
+    /// has not fired since, or from a listing we have not parked since — one round trip ago, as
+    /// for a free lock (the keeper reads the node once the hold lasts). Else it is read again,
+    /// unless it went (deleted by hand, say), which a listing would have shown. Our mark goes
+    /// out after this read: sent before it, the read would wait for the mark's commit.
+    fn take_over(
+        &self,
+        our_path: &str,
+        own: Option<Primed>,
+        fresh_listing: bool,
+        call: &mut Call,
+    ) -> Result<Option<Option<Primed>>> {
+        if let Some(mut primed) = own {
+            if primed.untouched() {
+                return Ok(Some(Some(primed)));
+            }
+        } else if fresh_listing {
+            return Ok(Some(None));
+        }
+        Ok(self.store.prime_keeper(our_path, call)?.map(Some))
+    }
+
+    fn claim(
+        &self,
+        our_path: &str,
+        children: &[String],
+        parent_version: i32,
+        call: &mut Call,
+    ) -> Result<Claim> {
+        let our_name = path::name(our_path);
+        let others: Vec<String> = children
+            .iter()
+            .filter(|c| c.as_str() != our_name)
+            .map(|c| path::join(&self.path, c))
+            .collect();
+        self.store.claim(
+            our_path,
+            &self.current_data(),
+            &others,
+            (&self.path, parent_version),
+            call,
+        )
+    }
+
+    /// Deletes a held node of session `owner` as `how` says.
+    ///
+    /// A hold released before its mark was answered first waits for that answer (within the
+    /// release's bound): the waiter behind us, woken by the mark, reads our node to see that
+    /// it holds, and a delete sent right behind the mark would usually win that race, so that
+    /// the waiter lists the whole queue again. Sent after the answer, the delete still has a
+    /// quorum write to go through while that read is answered at once.
+    pub(crate) fn release(&self, our_path: &str, owner: i64, how: Release) -> Result<()> {
+        let mark = self.marking.lock().remove(our_path);
+        match how {
+            Release::Background => {
+                let doomed = Doomed::node(our_path, Some(owner));
+                match mark {
+                    Some(answered) if !answered.is_set() => {
+                        self.store.delete_background_after(doomed, answered)
+                    }
+                    _ => self.store.delete_background(doomed),
+                }
+                Ok(())
+            }
+            Release::Within(by) => {
+                let deadline = self.bounded(by);
+                if let Some(answered) = mark {
+                    answered.wait_until(deadline);
+                }
+                let mut call = self.store.new_call(deadline);
+                self.store.delete_guaranteed(our_path, &mut call)
+            }
+        }
+    }
+
+    /// By `by`, or if `None`, within the Client's operation (else connection) timeout.
+    fn bounded(&self, by: Option<std::time::Instant>) -> Deadline {
+        match by {
+            Some(at) => Deadline::at(at),
+            None => Deadline::after(self.store.io_grace()),
+        }
+    }
+
+    /// Full paths of this lock name's contenders, the holder(s) first.
+    pub(crate) fn participant_nodes(&self) -> Result<Vec<String>> {
+        let mut call = self.store.new_call(self.bounded(None));
+        match self.sorted_children(&mut call) {
+            Ok(c) => Ok(c
+                .iter()
+                .filter(|c| c.contains(&self.lock_name))
+                .map(|c| path::join(&self.path, c))
+                .collect()),
+            Err(Error::NoNode(_)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1305 @@
+//! LockInternals against an in-memory fake of the few ZooKeeper calls, with injected faults.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::*;
+use crate::core::retry::{RetryBudget, RetryNTimes};
+use crate::zookeeper::client::{
+    Claim, CreateMode, Doomed, OnChange, Registration, Registry, Reread, WatchEvent,
+    WatchEventKind, WatchGuard, Watched,
+};
+use crate::zookeeper::locks::driver::{StandardDriver, UnfairDriver};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    Create,
+    Children,
+    Watch,
+    Mark,
+    /// A listing sent right behind a create.
+    ListWithCreate,
+    /// A read of our own node with the watch its keeper starts from.
+    Prime,
+    /// A stat of a node (the lock's parent, to count its queue).
+    Stat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The request fails before the server sees it.
+    ConnectionLoss,
+    /// The server applies it, the reply is lost.
+    LostReply,
+    /// The server applies it, the reply is lost, and the session changes before the retry.
+    LostReplyThenNewSession,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<String, Stat>,
+    /// Data versions of parents (bumped by claims).
+    parent_versions: HashMap<String, i32>,
+    next_seq: HashMap<String, i64>,
+    zxid: i64,
+    session: i64,
+    /// Data watches: the waiter, the guard's signal, what a data change reads.
+    watches: HashMap<String, Vec<(Arc<Waiter>, crate::zookeeper::client::Signal, OnChange)>>,
+    faults: VecDeque<(Op, Fault)>,
+    calls: HashMap<Op, usize>,
+    /// Marks whose answer is held back (`Some`) until `answer_marks`; `None`: answered at once.
+    unanswered_marks: Option<Vec<crate::zookeeper::client::Signal>>,
+    /// A node that goes just before the next watch is set (its holder released meanwhile).
+    gone_before_watch: Option<String>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    state: Arc<Mutex<State>>,
+    registry: Arc<Registry>,
+    /// What the Client's operation timeout would be.
+    grace: Duration,
+    /// Answers a create's request for its siblings, as the Client does.
+    lists_with_create: bool,
+    /// Held by a test to keep `watch` requests from being answered meanwhile.
+    watch_gate: Arc<Mutex<()>>,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        let state = State {
+            session: 1,
+            ..State::default()
+        };
+        Fake {
+            state: Arc::new(Mutex::new(state)),
+            registry: Arc::new(Registry::default()),
+            grace: Duration::from_secs(5),
+            lists_with_create: false,
+            watch_gate: Arc::default(),
+        }
+    }
+
+    /// Holds back the answers of later marks until [`Fake::answer_marks`].
+    fn answer_marks_later(&self) {
+        self.state.lock().unanswered_marks = Some(Vec::new());
+    }
+
+    fn answer_marks(&self) {
+        let held = self.state.lock().unanswered_marks.take();
+        held.into_iter().flatten().for_each(|s| s.set());
+    }
+
+    /// `path` goes right before the next watch request is answered.
+    fn remove_before_next_watch(&self, path: &str) {
+        self.state.lock().gone_before_watch = Some(path.to_owned());
+    }
+
+    fn fail(&self, op: Op, fault: Fault) {
+        self.state.lock().faults.push_back((op, fault));
+    }
+
+    fn calls(&self, op: Op) -> usize {
+        self.state.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    fn children_of(&self, parent: &str) -> Vec<String> {
+        let st = self.state.lock();
+        st.nodes
+            .keys()
+            .filter(|p| path::parent(p) == parent)
+            .cloned()
+            .collect()
+    }
+
+    /// Another process adds a contender.
+    fn add_contender(&self, parent: &str) -> String {
+        let mut st = self.state.lock();
+        let seq = Self::next_seq(&mut st, parent);
+        let path = format!("{parent}/_c_{}-lock-{seq:010}", uuid::Uuid::new_v4());
+        st.zxid += 1;
+        let stat = Stat {
+            czxid: st.zxid,
+            ephemeral_owner: 99,
+            ..Stat::default()
+        };
+        st.nodes.insert(path.clone(), stat);
+        path
+    }
+
+    fn next_seq(st: &mut State, parent: &str) -> i32 {
+        let next = st.next_seq.entry(parent.to_owned()).or_insert(0);
+        let seq = *next as i32;
+        *next = if seq == i32::MAX {
+            i32::MIN as i64
+        } else {
+            *next + 1
+        };
+        seq
+    }
+
+    /// Another process deletes a node; its watchers fire.
+    fn remove(&self, path: &str) {
+        let fired = {
+            let mut st = self.state.lock();
+            st.nodes.remove(path);
+            st.watches.remove(path).unwrap_or_default()
+        };
+        for (w, cancel, _) in fired {
+            if !cancel.is_set() {
+                w.wake_watch(WatchEvent {
+                    kind: WatchEventKind::NodeDeleted,
+                    path: path.into(),
+                });
+            }
+        }
+    }
+
+    /// The session expires: its ephemerals go, a new session starts, every waiter is woken.
+    fn new_session(&self) {
+        let old: Vec<String> = {
+            let mut st = self.state.lock();
+            let s = st.session;
+            st.session += 1;
+            st.nodes
+                .iter()
+                .filter(|(_, n)| n.ephemeral_owner == s)
+                .map(|(p, _)| p.clone())
+                .collect()
+        };
+        old.iter().for_each(|p| self.remove(p));
+        self.registry.wake_all();
+    }
+
+    fn live_watches(&self) -> usize {
+        let st = self.state.lock();
+        st.watches
+            .values()
+            .flatten()
+            .filter(|(_, c, _)| !c.is_set())
+            .count()
+    }
+
+    fn fault(&self, op: Op) -> Option<Fault> {
+        let mut st = self.state.lock();
+        *st.calls.entry(op).or_default() += 1;
+        let i = st.faults.iter().position(|(o, _)| *o == op)?;
+        st.faults.remove(i).map(|(_, f)| f)
+    }
+}
+
+impl Store for Fake {
+    fn new_call(&self, deadline: Deadline) -> Call {
+        let policy = Arc::new(RetryNTimes::new(10, Duration::ZERO).unwrap());
+        Call {
+            deadline,
+            budget: RetryBudget::new(policy),
+            cancel: None,
+        }
+    }
+
+    fn io_grace(&self) -> Duration {
+        self.grace
+    }
+
+    fn create_once(&self, spec: &NodeSpec<'_>, _call: &mut Call) -> Result<(String, Stat)> {
+        let fault = self.fault(Op::Create);
+        if fault == Some(Fault::ConnectionLoss) {
+            return Err(Error::ConnectionLoss);
+        }
+        let created = {
+            let mut st = self.state.lock();
+            let parent = path::parent(spec.path).to_owned();
+            let path = if spec.mode.is_sequential() {
+                let seq = Self::next_seq(&mut st, &parent);
+                format!("{}{seq:010}", spec.path)
+            } else {
+                spec.path.to_owned()
+            };
+            if st.nodes.contains_key(&path) {
+                return Err(Error::NodeExists(path));
+            }
+            st.zxid += 1;
+            let owner = if spec.mode.is_ephemeral() {
+                st.session
+            } else {
+                0
+            };
+            let stat = Stat {
+                czxid: st.zxid,
+                mzxid: st.zxid,
+                ephemeral_owner: owner,
+                ..Stat::default()
+            };
+            st.nodes.insert(path.clone(), stat);
+            (path, stat)
+        };
+        match fault {
+            Some(Fault::LostReply) => Err(Error::ConnectionLoss),
+            Some(Fault::LostReplyThenNewSession) => {
+                self.state.lock().session += 1;
+                Err(Error::ConnectionLoss)
+            }
+            _ => {
+                if let (true, Some(slot)) = (self.lists_with_create, spec.siblings) {
+                    let parent = path::parent(spec.path);
+                    let names = self.children_of(parent);
+                    *slot.lock() = Some(names.iter().map(|p| path::name(p).to_owned()).collect());
+                    *self
+                        .state
+                        .lock()
+                        .calls
+                        .entry(Op::ListWithCreate)
+                        .or_default() += 1;
+                }
+                Ok(created)
+            }
+        }
+    }
+
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        if call.deadline.expired() {
+            return Err(Error::Timeout);
+        }
+        call.budget.next_sleep().map(|_| ()).ok_or(err)
+    }
+
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
+        loop {
+            if self.fault(Op::Children).is_some() {
+                self.backoff(call, Error::ConnectionLoss)?;
+                continue;
+            }
+            return Ok(self
+                .children_of(path)
+                .iter()
+                .map(|p| path::name(p).to_owned())
+                .collect());
+        }
+    }
+
+    fn stat(&self, path: &str, _call: &mut Call) -> Result<Option<Stat>> {
+        let mut st = self.state.lock();
+        *st.calls.entry(Op::Stat).or_default() += 1;
+        if let Some(node) = st.nodes.get(path) {
+            return Ok(Some(*node));
+        }
+        // A parent exists while it has children (containers), with the version claims bumped.
+        let children = st.nodes.keys().filter(|k| path::parent(k) == path).count();
+        Ok((children > 0).then(|| Stat {
+            version: st.parent_versions.get(path).copied().unwrap_or(0),
+            num_children: children as i32,
+            ..Stat::default()
+        }))
+    }
+
+    fn prime_keeper(&self, path: &str, _call: &mut Call) -> Result<Option<Primed>> {
+        if !self.state.lock().nodes.contains_key(path) {
+            return Ok(None);
+        }
+        *self.state.lock().calls.entry(Op::Prime).or_default() += 1;
+        // Fires once the node is gone (looked at whenever polled).
+        let (state, path) = (self.state.clone(), path.to_owned());
+        let fired = std::future::poll_fn(move |_| {
+            if state.lock().nodes.contains_key(&path) {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(zookeeper_client::WatchedEvent::new(
+                    zookeeper_client::EventType::NodeDeleted,
+                    path.clone(),
+                ))
+            }
+        });
+        let session = self.state.lock().session;
+        Ok(Some(Primed::watched(session, Vec::new(), fired)))
+    }
+
+    fn claim(
+        &self,
+        ours: &str,
+        _data: &[u8],
+        others: &[String],
+        (parent, parent_version): (&str, i32),
+        _call: &mut Call,
+    ) -> Result<Claim> {
+        let mut st = self.state.lock();
+        if st.parent_versions.get(parent).copied().unwrap_or(0) != parent_version {
+            return Ok(Claim::Changed);
+        }
+        for other in others {
+            match st.nodes.get(other) {
+                None => return Ok(Claim::Changed),
+                Some(n) if n.version != 0 => return Ok(Claim::HeldBy(other.clone())),
+                Some(_) => {}
+            }
+        }
+        st.zxid += 1;
+        let zxid = st.zxid;
+        let Some(node) = st.nodes.get_mut(ours) else {
+            return Ok(Claim::Changed);
+        };
+        if node.version != 0 {
+            return Ok(Claim::Changed);
+        }
+        node.mzxid = zxid;
+        node.version = 1;
+        let won = *node;
+        *st.parent_versions.entry(parent.to_owned()).or_default() += 1;
+        Ok(Claim::Won(won))
+    }
+
+    fn watch(
+        &self,
+        path: &str,
+        waiter: &Arc<Waiter>,
+        on_change: OnChange,
+        call: &mut Call,
+    ) -> Result<Option<Watched>> {
+        drop(self.watch_gate.lock());
+        while self.fault(Op::Watch).is_some() {
+            self.backoff(call, Error::ConnectionLoss)?;
+        }
+        let gone = self.state.lock().gone_before_watch.take();
+        gone.inspect(|p| self.remove(p));
+        let mut st = self.state.lock();
+        let Some(stat) = st.nodes.get(path).copied() else {
+            return Ok(None);
+        };
+        let cancel = crate::zookeeper::client::Signal::default();
+        st.watches.entry(path.to_owned()).or_default().push((
+            waiter.clone(),
+            cancel.clone(),
+            on_change,
+        ));
+        Ok(Some((WatchGuard(cancel), stat, b"fake".to_vec())))
+    }
+
+    fn mark_holder(&self, path: &str, _data: &[u8]) -> crate::zookeeper::client::Signal {
+        let answered = crate::zookeeper::client::Signal::default();
+        let fired = {
+            let mut st = self.state.lock();
+            match &mut st.unanswered_marks {
+                Some(held) => held.push(answered.clone()),
+                None => answered.set(),
+            }
+            *st.calls.entry(Op::Mark).or_default() += 1;
+            st.zxid += 1;
+            let zxid = st.zxid;
+            match st.nodes.get_mut(path) {
+                Some(n) if n.version == 0 => {
+                    n.version = 1;
+                    n.mzxid = zxid;
+                }
+                _ => return answered,
+            }
+            st.watches.remove(path).unwrap_or_default()
+        };
+        for (w, cancel, on_change) in fired {
+            if cancel.is_set() {
+                continue;
+            }
+            let event = WatchEvent {
+                kind: WatchEventKind::NodeDataChanged,
+                path: path.into(),
+            };
+            if on_change == OnChange::Wake {
+                w.wake_watch(event);
+                continue;
+            }
+            // As the Client's I/O thread does: read again, with a new watch, then wake.
+            let node = {
+                let mut st = self.state.lock();
+                let stat = st.nodes.get(path).copied();
+                if stat.is_some() {
+                    st.watches.entry(path.to_owned()).or_default().push((
+                        w.clone(),
+                        cancel.clone(),
+                        on_change,
+                    ));
+                }
+                *st.calls.entry(Op::Watch).or_default() += 1;
+                stat.map(|stat| (stat, b"fake".to_vec()))
+            };
+            let parent = if on_change == OnChange::RereadAndCount {
+                let mut call = self.new_call(forever());
+                self.stat(path::parent(path), &mut call).unwrap()
+            } else {
+                None
+            };
+            w.wake_reread(
+                event,
+                Reread {
+                    node: Ok(node),
+                    parent,
+                },
+            );
+        }
+        answered
+    }
+
+    fn delete_background_after(&self, doomed: Doomed, after: crate::zookeeper::client::Signal) {
+        let me = self.clone();
+        thread::spawn(move || {
+            after.wait_until(Deadline::after(me.grace));
+            me.delete_background(doomed);
+        });
+    }
+
+    fn delete_background(&self, doomed: Doomed) {
+        match doomed {
+            Doomed::Node { path, .. } => self.remove(&path),
+            Doomed::Protected { parent, prefix } => {
+                let found = self
+                    .children_of(&parent)
+                    .into_iter()
+                    .find(|p| path::name(p).starts_with(&prefix));
+                if let Some(p) = found {
+                    self.remove(&p);
+                }
+            }
+        }
+    }
+
+    fn delete_guaranteed(&self, path: &str, _call: &mut Call) -> Result<()> {
+        self.remove(path);
+        Ok(())
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        Some(self.state.lock().session)
+    }
+
+    fn register(&self, waiter: &Arc<Waiter>) -> Registration {
+        self.registry.register(waiter)
+    }
+
+    fn default_data(&self) -> &[u8] {
+        b"fake"
+    }
+}
+
+const DIR: &str = "/locks/l";
+
+fn lock(fake: &Fake, driver: Arc<dyn LockDriver>) -> LockInternals<Fake> {
+    LockInternals::new(fake.clone(), DIR, "lock-", driver, Leases::Fixed(1)).unwrap()
+}
+
+fn forever() -> Deadline {
+    Deadline::after(Duration::from_secs(60))
+}
+
+/// Waits until `n` of our nodes (or contenders) are under the lock.
+fn wait_children(fake: &Fake, n: usize) {
+    let deadline = forever();
+    while fake.children_of(DIR).len() != n {
+        assert!(
+            !deadline.expired(),
+            "children never reached {n}: {:?}",
+            fake.children_of(DIR)
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until `n` watches are set (waiters parked).
+fn wait_watches(fake: &Fake, n: usize) {
+    let deadline = forever();
+    while fake.live_watches() < n {
+        assert!(!deadline.expired(), "watches never reached {n}");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[track_caller]
+fn assert_none(attempt: Option<Acquired>) {
+    assert!(attempt.is_none(), "expected no grant, got {attempt:?}");
+}
+
+fn spawn_attempt(l: &Arc<LockInternals<Fake>>) -> thread::JoinHandle<Result<Option<Acquired>>> {
+    let l = l.clone();
+    thread::spawn(move || l.attempt_lock(forever()))
+}
+
+#[test]
+fn uncontended_lock_uses_a_protected_sequential_node_and_the_czxid_as_token() {
+    let fake = Fake::new();
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    let name = path::name(&got.path);
+    assert!(
+        name.starts_with("_c_") && name.ends_with("-lock-0000000000"),
+        "{name}"
+    );
+    assert_eq!(got.token, fake.state.lock().nodes[&got.path].czxid as u64);
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+    assert!(fake.children_of(DIR).is_empty());
+}
+
+#[test]
+fn a_lost_create_reply_adopts_the_node_instead_of_orphaning_it() {
+    let fake = Fake::new();
+    fake.fail(Op::Create, Fault::LostReply);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(
+        fake.children_of(DIR),
+        std::slice::from_ref(&got.path),
+        "exactly our one node"
+    );
+    assert_eq!(
+        fake.calls(Op::Create),
+        1,
+        "found by its protection id, not made twice"
+    );
+}
+
+#[test]
+fn a_node_from_an_earlier_session_is_deleted_not_adopted() {
+    let fake = Fake::new();
+    fake.fail(Op::Create, Fault::LostReplyThenNewSession);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(got.session, 2);
+    assert_eq!(
+        fake.children_of(DIR),
+        std::slice::from_ref(&got.path),
+        "the stale node was deleted"
+    );
+    assert_eq!(fake.calls(Op::Create), 2);
+}
+
+#[test]
+fn connection_loss_at_any_step_is_retried_within_the_budget() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    fake.fail(Op::Create, Fault::ConnectionLoss);
+    fake.fail(Op::Children, Fault::ConnectionLoss);
+    fake.fail(Op::Watch, Fault::ConnectionLoss);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+    assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn the_next_waiter_takes_the_lock_without_listing_again() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    let listings = fake.calls(Op::Children);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(
+        fake.calls(Op::Children),
+        listings,
+        "granted on the head's deletion alone"
+    );
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_latch_never_marks_its_node_however_it_is_granted() {
+    // Curator's LeaderLatch watches its predecessor for deletion only; a data change would use
+    // up its watch and leave it waiting for good.
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let latch = |fake: &Fake| Arc::new(lock(fake, Arc::new(StandardDriver)).without_holder_marks());
+    let first = latch(&fake);
+    let t = spawn_attempt(&first);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    let second = latch(&fake);
+    let t2 = spawn_attempt(&second);
+    wait_children(&fake, 3);
+    wait_watches(&fake, 2);
+    // Granted on its predecessor's deletion, with a waiter behind it.
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    fake.remove(&got.path);
+    let got = t2.join().unwrap().unwrap().unwrap();
+    fake.remove(&got.path);
+    assert_eq!(fake.calls(Op::Mark), 0);
+    // A mutex marks in the same position (when marking pays, see below).
+    let holder = fake.add_contender(DIR);
+    let mutex = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
+    let t = spawn_attempt(&mutex);
+    wait_watches(&fake, 1);
+    fake.remove(&holder);
+    t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Mark), 1);
+}
+
+#[test]
+fn a_waiter_whose_own_node_vanished_is_not_granted_on_the_fast_path() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    let ours = fake
+        .children_of(DIR)
+        .into_iter()
+        .find(|c| *c != holder)
+        .unwrap();
+    fake.remove(&ours);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_ne!(got.path, ours, "granted with a node that is gone");
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_drain_lists_the_queue_once_per_waiter_not_once_per_handoff() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    // Every holder marks, as in a queue long enough for marks to pay.
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut threads = Vec::new();
+    for i in 0..5 {
+        let (l, tx) = (l.clone(), tx.clone());
+        threads.push(thread::spawn(move || {
+            let got = l.attempt_lock(forever()).unwrap().unwrap();
+            tx.send(i).unwrap();
+            // Held for longer than the follower needs to see the holder's mark.
+            thread::sleep(Duration::from_millis(20));
+            l.release(&got.path, got.session, Release::Within(None))
+                .unwrap();
+        }));
+        wait_children(&fake, i + 2);
+        wait_watches(&fake, i + 1);
+    }
+    let listings = fake.calls(Op::Children);
+    assert_eq!(listings, 5, "each waiter listed once to queue");
+    fake.remove(&holder);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let order: Vec<usize> = rx.try_iter().collect();
+    assert_eq!(order, [0, 1, 2, 3, 4], "FIFO");
+    assert_eq!(
+        fake.calls(Op::Children),
+        listings,
+        "no waiter listed again while draining"
+    );
+    assert!(fake.children_of(DIR).is_empty());
+    assert_eq!(fake.live_watches(), 0);
+}
+
+/// Takes the lock as the waiter right behind `ahead` with one more contender behind us, so that
+/// the grant marks our node.
+fn granted_with_a_mark(fake: &Fake, l: &Arc<LockInternals<Fake>>, ahead: &str) -> Acquired {
+    let t = spawn_attempt(l);
+    wait_children(fake, 2);
+    wait_watches(fake, 1);
+    fake.add_contender(DIR);
+    fake.remove(ahead);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert!(fake.calls(Op::Mark) > 0);
+    got
+}
+
+/// The contender a previous `granted_with_a_mark` left behind its holder.
+fn last_contender(fake: &Fake) -> String {
+    fake.children_of(DIR)
+        .pop()
+        .expect("the contender behind the last holder")
+}
+
+fn wait_gone(fake: &Fake, path: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.children_of(DIR).iter().any(|c| c == path) {
+        assert!(std::time::Instant::now() < deadline, "{path} never deleted");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_release_waits_for_its_marks_answer_before_it_deletes() {
+    let fake = Fake::new();
+    fake.answer_marks_later();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
+    let got = granted_with_a_mark(&fake, &l, &holder);
+    let release = {
+        let (l, path) = (l.clone(), got.path.clone());
+        thread::spawn(move || l.release(&path, got.session, Release::Within(None)))
+    };
+    thread::sleep(Duration::from_millis(100));
+    assert!(
+        fake.children_of(DIR).contains(&got.path),
+        "deleted before the mark was answered: the waiter behind would list again"
+    );
+    fake.answer_marks();
+    release.join().unwrap().unwrap();
+    assert!(!fake.children_of(DIR).contains(&got.path));
+
+    // A guard's release returns at once; its background delete waits for the answer too.
+    fake.answer_marks_later();
+    let got = granted_with_a_mark(&fake, &l, &last_contender(&fake));
+    l.release(&got.path, got.session, Release::Background)
+        .unwrap();
+    thread::sleep(Duration::from_millis(100));
+    assert!(
+        fake.children_of(DIR).contains(&got.path),
+        "deleted in the background before the mark was answered"
+    );
+    fake.answer_marks();
+    wait_gone(&fake, &got.path);
+}
+
+/// A mark whose answer never comes (the connection broke under it) holds a release up only
+/// until the release's bound, and the node is deleted all the same.
+#[test]
+fn a_mark_never_answered_holds_a_release_up_only_until_its_bound() {
+    let fake = Fake {
+        grace: Duration::from_millis(200),
+        ..Fake::new()
+    };
+    fake.answer_marks_later();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(0));
+    let got = granted_with_a_mark(&fake, &l, &holder);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let (l, path) = (l.clone(), got.path.clone());
+        thread::spawn(move || {
+            let _ = tx.send(l.release(&path, got.session, Release::Within(None)));
+        });
+    }
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the release waited for the mark past its bound")
+        .unwrap();
+    wait_gone(&fake, &got.path);
+
+    // The same for a guard's background delete (bounded by the operation timeout).
+    let got = granted_with_a_mark(&fake, &l, &last_contender(&fake));
+    l.release(&got.path, got.session, Release::Background)
+        .unwrap();
+    wait_gone(&fake, &got.path);
+}
+
+/// The mark only where it pays: a holder marks when the listing it was granted on held at
+/// least `marking_from` other nodes, and by default a short queue gets no mark.
+#[test]
+fn a_holder_marks_only_when_its_queue_was_long_enough() {
+    // Granted on a listing [ours, c1, c2]: two others.
+    let marks_with = |from: Option<usize>| {
+        let fake = Fake::new();
+        let head = fake.add_contender(DIR);
+        let second = fake.add_contender(DIR);
+        let l = lock(&fake, Arc::new(StandardDriver));
+        let l = Arc::new(match from {
+            Some(n) => l.marking_from(n),
+            None => l,
+        });
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 3);
+        wait_watches(&fake, 1); // on `second`, which is not the head: no fast path
+        fake.add_contender(DIR);
+        fake.add_contender(DIR);
+        fake.remove(&head);
+        fake.remove(&second);
+        t.join().unwrap().unwrap().unwrap();
+        fake.calls(Op::Mark)
+    };
+    assert_eq!(marks_with(Some(2)), 1, "two others behind: marks");
+    assert_eq!(marks_with(Some(3)), 0, "fewer than three: no mark");
+    assert_eq!(marks_with(None), 0, "a queue of three is short by default");
+}
+
+/// The node ahead is read again as its mark's event comes in (by the Client's I/O thread), not
+/// when the waiter behind gets to run: a holder that marks and releases at once hands over
+/// without a listing, however late its follower wakes.
+#[test]
+fn a_follower_woken_after_the_marked_holder_went_takes_over_without_listing() {
+    let fake = Fake::new();
+    let head = fake.add_contender(DIR);
+    let ahead = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 3);
+    wait_watches(&fake, 1); // on `ahead`, which is not the head: its delete alone says nothing
+    let listings = fake.calls(Op::Children);
+    {
+        // `ahead` is granted, marks its node and releases before we can ask anything.
+        let _held_up = fake.watch_gate.lock();
+        fake.remove(&head);
+        let _ = fake.mark_holder(&ahead, b"");
+        fake.remove(&ahead);
+    }
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Children), listings, "listed the queue again");
+    assert_eq!(fake.children_of(DIR), [got.path]);
+    assert_eq!(fake.live_watches(), 0);
+}
+
+/// A waiter that listed a short queue but then sees the holder ahead mark its node (the holder
+/// saw a long one) counts the queue with one stat of the parent, and marks in its turn if the
+/// queue is long: a drain is marked from its first handoffs on, not only once the waiters'
+/// listings were long. Without the mark it counts nothing.
+#[test]
+fn a_waiter_behind_a_marked_holder_counts_the_queue_and_marks_if_it_grew() {
+    let run = |joined_behind: usize| {
+        let fake = Fake::new();
+        let head = fake.add_contender(DIR);
+        let ahead = fake.add_contender(DIR);
+        let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(3));
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 3); // listed [head, ahead, ours]: 2 others, short
+        wait_watches(&fake, 1);
+        for _ in 0..joined_behind {
+            fake.add_contender(DIR);
+        }
+        fake.remove(&head);
+        let _ = fake.mark_holder(&ahead, b"");
+        wait_prime(&fake);
+        let stats = fake.calls(Op::Stat);
+        fake.remove(&ahead);
+        let got = t.join().unwrap().unwrap().unwrap();
+        (stats, fake.calls(Op::Mark) - 1, got)
+    };
+    let (stats, marks, _) = run(2);
+    assert_eq!((stats, marks), (1, 1), "counted 4 others now: marks");
+    let (stats, marks, _) = run(0);
+    assert_eq!((stats, marks), (1, 0), "still 2 others: no mark");
+
+    // Behind a holder that did not mark, nothing is counted.
+    let fake = Fake::new();
+    let head = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)).marking_from(3));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    fake.remove(&head);
+    t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.calls(Op::Stat), 0);
+}
+
+/// Waits until a waiter has read its own node (it saw the holder ahead of it hold).
+fn wait_prime(fake: &Fake) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.calls(Op::Prime) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never primed");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_waiter_behind_a_non_head_lists_again_and_keeps_queue_order() {
+    let fake = Fake::new();
+    let first = fake.add_contender(DIR);
+    let second = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = {
+        let l = l.clone();
+        thread::spawn(move || l.attempt_lock(Deadline::after(Duration::from_secs(60))))
+    };
+    wait_children(&fake, 3);
+    wait_watches(&fake, 1);
+    // The second contender leaves first: we now wait on the first, still not holding.
+    fake.remove(&second);
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        !t.is_finished(),
+        "granted while an earlier node still holds"
+    );
+    fake.remove(&first);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_holder_gone_before_the_watch_is_set_hands_over_without_another_request() {
+    let fake = Fake {
+        lists_with_create: true,
+        ..Fake::new()
+    };
+    let holder = fake.add_contender(DIR);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // Our create's listing shows the holder at the head; it releases before our watch is set.
+    fake.remove_before_next_watch(&holder);
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&got.path));
+    // The listing, one round trip ago, showed our node: as for a free lock, no other read.
+    let reads = |fake: &Fake| {
+        [Op::ListWithCreate, Op::Children, Op::Watch, Op::Prime].map(|op| fake.calls(op))
+    };
+    assert_eq!(reads(&fake), [1, 0, 1, 0]);
+    assert!(got.primed.is_none());
+    assert_eq!(fake.live_watches(), 0);
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+
+    // The node ahead of us did not head the listing: someone may still hold, so we list again
+    // and wait for the head.
+    let first = fake.add_contender(DIR);
+    let second = fake.add_contender(DIR);
+    fake.remove_before_next_watch(&second);
+    let l = Arc::new(l);
+    let t = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    assert_eq!(fake.calls(Op::Children), 1, "listed again");
+    thread::sleep(Duration::from_millis(50));
+    assert!(!t.is_finished(), "granted while the head still holds");
+    fake.remove(&first);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn our_node_vanishing_while_waiting_starts_over_without_orphans() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    let ours = fake
+        .children_of(DIR)
+        .into_iter()
+        .find(|p| *p != holder)
+        .unwrap();
+    fake.remove(&ours);
+    fake.registry.wake_all();
+    wait_children(&fake, 2);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_ne!(got.path, ours);
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn a_session_change_while_waiting_recreates_the_node_in_the_new_session() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    fake.new_session();
+    wait_children(&fake, 2);
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(
+        got.session, 2,
+        "granted only to a node of the current session"
+    );
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn order_survives_the_signed_sequence_wrap() {
+    let fake = Fake::new();
+    fake.state
+        .lock()
+        .next_seq
+        .insert(DIR.into(), i32::MAX as i64);
+    let holder = fake.add_contender(DIR);
+    assert!(holder.ends_with("-lock-2147483647"), "{holder}");
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // Our node is -2147483648: it sorts after the holder, so we must not get the lock.
+    let timed_out = l
+        .attempt_lock(Deadline::after(Duration::from_millis(100)))
+        .unwrap();
+    assert_none(timed_out);
+    assert_eq!(
+        fake.children_of(DIR),
+        std::slice::from_ref(&holder),
+        "the timed-out node was deleted"
+    );
+    let t = thread::spawn(move || l.attempt_lock(forever()));
+    wait_children(&fake, 2);
+    assert!(fake
+        .children_of(DIR)
+        .iter()
+        .any(|p| p.ends_with("-lock--2147483647")));
+    fake.remove(&holder);
+    assert!(t.join().unwrap().unwrap().is_some());
+}
+
+#[test]
+fn timeout_deletes_our_node_and_leaves_no_watch() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    assert_none(
+        l.attempt_lock(Deadline::after(Duration::from_millis(50)))
+            .unwrap(),
+    );
+    assert_eq!(fake.children_of(DIR), [holder]);
+    assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn an_unfair_newcomer_sorting_ahead_of_the_holder_does_not_cut_in() {
+    let fake = Fake::new();
+    // A holder whose random digits sort last, already claimed (marked).
+    let holder = format!("{DIR}/_c_{}-lock-9999999999", uuid::Uuid::new_v4());
+    fake.state.lock().nodes.insert(
+        holder.clone(),
+        Stat {
+            czxid: 1,
+            version: 1,
+            ..Stat::default()
+        },
+    );
+    let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
+    assert_none(
+        l.attempt_lock(Deadline::after(Duration::from_millis(100)))
+            .unwrap(),
+    );
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    assert!(!t.is_finished(), "granted while the holder holds");
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+#[test]
+fn unfair_tokens_come_from_a_write_at_grant_time() {
+    let fake = Fake::new();
+    let l = lock(&fake, Arc::new(UnfairDriver));
+    let a = l.attempt_lock(forever()).unwrap().unwrap();
+    let node = fake.state.lock().nodes[&a.path];
+    assert_eq!(node.ephemeral_owner, 1);
+    assert!(a.token > node.czxid as u64 - 1 && a.token == node.mzxid as u64);
+    l.release(&a.path, a.session, Release::Within(None))
+        .unwrap();
+    let b = l.attempt_lock(forever()).unwrap().unwrap();
+    assert!(b.token > a.token);
+    let _ = CreateMode::Ephemeral;
+}
+
+/// A mock driver: newest node first, so the algorithm's order comes from the driver alone.
+struct NewestFirst;
+
+impl LockDriver for NewestFirst {
+    fn create_lock_node(&self, lock_name: &str) -> crate::zookeeper::locks::LockNode {
+        crate::zookeeper::locks::LockNode::new(lock_name, CreateMode::EphemeralSequential)
+    }
+
+    fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
+        u64::MAX - crate::zookeeper::locks::driver::sequence_key(node, lock_name)
+    }
+}
+
+#[test]
+fn the_driver_alone_decides_order_and_leases() {
+    let fake = Fake::new();
+    let older = fake.add_contender(DIR);
+    let newest_first = lock(&fake, Arc::new(NewestFirst));
+    let got = newest_first
+        .attempt_lock(forever())
+        .unwrap()
+        .expect("newest goes first");
+    assert_eq!(
+        newest_first.participant_nodes().unwrap(),
+        [got.path.clone(), older.clone()]
+    );
+    newest_first
+        .release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+
+    // Two leases: two holders at once, the third waits.
+    let two = LockInternals::new(
+        fake.clone(),
+        DIR,
+        "lock-",
+        Arc::new(StandardDriver),
+        Leases::Fixed(2),
+    )
+    .unwrap();
+    let second = two.attempt_lock(forever()).unwrap().expect("second lease");
+    assert_none(
+        two.attempt_lock(Deadline::after(Duration::from_millis(50)))
+            .unwrap(),
+    );
+    fake.remove(&older);
+    assert!(two.attempt_lock(forever()).unwrap().is_some());
+    two.release(&second.path, second.session, Release::Within(None))
+        .unwrap();
+}
+
+/// A driver whose lock nodes outlive sessions (Curator's `testPersistentLock`).
+struct PersistentDriver;
+
+impl LockDriver for PersistentDriver {
+    fn create_lock_node(&self, lock_name: &str) -> crate::zookeeper::locks::LockNode {
+        crate::zookeeper::locks::LockNode::new(lock_name, CreateMode::PersistentSequential)
+    }
+
+    fn sorts_by_creation(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_persistent_lock_node_is_granted_and_survives_a_session_change() {
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(PersistentDriver)));
+    // Before: the node's owner (0) never matched the session and the attempt restarted
+    // forever (120,708 creates in 2 s).
+    let got = l.attempt_lock(forever()).unwrap().expect("granted");
+    assert_eq!(got.session, 0);
+    assert_eq!(fake.calls(Op::Create), 1);
+    let waiter = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    fake.new_session();
+    assert_eq!(
+        fake.children_of(DIR).len(),
+        2,
+        "persistent nodes outlive the session"
+    );
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+    let next = waiter.join().unwrap().unwrap().expect("the waiter is next");
+    assert_eq!(fake.children_of(DIR), [next.path]);
+}
+
+#[test]
+fn a_lost_create_reply_then_a_timeout_leaves_no_node() {
+    let fake = Fake {
+        grace: Duration::ZERO,
+        ..Fake::new()
+    };
+    fake.fail(Op::Create, Fault::LostReply);
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // The server made the node, the reply was lost, and the deadline ran out before the retry
+    // could find it by its protection id: it must still go.
+    let got = l.attempt_lock(Deadline::after(Duration::ZERO)).unwrap();
+    assert_none(got);
+    assert_eq!(fake.calls(Op::Create), 1);
+    assert_eq!(fake.children_of(DIR), Vec::<String>::new(), "orphaned node");
+}
+
+#[test]
+fn a_lost_create_reply_then_a_spent_budget_leaves_no_node() {
+    let fake = Fake::new();
+    fake.fail(Op::Create, Fault::LostReply);
+    for _ in 0..20 {
+        fake.fail(Op::Children, Fault::ConnectionLoss);
+    }
+    let l = lock(&fake, Arc::new(StandardDriver));
+    let got = l.attempt_lock(forever());
+    assert!(matches!(got, Err(Error::ConnectionLoss)), "{got:?}");
+    assert_eq!(fake.children_of(DIR), Vec::<String>::new(), "orphaned node");
+}
+
+#[test]
+fn try_makes_one_attempt_without_a_watch() {
+    let fake = Fake {
+        grace: Duration::ZERO,
+        ..Fake::new()
+    };
+    let l = lock(&fake, Arc::new(StandardDriver));
+    // A free lock is granted even though the wait is zero and the round trips are not free.
+    let got = l.attempt_lock(Deadline::after(Duration::ZERO)).unwrap();
+    let got = got.expect("a free lock is granted to a zero wait");
+    let other = lock(&fake, Arc::new(StandardDriver));
+    let refused = other.attempt_lock(Deadline::after(Duration::ZERO));
+    assert!(matches!(refused, Ok(None)), "{refused:?}");
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&got.path));
+    assert_eq!(fake.calls(Op::Watch), 0, "a try never watches");
+    assert_eq!(fake.live_watches(), 0);
+}
+
+#[test]
+fn cancel_ends_a_parked_waiter_and_deletes_its_node() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let waiters: Vec<_> = (0..2).map(|_| spawn_attempt(&l)).collect();
+    wait_watches(&fake, 2);
+    l.cancel_waiters();
+    for w in waiters {
+        let got = w.join().unwrap();
+        assert!(matches!(got, Err(Error::Cancelled)), "{got:?}");
+    }
+    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
+    assert_eq!(fake.live_watches(), 0);
+    // Later attempts are not cancelled.
+    let later = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    fake.remove(&holder);
+    assert!(later.join().unwrap().unwrap().is_some());
+}
+
+#[test]
+fn the_listing_that_comes_with_the_create_is_the_first_listing() {
+    let fake = Fake {
+        lists_with_create: true,
+        ..Fake::new()
+    };
+    // Free: granted on the listing that came with the create, none other.
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let got = l.attempt_lock(forever()).unwrap().unwrap();
+    assert_eq!(
+        (fake.calls(Op::ListWithCreate), fake.calls(Op::Children)),
+        (1, 0)
+    );
+    // Held: a waiter finds the holder in that listing, watches it, and takes the lock when it
+    // goes, without a listing of its own.
+    let t = spawn_attempt(&l);
+    wait_children(&fake, 2);
+    wait_watches(&fake, 1);
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+    let next = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [next.path]);
+    assert_eq!(
+        (fake.calls(Op::ListWithCreate), fake.calls(Op::Children)),
+        (2, 0)
+    );
+    // A driver that claims reads the parent before it lists: it lists on its own.
+    let claiming = lock(&fake, Arc::new(UnfairDriver));
+    assert_none(
+        claiming
+            .attempt_lock(Deadline::after(Duration::ZERO))
+            .unwrap(),
+    );
+    assert_eq!(fake.calls(Op::ListWithCreate), 2);
+    assert!(fake.calls(Op::Children) > 0);
+}
+
+#[test]
+fn a_waiter_behind_the_holder_takes_the_lock_without_a_request_when_it_goes() {
+    let fake = Fake::new();
+    let holder = fake.add_contender(DIR);
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let t = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    // Our own node was read (with the keeper's watch) while the holder held.
+    let deadline = forever();
+    while fake.calls(Op::Prime) == 0 {
+        assert!(!deadline.expired(), "our node was never read");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let before: Vec<usize> = [Op::Children, Op::Watch, Op::Prime]
+        .iter()
+        .map(|&op| fake.calls(op))
+        .collect();
+    fake.remove(&holder);
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert!(
+        got.primed.is_some(),
+        "the keeper starts from the read made while waiting"
+    );
+    let after: Vec<usize> = [Op::Children, Op::Watch, Op::Prime]
+        .iter()
+        .map(|&op| fake.calls(op))
+        .collect();
+    assert_eq!(before, after, "the handoff made a request");
+}

@@ -1,0 +1,22 @@
+//! The ZooKeeper lock recipes: one algorithm (`internals`), drivers, and thin recipes on top.
+
+mod driver;
+mod internals;
+mod multi;
+mod mutex;
+mod read_write;
+mod reentrant;
+mod revocation;
+mod semaphore;
+mod semaphore_mutex;
+mod shared_count;
+
+pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
+pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
+pub use self::multi::InterProcessMultiLock;
+pub use self::mutex::{InterProcessMutex, MutexGuard};
+pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
+pub use self::revocation::Revoker;
+pub use self::semaphore::{InterProcessSemaphoreV2, Lease};
+pub use self::semaphore_mutex::InterProcessSemaphoreMutex;
+pub use self::shared_count::{SharedCount, VersionedCount};

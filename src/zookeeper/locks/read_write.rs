@@ -1,0 +1,524 @@
+//! InterProcessReadWriteLock: Curator's read-write lock, two drivers over one lock path.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
+use super::reentrant::Reentrant;
+use crate::core::channel::Receiver;
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::health::HealthEvent;
+use crate::core::health::LockHealth;
+use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::zookeeper::client::{AclProvider, Client, CreateMode, SharedAcl};
+
+/// Curator's node names: `<path>/_c_<uuid>-__READ__<seq>` and `..-__WRIT__<seq>`.
+const READ_LOCK_NAME: &str = "__READ__";
+const WRITE_LOCK_NAME: &str = "__WRIT__";
+
+/// Readers and writers sort together, by sequence. A downgrading writer's read node carries the
+/// writer's sequence before its own (`__READ__<writer seq><own seq>`, Curator 5.5's fix of
+/// CURATOR-621), so it sorts right behind the writer's node and ahead of everyone who queued
+/// after the writer; as text, the same order Curator's string sort gives.
+fn rw_sort_key(node: &str) -> u64 {
+    let (name, digits) = match node.rfind(WRITE_LOCK_NAME) {
+        Some(i) => (WRITE_LOCK_NAME, &node[i + WRITE_LOCK_NAME.len()..]),
+        None => match node.rfind(READ_LOCK_NAME) {
+            Some(i) => (READ_LOCK_NAME, &node[i + READ_LOCK_NAME.len()..]),
+            None => return u64::MAX,
+        },
+    };
+    // A sequence is 10 digits, or a minus and 10 digits past the signed wrap.
+    let first = if digits.starts_with('-') { 11 } else { 10 };
+    let seq = |d: &str| sequence_key(&format!("{name}{d}"), name);
+    match digits.get(first..) {
+        Some(own) if !own.is_empty() && name == READ_LOCK_NAME => {
+            let own = seq(own).saturating_add(1).min(u64::from(u32::MAX));
+            (seq(&digits[..first]) << 32) | own
+        }
+        _ => seq(digits).saturating_mul(1 << 32),
+    }
+}
+
+/// The read node a writer takes when it downgrades: named after its write node's sequence.
+fn downgrade_node(write_node: &str) -> Option<LockNode> {
+    let i = write_node.rfind(WRITE_LOCK_NAME)?;
+    let seq = &write_node[i + WRITE_LOCK_NAME.len()..];
+    Some(LockNode::new(
+        format!("{READ_LOCK_NAME}{seq}"),
+        CreateMode::EphemeralSequential,
+    ))
+}
+
+/// Writers: exclusive and fair against readers and writers alike.
+struct WriteDriver;
+
+impl LockDriver for WriteDriver {
+    fn create_lock_node(&self, _lock_name: &str) -> LockNode {
+        LockNode::new(WRITE_LOCK_NAME, CreateMode::EphemeralSequential)
+    }
+
+    fn sort_key(&self, node: &str, _lock_name: &str) -> u64 {
+        rw_sort_key(node)
+    }
+
+    // Not creation order: a downgrading writer's read node (ours or a Curator 5.5 process's)
+    // sorts ahead of nodes created before it, so a writer must list again when the node it
+    // watches goes rather than take the lock on the deletion alone.
+}
+
+/// Readers: granted while no writer is queued ahead; else wait on the first writer ahead.
+struct ReadDriver;
+
+impl LockDriver for ReadDriver {
+    fn create_lock_node(&self, _lock_name: &str) -> LockNode {
+        LockNode::new(READ_LOCK_NAME, CreateMode::EphemeralSequential)
+    }
+
+    fn gets_the_lock(
+        &self,
+        children: &[String],
+        our_node: &str,
+        _max_leases: usize,
+    ) -> Result<Predicate> {
+        let ours = children
+            .iter()
+            .position(|c| c == our_node)
+            .ok_or_else(|| Error::NoNode(our_node.to_owned()))?;
+        match children[..ours]
+            .iter()
+            .find(|c| c.contains(WRITE_LOCK_NAME))
+        {
+            None => Ok(Predicate::Granted),
+            Some(writer) => Ok(Predicate::Watch(writer.clone())),
+        }
+    }
+
+    fn sort_key(&self, node: &str, _lock_name: &str) -> u64 {
+        rw_sort_key(node)
+    }
+}
+
+struct Inner {
+    read: Reentrant,
+    write: Reentrant,
+}
+
+/// Curator's `InterProcessReadWriteLock`: many readers or one writer, on one path shared with
+/// Curator processes (`_c_<uuid>-__READ__<seq>` / `_c_<uuid>-__WRIT__<seq>`).
+///
+/// # Fairness
+/// Writers are granted in queue order against readers and writers alike; a reader is granted
+/// while no writer is queued ahead of it, so a queued writer is never starved by later readers.
+///
+/// # Re-entrancy, downgrade and upgrade
+/// Both halves are re-entrant per (lock object, thread). The thread holding the write lock may
+/// take the read lock (downgrade) at once, as Curator does: its read node is named after its
+/// write node (`__READ__<writer seq><seq>`, Curator 5.5), so when it then releases the write
+/// lock the readers queued meanwhile get in beside it — Java readers too — while a queued writer
+/// still waits for the downgraded read (CURATOR-621: Curator 5.4 let that writer in). Taking the
+/// write lock while holding the read lock (upgrade) would wait for itself forever — Curator
+/// deadlocks there; zklock refuses it with [`Error::WouldDeadlock`].
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let rw = zklock::InterProcessReadWriteLock::new(&client, "/locks/catalog")?;
+/// {
+///     let _r = rw.read_lock().lock()?;   // shared with other readers
+/// }
+/// let w = rw.write_lock().lock()?;       // exclusive
+/// let r = rw.read_lock().lock()?;        // downgrade
+/// w.release()?;                          // still reading; no writer got in between
+/// r.release()?;
+/// # Ok(()) }
+/// ```
+pub struct InterProcessReadWriteLock {
+    read: ReadLock,
+    write: WriteLock,
+}
+
+impl std::fmt::Debug for InterProcessReadWriteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterProcessReadWriteLock")
+            .field("path", &self.read.inner.read.internals.path)
+            .finish()
+    }
+}
+
+impl InterProcessReadWriteLock {
+    /// A read-write lock on `path`.
+    pub fn new(client: &Client, path: &str) -> Result<InterProcessReadWriteLock> {
+        let inner = Arc::new(Inner {
+            read: Reentrant::new(client, path, READ_LOCK_NAME, Arc::new(ReadDriver))?,
+            write: Reentrant::new(client, path, WRITE_LOCK_NAME, Arc::new(WriteDriver))?,
+        });
+        Ok(InterProcessReadWriteLock {
+            read: ReadLock {
+                inner: inner.clone(),
+            },
+            write: WriteLock { inner },
+        })
+    }
+
+    /// The ACL provider for the nodes both halves create from now on, and for the parents it
+    /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
+    pub fn set_acl_provider(&self, provider: impl AclProvider) {
+        let provider: SharedAcl = Arc::new(provider);
+        self.read
+            .inner
+            .read
+            .internals
+            .set_acl_provider(provider.clone());
+        self.read.inner.write.internals.set_acl_provider(provider);
+    }
+
+    /// Data for the nodes both halves create from now on (Curator's `lockData`), e.g. the
+    /// host name, so that a holder can be told by its node. At most 1 MiB.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.read.set_node_data(data)?;
+        self.write.set_node_data(data)
+    }
+
+    /// The shared half.
+    pub fn read_lock(&self) -> &ReadLock {
+        &self.read
+    }
+
+    /// The exclusive half.
+    pub fn write_lock(&self) -> &WriteLock {
+        &self.write
+    }
+}
+
+/// The read half of an [`InterProcessReadWriteLock`]. Clones share the lock (and its
+/// per-thread holds), so a half can be moved on its own.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let rw = zklock::InterProcessReadWriteLock::new(&client, "/locks/catalog")?;
+/// if rw.read_lock().acquire_timeout(std::time::Duration::from_secs(5))? {
+///     rw.read_lock().release()?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ReadLock {
+    inner: Arc<Inner>,
+}
+
+/// The write half of an [`InterProcessReadWriteLock`]. Clones share the lock.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// let rw = zklock::InterProcessReadWriteLock::new(&client, "/locks/catalog")?;
+/// let guard = rw.write_lock().lock()?;
+/// println!("token {}", guard.fencing_token());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct WriteLock {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ReadLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadLock")
+            .field("path", &self.inner.read.internals.path)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WriteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteLock")
+            .field("path", &self.inner.write.internals.path)
+            .finish()
+    }
+}
+
+impl ReadLock {
+    fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
+        if let Some(write_node) = self.inner.write.lock_node() {
+            // A downgrade: granted at once, as Curator grants the write holder's read.
+            if !self.inner.read.reenter() {
+                let node = downgrade_node(&write_node)
+                    .ok_or_else(|| Error::ZooKeeper(format!("{write_node:?} is no write node")))?;
+                self.inner.read.acquire_held(node)?;
+            }
+            return Ok(true);
+        }
+        self.inner.read.acquire_until(deadline)
+    }
+
+    /// Data for the read nodes this half creates from now on.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.inner.read.internals.set_node_data(Some(data.to_vec()))
+    }
+
+    /// Whether the calling thread holds a read lock.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.inner.read.is_owned_by_current_thread()
+    }
+
+    /// Whether any thread of this process holds a read lock through this object.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.inner.read.is_acquired_in_this_process()
+    }
+
+    /// Curator's `makeRevocable` for the read lock: see
+    /// [`InterProcessMutex::make_revocable`](crate::InterProcessMutex::make_revocable).
+    pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        self.inner.read.make_revocable(listener)
+    }
+
+    /// Full paths of the readers' nodes, in queue order.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        self.inner.read.internals.participant_nodes()
+    }
+
+    /// A channel receiving every later health change of read holds through this object.
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
+        self.inner.read.health_events()
+    }
+
+    /// The calling thread's read hold's health, if it holds the read lock.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.inner.read.health()
+    }
+
+    /// The calling thread's read hold's fencing token (readers share: not unique among
+    /// concurrent readers).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner.read.fencing_token()
+    }
+
+    /// The calling thread's read node, if it holds the read lock.
+    pub fn lock_node(&self) -> Option<String> {
+        self.inner.read.lock_node()
+    }
+}
+
+impl WriteLock {
+    fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
+        if self.inner.write.reenter() {
+            return Ok(true);
+        }
+        if self.inner.read.is_owned_by_current_thread() {
+            return Err(Error::WouldDeadlock);
+        }
+        self.inner.write.acquire_until(deadline)
+    }
+
+    /// Data for the write nodes this half creates from now on.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.inner
+            .write
+            .internals
+            .set_node_data(Some(data.to_vec()))
+    }
+
+    /// Whether the calling thread holds the write lock.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.inner.write.is_owned_by_current_thread()
+    }
+
+    /// Whether any thread of this process holds the write lock through this object.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.inner.write.is_acquired_in_this_process()
+    }
+
+    /// Curator's `makeRevocable` for the write lock: see
+    /// [`InterProcessMutex::make_revocable`](crate::InterProcessMutex::make_revocable).
+    pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        self.inner.write.make_revocable(listener)
+    }
+
+    /// Full paths of the writers' nodes, in queue order.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        self.inner.write.internals.participant_nodes()
+    }
+
+    /// A channel receiving every later health change of write holds through this object.
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
+        self.inner.write.health_events()
+    }
+
+    /// The calling thread's write hold's health, if it holds the write lock.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.inner.write.health()
+    }
+
+    /// The calling thread's fencing token, if it holds the write lock.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner.write.fencing_token()
+    }
+
+    /// The calling thread's write node, if it holds the write lock.
+    pub fn lock_node(&self) -> Option<String> {
+        self.inner.write.lock_node()
+    }
+}
+
+forward_lock_api!(ReadLock);
+forward_lock_api!(WriteLock);
+
+impl Sealed for ReadLock {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        ReadLock::acquire_until(self, Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.inner.read.release(how)
+    }
+
+    fn cancel(&self) {
+        self.inner.read.cancel_waiters()
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.inner.read.is_acquired_in_this_process()
+    }
+}
+
+impl Sealed for WriteLock {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        WriteLock::acquire_until(self, Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.inner.write.release(how)
+    }
+
+    fn cancel(&self) {
+        self.inner.write.cancel_waiters()
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.inner.write.is_acquired_in_this_process()
+    }
+}
+
+impl Lock for ReadLock {
+    /// The czxid of the reader's node (readers share: not unique among concurrent readers).
+    fn fencing_token(&self) -> Option<u64> {
+        self.inner.read.fencing_token()
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        self.inner.read.health()
+    }
+}
+
+impl Lock for WriteLock {
+    fn fencing_token(&self) -> Option<u64> {
+        self.inner.write.fencing_token()
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        self.inner.write.health()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn readers_share_until_a_writer_is_queued_ahead() {
+        let c = names(&[
+            "a-__READ__0000000001",
+            "b-__READ__0000000002",
+            "c-__WRIT__0000000003",
+        ]);
+        assert_eq!(
+            ReadDriver.gets_the_lock(&c, &c[1], 1).unwrap(),
+            Predicate::Granted
+        );
+        let c = names(&[
+            "a-__READ__0000000001",
+            "w-__WRIT__0000000002",
+            "x-__WRIT__0000000003",
+            "r-__READ__0000000004",
+        ]);
+        assert_eq!(
+            ReadDriver.gets_the_lock(&c, &c[3], 1).unwrap(),
+            Predicate::Watch(c[1].clone())
+        );
+        assert_eq!(
+            WriteDriver.gets_the_lock(&c, &c[1], 1).unwrap(),
+            Predicate::Watch(c[0].clone())
+        );
+        assert!(ReadDriver.gets_the_lock(&c, "gone", 1).is_err());
+    }
+
+    #[test]
+    fn readers_and_writers_sort_by_sequence_together() {
+        let mut c = names(&[
+            "z-__WRIT__0000000003",
+            "y-__READ__0000000001",
+            "a-__READ__0000000002",
+        ]);
+        c.sort_by_key(|n| rw_sort_key(n));
+        assert_eq!(
+            c,
+            names(&[
+                "y-__READ__0000000001",
+                "a-__READ__0000000002",
+                "z-__WRIT__0000000003"
+            ])
+        );
+    }
+
+    #[test]
+    fn a_downgraded_read_sorts_behind_its_writer_and_ahead_of_later_nodes() {
+        let w = "w-__WRIT__0000000005";
+        let down = downgrade_node(w).unwrap();
+        assert_eq!(down.name, "__READ__0000000005");
+        let mut c = names(&[
+            "r2-__READ__0000000008",
+            "d-__READ__00000000050000000009",
+            "w2-__WRIT__0000000006",
+            w,
+            "r1-__READ__0000000007",
+            "old-__READ__0000000004",
+        ]);
+        c.sort_by_key(|n| rw_sort_key(n));
+        // As Curator's string sort of what follows the lock name orders them.
+        let mut curator = c.clone();
+        curator.sort_by_key(|n| n.split("__").last().unwrap().to_owned());
+        assert_eq!(c, curator);
+        assert_eq!(
+            c,
+            names(&[
+                "old-__READ__0000000004",
+                w,
+                "d-__READ__00000000050000000009",
+                "w2-__WRIT__0000000006",
+                "r1-__READ__0000000007",
+                "r2-__READ__0000000008",
+            ])
+        );
+        // Once the writer goes, the queued writer waits for the downgraded read.
+        let after: Vec<String> = c.iter().filter(|n| *n != w).cloned().collect();
+        assert_eq!(
+            WriteDriver
+                .gets_the_lock(&after, "w2-__WRIT__0000000006", 1)
+                .unwrap(),
+            Predicate::Watch("d-__READ__00000000050000000009".into())
+        );
+        // Past the signed wrap, a minus and ten digits.
+        let neg = rw_sort_key("d-__READ__-00000000010000000003");
+        assert!(neg > rw_sort_key("w-__WRIT__-0000000001"));
+    }
+}
