@@ -32,7 +32,7 @@ pub enum Error {
     /// [`ClientBuilder::connect`](crate::ClientBuilder::connect) could not open a session within
     /// the connection timeout; `cause` says why the last attempt failed (a refused port, a
     /// name that does not resolve, no right to create the namespace, ...).
-    #[error("cannot connect to ZooKeeper at {hosts}")]
+    #[error("cannot connect to {hosts}")]
     ConnectFailed {
         /// The hosts tried.
         hosts: String,
@@ -60,11 +60,11 @@ pub enum Error {
     Tls(String),
     /// The connection was lost and the retry policy (or the call's deadline) gave up; the session
     /// may still be alive. Retrying later may succeed.
-    #[error("connection to ZooKeeper lost")]
+    #[error("connection to the server lost")]
     ConnectionLoss,
     /// The ZooKeeper session ended; ephemeral nodes of it are gone. The [`Client`](crate::Client)
     /// opens a new session by itself.
-    #[error("ZooKeeper session expired")]
+    #[error("session expired")]
     SessionExpired,
     /// The call's deadline passed before it could complete.
     #[error("operation timed out")]
@@ -193,42 +193,5 @@ mod tests {
     fn error_is_send_sync_static() {
         fn check<T: Send + Sync + 'static + std::error::Error>() {}
         check::<Error>();
-    }
-
-    #[test]
-    fn wire_errors_map_by_what_the_caller_can_do() {
-        use zookeeper_client::Error as Zk;
-        assert_eq!(
-            Error::from_zk(Zk::ConnectionLoss, "/a"),
-            Error::ConnectionLoss
-        );
-        assert_eq!(
-            Error::from_zk(Zk::SessionMoved, "/a"),
-            Error::ConnectionLoss
-        );
-        assert_eq!(
-            Error::from_zk(Zk::SessionExpired, "/a"),
-            Error::SessionExpired
-        );
-        assert_eq!(Error::from_zk(Zk::NoNode, "/a"), Error::NoNode("/a".into()));
-        assert_eq!(Error::from_zk(Zk::NoAuth, "/a"), Error::NoAuth("/a".into()));
-        assert!(matches!(
-            Error::from_zk(Zk::AuthFailed, "/a"),
-            Error::AuthFailed(_)
-        ));
-        assert!(matches!(
-            Error::from_zk(Zk::InvalidAcl, "/a"),
-            Error::InvalidArgument(_)
-        ));
-        assert_eq!(
-            Error::from_zk(Zk::NoChildrenForEphemerals, "/a/b"),
-            Error::NoChildrenForEphemerals("/a/b".into())
-        );
-        assert!(matches!(
-            Error::from_zk(Zk::Unimplemented, "/a"),
-            Error::ZooKeeper(_)
-        ));
-        assert!(Error::ConnectionLoss.is_retryable());
-        assert!(!Error::SessionExpired.is_retryable());
     }
 }

@@ -7,7 +7,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::channel::Receiver;
-use super::listeners::Listeners;
+use super::listeners::{Dispatch, Listeners};
 
 /// The health of a lock this process holds, on any backend.
 ///
@@ -63,9 +63,6 @@ pub(crate) fn worst(a: LockHealth, b: LockHealth) -> LockHealth {
         b
     }
 }
-
-/// Runs a listener call where the backend runs user code (never on its I/O thread).
-pub(crate) type Dispatch = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
 /// A change of one hold's health, with the node and fencing token of that hold, so that the
 /// events of several holds through one lock object (one per thread) can be told apart.

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+/// Runs a listener call where the backend runs user code (never on its I/O thread).
+pub(crate) type Dispatch = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+
 type Listener<T> = Arc<Mutex<Box<dyn FnMut(T) + Send>>>;
 
 /// Listeners called in registration order. Calls go to a snapshot of the list, taken without
@@ -56,7 +59,7 @@ impl<T: Clone + std::fmt::Debug> Listeners<T> {
             if !self.list.lock().iter().any(|(i, _, _)| *i == id) {
                 continue;
             }
-            // Only the watcher thread calls listeners, one at a time: this lock is free.
+            // A backend calls a list's listeners from one thread at a time: this lock is free.
             let mut f = f.lock();
             let v = value.clone();
             if catch_unwind(AssertUnwindSafe(|| (*f)(v))).is_err() {

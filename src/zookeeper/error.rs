@@ -36,3 +36,45 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_errors_map_by_what_the_caller_can_do() {
+        use zookeeper_client::Error as Zk;
+        assert_eq!(
+            Error::from_zk(Zk::ConnectionLoss, "/a"),
+            Error::ConnectionLoss
+        );
+        assert_eq!(
+            Error::from_zk(Zk::SessionMoved, "/a"),
+            Error::ConnectionLoss
+        );
+        assert_eq!(
+            Error::from_zk(Zk::SessionExpired, "/a"),
+            Error::SessionExpired
+        );
+        assert_eq!(Error::from_zk(Zk::NoNode, "/a"), Error::NoNode("/a".into()));
+        assert_eq!(Error::from_zk(Zk::NoAuth, "/a"), Error::NoAuth("/a".into()));
+        assert!(matches!(
+            Error::from_zk(Zk::AuthFailed, "/a"),
+            Error::AuthFailed(_)
+        ));
+        assert!(matches!(
+            Error::from_zk(Zk::InvalidAcl, "/a"),
+            Error::InvalidArgument(_)
+        ));
+        assert_eq!(
+            Error::from_zk(Zk::NoChildrenForEphemerals, "/a/b"),
+            Error::NoChildrenForEphemerals("/a/b".into())
+        );
+        assert!(matches!(
+            Error::from_zk(Zk::Unimplemented, "/a"),
+            Error::ZooKeeper(_)
+        ));
+        assert!(Error::ConnectionLoss.is_retryable());
+        assert!(!Error::SessionExpired.is_retryable());
+    }
+}

@@ -337,7 +337,7 @@ impl ClientBuilder {
                     provider: self.acl.clone(),
                     namespace: None,
                 };
-                let mut acls = super::store::ancestor_acls(ns, |p| source.zk_acl(p));
+                let mut acls = super::create::ancestor_acls(ns, |p| source.zk_acl(p));
                 acls.push((ns.clone(), source.zk_acl(ns)));
                 if let Some((p, _)) = acls.iter().find(|(_, a)| a.is_empty()) {
                     return Err(Error::invalid(format!("the ACL provider gives {p} no ACL")));

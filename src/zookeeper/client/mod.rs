@@ -4,10 +4,10 @@ mod acl;
 mod backoff;
 mod builder;
 mod cleanup;
-mod keeper;
+mod create;
+mod follow;
 mod runtime;
 mod session;
-mod store;
 #[cfg(feature = "tls")]
 mod tls;
 mod types;
@@ -26,24 +26,23 @@ pub(crate) use self::acl::{RecipeAcl, SharedAcl};
 pub use self::builder::ClientBuilder;
 pub(crate) use self::builder::MAX_DATA_LEN;
 pub(crate) use self::cleanup::Doomed;
-pub(crate) use self::keeper::{KeeperGuard, OnData, Primed};
+pub use self::create::Create;
+pub(crate) use self::create::{create_protected, NodeOps, NodeSpec, Siblings};
+pub(crate) use self::follow::{FollowGuard, NodeNews, NodeRead};
 pub(crate) use self::runtime::Runtime;
 pub(crate) use self::runtime::Signal;
 use self::session::Shared;
-#[cfg(test)]
-pub(crate) use self::store::Watched;
-pub(crate) use self::store::{create_protected, Claim, NodeSpec, OnChange, Siblings, Store};
 pub use self::types::{
     Acl, ConnectionState, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
-#[allow(unused_imports)] // the lock recipes park on these
-pub(crate) use self::watcher::{is_watcher_thread, Registration, Registry, Reread, Waiter};
-#[cfg(all(test, feature = "testing"))]
-mod tests;
-use self::watcher::{Message, WatchTarget, WatcherThread};
+pub(crate) use self::watcher::{
+    is_watcher_thread, Parked, Registration, Registry, Reread, WatchTarget,
+};
+use self::watcher::{Message, WatcherThread};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
+use crate::core::lease::LocalLease;
 use crate::core::retry::RetryBudget;
 use crate::zookeeper::path;
 
@@ -112,7 +111,7 @@ impl Inner {
     /// Closes the session and waits (at most [`CLOSE_BOUND`] and the time queued listeners
     /// take) until the Client's threads have ended.
     fn close(&self) {
-        if self.shared.mark_closed() {
+        if self.shared.set_closed() {
             self.shared.registry.wake_all();
             runtime::block_on(self.shared.finished.wait(), Deadline::after(CLOSE_BOUND));
         }
@@ -123,7 +122,7 @@ impl Inner {
     /// Starts the close and returns at once: the Client's tasks close the session on the I/O
     /// thread and stop (within [`CLOSE_BOUND`]), the watcher thread after what is queued for it.
     fn close_in_background(&self) {
-        if self.shared.mark_closed() {
+        if self.shared.set_closed() {
             self.shared.registry.wake_all();
         }
         self.runtime
@@ -424,15 +423,7 @@ impl Client {
 
     /// Starts creating a node; finish with [`Create::call`].
     pub fn create<'a>(&'a self, path: &'a str) -> Create<'a> {
-        Create {
-            client: self,
-            path,
-            mode: CreateMode::Persistent,
-            data: None,
-            acl: None,
-            parents: false,
-            protected: false,
-        }
+        Create::new(self, path)
     }
 
     /// Deletes a node, whatever its version.
@@ -630,6 +621,7 @@ impl Client {
         let events = self.shared().events.clone();
         let path = path.to_owned();
         self.shared().spawn(async move {
+            let mut target = target;
             loop {
                 let fired = future::or(async { Some(watcher.changed().await) }, async {
                     cancel.wait().await;
@@ -639,22 +631,24 @@ impl Client {
                 // On cancel the watcher is dropped here, which removes the watch from the server.
                 let Some(event) = fired else { return };
                 let event = WatchEvent::from_zk(event);
-                match &target {
-                    // A recipe's waiter is only a counter and a condvar: woken from here, one
-                    // thread hop (the watcher thread's) less on every handoff.
-                    WatchTarget::Waiter(waiter) => return waiter.wake_watch(event),
-                    // Read from here, as the event comes in: the holder that wrote this node's
-                    // mark deletes it once the mark is answered, and a read sent by the waiter
-                    // after its wake-up would often come after that delete (the waiter then
-                    // cannot tell a holder from a waiter that gave up, and lists the queue).
-                    WatchTarget::Rereading { waiter, count }
-                        if event.kind == WatchEventKind::NodeDataChanged =>
-                    {
+                match target {
+                    WatchTarget::Channel(tx) => {
+                        let _ = events.send(Message::Watch(tx, event));
+                        return;
+                    }
+                    WatchTarget::Call(call) => return call(event),
+                    WatchTarget::Reading {
+                        parent,
+                        mut deliver,
+                    } => {
+                        if event.kind != WatchEventKind::NodeDataChanged {
+                            return deliver(event, None);
+                        }
                         // Both requests go out now, one behind the other: one round trip.
                         let node = zk.get_and_watch_data(&path);
-                        let parent = count.then(|| zk.check_stat(path::parent(&path)));
+                        let parent_stat = parent.then(|| zk.check_stat(path::parent(&path)));
                         let node = node.await;
-                        let parent = match parent {
+                        let parent_stat = match parent_stat {
                             Some(stat) => stat.await.ok().flatten().map(Stat::from_zk),
                             None => None,
                         };
@@ -665,20 +659,100 @@ impl Client {
                             Err(zk::Error::NoNode) => (Ok(None), None),
                             Err(e) => (Err(Error::from_zk(e, &path)), None),
                         };
-                        waiter.wake_reread(event, Reread { node, parent });
-                        match next {
-                            Some(next) => watcher = next,
-                            None => return,
-                        }
-                    }
-                    WatchTarget::Rereading { waiter, .. } => return waiter.wake_watch(event),
-                    WatchTarget::Channel(tx) => {
-                        let _ = events.send(Message::Watch(tx.clone(), event));
-                        return;
+                        deliver(
+                            event,
+                            Some(Reread {
+                                node,
+                                parent: parent_stat,
+                            }),
+                        );
+                        let Some(next) = next else { return };
+                        watcher = next;
+                        target = WatchTarget::Reading { parent, deliver };
                     }
                 }
             }
         });
+    }
+
+    /// Sends a setData at `version` before it returns, without waiting for the answer: a read
+    /// sent after it sees the new data. The signal is set once the answer came (or failed, or
+    /// there was no session to send it on).
+    pub(crate) fn set_data_unawaited(&self, path: &str, data: &[u8], version: i32) -> Signal {
+        let answered = Signal::default();
+        let Some(zk) = self.shared().conn.lock().zk.clone() else {
+            answered.set();
+            return answered;
+        };
+        let sent = zk.set_data(path, data, Some(version));
+        let path = path.to_owned();
+        let done = answered.clone();
+        self.shared().spawn(async move {
+            if let Err(e) = sent.await {
+                tracing::debug!("setData {path} (unawaited): {e}");
+            }
+            done.set();
+        });
+        answered
+    }
+
+    /// One attempt at `ops` as one transaction (ZooKeeper's multi): the stats of its setData
+    /// operations (`None` for checks), or the index of the operation that failed and why.
+    pub(crate) fn multi_once(
+        &self,
+        ops: &[MultiOp<'_>],
+        call: &mut Call,
+    ) -> Result<MultiOutcome> {
+        self.run_once(call, |zk, _| async move {
+            let mut multi = zk.new_multi_writer();
+            for op in ops {
+                match *op {
+                    MultiOp::Check { path, version } => multi
+                        .add_check_version(path, version)
+                        .map_err(|e| Error::from_zk(e, path))?,
+                    MultiOp::SetData {
+                        path,
+                        data,
+                        version,
+                    } => multi
+                        .add_set_data(path, data, Some(version))
+                        .map_err(|e| Error::from_zk(e, path))?,
+                }
+            }
+            match multi.commit().await {
+                Ok(results) => Ok(Ok(results
+                    .into_iter()
+                    .map(|r| match r {
+                        zk::MultiWriteResult::SetData { stat } => Some(Stat::from_zk(stat)),
+                        _ => None,
+                    })
+                    .collect())),
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    let path = ops.get(index).map_or("", MultiOp::path);
+                    Ok(Err((index, Error::from_zk(source, path))))
+                }
+                Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    let path = ops.first().map_or("", MultiOp::path);
+                    Err(Error::from_zk(source, path))
+                }
+            }
+        })
+    }
+
+    /// Registers `parked` to be woken by every connection-state change until the
+    /// registration drops.
+    pub(crate) fn park(&self, parked: Arc<dyn Parked>) -> Registration {
+        self.shared().registry.register(parked)
+    }
+
+    /// The data nodes get when a create names none.
+    pub(crate) fn default_data(&self) -> &[u8] {
+        &self.shared().config.default_data
+    }
+
+    /// The local lease on the current session.
+    pub(crate) fn lease(&self) -> &LocalLease {
+        &self.shared().lease
     }
 
     /// Sets a node's data, whatever its version; returns the new stat.
@@ -827,8 +901,8 @@ impl Client {
         let _ = self.shared().events.send(Message::Run(Box::new(f)));
     }
 
-    /// [`on_watcher_thread`](Client::on_watcher_thread) as the core's health feed takes it.
-    pub(crate) fn dispatch(&self) -> crate::core::health::Dispatch {
+    /// [`on_watcher_thread`](Client::on_watcher_thread) as a function the core can keep.
+    pub(crate) fn dispatch(&self) -> crate::core::listeners::Dispatch {
         let events = self.shared().events.clone();
         Arc::new(move |f| {
             let _ = events.send(Message::Run(f));
@@ -851,7 +925,32 @@ impl Client {
     }
 }
 
-/// Removes a recipe's watch when dropped.
+/// What a transaction the server answered did: the stats of its setData operations (`None` for
+/// checks), or the index of the operation that failed and why.
+pub(crate) type MultiOutcome = std::result::Result<Vec<Option<Stat>>, (usize, Error)>;
+
+/// One operation of [`Client::multi_once`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MultiOp<'a> {
+    /// Fails the transaction unless the node's data version is `version`.
+    Check { path: &'a str, version: i32 },
+    /// Sets the node's data if its version is `version`.
+    SetData {
+        path: &'a str,
+        data: &'a [u8],
+        version: i32,
+    },
+}
+
+impl MultiOp<'_> {
+    fn path(&self) -> &str {
+        match self {
+            MultiOp::Check { path, .. } | MultiOp::SetData { path, .. } => path,
+        }
+    }
+}
+
+/// Removes one of the crate's own watches when dropped.
 #[must_use]
 pub(crate) struct WatchGuard(pub(crate) Signal);
 
@@ -869,107 +968,4 @@ fn check_data(data: &[u8]) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A node creation being set up by [`Client::create`] (Curator's `create()` builder).
-///
-/// # Example
-/// ```no_run
-/// # fn main() -> zklock::Result<()> {
-/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// use zklock::{Acl, CreateMode};
-/// let path = client
-///     .create("/locks/job/lock-")
-///     .mode(CreateMode::EphemeralSequential)
-///     .parents_as_containers()
-///     .protected()
-///     .acl(vec![Acl::open_unsafe()])
-///     .call()?;
-/// # Ok(()) }
-/// ```
-#[must_use = "nothing is created until `call()`"]
-#[derive(Debug)]
-pub struct Create<'a> {
-    client: &'a Client,
-    path: &'a str,
-    mode: CreateMode,
-    data: Option<&'a [u8]>,
-    acl: Option<Vec<Acl>>,
-    parents: bool,
-    protected: bool,
-}
-
-impl<'a> Create<'a> {
-    /// The node's mode (default `Persistent`).
-    pub fn mode(mut self, mode: CreateMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// The node's data (default: the Client's default data).
-    pub fn data(mut self, data: &'a [u8]) -> Self {
-        self.data = Some(data);
-        self
-    }
-
-    /// The node's ACL (default: what the Client's [`AclProvider`] gives its path). Parents made
-    /// by [`parents_as_containers`](Self::parents_as_containers) still get the provider's ACL
-    /// for their own paths (Curator's `withACL(acl)` without `applyToParents`).
-    pub fn acl(mut self, acl: Vec<Acl>) -> Self {
-        self.acl = Some(acl);
-        self
-    }
-
-    /// Create missing parents as containers (Curator's `creatingParentContainersIfNeeded`).
-    pub fn parents_as_containers(mut self) -> Self {
-        self.parents = true;
-        self
-    }
-
-    /// Curator's `withProtection`: prefix the name with `_c_<uuid>-` so that, when a reply is
-    /// lost, the retry finds the node this call made instead of making a second one.
-    pub fn protected(mut self) -> Self {
-        self.protected = true;
-        self
-    }
-
-    /// Creates the node; returns its path (with the sequence for sequential modes).
-    ///
-    /// # Blocking and errors
-    /// One call (parents first, when asked), bounded by the retry policy and the operation
-    /// timeout; errors as listed on [`Client`]: [`NodeExists`](Error::NodeExists) for a
-    /// non-sequential node that exists, [`NoNode`](Error::NoNode) for a missing parent without
-    /// `parents_as_containers`, [`NoChildrenForEphemerals`](Error::NoChildrenForEphemerals) under
-    /// an ephemeral parent. A protected create whose reply was lost finds its node instead of
-    /// making a second one.
-    pub fn call(self) -> Result<String> {
-        let mut call = self.client.user_call();
-        self.call_in(&mut call).map(|(path, _)| path)
-    }
-
-    /// Creates the node within a recipe's call; returns its path and stat.
-    pub(crate) fn call_in(self, call: &mut Call) -> Result<(String, Stat)> {
-        let client = self.client;
-        let config = &client.shared().config;
-        let spec = NodeSpec {
-            path: self.path,
-            data: self.data.unwrap_or(&config.default_data),
-            mode: self.mode,
-            acl: self.acl.as_deref(),
-            provider: None,
-            parents: self.parents,
-            protected: false,
-            siblings: None,
-        };
-        spec.validate()?;
-        if self.protected {
-            return store::create_protected(client, &spec, call);
-        }
-        loop {
-            match client.create_once(&spec, call) {
-                Err(e) if e.is_retryable() => client.backoff(call, e)?,
-                other => return other,
-            }
-        }
-    }
 }

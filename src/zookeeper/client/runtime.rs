@@ -59,8 +59,8 @@ impl Signal {
     }
 }
 
-/// A value on its way from a background task to a waiter that may stop waiting. The waiter
-/// gets it from [`Handoff::recv`]; a value nobody received (the waiter's future was dropped
+/// A value on its way from a background task to a caller that may stop waiting. The caller
+/// gets it from [`Handoff::recv`]; a value nobody received (the caller's future was dropped
 /// first, on a deadline or a cancel) goes to the `orphan` callback instead, so that what it
 /// stands for (a node the server made) is not lost.
 pub(crate) struct Handoff<T>(Arc<Mutex<HandoffState<T>>>, Signal);
@@ -108,7 +108,7 @@ impl<T: Send + 'static> Handoff<T> {
 }
 
 impl<T> Drop for Handoff<T> {
-    /// Unsent (the task was dropped): the waiter gets `None`.
+    /// Unsent (the task was dropped): the caller gets `None`.
     fn drop(&mut self) {
         self.1.set();
     }
@@ -513,11 +513,11 @@ mod tests {
         let (tx, rx) = new();
         tx.send(1);
         assert_eq!(block_on(rx.recv(), forever), Some(Some(1)));
-        // The waiter gave up before the value came.
+        // The caller gave up before the value came.
         let (tx, rx) = new();
         assert_eq!(block_on(rx.recv(), Deadline::after(Duration::ZERO)), None);
         tx.send(2);
-        // The value came, but the waiter went away without taking it.
+        // The value came, but the caller went away without taking it.
         let (tx, rx) = new();
         tx.send(3);
         drop(rx);

@@ -14,8 +14,8 @@ use zookeeper_client as zk;
 
 use super::backoff::Backoff;
 use super::builder::Config;
+use super::create::mkdirs;
 use super::runtime::{sleep, Signal};
-use super::store::mkdirs;
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
 use crate::core::deadline::Deadline;
@@ -96,7 +96,7 @@ impl Shared {
         self.closed.load(Ordering::Acquire)
     }
 
-    pub(crate) fn mark_closed(&self) -> bool {
+    pub(crate) fn set_closed(&self) -> bool {
         let first = !self.closed.swap(true, Ordering::AcqRel);
         self.stop.set();
         let _guard = self.conn.lock();

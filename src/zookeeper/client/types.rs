@@ -234,7 +234,7 @@ const PERM_BITS: [(u32, zookeeper_client::Permission); 5] = [
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
 /// if let Some(stat) = client.exists("/locks/a")? {
-///     // A lock node's creation zxid is its holder's fencing token; its owner, the session.
+///     // A lock node's creation zxid is its fencing token; its owner, the session.
 ///     println!("czxid {} owner {:#x} children {}", stat.czxid, stat.ephemeral_owner, stat.num_children);
 /// }
 /// # Ok(()) }

@@ -1,8 +1,8 @@
 //! The watcher thread: one per Client. It receives user watches' events and connection-state
-//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::Watch), wakes every
-//! registered waiter on a state change, and runs state listeners in order. (A recipe's waiter is
-//! woken for its watch by the I/O thread itself: that wake only bumps a counter.) Nothing here does ZooKeeper I/O, so a slow
-//! listener delays only other listeners and wake-ups, never the session (CURATOR-716).
+//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::Watch), wakes
+//! everything parked on the Client on a state change, and runs state listeners in order. (The
+//! crate's own watches are told on the I/O thread itself.) Nothing here does ZooKeeper I/O, so a
+//! slow listener delays only other listeners and wake-ups, never the session (CURATOR-716).
 //!
 //! Listener lists are snapshotted before anything is called, so a listener may add or remove
 //! listeners. A zklock call made on this thread that would park until an event arrives fails at
@@ -16,15 +16,14 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-use super::types::{ConnectionState, Stat, WatchEvent, WatchEventKind};
-use crate::core::deadline::Deadline;
+use super::types::{ConnectionState, Stat, WatchEvent};
 use crate::core::error::Result;
 use crate::core::listeners::Listeners;
 
-/// A watched node read again (with a new watch) as soon as its data changed, before its waiter
-/// was woken.
+/// A watched node read again (with a new watch) as soon as its data changed, on the I/O
+/// thread, before the watch's target was told.
 pub(crate) struct Reread {
     /// Its stat and data; `None` if it was gone by then.
     pub(crate) node: Result<Option<(Stat, Vec<u8>)>>,
@@ -32,128 +31,27 @@ pub(crate) struct Reread {
     pub(crate) parent: Option<Stat>,
 }
 
-/// A per-waiter parking slot. Wakes are counted, so a wake that lands between a waiter's check
-/// and its park is never lost: the waiter parks only while the count is still what it saw.
-#[derive(Default)]
-pub(crate) struct Waiter {
-    slot: Mutex<Slot>,
-    cv: Condvar,
-}
-
-#[derive(Default)]
-struct Slot {
-    wakes: u64,
-    state_changes: u64,
-    /// The last watch event delivered to this waiter, with the wake count it made.
-    last_watch: Option<(u64, WatchEvent)>,
-    /// The last re-read of a watched node, with the wake count that delivered it.
-    reread: Option<(u64, String, Reread)>,
-}
-
-/// What a waiter saw before parking; compare after waking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Seen {
-    wakes: u64,
-    state_changes: u64,
-}
-
-#[allow(dead_code)] // the lock recipes park here
-impl Waiter {
-    pub(crate) fn epoch(&self) -> Seen {
-        let slot = self.slot.lock();
-        Seen {
-            wakes: slot.wakes,
-            state_changes: slot.state_changes,
-        }
-    }
-
-    /// Wakes for a connection-state change.
-    pub(crate) fn wake(&self) {
-        let mut slot = self.slot.lock();
-        slot.wakes += 1;
-        slot.state_changes += 1;
-        self.cv.notify_all();
-    }
-
-    /// Wakes for a fired watch.
-    pub(crate) fn wake_watch(&self, event: WatchEvent) {
-        let mut slot = self.slot.lock();
-        slot.wakes += 1;
-        slot.last_watch = Some((slot.wakes, event));
-        self.cv.notify_all();
-    }
-
-    /// Wakes for a fired data watch whose node was read again at once (`reread`).
-    pub(crate) fn wake_reread(&self, event: WatchEvent, reread: Reread) {
-        let mut slot = self.slot.lock();
-        slot.wakes += 1;
-        slot.reread = Some((slot.wakes, event.path.clone(), reread));
-        slot.last_watch = Some((slot.wakes, event));
-        self.cv.notify_all();
-    }
-
-    /// Parks until woken after `seen` or until the deadline; returns whether it was woken.
-    pub(crate) fn wait(&self, seen: Seen, deadline: Deadline) -> bool {
-        let mut slot = self.slot.lock();
-        while slot.wakes == seen.wakes {
-            match deadline.instant() {
-                None => self.cv.wait(&mut slot),
-                Some(at) => {
-                    if self.cv.wait_until(&mut slot, at).timed_out() {
-                        return slot.wakes != seen.wakes;
-                    }
-                }
-            }
-        }
-        true
-    }
-
-    /// The re-read of `path` delivered since `seen` (provided no connection-state change
-    /// happened meanwhile), with a `Seen` as of its delivery: an event of the watch it set is
-    /// after it.
-    pub(crate) fn reread_since(&self, seen: Seen, path: &str) -> Option<(Seen, Reread)> {
-        let mut slot = self.slot.lock();
-        if slot.state_changes != seen.state_changes {
-            return None;
-        }
-        match slot.reread.take() {
-            Some((wake, p, reread)) if wake > seen.wakes && p == path => Some((
-                Seen {
-                    wakes: wake,
-                    state_changes: seen.state_changes,
-                },
-                reread,
-            )),
-            other => {
-                slot.reread = other;
-                None
-            }
-        }
-    }
-
-    /// What a watch on `path` reported since `seen`, provided no connection-state change
-    /// happened meanwhile (so the session is the same and nothing was missed).
-    pub(crate) fn watched_since(&self, seen: Seen, path: &str) -> Option<WatchEventKind> {
-        let slot = self.slot.lock();
-        if slot.state_changes != seen.state_changes {
-            return None;
-        }
-        match &slot.last_watch {
-            Some((wake, e)) if *wake > seen.wakes && e.path == path => Some(e.kind),
-            _ => None,
-        }
-    }
+/// Something parked on the Client that every connection-state change wakes, so that it looks
+/// again (the lock recipes' parked callers).
+pub(crate) trait Parked: Send + Sync {
+    /// Called on the watcher thread for every connection-state change; must not block.
+    fn state_changed(&self);
 }
 
 /// Where a fired watch goes.
 pub(crate) enum WatchTarget {
-    /// A user's [`Watch`](crate::Watch).
+    /// A user's [`Watch`](crate::Watch), through the watcher thread.
     Channel(Sender<WatchEvent>),
-    /// A parked waiter of a recipe.
-    Waiter(Arc<Waiter>),
-    /// A parked waiter of a recipe that, on a data change, gets the node read again (with a
-    /// new watch) by the I/O thread before it is woken, and with `count` its parent's stat too.
-    Rereading { waiter: Arc<Waiter>, count: bool },
+    /// Code of the crate's own, called on the I/O thread with the event; it must not block.
+    Call(Box<dyn FnOnce(WatchEvent) + Send>),
+    /// Code of the crate's own, called on the I/O thread: on a data change with the node read
+    /// again (with a new watch, which goes on to the same code) and, with `parent`, its
+    /// parent's stat read right behind it in the same round trip; on any other event with the
+    /// event alone, which ends the watch. It must not block.
+    Reading {
+        parent: bool,
+        deliver: Box<dyn FnMut(WatchEvent, Option<Reread>) + Send>,
+    },
 }
 
 thread_local! {
@@ -168,18 +66,18 @@ pub(crate) fn is_watcher_thread() -> bool {
 pub(crate) enum Message {
     /// The n-th state emitted, counting from 1.
     State(u64, ConnectionState),
-    /// A fired watch for a user's [`Watch`](crate::Watch) (a recipe's waiter is woken on the
-    /// I/O thread directly).
+    /// A fired watch for a user's [`Watch`](crate::Watch) (the crate's own watches are told
+    /// on the I/O thread directly).
     Watch(Sender<WatchEvent>, WatchEvent),
     /// A user callback that must not run on the I/O thread.
     Run(Box<dyn FnOnce() + Send>),
     Stop,
 }
 
-/// Registry of waiters and listeners, shared by the Client and its watcher thread.
+/// Registry of parked callers and listeners, shared by the Client and its watcher thread.
 #[derive(Default)]
 pub(crate) struct Registry {
-    waiters: Mutex<HashMap<u64, Weak<Waiter>>>,
+    parked: Mutex<HashMap<u64, Weak<dyn Parked>>>,
     next_id: Mutex<u64>,
     callbacks: Listeners<ConnectionState>,
     channels: Mutex<Vec<(u64, Sender<ConnectionState>)>>,
@@ -192,10 +90,10 @@ impl Registry {
         *id
     }
 
-    /// Registers a waiter for state-change wake-ups until the returned guard drops.
-    pub(crate) fn register(self: &Arc<Self>, waiter: &Arc<Waiter>) -> Registration {
+    /// Registers `parked` for state-change wake-ups until the returned guard drops.
+    pub(crate) fn register(self: &Arc<Self>, parked: Arc<dyn Parked>) -> Registration {
         let id = self.next_id();
-        self.waiters.lock().insert(id, Arc::downgrade(waiter));
+        self.parked.lock().insert(id, Arc::downgrade(&parked));
         Registration {
             registry: self.clone(),
             id,
@@ -220,13 +118,13 @@ impl Registry {
     }
 
     pub(crate) fn wake_all(&self) {
-        let waiters: Vec<Arc<Waiter>> = self
-            .waiters
+        let parked: Vec<Arc<dyn Parked>> = self
+            .parked
             .lock()
             .values()
             .filter_map(Weak::upgrade)
             .collect();
-        waiters.iter().for_each(|w| w.wake());
+        parked.iter().for_each(|p| p.state_changed());
     }
 
     fn deliver_state(&self, seq: u64, state: ConnectionState) {
@@ -238,7 +136,7 @@ impl Registry {
     }
 }
 
-/// Removes a waiter from the registry on drop.
+/// Removes a parked caller from the registry on drop.
 pub(crate) struct Registration {
     registry: Arc<Registry>,
     id: u64,
@@ -246,7 +144,7 @@ pub(crate) struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.waiters.lock().remove(&self.id);
+        self.registry.parked.lock().remove(&self.id);
     }
 }
 
@@ -306,66 +204,28 @@ fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    #[test]
-    fn a_wake_before_the_park_is_not_lost() {
-        let w = Waiter::default();
-        let seen = w.epoch();
-        w.wake();
-        assert!(w.wait(seen, Deadline::after(Duration::from_secs(30))));
-        let seen = w.epoch();
-        assert!(!w.wait(seen, Deadline::after(Duration::from_millis(10))));
-        let deleted = |p: &str| WatchEvent {
-            kind: WatchEventKind::NodeDeleted,
-            path: p.into(),
-        };
-        w.wake_watch(deleted("/l/a"));
-        assert_eq!(
-            w.watched_since(seen, "/l/a"),
-            Some(WatchEventKind::NodeDeleted)
-        );
-        assert_eq!(w.watched_since(seen, "/l/b"), None);
-        assert_eq!(
-            w.watched_since(w.epoch(), "/l/a"),
-            None,
-            "only events after `seen` count"
-        );
-        let changed = |p: &str| WatchEvent {
-            kind: WatchEventKind::NodeDataChanged,
-            path: p.into(),
-        };
-        let gone = || Reread {
-            node: Ok(None),
-            parent: None,
-        };
-        w.wake_reread(changed("/l/a"), gone());
-        let (then, _) = w.reread_since(seen, "/l/a").expect("delivered");
-        assert_eq!(then, w.epoch(), "a Seen as of the delivery");
-        w.wake_reread(changed("/l/a"), gone());
-        w.wake();
-        assert!(
-            w.reread_since(seen, "/l/a").is_none(),
-            "a state change voids the reread"
-        );
-        assert!(
-            w.watched_since(seen, "/l/a").is_none(),
-            "a state change voids the shortcut"
-        );
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Parked for Count {
+        fn state_changed(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     #[test]
-    fn state_changes_wake_registered_waiters_only_while_registered() {
+    fn state_changes_wake_the_parked_only_while_registered() {
         let registry = Arc::new(Registry::default());
-        let w = Arc::new(Waiter::default());
-        let reg = registry.register(&w);
-        let seen = w.epoch();
+        let parked = Arc::new(Count::default());
+        let reg = registry.register(parked.clone());
         registry.deliver_state(1, ConnectionState::Suspended);
-        assert_ne!(w.epoch(), seen);
+        assert_eq!(parked.0.load(Ordering::SeqCst), 1);
         drop(reg);
-        let seen = w.epoch();
         registry.deliver_state(2, ConnectionState::Reconnected);
-        assert_eq!(w.epoch(), seen);
+        assert_eq!(parked.0.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -9,7 +9,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::core::health::LockHealth;
-use crate::zookeeper::client::{Client, ErrorPolicy, KeeperGuard};
+use crate::zookeeper::client::{Client, ErrorPolicy};
+use crate::zookeeper::locks::keeper::{keep_node, vouch, KeeperGuard};
 use crate::zookeeper::locks::Acquired;
 
 pub(crate) struct Term {
@@ -96,7 +97,8 @@ impl Term {
                 }
             }
         };
-        let keeper = client.keep_node(
+        let keeper = keep_node(
+            client,
             &acquired.path,
             acquired.session,
             Arc::new(report),
@@ -129,7 +131,7 @@ impl Term {
     /// The node's health now (see [`LockHealth`]: computed at call time).
     pub(crate) fn health(&self) -> LockHealth {
         let reported = self.state.inner.lock().health;
-        self.client.vouch(self.session, reported)
+        vouch(&self.client, self.session, reported)
     }
 
     /// Ended, or its health now breaks the policy.

@@ -52,13 +52,15 @@ use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode, Predicate};
 use super::revocation::REVOKE_MESSAGE;
+use super::store::{Claim, OnChange, Store};
+use super::waiter::Waiter;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 pub(crate) use crate::core::lock::Release;
 use crate::core::metrics;
 use crate::zookeeper::client::{
-    create_protected, is_watcher_thread, Call, Claim, Doomed, NodeSpec, OnChange, Primed, Reread,
-    SharedAcl, Siblings, Signal, Stat, Store, Waiter, WatchEventKind,
+    create_protected, is_watcher_thread, Call, Doomed, NodeRead, NodeSpec, Reread, SharedAcl,
+    Siblings, Signal, Stat, WatchEventKind,
 };
 use crate::zookeeper::path;
 
@@ -83,7 +85,7 @@ pub(crate) struct Acquired {
     /// The session our node belongs to.
     pub(crate) session: i64,
     /// Our node as read by the grant, for the keeper to start from.
-    pub(crate) primed: Option<Primed>,
+    pub(crate) primed: Option<NodeRead>,
 }
 
 pub(crate) struct LockInternals<S: Store> {
@@ -162,7 +164,7 @@ enum Outcome {
     Granted {
         token: u64,
         mark: bool,
-        primed: Option<Primed>,
+        primed: Option<NodeRead>,
     },
     TimedOut,
     /// Our node vanished or belongs to an ended session: start over with a new node.
@@ -418,7 +420,7 @@ impl<S: Store> LockInternals<S> {
         // How many other nodes our last listing held: a short queue is not worth a mark.
         let mut others: usize;
         // Our own node, read and watched while we wait (see below).
-        let mut own: Option<Primed> = None;
+        let mut own: Option<NodeRead> = None;
         'listing: loop {
             cancel.check()?;
             let mut seen = waiter.epoch();
@@ -587,10 +589,10 @@ impl<S: Store> LockInternals<S> {
     fn take_over(
         &self,
         our_path: &str,
-        own: Option<Primed>,
+        own: Option<NodeRead>,
         fresh_listing: bool,
         call: &mut Call,
-    ) -> Result<Option<Option<Primed>>> {
+    ) -> Result<Option<Option<NodeRead>>> {
         if let Some(mut primed) = own {
             if primed.untouched() {
                 return Ok(Some(Some(primed)));
@@ -677,5 +679,7 @@ impl<S: Store> LockInternals<S> {
     }
 }
 
+#[cfg(test)]
+mod fake;
 #[cfg(test)]
 mod tests;

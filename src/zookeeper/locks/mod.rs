@@ -2,6 +2,7 @@
 
 mod driver;
 mod internals;
+pub(crate) mod keeper;
 mod multi;
 mod mutex;
 mod read_write;
@@ -10,6 +11,8 @@ mod revocation;
 mod semaphore;
 mod semaphore_mutex;
 mod shared_count;
+mod store;
+mod waiter;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};

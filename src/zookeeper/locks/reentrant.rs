@@ -9,13 +9,14 @@ use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode};
 use super::internals::{Acquired, Leases, LockInternals, Release};
+use super::keeper::{keep_node, vouch, KeeperGuard, OnData};
 use super::revocation::REVOKE_MESSAGE;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthCell, HealthEvent, HealthFeed, LockHealth};
 use crate::core::reentrant::{Detached, ThreadHolds};
-use crate::zookeeper::client::{Client, KeeperGuard};
+use crate::zookeeper::client::Client;
 
 pub(crate) struct Reentrant {
     client: Client,
@@ -105,9 +106,10 @@ impl Reentrant {
                     let listener = listener.clone();
                     client.on_watcher_thread(move || listener());
                 }
-            }) as crate::zookeeper::client::OnData
+            }) as OnData
         });
-        let keeper = self.client.keep_node(
+        let keeper = keep_node(
+            &self.client,
             &acquired.path,
             acquired.session,
             report,
@@ -199,7 +201,7 @@ impl Holding {
     /// The keeper's last report, made worse by the Client's local lease on the session: a
     /// process that has stood still reads Suspended or Lost before its I/O thread catches up.
     pub(crate) fn health(&self, client: &Client) -> LockHealth {
-        client.vouch(self.session, *self.health.lock())
+        vouch(client, self.session, *self.health.lock())
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::driver::{LockDriver, LockNode, StandardDriver};
 use super::internals::{shared_count, Leases, LockInternals};
+use super::keeper::{keep_node, vouch, KeeperGuard};
 use super::shared_count::SharedCount;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
@@ -18,7 +19,7 @@ use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::health::{HealthCell, HealthEvent, HealthFeed};
 use crate::core::lock::Release;
-use crate::zookeeper::client::{AclProvider, Client, CreateMode, Doomed, KeeperGuard, SharedAcl};
+use crate::zookeeper::client::{AclProvider, Client, CreateMode, Doomed, SharedAcl};
 use crate::zookeeper::path;
 
 const LOCK_PARENT: &str = "locks";
@@ -258,7 +259,8 @@ impl InterProcessSemaphoreV2 {
             &acquired.path,
             acquired.token,
         );
-        let keeper = self.client.keep_node(
+        let keeper = keep_node(
+            &self.client,
             &acquired.path,
             acquired.session,
             report,
@@ -379,7 +381,7 @@ impl Lease {
     /// Held, Suspended or Lost (session expired or node deleted), computed now: a process
     /// that stood still past its session reads Lost before its I/O thread notices.
     pub fn health(&self) -> LockHealth {
-        self.client.vouch(self.session, *self.health.lock())
+        vouch(&self.client, self.session, *self.health.lock())
     }
 
     /// Returns the lease now, reporting errors.

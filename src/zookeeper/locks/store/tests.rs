@@ -1,11 +1,12 @@
-//! The waiter mechanism the lock recipes park on, against a real server.
+//! The port against a real server: watches that wake their waiter (and only it), rereading
+//! watches, and the unfair claim.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
 use crate::testing::TestingServer;
-use crate::zookeeper::client::{OnChange, Store};
+use crate::zookeeper::client::CreateMode;
 
 #[test]
 fn a_watch_wakes_only_its_waiter_and_state_changes_wake_all() {

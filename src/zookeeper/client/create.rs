@@ -1,31 +1,17 @@
-//! The few ZooKeeper operations the lock algorithm needs, as a trait: the Client implements it
-//! against the server, and unit tests implement it in memory with injected faults.
+//! Creating nodes: Curator's `create()` builder ([`Create`]), the spec every create is made
+//! from, missing parents made as containers (`mkdirs`), and Curator's protected create, which
+//! finds its node after a lost reply instead of making a second one.
 
 use std::sync::Arc;
 
 use zookeeper_client as zk;
 
 use super::acl::{AclSource, SharedAcl};
-use super::runtime::{Handoff, Signal};
+use super::runtime::Handoff;
 use super::types::{Acl, CreateMode, Stat};
-use super::watcher::{Registration, Waiter, WatchTarget};
-use super::{check_data, cleanup, Call, Client, Doomed, Primed, WatchGuard};
+use super::{check_data, cleanup, Call, Client, Doomed};
 use crate::core::error::{Error, Result};
 use crate::zookeeper::path;
-
-/// A watch set by [`Store::watch`], with what the node held then.
-pub(crate) type Watched = (WatchGuard, Stat, Vec<u8>);
-
-/// The outcome of [`Store::claim`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Claim {
-    /// Ours is marked now; the stat of that write.
-    Won(Stat),
-    /// This node is marked: it holds.
-    HeldBy(String),
-    /// A node vanished meanwhile (maybe ours): look again.
-    Changed,
-}
 
 /// A node to create.
 #[derive(Clone, Copy)]
@@ -201,84 +187,53 @@ pub(crate) async fn mkdirs(
     Err(Error::NoNode(path.to_owned()))
 }
 
-/// What a data change on a node watched by [`Store::watch`] has the I/O thread read (with the
-/// node's new watch, under the same guard) before the waiter is woken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OnChange {
-    /// Nothing: the waiter is woken, and the watch is spent.
-    Wake,
-    /// The node again, with a new watch.
-    Reread,
-    /// The node again, with a new watch, and its parent's stat, sent right behind it.
-    RereadAndCount,
-}
-
-/// What LockInternals does to ZooKeeper. Every method but `create_once` retries connection
-/// losses within the call's budget; `create_once` makes one attempt, because only the caller
-/// knows how to recover a lost reply.
-pub(crate) trait Store: Send + Sync {
-    /// A call bounded by `deadline` with a fresh retry budget.
-    fn new_call(&self, deadline: crate::core::deadline::Deadline) -> Call;
-    /// How long a step of a lock attempt may take beyond the caller's wait.
-    fn io_grace(&self) -> std::time::Duration;
+/// The calls a protected create needs: the Client makes them against the server, and the lock
+/// algorithm's unit tests in memory with injected faults.
+pub(crate) trait NodeOps: Send + Sync {
+    /// One attempt at a create: only the caller knows how to recover a lost reply.
     fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)>;
     /// Sleeps for the next retry, or gives the error back when the budget is spent.
     fn backoff(&self, call: &mut Call, err: Error) -> Result<()>;
     fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>>;
     fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>>;
-    /// A data watch on `path` that wakes `waiter`, with the node's stat and data; `None` if the
-    /// node does not exist. `on_change` says what a data change has read before `waiter` is
-    /// woken (see [`Waiter::reread_since`]).
-    fn watch(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        on_change: OnChange,
-        call: &mut Call,
-    ) -> Result<Option<Watched>>;
-    /// Reads a node about to be held with the watch its keeper will start from; `None` if the
-    /// node is gone.
-    fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>>;
-    /// Marks a granted holder's node (setData at version 0): sent before this returns, its
-    /// reply awaited in the background; the signal is set once it came (or failed).
-    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal;
-    /// Guaranteed delete, in the background, through whatever session is current.
-    fn delete_background(&self, doomed: Doomed);
-    /// [`delete_background`](Store::delete_background) once `after` is set (or at the latest
-    /// after the Client's operation timeout).
-    fn delete_background_after(&self, doomed: Doomed, after: Signal);
-    /// Deletes now (a missing node counts as deleted); on connection loss the error is
-    /// returned and the delete goes on in the background.
-    fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
     /// The current session's id, if one is open.
     fn session_id(&self) -> Option<i64>;
-    /// Marks `ours` as the holder with one atomic write (setData at version 0), provided none
-    /// of `others` is marked (all still at version 0) and no claim was made under `parent`
-    /// since its data version was `parent_version` (read before `others` was listed): the
-    /// claim bumps that version, so a contender created after our listing, and so missing from
-    /// `others`, cannot have claimed meanwhile.
-    fn claim(
-        &self,
-        ours: &str,
-        data: &[u8],
-        others: &[String],
-        parent: (&str, i32),
-        call: &mut Call,
-    ) -> Result<Claim>;
-    fn register(&self, waiter: &Arc<Waiter>) -> Registration;
-    fn default_data(&self) -> &[u8];
+    /// Guaranteed delete, in the background, through whatever session is current.
+    fn delete_background(&self, doomed: Doomed);
 }
 
-impl Store for Client {
-    fn new_call(&self, deadline: crate::core::deadline::Deadline) -> Call {
-        Client::new_call(self, deadline)
-    }
-
-    fn io_grace(&self) -> std::time::Duration {
-        Client::io_grace(self)
-    }
-
+impl NodeOps for Client {
     fn create_once(&self, spec: &NodeSpec<'_>, call: &mut Call) -> Result<(String, Stat)> {
+        self.create_attempt(spec, call)
+    }
+
+    fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
+        Client::backoff(self, call, err)
+    }
+
+    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
+        self.children_in(path, call)
+    }
+
+    fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>> {
+        self.exists_in(path, call)
+    }
+
+    fn session_id(&self) -> Option<i64> {
+        Client::session_id(self)
+    }
+
+    fn delete_background(&self, doomed: Doomed) {
+        self.delete_in_background(doomed);
+    }
+}
+
+impl Client {
+    pub(crate) fn create_attempt(
+        &self,
+        spec: &NodeSpec<'_>,
+        call: &mut Call,
+    ) -> Result<(String, Stat)> {
         let config = &self.shared().config;
         let source = AclSource {
             provider: spec.provider.unwrap_or(&config.builder.acl).clone(),
@@ -333,159 +288,11 @@ impl Store for Client {
             async move { rx.recv().await.unwrap_or(Err(Error::Closed)) }
         })
     }
-
-    fn backoff(&self, call: &mut Call, err: Error) -> Result<()> {
-        Client::backoff(self, call, err)
-    }
-
-    fn children(&self, path: &str, call: &mut Call) -> Result<Vec<String>> {
-        self.children_in(path, call)
-    }
-
-    fn stat(&self, path: &str, call: &mut Call) -> Result<Option<Stat>> {
-        self.exists_in(path, call)
-    }
-
-    fn watch(
-        &self,
-        path: &str,
-        waiter: &Arc<Waiter>,
-        on_change: OnChange,
-        call: &mut Call,
-    ) -> Result<Option<Watched>> {
-        let cancel = Signal::default();
-        let waiter = waiter.clone();
-        let target = match on_change {
-            OnChange::Wake => WatchTarget::Waiter(waiter),
-            OnChange::Reread => WatchTarget::Rereading {
-                waiter,
-                count: false,
-            },
-            OnChange::RereadAndCount => WatchTarget::Rereading {
-                waiter,
-                count: true,
-            },
-        };
-        match self.data_watch_in(path, target, cancel.clone(), call) {
-            Ok((data, stat)) => Ok(Some((WatchGuard(cancel), stat, data))),
-            Err(Error::NoNode(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn prime_keeper(&self, path: &str, call: &mut Call) -> Result<Option<Primed>> {
-        Client::prime_keeper(self, path, call)
-    }
-
-    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal {
-        let answered = Signal::default();
-        let Some(zk) = self.shared().conn.lock().zk.clone() else {
-            answered.set();
-            return answered;
-        };
-        // Version 0: never overwrite a revocation request that came first. Sent here, on the
-        // caller's thread, so that a read of the node sent after it sees the mark (and a watch
-        // that read sets does not fire for it).
-        let sent = zk.set_data(path, data, Some(0));
-        let path = path.to_owned();
-        let done = answered.clone();
-        self.shared().spawn(async move {
-            if let Err(e) = sent.await {
-                tracing::debug!("marking {path} as the holder: {e}");
-            }
-            done.set();
-        });
-        answered
-    }
-
-    fn delete_background(&self, doomed: Doomed) {
-        self.delete_in_background(doomed);
-    }
-
-    fn delete_background_after(&self, doomed: Doomed, after: Signal) {
-        self.delete_in_background_after(doomed, after);
-    }
-
-    fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()> {
-        self.delete_guaranteed_in(path, call)
-    }
-
-    fn session_id(&self) -> Option<i64> {
-        Client::session_id(self)
-    }
-
-    fn register(&self, waiter: &Arc<Waiter>) -> Registration {
-        self.shared().registry.register(waiter)
-    }
-
-    fn claim(
-        &self,
-        ours: &str,
-        data: &[u8],
-        others: &[String],
-        (parent, parent_version): (&str, i32),
-        call: &mut Call,
-    ) -> Result<Claim> {
-        loop {
-            let attempt = self.run_once(call, |zk, _| async move {
-                let mut multi = zk.new_multi_writer();
-                for other in others {
-                    multi
-                        .add_check_version(other, 0)
-                        .map_err(|e| Error::from_zk(e, other))?;
-                }
-                multi
-                    .add_set_data(ours, data, Some(0))
-                    .map_err(|e| Error::from_zk(e, ours))?;
-                multi
-                    .add_set_data(parent, &[], Some(parent_version))
-                    .map_err(|e| Error::from_zk(e, parent))?;
-                match multi.commit().await {
-                    Ok(results) => match results.into_iter().nth(others.len()) {
-                        Some(zk::MultiWriteResult::SetData { stat }) => {
-                            Ok(Claim::Won(Stat::from_zk(stat)))
-                        }
-                        other => Err(Error::ZooKeeper(format!(
-                            "unexpected claim reply {other:?}"
-                        ))),
-                    },
-                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                        match (others.get(index), source) {
-                            (Some(holder), zk::Error::BadVersion) => {
-                                Ok(Claim::HeldBy(holder.clone()))
-                            }
-                            (_, zk::Error::NoNode | zk::Error::BadVersion) => Ok(Claim::Changed),
-                            (_, e) => Err(Error::from_zk(e, ours)),
-                        }
-                    }
-                    Err(zk::MultiWriteError::RequestFailed { source }) => {
-                        Err(Error::from_zk(source, ours))
-                    }
-                }
-            });
-            match attempt {
-                Err(e) if e.is_retryable() => {
-                    // The reply may be lost after the server applied it: our mark tells.
-                    if let Ok(Some(stat)) = self.exists_in(ours, call) {
-                        if stat.version > 0 {
-                            return Ok(Claim::Won(stat));
-                        }
-                    }
-                    self.backoff(call, e)?;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    fn default_data(&self) -> &[u8] {
-        &self.shared().config.default_data
-    }
 }
 
 /// Curator's protected create: the name gets a fresh `_c_<uuid>-` prefix, so that after a lost
 /// reply the retry finds the node the server did make instead of making a second one.
-pub(crate) fn create_protected<S: Store + ?Sized>(
+pub(crate) fn create_protected<S: NodeOps + ?Sized>(
     store: &S,
     spec: &NodeSpec<'_>,
     call: &mut Call,
@@ -529,7 +336,7 @@ pub(crate) fn create_protected<S: Store + ?Sized>(
 
 /// Our node after a lost reply, if the server made it. An ephemeral node is adopted only if it
 /// belongs to the current session; one of an earlier session is deleted (CURATOR-45/498).
-fn find_protected<S: Store + ?Sized>(
+fn find_protected<S: NodeOps + ?Sized>(
     store: &S,
     spec: &NodeSpec<'_>,
     call: &mut Call,
@@ -553,4 +360,119 @@ fn find_protected<S: Store + ?Sized>(
         return Ok(None);
     }
     Ok(Some((found, stat)))
+}
+
+/// A node creation being set up by [`Client::create`] (Curator's `create()` builder).
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+/// use zklock::{Acl, CreateMode};
+/// let path = client
+///     .create("/locks/job/lock-")
+///     .mode(CreateMode::EphemeralSequential)
+///     .parents_as_containers()
+///     .protected()
+///     .acl(vec![Acl::open_unsafe()])
+///     .call()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "nothing is created until `call()`"]
+#[derive(Debug)]
+pub struct Create<'a> {
+    client: &'a Client,
+    path: &'a str,
+    mode: CreateMode,
+    data: Option<&'a [u8]>,
+    acl: Option<Vec<Acl>>,
+    parents: bool,
+    protected: bool,
+}
+
+impl<'a> Create<'a> {
+    pub(super) fn new(client: &'a Client, path: &'a str) -> Self {
+        Create {
+            client,
+            path,
+            mode: CreateMode::Persistent,
+            data: None,
+            acl: None,
+            parents: false,
+            protected: false,
+        }
+    }
+
+    /// The node's mode (default `Persistent`).
+    pub fn mode(mut self, mode: CreateMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The node's data (default: the Client's default data).
+    pub fn data(mut self, data: &'a [u8]) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// The node's ACL (default: what the Client's [`AclProvider`] gives its path). Parents made
+    /// by [`parents_as_containers`](Self::parents_as_containers) still get the provider's ACL
+    /// for their own paths (Curator's `withACL(acl)` without `applyToParents`).
+    pub fn acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    /// Create missing parents as containers (Curator's `creatingParentContainersIfNeeded`).
+    pub fn parents_as_containers(mut self) -> Self {
+        self.parents = true;
+        self
+    }
+
+    /// Curator's `withProtection`: prefix the name with `_c_<uuid>-` so that, when a reply is
+    /// lost, the retry finds the node this call made instead of making a second one.
+    pub fn protected(mut self) -> Self {
+        self.protected = true;
+        self
+    }
+
+    /// Creates the node; returns its path (with the sequence for sequential modes).
+    ///
+    /// # Blocking and errors
+    /// One call (parents first, when asked), bounded by the retry policy and the operation
+    /// timeout; errors as listed on [`Client`]: [`NodeExists`](Error::NodeExists) for a
+    /// non-sequential node that exists, [`NoNode`](Error::NoNode) for a missing parent without
+    /// `parents_as_containers`, [`NoChildrenForEphemerals`](Error::NoChildrenForEphemerals) under
+    /// an ephemeral parent. A protected create whose reply was lost finds its node instead of
+    /// making a second one.
+    pub fn call(self) -> Result<String> {
+        let mut call = self.client.user_call();
+        self.call_in(&mut call).map(|(path, _)| path)
+    }
+
+    /// Creates the node within a recipe's call; returns its path and stat.
+    pub(crate) fn call_in(self, call: &mut Call) -> Result<(String, Stat)> {
+        let client = self.client;
+        let config = &client.shared().config;
+        let spec = NodeSpec {
+            path: self.path,
+            data: self.data.unwrap_or(&config.default_data),
+            mode: self.mode,
+            acl: self.acl.as_deref(),
+            provider: None,
+            parents: self.parents,
+            protected: false,
+            siblings: None,
+        };
+        spec.validate()?;
+        if self.protected {
+            return create_protected(client, &spec, call);
+        }
+        loop {
+            match client.create_once(&spec, call) {
+                Err(e) if e.is_retryable() => client.backoff(call, e)?,
+                other => return other,
+            }
+        }
+    }
 }

@@ -1,6 +1,7 @@
-//! Keeps an eye on a held lock's node: reports Suspended while the connection is gone, Held
-//! once reconnected with the node verified, and Lost when the node is deleted, its session ends,
-//! or the Client gives the session up. Runs on the executor thread; no user code runs here.
+//! Following a node: the I/O thread reads and watches a node and reports what becomes of it —
+//! read, out of reach while the connection is gone, seen again after a reconnection, gone with
+//! its session or deleted, or given up with the session by the Client — until told to stop.
+//! No user code runs here.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -10,33 +11,41 @@ use futures_lite::future;
 use zookeeper_client as zk;
 
 use super::backoff::Backoff;
-use super::cleanup::{self, Doomed};
 use super::runtime::{sleep, Signal};
 use super::session::Shared;
 use super::Client;
-use crate::core::health::{worst, LockHealth};
 
-/// How long after its grant a hold's node is first read and watched. The grant has just seen it
-/// in our session, so until then a deletion by someone else is noticed this much later than it
-/// would be; a hold released sooner (a short critical section) costs no read and no watch.
-const FIRST_LOOK: Duration = Duration::from_millis(5);
-
-/// How long a released hold's watch waits to be cleared by the node's deletion before it is
-/// removed by a request of its own.
+/// How long a followed node's watch, once told to stop, waits to be cleared by the node's
+/// deletion (which usually follows) before it is removed by a request of its own.
 const LINGER: Duration = Duration::from_secs(10);
 
-/// Told the held node's data whenever the keeper reads it.
-pub(crate) type OnData = Arc<dyn Fn(&[u8]) + Send + Sync>;
+/// What becomes of a followed node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NodeNews {
+    /// Read (with a watch) in its session: here is its data. Again after every data change.
+    Read(Vec<u8>),
+    /// Seen again after a reconnection to the same session.
+    Seen,
+    /// The connection is gone (or, for a persistent node, the session ended): out of reach.
+    Disconnected,
+    /// Deleted, or its session ended on the server.
+    Gone,
+    /// The Client gave its session up (no answer for a whole session timeout): the server may
+    /// still have it, and the node with it.
+    GivenUp,
+}
 
-/// A node about to be held, already read with a watch by its acquire (while it waited, or to
-/// check that our node still exists after our predecessor went): the keeper starts from it
-/// instead of reading the node again.
-pub(crate) struct Primed(Option<PrimedWatch>);
+/// Told what becomes of a followed node, on the I/O thread; must not block.
+pub(crate) type OnNews = Arc<dyn Fn(NodeNews) + Send + Sync>;
+
+/// A node already read with a watch (by a call that needed it anyway): a follower starts from
+/// it instead of reading the node again.
+pub(crate) struct NodeRead(Option<ReadWatch>);
 
 /// Resolves when the watch fires.
 type Fired = std::pin::Pin<Box<dyn std::future::Future<Output = zk::WatchedEvent> + Send>>;
 
-impl Primed {
+impl NodeRead {
     /// Whether the node's watch has not fired since it was read: not deleted, not written.
     pub(crate) fn untouched(&mut self) -> bool {
         match &mut self.0 {
@@ -50,8 +59,8 @@ impl Primed {
         session: i64,
         data: Vec<u8>,
         fired: impl std::future::Future<Output = zk::WatchedEvent> + Send + 'static,
-    ) -> Primed {
-        Primed(Some(PrimedWatch {
+    ) -> NodeRead {
+        NodeRead(Some(ReadWatch {
             session,
             data,
             fired: Box::pin(fired),
@@ -59,53 +68,40 @@ impl Primed {
     }
 }
 
-impl std::fmt::Debug for Primed {
+impl std::fmt::Debug for NodeRead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Primed")
+        f.debug_struct("NodeRead")
             .field("watch", &self.0.as_ref().map(|w| w.session))
             .finish()
     }
 }
 
-struct PrimedWatch {
+struct ReadWatch {
     session: i64,
     data: Vec<u8>,
     fired: Fired,
 }
 
-/// Stops the keeper when dropped.
-pub(crate) struct KeeperGuard(Signal);
+/// Stops following when dropped.
+pub(crate) struct FollowGuard(Signal);
 
-impl Drop for KeeperGuard {
+impl Drop for FollowGuard {
     fn drop(&mut self) {
         self.0.set();
     }
 }
 
 impl Client {
-    /// A held node's health as of now: the keeper's last report (`reported`), made worse by the
-    /// local lease on the session (`core/lease.rs`) when this process has not been able to vouch
-    /// for its session lately. A persistent node (`owner` 0) outlives sessions: at worst
-    /// Suspended on that account.
-    pub(crate) fn vouch(&self, owner: i64, reported: LockHealth) -> LockHealth {
-        let lease = match self.shared().lease.health() {
-            LockHealth::Lost if owner == 0 => LockHealth::Suspended,
-            lease => lease,
-        };
-        worst(reported, lease)
-    }
-
-    /// Reads a node we are about to hold with the watch its keeper will need, so that the
-    /// check "our node is still there" and the keeper's first read are one request; `None` if
-    /// the node is gone.
-    pub(crate) fn prime_keeper(
+    /// Reads a node with the watch a follower of it will need, so that a caller's "is the node
+    /// still there" and the follower's first read are one request; `None` if the node is gone.
+    pub(crate) fn read_for_follower(
         &self,
         path: &str,
         call: &mut super::Call,
-    ) -> crate::Result<Option<Primed>> {
-        let read = self.run("prime_keeper", call, |zk, _| async move {
+    ) -> crate::Result<Option<NodeRead>> {
+        let read = self.run("read_for_follower", call, |zk, _| async move {
             match zk.get_and_watch_data(path).await {
-                Ok((data, _, watcher)) => Ok(Some(Primed::watched(
+                Ok((data, _, watcher)) => Ok(Some(NodeRead::watched(
                     zk.session_id().0,
                     data,
                     watcher.changed(),
@@ -117,37 +113,34 @@ impl Client {
         Ok(read)
     }
 
-    /// Watches `path` (owned by session `owner`, or 0 for a persistent node) and calls `report`
-    /// on every health change, and `on_data` with the node's data whenever it is read (when the
-    /// keeper starts and after every change: the lock layer decides what the data means, e.g.
-    /// Curator's revocation request)
-    /// into the node.
+    /// Follows `path` (owned by session `owner`, or 0 for a persistent node) and tells `news`
+    /// what becomes of it, until the guard drops. With `start` (read already, in the owner's
+    /// session) the follower starts from that read; without it, it first reads the node
+    /// `first_look` from now (what happens to it before then is told late).
     ///
-    /// An ephemeral node is Lost with its session. When the Client gives that session up
-    /// locally (no answer for a whole session timeout) the server may still be keeping it, and
-    /// with it our node at the head of the queue: the node is then deleted in the background
-    /// from the next session, so that the lock does not stay blocked until the server expires
-    /// the old session. A persistent node outlives sessions: it is Suspended between them and
-    /// Held again once seen from the next one.
-    pub(crate) fn keep_node(
+    /// An ephemeral node is followed in its session only: [`NodeNews::Gone`] or
+    /// [`NodeNews::GivenUp`] ends it, and so does a session that is no longer the owner's
+    /// already ([`NodeNews::GivenUp`] at once). A persistent node outlives sessions: it is
+    /// [`NodeNews::Disconnected`] between them and read again from the next one.
+    pub(crate) fn follow_node(
         &self,
         path: &str,
         owner: i64,
-        report: Arc<dyn Fn(LockHealth) + Send + Sync>,
-        on_data: Option<OnData>,
-        primed: Option<Primed>,
-    ) -> KeeperGuard {
+        first_look: Duration,
+        news: OnNews,
+        start: Option<NodeRead>,
+    ) -> FollowGuard {
         let cancel = Signal::default();
-        let mut node = Kept {
+        let mut node = Followed {
             path: path.to_owned(),
             cancel: cancel.clone(),
-            report,
-            on_data,
+            news,
+            first_look,
         };
         if owner == 0 {
             self.shared()
-                .spawn(keep_persistent(self.inner.shared.clone(), node));
-            return KeeperGuard(cancel);
+                .spawn(follow_persistent(self.inner.shared.clone(), node));
+            return FollowGuard(cancel);
         }
         let (zk, ended) = {
             let conn = self.shared().conn.lock();
@@ -155,60 +148,55 @@ impl Client {
         };
         match zk {
             Some(zk) if zk.session_id().0 == owner => {
-                let shared = self.inner.shared.clone();
-                let primed = primed
-                    .and_then(|p| p.0)
-                    .filter(|p| p.session == owner)
-                    .map(|p| (p.data, p.fired));
+                let start = start
+                    .and_then(|r| r.0)
+                    .filter(|r| r.session == owner)
+                    .map(|r| (r.data, r.fired));
                 self.shared().spawn(async move {
-                    match keep(&zk, &ended, &mut node, primed).await {
+                    match follow(&zk, &ended, &mut node, start).await {
                         End::Stopped => {}
-                        End::Lost => node.report(LockHealth::Lost),
-                        End::GivenUp => {
-                            node.report(LockHealth::Lost);
-                            cleanup::spawn(&shared, Doomed::node(&node.path, Some(owner)));
-                        }
+                        End::Gone => node.tell(NodeNews::Gone),
+                        End::GivenUp => node.tell(NodeNews::GivenUp),
                     }
                 });
             }
-            _ => {
-                (node.report)(LockHealth::Lost);
-                self.delete_in_background(Doomed::node(path, Some(owner)));
-            }
+            _ => (node.news)(NodeNews::GivenUp),
         }
-        KeeperGuard(cancel)
+        FollowGuard(cancel)
     }
 }
 
-/// A held node and whom to tell about it.
-struct Kept {
+/// A followed node and whom to tell about it.
+struct Followed {
     path: String,
-    /// Set by the release: stop, and report nothing more (a late NoNode is our own delete).
+    /// Set when the guard drops: stop, and tell nothing more (a late NoNode may be the
+    /// caller's own delete).
     cancel: Signal,
-    report: Arc<dyn Fn(LockHealth) + Send + Sync>,
-    on_data: Option<OnData>,
+    news: OnNews,
+    /// How long after the start to read the node first, when not started from a read.
+    first_look: Duration,
 }
 
-impl Kept {
-    fn report(&self, health: LockHealth) {
+impl Followed {
+    fn tell(&self, news: NodeNews) {
         if !self.cancel.is_set() {
-            (self.report)(health)
+            (self.news)(news)
         }
     }
 }
 
-/// Why [`keep`] returned.
+/// Why [`follow`] returned.
 enum End {
-    /// Released.
+    /// Told to stop.
     Stopped,
     /// The node was deleted, or its session ended on the server.
-    Lost,
+    Gone,
     /// The Client gave the session up; the server may still have it.
     GivenUp,
 }
 
-/// Follows a persistent node through every session until it is released or deleted.
-async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
+/// Follows a persistent node through every session until told to stop or it is deleted.
+async fn follow_persistent(shared: Arc<Shared>, mut node: Followed) {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     loop {
         let (zk, ended) = loop {
@@ -228,25 +216,25 @@ async fn keep_persistent(shared: Arc<Shared>, mut node: Kept) {
             }
         };
         backoff.reset();
-        if let End::Stopped = keep(&zk, &ended, &mut node, None).await {
+        if let End::Stopped = follow(&zk, &ended, &mut node, None).await {
             return;
         }
         // Deleted, or only our session ended: a live session tells which.
         if matches!(zk.check_stat(&node.path).await, Ok(None)) {
-            node.report(LockHealth::Lost);
+            node.tell(NodeNews::Gone);
             return;
         }
-        node.report(LockHealth::Suspended);
+        node.tell(NodeNews::Disconnected);
         future::or(sleep(backoff.next_pause()), node.cancel.wait()).await;
     }
 }
 
-/// `primed`: the node's data and watch, read already in this session.
-async fn keep(
+/// `start`: the node's data and watch, read already in this session.
+async fn follow(
     zk: &zk::Client,
     ended: &Signal,
-    node: &mut Kept,
-    mut primed: Option<(Vec<u8>, Fired)>,
+    node: &mut Followed,
+    mut start: Option<(Vec<u8>, Fired)>,
 ) -> End {
     enum Ev {
         Stop,
@@ -256,7 +244,7 @@ async fn keep(
     }
     let path = node.path.clone();
     let cancel = node.cancel.clone();
-    // Everything below races the release (`cancel`) and the Client giving the session up
+    // Everything below races the stop (`cancel`) and the Client giving the session up
     // (`ended`): a request sent while disconnected may wait for the reconnection.
     let interrupt = || {
         future::or(
@@ -271,11 +259,12 @@ async fn keep(
         )
     };
     let mut states = zk.state_watcher();
-    // The grant has just seen the node in this session: a hold that ends within FIRST_LOOK
-    // costs no read at all.
-    if primed.is_none() {
+    // The caller has just seen the node in this session: a follower stopped within
+    // `first_look` costs no read at all.
+    if start.is_none() {
+        let first_look = node.first_look;
         match future::or(interrupt(), async {
-            sleep(FIRST_LOOK).await;
+            sleep(first_look).await;
             Ev::State(zk::SessionState::SyncConnected)
         })
         .await
@@ -289,10 +278,10 @@ async fn keep(
         if cancel.is_set() {
             return End::Stopped;
         }
-        let armed = match primed.take() {
+        let armed = match start.take() {
             Some((data, watcher)) => Ok(Ok((data, watcher))),
             None => {
-                // A read on its way is let finish after a release (for a while): dropped before
+                // A read on its way is let finish after the stop (for a while): dropped before
                 // its answer, the watch it sets would cost a removeWatches of its own.
                 let released = async {
                     cancel.wait().await;
@@ -316,14 +305,11 @@ async fn keep(
             Err(Ev::Stop) => return End::Stopped,
             Err(_) => return End::GivenUp,
             Ok(Ok((data, watcher))) => {
-                node.report(LockHealth::Held);
-                if let Some(f) = &node.on_data {
-                    f(&data);
-                }
+                node.tell(NodeNews::Read(data));
                 Some(watcher)
             }
             Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
-                return End::Lost;
+                return End::Gone;
             }
             // Disconnected: the state watcher below says when to look again.
             Ok(Err(_)) => None,
@@ -344,8 +330,8 @@ async fn keep(
         .await;
         match ev {
             Ev::Stop if watching => {
-                // Released: the delete that follows fires this watch and so clears it on the
-                // server. Dropped before that, it would cost a request (removeWatches) per hold.
+                // Stopped: the delete that usually follows fires this watch and so clears it on
+                // the server. Dropped before that, it would cost a request (removeWatches).
                 let cleared = async {
                     fired.await;
                 };
@@ -356,19 +342,19 @@ async fn keep(
             Ev::Ended => return End::GivenUp,
             Ev::Watch(e) if e.event_type == zk::EventType::NodeDataChanged => {}
             // Deleted, or the session ended.
-            Ev::Watch(_) => return End::Lost,
-            Ev::State(zk::SessionState::Disconnected) => node.report(LockHealth::Suspended),
-            Ev::State(s) if s.is_terminated() => return End::Lost,
+            Ev::Watch(_) => return End::Gone,
+            Ev::State(zk::SessionState::Disconnected) => node.tell(NodeNews::Disconnected),
+            Ev::State(s) if s.is_terminated() => return End::Gone,
             Ev::State(_) => {
-                // Reconnected to the same session: Held again once the node is seen.
+                // Reconnected to the same session: told once the node is seen.
                 let checked = future::or(async { Err(interrupt().await) }, async {
                     Ok(zk.check_stat(&path).await)
                 });
                 match checked.await {
                     Err(Ev::Stop) => return End::Stopped,
                     Err(_) => return End::GivenUp,
-                    Ok(Ok(None)) => return End::Lost,
-                    Ok(Ok(Some(_))) => node.report(LockHealth::Held),
+                    Ok(Ok(None)) => return End::Gone,
+                    Ok(Ok(Some(_))) => node.tell(NodeNews::Seen),
                     Ok(Err(_)) => sleep(Duration::from_millis(10)).await,
                 }
             }
