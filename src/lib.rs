@@ -125,13 +125,23 @@
 //!
 //! # Feature flags
 //!
-//! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles
-//!   started from Debian's packages, session expiry, a TCP fault proxy and a fenced register,
-//!   for your own tests. Off by default; pulls in `tempfile` and `rustix`.
+//! * `zookeeper` (default) — the ZooKeeper backend: [`Client`], the lock recipes and leader
+//!   election. Without it (and with no other backend) only the backend-neutral core is built:
+//!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
+//! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
+//!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests.
+//!   Pulls in `tempfile` and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
-//!   and hold times, waiters, pending background deletes; names in the README); install any
-//!   `metrics` exporter. Off by default.
+//!   and hold times, waiters, pending background deletes; the names are listed in the
+//!   repository's `docs/observability.md`); install any `metrics` exporter.
+//! * `tls` — TLS connections to ZooKeeper (`ClientBuilder::tls_ca_pem` and the like), through
+//!   the wire client's rustls support.
+//! * `sasl-digest-md5` — SASL DIGEST-MD5 authentication (`ClientBuilder::sasl_digest_md5`).
+//! * `cli` — the `zklock` command-line tool (`cargo install zklock --features cli`): run a
+//!   command under a lock and stop it if the lock is lost, see who holds what.
+//!
+//! Only `zookeeper` is on by default.
 //!
 //! # Curator → zklock
 //!
@@ -169,7 +179,6 @@
 //! Every fallible call returns [`Result`] with the one [`Error`] enum. Bad input (paths, connect
 //! strings, timeouts, data over 1 MiB) is refused before any I/O.
 #![warn(missing_docs, unreachable_pub)]
-#![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod core;

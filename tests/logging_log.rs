@@ -17,10 +17,10 @@ static RECORDS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 struct Recorder;
 
 impl log::Log for Recorder {
-    fn enabled(&self, metadata: &log::Metadata) -> bool {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
         metadata.level() <= log::Level::Info
     }
-    fn log(&self, record: &log::Record) {
+    fn log(&self, record: &log::Record<'_>) {
         if self.enabled(record.metadata()) {
             RECORDS
                 .lock()

@@ -1,7 +1,7 @@
 //! What zklock reports through the `metrics` facade (feature `metrics`); without the feature
-//! every function here is empty and compiles away. The names are listed in the README
-//! ("Metrics"); each lock-level one carries a `path` label: the lock's path (the parent of its
-//! nodes; a semaphore's leases are under `<path>/leases`).
+//! every function here is empty and compiles away. The names are listed in
+//! `docs/observability.md`; each lock-level one carries a `path` label: the lock's path (the
+//! parent of its nodes; a semaphore's leases are under `<path>/leases`).
 
 use std::time::Duration;
 

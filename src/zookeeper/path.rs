@@ -4,6 +4,7 @@ use crate::core::error::{Error, Result};
 
 /// Curator's protection marker: `_c_` + UUID + `-` before the node name.
 pub(crate) const PROTECTED_PREFIX: &str = "_c_";
+#[cfg(test)]
 const PROTECTED_ID_LEN: usize = PROTECTED_PREFIX.len() + 36 + 1;
 
 /// Checks `path` as ZooKeeper's `PathUtils.validatePath` does, before any I/O.
@@ -84,19 +85,6 @@ pub(crate) fn protected(path: &str, id: &str) -> String {
     join(parent(path), &format!("{id}{}", name(path)))
 }
 
-/// A node name without its protection id, if it has one.
-#[allow(dead_code)] // used by the lock recipes
-pub(crate) fn strip_protection(node: &str) -> &str {
-    if node.starts_with(PROTECTED_PREFIX)
-        && node.len() >= PROTECTED_ID_LEN
-        && node.as_bytes()[PROTECTED_ID_LEN - 1] == b'-'
-    {
-        &node[PROTECTED_ID_LEN..]
-    } else {
-        node
-    }
-}
-
 /// Checks a namespace (chroot without the leading slash, as Curator takes it).
 pub(crate) fn validate_namespace(ns: &str) -> Result<String> {
     let path = format!("/{ns}");
@@ -145,10 +133,5 @@ mod tests {
         assert_eq!(id, id.to_lowercase());
         let p = protected("/locks/lock-", &id);
         assert_eq!(p, format!("/locks/{id}lock-"));
-        assert_eq!(
-            strip_protection(&format!("{id}lock-0000000001")),
-            "lock-0000000001"
-        );
-        assert_eq!(strip_protection("lock-0000000001"), "lock-0000000001");
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Needs a JDK and Debian's Curator 5 jars (`INSTALL`); `ZKLOCK_CURATOR_CLASSPATH` replaces the
 //! Debian jars; `JAVA_HOME` (or `JAVA` and `JAVAC`) picks the JDK.
-#![allow(dead_code)]
+#![allow(dead_code)] // each test file uses some of the helpers
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};

@@ -1,5 +1,5 @@
 //! Shared helpers for the integration tests: every test starts its own real ZooKeeper.
-#![allow(dead_code)]
+#![allow(dead_code)] // each test file uses some of the helpers
 
 use std::time::{Duration, Instant};
 

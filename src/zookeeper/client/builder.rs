@@ -216,7 +216,7 @@ impl ClientBuilder {
 
     /// Whether sessions will authenticate in some way.
     pub(crate) fn has_credentials(&self) -> bool {
-        #[allow(unused_mut)]
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut))] // set again only with `tls`
         let mut has = !self.auth.is_empty();
         #[cfg(feature = "tls")]
         {
@@ -441,7 +441,7 @@ const TLS_PREFIX: &str = "tcp+tls://";
 const TCP_PREFIX: &str = "tcp://";
 
 /// `host` of `[scheme://]host:port` (IPv6 without brackets).
-#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))] // only TLS checks a host name
 pub(crate) fn host_name(entry: &str) -> &str {
     let bare = entry
         .strip_prefix(TLS_PREFIX)

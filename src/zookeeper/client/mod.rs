@@ -698,11 +698,7 @@ impl Client {
 
     /// One attempt at `ops` as one transaction (ZooKeeper's multi): the stats of its setData
     /// operations (`None` for checks), or the index of the operation that failed and why.
-    pub(crate) fn multi_once(
-        &self,
-        ops: &[MultiOp<'_>],
-        call: &mut Call,
-    ) -> Result<MultiOutcome> {
+    pub(crate) fn multi_once(&self, ops: &[MultiOp<'_>], call: &mut Call) -> Result<MultiOutcome> {
         self.run_once(call, |zk, _| async move {
             let mut multi = zk.new_multi_writer();
             for op in ops {

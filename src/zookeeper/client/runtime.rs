@@ -147,7 +147,7 @@ pub(crate) struct Runtime {
     stop: Signal,
     /// Set once this Client's executor has stopped running (its tasks go with the Runtime).
     ended: Signal,
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))] // only `testing` freezes the I/O
     freeze: Arc<Freeze>,
 }
 
@@ -298,7 +298,7 @@ impl Freeze {
         true
     }
 
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))] // only `testing` freezes the I/O
     fn thaw(&self) {
         let waker = {
             let mut s = self.state.lock();
@@ -432,7 +432,7 @@ pub(crate) fn block_on<F: Future>(f: F, deadline: Deadline) -> Option<F::Output>
     }
 }
 
-/// Sleeps inside a task on the executor thread.
+/// Sleeps inside a task on the I/O thread.
 pub(crate) async fn sleep(d: std::time::Duration) {
     async_io::Timer::after(d).await;
 }

@@ -1,4 +1,4 @@
-//! The session supervisor: a task on the Client's executor thread that opens sessions, turns the
+//! The session supervisor: a task on the I/O thread that opens sessions, turns the
 //! wire client's states into Curator's connection states (with the local `Lost`), and opens a new
 //! session after expiry. It is the only writer of the connection state, so states are ordered.
 

@@ -70,7 +70,7 @@ pub(crate) fn breaks(policy: ErrorPolicy, health: LockHealth) -> bool {
 }
 
 impl Term {
-    /// Begins a term on a granted node; `on_end` runs (on the executor thread) if the node's
+    /// Begins a term on a granted node; `on_end` runs (on the I/O thread) if the node's
     /// health ends it.
     pub(crate) fn begin(
         client: &Client,

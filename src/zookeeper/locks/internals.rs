@@ -1,73 +1,45 @@
 //! LockInternals: the one lock algorithm every recipe composes.
 //!
-//! create our node (protected, parents as containers) → list and sort the children → ask the
-//! driver → if not granted, set a getData watch on the node it names and park this waiter →
-//! re-check when woken (by that watch or a connection-state change, or a cancel). The caller's
-//! deadline bounds the *wait*; each ZooKeeper step of the attempt may run past it by the
-//! Client's operation (else connection) timeout, so that a short timeout never misses a free
-//! lock for want of a round trip. Every path that ends without the lock deletes our node in the
-//! background (guaranteed delete).
+//! Create our node (protected, parents as containers, the first listing sent right behind the
+//! create) → the waiter (`waiting.rs`: listing, asking the driver, watching the node ahead,
+//! parking, taking over) → granted, with the token and our node as read for its keeper.
 //!
-//! What an acquisition costs with the standard driver (requests of our session; a round trip
-//! is a wait for an answer):
+//! Invariants:
+//! * A node is granted only while it exists in the **current** session (CURATOR-604).
+//! * Every path that ends without the lock (timeout, cancel, error, a stale node) deletes our
+//!   node in the background (guaranteed delete); a create whose reply was lost is found by its
+//!   protection id, adopted only in our session and deleted otherwise (CURATOR-45/498).
+//! * The caller's deadline bounds the *wait*; each ZooKeeper step of the attempt may run past
+//!   it by the Client's operation (else connection) timeout, so that a short timeout never
+//!   misses a free lock for want of a round trip.
+//! * A holder on a long queue marks its node (setData at version 0 → 1) so that the waiter
+//!   behind knows it holds; its release deletes the node only after the mark was answered.
 //!
-//! * free lock: create + listing, sent back to back (one round trip: the server answers a
-//!   session's requests in order, so the listing shows our node); the release's delete. 2
-//!   writes, 1 read. The keeper reads and watches our node only once the hold has lasted 5 ms
-//!   (`keeper.rs`), so a short hold costs nothing more, a longer one 1 read.
-//! * behind a holder: the same, plus a getData-watch of the node ahead of us and, once that is
-//!   set, a getData-watch of our own node (the read the keeper starts from). When the node
-//!   ahead goes and it headed our listing (or had marked itself as the holder), and our own
-//!   node's watch has not fired, the lock is ours without a further request: the handoff is
-//!   the delete's watch event and nothing else. 2 writes, 3 reads.
-//! * a long queue (16 or more others in the granting listing): the holder also marks its node
-//!   (one more write) so that its follower needs no listing when it goes; the follower's watch
-//!   fires for the mark, the Client's I/O thread reads that node again as the event comes in
-//!   (now known to hold; with a new watch), and the follower reads its own; the new holder's
-//!   mark fires its own watch, and its keeper reads again. 3 writes, 5 reads, none of them
-//!   O(queue) and none between a release and the next grant. A hold released before its mark
-//!   was answered sends its delete only after that answer (a guard's background delete too), so
-//!   that the follower's read of the marked node comes before the delete's commit: a delete
-//!   sent right behind the mark would usually win, and the follower, finding the node gone,
-//!   could not tell a holder from a waiter that gave up and would list the queue. (That read
-//!   used to be sent by the follower once woken, and lost the race now and then all the same.)
-//!   A waiter that listed a short queue when it joined and then sees the holder ahead mark
-//!   counts the queue (a stat of the parent, sent right behind that read: one small read, no
-//!   round trip more) and marks in its turn if the queue is long: a drain is marked from its
-//!   first handoff, not only from the first waiter whose own listing was long.
-//!
-//! * behind a holder that releases before our watch is set (short holds: the create's listing
-//!   still shows it, its delete lands before our getData): that getData answers "no node", and
-//!   as the node headed our listing, the lock is ours with no further request — the listing,
-//!   one round trip old, shows our node, as for a free lock. 2 writes, 2 reads. (It used to
-//!   list again: with two sessions taking turns on short holds, 40 % of acquisitions did.)
-//!
-//! A waiter whose predecessor did not head its listing (and had not marked itself) lists again
-//! when that node goes, as Curator does on every wake.
+//! What each case costs in requests is in `docs/design.md` ("Cost per case").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::driver::{LockDriver, LockNode, Predicate};
+use super::driver::{LockDriver, LockNode};
 use super::revocation::REVOKE_MESSAGE;
-use super::store::{Claim, OnChange, Store};
+use super::store::{Claim, Store};
 use super::waiter::Waiter;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 pub(crate) use crate::core::lock::Release;
 use crate::core::metrics;
 use crate::zookeeper::client::{
-    create_protected, is_watcher_thread, Call, Doomed, NodeRead, NodeSpec, Reread, SharedAcl,
-    Siblings, Signal, Stat, WatchEventKind,
+    create_protected, is_watcher_thread, Call, Doomed, NodeRead, NodeSpec, SharedAcl, Siblings,
+    Signal, Stat,
 };
 use crate::zookeeper::path;
 
 /// A holder marks its node only when the queue it last listed held at least this many other
 /// nodes: a mark costs a quorum write (and the next waiter a read) to spare that waiter a
-/// listing, which pays only when the listing is long. Chosen by measurement (README,
-/// "Performance").
+/// listing, which pays only when the listing is long. Chosen by measurement
+/// (`docs/decisions/`, the holder mark).
 const MARK_FROM: usize = 16;
 
 /// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
@@ -391,195 +363,6 @@ impl<S: Store> LockInternals<S> {
         children
     }
 
-    fn wait_for_lock(
-        &self,
-        our_path: &str,
-        stat: &Stat,
-        mut listing: Option<Vec<String>>,
-        call: &mut Call,
-        wait: Deadline,
-        cancel: &Cancel,
-    ) -> Result<Outcome> {
-        let our_name = path::name(our_path);
-        let owner = stat.ephemeral_owner;
-        // Sequence order is creation order: nodes only ever join behind us.
-        let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
-        // With one lease, a marked node holds and so has nothing ahead of it. With more, a
-        // holder may have others ahead, so marks say nothing about our turn.
-        let marks = self.holder_marks && fifo && self.leases == Leases::Fixed(1);
-        let granted = |mark, primed| {
-            Ok(Outcome::Granted {
-                token: stat.czxid as u64,
-                mark,
-                primed,
-            })
-        };
-        let waiter = Arc::new(Waiter::default());
-        let _registration = self.store.register(&waiter);
-        cancel.attach(&waiter);
-        // How many other nodes our last listing held: a short queue is not worth a mark.
-        let mut others: usize;
-        // Our own node, read and watched while we wait (see below).
-        let mut own: Option<NodeRead> = None;
-        'listing: loop {
-            cancel.check()?;
-            let mut seen = waiter.epoch();
-            // A claim is made against the parent's version as of before the listing.
-            let parent_version = if self.driver.grant_by_claim() {
-                match self.store.stat(&self.path, call)? {
-                    Some(parent) => parent.version,
-                    None => return Ok(Outcome::Restart),
-                }
-            } else {
-                0
-            };
-            // The first listing may have come with our create.
-            let listed = match listing.take() {
-                Some(children) => Ok(self.sorted(children)),
-                None => self.sorted_children(call),
-            };
-            let children = match listed {
-                Ok(c) => c,
-                Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
-                Err(e) => return Err(e),
-            };
-            if !self.in_our_session(owner) {
-                return Ok(Outcome::Restart);
-            }
-            others = children.len().saturating_sub(1);
-            // A shared count is read with a watch, so that a change wakes us.
-            let (max_leases, _count_watch) = match &self.leases {
-                Leases::Fixed(n) => (*n, None),
-                Leases::Shared(count_path) => {
-                    let Some((guard, _, data)) =
-                        self.store
-                            .watch(count_path, &waiter, OnChange::Wake, call)?
-                    else {
-                        return Err(Error::NoNode(count_path.clone()));
-                    };
-                    (shared_count(count_path, &data)?, Some(guard))
-                }
-            };
-            let watch = match self.driver.gets_the_lock(&children, our_name, max_leases) {
-                Ok(Predicate::Granted) if self.driver.grant_by_claim() => {
-                    match self.claim(our_path, &children, parent_version, call)? {
-                        Claim::Won(stat) => {
-                            return Ok(Outcome::Granted {
-                                token: stat.mzxid as u64,
-                                mark: false,
-                                primed: None,
-                            })
-                        }
-                        Claim::HeldBy(holder) => path::name(&holder).to_owned(),
-                        Claim::Changed => continue,
-                    }
-                }
-                Ok(Predicate::Granted) => {
-                    let waiters_behind = children.last().map(String::as_str) != Some(our_name);
-                    return granted(marks && waiters_behind && others >= self.mark_from, None);
-                }
-                Ok(Predicate::Watch(_)) if wait.expired() => return Ok(Outcome::TimedOut),
-                Ok(Predicate::Watch(node)) => node,
-                Err(Error::NoNode(_)) => return Ok(Outcome::Restart),
-                Err(e) => return Err(e),
-            };
-            // Whether the node we watch holds the lock, so that nothing is left ahead of it:
-            // it heads our listing, or it has marked itself as the holder.
-            let mut holds =
-                fifo && matches!(self.leases, Leases::Fixed(_)) && children.first() == Some(&watch);
-            let watch_path = path::join(&self.path, &watch);
-            // Whether we have parked since the listing (which showed our node).
-            let mut parked = false;
-            // On a data change (a mark, typically) the Client's I/O thread reads the node again
-            // as the event comes in, and when our listing was short, counts the queue too.
-            let on_change = match (marks, others < self.mark_from) {
-                (false, _) => OnChange::Wake,
-                (true, false) => OnChange::Reread,
-                (true, true) => OnChange::RereadAndCount,
-            };
-            // The watch on that node; its node read again after a data change, if it was.
-            let mut _guard = None;
-            let mut reread: Option<Reread> = None;
-            loop {
-                // getData, not exists: no watch is left behind on a node that is already gone.
-                let mut parent = None;
-                let looked = match reread.take() {
-                    Some(Reread {
-                        node: Ok(looked),
-                        parent: p,
-                    }) => {
-                        parent = p;
-                        looked
-                    }
-                    Some(Reread { node: Err(_), .. }) => continue 'listing,
-                    None => self
-                        .store
-                        .watch(&watch_path, &waiter, on_change, call)?
-                        .map(|(guard, stat, data)| {
-                            _guard = Some(guard);
-                            (stat, data)
-                        }),
-                };
-                let Some((wstat, wdata)) = looked else {
-                    // The holder ahead went before our watch was set (a short hold, typically):
-                    // as for its delete's event below, the lock is ours without listing again.
-                    if holds && self.in_our_session(owner) {
-                        let mark = marks && others >= self.mark_from;
-                        return match self.take_over(our_path, own.take(), !parked, call)? {
-                            Some(primed) => granted(mark, primed),
-                            None => Ok(Outcome::Restart),
-                        };
-                    }
-                    continue 'listing;
-                };
-                let marked = marks && is_holder_mark(&wstat, &wdata);
-                // A marked holder saw a long queue, and ours, listed when we joined, was short:
-                // the queue as counted with the mark's read decides whether we mark in our turn,
-                // so that the waiter behind us needs no listing either.
-                if let (true, Some(parent)) = (marked, parent) {
-                    others = others.max(parent.num_children.max(1) as usize - 1);
-                }
-                holds |= marked;
-                // Our own node, read with the watch its keeper will need while the holder
-                // holds: when that holder goes, nothing is left to ask, and the handoff costs
-                // no round trip. (Our mark, if we make one, fires that watch once: the keeper
-                // reads again, off the handoff's path.)
-                if holds && own.is_none() {
-                    match self.store.prime_keeper(our_path, call)? {
-                        Some(primed) => own = Some(primed),
-                        None => return Ok(Outcome::Restart),
-                    }
-                }
-                cancel.check()?;
-                parked = true;
-                if !waiter.wait(seen, wait) {
-                    return Ok(Outcome::TimedOut);
-                }
-                cancel.check()?;
-                // It may have marked itself as the holder: the I/O thread read it again as the
-                // change came in (that read came before any later event of the watch it set).
-                if let Some((then, looked)) = waiter.reread_since(seen, &watch_path) {
-                    seen = then;
-                    reread = Some(looked);
-                    continue;
-                }
-                match waiter.watched_since(seen, &watch_path) {
-                    // The holder ahead of us went and nodes only join behind us: the lock is
-                    // ours without listing again, so a drain costs O(1) per handoff where
-                    // Curator lists the whole queue each time.
-                    Some(WatchEventKind::NodeDeleted) if holds && self.in_our_session(owner) => {
-                        let mark = marks && others >= self.mark_from;
-                        return match self.take_over(our_path, own.take(), false, call)? {
-                            Some(primed) => granted(mark, primed),
-                            None => Ok(Outcome::Restart),
-                        };
-                    }
-                    _ => continue 'listing,
-                }
-            }
-        }
-    }
-
     /// The holder ahead of us is gone and nothing is left ahead: the lock is ours if our node
     /// still exists (`None`: it does not). That is known from our node's read while its watch
     /// has not fired since, or from a listing we have not parked since — one round trip ago, as
@@ -678,6 +461,8 @@ impl<S: Store> LockInternals<S> {
         }
     }
 }
+
+mod waiting;
 
 #[cfg(test)]
 mod fake;

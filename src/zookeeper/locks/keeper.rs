@@ -22,7 +22,9 @@ const FIRST_LOOK: Duration = Duration::from_millis(5);
 pub(crate) type OnData = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// Stops the keeper when dropped.
-pub(crate) struct KeeperGuard(#[allow(dead_code)] FollowGuard);
+pub(crate) struct KeeperGuard {
+    _follow: FollowGuard,
+}
 
 /// Keeps `path` (owned by session `owner`, or 0 for a persistent node), calling `report` on
 /// every health change and `on_data` with the node's data whenever it is read. `primed`: the
@@ -56,7 +58,9 @@ pub(crate) fn keep_node(
             deleter.delete_in_background(Doomed::node(&node, Some(owner)));
         }
     };
-    KeeperGuard(client.follow_node(path, owner, FIRST_LOOK, Arc::new(news), primed))
+    KeeperGuard {
+        _follow: client.follow_node(path, owner, FIRST_LOOK, Arc::new(news), primed),
+    }
 }
 
 /// A held node's health as of now: the keeper's last report (`reported`), made worse by the
