@@ -1,5 +1,5 @@
-//! `zklock`: Apache Curator's lock recipes from the shell. See `zklock --help` and the README's
-//! "Command line" section.
+//! `zklock`: Apache Curator's lock recipes from the shell. See `zklock --help` and
+//! `docs/cli.md`.
 #![deny(unsafe_code)]
 
 mod args;
@@ -18,7 +18,7 @@ use zklock::Client;
 use crate::args::{Cli, Command, Global};
 
 /// Exit codes of `run` and `elect` besides the command's own status (documented in `--help`
-/// and the README).
+/// and `docs/cli.md`).
 pub mod code {
     /// The lock (or leadership) was lost while the command ran; the command was terminated.
     pub const LOST: u8 = 123;

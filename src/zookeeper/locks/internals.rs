@@ -39,7 +39,7 @@ use crate::zookeeper::path;
 /// A holder marks its node only when the queue it last listed held at least this many other
 /// nodes: a mark costs a quorum write (and the next waiter a read) to spare that waiter a
 /// listing, which pays only when the listing is long. Chosen by measurement
-/// (`docs/decisions/`, the holder mark).
+/// (`docs/decisions/0004-mark-threshold.md`).
 const MARK_FROM: usize = 16;
 
 /// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation

@@ -52,8 +52,12 @@ pub(crate) fn keep_node(
         }
         NodeNews::Seen => report(LockHealth::Held),
         NodeNews::Disconnected => report(LockHealth::Suspended),
-        NodeNews::Gone => report(LockHealth::Lost),
+        NodeNews::Gone => {
+            tracing::warn!("lost {node}: deleted, or its session ended");
+            report(LockHealth::Lost);
+        }
         NodeNews::GivenUp => {
+            tracing::warn!("lost {node}: its session was given up; deleting it from the next one");
             report(LockHealth::Lost);
             deleter.delete_in_background(Doomed::node(&node, Some(owner)));
         }
