@@ -7,9 +7,10 @@ use std::sync::Arc;
 use zookeeper_client as zk;
 
 use super::acl::{AclSource, SharedAcl};
+use super::ops::check_data;
 use super::runtime::Handoff;
 use super::types::{Acl, CreateMode, Stat};
-use super::{check_data, cleanup, Call, Client, Doomed};
+use super::{cleanup, Call, Client, Doomed};
 use crate::core::error::{Error, Result};
 use crate::zookeeper::path;
 

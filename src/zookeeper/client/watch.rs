@@ -1,0 +1,169 @@
+//! Watches, routed one way: a fired watch goes to a user's [`Watch`](crate::Watch) through the
+//! watcher thread, or to the crate's own code on the I/O thread (see [`WatchTarget`]).
+
+use futures_lite::future;
+use zookeeper_client as zk;
+
+use super::watcher::Message;
+use super::{Call, Client, Reread, Signal, Stat, Watch, WatchEvent, WatchEventKind, WatchTarget};
+use crate::core::channel::Receiver;
+use crate::core::error::{Error, Result};
+use crate::zookeeper::path;
+
+impl Client {
+    /// A node's children (unsorted) and a one-shot [`Watch`] that fires when a child is added or
+    /// removed, or the node is deleted (Curator's `getChildren().usingWatcher(..)`).
+    ///
+    /// # Errors
+    /// [`Error::NoNode`] if the node does not exist (no watch is left behind then).
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if the node is absent (no watch is left).
+    pub fn children_watch(&self, path: &str) -> Result<(Vec<String>, Watch)> {
+        path::validate(path, false)?;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cancel = Signal::default();
+        let (children, watcher, zk) = self.run(
+            "children_watch",
+            &mut self.user_call(),
+            |zk, _| async move {
+                let (children, watcher) = zk
+                    .list_and_watch_children(path)
+                    .await
+                    .map_err(|e| Error::from_zk(e, path))?;
+                Ok((children, watcher, zk))
+            },
+        )?;
+        self.forward_watch(zk, path, watcher, WatchTarget::Channel(tx), cancel.clone());
+        Ok((
+            children,
+            Watch {
+                rx: Receiver::new(rx),
+                cancel,
+            },
+        ))
+    }
+
+    /// A node's data and stat, and a one-shot [`Watch`] that fires on its next change or
+    /// deletion. Uses `getData`, so no watch is left behind on a node that does not exist.
+    ///
+    /// # Blocking and errors
+    /// One call: bounded by the retry policy (and the operation timeout, if set); errors as
+    /// listed on [`Client`]: [`NoNode`](Error::NoNode) if absent (no watch is left).
+    pub fn data_watch(&self, path: &str) -> Result<(Vec<u8>, Stat, Watch)> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cancel = Signal::default();
+        let (data, stat) = self.data_watch_in(
+            path,
+            WatchTarget::Channel(tx),
+            cancel.clone(),
+            &mut self.user_call(),
+        )?;
+        Ok((
+            data,
+            stat,
+            Watch {
+                rx: Receiver::new(rx),
+                cancel,
+            },
+        ))
+    }
+
+    /// `getData` with a watch whose firing goes to `target`; setting `cancel` removes the watch.
+    pub(crate) fn data_watch_in(
+        &self,
+        path: &str,
+        target: WatchTarget,
+        cancel: Signal,
+        call: &mut Call,
+    ) -> Result<(Vec<u8>, Stat)> {
+        path::validate(path, false)?;
+        let (data, stat, watcher, zk) = self.run("data_watch", call, |zk, _| async move {
+            let (data, stat, watcher) = zk
+                .get_and_watch_data(path)
+                .await
+                .map_err(|e| Error::from_zk(e, path))?;
+            Ok((data, stat, watcher, zk))
+        })?;
+        self.forward_watch(zk, path, watcher, target, cancel);
+        Ok((data, Stat::from_zk(stat)))
+    }
+
+    /// Hands the event of `watcher` (set on `path` through `zk`) to `target` when it fires;
+    /// setting `cancel` removes the watch.
+    fn forward_watch(
+        &self,
+        zk: zk::Client,
+        path: &str,
+        mut watcher: zk::OneshotWatcher,
+        target: WatchTarget,
+        cancel: Signal,
+    ) {
+        let events = self.shared().events.clone();
+        let path = path.to_owned();
+        self.shared().spawn(async move {
+            let mut target = target;
+            loop {
+                let fired = future::or(async { Some(watcher.changed().await) }, async {
+                    cancel.wait().await;
+                    None
+                })
+                .await;
+                // On cancel the watcher is dropped here, which removes the watch from the server.
+                let Some(event) = fired else { return };
+                let event = WatchEvent::from_zk(event);
+                match target {
+                    WatchTarget::Channel(tx) => {
+                        let _ = events.send(Message::Watch(tx, event));
+                        return;
+                    }
+                    WatchTarget::Call(call) => return call(event),
+                    WatchTarget::Reading {
+                        parent,
+                        mut deliver,
+                    } => {
+                        if event.kind != WatchEventKind::NodeDataChanged {
+                            return deliver(event, None);
+                        }
+                        // Both requests go out now, one behind the other: one round trip.
+                        let node = zk.get_and_watch_data(&path);
+                        let parent_stat = parent.then(|| zk.check_stat(path::parent(&path)));
+                        let node = node.await;
+                        let parent_stat = match parent_stat {
+                            Some(stat) => stat.await.ok().flatten().map(Stat::from_zk),
+                            None => None,
+                        };
+                        let (node, next) = match node {
+                            Ok((data, stat, next)) => {
+                                (Ok(Some((Stat::from_zk(stat), data))), Some(next))
+                            }
+                            Err(zk::Error::NoNode) => (Ok(None), None),
+                            Err(e) => (Err(Error::from_zk(e, &path)), None),
+                        };
+                        deliver(
+                            event,
+                            Some(Reread {
+                                node,
+                                parent: parent_stat,
+                            }),
+                        );
+                        let Some(next) = next else { return };
+                        watcher = next;
+                        target = WatchTarget::Reading { parent, deliver };
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Removes one of the crate's own watches when dropped.
+#[must_use]
+pub(crate) struct WatchGuard(pub(crate) Signal);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
