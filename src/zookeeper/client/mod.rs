@@ -7,6 +7,7 @@ mod call;
 mod cleanup;
 mod create;
 mod follow;
+mod hosts;
 mod ops;
 mod runtime;
 mod session;
@@ -19,8 +20,6 @@ mod watcher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use zookeeper_client as zk;
 
 pub use self::acl::AclProvider;
 pub(crate) use self::acl::{RecipeAcl, SharedAcl};
@@ -350,7 +349,7 @@ impl Client {
     }
 
     #[cfg(feature = "testing")]
-    pub(crate) fn session_for_testing(&self) -> Option<(String, zk::SessionInfo)> {
+    pub(crate) fn session_for_testing(&self) -> Option<(String, zookeeper_client::SessionInfo)> {
         let conn = self.shared().conn.lock();
         conn.zk
             .as_ref()
