@@ -72,7 +72,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// # Ok(()) }
 /// ```
 pub struct FaultProxy {
-    shared: Arc<Shared>,
+    shared: Arc<ProxyInner>,
     addr: SocketAddr,
     listener: Option<JoinHandle<()>>,
 }
@@ -115,7 +115,7 @@ impl FaultProxy {
         })?;
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ProxyInner {
             target,
             name: format!("zkpx-{}", addr.port()),
             state: Mutex::new(State::default()),
@@ -303,7 +303,7 @@ impl std::fmt::Debug for FaultProxy {
 // Shared state
 // ---------------------------------------------------------------------------
 
-struct Shared {
+struct ProxyInner {
     target: SocketAddr,
     /// Thread-name prefix.
     name: String,
@@ -384,7 +384,7 @@ impl State {
     }
 }
 
-impl Shared {
+impl ProxyInner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -484,7 +484,7 @@ fn set_linger_zero(stream: &TcpStream) {
 // Threads
 // ---------------------------------------------------------------------------
 
-fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
+fn accept_loop(shared: &Arc<ProxyInner>, listener: TcpListener) {
     for client in listener.incoming() {
         let mut state = shared.lock();
         if state.stopped {
@@ -526,7 +526,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
 }
 
 /// Connects to the server, starts the server→client thread, forwards client→server.
-fn serve(shared: &Arc<Shared>, id: u64, client: TcpStream) {
+fn serve(shared: &Arc<ProxyInner>, id: u64, client: TcpStream) {
     let server = match TcpStream::connect_timeout(&shared.target, CONNECT_TIMEOUT) {
         Ok(s) => s,
         Err(e) => {
@@ -581,7 +581,7 @@ enum Verdict {
 }
 
 /// Forwards frames from `from` to `to` until either side closes, then closes the connection.
-fn pump(shared: &Shared, id: u64, dir: Dir, mut from: TcpStream, mut to: TcpStream) {
+fn pump(shared: &ProxyInner, id: u64, dir: Dir, mut from: TcpStream, mut to: TcpStream) {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     let mut first = true;
@@ -790,7 +790,7 @@ mod tests {
         assert_eq!(parse_request(&[0, 0, 0], false), Frame::Unknown);
     }
 
-    fn with_conn(shared: &Shared, session: Option<i64>) -> u64 {
+    fn with_conn(shared: &ProxyInner, session: Option<i64>) -> u64 {
         let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let mut state = shared.lock();
@@ -809,8 +809,8 @@ mod tests {
         id
     }
 
-    fn shared() -> Shared {
-        Shared {
+    fn shared() -> ProxyInner {
+        ProxyInner {
             target: "127.0.0.1:1".parse().unwrap(),
             name: "zkpx-test".into(),
             state: Mutex::new(State::default()),
