@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A randomized chaos run: faults drawn at random from the list in tests/chaos.rs for
+# A randomized chaos run: faults drawn at random from the list in tests/chaos/lab.rs for
 # N minutes on a 3-node ensemble with zklock and Curator workers; prints the seed first (replay a
 # failure with the same --seed), ends with the Markdown report, exits non-zero on any violation.
 #

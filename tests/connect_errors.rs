@@ -1,4 +1,4 @@
-//! `connect()` says why it failed: the error chain names the cause (issue 14).
+//! `connect()` says why it failed: the error chain names the cause.
 
 mod common;
 

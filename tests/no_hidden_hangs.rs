@@ -1,5 +1,5 @@
-//! Every call bounded, every node cleaned up, try and cancel as users expect (issue 9, items
-//! 1-7), against a real server.
+//! Every call bounded, every node cleaned up, try and cancel as users expect, against a real
+//! server.
 
 mod common;
 
@@ -236,7 +236,7 @@ fn cancel_waiters_ends_a_blocked_acquire_and_deletes_its_node() {
 }
 
 /// A create sent just before the server froze is applied when it thaws, long after the attempt
-/// that sent it gave up: that node must still be found and deleted (issue 9, item 9).
+/// that sent it gave up: that node must still be found and deleted.
 #[test]
 fn a_create_applied_after_its_attempt_gave_up_leaves_no_node() {
     init_logging();

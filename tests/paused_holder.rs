@@ -1,5 +1,5 @@
 //! A holder frozen past its session (SIGSTOP, a stalled VM) reads its lock as not held the
-//! moment it wakes, before its I/O thread has noticed anything (issue 10, item 5): `health()`
+//! moment it wakes, before its I/O thread has noticed anything: `health()`
 //! is computed from the time since the Client could last vouch for its session.
 //!
 //! The holder is this test binary run again as a worker process (`holder_worker`), driven over

@@ -1,4 +1,4 @@
-//! SASL DIGEST-MD5 (feature `sasl-digest-md5`, issue 15) against a ZooKeeper that requires it.
+//! SASL DIGEST-MD5 (feature `sasl-digest-md5`) against a ZooKeeper that requires it.
 #![cfg(feature = "sasl-digest-md5")]
 
 mod common;

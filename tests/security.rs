@@ -1,4 +1,4 @@
-//! Secured ensembles (issue 15): ACL providers, digest identities, runtime authentication, and
+//! Secured ensembles: ACL providers, digest identities, runtime authentication, and
 //! locks that no client without the right credentials can take, delete or forge.
 
 mod common;

@@ -1,4 +1,4 @@
-//! No lock that nobody can take (issue 9, items 8-10): several Clients contend for one mutex on
+//! No lock that nobody can take: several Clients contend for one mutex on
 //! a 3-node ensemble while its leader is frozen (SIGSTOP) and thawed. Somebody must take the
 //! lock again soon after the thaw, and once every contender has released, no node may be left
 //! under the lock while the Clients are still open: not one whose background delete gave up

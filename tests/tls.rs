@@ -1,4 +1,4 @@
-//! TLS (feature `tls`, issue 15): zklock against a ZooKeeper that serves clients only on a TLS
+//! TLS (feature `tls`): zklock against a ZooKeeper that serves clients only on a TLS
 //! port, with and without client-certificate authentication.
 #![cfg(feature = "tls")]
 
