@@ -110,7 +110,7 @@ impl Curator {
     /// Starts the JVM in `mode`, waits for "ready" and then for `ready`, reads the counters,
     /// says "go", reads the result line and the counters again. Gives the result's numeric
     /// fields by index, and the counters with the JVM's CPU put in as the client's.
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity)] // a readiness probe closure, written out once
     fn run(
         &self,
         zk: &Zk,
