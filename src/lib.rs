@@ -177,7 +177,8 @@
 //! # Errors
 //!
 //! Every fallible call returns [`Result`] with the one [`Error`] enum. Bad input (paths, connect
-//! strings, timeouts, data over 1 MiB) is refused before any I/O.
+//! strings, zero timeouts, a request over the server's 1 MiB − 1 packet limit) is refused
+//! before any I/O; a `Duration` too long to add to the clock means no limit.
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -6,6 +6,18 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Deadline(Option<Instant>);
 
+/// As good as never: what `now + d` becomes when that does not fit in an `Instant`.
+const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// `now + d`, or a point so far ahead that it means "never" when `d` does not fit (a
+/// `Duration::MAX` timeout is "no limit", never a panic).
+pub(crate) fn instant_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
 impl Deadline {
     pub(crate) const NEVER: Deadline = Deadline(None);
 
@@ -57,6 +69,14 @@ impl Deadline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_duration_gives_a_deadline_or_an_instant_without_panicking() {
+        assert_eq!(Deadline::after(Duration::MAX), Deadline::NEVER);
+        assert!(instant_after(Duration::MAX) > Instant::now() + Duration::from_secs(3600));
+        let soon = instant_after(Duration::from_millis(5));
+        assert!(soon <= Instant::now() + Duration::from_millis(5));
+    }
 
     #[test]
     fn never_has_no_remaining_and_min_picks_the_earlier() {

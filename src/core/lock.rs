@@ -138,7 +138,7 @@ pub trait Lock: Sealed + Send + Sync {
     /// As [`release`](Lock::release).
     fn release_timeout(&self, timeout: Duration) -> Result<()> {
         self.release_as(Release::Within(Some(
-            until(timeout).unwrap_or_else(far_future),
+            until(timeout).unwrap_or_else(|| crate::core::deadline::instant_after(timeout)),
         )))
     }
 
@@ -266,10 +266,6 @@ impl<L: Lock + ?Sized> Lock for Arc<L> {
     fn health(&self) -> Option<LockHealth> {
         (**self).health()
     }
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 /// Inherent methods that forward to [`Lock`], so that a lock's whole API is usable without

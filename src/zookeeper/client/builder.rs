@@ -11,8 +11,17 @@ use crate::core::error::{Error, Result};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::zookeeper::path;
 
-/// Largest node data ZooKeeper accepts by default (`jute.maxbuffer`).
-pub(crate) const MAX_DATA_LEN: usize = 1024 * 1024;
+/// The largest request a ZooKeeper server reads by default: `jute.maxbuffer`, 1 MiB − 1 bytes,
+/// for the whole request after its length prefix (header, path, data, ACL). A larger one makes
+/// the server drop the connection.
+pub(crate) const MAX_PACKET: usize = 1024 * 1024 - 1;
+
+/// What a request takes besides its path, data and ACL: the header (8 bytes), the path's and
+/// the data's lengths (4 each), and a version or the create's flags and ACL count (4 + 4).
+pub(crate) const REQUEST_OVERHEAD: usize = 24;
+
+/// The most node data any request can carry (with the shortest path, `/x`, and no ACL).
+pub(crate) const MAX_DATA_LEN: usize = MAX_PACKET - REQUEST_OVERHEAD - 2;
 
 /// Builds a [`Client`] (Curator's `CuratorFrameworkFactory.builder()`).
 ///
@@ -101,21 +110,25 @@ impl ClientBuilder {
         self
     }
 
-    /// Session timeout asked of the server (it may grant less or more, within its bounds).
+    /// Session timeout asked of the server (it may grant less or more, within its bounds); any
+    /// length is accepted (`Duration::MAX` asks for the server's maximum). Zero is refused.
     pub fn session_timeout(mut self, d: Duration) -> Self {
         self.session_timeout = d;
         self
     }
 
     /// How long one attempt waits for a connection before it counts as a `ConnectionLoss` for
-    /// the retry policy; also bounds [`ClientBuilder::connect`].
+    /// the retry policy; also bounds [`ClientBuilder::connect`]. It is also how long a silent
+    /// connection lasts before it counts as lost, so it must be finite: zero or more than a day
+    /// is refused by [`connect`](ClientBuilder::connect) with [`Error::InvalidArgument`].
     pub fn connection_timeout(mut self, d: Duration) -> Self {
         self.connection_timeout = d;
         self
     }
 
     /// A deadline for every operation of the Client's own API (none by default: the retry policy
-    /// bounds them). Recipes pass their own deadlines.
+    /// bounds them). Recipes pass their own deadlines. More than a day (`Duration::MAX`, say)
+    /// means no deadline; zero is refused.
     pub fn operation_timeout(mut self, d: Duration) -> Self {
         self.operation_timeout = Some(d);
         self
@@ -299,16 +312,26 @@ impl ClientBuilder {
                 Ok(())
             }
         };
-        timeout("session timeout", self.session_timeout)?;
+        // The server grants at most its own maximum (20 ticks by default): a longer request
+        // asks for that maximum.
+        self.session_timeout = self
+            .session_timeout
+            .min(Duration::from_millis(i32::MAX as u64));
+        if self.session_timeout.is_zero() {
+            return Err(Error::invalid("session timeout must be greater than zero"));
+        }
+        // It bounds how soon a dead connection is noticed (and a hold reads Suspended): "never"
+        // cannot work.
         timeout("connection timeout", self.connection_timeout)?;
-        if let Some(d) = self.operation_timeout {
-            timeout("operation timeout", d)?;
-        }
-        if self.session_timeout > Duration::from_millis(i32::MAX as u64) {
-            return Err(Error::invalid(
-                "session timeout does not fit ZooKeeper's i32 ms",
-            ));
-        }
+        // "No limit" beyond a day, as without one.
+        self.operation_timeout = match self.operation_timeout {
+            Some(d) if d > Duration::from_secs(24 * 3600) => None,
+            Some(d) => {
+                timeout("operation timeout", d)?;
+                Some(d)
+            }
+            None => None,
+        };
         let namespace = match self.namespace.take() {
             None => None,
             Some(ns) => Some(path::validate_namespace(&ns)?),

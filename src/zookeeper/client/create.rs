@@ -247,6 +247,12 @@ impl Client {
         if acl.is_empty() {
             return Err(Error::invalid(format!("no ACL for {}", spec.path)));
         }
+        // Each entry: its permissions, and its scheme and id with their lengths.
+        let acl_bytes = acl
+            .iter()
+            .map(|a| 12 + a.scheme().len() + a.id().len())
+            .sum();
+        self.check_request(spec.path, spec.data.len(), acl_bytes)?;
         if acl.iter().any(|a| a.scheme() == "auth") && !self.shared().has_credentials() {
             return Err(Error::invalid(format!(
                 "the ACL for {} grants the creator (`auth`, e.g. Acl::creator_all()), but this \
@@ -416,9 +422,10 @@ impl<'a> Create<'a> {
         self
     }
 
-    /// The node's ACL (default: what the Client's [`AclProvider`] gives its path). Parents made
-    /// by [`parents_as_containers`](Self::parents_as_containers) still get the provider's ACL
-    /// for their own paths (Curator's `withACL(acl)` without `applyToParents`).
+    /// The node's ACL (default: what the Client's [`AclProvider`](crate::AclProvider) gives its
+    /// path). Parents made by [`parents_as_containers`](Self::parents_as_containers) still get
+    /// the provider's ACL for their own paths (Curator's `withACL(acl)` without
+    /// `applyToParents`).
     pub fn acl(mut self, acl: Vec<Acl>) -> Self {
         self.acl = Some(acl);
         self

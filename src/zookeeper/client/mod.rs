@@ -24,7 +24,7 @@ use std::time::Duration;
 pub use self::acl::AclProvider;
 pub(crate) use self::acl::{RecipeAcl, SharedAcl};
 pub use self::builder::ClientBuilder;
-pub(crate) use self::builder::MAX_DATA_LEN;
+pub(crate) use self::builder::{MAX_DATA_LEN, MAX_PACKET, REQUEST_OVERHEAD};
 pub(crate) use self::call::Call;
 pub(crate) use self::cleanup::Doomed;
 pub use self::create::Create;
@@ -224,6 +224,8 @@ impl Client {
     /// them: at most about 5 s for the session's close, at most 10 s more for the shared I/O
     /// thread to let this Client's tasks go (at once unless that thread is held up), plus
     /// whatever listener is running. Every later call fails with [`Error::Closed`]. Idempotent.
+    /// The session ends whatever else is alive: every [`Watch`] returns `None`, and the
+    /// Client's lock nodes are gone for other Clients at once.
     ///
     /// Dropping the last clone does the same without waiting: it returns at once and the
     /// threads end by themselves shortly after.

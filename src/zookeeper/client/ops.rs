@@ -4,7 +4,9 @@
 
 use zookeeper_client as zk;
 
-use super::{builder, Acl, Call, Client, Doomed, Signal, Stat, MAX_DATA_LEN};
+use super::{
+    builder, Acl, Call, Client, Doomed, Signal, Stat, MAX_DATA_LEN, MAX_PACKET, REQUEST_OVERHEAD,
+};
 use crate::core::error::{Error, Result};
 use crate::zookeeper::path;
 
@@ -189,7 +191,7 @@ impl Client {
         call: &mut Call,
     ) -> Result<Stat> {
         path::validate(path, false)?;
-        check_data(data)?;
+        self.check_request(path, data.len(), 0)?;
         self.run("set_data", call, |zk, _| async move {
             let stat = zk
                 .set_data(path, data, version)
@@ -329,12 +331,32 @@ impl MultiOp<'_> {
     }
 }
 
+/// Refuses data no request could carry (see [`MAX_DATA_LEN`]).
 pub(super) fn check_data(data: &[u8]) -> Result<()> {
     if data.len() > MAX_DATA_LEN {
         return Err(Error::invalid(format!(
-            "node data of {} bytes is over ZooKeeper's 1 MiB limit",
+            "node data of {} bytes cannot fit in a request: ZooKeeper's packet limit is {MAX_PACKET} \
+             bytes for the whole request (jute.maxbuffer)",
             data.len()
         )));
     }
     Ok(())
+}
+
+impl Client {
+    /// Refuses, before any I/O, a request the server would drop the connection for: `path` (as
+    /// given; the namespace is added here, as the wire client adds it) with `data` and `acl`
+    /// bytes more than its packet limit.
+    pub(super) fn check_request(&self, path: &str, data: usize, acl: usize) -> Result<()> {
+        let namespace = self.namespace().map_or(0, |ns| ns.len() + 1);
+        let size = REQUEST_OVERHEAD + namespace + path.len() + data + acl;
+        if size > MAX_PACKET {
+            return Err(Error::invalid(format!(
+                "{path:?}: a request of {size} bytes ({data} bytes of data) is over ZooKeeper's \
+                 packet limit of {MAX_PACKET} bytes for the whole request (jute.maxbuffer); the \
+                 server would drop the connection"
+            )));
+        }
+        Ok(())
+    }
 }

@@ -18,7 +18,7 @@ use super::create::mkdirs;
 use super::runtime::{sleep, Signal};
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
-use crate::core::deadline::Deadline;
+use crate::core::deadline::{instant_after, Deadline};
 use crate::core::error::{Error, Result};
 use crate::core::lease::LocalLease;
 
@@ -155,7 +155,7 @@ impl Shared {
 
     /// Sleeps up to `d`, cut short by close or `cancel`.
     pub(crate) fn sleep(&self, d: Duration, cancel: Option<&Signal>) {
-        let at = Instant::now() + d;
+        let at = instant_after(d);
         let mut conn = self.conn.lock();
         while !self.is_closed() && !cancel.is_some_and(Signal::is_set) {
             let until = match cancel {
@@ -169,7 +169,7 @@ impl Shared {
     }
 
     pub(crate) fn wait_connected(&self, timeout: Duration) -> bool {
-        let at = Instant::now() + timeout;
+        let at = instant_after(timeout);
         let mut conn = self.conn.lock();
         loop {
             if conn.connected {

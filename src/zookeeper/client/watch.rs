@@ -102,15 +102,19 @@ impl Client {
     ) {
         let events = self.shared().events.clone();
         let path = path.to_owned();
+        // The Client's close: this task holds a clone of the wire handle, and the wire client
+        // closes the session only once every clone is gone.
+        let closing = self.shared().stop.clone();
         self.shared().spawn(async move {
             let mut target = target;
             loop {
                 let fired = future::or(async { Some(watcher.changed().await) }, async {
-                    cancel.wait().await;
+                    future::or(cancel.wait(), closing.wait()).await;
                     None
                 })
                 .await;
-                // On cancel the watcher is dropped here, which removes the watch from the server.
+                // On cancel the watcher is dropped here, which removes the watch from the server;
+                // on close, a user's `Watch` sees its sender go and returns `None`.
                 let Some(event) = fired else { return };
                 let event = WatchEvent::from_zk(event);
                 match target {

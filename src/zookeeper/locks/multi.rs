@@ -14,6 +14,14 @@ use crate::zookeeper::client::Client;
 /// each lock the full timeout), and [`release`](InterProcessMultiLock::release) releases every
 /// lock in reverse order, trying all of them before it reports the first failure.
 ///
+/// # Deadlocks
+/// [`new`](InterProcessMultiLock::new) takes each path once (a path named twice would wait for
+/// itself) and in one order, sorted, whatever order they are given in: two zklock processes
+/// naming the same paths in different orders cannot deadlock each other. (Curator takes them in
+/// the order given: a Curator process should name them sorted too.)
+/// [`from_locks`](InterProcessMultiLock::from_locks) takes its locks in the order given, as
+/// they are: give each lock once, in an order every process agrees on.
+///
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
@@ -39,8 +47,11 @@ impl std::fmt::Debug for InterProcessMultiLock {
 }
 
 impl InterProcessMultiLock {
-    /// One [`InterProcessMutex`] per path.
+    /// One [`InterProcessMutex`] per distinct path, taken in sorted order.
     pub fn new(client: &Client, paths: &[&str]) -> Result<InterProcessMultiLock> {
+        let mut paths = paths.to_vec();
+        paths.sort_unstable();
+        paths.dedup();
         let locks = paths
             .iter()
             .map(|p| InterProcessMutex::new(client, p).map(|m| Box::new(m) as Box<dyn Lock>))

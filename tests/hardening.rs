@@ -1,0 +1,152 @@
+//! Promises kept under a hostile read: what the docs say about `close()`, sizes and durations
+//! holds for the arguments a careless or hostile caller would pass.
+
+mod common;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use common::{client, patience};
+use zklock::testing::TestingServer;
+use zklock::{Error, InterProcessMultiLock, InterProcessMutex, LockHealth};
+
+/// `close()` ends the session even while a user's `Watch` is alive: the lock the Client held
+/// is free at once for another Client (well before the 20 s session could expire), and the
+/// watch returns `None`.
+#[test]
+fn close_ends_the_session_whatever_watches_are_alive() {
+    let server = TestingServer::start().unwrap();
+    let holder = client(&server.connect_string(), Duration::from_secs(20));
+    let mutex = InterProcessMutex::new(&holder, "/hardening/close").unwrap();
+    mutex.acquire().unwrap();
+    holder.create("/watched").call().unwrap();
+    let (_, _, watch) = holder.data_watch("/watched").unwrap();
+    let (_, child_watch) = holder.children_watch("/watched").unwrap();
+
+    holder.close();
+
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send((watch.wait(), child_watch.wait()));
+    });
+    let ended = rx.recv_timeout(patience());
+    assert!(
+        matches!(ended, Ok((None, None))),
+        "a Watch of a closed Client must return None: {ended:?}"
+    );
+    let other = client(&server.connect_string(), Duration::from_secs(20));
+    let theirs = InterProcessMutex::new(&other, "/hardening/close").unwrap();
+    // Less than the holder's session: only a closed session frees the lock this soon.
+    let guard = theirs.try_lock_for(Duration::from_secs(10)).unwrap();
+    assert!(
+        guard.is_some(),
+        "the closed Client's lock was still held: its session outlived close()"
+    );
+}
+
+/// A write the server would refuse for its size (its packet limit is 1 MiB − 1 bytes for the
+/// whole request) is refused before any I/O, with a clear error: the connection stays up and a
+/// held lock stays `Held`.
+#[test]
+fn an_oversized_write_is_refused_before_any_io() {
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    let states = c.connection_states();
+    let mutex = InterProcessMutex::new(&c, "/hardening/size").unwrap();
+    let guard = mutex.lock().unwrap();
+    c.create("/big").call().unwrap();
+    // setData of "/big": 8 bytes of header, the path and the data with their lengths, and the
+    // version: 24 + 4 + data. The largest that fits, as the server counts it, is written...
+    let fits = 1024 * 1024 - 1 - 28;
+    c.set_data("/big", &vec![7u8; fits]).unwrap();
+    // ... and one byte more is refused, as is anything larger.
+    for len in [fits + 1, 1024 * 1024 - 16, 1024 * 1024, 1024 * 1024 + 1] {
+        let err = c.set_data("/big", &vec![7u8; len]).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument(why) if why.contains("packet")),
+            "{len} bytes: {err:?}"
+        );
+        let err = c
+            .create("/big/child")
+            .data(&vec![7u8; len])
+            .call()
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument(_)),
+            "{len} bytes: {err:?}"
+        );
+    }
+    assert_eq!(guard.health(), LockHealth::Held);
+    let seen: Vec<_> = states.try_iter().collect();
+    assert!(
+        seen.is_empty(),
+        "connection states after the refusals: {seen:?}"
+    );
+    assert!(c.is_connected());
+}
+
+/// `Duration::MAX` means "no limit" in every call that takes a duration; nothing panics.
+#[test]
+fn duration_max_is_accepted_everywhere() {
+    let server = TestingServer::start().unwrap();
+    // A connection timeout bounds how soon a dead connection is noticed: "never" is refused,
+    // with the reason, before any I/O.
+    let refused = zklock::Client::builder(&server.connect_string())
+        .connection_timeout(Duration::MAX)
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidArgument(why) if why.contains("connection timeout")),
+        "{refused:?}"
+    );
+    let c = zklock::Client::builder(&server.connect_string())
+        .session_timeout(Duration::MAX)
+        .operation_timeout(Duration::MAX)
+        .retry_policy(zklock::RetryNTimes::new(3, Duration::MAX).unwrap())
+        .connect()
+        .unwrap();
+    assert!(c.block_until_connected(Duration::MAX));
+    assert!(c.exists("/").unwrap().is_some());
+    let mutex = InterProcessMutex::new(&c, "/hardening/max").unwrap();
+    assert!(mutex.acquire_timeout(Duration::MAX).unwrap());
+    mutex.release_timeout(Duration::MAX).unwrap();
+    let guard = mutex.try_lock_for(Duration::MAX).unwrap().expect("free");
+    drop(guard);
+    let latch = zklock::LeaderLatch::new(&c, "/hardening/latch").unwrap();
+    latch.start().unwrap();
+    assert!(latch.await_leadership_timeout(Duration::MAX).unwrap());
+    latch.close().unwrap();
+}
+
+/// A multi-lock that names one path twice takes it once (it would otherwise wait for itself),
+/// and two multi-locks naming the same paths in opposite orders cannot deadlock each other.
+#[test]
+fn a_multi_lock_takes_duplicates_once_and_paths_in_one_order() {
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    let twice = InterProcessMultiLock::new(&c, &["/hardening/a", "/hardening/a"]).unwrap();
+    assert!(
+        twice.acquire_timeout(patience()).unwrap(),
+        "a multi-lock over one path twice waited for itself"
+    );
+    twice.release().unwrap();
+
+    let other = client(&server.connect_string(), Duration::from_secs(20));
+    let ab = InterProcessMultiLock::new(&c, &["/hardening/a", "/hardening/b"]).unwrap();
+    let ba = InterProcessMultiLock::new(&other, &["/hardening/b", "/hardening/a"]).unwrap();
+    let rounds = 20;
+    thread::scope(|s| {
+        for lock in [&ab, &ba] {
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    assert!(
+                        lock.acquire_timeout(patience()).unwrap(),
+                        "deadlocked on opposite orders"
+                    );
+                    lock.release().unwrap();
+                }
+            });
+        }
+    });
+}
