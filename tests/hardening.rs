@@ -150,3 +150,63 @@ fn a_multi_lock_takes_duplicates_once_and_paths_in_one_order() {
         }
     });
 }
+
+/// A thread whose hold was lost (its node deleted by someone else) does not get `Ok` for
+/// entering it again: it hears `LockLost`, and the release says so too.
+#[test]
+fn reentering_a_lost_hold_is_an_error() {
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    let mutex = InterProcessMutex::new(&c, "/hardening/lost").unwrap();
+    mutex.acquire().unwrap();
+    let node = mutex.lock_node().expect("held");
+    let other = client(&server.connect_string(), Duration::from_secs(20));
+    other.delete(&node).unwrap();
+    common::wait_for("the hold to read Lost", || {
+        mutex.health() == Some(LockHealth::Lost)
+    });
+    let err = mutex.acquire().unwrap_err();
+    assert!(matches!(err, Error::LockLost), "{err:?}");
+    assert!(matches!(mutex.release(), Err(Error::LockLost)));
+    // Released, the lock can be taken anew.
+    assert!(mutex.try_lock().unwrap().is_some());
+}
+
+/// A listener runs on the Client's watcher thread, which delivers connection states and watch
+/// events itself: a blocking receive there would wait for itself. Each kind returns at once.
+#[test]
+fn blocking_receives_in_a_listener_return_at_once() {
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    c.create("/listened").call().unwrap();
+    let states = c.connection_states();
+    let (_, _, watch) = c.data_watch("/listened").unwrap();
+    let mutex = InterProcessMutex::new(&c, "/hardening/listener").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let mut once = Some((states, watch));
+    mutex.on_health(move |event| {
+        if event != LockHealth::Lost {
+            return;
+        }
+        if let Some((states, watch)) = once.take() {
+            let recv = states.recv().is_err();
+            let timed = states.recv_timeout(Duration::from_secs(3600)).is_err();
+            let iterated = states.iter().count();
+            let waited = watch.wait();
+            let waited_long = watch.wait_timeout(Duration::from_secs(3600));
+            let _ = tx
+                .lock()
+                .unwrap()
+                .send((recv, timed, iterated, waited, waited_long));
+        }
+    });
+    mutex.acquire().unwrap();
+    let other = client(&server.connect_string(), Duration::from_secs(20));
+    other.delete(&mutex.lock_node().unwrap()).unwrap();
+    let got = rx.recv_timeout(patience());
+    assert!(
+        matches!(got, Ok((true, true, 0, None, None))),
+        "a blocking receive in a listener: {got:?}"
+    );
+}

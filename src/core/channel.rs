@@ -4,11 +4,20 @@
 use std::sync::mpsc::{RecvError, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
+use super::listeners::on_listener_thread;
+
 /// Where zklock delivers a stream of notifications: [`Client::connection_states`], a lock's
 /// `health_events()`, [`LeaderLatch::changes`], a [`Leadership`]'s `cancelled()`. Unbounded;
 /// each receiver gets every value sent after it was made. Clones share one queue (a value goes
 /// to one of them). The errors are `std::sync::mpsc`'s: `Disconnected` once the sender is gone
 /// (the Client closed, the lock or latch dropped) and the queue is empty.
+///
+/// # On a listener thread
+/// A listener or callback (a connection-state listener, a health or revocation callback, a
+/// latch's listener) runs on the Client's watcher thread, which delivers most of these values
+/// itself: a wait there could wait for itself forever. So there `recv`, `recv_timeout`,
+/// `recv_deadline` and `iter` do not wait: they give what is queued, else their error at once
+/// (logged). Hand the work to another thread to wait.
 ///
 /// [`Client::connection_states`]: crate::Client::connection_states
 /// [`LeaderLatch::changes`]: crate::LeaderLatch::changes
@@ -40,12 +49,21 @@ impl<T> Receiver<T> {
     }
 
     /// Blocks until a value arrives; `Err` once the sender is gone and nothing is left.
+    ///
+    /// On a listener thread (see [the type](Receiver)) it does not wait: a value queued
+    /// already, else `Err` at once.
     pub fn recv(&self) -> Result<T, RecvError> {
+        if on_listener_thread() {
+            return self.refuse_wait().map_err(|_| RecvError);
+        }
         self.0.recv().map_err(|_| RecvError)
     }
 
-    /// Waits up to `timeout` for a value.
+    /// Waits up to `timeout` for a value (on a listener thread, not at all).
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        if on_listener_thread() {
+            return self.refuse_wait();
+        }
         self.0.recv_timeout(timeout).map_err(|e| match e {
             crossbeam_channel::RecvTimeoutError::Timeout => RecvTimeoutError::Timeout,
             crossbeam_channel::RecvTimeoutError::Disconnected => RecvTimeoutError::Disconnected,
@@ -65,9 +83,25 @@ impl<T> Receiver<T> {
         })
     }
 
-    /// Blocks for each value in turn until the sender is gone.
+    /// Blocks for each value in turn until the sender is gone (on a listener thread, yields
+    /// what is queued and ends).
     pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
-        self.0.iter()
+        std::iter::from_fn(move || self.recv().ok())
+    }
+
+    /// What a wait on a listener thread gets: a queued value, else an error at once. The
+    /// value it would wait for may only come from this very thread.
+    fn refuse_wait(&self) -> Result<T, RecvTimeoutError> {
+        self.0.try_recv().map_err(|e| {
+            tracing::error!(
+                "a blocking receive was made from a listener or callback, where it would wait \
+                 for itself: it returns at once; hand the work to another thread"
+            );
+            match e {
+                crossbeam_channel::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                crossbeam_channel::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            }
+        })
     }
 
     /// The values waiting now; never blocks.

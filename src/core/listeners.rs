@@ -1,9 +1,26 @@
 //! Listeners called in registration order, for connection states and lock health alike.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+thread_local! {
+    static ON_LISTENER_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread, for the rest of its life, as one that runs listeners and
+/// callbacks (a backend's dispatch thread, e.g. a ZooKeeper Client's watcher thread).
+pub(crate) fn mark_listener_thread() {
+    ON_LISTENER_THREAD.with(|f| f.set(true));
+}
+
+/// Whether the calling thread runs listeners: a wait there for something only that thread
+/// delivers would never end, so blocking calls are refused or bounded on it.
+pub(crate) fn on_listener_thread() -> bool {
+    ON_LISTENER_THREAD.with(Cell::get)
+}
 
 /// Runs a listener call where the backend runs user code (never on its I/O thread).
 pub(crate) type Dispatch = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;

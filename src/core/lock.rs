@@ -87,6 +87,8 @@ pub trait Lock: Sealed + Send + Sync {
     /// [`ConnectionLoss`](crate::Error::ConnectionLoss) when the retry policy gives up;
     /// [`NoAuth`](crate::Error::NoAuth) when the ACL forbids creating the lock node;
     /// [`WouldDeadlock`](crate::Error::WouldDeadlock) for a write lock asked by a reader;
+    /// [`LockLost`](crate::Error::LockLost) when the calling thread already holds the lock
+    /// through this object and that hold is lost (release it, then acquire anew);
     /// [`Closed`](crate::Error::Closed) once the Client is closed. A session that expires
     /// while waiting is not an error: the attempt starts over in the new session.
     fn acquire(&self) -> Result<()> {

@@ -361,12 +361,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Waits for the event up to `timeout`.
+    /// Waits for the event up to `timeout` (from a listener or callback, not at all: see
+    /// [`Receiver`](crate::Receiver)).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<WatchEvent> {
         self.rx.recv_timeout(timeout).ok()
     }
 
-    /// Waits for the event; `None` if the Client closed first.
+    /// Waits for the event; `None` if the Client closed first. From a listener or callback it
+    /// does not wait (the Client's watcher thread delivers the event): the event if it fired,
+    /// else `None` at once.
     pub fn wait(&self) -> Option<WatchEvent> {
         self.rx.recv().ok()
     }

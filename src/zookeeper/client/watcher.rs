@@ -9,7 +9,6 @@
 //! once with [`Error::OnWatcherThread`](crate::Error::OnWatcherThread): only this thread could
 //! deliver that event.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Weak};
@@ -54,13 +53,9 @@ pub(crate) enum WatchTarget {
     },
 }
 
-thread_local! {
-    static ON_WATCHER_THREAD: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Whether the calling thread is a Client's watcher thread (it runs every listener and callback).
 pub(crate) fn is_watcher_thread() -> bool {
-    ON_WATCHER_THREAD.with(Cell::get)
+    crate::core::listeners::on_listener_thread()
 }
 
 pub(crate) enum Message {
@@ -184,7 +179,7 @@ impl WatcherThread {
 }
 
 fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
-    ON_WATCHER_THREAD.with(|f| f.set(true));
+    crate::core::listeners::mark_listener_thread();
     for message in rx {
         match message {
             Message::State(seq, state) => registry.deliver_state(seq, state),

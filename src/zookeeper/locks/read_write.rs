@@ -247,7 +247,7 @@ impl ReadLock {
     fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
         if let Some(write_node) = self.inner.write.lock_node() {
             // A downgrade: granted at once, as Curator grants the write holder's read.
-            if !self.inner.read.reenter() {
+            if !self.inner.read.reenter()? {
                 let node = downgrade_node(&write_node)
                     .ok_or_else(|| Error::ZooKeeper(format!("{write_node:?} is no write node")))?;
                 self.inner.read.acquire_held(node)?;
@@ -307,7 +307,7 @@ impl ReadLock {
 
 impl WriteLock {
     fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
-        if self.inner.write.reenter() {
+        if self.inner.write.reenter()? {
             return Ok(true);
         }
         if self.inner.read.is_owned_by_current_thread() {

@@ -62,7 +62,7 @@ impl Reentrant {
     }
 
     pub(crate) fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
-        if self.reenter() {
+        if self.reenter()? {
             return Ok(true);
         }
         let Some(acquired) = self.internals.attempt_lock(deadline)? else {
@@ -76,7 +76,7 @@ impl Reentrant {
     /// Holds through a node the caller knows holds at once (see
     /// [`LockInternals::create_held`]).
     pub(crate) fn acquire_held(&self, node: LockNode) -> Result<()> {
-        if self.reenter() {
+        if self.reenter()? {
             return Ok(());
         }
         let acquired = self.internals.create_held(node)?;
@@ -85,9 +85,14 @@ impl Reentrant {
         Ok(())
     }
 
-    /// Counts one more hold if this thread holds already.
-    pub(crate) fn reenter(&self) -> bool {
-        self.holders.reenter()
+    /// Counts one more hold if this thread holds already. A hold that is already lost is not
+    /// entered again: whatever it protected may have been touched by another holder, and the
+    /// caller must hear it ([`Error::LockLost`]; release it, then acquire anew).
+    pub(crate) fn reenter(&self) -> Result<bool> {
+        if self.health() == Some(LockHealth::Lost) {
+            return Err(Error::LockLost);
+        }
+        Ok(self.holders.reenter())
     }
 
     fn hold(&self, mut acquired: Acquired) -> Holding {
