@@ -210,3 +210,30 @@ fn blocking_receives_in_a_listener_return_at_once() {
         "a blocking receive in a listener: {got:?}"
     );
 }
+
+/// A latch whose Client is closed under it ends: it no longer leads, waiting for leadership
+/// says `Closed` at once, and its own close returns (it used to retry every 2 s forever).
+#[test]
+fn a_latch_ends_with_its_client() {
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    let latch = zklock::LeaderLatch::new(&c, "/hardening/closed-latch").unwrap();
+    latch.start().unwrap();
+    assert!(latch.await_leadership_timeout(patience()).unwrap());
+    c.close();
+    common::wait_for("the latch to give up leadership", || {
+        !latch.has_leadership()
+    });
+    let (tx, rx) = mpsc::channel();
+    let latch = std::sync::Arc::new(latch);
+    let waiting = latch.clone();
+    thread::spawn(move || {
+        let _ = tx.send(waiting.await_leadership_timeout(Duration::from_secs(3600)));
+    });
+    let awaited = rx.recv_timeout(patience());
+    assert!(
+        matches!(awaited, Ok(Err(Error::Closed))),
+        "awaiting leadership of a latch whose Client closed: {awaited:?}"
+    );
+    let _ = latch.close();
+}

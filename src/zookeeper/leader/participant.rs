@@ -236,6 +236,12 @@ impl<X> Candidate<X> {
                 Some(acquired)
             }
             Ok(None) | Err(Error::Cancelled) => None,
+            // The Client is closed: nothing can be led through it any more. The participant
+            // closes too, so its thread ends and its waiters hear `Closed`.
+            Err(Error::Closed) => {
+                self.close();
+                None
+            }
             Err(e) => {
                 tracing::warn!("{}: taking part failed: {e}", self.internals.path);
                 let mut state = self.state.lock();
