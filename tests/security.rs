@@ -415,3 +415,72 @@ fn a_creator_acl_without_credentials_is_refused_before_io() {
     anonymous.add_auth("digest", b"late:pw").unwrap();
     anonymous.create("/x").call().unwrap();
 }
+
+/// Lock nodes readable by every identity that queues, writable only by their creator.
+struct ReadableLocks(Vec<Acl>);
+
+impl AclProvider for ReadableLocks {
+    fn default_acl(&self) -> Vec<Acl> {
+        vec![Acl::open_unsafe()]
+    }
+
+    fn acl_for_path(&self, path: &str) -> Vec<Acl> {
+        if path
+            .rsplit('/')
+            .next()
+            .is_some_and(|n| n.starts_with("_c_"))
+        {
+            self.0.clone()
+        } else {
+            self.default_acl()
+        }
+    }
+}
+
+/// What the ACL docs say of several identities: creator-only lock nodes make a waiter of
+/// another identity fail with NoAuth (it cannot read the node ahead of it); a READ entry per
+/// identity lets it queue, while the node stays the creator's to write.
+#[test]
+fn contenders_of_two_identities_need_lock_nodes_they_can_read() {
+    let server = TestingServer::start().unwrap();
+    fn connect(server: &TestingServer, user: &str, provider: impl AclProvider) -> Client {
+        builder(server)
+            .acl_provider(provider)
+            .digest_auth(user, "pw")
+            .connect()
+            .unwrap()
+    }
+    let a = connect(&server, "a", CreatorOnlyLocks);
+    let b = connect(&server, "b", CreatorOnlyLocks);
+    let held = InterProcessMutex::new(&a, "/two/creator-only").unwrap();
+    held.acquire().unwrap();
+    let waiting = InterProcessMutex::new(&b, "/two/creator-only").unwrap();
+    let err = waiting.try_lock_for(Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(&err, Error::NoAuth(node) if node.contains("_c_")),
+        "{err:?}"
+    );
+    held.release().unwrap();
+
+    let readable = || {
+        ReadableLocks(vec![
+            Acl::creator_all(),
+            Acl::digest("a", "pw", Perms::READ),
+            Acl::digest("b", "pw", Perms::READ),
+        ])
+    };
+    let a = connect(&server, "a", readable());
+    let b = connect(&server, "b", readable());
+    let held = InterProcessMutex::new(&a, "/two/readable").unwrap();
+    held.acquire().unwrap();
+    let waiting = InterProcessMutex::new(&b, "/two/readable").unwrap();
+    let node = held.lock_node().unwrap();
+    // Readable, not writable: no revocation request or forged mark from the other identity.
+    assert!(matches!(b.set_data(&node, b"x"), Err(Error::NoAuth(_))));
+    std::thread::scope(|s| {
+        let t = s.spawn(|| waiting.try_lock_for(patience()).unwrap().is_some());
+        std::thread::sleep(Duration::from_millis(200));
+        held.release().unwrap();
+        assert!(t.join().unwrap(), "the other identity never got the lock");
+    });
+}

@@ -17,6 +17,13 @@ use super::types::{Acl, Perms};
 /// *parent's* ACL: an identity with `DELETE` on the lock path can delete any contender's node,
 /// so give `CREATE`/`DELETE` on it only to identities you trust to queue.
 ///
+/// Creator-only lock nodes suit contenders that share **one identity**. A waiter reads the
+/// node ahead of it (a getData with a watch, which needs `READ`), so contenders of several
+/// identities need lock nodes that each of them can read: add a `READ` entry per identity
+/// (`Acl::digest(user, password, Perms::READ)`), or [`Acl::read_unsafe`]. Without it a waiter of
+/// another identity than the holder's fails with [`Error::NoAuth`](crate::Error::NoAuth)
+/// naming the node it could not read.
+///
 /// # Example
 /// ```
 /// use zklock::{Acl, AclProvider, Perms};
