@@ -16,9 +16,10 @@ use super::listeners::{Dispatch, Listeners};
 /// counts the time since the server last acknowledged the client (the local lease). A process
 /// that stood still (SIGSTOP, a stalled VM) reads `Suspended` once that time passes the suspend
 /// threshold and `Lost` past the server-side timeout that frees a silent holder (ZooKeeper's
-/// session timeout), at once on waking, before any of its threads has noticed anything. Check
-/// it right before each write to the resource, and pass the fencing token along for what a
-/// check cannot catch.
+/// session timeout), at once on waking, before any of its threads has noticed anything — a
+/// whole machine suspended and resumed too (on Linux the lease runs on `CLOCK_BOOTTIME`, which
+/// counts the time asleep). Check it right before each write to the resource, and pass the
+/// fencing token along for what a check cannot catch.
 ///
 /// On ZooKeeper the grant itself sees the node in our session; the node is then watched from at
 /// most 5 ms later (a waiter's grant watches it already), so that a short hold costs no extra

@@ -9,14 +9,36 @@
 //! same session) and opens it with the server-side timeout and the suspend threshold.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::core::health::LockHealth;
 
+/// The time since some fixed point, as the lease reads it.
+pub(crate) type Clock = fn() -> Duration;
+
+/// The lease's clock: `CLOCK_BOOTTIME` where there is one, which goes on counting while the
+/// machine is suspended. (`Instant` is `CLOCK_MONOTONIC` on Linux, which stops during suspend: a
+/// holder resumed past its session would read `Held`.) Elsewhere, `Instant`.
+pub(crate) fn boot_clock() -> Duration {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed()
+    }
+}
+
 /// One session's local lease.
 pub(crate) struct LocalLease {
-    epoch: Instant,
-    /// When the session was last vouched for, in ms since `epoch`; `u64::MAX`: no session yet.
+    clock: Clock,
+    /// When the session was last vouched for, in ms of `clock`; `u64::MAX`: no session yet.
     heard: AtomicU64,
     /// The session's negotiated timeout, ms.
     session: AtomicU64,
@@ -27,8 +49,13 @@ pub(crate) struct LocalLease {
 
 impl LocalLease {
     pub(crate) fn new() -> LocalLease {
+        LocalLease::on(boot_clock)
+    }
+
+    /// A lease read on `clock`.
+    pub(crate) fn on(clock: Clock) -> LocalLease {
         LocalLease {
-            epoch: Instant::now(),
+            clock,
             heard: AtomicU64::new(u64::MAX),
             session: AtomicU64::new(0),
             suspend: AtomicU64::new(0),
@@ -45,18 +72,13 @@ impl LocalLease {
 
     /// The server has the session now.
     pub(crate) fn heard(&self) {
-        self.heard
-            .store(ms(self.epoch.elapsed()), Ordering::Release);
+        self.heard.store(ms((self.clock)()), Ordering::Release);
     }
 
     /// How long since the session was last vouched for; `None` before the first session.
     pub(crate) fn since_heard(&self) -> Option<Duration> {
         let heard = self.heard.load(Ordering::Acquire);
-        (heard != u64::MAX).then(|| {
-            self.epoch
-                .elapsed()
-                .saturating_sub(Duration::from_millis(heard))
-        })
+        (heard != u64::MAX).then(|| (self.clock)().saturating_sub(Duration::from_millis(heard)))
     }
 
     pub(crate) fn session_timeout(&self) -> Duration {
@@ -104,19 +126,43 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
-    /// A lease last renewed `ago` (at most 25 s).
+    /// A clock the test moves: ms since it started.
+    static NOW: AtomicU64 = AtomicU64::new(100_000);
+
+    fn test_clock() -> Duration {
+        Duration::from_millis(NOW.load(Ordering::SeqCst))
+    }
+
+    /// A lease last renewed `ago`, on a clock of its own that stands still.
     fn renewed(ago: Duration) -> LocalLease {
-        let epoch = Instant::now()
-            .checked_sub(Duration::from_secs(25))
-            .expect("the clock started 25 s ago");
-        let l = LocalLease {
-            epoch,
-            ..LocalLease::new()
-        };
+        let l = LocalLease::new();
         l.open(Duration::from_secs(9), Duration::from_secs(3));
         l.heard
-            .store(ms(l.epoch.elapsed() - ago), Ordering::Release);
+            .store(ms(boot_clock()).saturating_sub(ms(ago)), Ordering::Release);
         l
+    }
+
+    /// The lease reads time only through its clock: a clock that jumps (as `CLOCK_BOOTTIME`
+    /// does across a suspend of the machine) makes it Lost at once.
+    #[test]
+    fn a_clock_that_moved_past_the_session_reads_lost() {
+        let l = LocalLease::on(test_clock);
+        l.open(Duration::from_secs(9), Duration::from_secs(3));
+        assert_eq!(l.health(), LockHealth::Held);
+        NOW.fetch_add(4_000, Ordering::SeqCst);
+        assert_eq!(l.health(), LockHealth::Suspended);
+        NOW.fetch_add(20_000, Ordering::SeqCst); // the machine slept
+        assert_eq!(l.health(), LockHealth::Lost);
+        assert!(l.timed_out());
+        l.heard();
+        assert_eq!(l.health(), LockHealth::Held);
+    }
+
+    #[test]
+    fn the_boot_clock_moves_forward() {
+        let a = boot_clock();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(boot_clock() > a);
     }
 
     #[test]
