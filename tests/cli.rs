@@ -721,3 +721,88 @@ fn elect_with_requeue_runs_the_command_again_until_stopped() {
     assert_eq!(a.code(), 143);
     wait_for("no node left", || children(&zk, "/cli/requeue") == 0);
 }
+
+/// Whether process `pid` is still running (a zombie is not).
+fn running(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// When the lock is lost, what the command started stops with it: the command leads a process
+/// group of its own and the whole group is signalled. (With `--foreground`, as before, only the
+/// command is.)
+#[test]
+fn a_lost_lock_stops_what_the_command_started_too() {
+    let server = TestingServer::start().unwrap();
+    let dir = Scratch::new();
+    let (log, pidfile) = (dir.file("log"), dir.file("grandchild"));
+    let script = format!(
+        "sleep 1000 & echo $! > {pid}; echo \"enter a $ZKLOCK_FENCING_TOKEN x\" >> {log}; wait",
+        pid = pidfile.display(),
+        log = log.display()
+    );
+    let mut a = Proc::spawn({
+        let mut c = zklock(&server, &["--session-timeout", "2s", "run", "/cli/group"]);
+        c.args(["--kill-after", "5s", "--", "sh", "-c", &script]);
+        c
+    });
+    wait_for("the command to start its own child", || {
+        entered(&log, "a") && !read(&pidfile).trim().is_empty()
+    });
+    let grandchild: u32 = read(&pidfile).trim().parse().unwrap();
+    assert!(running(grandchild));
+    // Frozen past its session: the lock is lost when zklock runs again.
+    a.signal("STOP");
+    let zk = client(&server.connect_string(), Duration::from_secs(20));
+    wait_for("the frozen holder's session to expire", || {
+        children(&zk, "/cli/group") == 0
+    });
+    a.signal("CONT");
+    assert_eq!(a.code(), 123, "the documented 'lock lost' code");
+    let stopped = {
+        let deadline = std::time::Instant::now() + patience();
+        while running(grandchild) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        !running(grandchild)
+    };
+    if !stopped {
+        signal(grandchild, "KILL");
+    }
+    assert!(stopped, "the command's own child outlived the lost lock");
+}
+
+/// A secret kept off the command line: `--digest-file` (and `ZKLOCK_DIGEST`); both a file and
+/// a `--digest` is refused, and a file that cannot be read is named.
+#[test]
+fn the_digest_can_come_from_a_file_or_the_environment() {
+    let server = TestingServer::start().unwrap();
+    let dir = Scratch::new();
+    let file = dir.file("digest");
+    fs::write(&file, "app:s3cret\n").unwrap();
+    let holders = |extra: &[&str], env: Option<&str>| {
+        let mut c = zklock(&server, &[]);
+        c.args(extra).args(["holders", "/cli/digest"]);
+        if let Some(d) = env {
+            c.env("ZKLOCK_DIGEST", d);
+        }
+        c.output().unwrap()
+    };
+    let by_file = holders(&["--digest-file", file.to_str().unwrap()], None);
+    assert!(by_file.status.success(), "{by_file:?}");
+    let by_env = holders(&[], Some("app:s3cret"));
+    assert!(by_env.status.success(), "{by_env:?}");
+    let both = holders(
+        &["--digest", "app:x", "--digest-file", file.to_str().unwrap()],
+        None,
+    );
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("give the digest once"));
+    let missing = holders(&["--digest-file", "/nonexistent/zklock-digest"], None);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--digest-file"));
+}

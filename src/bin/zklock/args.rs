@@ -61,9 +61,41 @@ pub struct Global {
     /// How long to wait for a connection to ZooKeeper
     #[arg(long, global = true, default_value = "15s", value_parser = parse_duration, value_name = "D")]
     pub connection_timeout: Duration,
-    /// Digest authentication as user:password
-    #[arg(long, global = true, value_name = "USER:PASS")]
+    /// Digest authentication as user:password. On the command line it is visible to every
+    /// user of the machine (ps) for as long as zklock runs: prefer ZKLOCK_DIGEST or
+    /// --digest-file
+    #[arg(
+        long,
+        global = true,
+        env = "ZKLOCK_DIGEST",
+        hide_env_values = true,
+        value_name = "USER:PASS"
+    )]
     pub digest: Option<String>,
+    /// Digest authentication read from FILE: user:password on its first line
+    #[arg(long, global = true, value_name = "FILE")]
+    pub digest_file: Option<std::path::PathBuf>,
+    /// TLS: the PEM file of the CA that signs the servers' certificates (hosts as
+    /// tcp+tls://host:port)
+    #[cfg(feature = "tls")]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// TLS client certificate (PEM), with --tls-key
+    #[cfg(feature = "tls")]
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS client key (PEM), with --tls-cert
+    #[cfg(feature = "tls")]
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Do not check that a server's certificate names its host
+    #[cfg(feature = "tls")]
+    #[arg(long, global = true)]
+    pub tls_no_hostname_verification: bool,
+    /// SASL DIGEST-MD5 authentication read from FILE: user:password on its first line
+    #[cfg(feature = "sasl-digest-md5")]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub sasl_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,9 +104,10 @@ pub enum Command {
     ///
     /// The command gets ZKLOCK_FENCING_TOKEN (strictly rising from holder to holder) and
     /// ZKLOCK_NODE in its environment. If the lock is lost (session expired, node deleted, or
-    /// connection suspended past --suspended-grace) the command gets SIGTERM, then SIGKILL after
-    /// --kill-after, and zklock exits with 123. SIGINT, SIGTERM and SIGHUP sent to zklock are
-    /// forwarded to the command (a terminal's Ctrl-C reaches it directly).
+    /// connection suspended past --suspended-grace) the command and every process it started
+    /// (its process group) get SIGTERM, then SIGKILL after --kill-after, and zklock exits with
+    /// 123. SIGINT, SIGTERM and SIGHUP sent to zklock are forwarded to them (with --foreground
+    /// the command alone is signalled, and a terminal's Ctrl-C reaches it directly).
     Run(RunArgs),
     /// List the queue of a lock path in lock order: who holds, who waits
     Holders(HoldersArgs),
@@ -111,6 +144,12 @@ pub struct RunArgs {
     /// After SIGTERM to the command (lock lost), wait D before SIGKILL
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "D")]
     pub kill_after: Duration,
+    /// Keep the command in zklock's process group, so that it can read from the terminal and
+    /// gets the terminal's signals (Ctrl-C) itself; then only the command is stopped when the
+    /// lock is lost, not the processes it started (as `timeout --foreground`). By default the
+    /// command leads a process group of its own, and the whole group is stopped.
+    #[arg(long)]
+    pub foreground: bool,
     /// Honour `zklock revoke`: on a revocation request, SIGTERM the command and release when
     /// it exits (mutex and read-write only)
     #[arg(long, conflicts_with = "semaphore")]
@@ -167,6 +206,12 @@ pub struct ElectArgs {
     /// After SIGTERM to the command (leadership lost), wait D before SIGKILL
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "D")]
     pub kill_after: Duration,
+    /// Keep the command in zklock's process group, so that it can read from the terminal and
+    /// gets the terminal's signals (Ctrl-C) itself; then only the command is stopped when the
+    /// lock is lost, not the processes it started (as `timeout --foreground`). By default the
+    /// command leads a process group of its own, and the whole group is stopped.
+    #[arg(long)]
+    pub foreground: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

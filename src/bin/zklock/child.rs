@@ -2,13 +2,13 @@
 //! is lost.
 
 use std::io::ErrorKind;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select, Receiver};
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{kill_process, kill_process_group, test_kill_process_group, Pid, Signal};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
@@ -53,13 +53,17 @@ pub fn catch_signals() -> CliResult<Receiver<Caught>> {
 /// A running command.
 pub struct Child {
     pid: u32,
+    /// The command leads a process group of its own: signals go to the whole group, so that
+    /// what it started stops with it.
+    group: bool,
     exited: Receiver<ExitStatus>,
     status: Option<ExitStatus>,
 }
 
 impl Child {
-    /// Spawns `argv` with `env` added; its exit is reported on a channel.
-    pub fn spawn(argv: &[String], env: &[(&str, String)]) -> CliResult<Child> {
+    /// Spawns `argv` with `env` added, in a process group of its own when `group`; its exit
+    /// is reported on a channel.
+    pub fn spawn(argv: &[String], env: &[(&str, String)], group: bool) -> CliResult<Child> {
         let (program, args) = argv
             .split_first()
             .ok_or_else(|| Failure::new("no command given"))?;
@@ -67,6 +71,9 @@ impl Child {
         command.args(args);
         for (k, v) in env {
             command.env(k, v);
+        }
+        if group {
+            command.process_group(0);
         }
         let mut child = command.spawn().map_err(|e| {
             let code = if e.kind() == ErrorKind::NotFound {
@@ -89,6 +96,7 @@ impl Child {
             .map_err(|e| Failure::from_error("cannot start the child thread", &e))?;
         Ok(Child {
             pid,
+            group,
             exited,
             status: None,
         })
@@ -98,16 +106,36 @@ impl Child {
         self.pid
     }
 
-    /// Sends `sig` unless the command is known to have exited (then its pid may be reused).
+    /// Sends `sig` to the command (to its whole group, if it leads one) unless it is known to
+    /// have exited (then its pid may be reused).
     pub fn signal(&mut self, sig: i32) {
         if self.poll().is_some() {
             return;
         }
+        self.send(sig);
+    }
+
+    fn send(&self, sig: i32) {
         if let (Some(pid), Some(sig)) =
             (Pid::from_raw(self.pid as i32), Signal::from_named_raw(sig))
         {
-            let _ = kill_process(pid, sig);
+            let _ = if self.group {
+                kill_process_group(pid, sig)
+            } else {
+                kill_process(pid, sig)
+            };
         }
+    }
+
+    /// Whether a process of the command's group is still alive (it leads one).
+    fn group_alive(&self) -> bool {
+        self.group
+            && Pid::from_raw(self.pid as i32)
+                .is_some_and(|pid| test_kill_process_group(pid).is_ok())
+    }
+
+    pub fn signals_group(&self) -> bool {
+        self.group
     }
 
     /// The exit status if it has exited.
@@ -126,10 +154,22 @@ impl Child {
         self.status
     }
 
-    /// SIGTERM, then SIGKILL if still running after `kill_after`; the exit status.
+    /// SIGTERM, then SIGKILL if still running after `kill_after`; the exit status. With a
+    /// group, what the command started gets the same: SIGTERM with it, SIGKILL if any of them
+    /// is still there once the command has exited and `kill_after` has passed.
     pub fn terminate(&mut self, kill_after: Duration) -> ExitStatus {
+        let since = Instant::now();
         self.signal(SIGTERM);
         if let Some(status) = self.wait_for(kill_after) {
+            // Its group outlives it while anything it started runs: the group id is still
+            // taken, so signalling it reaches no other process.
+            while self.group_alive() && since.elapsed() < kill_after {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if self.group_alive() {
+                eprintln!("zklock: processes the command started outlived SIGTERM: SIGKILL");
+                self.send(rustix::process::Signal::KILL.as_raw());
+            }
             return status;
         }
         eprintln!(
@@ -191,8 +231,12 @@ impl<T> Watchdog<'_, T> {
                     return Outcome::Exited(status);
                 }
                 recv(self.signals) -> caught => {
-                    if let Ok(Caught { signal, by_terminal: false }) = caught {
-                        child.signal(signal);
+                    // A terminal's signal reaches the command by itself only when it shares
+                    // zklock's process group.
+                    if let Ok(Caught { signal, by_terminal }) = caught {
+                        if !by_terminal || child.signals_group() {
+                            child.signal(signal);
+                        }
                     }
                 }
                 recv(revoked) -> _ => {

@@ -33,7 +33,8 @@ pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
     let stopping = Arc::new(AtomicBool::new(false));
     let selector = {
         let (command, path, stopping) = (args.command.clone(), args.path.clone(), stopping.clone());
-        let (grace, kill_after) = (args.suspended_grace, args.kill_after);
+        let (grace, kill_after, foreground) =
+            (args.suspended_grace, args.kill_after, args.foreground);
         LeaderSelector::builder(&client, &args.path)
             .id(&id)
             .auto_requeue(args.requeue)
@@ -56,7 +57,7 @@ pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
                     ("ZKLOCK_NODE", leadership.node().to_owned()),
                     ("ZKLOCK_LEADER_ID", leadership.id().to_owned()),
                 ];
-                let mut child = match Child::spawn(&command, &env) {
+                let mut child = match Child::spawn(&command, &env, !foreground) {
                     Ok(child) => child,
                     Err(f) => {
                         let _ = ends_tx.send(TermEnd::Failed(f));

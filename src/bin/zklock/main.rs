@@ -97,15 +97,60 @@ pub fn connect(global: &Global) -> CliResult<Client> {
     if let Some(ns) = &global.namespace {
         builder = builder.namespace(ns.trim_start_matches('/'));
     }
-    if let Some(digest) = &global.digest {
+    let digest = match (&global.digest, &global.digest_file) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::new(
+                "give the digest once: --digest (or ZKLOCK_DIGEST) or --digest-file",
+            ))
+        }
+        (Some(digest), None) => Some(digest.clone()),
+        (None, Some(file)) => Some(first_line(file, "--digest-file")?),
+        (None, None) => None,
+    };
+    if let Some(digest) = digest {
         let (user, pass) = digest
             .split_once(':')
-            .ok_or_else(|| Failure::new("--digest must be user:password"))?;
+            .ok_or_else(|| Failure::new("the digest must be user:password"))?;
         builder = builder.digest_auth(user, pass);
+    }
+    #[cfg(feature = "tls")]
+    {
+        if let Some(ca) = &global.tls_ca {
+            builder = builder.tls_ca_pem(&read_text(ca, "--tls-ca")?);
+        }
+        if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
+            builder = builder.tls_identity_pem(
+                &read_text(cert, "--tls-cert")?,
+                &read_text(key, "--tls-key")?,
+            );
+        }
+        if global.tls_no_hostname_verification {
+            builder = builder.tls_hostname_verification(false);
+        }
+    }
+    #[cfg(feature = "sasl-digest-md5")]
+    if let Some(file) = &global.sasl_file {
+        let line = first_line(file, "--sasl-file")?;
+        let (user, pass) = line
+            .split_once(':')
+            .ok_or_else(|| Failure::new("--sasl-file must hold user:password"))?;
+        builder = builder.sasl_digest_md5(user, pass);
     }
     builder
         .connect()
         .context(|| format!("cannot connect to {}", global.connect))
+}
+
+/// The text of the file an option names.
+fn read_text(path: &std::path::Path, option: &str) -> CliResult<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| Failure::from_error(&format!("{option} {}", path.display()), &e))
+}
+
+/// The first line of the file an option names (a secret kept off the command line).
+fn first_line(path: &std::path::Path, option: &str) -> CliResult<String> {
+    let text = read_text(path, option)?;
+    Ok(text.lines().next().unwrap_or("").trim().to_owned())
 }
 
 /// This machine's host name: the data of the lock nodes `run` creates.

@@ -285,6 +285,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
             ("ZKLOCK_FENCING_TOKEN", token.to_string()),
             ("ZKLOCK_NODE", node.clone()),
         ],
+        !args.foreground,
     ) {
         Ok(child) => child,
         Err(f) => {
