@@ -116,6 +116,14 @@ pub enum Error {
          thread), where it would wait for itself: hand the work to another thread"
     )]
     OnWatcherThread,
+    /// The lock path's sequence counter has wrapped: ZooKeeper numbers a parent's children with
+    /// a signed 32-bit counter, and after 2^31 of them it goes negative. Past that point zklock
+    /// and Curator (which compares the numbers as text) would order the queue differently, and
+    /// a newcomer could be granted ahead of the holder, so no grant is made there: the
+    /// attempt's node is deleted and this is returned. The lock path is a container: once the
+    /// lock is idle the server deletes it, and the counter starts again (or delete it by hand).
+    #[error("the sequence counter of lock path {0:?} wrapped: no grant until it is deleted")]
+    SequenceWrapped(String),
     /// The wait was cancelled with `cancel_waiters()`; the attempt's node was deleted.
     #[error("the acquisition was cancelled")]
     Cancelled,

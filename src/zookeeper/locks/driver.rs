@@ -223,6 +223,15 @@ pub(crate) fn sequence_key(node: &str, lock_name: &str) -> u64 {
     }
 }
 
+/// Whether `node`'s sequence (after the last `lock_name`) is one of a wrapped counter: negative.
+pub(crate) fn sequence_wrapped(node: &str, lock_name: &str) -> bool {
+    let digits = match node.rfind(lock_name) {
+        Some(i) if !lock_name.is_empty() => &node[i + lock_name.len()..],
+        _ => node,
+    };
+    digits.starts_with('-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -358,6 +358,19 @@ impl<S: Store> LockInternals<S> {
         Ok(self.sorted(children))
     }
 
+    /// Refuses a queue whose sequence counter has wrapped (see [`Error::SequenceWrapped`]),
+    /// for drivers that order by sequence.
+    fn check_sequences(&self, children: &[String]) -> Result<()> {
+        if self.driver.sorts_by_creation()
+            && children
+                .iter()
+                .any(|c| super::driver::sequence_wrapped(c, &self.lock_name))
+        {
+            return Err(Error::SequenceWrapped(self.path.clone()));
+        }
+        Ok(())
+    }
+
     fn sorted(&self, mut children: Vec<String>) -> Vec<String> {
         children.sort_by_cached_key(|c| (self.driver.sort_key(c, &self.lock_name), c.clone()));
         children

@@ -2,7 +2,7 @@
 //!
 //! | state | what it does | next |
 //! |---|---|---|
-//! | `Listing` | lists the children (the first listing came with the create), checks that our node is of the current session, reads a shared lease count with a watch, asks the driver | `Granted`; `Claiming` (a driver that grants by claim); `Watching` the node the driver names; `TimedOut` if the wait is over; `Restart` if our node or its parent is gone |
+//! | `Listing` | lists the children (the first listing came with the create), checks that our node is of the current session and that the sequence has not wrapped, reads a shared lease count with a watch, asks the driver | `Granted`; `Claiming` (a driver that grants by claim); `Watching` the node the driver names; `TimedOut` if the wait is over; `Restart` if our node or its parent is gone |
 //! | `Claiming` | marks our node with one transaction, provided no other is marked and nobody claimed since the listing | `Granted` (the claim's write is the token); `Watching` the claimant; `Listing` if a node vanished |
 //! | `Watching` | sets a getData watch on the node ahead (or takes the read the I/O thread made after its data changed); once that node holds, reads our own node with the watch its keeper will start from | `Parked`; `TakingOver` if the node ahead is gone and held the lock; `Listing` if it is gone otherwise |
 //! | `Parked` | sleeps until a watch, a connection-state change or a cancel wakes it, or the wait is over | `Watching` again with the node as read after a data change (a mark); `TakingOver` if the node ahead was deleted and held the lock; `Listing` on anything else; `TimedOut` |
@@ -187,6 +187,7 @@ impl<S: Store> Waiting<'_, S> {
         if !self.in_our_session() {
             return Ok(Step::Done(Outcome::Restart));
         }
+        self.lock.check_sequences(&children)?;
         self.others = children.len().saturating_sub(1);
         // A shared count is read with a watch, so that a change wakes us.
         let (max_leases, count) = match &self.lock.leases {
