@@ -237,3 +237,78 @@ fn a_latch_ends_with_its_client() {
     );
     let _ = latch.close();
 }
+
+/// A guard is bound to the hold it was made for: once that hold was released through the lock
+/// (and the lock taken again), the stale guard's drop releases nothing, its `release` says so,
+/// and it reports the hold it had.
+#[test]
+fn a_stale_guard_releases_nothing() {
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    let m = zklock::InterProcessSemaphoreMutex::new(&c, "/hardening/stale").unwrap();
+    let first = m.lock().unwrap();
+    let first_token = first.fencing_token();
+    m.release().unwrap(); // any thread may release a semaphore mutex
+    let second = m.lock().unwrap();
+    assert_ne!(second.fencing_token(), first_token);
+    assert_eq!(first.fencing_token(), first_token);
+    assert_eq!(first.health(), LockHealth::Lost);
+    drop(first);
+    assert!(
+        m.is_acquired_in_this_process(),
+        "the stale guard released the later hold"
+    );
+    assert_eq!(second.health(), LockHealth::Held);
+    second.release().unwrap();
+
+    let mutex = InterProcessMutex::new(&c, "/hardening/stale-mutex").unwrap();
+    let old = mutex.lock().unwrap();
+    mutex.release().unwrap();
+    let new = mutex.lock().unwrap();
+    assert!(matches!(old.release(), Err(Error::NotAcquired)));
+    assert!(mutex.is_owned_by_current_thread());
+    new.release().unwrap();
+}
+
+/// A call blocked on one thread when another thread closes the Client returns `Closed`: a
+/// waiting acquire, and a plain call waiting for a connection that will not come back.
+#[test]
+fn close_from_another_thread_ends_blocked_calls() {
+    let mut server = TestingServer::start().unwrap();
+    let holder = client(&server.connect_string(), Duration::from_secs(20));
+    let held = InterProcessMutex::new(&holder, "/hardening/blocked").unwrap();
+    held.acquire().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(20));
+    let waiting = InterProcessMutex::new(&c, "/hardening/blocked").unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let _ = tx.send(waiting.acquire());
+        });
+        common::wait_for("the waiter to queue", || {
+            holder.children("/hardening/blocked").unwrap().len() == 2
+        });
+        c.close();
+        let got = rx.recv_timeout(patience());
+        assert!(matches!(got, Ok(Err(Error::Closed))), "{got:?}");
+    });
+
+    // A call waiting out an outage: the server is gone, the retry policy would wait long.
+    let c = zklock::Client::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .retry_policy(zklock::RetryForever::new(Duration::from_millis(200)).unwrap())
+        .connect()
+        .unwrap();
+    server.stop().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let _ = tx.send(c.exists("/"));
+        });
+        thread::sleep(Duration::from_millis(300));
+        c.close();
+        let got = rx.recv_timeout(patience());
+        assert!(matches!(got, Ok(Err(Error::Closed))), "{got:?}");
+    });
+    holder.close();
+}

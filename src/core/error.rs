@@ -93,7 +93,9 @@ pub enum Error {
     /// A thread released a lock it does not hold.
     #[error("the current thread does not hold this lock")]
     NotOwner,
-    /// `release()` of a lock that is not held (semaphore mutex).
+    /// `release()` of a lock that is not held (semaphore mutex), or of a guard whose hold was
+    /// released through the lock already (and perhaps taken again: a stale guard releases
+    /// nothing).
     #[error("the lock is not acquired")]
     NotAcquired,
     /// A thread that holds a read lock asked for the write lock of the same read-write lock.

@@ -5,7 +5,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::error::Result;
+use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 
 pub(crate) mod sealed {
@@ -434,12 +434,13 @@ impl<'a, L: Lock> LockGuard<'a, L> {
 
     /// This hold's fencing token.
     pub fn fencing_token(&self) -> u64 {
-        self.held.lock.fencing_token().unwrap_or_default()
+        self.held.token.unwrap_or_default()
     }
 
-    /// This hold's health, computed now (see [`LockHealth`]).
+    /// This hold's health, computed now (see [`LockHealth`]); `Lost` once the hold is gone
+    /// (released through the lock meanwhile).
     pub fn health(&self) -> LockHealth {
-        self.held.lock.health().unwrap_or(LockHealth::Lost)
+        self.held.health()
     }
 }
 
@@ -504,12 +505,13 @@ impl<L: Lock> ArcLockGuard<L> {
 
     /// This hold's fencing token.
     pub fn fencing_token(&self) -> u64 {
-        self.held.lock.fencing_token().unwrap_or_default()
+        self.held.token.unwrap_or_default()
     }
 
-    /// This hold's health, computed now (see [`LockHealth`]).
+    /// This hold's health, computed now (see [`LockHealth`]); `Lost` once the hold is gone
+    /// (released through the lock meanwhile).
     pub fn health(&self) -> LockHealth {
-        self.held.lock.health().unwrap_or(LockHealth::Lost)
+        self.held.health()
     }
 }
 
@@ -522,12 +524,15 @@ impl<L: Lock> std::fmt::Debug for ArcLockGuard<L> {
 }
 
 /// What both guards hold: the lock (borrowed or owned), released once, in the background on
-/// drop.
+/// drop — but only while the hold the guard was made for is the lock's: a guard whose hold was
+/// released through the lock meanwhile (and perhaps taken again) releases nothing.
 struct Held<P: Deref>
 where
     P::Target: Lock,
 {
     lock: P,
+    /// The hold's fencing token when the guard was made: what tells it from a later hold.
+    token: Option<u64>,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -538,14 +543,30 @@ where
 {
     fn new(lock: P) -> Self {
         Held {
+            token: lock.fencing_token(),
             lock,
             released: false,
             _not_send: PhantomData,
         }
     }
 
+    /// Whether the lock's hold is still the one this guard was made for.
+    fn current(&self) -> bool {
+        self.token.is_none() || self.lock.fencing_token() == self.token
+    }
+
+    fn health(&self) -> LockHealth {
+        if !self.current() {
+            return LockHealth::Lost;
+        }
+        self.lock.health().unwrap_or(LockHealth::Lost)
+    }
+
     fn release(mut self, timeout: Option<Duration>) -> Result<()> {
         self.released = true;
+        if !self.current() {
+            return Err(Error::NotAcquired);
+        }
         match timeout {
             None => self.lock.release(),
             Some(t) => self.lock.release_timeout(t),
@@ -558,7 +579,12 @@ where
     P::Target: Lock,
 {
     fn drop(&mut self) {
-        if !self.released {
+        if !self.released && !self.current() {
+            tracing::warn!(
+                "a guard was dropped after its hold had been released through the lock: it \
+                 releases nothing"
+            );
+        } else if !self.released {
             if let Err(e) = self.lock.release_as(Release::Background) {
                 tracing::warn!("releasing a lock on guard drop: {e}");
             }

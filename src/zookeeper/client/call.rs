@@ -95,9 +95,18 @@ impl Client {
             }
             Err(Error::Cancelled)
         };
+        // Closed by another thread: the call ends now, and lets go of its wire handle, whose
+        // last clone the session's close waits for.
+        let closing = async {
+            self.shared().stop.wait().await;
+            Err(Error::Closed)
+        };
         let stalled = disconnected_for(zk.clone(), self.shared().config.builder.connection_timeout);
         let result = runtime::block_on(
-            future::or(op(zk, generation), future::or(cancelled, stalled)),
+            future::or(
+                op(zk, generation),
+                future::or(cancelled, future::or(closing, stalled)),
+            ),
             call.deadline,
         )
         .unwrap_or(Err(Error::Timeout));
