@@ -12,7 +12,7 @@ thread_local! {
 
 /// Marks the calling thread, for the rest of its life, as one that runs listeners and
 /// callbacks (a backend's dispatch thread, e.g. a ZooKeeper Client's watcher thread).
-pub(crate) fn mark_listener_thread() {
+pub(crate) fn become_listener_thread() {
     ON_LISTENER_THREAD.with(|f| f.set(true));
 }
 

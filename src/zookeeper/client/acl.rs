@@ -17,12 +17,12 @@ use super::types::{Acl, Perms};
 /// *parent's* ACL: an identity with `DELETE` on the lock path can delete any contender's node,
 /// so give `CREATE`/`DELETE` on it only to identities you trust to queue.
 ///
-/// Creator-only lock nodes suit contenders that share **one identity**. A waiter reads the
-/// node ahead of it (a getData with a watch, which needs `READ`), so contenders of several
-/// identities need lock nodes that each of them can read: add a `READ` entry per identity
-/// (`Acl::digest(user, password, Perms::READ)`), or [`Acl::read_unsafe`]. Without it a waiter of
-/// another identity than the holder's fails with [`Error::NoAuth`](crate::Error::NoAuth)
-/// naming the node it could not read.
+/// Creator-only lock nodes suit contenders that share **one identity**. A contender reads the
+/// node ahead of it in the queue (a getData with a watch, which needs `READ`), so contenders of
+/// several identities need lock nodes that each of them can read: add a `READ` entry per
+/// identity (`Acl::digest(user, password, Perms::READ)`), or [`Acl::read_unsafe`]. Without it a
+/// contender queued behind another identity's node fails with
+/// [`Error::NoAuth`](crate::Error::NoAuth) naming the node it could not read.
 ///
 /// # Example
 /// ```

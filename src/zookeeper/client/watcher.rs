@@ -179,7 +179,7 @@ impl WatcherThread {
 }
 
 fn run(rx: Receiver<Message>, registry: Arc<Registry>) {
-    crate::core::listeners::mark_listener_thread();
+    crate::core::listeners::become_listener_thread();
     for message in rx {
         match message {
             Message::State(seq, state) => registry.deliver_state(seq, state),
