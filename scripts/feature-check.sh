@@ -5,11 +5,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo clippy --quiet --no-default-features -- -D warnings
-if cargo tree --no-default-features -e normal --prefix none | grep -q '^zookeeper-client '; then
-  echo "feature-check: a build without the zookeeper feature depends on zookeeper-client" >&2
+# A build with one backend compiles none of the others' clients.
+deps() { cargo tree --no-default-features "$@" -e normal --prefix none; }
+if deps | grep -Eq '^(zookeeper-client|redis) '; then
+  echo "feature-check: the core alone depends on a backend's client" >&2
   exit 1
 fi
-for feature in zookeeper testing metrics cli tls sasl-digest-md5; do
+if deps --features redis | grep -q '^zookeeper-client '; then
+  echo "feature-check: a build with only the redis feature depends on zookeeper-client" >&2
+  exit 1
+fi
+if deps --features zookeeper | grep -q '^redis '; then
+  echo "feature-check: a build with only the zookeeper feature depends on redis" >&2
+  exit 1
+fi
+for feature in zookeeper redis testing metrics cli tls sasl-digest-md5; do
   cargo clippy --quiet --no-default-features --features "$feature" -- -D warnings
 done
 echo "feature-check: the core alone and each feature alone build clean"

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite against real ZooKeeper servers the tests start themselves.
+# The whole test suite against real ZooKeeper and Redis servers the tests start themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-zookeeper.sh --interop
+scripts/ensure-redis.sh
 
-before=$(pgrep -f 'zklock-zk-' | sort || true)
+servers='zklock-zk-|zklock-redis-'
+before=$(pgrep -f "$servers" | sort || true)
 cargo test --all-features --all-targets -- "$@"
 cargo test --all-features --doc
-# No ZooKeeper JVM of this suite may outlive it.
+# No server of this suite may outlive it.
 sleep 1
-after=$(pgrep -f 'zklock-zk-' | sort || true)
+after=$(pgrep -f "$servers" | sort || true)
 left=$(comm -13 <(echo "$before") <(echo "$after") | grep -v '^$' || true)
 if [ -n "$left" ]; then
-  echo "ZooKeeper processes left running after the suite:" >&2
+  echo "servers left running after the suite:" >&2
   ps -o pid,args -p $left >&2 || true
   exit 1
 fi
-echo "no ZooKeeper process left behind"
+echo "no ZooKeeper or Redis process left behind"

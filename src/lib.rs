@@ -183,6 +183,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod core;
+#[cfg(feature = "redis")]
+mod redis;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -197,6 +199,9 @@ pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use crate::redis::{RedisClient, RedisClientBuilder, RedisMutex};
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{
     Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,

@@ -142,6 +142,10 @@ pub enum Error {
     /// Any other answer of the server or the wire client, with its description.
     #[error("ZooKeeper error: {0}")]
     ZooKeeper(String),
+    /// An error answer of a Redis server that zklock has no better variant for (a script
+    /// refused, a server too old, a wrong database index), with the server's words.
+    #[error("Redis error: {0}")]
+    Redis(String),
 }
 
 /// `Result<T, zklock::Error>`.

@@ -75,6 +75,18 @@ impl LocalLease {
         self.heard.store(ms((self.clock)()), Ordering::Release);
     }
 
+    /// A renewal sent at `sent` (a reading of the lease's clock) was acknowledged: the server's
+    /// timer restarted no earlier than that. An older acknowledgement than the last one counted
+    /// changes nothing.
+    pub(crate) fn heard_at(&self, sent: Duration) {
+        let sent = ms(sent);
+        let _ = self
+            .heard
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |heard| {
+                (heard == u64::MAX || sent > heard).then_some(sent)
+            });
+    }
+
     /// How long since the session was last vouched for; `None` before the first session.
     pub(crate) fn since_heard(&self) -> Option<Duration> {
         let heard = self.heard.load(Ordering::Acquire);
@@ -156,6 +168,25 @@ mod tests {
         assert!(l.timed_out());
         l.heard();
         assert_eq!(l.health(), LockHealth::Held);
+    }
+
+    #[test]
+    fn an_acknowledgement_counts_from_its_send_time_and_never_goes_back() {
+        let l = LocalLease::new();
+        let before = boot_clock();
+        std::thread::sleep(Duration::from_millis(5));
+        l.open(Duration::from_secs(9), Duration::from_secs(3));
+        let opened = l.heard.load(Ordering::Acquire);
+        l.heard_at(before);
+        assert_eq!(
+            l.heard.load(Ordering::Acquire),
+            opened,
+            "an older ack is ignored"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        let sent = boot_clock();
+        l.heard_at(sent);
+        assert_eq!(l.heard.load(Ordering::Acquire), ms(sent));
     }
 
     #[test]

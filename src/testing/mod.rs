@@ -72,6 +72,8 @@ mod four_letter;
 mod instance;
 mod process;
 mod proxy;
+#[cfg(feature = "redis")]
+mod redis;
 mod server;
 mod session;
 mod tls;
@@ -82,6 +84,9 @@ pub use fence::{
     WriteOutcome,
 };
 pub use proxy::{FaultProxy, ProxyStats};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::TestingRedis;
 pub use server::TestingServer;
 pub use session::expire_session;
 pub use tls::TestingTls;

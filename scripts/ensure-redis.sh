@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Makes sure Debian's redis-server is present (the Redis backend's tests start their own servers),
+# installing it with apt-get if not. Not installed when REDIS_SERVER names a server of your own.
+set -euo pipefail
+
+need=()
+if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
+  need+=(redis-server)
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
+
+echo "zklock: installing ${need[*]} with apt-get" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,512 @@
+//! [`RedisClient`]: the connections, threads and calls every Redis lock of one Client shares.
+//!
+//! Calls run on command connections taken from a small pool (one per thread calling at once),
+//! each bounded by the operation timeout and retried through the retry policy when the
+//! connection fails. Every script of the lock protocol can be sent again safely: a grant whose
+//! answer was lost is found again by the next attempt, a release or a leave twice is a release
+//! or a leave.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use super::keeper::Keeper;
+use super::scripts::Scripts;
+use super::wake::{start_subscriber, Wakes};
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::lease::boot_clock;
+use crate::core::listeners::Dispatch;
+use crate::core::retry::{ExponentialBackoffRetry, RetryBudget, RetryPolicy};
+
+/// The oldest Redis that runs the lock scripts as written (`TIME` before writes in a script).
+const MIN_VERSION: (u32, u32) = (5, 0);
+
+/// A connection to one Redis server (or the primary of a replicated set), shared by every Redis
+/// lock made from it. Cheap to clone; the connections and threads end with the last clone or
+/// [`close`](RedisClient::close).
+///
+/// Each Client runs three threads: `zklock-redis-sub` (reads the Client's wake-up channel),
+/// `zklock-redis-keeper` (renews every hold at a third of the TTL, reports lock health, finishes
+/// background releases) and `zklock-redis-events` (runs health callbacks). Calls use command
+/// connections from a pool: one per thread calling at the same time, kept for reuse.
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use zklock::{RedisClient, RedisMutex};
+///
+/// # fn main() -> zklock::Result<()> {
+/// let client = RedisClient::builder("redis://127.0.0.1:6379/0")
+///     .ttl(Duration::from_secs(10))
+///     .connect()?;
+/// let mutex = RedisMutex::new(&client, "ledger")?;
+/// let guard = mutex.lock()?;
+/// println!("token {}", guard.fencing_token());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisClient {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    redis: redis::Client,
+    /// The URL without its password, for messages.
+    shown: String,
+    id: String,
+    ttl: Duration,
+    operation_timeout: Duration,
+    retry: Arc<dyn RetryPolicy>,
+    pool: Mutex<Vec<redis::Connection>>,
+    pub(crate) scripts: Arc<Scripts>,
+    pub(crate) wakes: Arc<Wakes>,
+    pub(crate) keeper: Keeper,
+    closed: Arc<AtomicBool>,
+    next_waiter: AtomicU64,
+    events: Sender<Box<dyn FnOnce() + Send>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Options of a [`RedisClient`], from [`RedisClient::builder`].
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::RedisClient::builder("redis://:secret@127.0.0.1:6379/2")
+///     .connect_timeout(std::time::Duration::from_secs(2))
+///     .connect()?;
+/// # Ok(()) }
+/// ```
+pub struct RedisClientBuilder {
+    url: String,
+    ttl: Duration,
+    connect_timeout: Duration,
+    operation_timeout: Option<Duration>,
+    retry: Option<Arc<dyn RetryPolicy>>,
+}
+
+impl RedisClient {
+    /// Connects with the default options (TTL 30 s, connection timeout 5 s).
+    ///
+    /// # Errors
+    /// As [`RedisClientBuilder::connect`].
+    pub fn connect(url: &str) -> Result<RedisClient> {
+        RedisClient::builder(url).connect()
+    }
+
+    /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`
+    /// (`rediss://` for TLS, which this build does not support yet).
+    pub fn builder(url: &str) -> RedisClientBuilder {
+        RedisClientBuilder {
+            url: url.to_owned(),
+            ttl: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            operation_timeout: None,
+            retry: None,
+        }
+    }
+
+    /// The hold TTL: the server frees a hold whose holder has not renewed it for this long.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// This Client's id, the first part of every hold and waiter id it writes.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Releases every hold of this Client (their health turns `Lost`), ends its waiters with
+    /// [`Error::Closed`] and its threads; later calls fail with [`Error::Closed`].
+    ///
+    /// # Blocking
+    /// At most about the operation timeout (the releases) plus a quarter second (the
+    /// subscriber's poll).
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.wakes.wake_all();
+        self.inner.keeper.join();
+        for t in self.inner.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl RedisClientBuilder {
+    /// The hold TTL (default 30 s, at least 100 ms): how long the server keeps a hold whose
+    /// holder has stopped renewing it (crashed, frozen, cut off), and so how long the others
+    /// wait for a dead holder. The Client renews every hold at a third of it; a hold reads
+    /// `Suspended` once half of it has passed since its last acknowledged renewal was sent,
+    /// `Lost` once all of it has.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long opening a connection may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one command may wait for its answer (default: the connection timeout).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// How calls retry when a connection fails (default: exponential backoff from 100 ms,
+    /// 3 retries).
+    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
+        self.retry = Some(Arc::new(policy));
+        self
+    }
+
+    /// Checks the options, opens a connection, checks the server, subscribes to the Client's
+    /// wake-up channel and starts the Client's threads.
+    ///
+    /// # Blocking
+    /// At most about twice the connection timeout (a command connection and the subscriber's).
+    ///
+    /// # Errors
+    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse, a `rediss://`
+    /// URL (TLS is not built in yet) or a timeout or TTL out of range. Then
+    /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
+    /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
+    /// server older than Redis 5.0 or one that refuses the database index.
+    pub fn connect(self) -> Result<RedisClient> {
+        let (redis, shown) = self.check()?;
+        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        let failed = |cause: Error| Error::ConnectFailed {
+            hosts: shown.clone(),
+            cause: Box::new(cause),
+        };
+        let mut conn =
+            open(&redis, self.connect_timeout, operation_timeout).map_err(|e| failed(error(e)))?;
+        check_version(&mut conn).map_err(failed)?;
+        let id = format!("{:016x}", fastrand::u64(..));
+        let closed = Arc::new(AtomicBool::new(false));
+        let wakes = Arc::new(Wakes::default());
+        let scripts = Arc::new(Scripts::new());
+        let subscriber = start_subscriber(
+            redis.clone(),
+            &id,
+            self.connect_timeout,
+            wakes.clone(),
+            closed.clone(),
+        )
+        .map_err(failed)?;
+        let (events, rx) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
+        let events_closed = closed.clone();
+        let events_thread = std::thread::Builder::new()
+            .name("zklock-redis-events".into())
+            .spawn(move || run_events(&rx, &events_closed))
+            .map_err(|e| Error::thread_start("zklock-redis-events", &e))?;
+        let keeper = Keeper::start(
+            redis.clone(),
+            scripts.clone(),
+            self.ttl,
+            operation_timeout,
+            closed.clone(),
+        )?;
+        Ok(RedisClient {
+            inner: Arc::new(Inner {
+                redis,
+                shown,
+                id,
+                ttl: self.ttl,
+                operation_timeout,
+                retry: self.retry.unwrap_or_else(|| {
+                    Arc::new(
+                        ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
+                            .expect("constant parameters are valid"),
+                    )
+                }),
+                pool: Mutex::new(vec![conn]),
+                scripts,
+                wakes,
+                keeper,
+                closed,
+                next_waiter: AtomicU64::new(1),
+                events,
+                threads: Mutex::new(vec![subscriber, events_thread]),
+            }),
+        })
+    }
+
+    /// Everything that can be known without I/O.
+    fn check(&self) -> Result<(redis::Client, String)> {
+        let url = self.url.trim();
+        let scheme = url.split("://").next().unwrap_or_default();
+        match scheme {
+            "redis" => {}
+            "rediss" => {
+                return Err(Error::invalid(format!(
+                    "{url:?}: TLS connections (rediss://) are not supported by this build of zklock"
+                )))
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{url:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])"
+                )))
+            }
+        }
+        let redis = redis::Client::open(url)
+            .map_err(|e| Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url))))?;
+        for (what, d, min) in [
+            ("TTL", self.ttl, Duration::from_millis(100)),
+            (
+                "connection timeout",
+                self.connect_timeout,
+                Duration::from_millis(1),
+            ),
+            (
+                "operation timeout",
+                self.operation_timeout.unwrap_or(self.connect_timeout),
+                Duration::from_millis(1),
+            ),
+        ] {
+            if d < min || d > Duration::from_secs(86_400) {
+                return Err(Error::invalid(format!(
+                    "the {what} must be between {min:?} and a day, not {d:?}"
+                )));
+            }
+        }
+        Ok((redis, shown_url(url)))
+    }
+}
+
+/// The events thread: runs callbacks in order until the Client is closed and nothing is left
+/// to run.
+fn run_events(rx: &crossbeam_channel::Receiver<Box<dyn FnOnce() + Send>>, closed: &AtomicBool) {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(f) => f(),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if closed.load(Ordering::Acquire) && rx.is_empty() {
+                    return;
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// `url` with its password hidden.
+fn shown_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            let user = creds.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn open(
+    redis: &redis::Client,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    let conn = redis.get_connection_with_timeout(connect_timeout)?;
+    conn.set_read_timeout(Some(operation_timeout))?;
+    conn.set_write_timeout(Some(operation_timeout))?;
+    Ok(conn)
+}
+
+fn check_version(conn: &mut redis::Connection) -> Result<()> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(conn)
+        .map_err(error)?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("0")
+        .trim()
+        .to_owned();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if found < MIN_VERSION {
+        return Err(Error::Redis(format!(
+            "Redis {version} is too old: zklock needs Redis {}.{} or later",
+            MIN_VERSION.0, MIN_VERSION.1
+        )));
+    }
+    Ok(())
+}
+
+/// A Redis error as zklock's: connection failures are [`Error::ConnectionLoss`] (retried by
+/// the policy), refused credentials [`Error::AuthFailed`], the rest [`Error::Redis`].
+pub(crate) fn error(e: redis::RedisError) -> Error {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    {
+        return Error::AuthFailed(e.to_string());
+    }
+    if e.is_connection_refusal() {
+        return Error::Io {
+            context: "connecting to Redis".into(),
+            kind: std::io::ErrorKind::ConnectionRefused,
+            message: e.to_string(),
+        };
+    }
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+        return Error::ConnectionLoss;
+    }
+    Error::Redis(e.to_string())
+}
+
+impl Inner {
+    /// The next waiter or holder id of this Client.
+    pub(crate) fn new_owner(&self) -> String {
+        format!(
+            "{}:{}",
+            self.id,
+            self.next_waiter.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Runs callbacks on the Client's events thread.
+    pub(crate) fn dispatch(&self) -> Dispatch {
+        let events = self.events.clone();
+        Arc::new(move |f| {
+            let _ = events.send(f);
+        })
+    }
+
+    /// Runs `f` on a command connection, bounded by the operation timeout per attempt, retrying
+    /// failed connections through the retry policy until `deadline` (the operation timeout
+    /// past it at the latest). Returns the answer and the lease clock's reading taken when the
+    /// successful attempt was sent.
+    pub(crate) fn call<T>(
+        &self,
+        deadline: Deadline,
+        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<(T, Duration)> {
+        let mut budget = RetryBudget::new(self.retry.clone());
+        let hard = deadline.or_later(Deadline::after(self.operation_timeout));
+        loop {
+            if self.closed() {
+                return Err(Error::Closed);
+            }
+            let attempt = self.take().and_then(|mut conn| {
+                let sent = boot_clock();
+                match f(&mut conn) {
+                    Ok(v) => {
+                        self.pool.lock().push(conn);
+                        Ok((v, sent))
+                    }
+                    Err(e) => {
+                        if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) {
+                            self.pool.lock().push(conn);
+                        }
+                        Err(error(e))
+                    }
+                }
+            });
+            match attempt {
+                Err(Error::ConnectionLoss) => {
+                    let Some(sleep) = budget.next_sleep() else {
+                        return Err(Error::ConnectionLoss);
+                    };
+                    if hard.remaining().is_some_and(|left| left <= sleep) {
+                        return Err(Error::ConnectionLoss);
+                    }
+                    tracing::debug!("zklock: Redis connection lost, retrying in {sleep:?}");
+                    std::thread::sleep(sleep);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A pooled command connection, or a new one.
+    fn take(&self) -> Result<redis::Connection> {
+        if let Some(c) = self.pool.lock().pop() {
+            return Ok(c);
+        }
+        open(&self.redis, self.operation_timeout, self.operation_timeout).map_err(error)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The threads see the flag and end by themselves: the keeper after releasing what
+        // this Client still holds, the subscriber within its poll, the events thread when the
+        // last sender (this one, and the keeper's health reports) is gone.
+        self.closed.store(true, Ordering::Release);
+        self.wakes.wake_all();
+        self.keeper.wake();
+    }
+}
+
+impl fmt::Debug for RedisClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisClient")
+            .field("url", &self.inner.shown)
+            .field("id", &self.inner.id)
+            .field("ttl", &self.inner.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for RedisClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisClientBuilder")
+            .field("url", &shown_url(&self.url))
+            .field("ttl", &self.ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(shown_url("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(shown_url("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(shown_url("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn bad_urls_and_durations_are_refused_before_any_io() {
+        let refused = |b: RedisClientBuilder| match b.connect() {
+            Err(Error::InvalidArgument(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert!(refused(RedisClient::builder("rediss://127.0.0.1:1")).contains("TLS"));
+        assert!(refused(RedisClient::builder("http://127.0.0.1:1")).contains("redis://"));
+        assert!(
+            refused(RedisClient::builder("redis://127.0.0.1:1").ttl(Duration::ZERO))
+                .contains("TTL")
+        );
+        assert!(
+            refused(RedisClient::builder("redis://127.0.0.1:1").ttl(Duration::MAX)).contains("TTL")
+        );
+        let why = refused(RedisClient::builder("redis://:secret@127.0.0.1:notaport"));
+        assert!(!why.contains("secret"), "{why}");
+    }
+}

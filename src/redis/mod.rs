@@ -1,0 +1,11 @@
+//! The Redis backend (feature `redis`): [`RedisClient`](client::RedisClient) and the Redis locks.
+//! See `docs/redis.md` in the repository for what it guarantees and what it cannot.
+
+mod client;
+mod keeper;
+mod mutex;
+mod scripts;
+mod wake;
+
+pub use client::{RedisClient, RedisClientBuilder};
+pub use mutex::RedisMutex;

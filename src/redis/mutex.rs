@@ -1,0 +1,397 @@
+//! [`RedisMutex`]: a re-entrant, fair (or barging) mutex on Redis with health and fencing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::client::RedisClient;
+use super::keeper::ms;
+use super::scripts::{invocation, Keys};
+use super::wake::Parker;
+use crate::core::channel::Receiver;
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::health::{worst, HealthCell, HealthEvent, HealthFeed, LockHealth};
+use crate::core::lease::LocalLease;
+use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::core::reentrant::{Detached, ThreadHolds};
+
+/// The longest lock name, in bytes.
+const MAX_NAME: usize = 1024;
+
+/// How long a token is remembered after its grant, in hold TTLs: a grant within that time of
+/// the last one counts up from it even if the server's clock stepped back.
+const TOKEN_KEEP_TTLS: u32 = 10;
+
+/// A mutex on Redis: one holder at a time among every process using the same name, re-entrant
+/// per thread (through this object), with [`LockHealth`] and fencing tokens. Fair by default:
+/// waiters are granted in arrival order, each woken by a message of its own when its turn
+/// comes; [`RedisMutex::barging`] lets a newcomer take a free lock ahead of the queue.
+///
+/// The hold is the key `zklock:{NAME}` with the Client's TTL, renewed by the Client at a third
+/// of it. A holder that crashes or stops is freed by the server one TTL after its last renewal.
+/// `health()` reads `Suspended` once half a TTL has passed since the last acknowledged renewal
+/// was sent, `Lost` once a whole TTL has (the key may be gone), or at once when a renewal finds
+/// the key gone or another's.
+///
+/// The fencing token is the server's clock in microseconds at the grant, or the previous
+/// token + 1 if that is higher (the previous one is kept for ten TTLs): it rises across
+/// successive holders, also across a restart of Redis that lost every key, unless the
+/// server's clock (or a promoted replica's) is behind the one that granted the last token.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
+/// let mutex = zklock::RedisMutex::new(&client, "ledger")?;
+/// if let Some(guard) = mutex.try_lock_for(std::time::Duration::from_secs(5))? {
+///     if guard.health() == zklock::LockHealth::Held {
+///         println!("write with token {}", guard.fencing_token());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct RedisMutex {
+    client: RedisClient,
+    name: String,
+    keys: Keys,
+    fair: bool,
+    holders: ThreadHolds<Holding>,
+    feed: Arc<HealthFeed>,
+    cancelled: AtomicU64,
+    waiting: Mutex<Vec<Arc<Parker>>>,
+}
+
+/// One thread's hold.
+struct Holding {
+    owner: String,
+    token: u64,
+    health: HealthCell,
+    lease: Arc<LocalLease>,
+    kept: u64,
+    since: Instant,
+}
+
+impl Holding {
+    fn health(&self) -> LockHealth {
+        worst(*self.health.lock(), self.lease.health())
+    }
+}
+
+impl RedisMutex {
+    /// A fair mutex named `name` (any text of 1 to 1024 bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
+    pub fn new(client: &RedisClient, name: &str) -> Result<RedisMutex> {
+        RedisMutex::build(client, name, true)
+    }
+
+    /// A mutex that grants a free lock to whoever asks first, ahead of the queue (waiters are
+    /// still woken one at a time): the lowest latency, no fairness.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn barging(client: &RedisClient, name: &str) -> Result<RedisMutex> {
+        RedisMutex::build(client, name, false)
+    }
+
+    fn build(client: &RedisClient, name: &str, fair: bool) -> Result<RedisMutex> {
+        check_name(name)?;
+        Ok(RedisMutex {
+            client: client.clone(),
+            name: name.to_owned(),
+            keys: Keys::new(name),
+            fair,
+            holders: ThreadHolds::default(),
+            feed: Arc::default(),
+            cancelled: AtomicU64::new(0),
+            waiting: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key that holds the lock (`zklock:{NAME}`).
+    pub fn key(&self) -> &str {
+        &self.keys.holder
+    }
+
+    /// Whether any thread of this process holds the lock through this object.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.holders.any()
+    }
+
+    /// Whether the calling thread holds the lock through this object.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.holders.mine_exists()
+    }
+
+    /// The calling thread's fencing token, if it holds the lock.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.holders.mine(|h| h.token)
+    }
+
+    /// The health of the calling thread's hold, if it holds the lock, computed now.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.holders.mine(Holding::health)
+    }
+
+    /// Every later health change of any hold through this object.
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
+        self.feed.channel()
+    }
+
+    /// Calls `f` on the Client's events thread on every later health change of any hold
+    /// through this object; returns an id for
+    /// [`remove_health_listener`](Self::remove_health_listener). `f` must not block.
+    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
+        self.feed.on_health(f)
+    }
+
+    /// Removes a listener added with [`on_health`](Self::on_health).
+    pub fn remove_health_listener(&self, id: u64) -> bool {
+        self.feed.remove(id)
+    }
+
+    fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
+        let inner = self.client.inner();
+        if inner.closed() {
+            return Err(Error::Closed);
+        }
+        if self.health() == Some(LockHealth::Lost) {
+            return Err(Error::LockLost);
+        }
+        if self.holders.reenter() {
+            return Ok(true);
+        }
+        let started = Instant::now();
+        let owner = inner.new_owner();
+        // Registered before the first attempt, so that no wake-up can come before it.
+        let me = inner.wakes.register(&owner);
+        let cancelled = self.cancelled.load(Ordering::Acquire);
+        self.waiting.lock().push(me.parker.clone());
+        let _waiting = crate::core::metrics::Waiting::new(&self.name);
+        let outcome = self.wait_for_grant(&owner, &me.parker, deadline, cancelled);
+        self.waiting.lock().retain(|p| !Arc::ptr_eq(p, &me.parker));
+        match outcome {
+            Ok(Some((token, sent))) => {
+                crate::core::metrics::acquired(&self.name, started.elapsed());
+                self.hold(owner, token, sent);
+                Ok(true)
+            }
+            Ok(None) => {
+                crate::core::metrics::timed_out(&self.name);
+                self.leave(&owner);
+                Ok(false)
+            }
+            Err(e) => {
+                self.leave(&owner);
+                if e.outcome_unknown() {
+                    // The last attempt may have been granted: release that in the background.
+                    inner.keeper.release_later(&self.keys, &owner);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Attempts until granted (`Some((token, send time))`), out of time (`None`), or an error.
+    /// Between attempts it parks until its wake-up, the deadline, or the re-check interval (a
+    /// third of the TTL), which covers a lost wake-up and keeps its queue entry (whose lease is
+    /// one TTL) alive.
+    fn wait_for_grant(
+        &self,
+        owner: &str,
+        parker: &Parker,
+        deadline: Deadline,
+        cancelled: u64,
+    ) -> Result<Option<(u64, Duration)>> {
+        let inner = self.client.inner();
+        let ttl = inner.ttl();
+        let recheck = ttl / 3;
+        loop {
+            if self.cancelled.load(Ordering::Acquire) != cancelled {
+                return Err(Error::Cancelled);
+            }
+            if inner.closed() {
+                return Err(Error::Closed);
+            }
+            let queue = if deadline.expired() { 0 } else { ms(ttl) };
+            let ((granted, value), sent): ((i64, i64), Duration) = inner.call(deadline, |c| {
+                let mut call = invocation(&inner.scripts.acquire, &self.keys);
+                call.arg(owner)
+                    .arg(ms(ttl))
+                    .arg(queue)
+                    .arg(if self.fair { "1" } else { "0" })
+                    .arg(ms(ttl * TOKEN_KEEP_TTLS));
+                call.invoke(c)
+            })?;
+            if granted == 1 {
+                let token = u64::try_from(value).map_err(|_| {
+                    Error::Redis(format!("the server granted a negative token {value}"))
+                })?;
+                return Ok(Some((token, sent)));
+            }
+            if deadline.expired() {
+                return Ok(None);
+            }
+            let until = deadline
+                .min_after(recheck)
+                .instant()
+                .unwrap_or_else(|| crate::core::deadline::instant_after(recheck));
+            parker.park_until(until);
+        }
+    }
+
+    /// Takes `owner` out of the queue, within the operation timeout; if that fails its entry
+    /// expires by itself one TTL after its last attempt.
+    fn leave(&self, owner: &str) {
+        let inner = self.client.inner();
+        let left = inner.call(Deadline::after(Duration::ZERO), |c| {
+            let mut call = invocation(&inner.scripts.leave, &self.keys);
+            call.arg(owner);
+            call.invoke::<i64>(c)
+        });
+        if let Err(e) = left {
+            tracing::debug!(
+                "zklock: leaving the queue of Redis lock {:?} failed: {e}",
+                self.name
+            );
+        }
+    }
+
+    fn hold(&self, owner: String, token: u64, sent: Duration) {
+        let inner = self.client.inner();
+        let lease = inner.keeper.lease(sent);
+        let (health, report) =
+            self.feed
+                .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
+        let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
+        self.holders.insert(Holding {
+            owner,
+            token,
+            health,
+            lease,
+            kept,
+            since: Instant::now(),
+        });
+    }
+
+    /// Lets go of a released hold as `how` says; [`Error::LockLost`] if it had been lost.
+    fn finish(&self, holding: Holding, how: Release) -> Result<()> {
+        let inner = self.client.inner();
+        inner.keeper.forget(holding.kept);
+        crate::core::metrics::released(&self.name, holding.since.elapsed());
+        let lost = holding.health() == LockHealth::Lost;
+        let until = match how {
+            Release::Background => {
+                inner.keeper.release_later(&self.keys, &holding.owner);
+                return if lost { Err(Error::LockLost) } else { Ok(()) };
+            }
+            Release::Within(until) => until,
+        };
+        let deadline = until.map_or(Deadline::after(Duration::ZERO), Deadline::at);
+        let released = inner.call(deadline, |c| {
+            let mut call = invocation(&inner.scripts.release, &self.keys);
+            call.arg(&holding.owner);
+            call.invoke::<i64>(c)
+        });
+        match released {
+            Ok((1, _)) if !lost => Ok(()),
+            Ok(_) => Err(Error::LockLost),
+            Err(e) => {
+                inner.keeper.release_later(&self.keys, &holding.owner);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A name is any text of 1 to [`MAX_NAME`] bytes.
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("a Redis lock name must not be empty"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(Error::invalid(format!(
+            "a Redis lock name is at most {MAX_NAME} bytes, not {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Sealed for RedisMutex {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        self.acquire_by(Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        match self.holders.detach()? {
+            Detached::StillHeld => Ok(()),
+            Detached::Released(holding) => self.finish(holding, how),
+        }
+    }
+
+    fn cancel(&self) {
+        self.cancelled.fetch_add(1, Ordering::AcqRel);
+        for p in self.waiting.lock().iter() {
+            p.wake();
+        }
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.holders.any()
+    }
+}
+
+impl Lock for RedisMutex {
+    fn fencing_token(&self) -> Option<u64> {
+        RedisMutex::fencing_token(self)
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        RedisMutex::health(self)
+    }
+}
+
+forward_lock_api!(RedisMutex);
+
+impl Drop for RedisMutex {
+    fn drop(&mut self) {
+        let inner = self.client.inner();
+        for holding in self.holders.drain() {
+            inner.keeper.forget(holding.kept);
+            inner.keeper.release_later(&self.keys, &holding.owner);
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisMutex")
+            .field("name", &self.name)
+            .field("fair", &self.fair)
+            .field("held_here", &self.holders.any())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("").is_err());
+        assert!(check_name(&"x".repeat(MAX_NAME + 1)).is_err());
+        assert!(check_name(&"x".repeat(MAX_NAME)).is_ok());
+        assert!(check_name("a}b{c").is_ok());
+    }
+}

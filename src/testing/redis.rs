@@ -1,0 +1,434 @@
+//! [`TestingRedis`]: a real `redis-server` on a free loopback port, for the Redis backend's
+//! tests, examples and benchmarks.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use super::config::free_ports;
+use super::process::{all_threads_stopped, signal, spawn};
+
+/// How long a server may take to answer its first `PING`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One `redis-server` (Debian's `redis-server` package, or the program named by
+/// `REDIS_SERVER`) on `127.0.0.1` and a free port, with a temporary directory of its own.
+///
+/// It is started with no persistence unless asked ([`start_persistent`](Self::start_persistent):
+/// an append-only file fsynced every write), so that [`restart`](Self::restart) of a default
+/// server comes back empty — a restart without persistence, the case where a Redis lock can
+/// be granted twice. [`kill`](Self::kill) is `kill -9`; [`pause`](Self::pause) /
+/// [`resume`](Self::resume) are SIGSTOP / SIGCONT. [`replica_of`](Self::replica_of) starts a
+/// replica that [`promote`](Self::promote) turns into a primary (`REPLICAOF NO ONE`).
+///
+/// Dropping it kills the server; the server also gets SIGKILL from the kernel if the test
+/// process dies (it is started with a parent-death signal, as the ZooKeeper servers are).
+///
+/// # Example
+/// ```no_run
+/// let server = zklock::testing::TestingRedis::start()?;
+/// println!("Redis at {}", server.url());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct TestingRedis {
+    // Declared first so that the server dies before its directory is removed.
+    child: Option<Child>,
+    port: u16,
+    persistent: bool,
+    replica_of: Option<u16>,
+    dir: tempfile::TempDir,
+}
+
+impl TestingRedis {
+    /// Starts a server without persistence.
+    ///
+    /// # Errors
+    /// `NotFound` with what to install when there is no `redis-server`; the server's log when
+    /// it does not answer within 30 s.
+    pub fn start() -> io::Result<TestingRedis> {
+        Self::launch_new(false, None)
+    }
+
+    /// Starts a server that writes every change to an append-only file and fsyncs it, so that
+    /// [`restart`](Self::restart) keeps every key.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_persistent() -> io::Result<TestingRedis> {
+        Self::launch_new(true, None)
+    }
+
+    /// Starts a replica of `primary` (without persistence) and waits until it has synced.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
+    pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
+        let replica = Self::launch_new(false, Some(primary.port))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !replica
+            .command(&["INFO", "replication"])?
+            .contains("master_link_status:up")
+        {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the replica did not sync with its primary within 30 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(replica)
+    }
+
+    fn launch_new(persistent: bool, replica_of: Option<u16>) -> io::Result<TestingRedis> {
+        let program = program();
+        if Command::new(&program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_err()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "cannot run {}: install Debian's redis-server package \
+                     (apt-get install redis-server) or set REDIS_SERVER",
+                    program.display()
+                ),
+            ));
+        }
+        let mut last = None;
+        for _ in 0..5 {
+            let mut server = TestingRedis {
+                child: None,
+                port: free_ports(1)?[0],
+                persistent,
+                replica_of,
+                dir: tempfile::Builder::new().prefix("zklock-redis-").tempdir()?,
+            };
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                Err(e) if server.log().contains("Address already in use") => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port")))
+    }
+
+    fn launch(&mut self) -> io::Result<()> {
+        let mut cmd = Command::new(program());
+        cmd.current_dir(self.dir.path())
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args(["--dir"])
+            .arg(self.dir.path())
+            .args(["--logfile", "redis.log", "--daemonize", "no", "--save", ""])
+            .args(["--protected-mode", "no", "--enable-debug-command", "local"])
+            // A title the test suite's leftover check can find (`zklock-redis-PORT`).
+            .args(["--proc-title-template", "{title} zklock-redis-{port}"]);
+        if self.persistent {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        if let Some(primary) = self.replica_of {
+            cmd.args(["--replicaof", "127.0.0.1"])
+                .arg(primary.to_string());
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(spawn(cmd)?);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(answer) = self.command(&["PING"]) {
+                if answer == "PONG" {
+                    return Ok(());
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(io::Error::other(format!(
+                    "redis-server exited ({status}); its log:\n{}",
+                    self.log_tail()
+                )));
+            }
+            if Instant::now() > deadline {
+                let _ = self.kill();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "redis-server did not answer within 30 s; its log:\n{}",
+                        self.log_tail()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's directory (its log, and its append-only file when persistent).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's log file.
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Stops the server cleanly (`SHUTDOWN`, without saving a snapshot) and waits for it.
+    ///
+    /// # Errors
+    /// When the server cannot be reached or does not exit within 30 s (it is then killed).
+    pub fn stop(&mut self) -> io::Result<()> {
+        if self.child.is_none() {
+            return Ok(());
+        }
+        let _ = self.command(&["SHUTDOWN", "NOSAVE"]);
+        self.reap(START_TIMEOUT)
+    }
+
+    /// Stops the server and starts it again on the same port and directory: a persistent
+    /// server comes back with its keys, a default one empty.
+    ///
+    /// # Errors
+    /// As [`stop`](Self::stop) and [`start`](Self::start).
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop()?;
+        self.launch()
+    }
+
+    /// Kills the server with SIGKILL and reaps it.
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    pub fn kill(&mut self) -> io::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let _ = signal(child.id(), Signal::CONT);
+        let killed = child.kill();
+        let _ = child.wait();
+        killed
+    }
+
+    /// Stops the server with SIGSTOP (it accepts connections in the kernel but answers
+    /// nothing) and waits until it has stopped.
+    ///
+    /// # Errors
+    /// When the server is not running.
+    pub fn pause(&self) -> io::Result<()> {
+        let pid = self.pid().ok_or_else(not_running)?;
+        signal(pid, Signal::STOP)?;
+        while !all_threads_stopped(pid) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    ///
+    /// # Errors
+    /// When the server is not running.
+    pub fn resume(&self) -> io::Result<()> {
+        signal(self.pid().ok_or_else(not_running)?, Signal::CONT)
+    }
+
+    /// Makes a replica a primary (`REPLICAOF NO ONE`): whatever its primary wrote after the
+    /// replica last synced is not on it.
+    ///
+    /// # Errors
+    /// When the server cannot be reached or refuses.
+    pub fn promote(&mut self) -> io::Result<()> {
+        self.replica_of = None;
+        self.command(&["REPLICAOF", "NO", "ONE"]).map(drop)
+    }
+
+    /// Runs one command on a fresh connection and returns its answer as text: a simple or
+    /// bulk string as it is, an integer in decimal, an array's elements one per line, nil as
+    /// an empty string.
+    ///
+    /// # Errors
+    /// When the server cannot be reached within 5 s, or answers with an error (its message).
+    pub fn command(&self, args: &[&str]) -> io::Result<String> {
+        let mut stream = TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
+            Duration::from_secs(5),
+        )?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes())?;
+        read_reply(&mut BufReader::new(stream))
+    }
+
+    fn reap(&mut self, within: Duration) -> io::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + within;
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "redis-server did not stop within 30 s and was killed",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_file()).unwrap_or_default()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+/// `REDIS_SERVER`, else `redis-server` on the `PATH`.
+fn program() -> PathBuf {
+    std::env::var_os("REDIS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+fn not_running() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "the server is not running")
+}
+
+/// One RESP reply, as [`TestingRedis::command`] describes.
+fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let line = line.trim_end_matches(['\r', '\n']);
+    let (kind, rest) = line.split_at(line.len().min(1));
+    let count = || {
+        rest.parse::<i64>()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad reply {line:?}")))
+    };
+    match kind {
+        "+" | ":" => Ok(rest.to_owned()),
+        "-" => Err(io::Error::other(rest.to_owned())),
+        "$" => {
+            let Ok(n) = usize::try_from(count()?) else {
+                return Ok(String::new());
+            };
+            let mut buf = vec![0; n + 2];
+            r.read_exact(&mut buf)?;
+            buf.truncate(n);
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        }
+        "*" => {
+            let n = count()?.max(0);
+            let items = (0..n)
+                .map(|_| read_reply(r))
+                .collect::<io::Result<Vec<_>>>()?;
+            Ok(items.join("\n"))
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad reply {line:?}"),
+        )),
+    }
+}
+
+impl Drop for TestingRedis {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+impl std::fmt::Debug for TestingRedis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestingRedis")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("persistent", &self.persistent)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_starts_answers_restarts_empty_and_is_gone_when_dropped() {
+        let mut server = TestingRedis::start().expect("redis-server starts");
+        assert_eq!(server.command(&["SET", "k", "v"]).unwrap(), "OK");
+        assert_eq!(server.command(&["GET", "k"]).unwrap(), "v");
+        server.restart().unwrap();
+        assert_eq!(server.command(&["GET", "k"]).unwrap(), "", "no persistence");
+        let pid = server.pid().unwrap();
+        drop(server);
+        // Dropping kills and reaps it: not even a zombie is left.
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_persistent_server_keeps_its_keys_across_a_restart() {
+        let mut server = TestingRedis::start_persistent().expect("redis-server starts");
+        server.command(&["SET", "k", "v"]).unwrap();
+        server.restart().unwrap();
+        assert_eq!(server.command(&["GET", "k"]).unwrap(), "v");
+    }
+
+    #[test]
+    fn a_promoted_replica_has_what_it_synced() {
+        let primary = TestingRedis::start().unwrap();
+        primary.command(&["SET", "k", "v"]).unwrap();
+        let mut replica = TestingRedis::replica_of(&primary).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while replica.command(&["GET", "k"]).unwrap() != "v" {
+            assert!(Instant::now() < deadline, "the replica never got k");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        replica.promote().unwrap();
+        assert_eq!(replica.command(&["SET", "x", "1"]).unwrap(), "OK");
+        assert!(server_error(&primary));
+    }
+
+    /// A paused primary still accepts TCP connections but answers nothing.
+    fn server_error(primary: &TestingRedis) -> bool {
+        primary.pause().unwrap();
+        let answered = primary.command(&["PING"]).is_ok();
+        primary.resume().unwrap();
+        !answered
+    }
+}

@@ -1,0 +1,608 @@
+//! The Redis mutex against real `redis-server` processes: exclusion checked by the fenced
+//! register, arrival order, tokens across a restart that lost every key, a killed and a frozen
+//! holder (worker processes: this binary run again), health, cancellation, close, bad input.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
+use zklock::{Error, LockHealth, RedisClient, RedisMutex};
+
+const WORKER: &str = "ZKLOCK_REDIS_WORKER";
+
+/// How long a condition may take on a loaded machine.
+fn patience() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience();
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn client(server: &TestingRedis, ttl: Duration) -> RedisClient {
+    RedisClient::builder(&server.url())
+        .ttl(ttl)
+        .connect()
+        .expect("connect")
+}
+
+/// The lock keys left on the server.
+fn lock_keys(server: &TestingRedis) -> String {
+    server.command(&["KEYS", "zklock:*"]).unwrap()
+}
+
+#[test]
+fn holders_exclude_each_other_on_the_fenced_register() {
+    let server = TestingRedis::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let url = server.url();
+            let addr = register.addr();
+            thread::spawn(move || {
+                let client = RedisClient::connect(&url).unwrap();
+                let mutex = RedisMutex::new(&client, "exclusion").unwrap();
+                let mut fence = FenceClient::connect(addr).unwrap();
+                let me = format!("w{w}");
+                for i in 0..20 {
+                    let guard = mutex.lock().unwrap();
+                    let token = guard.fencing_token();
+                    fence.enter(token, &me).unwrap();
+                    assert!(fence
+                        .write(token, &me, &i.to_string())
+                        .unwrap()
+                        .is_accepted());
+                    thread::sleep(Duration::from_millis(1));
+                    assert!(fence
+                        .write(token, &me, &i.to_string())
+                        .unwrap()
+                        .is_accepted());
+                    fence.exit(token, &me).unwrap();
+                }
+                client.close();
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let report = register.check();
+    println!("{report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        report.workers.values().map(|s| s.acquisitions).sum::<u64>(),
+        80
+    );
+    assert_eq!(
+        report.stale_rejected, 0,
+        "every holder's token was the newest"
+    );
+    assert_eq!(
+        lock_keys(&server)
+            .lines()
+            .filter(|k| !k.ends_with(":token"))
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn waiters_are_granted_in_arrival_order() {
+    let server = TestingRedis::start().unwrap();
+    let holder = client(&server, Duration::from_secs(30));
+    let first = RedisMutex::new(&holder, "fifo").unwrap();
+    let guard = first.lock().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let (url, order) = (server.url(), order.clone());
+        waiters.push(thread::spawn(move || {
+            let client = RedisClient::connect(&url).unwrap();
+            let mutex = RedisMutex::new(&client, "fifo").unwrap();
+            let guard = mutex.lock().unwrap();
+            order.lock().unwrap().push(i);
+            drop(guard);
+            client.close();
+        }));
+        // The next one arrives only once this one is queued.
+        wait_for("the waiter to queue", || {
+            server.command(&["LLEN", "zklock:{fifo}:queue"]).unwrap() == (i + 1).to_string()
+        });
+    }
+    drop(guard);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn a_barging_mutex_takes_a_free_lock_ahead_of_the_queue() {
+    let server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_secs(30));
+    let fair = RedisMutex::new(&c, "barge").unwrap();
+    let barging = RedisMutex::barging(&c, "barge").unwrap();
+    // A queue entry of a waiter that is not coming (it lives for a minute).
+    server
+        .command(&["RPUSH", "zklock:{barge}:queue", "ghost:1"])
+        .unwrap();
+    server
+        .command(&[
+            "ZADD",
+            "zklock:{barge}:timeouts",
+            "99999999999999",
+            "ghost:1",
+        ])
+        .unwrap();
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(
+                fair.try_lock().unwrap().is_none(),
+                "a fair newcomer waits its turn"
+            )
+        });
+    });
+    let guard = barging.try_lock().unwrap();
+    assert!(guard.is_some(), "a barging newcomer does not");
+}
+
+#[test]
+fn tokens_rise_across_a_restart_that_lost_every_key() {
+    let mut server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = RedisMutex::new(&c, "tokens").unwrap();
+    let mut last = 0;
+    for _ in 0..5 {
+        let t = mutex.lock().unwrap().fencing_token();
+        assert!(t > last, "{t} after {last}");
+        last = t;
+    }
+    server.restart().unwrap();
+    assert_eq!(lock_keys(&server), "", "the restart lost every key");
+    let t = mutex.lock().unwrap().fencing_token();
+    assert!(
+        t > last,
+        "first token after the restart {t} is not above {last}"
+    );
+}
+
+#[test]
+fn reentrant_per_thread_and_owned_by_the_thread() {
+    let server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = RedisMutex::new(&c, "reentrant").unwrap();
+    let outer = mutex.lock().unwrap();
+    let inner = mutex.lock().unwrap();
+    assert_eq!(outer.fencing_token(), inner.fencing_token());
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(matches!(mutex.release(), Err(Error::NotOwner)));
+            assert!(mutex.try_lock().unwrap().is_none());
+        });
+    });
+    drop(inner);
+    assert!(mutex.is_owned_by_current_thread());
+    drop(outer);
+    wait_for("the background release", || {
+        lock_keys(&server).lines().all(|k| k.ends_with(":token"))
+    });
+    assert!(!mutex.is_acquired_in_this_process());
+}
+
+#[test]
+fn health_follows_the_server_and_events_are_told() {
+    let server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_secs(2));
+    let mutex = RedisMutex::new(&c, "health").unwrap();
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.health(), LockHealth::Held);
+    server.pause().unwrap();
+    wait_for("Suspended", || guard.health() == LockHealth::Suspended);
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    server.resume().unwrap();
+    let told: Vec<_> = std::iter::from_fn(|| events.recv_timeout(patience()).ok())
+        .take(2)
+        .map(|e| e.health)
+        .collect();
+    assert_eq!(told, vec![LockHealth::Suspended, LockHealth::Lost]);
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+}
+
+#[test]
+fn a_renewal_that_finds_the_key_gone_reads_lost_at_once() {
+    let server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_millis(900));
+    let mutex = RedisMutex::new(&c, "stolen").unwrap();
+    let guard = mutex.lock().unwrap();
+    server.command(&["DEL", "zklock:{stolen}"]).unwrap();
+    // The next renewal (a third of the TTL later) finds it gone; the lease alone would take a
+    // whole TTL. Both end in Lost: what matters is that it is heard, as an event.
+    let events = mutex.health_events();
+    let e = events.recv_timeout(patience()).unwrap();
+    assert_eq!(e.health, LockHealth::Lost);
+    assert_eq!(guard.health(), LockHealth::Lost);
+}
+
+#[test]
+fn cancel_waiters_ends_a_wait_and_leaves_the_queue() {
+    let server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = Arc::new(RedisMutex::new(&c, "cancel").unwrap());
+    let other = client(&server, Duration::from_secs(30));
+    let holder = RedisMutex::new(&other, "cancel").unwrap();
+    let _held = holder.lock().unwrap();
+    let waiter = {
+        let mutex = mutex.clone();
+        thread::spawn(move || mutex.acquire())
+    };
+    wait_for("the waiter to queue", || {
+        server.command(&["LLEN", "zklock:{cancel}:queue"]).unwrap() == "1"
+    });
+    mutex.cancel_waiters();
+    assert!(matches!(waiter.join().unwrap(), Err(Error::Cancelled)));
+    assert_eq!(
+        server.command(&["LLEN", "zklock:{cancel}:queue"]).unwrap(),
+        "0"
+    );
+}
+
+#[test]
+fn a_timed_out_waiter_leaves_nothing_and_passes_the_turn_on() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let b = client(&server, Duration::from_secs(30));
+    let held = RedisMutex::new(&a, "timeout").unwrap();
+    let guard = held.lock().unwrap();
+    let waiting = RedisMutex::new(&b, "timeout").unwrap();
+    assert!(!waiting.acquire_timeout(Duration::from_millis(200)).unwrap());
+    assert_eq!(
+        server.command(&["LLEN", "zklock:{timeout}:queue"]).unwrap(),
+        "0"
+    );
+    drop(guard);
+    assert!(waiting.try_lock_for(patience()).unwrap().is_some());
+}
+
+#[test]
+fn close_releases_what_the_client_holds() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let mutex = RedisMutex::new(&a, "closing").unwrap();
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    a.close();
+    assert_eq!(
+        events.recv_timeout(patience()).unwrap().health,
+        LockHealth::Lost
+    );
+    let b = client(&server, Duration::from_secs(30));
+    let other = RedisMutex::new(&b, "closing").unwrap();
+    assert!(
+        other.try_lock().unwrap().is_some(),
+        "free at once, not after the TTL"
+    );
+    assert!(matches!(mutex.acquire(), Err(Error::Closed)));
+    drop(guard);
+}
+
+#[test]
+fn an_idle_waiter_sends_nothing_between_wake_ups() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let b = client(&server, Duration::from_secs(30));
+    let held = RedisMutex::new(&a, "idle").unwrap();
+    let guard = held.lock().unwrap();
+    let waiting = Arc::new(RedisMutex::new(&b, "idle").unwrap());
+    let waiter = {
+        let waiting = waiting.clone();
+        thread::spawn(move || waiting.lock().map(|g| g.fencing_token()))
+    };
+    wait_for("the waiter to queue", || {
+        server.command(&["LLEN", "zklock:{idle}:queue"]).unwrap() == "1"
+    });
+    let calls = || -> u64 {
+        let stats = server.command(&["INFO", "commandstats"]).unwrap();
+        stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let before = calls();
+    // Less than the waiter's re-check interval (10 s) and the holder's renewal (10 s).
+    thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        calls(),
+        before,
+        "scripts were called while the waiter waited"
+    );
+    drop(guard);
+    assert!(waiter.join().unwrap().unwrap() > 0);
+}
+
+#[test]
+fn bad_input_is_refused_with_its_cause() {
+    // Nothing listens on a port we just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = RedisClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap_err();
+    assert!(matches!(&e, Error::ConnectFailed { .. }), "{e:?}");
+    let cause = std::error::Error::source(&e).expect("a cause").to_string();
+    assert!(cause.to_lowercase().contains("refused"), "{cause}");
+
+    let server = TestingRedis::start().unwrap();
+    server
+        .command(&["CONFIG", "SET", "requirepass", "right"])
+        .unwrap();
+    let e =
+        RedisClient::connect(&format!("redis://:wrong@127.0.0.1:{}", server.port())).unwrap_err();
+    assert!(
+        matches!(&e, Error::ConnectFailed { cause, .. } if matches!(**cause, Error::AuthFailed(_))),
+        "{e:?}"
+    );
+    assert!(
+        !format!("{e:?}{e}").contains("wrong"),
+        "the password is not shown: {e:?}"
+    );
+    let ok = RedisClient::connect(&format!("redis://:right@127.0.0.1:{}", server.port())).unwrap();
+    assert!(matches!(
+        RedisMutex::new(&ok, ""),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        RedisMutex::new(&ok, &"n".repeat(5000)),
+        Err(Error::InvalidArgument(_))
+    ));
+    let e = RedisClient::connect(&format!("redis://:right@127.0.0.1:{}/99999", server.port()))
+        .unwrap_err();
+    assert!(matches!(&e, Error::ConnectFailed { .. }), "{e:?}");
+}
+
+// ---------------------------------------------------------------------------
+// A holder in another process: killed, or frozen past its TTL.
+// ---------------------------------------------------------------------------
+
+/// The worker: holds the lock named in its arguments, writes to the fenced register every
+/// 20 ms (checking `health()` before each write when asked to), and reports each write.
+#[test]
+fn holder_worker() {
+    let Ok(args) = std::env::var(WORKER) else {
+        return; // only as a worker process
+    };
+    let args: Vec<&str> = args.split(' ').collect();
+    let (url, fence, checks) = (args[0], args[1], args[2] == "check");
+    let client = RedisClient::builder(url)
+        .ttl(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let mutex = RedisMutex::new(&client, "worker").unwrap();
+    let mut fence = FenceClient::connect(fence).unwrap();
+    let guard = mutex.lock().unwrap();
+    let token = guard.fencing_token();
+    fence.enter(token, "worker").unwrap();
+    say(&format!("held {token}"));
+    for i in 0.. {
+        if checks && guard.health() != LockHealth::Held {
+            say("lost");
+            break;
+        }
+        let outcome = fence.write(token, "worker", &i.to_string()).unwrap();
+        say(&format!("wrote {}", outcome.is_accepted()));
+        thread::sleep(Duration::from_millis(20));
+    }
+    fence.exit(token, "worker").unwrap();
+    // Wait to be killed.
+    let _ = std::io::stdin().lock().lines().next();
+}
+
+fn say(line: &str) {
+    println!("worker: {line}");
+}
+
+struct Worker {
+    child: Child,
+    _stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    fn start(server: &TestingRedis, register: &FencedRegister, checks: bool) -> Worker {
+        let mode = if checks { "check" } else { "blind" };
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "holder_worker",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(
+                WORKER,
+                format!("{} {} {mode}", server.url(), register.addr()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the worker");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("worker: ") {
+                    let _ = tx.send(line[at + "worker: ".len()..].to_owned());
+                }
+            }
+        });
+        Worker {
+            child,
+            _stdin: stdin,
+            lines,
+        }
+    }
+
+    fn expect(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + patience();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the worker never said {prefix:?}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Takes the lock after the worker stopped holding it; how long that took.
+fn take_over(server: &TestingRedis, register: &FencedRegister) -> (Duration, u64) {
+    let c = client(server, Duration::from_secs(2));
+    let mutex = RedisMutex::new(&c, "worker").unwrap();
+    let started = Instant::now();
+    let guard = mutex.try_lock_for(patience()).unwrap().expect("taken over");
+    let took = started.elapsed();
+    let token = guard.fencing_token();
+    let mut fence = register.client().unwrap();
+    fence.enter(token, "taker").unwrap();
+    assert!(fence.write(token, "taker", "x").unwrap().is_accepted());
+    fence.exit(token, "taker").unwrap();
+    (took, token)
+}
+
+#[test]
+fn a_killed_holder_is_replaced_within_its_ttl() {
+    let server = TestingRedis::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let mut worker = Worker::start(&server, &register, true);
+    worker.expect("held");
+    worker.expect("wrote");
+    worker.signal("-KILL");
+    let _ = worker.child.wait();
+    let (took, _) = take_over(&server, &register);
+    println!("taken over {took:?} after kill -9 (TTL 2 s)");
+    assert!(
+        took < Duration::from_secs(2) + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    assert!(register.check().is_clean());
+}
+
+#[test]
+fn a_frozen_holder_that_checks_health_makes_no_late_write() {
+    frozen_holder(true);
+}
+
+#[test]
+fn a_frozen_holder_that_does_not_check_is_stopped_by_the_fence() {
+    frozen_holder(false);
+}
+
+fn frozen_holder(checks: bool) {
+    let server = TestingRedis::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let worker = Worker::start(&server, &register, checks);
+    worker.expect("held");
+    worker.expect("wrote true");
+    worker.signal("-STOP");
+    let (took, _) = take_over(&server, &register);
+    println!("taken over {took:?} after SIGSTOP (TTL 2 s)");
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    worker.signal("-CONT");
+    if checks {
+        worker.expect("lost");
+    } else {
+        assert_eq!(
+            worker.expect("wrote"),
+            "false",
+            "the fence refused the late write"
+        );
+    }
+    let report = register.check();
+    println!("{report}");
+    assert!(report.is_clean(), "{report}");
+    let late = report.workers.get("worker").map_or(0, |s| s.rejected);
+    if checks {
+        assert_eq!(late, 0, "a holder that checks health() writes nothing late");
+    } else {
+        assert!(late > 0);
+    }
+}
+
+#[test]
+fn a_restart_that_lost_the_key_lets_two_hold_and_the_fence_refuses_the_stale_one() {
+    let mut server = TestingRedis::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let mutex = RedisMutex::new(&a, "restart").unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    let mut fence = register.client().unwrap();
+    fence.enter(old, "a").unwrap();
+    assert!(fence.write(old, "a", "1").unwrap().is_accepted());
+    server.restart().unwrap();
+    // The key is gone: another holder is granted while `a` still believes it holds.
+    let b = client(&server, Duration::from_secs(30));
+    let other = RedisMutex::new(&b, "restart").unwrap();
+    let second = other
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("granted again");
+    let new = second.fencing_token();
+    assert!(new > old);
+    let mut fence_b = register.client().unwrap();
+    fence_b.enter(new, "b").unwrap();
+    assert!(fence_b.write(new, "b", "2").unwrap().is_accepted());
+    assert!(
+        !fence.write(old, "a", "3").unwrap().is_accepted(),
+        "the fence refuses the stale holder"
+    );
+    fence.exit(old, "a").unwrap();
+    fence_b.exit(new, "b").unwrap();
+    // And the old holder hears it at its next renewal.
+    wait_for("a's hold to read Lost", || {
+        guard.health() == LockHealth::Lost
+    });
+    let report = register.check();
+    println!("{report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.stale_rejected, 1);
+}
