@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Makes sure Debian's redis-server is present (the Redis backend's tests start their own servers),
-# installing it with apt-get if not. Not installed when REDIS_SERVER names a server of your own.
+# and Debian's redis-py for the interop test, installing them with apt-get if not. redis-server
+# is not installed when REDIS_SERVER names a server of your own.
 set -euo pipefail
 
 need=()
 if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
   need+=(redis-server)
 fi
+/usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || need+=(python3-redis)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "zklock: installing ${need[*]} with apt-get" >&2

@@ -606,3 +606,122 @@ fn a_restart_that_lost_the_key_lets_two_hold_and_the_fence_refuses_the_stale_one
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.stale_rejected, 1);
 }
+
+// ---------------------------------------------------------------------------
+// redis-py's Lock and zklock on one name.
+// ---------------------------------------------------------------------------
+
+/// Debian's Python, which has Debian's redis-py (`python3-redis`).
+fn python() -> &'static str {
+    if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+fn append(log: &std::path::Path, line: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// Checks an ENTER/EXIT log: nobody enters while another holds. Returns who entered, in order.
+fn holders_without_overlap(log: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut holder: Option<&str> = None;
+    let mut order = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        match line.split_once(' ') {
+            Some(("ENTER", who)) => {
+                if let Some(h) = holder {
+                    panic!(
+                        "OVERLAP at line {}: {who} entered while {h} held the lock",
+                        i + 1
+                    );
+                }
+                holder = Some(who);
+                order.push(who.to_owned());
+            }
+            Some(("EXIT", who)) => {
+                assert_eq!(
+                    holder,
+                    Some(who),
+                    "line {}: {who} exited without holding",
+                    i + 1
+                );
+                holder = None;
+            }
+            _ => panic!("line {}: {line:?}", i + 1),
+        }
+    }
+    assert!(holder.is_none(), "the log ends inside {holder:?}'s hold");
+    order
+}
+
+#[test]
+#[should_panic(expected = "OVERLAP at line 4: rs entered while py held the lock")]
+fn the_overlap_check_catches_an_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    for line in [
+        "ENTER rs", "EXIT rs", "ENTER py", "ENTER rs", "EXIT rs", "EXIT py",
+    ] {
+        append(&log, line);
+    }
+    holders_without_overlap(&log);
+}
+
+#[test]
+fn redis_py_and_zklock_exclude_each_other_on_one_name() {
+    const ROUNDS: usize = 30;
+    let server = TestingRedis::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/redis_py_lock.py");
+    let mut py = Command::new(python())
+        .args([
+            script,
+            &server.url(),
+            "shared-report",
+            log.to_str().unwrap(),
+        ])
+        .arg(ROUNDS.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run python3 (Debian's python3-redis is needed)");
+    let mut said = BufReader::new(py.stdout.take().unwrap()).lines();
+    assert_eq!(said.next().unwrap().unwrap(), "ready");
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = RedisMutex::redis_py(&c, "shared-report").unwrap();
+    for _ in 0..ROUNDS {
+        let guard = mutex.try_lock_for(patience()).unwrap().expect("acquired");
+        assert!(!server
+            .command(&["GET", "shared-report"])
+            .unwrap()
+            .is_empty());
+        append(&log, "ENTER rs");
+        thread::sleep(Duration::from_millis(3));
+        append(&log, "EXIT rs");
+        drop(guard);
+        thread::sleep(Duration::from_millis(10));
+    }
+    let status = py.wait().unwrap();
+    assert!(status.success(), "the Python side failed: {status}");
+    let order = holders_without_overlap(&log);
+    let count = |who: &str| order.iter().filter(|h| *h == who).count();
+    assert_eq!((count("rs"), count("py")), (ROUNDS, ROUNDS));
+    let handovers = order.windows(2).filter(|w| w[0] != w[1]).count();
+    println!(
+        "{} holds, {handovers} handovers between Rust and Python",
+        order.len()
+    );
+    assert!(handovers >= 2, "the two sides did not contend: {order:?}");
+    wait_for("the last release", || {
+        server.command(&["EXISTS", "shared-report"]).unwrap() == "0"
+    });
+}

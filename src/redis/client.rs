@@ -417,7 +417,10 @@ impl Inner {
                         Ok((v, sent))
                     }
                     Err(e) => {
-                        if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) {
+                        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                            // The others were opened to the same server: likely broken too.
+                            self.pool.lock().clear();
+                        } else {
                             self.pool.lock().push(conn);
                         }
                         Err(error(e))

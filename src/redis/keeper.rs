@@ -287,7 +287,7 @@ impl Run {
         for o in owed {
             let done = match self.conn() {
                 Some(conn) => {
-                    let mut call = invocation(&scripts.release, &o.keys);
+                    let mut call = invocation(scripts.release(o.keys.layout), &o.keys);
                     call.arg(&o.owner);
                     match call.invoke::<i64>(conn) {
                         Ok(_) => true,
@@ -343,7 +343,7 @@ impl Run {
 /// `EVALSHA` of `script` with the lock's keys and `args`, for a pipeline.
 fn evalsha(script: &redis::Script, keys: &Keys, args: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(4);
+    cmd.arg(script.get_hash()).arg(keys.all().len());
     for key in keys.all() {
         cmd.arg(key);
     }

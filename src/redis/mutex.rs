@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::client::RedisClient;
 use super::keeper::ms;
-use super::scripts::{invocation, Keys};
+use super::scripts::{invocation, Keys, Layout};
 use super::wake::Parker;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
@@ -20,6 +20,9 @@ use crate::core::reentrant::{Detached, ThreadHolds};
 
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
+
+/// How often a waiter on a lock in redis-py's layout looks again (redis-py's own default).
+const PY_POLL: Duration = Duration::from_millis(100);
 
 /// How long a token is remembered after its grant, in hold TTLs: a grant within that time of
 /// the last one counts up from it even if the server's clock stepped back.
@@ -57,11 +60,22 @@ pub struct RedisMutex {
     client: RedisClient,
     name: String,
     keys: Keys,
-    fair: bool,
+    mode: Mode,
     holders: ThreadHolds<Holding>,
     feed: Arc<HealthFeed>,
     cancelled: AtomicU64,
     waiting: Mutex<Vec<Arc<Parker>>>,
+}
+
+/// Who is granted a free lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The first in the queue.
+    Fair,
+    /// Whoever asks first.
+    Barging,
+    /// Whoever asks first, on redis-py's layout (no queue: waiters poll).
+    RedisPy,
 }
 
 /// One thread's hold.
@@ -86,7 +100,7 @@ impl RedisMutex {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
     pub fn new(client: &RedisClient, name: &str) -> Result<RedisMutex> {
-        RedisMutex::build(client, name, true)
+        RedisMutex::build(client, name, Mode::Fair)
     }
 
     /// A mutex that grants a free lock to whoever asks first, ahead of the queue (waiters are
@@ -95,16 +109,48 @@ impl RedisMutex {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn barging(client: &RedisClient, name: &str) -> Result<RedisMutex> {
-        RedisMutex::build(client, name, false)
+        RedisMutex::build(client, name, Mode::Barging)
     }
 
-    fn build(client: &RedisClient, name: &str, fair: bool) -> Result<RedisMutex> {
+    /// A mutex on redis-py's `Lock` layout, so that Python services using
+    /// `redis.Redis().lock(name, timeout=…)` and this mutex exclude each other: the key is
+    /// `name` itself, its value the holder's id, taken with `SET NX PX`, released by
+    /// compare-and-delete, renewed by compare-and-`PEXPIRE` (as redis-py's `extend`).
+    ///
+    /// As on redis-py there is no queue: a free lock goes to whoever asks first and waiters
+    /// look again every 100 ms (or when the holder's key would expire, if sooner). The fencing
+    /// token is the server's clock in microseconds at the grant (there is no token key):
+    /// rising as long as the server's clock does not step back. Python holders have no token.
+    /// Give the Python side a `timeout` (redis-py's default is none: a crashed Python holder
+    /// would keep the lock for ever).
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
+    /// // Python: with redis.Redis().lock("reports", timeout=30): ...
+    /// let shared = zklock::RedisMutex::redis_py(&client, "reports")?;
+    /// let _guard = shared.lock()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn redis_py(client: &RedisClient, name: &str) -> Result<RedisMutex> {
+        RedisMutex::build(client, name, Mode::RedisPy)
+    }
+
+    fn build(client: &RedisClient, name: &str, mode: Mode) -> Result<RedisMutex> {
         check_name(name)?;
+        let layout = match mode {
+            Mode::Fair | Mode::Barging => Layout::Queue,
+            Mode::RedisPy => Layout::RedisPy,
+        };
         Ok(RedisMutex {
             client: client.clone(),
             name: name.to_owned(),
-            keys: Keys::new(name),
-            fair,
+            keys: Keys::new(name, layout),
+            mode,
             holders: ThreadHolds::default(),
             feed: Arc::default(),
             cancelled: AtomicU64::new(0),
@@ -117,7 +163,7 @@ impl RedisMutex {
         &self.name
     }
 
-    /// The key that holds the lock (`zklock:{NAME}`).
+    /// The key that holds the lock (`zklock:{NAME}`; the name itself on redis-py's layout).
     pub fn key(&self) -> &str {
         &self.keys.holder
     }
@@ -202,9 +248,10 @@ impl RedisMutex {
     }
 
     /// Attempts until granted (`Some((token, send time))`), out of time (`None`), or an error.
-    /// Between attempts it parks until its wake-up, the deadline, or the re-check interval (a
-    /// third of the TTL), which covers a lost wake-up and keeps its queue entry (whose lease is
-    /// one TTL) alive.
+    /// Between attempts it parks until its wake-up, the deadline, the moment the holder's key
+    /// (or the first waiter's entry) would expire unrenewed, or the re-check interval (a third
+    /// of the TTL), which covers a lost wake-up and keeps its queue entry (whose lease is one
+    /// TTL) alive.
     fn wait_for_grant(
         &self,
         owner: &str,
@@ -223,13 +270,15 @@ impl RedisMutex {
                 return Err(Error::Closed);
             }
             let queue = if deadline.expired() { 0 } else { ms(ttl) };
+            let script = inner.scripts.acquire(self.keys.layout);
             let ((granted, value), sent): ((i64, i64), Duration) = inner.call(deadline, |c| {
-                let mut call = invocation(&inner.scripts.acquire, &self.keys);
-                call.arg(owner)
-                    .arg(ms(ttl))
-                    .arg(queue)
-                    .arg(if self.fair { "1" } else { "0" })
-                    .arg(ms(ttl * TOKEN_KEEP_TTLS));
+                let mut call = invocation(script, &self.keys);
+                call.arg(owner).arg(ms(ttl));
+                if self.mode != Mode::RedisPy {
+                    call.arg(queue)
+                        .arg(if self.mode == Mode::Fair { "1" } else { "0" })
+                        .arg(ms(ttl * TOKEN_KEEP_TTLS));
+                }
                 call.invoke(c)
             })?;
             if granted == 1 {
@@ -241,10 +290,20 @@ impl RedisMutex {
             if deadline.expired() {
                 return Ok(None);
             }
+            // Look again at the latest when the one ahead would expire if it is gone.
+            // (-1: a key without a TTL, written by someone else: only the re-check helps.)
+            let expiry = u64::try_from(value)
+                .map_or(recheck, |ms| Duration::from_millis(ms.saturating_add(2)));
+            let poll = if self.mode == Mode::RedisPy {
+                PY_POLL
+            } else {
+                recheck
+            };
+            let wait = poll.min(expiry);
             let until = deadline
-                .min_after(recheck)
+                .min_after(wait)
                 .instant()
-                .unwrap_or_else(|| crate::core::deadline::instant_after(recheck));
+                .unwrap_or_else(|| crate::core::deadline::instant_after(wait));
             parker.park_until(until);
         }
     }
@@ -252,6 +311,9 @@ impl RedisMutex {
     /// Takes `owner` out of the queue, within the operation timeout; if that fails its entry
     /// expires by itself one TTL after its last attempt.
     fn leave(&self, owner: &str) {
+        if self.keys.layout != Layout::Queue {
+            return;
+        }
         let inner = self.client.inner();
         let left = inner.call(Deadline::after(Duration::ZERO), |c| {
             let mut call = invocation(&inner.scripts.leave, &self.keys);
@@ -298,7 +360,7 @@ impl RedisMutex {
         };
         let deadline = until.map_or(Deadline::after(Duration::ZERO), Deadline::at);
         let released = inner.call(deadline, |c| {
-            let mut call = invocation(&inner.scripts.release, &self.keys);
+            let mut call = invocation(inner.scripts.release(self.keys.layout), &self.keys);
             call.arg(&holding.owner);
             call.invoke::<i64>(c)
         });
@@ -377,7 +439,7 @@ impl std::fmt::Debug for RedisMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisMutex")
             .field("name", &self.name)
-            .field("fair", &self.fair)
+            .field("mode", &self.mode)
             .field("held_here", &self.holders.any())
             .finish_non_exhaustive()
     }

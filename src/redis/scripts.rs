@@ -13,12 +13,26 @@
 //!
 //! A waiter's id is `CLIENT:SEQ`; its wake-up is published on `zklock:wake:CLIENT`, the one
 //! channel its Client subscribes to.
+//!
+//! The redis-py layout is redis-py's `Lock`: the key is the name itself, its value the holder's
+//! id, `SET NX PX` to take it, compare-and-delete to release, compare-and-`PEXPIRE` to extend.
+//! There is no queue and no token key: its waiters poll, as redis-py's do.
 
 use redis::Script;
+
+/// How a lock's state is laid out on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// zklock's: holder, queue, entry timeouts, last token.
+    Queue,
+    /// redis-py's `Lock`: the holder key alone, named as the lock.
+    RedisPy,
+}
 
 /// The keys of one lock.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
+    pub(crate) layout: Layout,
     pub(crate) holder: String,
     queue: String,
     timeouts: String,
@@ -26,9 +40,13 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub(crate) fn new(name: &str) -> Keys {
-        let holder = format!("zklock:{{{name}}}");
+    pub(crate) fn new(name: &str, layout: Layout) -> Keys {
+        let holder = match layout {
+            Layout::Queue => format!("zklock:{{{name}}}"),
+            Layout::RedisPy => name.to_owned(),
+        };
         Keys {
+            layout,
             queue: format!("{holder}:queue"),
             timeouts: format!("{holder}:timeouts"),
             token: format!("{holder}:token"),
@@ -36,8 +54,12 @@ impl Keys {
         }
     }
 
-    pub(crate) fn all(&self) -> [&str; 4] {
-        [&self.holder, &self.queue, &self.timeouts, &self.token]
+    /// The keys the layout's scripts take, in order.
+    pub(crate) fn all(&self) -> Vec<&str> {
+        match self.layout {
+            Layout::Queue => vec![&self.holder, &self.queue, &self.timeouts, &self.token],
+            Layout::RedisPy => vec![&self.holder],
+        }
     }
 }
 
@@ -70,7 +92,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 /// ARGV: me, hold ttl ms, entry lease ms (0: do not queue), fair ('1'/'0'), token keep ms.
 /// Returns `{1, token}` when `me` holds (granted now, or earlier by a call whose answer was
-/// lost), `{0, position}` when not (position in the queue from 0, or -1 when not queued).
+/// lost), `{0, ms}` when not: how long until the holder's key or the first waiter's entry
+/// expires if nobody renews it (a silent holder or waiter is gone by then).
 const ACQUIRE: &str = r"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -87,20 +110,18 @@ if not holder and (ARGV[4] == '0' or not head or head == ARGV[1]) then
   redis.call('SET', KEYS[4], string.format('%.0f', token), 'PX', ARGV[5])
   return {1, token}
 end
-if ARGV[3] == '0' then
-  return {0, -1}
+if ARGV[3] ~= '0' then
+  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    redis.call('RPUSH', KEYS[2], ARGV[1])
+  end
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  redis.call('RPUSH', KEYS[2], ARGV[1])
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-local position = 0
-for i, id in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-  if id == ARGV[1] then position = i - 1 break end
-end
-return {0, position}
+return {0, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now}
 ";
 
 /// ARGV: me. Deletes the holder key if it is `me`'s and wakes the first live waiter.
@@ -136,12 +157,34 @@ end
 return 0
 ";
 
+/// redis-py layout. ARGV: me, hold ttl ms. `{1, token}` when `me` holds (the token is the
+/// server's clock in µs), else `{0, ms until the holder's key expires}`.
+const PY_ACQUIRE: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local t = redis.call('TIME')
+return {1, tonumber(t[1]) * 1000000 + tonumber(t[2])}
+";
+
+/// redis-py layout. ARGV: me. Compare-and-delete: 1 if it was ours.
+const PY_RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
 /// The scripts, each with its hash computed once.
 pub(crate) struct Scripts {
-    pub(crate) acquire: Script,
-    pub(crate) release: Script,
+    acquire: Script,
+    release: Script,
     pub(crate) leave: Script,
     pub(crate) renew: Script,
+    py_acquire: Script,
+    py_release: Script,
 }
 
 impl Scripts {
@@ -152,11 +195,27 @@ impl Scripts {
             release: with_head(RELEASE),
             leave: with_head(LEAVE),
             renew: Script::new(RENEW),
+            py_acquire: Script::new(PY_ACQUIRE),
+            py_release: Script::new(PY_RELEASE),
+        }
+    }
+
+    pub(crate) fn acquire(&self, layout: Layout) -> &Script {
+        match layout {
+            Layout::Queue => &self.acquire,
+            Layout::RedisPy => &self.py_acquire,
+        }
+    }
+
+    pub(crate) fn release(&self, layout: Layout) -> &Script {
+        match layout {
+            Layout::Queue => &self.release,
+            Layout::RedisPy => &self.py_release,
         }
     }
 }
 
-/// The keys a script is called with: every script takes all four, in this order.
+/// A script called with the lock's keys (as [`Keys::all`] lists them).
 pub(crate) fn invocation<'a>(script: &'a Script, keys: &Keys) -> redis::ScriptInvocation<'a> {
     let mut call = script.prepare_invoke();
     for key in keys.all() {
@@ -171,10 +230,11 @@ mod tests {
 
     #[test]
     fn the_keys_of_a_lock_share_one_hash_tag() {
-        let keys = Keys::new("orders/42");
+        let keys = Keys::new("orders/42", Layout::Queue);
         for key in keys.all() {
             assert!(key.starts_with("zklock:{orders/42}"), "{key}");
         }
+        assert_eq!(Keys::new("orders/42", Layout::RedisPy).all(), ["orders/42"]);
         assert_eq!(wake_channel("c1"), "zklock:wake:c1");
     }
 }
