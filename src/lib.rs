@@ -1,4 +1,4 @@
-//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper.
+//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper and Redis.
 //!
 //! zklock gives plain threaded Rust programs what Java programs get from Apache Curator, with
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
@@ -14,7 +14,8 @@
 //! | many readers or one writer | [`InterProcessReadWriteLock`] |
 //! | at most N holders | [`InterProcessSemaphoreV2`] (N fixed, or a [`SharedCount`]) |
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
-//! | several locks, all or none | [`InterProcessMultiLock`] |
+//! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
+//! | a mutex on Redis | `RedisMutex` (feature `redis`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //!
@@ -128,6 +129,9 @@
 //! * `zookeeper` (default) — the ZooKeeper backend: [`Client`], the lock recipes and leader
 //!   election. Without it (and with no other backend) only the backend-neutral core is built:
 //!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
+//! * `redis` — the Redis backend: `RedisClient` and `RedisMutex` (fair or barging, and
+//!   redis-py's `Lock` layout), on the `redis` crate's blocking API. What Redis can and cannot
+//!   promise is in the repository's `docs/redis.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests.
 //!   Pulls in `tempfile` and `rustix`.
@@ -195,6 +199,7 @@ pub use crate::core::channel::Receiver;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::health::{HealthEvent, LockHealth};
 pub use crate::core::lock::{ArcLockGuard, Lock, LockGuard};
+pub use crate::core::multi::InterProcessMultiLock;
 pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
@@ -214,8 +219,7 @@ pub use crate::zookeeper::leader::{
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::locks::{
-    InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LockDriver, LockNode, MutexGuard,
-    Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver, VersionedCount,
-    WriteLock,
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
+    InterProcessSemaphoreV2, Lease, LockDriver, LockNode, MutexGuard, Predicate, ReadLock, Revoker,
+    SharedCount, StandardDriver, UnfairDriver, VersionedCount, WriteLock,
 };

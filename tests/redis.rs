@@ -725,3 +725,26 @@ fn redis_py_and_zklock_exclude_each_other_on_one_name() {
         server.command(&["EXISTS", "shared-report"]).unwrap() == "0"
     });
 }
+
+#[test]
+fn a_multi_lock_takes_redis_locks_all_or_none() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let b = client(&server, Duration::from_secs(30));
+    let both = zklock::InterProcessMultiLock::from_locks(vec![
+        Box::new(RedisMutex::new(&a, "from").unwrap()),
+        Box::new(RedisMutex::new(&a, "to").unwrap()),
+    ])
+    .unwrap();
+    let to = RedisMutex::new(&b, "to").unwrap();
+    let held = to.lock().unwrap();
+    assert!(!both.acquire_timeout(Duration::from_millis(300)).unwrap());
+    // None: "from" is given back (in the background).
+    wait_for("from to be given back", || {
+        server.command(&["EXISTS", "zklock:{from}"]).unwrap() == "0"
+    });
+    drop(held);
+    let guard = both.try_lock_for(patience()).unwrap().expect("both");
+    assert!(guard.health() == LockHealth::Held);
+    assert!(to.try_lock().unwrap().is_none());
+}

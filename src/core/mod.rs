@@ -18,5 +18,6 @@ pub(crate) mod lease;
 pub(crate) mod listeners;
 pub(crate) mod lock;
 pub(crate) mod metrics;
+pub(crate) mod multi;
 pub(crate) mod reentrant;
 pub(crate) mod retry;

@@ -16,7 +16,6 @@ mod waiter;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
-pub use self::multi::InterProcessMultiLock;
 pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
 pub use self::revocation::Revoker;
