@@ -70,7 +70,7 @@ pub(crate) fn wake_channel(client: &str) -> String {
 
 /// Drops expired waiters from the head of the queue and returns the first live one (or nil).
 /// `now` is the server's time in ms.
-const HEAD: &str = r"
+pub(crate) const HEAD: &str = r"
 local function live_head(now)
   while true do
     local head = redis.call('LINDEX', KEYS[2], 0)
@@ -94,7 +94,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /// Returns `{1, token}` when `me` holds (granted now, or earlier by a call whose answer was
 /// lost), `{0, ms}` when not: how long until the holder's key or the first waiter's entry
 /// expires if nobody renews it (a silent holder or waiter is gone by then).
-const ACQUIRE: &str = r"
+pub(crate) const ACQUIRE: &str = r"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[4]) or '0')}
@@ -126,7 +126,7 @@ return {0, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now}
 
 /// ARGV: me. Deletes the holder key if it is `me`'s and wakes the first live waiter.
 /// Returns 1 if it was ours, 0 if not (expired, or taken by another).
-const RELEASE: &str = r"
+pub(crate) const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end

@@ -1,0 +1,541 @@
+//! RedisMutex against a real `redis-server`, beside the floor of its protocol and redis-py's
+//! `Lock`, in the same run on the same server: uncontended latency, contended handoffs/s with 2
+//! and 8 sessions, and the drain of 100 and 1000 waiters — each with the requests per
+//! acquisition the server counted and the client CPU it took.
+//!
+//! ```sh
+//! cargo bench --features testing,redis --bench redis
+//! cargo bench --features testing,redis --bench redis -- --only=contended --secs=10
+//! ```
+//!
+//! The floor (`floor.rs`) runs the very same Lua scripts (this file includes the library's
+//! `scripts.rs`) on blocking sockets with hand-encoded commands and a subscriber socket per
+//! session: what any client of this protocol costs at least. redis-py's `Lock`
+//! (`benches/python/redis_py_bench.py`, Debian's `python3-redis`) is what a Python service
+//! would use: `SET NX PX`, a compare-and-delete script, and waiters that poll (every 100 ms,
+//! its default). In the contended rows each holder swaps its session's id into a key
+//! (`SET … GET`, one more command per acquisition for every contender) to count handoffs —
+//! acquisitions by another session than the last — and "spread" is the fewest and most
+//! acquisitions of one session: a fair lock hands over every time and shares them out, a
+//! polling one lets a session that has just released take the lock again before the others
+//! wake. Its sessions are processes (threads in
+//! one process would share the GIL); its drain's waiters are threads of one process.
+//!
+//! Costs are the server's own counts (`INFO commandstats` deltas): every command it ran but
+//! `INFO` — the commands inside scripts too, so this is the server's work, renewals and
+//! wake-up messages included — and, in brackets, the scripts among them (`EVAL`/`EVALSHA`,
+//! one round trip each). Client CPU is this process's for zklock and
+//! the floor, and the Python processes' own for redis-py.
+//!
+//! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
+//! figures mean nothing).
+
+mod floor;
+#[path = "../../src/redis/scripts.rs"]
+#[allow(dead_code, unused_imports, unreachable_pub)]
+mod scripts;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use zklock::testing::TestingRedis;
+use zklock::{RedisClient, RedisMutex};
+
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const SESSIONS: [usize; 2] = [2, 8];
+const DRAIN_CLIENTS: usize = 10;
+
+struct Plan {
+    short: bool,
+    cycles: usize,
+    contended: Duration,
+    drains: Vec<usize>,
+    only: Option<String>,
+}
+
+impl Plan {
+    fn from_args() -> Plan {
+        let args: Vec<String> = std::env::args().collect();
+        let short = !args.iter().any(|a| a == "--bench");
+        let value = |name: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
+        };
+        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
+        Plan {
+            short,
+            cycles: if short { 20 } else { 2000 },
+            contended: if short {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs_f64(secs)
+            },
+            drains: if short { vec![10] } else { vec![100, 1000] },
+            only: value("only"),
+        }
+    }
+
+    fn runs(&self, case: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|only| only.split(',').any(|c| c == case))
+    }
+}
+
+fn main() -> Res<()> {
+    let plan = Plan::from_args();
+    let server = TestingRedis::start()?;
+    if plan.short {
+        println!("(short pass: the figures mean nothing)");
+    }
+    println!(
+        "redis-server 127.0.0.1:{} (no persistence)\n",
+        server.port()
+    );
+    if plan.runs("uncontended") {
+        uncontended(&plan, &server)?;
+    }
+    if plan.runs("contended") {
+        contended(&plan, &server)?;
+    }
+    if plan.runs("drain") {
+        drain(&plan, &server)?;
+    }
+    Ok(())
+}
+
+/// The server's counts: every command it has run but `INFO` (those inside scripts too), and
+/// the scripts among them (`EVAL`, `EVALSHA`).
+fn requests(server: &TestingRedis) -> Res<(u64, u64)> {
+    let stats = server.command(&["INFO", "commandstats"])?;
+    let calls =
+        |l: &str| -> Option<u64> { l.split("calls=").nth(1)?.split(',').next()?.parse().ok() };
+    let (mut all, mut scripts) = (0, 0);
+    for l in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        let n = calls(l).unwrap_or(0);
+        if !l.starts_with("cmdstat_info:") {
+            all += n;
+        }
+        if l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:") {
+            scripts += n;
+        }
+    }
+    Ok((all, scripts))
+}
+
+fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// What one case cost: server commands (all, and scripts) and client CPU.
+struct Cost {
+    commands: u64,
+    scripts: u64,
+    cpu: Duration,
+}
+
+fn measure<T>(server: &TestingRedis, f: impl FnOnce() -> Res<(T, Duration)>) -> Res<(T, Cost)> {
+    let (r0, c0) = (requests(server)?, process_cpu());
+    let (out, child_cpu) = f()?;
+    let r1 = requests(server)?;
+    let cost = Cost {
+        commands: r1.0 - r0.0,
+        scripts: r1.1 - r0.1,
+        cpu: process_cpu() - c0 + child_cpu,
+    };
+    Ok((out, cost))
+}
+
+fn per(cost: &Cost, ops: u64) -> String {
+    let ops = ops.max(1);
+    let ops = ops as f64;
+    format!(
+        "{:.1} cmds ({:.2} scripts), {:.3} ms CPU",
+        cost.commands as f64 / ops,
+        cost.scripts as f64 / ops,
+        cost.cpu.as_secs_f64() * 1e3 / ops
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Uncontended: acquire + release, one session.
+// ---------------------------------------------------------------------------
+
+fn uncontended(plan: &Plan, server: &TestingRedis) -> Res<()> {
+    println!(
+        "## uncontended acquire + release ({} cycles)\n",
+        plan.cycles
+    );
+    println!("| | p50 | p99 | per cycle |\n|---|---|---|---|");
+    let client = RedisClient::connect(&server.url())?;
+    let mutex = RedisMutex::new(&client, "bench-u")?;
+    let (h, cost) = measure(server, || {
+        let mut h = Histogram::<u64>::new(3)?;
+        for _ in 0..plan.cycles {
+            let t = Instant::now();
+            mutex.lock()?.release()?;
+            h.record(t.elapsed().as_micros() as u64)?;
+        }
+        Ok((h, Duration::ZERO))
+    })?;
+    row("zklock", &h, &cost, plan.cycles);
+    client.close();
+
+    let shas = floor::load(server.port())?;
+    let mut session = floor::Session::open(server.port(), "bench-f", "floor-u", &shas)?;
+    let (h, cost) = measure(server, || {
+        let mut h = Histogram::<u64>::new(3)?;
+        for _ in 0..plan.cycles {
+            let t = Instant::now();
+            let owner = session.lock()?;
+            session.unlock(&owner)?;
+            h.record(t.elapsed().as_micros() as u64)?;
+        }
+        Ok((h, Duration::ZERO))
+    })?;
+    row("floor", &h, &cost, plan.cycles);
+
+    let (line, cost) = measure(server, || {
+        let mut py = Python::start(server, "cycle", &plan.cycles.to_string())?;
+        let line = py.finish()?;
+        let cpu = secs(line.get(3));
+        Ok((line, cpu))
+    })?;
+    println!(
+        "| redis-py | {:.0} µs | {:.0} µs | {} |\n",
+        num(line.get(1)),
+        num(line.get(2)),
+        per(&cost, plan.cycles as u64)
+    );
+    Ok(())
+}
+
+fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
+    println!(
+        "| {what} | {} µs | {} µs | {} |",
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        per(cost, ops as u64)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Contended: S sessions in a loop of acquire + release on one lock.
+// ---------------------------------------------------------------------------
+
+fn contended(plan: &Plan, server: &TestingRedis) -> Res<()> {
+    println!(
+        "## contended: S sessions, acquire + release in a loop, {:?} each\n",
+        plan.contended
+    );
+    println!(
+        "| S | | acquisitions/s | handoffs/s | spread | per acquisition | handoffs ÷ floor | ÷ redis-py |\n\
+         |---|---|---|---|---|---|---|---|"
+    );
+    for s in SESSIONS {
+        let run = |f: &dyn Fn() -> Res<(Vec<(u64, u64)>, Duration)>| measure(server, f);
+        let (fair, fair_cost) = run(&|| {
+            Ok((
+                zklock_contended(server, s, plan.contended, true)?,
+                Duration::ZERO,
+            ))
+        })?;
+        let (barging, barging_cost) = run(&|| {
+            Ok((
+                zklock_contended(server, s, plan.contended, false)?,
+                Duration::ZERO,
+            ))
+        })?;
+        let (fl, fl_cost) =
+            run(&|| Ok((floor_contended(server, s, plan.contended)?, Duration::ZERO)))?;
+        let (py, py_cost) = run(&|| python_contended(server, s, plan.contended))?;
+        let total = |v: &[(u64, u64)]| v.iter().map(|(n, _)| n).sum::<u64>();
+        let handoffs = |v: &[(u64, u64)]| v.iter().map(|(_, h)| h).sum::<u64>();
+        let rate = |n: u64| n as f64 / plan.contended.as_secs_f64();
+        let line = |what: &str, v: &[(u64, u64)], cost: &Cost, ratios: bool| {
+            let ratio = |other: &[(u64, u64)]| handoffs(v) as f64 / handoffs(other).max(1) as f64;
+            println!(
+                "| {s} | {what} | {:.0} | {:.0} | {}–{} | {} | {} | {} |",
+                rate(total(v)),
+                rate(handoffs(v)),
+                v.iter().map(|(n, _)| n).min().unwrap_or(&0),
+                v.iter().map(|(n, _)| n).max().unwrap_or(&0),
+                per(cost, total(v)),
+                if ratios {
+                    format!("{:.2}×", ratio(&fl))
+                } else {
+                    String::new()
+                },
+                if ratios {
+                    format!("{:.2}×", ratio(&py))
+                } else {
+                    String::new()
+                },
+            );
+        };
+        line("zklock (fair)", &fair, &fair_cost, true);
+        line("zklock (barging)", &barging, &barging_cost, true);
+        line("floor (fair)", &fl, &fl_cost, false);
+        line("redis-py", &py, &py_cost, false);
+    }
+    println!();
+    Ok(())
+}
+
+/// Runs `session` on `s` threads for `d` after they are all ready; each session's count.
+fn run_sessions(
+    s: usize,
+    d: Duration,
+    session: impl Fn(usize, &AtomicBool) -> Res<(u64, u64)> + Send + Sync + 'static,
+) -> Res<Vec<(u64, u64)>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Barrier::new(s + 1));
+    let session = Arc::new(session);
+    let threads: Vec<_> = (0..s)
+        .map(|i| {
+            let (stop, ready, session) = (stop.clone(), ready.clone(), session.clone());
+            thread::spawn(move || -> Res<(u64, u64)> {
+                ready.wait();
+                session(i, &stop)
+            })
+        })
+        .collect();
+    ready.wait();
+    thread::sleep(d);
+    stop.store(true, Ordering::Relaxed);
+    threads
+        .into_iter()
+        .map(|t| t.join().map_err(|_| "a session panicked")?)
+        .collect()
+}
+
+fn zklock_contended(
+    server: &TestingRedis,
+    s: usize,
+    d: Duration,
+    fair: bool,
+) -> Res<Vec<(u64, u64)>> {
+    let clients: Vec<RedisClient> = (0..s)
+        .map(|_| RedisClient::connect(&server.url()))
+        .collect::<zklock::Result<_>>()?;
+    let name = if fair { "bench-c" } else { "bench-b" };
+    let mutexes: Arc<Vec<RedisMutex>> = Arc::new(
+        clients
+            .iter()
+            .map(|c| {
+                if fair {
+                    RedisMutex::new(c, name)
+                } else {
+                    RedisMutex::barging(c, name)
+                }
+            })
+            .collect::<zklock::Result<_>>()?,
+    );
+    let port = server.port();
+    let n = run_sessions(s, d, move |i, stop| {
+        let mut last = floor::Conn::open(port)?;
+        let (mut n, mut handoffs) = (0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            let guard = mutexes[i].lock()?;
+            handoffs += swap_last(&mut last, "bench-c:last", i)?;
+            guard.release()?;
+            n += 1;
+        }
+        Ok((n, handoffs))
+    })?;
+    clients.iter().for_each(RedisClient::close);
+    Ok(n)
+}
+
+fn floor_contended(server: &TestingRedis, s: usize, d: Duration) -> Res<Vec<(u64, u64)>> {
+    let port = server.port();
+    let shas = Arc::new(floor::load(port)?);
+    run_sessions(s, d, move |i, stop| {
+        let mut session = floor::Session::open(port, "bench-fc", &format!("floor-{i}"), &shas)?;
+        let mut last = floor::Conn::open(port)?;
+        let (mut n, mut handoffs) = (0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            let owner = session.lock()?;
+            handoffs += swap_last(&mut last, "bench-fc:last", i)?;
+            session.unlock(&owner)?;
+            n += 1;
+        }
+        Ok((n, handoffs))
+    })
+}
+
+/// Records session `i` as the last holder; 1 if another session held the lock before.
+fn swap_last(conn: &mut floor::Conn, key: &str, i: usize) -> Res<u64> {
+    let me = i.to_string();
+    Ok(match conn.call(&["SET", key, &me, "GET"])? {
+        floor::Reply::Text(before) if before != me => 1,
+        _ => 0,
+    })
+}
+
+fn python_contended(
+    server: &TestingRedis,
+    s: usize,
+    d: Duration,
+) -> Res<(Vec<(u64, u64)>, Duration)> {
+    let mut procs = (0..s)
+        .map(|_| Python::start(server, "contend", &d.as_secs_f64().to_string()))
+        .collect::<Res<Vec<_>>>()?;
+    procs.iter_mut().try_for_each(Python::go)?;
+    let (mut n, mut cpu) = (Vec::new(), Duration::ZERO);
+    for mut p in procs {
+        let line = p.finish()?;
+        n.push((num(line.get(1)) as u64, num(line.get(3)) as u64));
+        cpu += secs(line.get(2));
+    }
+    Ok((n, cpu))
+}
+
+// ---------------------------------------------------------------------------
+// Drain: Q waiters queued behind a holder, each releasing as soon as it holds.
+// ---------------------------------------------------------------------------
+
+fn drain(plan: &Plan, server: &TestingRedis) -> Res<()> {
+    println!("## drain: Q waiters behind a holder, each releasing at once\n");
+    println!("| Q | | drain | per handoff | cost per handoff |\n|---|---|---|---|---|");
+    for &q in &plan.drains {
+        let (took, cost) = measure(server, || Ok((zklock_drain(server, q)?, Duration::ZERO)))?;
+        println!(
+            "| {q} | zklock | {:.0} ms | {:.3} ms | {} |",
+            took.as_secs_f64() * 1e3,
+            took.as_secs_f64() * 1e3 / q as f64,
+            per(&cost, q as u64)
+        );
+        let (took, cost) = measure(server, || {
+            let mut py = Python::start(server, "drain", &q.to_string())?;
+            let line = py.finish()?;
+            Ok((secs(line.get(1)), secs(line.get(3))))
+        })?;
+        println!(
+            "| {q} | redis-py | {:.0} ms | {:.3} ms | {} |",
+            took.as_secs_f64() * 1e3,
+            took.as_secs_f64() * 1e3 / q as f64,
+            per(&cost, q as u64)
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// Queues `q` waiters (over ten Clients) behind a holder, releases, and times the drain. The
+/// requests counted include the queueing (one per waiter) as well as the handoffs.
+fn zklock_drain(server: &TestingRedis, q: usize) -> Res<Duration> {
+    let clients: Vec<RedisClient> = (0..DRAIN_CLIENTS)
+        .map(|_| RedisClient::connect(&server.url()))
+        .collect::<zklock::Result<_>>()?;
+    let mutexes: Vec<Arc<RedisMutex>> = clients
+        .iter()
+        .map(|c| RedisMutex::new(c, "bench-d").map(Arc::new))
+        .collect::<zklock::Result<_>>()?;
+    let holder = mutexes[0].lock()?;
+    let waiters: Vec<_> = (0..q)
+        .map(|i| {
+            let m = mutexes[i % DRAIN_CLIENTS].clone();
+            thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || -> zklock::Result<()> { m.lock()?.release() })
+        })
+        .collect::<std::io::Result<_>>()?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.command(&["LLEN", "zklock:{bench-d}:queue"])? != q.to_string() {
+        if Instant::now() > deadline {
+            return Err("the waiters did not queue within 120 s".into());
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let start = Instant::now();
+    holder.release()?;
+    for w in waiters {
+        w.join().map_err(|_| "a waiter panicked")??;
+    }
+    let took = start.elapsed();
+    clients.iter().for_each(RedisClient::close);
+    Ok(took)
+}
+
+// ---------------------------------------------------------------------------
+// redis-py processes
+// ---------------------------------------------------------------------------
+
+struct Python {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    started: bool,
+}
+
+impl Python {
+    fn start(server: &TestingRedis, mode: &str, arg: &str) -> Res<Python> {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/python/redis_py_bench.py"
+        );
+        let python = if std::path::Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let mut child = Command::new(python)
+            .args([script, &server.url(), mode, arg])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("python3 with Debian's python3-redis: {e}"))?;
+        let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+        match lines.next() {
+            Some(Ok(l)) if l == "ready" => {}
+            other => return Err(format!("redis-py did not start: {other:?}").into()),
+        }
+        Ok(Python {
+            child,
+            lines,
+            started: false,
+        })
+    }
+
+    fn go(&mut self) -> Res<()> {
+        self.child
+            .stdin
+            .as_mut()
+            .ok_or("no stdin")?
+            .write_all(b"go\n")?;
+        self.started = true;
+        Ok(())
+    }
+
+    /// Starts it if not yet, and returns its result line, split.
+    fn finish(&mut self) -> Res<Vec<String>> {
+        if !self.started {
+            self.go()?;
+        }
+        let line = self.lines.next().ok_or("redis-py said nothing")??;
+        self.child.wait()?;
+        Ok(line.split_whitespace().map(str::to_owned).collect())
+    }
+}
+
+impl Drop for Python {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn num(s: Option<&String>) -> f64 {
+    s.and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
+}
+
+fn secs(s: Option<&String>) -> Duration {
+    Duration::try_from_secs_f64(num(s)).unwrap_or_default()
+}
