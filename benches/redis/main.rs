@@ -240,7 +240,7 @@ fn contended(plan: &Plan, server: &TestingRedis) -> Res<()> {
          |---|---|---|---|---|---|---|---|"
     );
     for s in SESSIONS {
-        let run = |f: &dyn Fn() -> Res<(Vec<(u64, u64)>, Duration)>| measure(server, f);
+        let run = |f: &dyn Fn() -> Res<(Counts, Duration)>| measure(server, f);
         let (fair, fair_cost) = run(&|| {
             Ok((
                 zklock_contended(server, s, plan.contended, true)?,
@@ -289,12 +289,15 @@ fn contended(plan: &Plan, server: &TestingRedis) -> Res<()> {
     Ok(())
 }
 
-/// Runs `session` on `s` threads for `d` after they are all ready; each session's count.
+/// Each session's acquisitions and handoffs.
+type Counts = Vec<(u64, u64)>;
+
+/// Runs `session` on `s` threads for `d` after they are all ready; each session's counts.
 fn run_sessions(
     s: usize,
     d: Duration,
     session: impl Fn(usize, &AtomicBool) -> Res<(u64, u64)> + Send + Sync + 'static,
-) -> Res<Vec<(u64, u64)>> {
+) -> Res<Counts> {
     let stop = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(Barrier::new(s + 1));
     let session = Arc::new(session);
@@ -316,12 +319,7 @@ fn run_sessions(
         .collect()
 }
 
-fn zklock_contended(
-    server: &TestingRedis,
-    s: usize,
-    d: Duration,
-    fair: bool,
-) -> Res<Vec<(u64, u64)>> {
+fn zklock_contended(server: &TestingRedis, s: usize, d: Duration, fair: bool) -> Res<Counts> {
     let clients: Vec<RedisClient> = (0..s)
         .map(|_| RedisClient::connect(&server.url()))
         .collect::<zklock::Result<_>>()?;
@@ -354,7 +352,7 @@ fn zklock_contended(
     Ok(n)
 }
 
-fn floor_contended(server: &TestingRedis, s: usize, d: Duration) -> Res<Vec<(u64, u64)>> {
+fn floor_contended(server: &TestingRedis, s: usize, d: Duration) -> Res<Counts> {
     let port = server.port();
     let shas = Arc::new(floor::load(port)?);
     run_sessions(s, d, move |i, stop| {
@@ -380,11 +378,7 @@ fn swap_last(conn: &mut floor::Conn, key: &str, i: usize) -> Res<u64> {
     })
 }
 
-fn python_contended(
-    server: &TestingRedis,
-    s: usize,
-    d: Duration,
-) -> Res<(Vec<(u64, u64)>, Duration)> {
+fn python_contended(server: &TestingRedis, s: usize, d: Duration) -> Res<(Counts, Duration)> {
     let mut procs = (0..s)
         .map(|_| Python::start(server, "contend", &d.as_secs_f64().to_string()))
         .collect::<Res<Vec<_>>>()?;
