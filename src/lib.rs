@@ -206,7 +206,7 @@ pub use crate::core::retry::{
 };
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use crate::redis::{RedisClient, RedisClientBuilder, RedisMutex};
+pub use crate::redis::{RedisClient, RedisClientBuilder, RedisLease, RedisMutex, RedisSemaphore};
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{
     Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,

@@ -229,13 +229,17 @@ impl Run {
         let Some(conn) = self.conn() else { return };
         let mut pipe = redis::pipe();
         for (_, keys, owner, _, _) in &batch {
-            pipe.add_command(evalsha(&scripts.renew, keys, &[owner, &ttl_ms.to_string()]));
+            let renew = scripts.renew(keys.layout);
+            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms.to_string()]));
         }
         let sent = boot_clock();
         let answers: redis::RedisResult<Vec<i64>> = pipe.query(conn);
         let answers = match answers {
+            // The server forgot the scripts (a restart, SCRIPT FLUSH): load them, send again.
             Err(e) if e.code() == Some("NOSCRIPT") => {
-                let _ = scripts.renew.prepare_invoke().load(conn);
+                for (_, keys, _, _, _) in &batch {
+                    let _ = scripts.renew(keys.layout).prepare_invoke().load(conn);
+                }
                 pipe.query(conn)
             }
             other => other,
@@ -247,7 +251,7 @@ impl Run {
                         lease.heard_at(sent);
                     } else {
                         tracing::warn!(
-                            "zklock: a Redis lock was lost: its key expired or was taken"
+                            "zklock: a Redis lock or lease was lost: it expired or was taken"
                         );
                         self.shared.holds.lock().remove(&id);
                         report(LockHealth::Lost);

@@ -5,7 +5,10 @@ mod client;
 mod keeper;
 mod mutex;
 mod scripts;
+mod semaphore;
+mod waiting;
 mod wake;
 
 pub use client::{RedisClient, RedisClientBuilder};
 pub use mutex::RedisMutex;
+pub use semaphore::{RedisLease, RedisSemaphore};
