@@ -4,6 +4,7 @@
 mod client;
 mod keeper;
 mod mutex;
+mod read_write;
 mod scripts;
 mod semaphore;
 mod waiting;
@@ -11,4 +12,5 @@ mod wake;
 
 pub use client::{RedisClient, RedisClientBuilder};
 pub use mutex::RedisMutex;
+pub use read_write::RedisReadWriteLock;
 pub use semaphore::{RedisLease, RedisSemaphore};

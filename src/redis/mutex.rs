@@ -58,7 +58,9 @@ pub struct RedisMutex {
     name: String,
     keys: Keys,
     mode: Mode,
-    holders: ThreadHolds<Holding>,
+    holders: Arc<ThreadHolds<Holding>>,
+    /// A read-write lock's other half's holds (a downgrade, a refused upgrade).
+    partner: Option<Arc<ThreadHolds<Holding>>>,
     feed: Arc<HealthFeed>,
     waiters: Waiters,
 }
@@ -72,6 +74,10 @@ enum Mode {
     Barging,
     /// Whoever asks first, on redis-py's layout (no queue: waiters poll).
     RedisPy,
+    /// A read-write lock's read half.
+    Read,
+    /// A read-write lock's write half.
+    Write,
 }
 
 /// One thread's hold.
@@ -141,16 +147,27 @@ impl RedisMutex {
         let layout = match mode {
             Mode::Fair | Mode::Barging => Layout::Queue,
             Mode::RedisPy => Layout::RedisPy,
+            Mode::Read | Mode::Write => Layout::ReadWrite,
         };
         Ok(RedisMutex {
             client: client.clone(),
             name: name.to_owned(),
             keys: Keys::new(name, layout),
             mode,
-            holders: ThreadHolds::default(),
+            holders: Arc::default(),
+            partner: None,
             feed: Arc::default(),
             waiters: Waiters::default(),
         })
+    }
+
+    /// The read and the write half of the read-write lock `name`.
+    pub(crate) fn read_write(client: &RedisClient, name: &str) -> Result<[RedisMutex; 2]> {
+        let mut read = RedisMutex::build(client, name, Mode::Read)?;
+        let mut write = RedisMutex::build(client, name, Mode::Write)?;
+        read.partner = Some(write.holders.clone());
+        write.partner = Some(read.holders.clone());
+        Ok([read, write])
     }
 
     /// The lock's name.
@@ -158,9 +175,14 @@ impl RedisMutex {
         &self.name
     }
 
-    /// The key that holds the lock (`zklock:{NAME}`; the name itself on redis-py's layout).
+    /// The key that holds the lock (`zklock:{NAME}`; the name itself on redis-py's layout;
+    /// `zklock:rw:{NAME}`, a sorted set, for a read lock and `zklock:rw:{NAME}:writer` for a
+    /// write lock).
     pub fn key(&self) -> &str {
-        &self.keys.holder
+        match self.mode {
+            Mode::Write => &self.keys.writer,
+            _ => &self.keys.holder,
+        }
     }
 
     /// Whether any thread of this process holds the lock through this object.
@@ -211,8 +233,22 @@ impl RedisMutex {
         if self.holders.reenter() {
             return Ok(true);
         }
+        let partner = self.partner.as_deref();
+        if self.mode == Mode::Write && partner.is_some_and(ThreadHolds::mine_exists) {
+            // The readers ahead would include ourselves: we would wait for ever.
+            return Err(Error::WouldDeadlock);
+        }
+        // A read lock's thread that holds the write lock reads at once (a downgrade).
+        let own_writer = match self.mode {
+            Mode::Read => partner.and_then(|w| w.mine(|h| h.owner.clone())),
+            _ => None,
+        };
         let started = Instant::now();
-        let owner = inner.new_owner();
+        let owner = match self.mode {
+            Mode::Read => format!("{}r", inner.new_owner()),
+            Mode::Write => format!("{}w", inner.new_owner()),
+            _ => inner.new_owner(),
+        };
         let _waiting = crate::core::metrics::Waiting::new(&self.name);
         let ttl = inner.ttl();
         let poll = if self.mode == Mode::RedisPy {
@@ -221,18 +257,24 @@ impl RedisMutex {
             ttl / 3
         };
         let script = inner.scripts.acquire(self.keys.layout);
-        let granted =
-            self.waiters
-                .wait(inner, &self.keys, &owner, deadline, poll, |c, entry| {
-                    let mut call = invocation(script, &self.keys);
-                    call.arg(&owner).arg(ms(ttl));
-                    if self.mode != Mode::RedisPy {
-                        call.arg(entry)
-                            .arg(if self.mode == Mode::Fair { "1" } else { "0" })
-                            .arg(ms(ttl * TOKEN_KEEP_TTLS));
-                    }
-                    call.invoke(c)
-                })?;
+        let keep = ms(ttl * TOKEN_KEEP_TTLS);
+        let attempt = |c: &mut redis::Connection, entry: u64| {
+            let mut call = invocation(script, &self.keys);
+            call.arg(&owner).arg(ms(ttl));
+            match self.mode {
+                Mode::RedisPy => {}
+                Mode::Fair | Mode::Barging => {
+                    let fair = if self.mode == Mode::Fair { "1" } else { "0" };
+                    call.arg(entry).arg(fair).arg(keep);
+                }
+                Mode::Read | Mode::Write => {
+                    let own_writer = own_writer.as_deref().unwrap_or("");
+                    call.arg(entry).arg(own_writer).arg(keep);
+                }
+            }
+            call.invoke(c)
+        };
+        let granted = (self.waiters).wait(inner, &self.keys, &owner, deadline, poll, attempt)?;
         match granted {
             Some((token, sent)) => {
                 crate::core::metrics::acquired(&self.name, started.elapsed());
@@ -249,9 +291,9 @@ impl RedisMutex {
     fn hold(&self, owner: String, token: u64, sent: Duration) {
         let inner = self.client.inner();
         let lease = inner.keeper.lease(sent);
-        let (health, report) =
-            self.feed
-                .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
+        let (health, report) = self
+            .feed
+            .hold(inner.dispatch(), &self.name, self.key(), token);
         let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
         self.holders.insert(Holding {
             owner,

@@ -16,6 +16,10 @@
 //! the one holder's string: a lease that is not renewed is dropped by the next script that
 //! looks, so a crashed holder's permit comes back one TTL after its last renewal.
 //!
+//! A read-write lock named `N` has the same keys under `zklock:rw:{N}` (the first is the sorted
+//! set of its readers) and a fifth, `zklock:rw:{N}:writer`, the writer's id with a TTL. Its ids
+//! end in `r` or `w` for the half they hold or wait for.
+//!
 //! A waiter's id is `CLIENT:SEQ`; its wake-up is published on `zklock:wake:CLIENT`, the one
 //! channel its Client subscribes to.
 //!
@@ -34,6 +38,9 @@ pub(crate) enum Layout {
     RedisPy,
     /// A semaphore's: leases (a sorted set by expiry), queue, entry timeouts, last token.
     Semaphore,
+    /// A read-write lock's: readers (a sorted set by expiry), queue, entry timeouts, last
+    /// token, writer.
+    ReadWrite,
 }
 
 /// The keys of one lock.
@@ -44,6 +51,7 @@ pub(crate) struct Keys {
     queue: String,
     timeouts: String,
     token: String,
+    pub(crate) writer: String,
 }
 
 impl Keys {
@@ -52,12 +60,14 @@ impl Keys {
             Layout::Queue => format!("zklock:{{{name}}}"),
             Layout::RedisPy => name.to_owned(),
             Layout::Semaphore => format!("zklock:sem:{{{name}}}"),
+            Layout::ReadWrite => format!("zklock:rw:{{{name}}}"),
         };
         Keys {
             layout,
             queue: format!("{holder}:queue"),
             timeouts: format!("{holder}:timeouts"),
             token: format!("{holder}:token"),
+            writer: format!("{holder}:writer"),
             holder,
         }
     }
@@ -69,6 +79,13 @@ impl Keys {
                 vec![&self.holder, &self.queue, &self.timeouts, &self.token]
             }
             Layout::RedisPy => vec![&self.holder],
+            Layout::ReadWrite => vec![
+                &self.holder,
+                &self.queue,
+                &self.timeouts,
+                &self.token,
+                &self.writer,
+            ],
         }
     }
 }
@@ -210,9 +227,9 @@ end
 return 0
 ";
 
-/// Semaphore. ARGV: me. A waiter leaves the queue; if it was first, the next is woken (it
-/// looks for a free permit itself).
-const SEM_LEAVE: &str = r"
+/// Semaphore and read-write lock. ARGV: me. A waiter leaves the queue; if it was first, the
+/// next is woken (it looks for itself whether it can be granted).
+const LEAVE_WAKE: &str = r"
 local first = redis.call('LINDEX', KEYS[2], 0) == ARGV[1]
 dequeue(ARGV[1])
 if first then
@@ -265,6 +282,104 @@ end
 return 0
 ";
 
+/// Read-write lock. ARGV: me (ending in `r` or `w`), hold ttl ms, entry lease ms (0: do not
+/// queue), the caller's own writer id ('' if its thread holds no write lock), token keep ms.
+/// A writer is granted when nobody holds and it is first among the live waiters; a reader when
+/// no writer holds and it is first — so a waiting writer holds back the readers behind it —
+/// or at once, queue or not, when the writer is its own thread's (a downgrade). A granted
+/// reader wakes the next waiter if that one reads too. Answers as the mutex's acquire.
+const RW_ACQUIRE: &str = r"
+local write = string.sub(ARGV[1], -1) == 'w'
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local writer = redis.call('GET', KEYS[5])
+if (write and writer == ARGV[1]) or (not write and redis.call('ZSCORE', KEYS[1], ARGV[1])) then
+  return {1, tonumber(redis.call('GET', KEYS[4]) or '0')}
+end
+local head = live_head(now)
+local readers = redis.call('ZCARD', KEYS[1])
+local downgrade = not write and ARGV[4] ~= '' and writer == ARGV[4]
+local free
+if write then
+  free = not writer and readers == 0
+else
+  free = not writer or downgrade
+end
+if free and (downgrade or not head or head == ARGV[1]) then
+  dequeue(ARGV[1])
+  if write then
+    redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[2])
+  else
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
+    local next = live_head(now)
+    if next and string.sub(next, -1) == 'r' then
+      wake(next)
+    end
+  end
+  return {1, next_token(ARGV[5])}
+end
+enqueue(ARGV[1], ARGV[3])
+if writer then
+  return {0, redis.call('PTTL', KEYS[5])}
+end
+if write and readers > 0 then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now}
+end
+return {0, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now}
+";
+
+/// Read-write lock. ARGV: me. Releases `me`'s half; once no writer holds, wakes the first
+/// live waiter if it reads, or if it writes and no reader is left. 1 if the hold was still
+/// `me`'s, else 0.
+const RW_RELEASE: &str = r"
+local ours = 0
+if string.sub(ARGV[1], -1) == 'w' then
+  if redis.call('GET', KEYS[5]) == ARGV[1] then
+    redis.call('DEL', KEYS[5])
+    ours = 1
+  end
+else
+  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if expiry and tonumber(expiry) > now then
+    ours = 1
+  end
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('GET', KEYS[5]) then
+  local head = live_head(now)
+  if head and (string.sub(head, -1) == 'r' or redis.call('ZCARD', KEYS[1]) == 0) then
+    wake(head)
+  end
+end
+return ours
+";
+
+/// Read-write lock. ARGV: me, hold ttl ms. Extends `me`'s hold if it is still `me`'s: 1, else
+/// 0.
+const RW_RENEW: &str = r"
+if string.sub(ARGV[1], -1) == 'w' then
+  if redis.call('GET', KEYS[5]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    return 1
+  end
+  return 0
+end
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if expiry and tonumber(expiry) > now then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return 1
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 0
+";
+
 /// The scripts, each with its hash computed once.
 pub(crate) struct Scripts {
     acquire: Script,
@@ -275,8 +390,11 @@ pub(crate) struct Scripts {
     py_release: Script,
     sem_acquire: Script,
     sem_release: Script,
-    sem_leave: Script,
+    leave_wake: Script,
     sem_renew: Script,
+    rw_acquire: Script,
+    rw_release: Script,
+    rw_renew: Script,
 }
 
 impl Scripts {
@@ -291,8 +409,11 @@ impl Scripts {
             py_release: Script::new(PY_RELEASE),
             sem_acquire: with_head(SEM_ACQUIRE),
             sem_release: with_head(SEM_RELEASE),
-            sem_leave: with_head(SEM_LEAVE),
+            leave_wake: with_head(LEAVE_WAKE),
             sem_renew: with_head(SEM_RENEW),
+            rw_acquire: with_head(RW_ACQUIRE),
+            rw_release: with_head(RW_RELEASE),
+            rw_renew: with_head(RW_RENEW),
         }
     }
 
@@ -301,6 +422,7 @@ impl Scripts {
             Layout::Queue => &self.acquire,
             Layout::RedisPy => &self.py_acquire,
             Layout::Semaphore => &self.sem_acquire,
+            Layout::ReadWrite => &self.rw_acquire,
         }
     }
 
@@ -309,6 +431,7 @@ impl Scripts {
             Layout::Queue => &self.release,
             Layout::RedisPy => &self.py_release,
             Layout::Semaphore => &self.sem_release,
+            Layout::ReadWrite => &self.rw_release,
         }
     }
 
@@ -317,7 +440,8 @@ impl Scripts {
         match layout {
             Layout::Queue => Some(&self.leave),
             Layout::RedisPy => None,
-            Layout::Semaphore => Some(&self.sem_leave),
+            // A waiter that leaves wakes the next one, which looks for itself.
+            Layout::Semaphore | Layout::ReadWrite => Some(&self.leave_wake),
         }
     }
 
@@ -325,6 +449,7 @@ impl Scripts {
         match layout {
             Layout::Queue | Layout::RedisPy => &self.renew,
             Layout::Semaphore => &self.sem_renew,
+            Layout::ReadWrite => &self.rw_renew,
         }
     }
 }
