@@ -200,6 +200,7 @@ mod zookeeper;
 pub use crate::core::channel::Receiver;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::health::{HealthEvent, LockHealth};
+pub use crate::core::leadership::LeadershipChange;
 pub use crate::core::lock::{ArcLockGuard, Lock, LockGuard};
 pub use crate::core::multi::InterProcessMultiLock;
 pub use crate::core::retry::{
@@ -209,7 +210,8 @@ pub use crate::core::retry::{
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::redis::{
-    RedisClient, RedisClientBuilder, RedisLease, RedisMutex, RedisReadWriteLock, RedisSemaphore,
+    RedisClient, RedisClientBuilder, RedisLeaderLatch, RedisLease, RedisMutex, RedisReadWriteLock,
+    RedisSemaphore,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{
@@ -219,7 +221,7 @@ pub use crate::zookeeper::client::{
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::leader::{
     elect, CloseMode, LeaderLatch, LeaderLatchBuilder, LeaderSelector, LeaderSelectorBuilder,
-    Leadership, LeadershipChange, Participant,
+    Leadership, Participant,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::locks::{

@@ -76,7 +76,11 @@ fn readers_share_and_a_writer_excludes() {
     for w in workers {
         w.join().unwrap();
     }
-    assert_eq!(room.overlaps.load(Ordering::SeqCst), 0, "a writer overlapped");
+    assert_eq!(
+        room.overlaps.load(Ordering::SeqCst),
+        0,
+        "a writer overlapped"
+    );
     wait_for("the lock's keys to go", || {
         lock_keys(&server).lines().all(|k| k.ends_with(":token"))
     });
@@ -122,7 +126,11 @@ fn a_waiting_writer_holds_back_later_readers() {
     writer.join().unwrap();
     let after = {
         let lock = lock.clone();
-        thread::spawn(move || lock.read_lock().try_lock_for(patience()).map(|g| g.is_some()))
+        thread::spawn(move || {
+            lock.read_lock()
+                .try_lock_for(patience())
+                .map(|g| g.is_some())
+        })
     };
     assert!(after.join().unwrap().unwrap());
 }
@@ -164,7 +172,11 @@ fn a_writer_downgrades_and_cannot_upgrade() {
     // A writer from elsewhere queues: the downgrade still goes ahead of it.
     let other = {
         let lock = lock.clone();
-        thread::spawn(move || lock.write_lock().try_lock_for(patience()).map(|g| g.is_some()))
+        thread::spawn(move || {
+            lock.write_lock()
+                .try_lock_for(patience())
+                .map(|g| g.is_some())
+        })
     };
     let queue = format!("{}:queue", lock.read_lock().key());
     wait_for("the other writer to queue", || {

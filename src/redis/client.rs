@@ -218,6 +218,7 @@ impl RedisClientBuilder {
             self.ttl,
             operation_timeout,
             closed.clone(),
+            (wakes.clone(), id.clone()),
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {

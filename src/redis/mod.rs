@@ -3,6 +3,7 @@
 
 mod client;
 mod keeper;
+mod latch;
 mod mutex;
 mod read_write;
 mod scripts;
@@ -11,6 +12,7 @@ mod waiting;
 mod wake;
 
 pub use client::{RedisClient, RedisClientBuilder};
+pub use latch::RedisLeaderLatch;
 pub use mutex::RedisMutex;
 pub use read_write::RedisReadWriteLock;
 pub use semaphore::{RedisLease, RedisSemaphore};

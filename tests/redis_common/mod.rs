@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
-use zklock::{LockHealth, RedisClient, RedisMutex, RedisSemaphore};
+use zklock::{LockHealth, RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
 
 const WORKER: &str = "ZKLOCK_REDIS_WORKER";
 
@@ -53,6 +53,14 @@ fn holder_worker() {
         .ttl(Duration::from_secs(2))
         .connect()
         .unwrap();
+    if mode == "latch" {
+        let latch = RedisLeaderLatch::start(&client, "worker").unwrap();
+        latch.await_leadership().unwrap();
+        say(&format!("held {}", latch.epoch().unwrap()));
+        // Lead until killed.
+        let _ = std::io::stdin().lock().lines().next();
+        return;
+    }
     if mode == "lease" {
         let semaphore = RedisSemaphore::new(&client, "worker", 1).unwrap();
         let lease = semaphore.acquire().unwrap();
@@ -94,8 +102,8 @@ pub struct Worker {
 
 impl Worker {
     /// A worker that holds the mutex `worker` and writes to `register`, checking its health
-    /// before each write (`"check"`) or not (`"blind"`); or that holds the one lease of the
-    /// semaphore `worker` (`"lease"`).
+    /// before each write (`"check"`) or not (`"blind"`); that holds the one lease of the
+    /// semaphore `worker` (`"lease"`); or that leads the election `worker` (`"latch"`).
     pub fn start(server: &TestingRedis, register: &FencedRegister, mode: &str) -> Worker {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
