@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode};
 use super::revocation::REVOKE_MESSAGE;
-use super::store::{Claim, Store};
+use super::store::{Claim, ClaimOps, ClaimReply, Store};
 use super::waiter::Waiter;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -141,6 +141,18 @@ enum Outcome {
     TimedOut,
     /// Our node vanished or belongs to an ended session: start over with a new node.
     Restart,
+}
+
+/// Who made the last unfair claim on a lock, as its parent records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claimant {
+    /// No claim was ever made: the parent's data was never written.
+    Never,
+    /// This contender (a name among the children) made it.
+    Named(String),
+    /// The parent names no contender: a claim by a zklock that recorded no name, or a write by
+    /// someone else.
+    Unknown,
 }
 
 /// Deletes our node unless the attempt succeeded.
@@ -399,26 +411,82 @@ impl<S: Store> LockInternals<S> {
         Ok(self.store.prime_keeper(our_path, call)?.map(Some))
     }
 
+    /// The last claimant as recorded in the lock's parent, read (`data`, at `version`) before
+    /// the listing.
+    fn claimant(&self, version: i32, data: &[u8]) -> Claimant {
+        if version == 0 {
+            return Claimant::Never;
+        }
+        match std::str::from_utf8(data) {
+            Ok(name)
+                if name.starts_with(path::PROTECTED_PREFIX)
+                    && name.contains(&self.lock_name)
+                    && !name.contains('/') =>
+            {
+                Claimant::Named(name.to_owned())
+            }
+            _ => Claimant::Unknown,
+        }
+    }
+
+    /// The unfair driver's claim: marks our node, provided no other contender holds and no claim
+    /// was made since the listing (the parent at `parent_version`).
+    ///
+    /// A contender holds if it made the last claim and still exists. The claim writes the
+    /// claimant's name into the lock's parent, so a contender found written (its data version
+    /// above 0) holds if the parent names it. Any contender can be written without holding:
+    /// a revocation request (Curator's `Revoker` writes at any version) on a waiting node, or a
+    /// stray setData. When the parent names another node, or no claim was ever made, such a
+    /// contender is checked at the version it has now and the claim is made again. When the
+    /// parent names no contender (a claim by a zklock that wrote no name, or a stray write to
+    /// the parent), a written contender is taken to hold: the lock waits rather than risk two
+    /// holders. Our own node found written is claimed over, keeping its data, so that a
+    /// revocation request stays for our keeper to hand on.
     fn claim(
         &self,
         our_path: &str,
         children: &[String],
-        parent_version: i32,
+        (parent_version, claimant): (i32, &Claimant),
         call: &mut Call,
     ) -> Result<Claim> {
         let our_name = path::name(our_path);
-        let others: Vec<String> = children
+        let mut others: Vec<(String, i32)> = children
             .iter()
             .filter(|c| c.as_str() != our_name)
-            .map(|c| path::join(&self.path, c))
+            .map(|c| (path::join(&self.path, c), 0))
             .collect();
-        self.store.claim(
-            our_path,
-            &self.current_data(),
-            &others,
-            (&self.path, parent_version),
-            call,
-        )
+        let mut ours = (self.current_data(), 0);
+        loop {
+            let ops = ClaimOps {
+                ours: (our_path, &ours.0, ours.1),
+                others: &others,
+                parent: (&self.path, parent_version),
+            };
+            match self.store.claim(&ops, call)? {
+                ClaimReply::Won(stat) => return Ok(Claim::Won(stat)),
+                ClaimReply::Parent
+                | ClaimReply::Ours { gone: true }
+                | ClaimReply::Other { gone: true, .. } => return Ok(Claim::Changed),
+                ClaimReply::Ours { gone: false } => match self.store.read(our_path, call)? {
+                    Some((stat, data)) => ours = (data, stat.version),
+                    None => return Ok(Claim::Changed),
+                },
+                ClaimReply::Other { index, gone: false } => {
+                    let other = &mut others[index];
+                    match claimant {
+                        Claimant::Named(name) if name != path::name(&other.0) => {}
+                        Claimant::Never => {}
+                        Claimant::Named(_) | Claimant::Unknown => {
+                            return Ok(Claim::HeldBy(other.0.clone()))
+                        }
+                    }
+                    match self.store.stat(&other.0, call)? {
+                        Some(stat) => other.1 = stat.version,
+                        None => return Ok(Claim::Changed),
+                    }
+                }
+            }
+        }
     }
 
     /// Deletes a held node of session `owner` as `how` says.
