@@ -12,8 +12,9 @@
 //! * The caller's deadline bounds the *wait*; each ZooKeeper step of the attempt may run past
 //!   it by the Client's operation (else connection) timeout, so that a short timeout never
 //!   misses a free lock for want of a round trip.
-//! * A holder on a long queue marks its node (setData at version 0 → 1) so that the waiter
-//!   behind knows it holds; its release deletes the node only after the mark was answered.
+//! * A holder on a long queue marks its node (its own data written again, version 0 → 1) so
+//!   that the waiter behind, which read that data at version 0, knows it holds; its release
+//!   deletes the node only after the mark was answered.
 //!
 //! What each case costs in requests is in `docs/design.md` ("Cost per case").
 
@@ -42,10 +43,14 @@ use crate::zookeeper::path;
 /// (`docs/decisions/0004-mark-threshold.md`).
 const MARK_FROM: usize = 16;
 
-/// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
-/// request is the only other write a lock node gets.
-fn is_holder_mark(stat: &Stat, data: &[u8]) -> bool {
-    stat.version > 0 && data != REVOKE_MESSAGE
+/// A granted holder marks its node by writing the data it holds again, at version 0: version 1
+/// with the very bytes the node held at version 0 (`unmarked`, as the waiter behind read them)
+/// is a mark. Anything else is someone else's write — a revocation request (Curator's
+/// `Revoker` writes at any version), a stray setData — or a mark the waiter cannot tell from
+/// one, having first read the node after it was written: the waiter then lists the queue when
+/// the node goes, as for a node that did not hold.
+fn is_holder_mark(stat: &Stat, data: &[u8], unmarked: Option<&[u8]>) -> bool {
+    stat.version == 1 && unmarked == Some(data) && data != REVOKE_MESSAGE
 }
 
 /// A granted attempt.

@@ -975,3 +975,43 @@ fn an_unfair_holders_revocation_request_is_still_a_claim() {
     let got = t.join().unwrap().unwrap().unwrap();
     assert_eq!(fake.children_of(DIR), [got.path]);
 }
+
+/// A stranger's setData on the waiting node ahead of ours, with other bytes than that node
+/// holds, is no holder mark: when that node goes, the waiter behind lists the queue again and
+/// waits for the holder at its head. Nor is a node whose first read shows it written already,
+/// even with its own bytes: what it held before is unknown.
+#[test]
+fn a_strangers_write_on_the_waiting_node_ahead_is_not_a_mark() {
+    for written_before_our_read in [false, true] {
+        let fake = Fake::new();
+        let head = fake.add_contender(DIR);
+        let ahead = fake.add_contender(DIR);
+        if written_before_our_read {
+            fake.set_data(&ahead, DEFAULT_DATA);
+        }
+        let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 3);
+        wait_watches(&fake, 1); // on `ahead`, which does not hold
+        let listings = fake.calls(Op::Children);
+        if !written_before_our_read {
+            fake.set_data(&ahead, b"10.0.0.7");
+        }
+        fake.remove(&ahead); // its waiter gave up
+        let deadline = forever();
+        while fake.calls(Op::Children) == listings && !t.is_finished() {
+            assert!(
+                !deadline.expired(),
+                "the waiter neither listed nor returned"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !t.is_finished(),
+            "granted while {head} holds: a stranger's setData passed for a mark"
+        );
+        fake.remove(&head);
+        let got = t.join().unwrap().unwrap().unwrap();
+        assert_eq!(fake.children_of(DIR), [got.path]);
+    }
+}

@@ -9,8 +9,9 @@
 //! | `TakingOver` | makes sure our node is still there: not at all if our own read's watch has not fired, or the listing that showed our node is the last word | `Granted`; `Restart` if our node went |
 //!
 //! The node ahead *holds* when it headed our listing (nodes only join behind, with a driver
-//! that sorts by creation) or when it has marked itself as the holder: nothing is left ahead of
-//! it, so its deletion is our grant without a listing. A marked node is read again on the I/O
+//! that sorts by creation) or when it has marked itself as the holder — its data, as we read it
+//! at version 0, written again: nothing is left ahead of it, so its deletion is our grant
+//! without a listing. A marked node is read again on the I/O
 //! thread as its change comes in, so that our read comes before its holder's delete.
 //! `Granted`, `TimedOut` and `Restart` end the waiter; an error or a cancel ends it with that
 //! error. Whatever ends it without the lock, the caller deletes our node.
@@ -85,6 +86,9 @@ struct Waiting<'a, S: Store> {
     others: usize,
     /// Our own node, read with the keeper's watch while the node ahead holds.
     own: Option<NodeRead>,
+    /// A node ahead as read at data version 0 (its path and data): a mark writes that data
+    /// again.
+    unmarked: Option<(String, Vec<u8>)>,
     /// The listing that came with our create, until used.
     first_listing: Option<Vec<String>>,
     call: &'a mut Call,
@@ -121,6 +125,7 @@ impl<S: Store> LockInternals<S> {
             waiter,
             others: 0,
             own: None,
+            unmarked: None,
             first_listing,
             call,
             wait,
@@ -316,7 +321,16 @@ impl<S: Store> Waiting<'_, S> {
             }
             return Ok(Step::To(State::Listing));
         };
-        let marked = self.marks && is_holder_mark(&stat, &data);
+        // A mark is the node's own data written again, so it is told from anyone else's write
+        // by the data read before it; a node first read already written is not trusted.
+        if self.marks && stat.version == 0 {
+            self.unmarked = Some((ahead.path.clone(), data.clone()));
+        }
+        let unmarked = match &self.unmarked {
+            Some((path, data)) if *path == ahead.path => Some(data.as_slice()),
+            _ => None,
+        };
+        let marked = self.marks && is_holder_mark(&stat, &data, unmarked);
         // A marked holder saw a long queue, and ours, listed when we joined, was short: the
         // queue as counted with the mark's read decides whether we mark in our turn, so that
         // the waiter behind us needs no listing either.
