@@ -155,8 +155,8 @@ pub(crate) enum Claimant {
     Never,
     /// This contender (a name among the children) made it.
     Named(String),
-    /// The parent names no contender: a claim by a zklock that recorded no name, or a write by
-    /// someone else.
+    /// The parent names no contender: a write by someone else, or a claim that recorded no
+    /// name.
     Unknown,
 }
 
@@ -443,8 +443,8 @@ impl<S: Store> LockInternals<S> {
     /// a revocation request (Curator's `Revoker` writes at any version) on a waiting node, or a
     /// stray setData. When the parent names another node, or no claim was ever made, such a
     /// contender is checked at the version it has now and the claim is made again. When the
-    /// parent names no contender (a claim by a zklock that wrote no name, or a stray write to
-    /// the parent), a written contender is taken to hold: the lock waits rather than risk two
+    /// parent names no contender (a stray write to the parent, or a claim that recorded no
+    /// name), a written contender is taken to hold: the lock waits rather than risk two
     /// holders. Our own node found written is claimed over, keeping its data, so that a
     /// revocation request stays for our keeper to hand on.
     fn claim(
