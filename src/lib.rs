@@ -18,6 +18,7 @@
 //! | a mutex on Redis | `RedisMutex` (feature `redis`) |
 //! | many readers or one writer on Redis | `RedisReadWriteLock` (feature `redis`) |
 //! | at most N holders on Redis | `RedisSemaphore` (feature `redis`) |
+//! | one leader among many on Redis | `RedisLeaderLatch` (feature `redis`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //!
@@ -132,7 +133,8 @@
 //!   election. Without it (and with no other backend) only the backend-neutral core is built:
 //!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
 //! * `redis` — the Redis backend: `RedisClient`, `RedisMutex` (fair or barging, and
-//!   redis-py's `Lock` layout), `RedisReadWriteLock` and `RedisSemaphore`, on the `redis` crate's blocking API. What Redis can and cannot
+//!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
+//!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests.
