@@ -614,3 +614,122 @@ fn a_multi_lock_takes_redis_locks_all_or_none() {
     assert!(guard.health() == LockHealth::Held);
     assert!(to.try_lock().unwrap().is_none());
 }
+
+// ---------------------------------------------------------------------------
+// Failover and a frozen server.
+// ---------------------------------------------------------------------------
+
+/// A replica that missed the grant (paused, its link cut, while its primary granted and died)
+/// is promoted: it grants the lock again while the first holder still believes it holds. The
+/// fence refuses the first holder's late writes, the first holder reads `Lost` once its lease
+/// runs out, and the window in which both believed they held is printed.
+#[test]
+fn a_promoted_replica_that_missed_the_key_lets_two_hold_and_the_fence_refuses_the_stale_one() {
+    let mut primary = TestingRedis::start().unwrap();
+    let mut replica = TestingRedis::replica_of(&primary).unwrap();
+    let register = FencedRegister::start().unwrap();
+    let a = client(&primary, Duration::from_secs(2));
+    let mutex = RedisMutex::new(&a, "failover").unwrap();
+    // An earlier grant the replica did see, so that it has the token key.
+    drop(mutex.lock().unwrap());
+    wait_for("the replica to have the token", || {
+        replica
+            .command(&["EXISTS", "zklock:{failover}:token"])
+            .unwrap()
+            == "1"
+    });
+    // The replica stands still and its link is cut: what the primary writes now, it never gets.
+    replica.pause().unwrap();
+    primary.command(&["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    let mut fence = register.client().unwrap();
+    fence.enter(old, "a").unwrap();
+    assert!(fence.write(old, "a", "1").unwrap().is_accepted());
+    primary.kill().unwrap();
+    replica.resume().unwrap();
+    replica.promote().unwrap();
+    assert_eq!(
+        replica.command(&["EXISTS", "zklock:{failover}"]).unwrap(),
+        "0",
+        "the promoted replica missed the grant"
+    );
+    let b = client(&replica, Duration::from_secs(2));
+    let other = RedisMutex::new(&b, "failover").unwrap();
+    let second = other
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("granted again");
+    let granted_again = Instant::now();
+    let new = second.fencing_token();
+    assert!(new > old, "token {new} after {old}");
+    let mut fence_b = register.client().unwrap();
+    fence_b.enter(new, "b").unwrap();
+    assert!(fence_b.write(new, "b", "2").unwrap().is_accepted());
+    assert!(
+        !fence.write(old, "a", "3").unwrap().is_accepted(),
+        "the fence refuses the stale holder"
+    );
+    wait_for("a's hold to read Lost", || {
+        guard.health() == LockHealth::Lost
+    });
+    println!(
+        "both believed they held for {:?} (TTL 2 s): the fence refused the stale write",
+        granted_again.elapsed()
+    );
+    fence.exit(old, "a").unwrap();
+    fence_b.exit(new, "b").unwrap();
+    let report = register.check();
+    println!("{report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.stale_rejected, 1);
+}
+
+/// A server frozen with SIGSTOP answers nothing: the holder reads `Suspended`, then `Lost`
+/// once a TTL has passed since its last acknowledged renewal; a waiter's bounded acquire
+/// returns within its bound plus the operation timeout; nothing hangs, and after the server
+/// runs again a new holder gets a higher token.
+#[test]
+fn a_frozen_server_makes_a_holder_lost_and_nothing_hangs() {
+    let server = TestingRedis::start().unwrap();
+    let a = RedisClient::builder(&server.url())
+        .ttl(Duration::from_secs(1))
+        .operation_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    let mutex = RedisMutex::new(&a, "frozen").unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    let events = mutex.health_events();
+    server.pause().unwrap();
+    let mut told = Vec::new();
+    while told.last() != Some(&LockHealth::Lost) {
+        told.push(
+            events
+                .recv_timeout(patience())
+                .expect("health events")
+                .health,
+        );
+    }
+    assert_eq!(told, [LockHealth::Suspended, LockHealth::Lost]);
+    let waiting = RedisMutex::new(&a, "frozen-too").unwrap();
+    let waited = thread::spawn(move || {
+        waiting
+            .try_lock_for(Duration::from_millis(300))
+            .map(|g| g.is_some())
+    });
+    wait_for("the bounded acquire to return", || waited.is_finished());
+    assert!(
+        waited.join().unwrap().is_err(),
+        "no answer from a frozen server"
+    );
+    server.resume().unwrap();
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+    let b = client(&server, Duration::from_secs(1));
+    let later = RedisMutex::new(&b, "frozen").unwrap();
+    let taken = later
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("taken again");
+    assert!(taken.fencing_token() > old);
+}
