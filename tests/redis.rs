@@ -640,7 +640,9 @@ fn a_promoted_replica_that_missed_the_key_lets_two_hold_and_the_fence_refuses_th
     });
     // The replica stands still and its link is cut: what the primary writes now, it never gets.
     replica.pause().unwrap();
-    primary.command(&["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+    primary
+        .command(&["CLIENT", "KILL", "TYPE", "replica"])
+        .unwrap();
     let guard = mutex.lock().unwrap();
     let old = guard.fencing_token();
     let mut fence = register.client().unwrap();

@@ -102,6 +102,18 @@ impl RedisLeaderLatch {
         self.contest.state.lock().leads()
     }
 
+    /// The current term's health, computed now (`None` between terms): `Held` while the
+    /// leader's hold is renewed, `Suspended` once a renewal is late, `Lost` at the end.
+    pub fn health(&self) -> Option<LockHealth> {
+        let state = self.contest.state.lock();
+        let term = state.term.as_ref()?;
+        Some(if state.closed {
+            LockHealth::Lost
+        } else {
+            term.lease.health()
+        })
+    }
+
     /// The current term's epoch (fencing token), while a term is on.
     pub fn epoch(&self) -> Option<u64> {
         self.contest.state.lock().term.as_ref().map(|t| t.epoch)
