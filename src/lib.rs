@@ -143,8 +143,9 @@
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
 //!   and hold times, waiters, pending background deletes; the names are listed in the
 //!   repository's `docs/observability.md`); install any `metrics` exporter.
-//! * `tls` — TLS connections to ZooKeeper (`ClientBuilder::tls_ca_pem` and the like), through
-//!   the wire client's rustls support.
+//! * `tls` — TLS connections for every backend built: ZooKeeper (`ClientBuilder::tls_ca_pem`
+//!   and the like) and Redis (`rediss://` URLs, `RedisClientBuilder::tls_ca_pem`), through
+//!   the clients' rustls support.
 //! * `sasl-digest-md5` — SASL DIGEST-MD5 authentication (`ClientBuilder::sasl_digest_md5`).
 //! * `cli` — the `zklock` command-line tool (`cargo install zklock --features cli`): run a
 //!   command under a lock and stop it if the lock is lost, see who holds what.

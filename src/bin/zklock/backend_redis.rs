@@ -32,9 +32,23 @@ pub fn connect(global: &Global) -> CliResult<RedisClient> {
             )));
         }
     }
-    RedisClient::builder(&global.connect)
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))] // TLS options are added with `tls`
+    let mut builder = RedisClient::builder(&global.connect)
         .ttl(global.session_timeout)
-        .connect_timeout(global.connection_timeout)
+        .connect_timeout(global.connection_timeout);
+    #[cfg(feature = "tls")]
+    {
+        if let Some(ca) = &global.tls_ca {
+            builder = builder.tls_ca_pem(&crate::read_text(ca, "--tls-ca")?);
+        }
+        if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
+            builder = builder.tls_identity_pem(
+                &crate::read_text(cert, "--tls-cert")?,
+                &crate::read_text(key, "--tls-key")?,
+            );
+        }
+    }
+    builder
         .connect()
         .context(|| "cannot connect to Redis".to_owned())
 }

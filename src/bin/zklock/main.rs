@@ -180,7 +180,7 @@ pub fn connect(global: &Global) -> CliResult<Client> {
 }
 
 /// The text of the file an option names.
-fn read_text(path: &std::path::Path, option: &str) -> CliResult<String> {
+pub fn read_text(path: &std::path::Path, option: &str) -> CliResult<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Failure::from_error(&format!("{option} {}", path.display()), &e))
 }
