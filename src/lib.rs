@@ -213,8 +213,8 @@ pub use crate::core::retry::{
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::redis::{
-    RedisClient, RedisClientBuilder, RedisLeaderLatch, RedisLease, RedisMutex, RedisReadWriteLock,
-    RedisSemaphore,
+    RedisClient, RedisClientBuilder, RedisLeaderLatch, RedisLease, RedisMutex, RedisParticipant,
+    RedisReadWriteLock, RedisSemaphore,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{

@@ -951,9 +951,43 @@ mod on_redis {
     }
 
     #[test]
+    fn holders_on_redis_lists_the_holder_and_the_queue() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let (log, go) = (scratch.file("log"), scratch.file("go"));
+        let _a = Proc::spawn(run_redis(
+            &server,
+            "seen",
+            &[],
+            &worker(&log, "a", Some(&go), 0),
+        ));
+        wait_for("a to hold", || entered(&log, "a"));
+        let _b = Proc::spawn(run_redis(&server, "seen", &[], &worker(&log, "b", None, 0)));
+        wait_for("b to queue", || {
+            server.command(&["LLEN", "zklock:{seen}:queue"]).unwrap() == "1"
+        });
+        let out = zklock_redis(&server, &["holders", "seen", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let rows = json(&out.stdout);
+        let rows = rows.as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0]["holds"], true);
+        assert_eq!(rows[0]["kind"], "lock");
+        assert_eq!(rows[1]["holds"], false);
+        let table = zklock_redis(&server, &["holders", "seen"])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&table.stdout);
+        assert!(table.contains("| 0 | lock | yes |"), "{table}");
+        fs::write(&go, "").unwrap();
+    }
+
+    #[test]
     fn zookeeper_only_commands_say_so_on_redis() {
         let server = TestingRedis::start().unwrap();
-        let out = zklock_redis(&server, &["holders", "x"]).output().unwrap();
+        let out = zklock_redis(&server, &["revoke", "x"]).output().unwrap();
         assert_eq!(out.status.code(), Some(1));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("ZooKeeper only"), "{err}");

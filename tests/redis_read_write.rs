@@ -214,3 +214,30 @@ fn a_reader_lost_on_the_server_reads_lost() {
     assert_eq!(read.health(), LockHealth::Lost);
     assert!(matches!(read.release(), Err(Error::LockLost)));
 }
+
+#[test]
+fn participants_list_the_writer_the_readers_and_the_queue() {
+    let server = TestingRedis::start().unwrap();
+    let c = client(&server, Duration::from_secs(30));
+    let lock = Arc::new(RedisReadWriteLock::new(&c, "who").unwrap());
+    let read = lock.read_lock().lock().unwrap();
+    let writer = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            lock.write_lock()
+                .try_lock_for(patience())
+                .map(|g| g.is_some())
+        })
+    };
+    wait_for("the writer to queue", || {
+        lock.read_lock().participants().unwrap().len() == 2
+    });
+    let who = lock.write_lock().participants().unwrap();
+    assert!(who[0].holds && who[0].id.ends_with('r'), "{who:?}");
+    assert!(!who[1].holds && who[1].id.ends_with('w'), "{who:?}");
+    assert!(who
+        .iter()
+        .all(|p| p.expires_in.is_some_and(|d| d <= Duration::from_secs(30))));
+    drop(read);
+    assert!(writer.join().unwrap().unwrap());
+}

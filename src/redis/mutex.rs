@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::client::RedisClient;
 use super::keeper::ms;
+use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout};
 use super::waiting::Waiters;
 use crate::core::channel::Receiver;
@@ -183,6 +184,15 @@ impl RedisMutex {
             Mode::Write => &self.keys.writer,
             _ => &self.keys.holder,
         }
+    }
+
+    /// Who holds the lock and who waits, in that order (a read-write lock's half: the writer,
+    /// the readers, then the queue), read from the server in one script.
+    ///
+    /// # Errors
+    /// A connection error if the server does not answer within the operation timeout.
+    pub fn participants(&self) -> Result<Vec<RedisParticipant>> {
+        super::participants::read(self.client.inner(), &self.keys)
     }
 
     /// Whether any thread of this process holds the lock through this object.

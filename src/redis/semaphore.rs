@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::client::RedisClient;
 use super::keeper::ms;
 use super::mutex::{check_name, TOKEN_KEEP_TTLS};
+use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout};
 use super::waiting::Waiters;
 use crate::core::channel::Receiver;
@@ -85,6 +86,14 @@ impl RedisSemaphore {
     /// The number of leases this participant allows at once.
     pub fn max_leases(&self) -> u32 {
         self.max_leases
+    }
+
+    /// Who has a lease and who waits, in that order, read from the server in one script.
+    ///
+    /// # Errors
+    /// A connection error if the server does not answer within the operation timeout.
+    pub fn participants(&self) -> Result<Vec<RedisParticipant>> {
+        super::participants::read(self.client.inner(), &self.keys)
     }
 
     /// Waits for a lease, for as long as it takes.

@@ -1,6 +1,6 @@
 //! The commands on Redis (`--connect redis://…`): `run` on a `RedisMutex`, a read-write half or
-//! a semaphore lease, and `elect` on a `RedisLeaderLatch`. The hold's TTL is
-//! `--session-timeout`.
+//! a semaphore lease, `elect` on a `RedisLeaderLatch`, and `holders` / `watch`. The hold's TTL
+//! is `--session-timeout`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,10 +9,10 @@ use std::time::Duration;
 use crossbeam_channel::{never, Receiver};
 use zklock::{
     HealthEvent, LockHealth, RedisClient, RedisLeaderLatch, RedisLease, RedisMutex,
-    RedisReadWriteLock, RedisSemaphore,
+    RedisParticipant, RedisReadWriteLock, RedisSemaphore,
 };
 
-use crate::args::{ElectArgs, Global, RunArgs};
+use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
 use crate::child::{catch_signals, status_code, Child, Outcome, Watchdog};
 use crate::run::{Contend, Held};
 use crate::{code, hostname, CliResult, Context, Failure};
@@ -293,4 +293,101 @@ pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
 /// The key a Redis election's leader holds.
 fn latch_key(name: &str) -> String {
     format!("zklock:{{{name}}}")
+}
+
+/// One row of `holders` on Redis: what it holds or waits for, and who.
+struct Row {
+    kind: &'static str,
+    who: RedisParticipant,
+}
+
+/// Every holder and waiter of the mutex (or latch), the read-write lock and the semaphore
+/// named `name`: each is a set of keys of its own.
+fn view(client: &RedisClient, name: &str) -> zklock::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let row = |kind, who| Row { kind, who };
+    for who in RedisMutex::new(client, name)?.participants()? {
+        rows.push(row("lock", who));
+    }
+    for who in RedisReadWriteLock::new(client, name)?
+        .read_lock()
+        .participants()?
+    {
+        let kind = if who.id.ends_with('w') {
+            "write"
+        } else {
+            "read"
+        };
+        rows.push(row(kind, who));
+    }
+    for who in RedisSemaphore::new(client, name, 1)?.participants()? {
+        rows.push(row("lease", who));
+    }
+    Ok(rows)
+}
+
+fn render(rows: &[Row], json: bool) -> String {
+    if json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::json!({
+                    "position": i,
+                    "kind": r.kind,
+                    "holds": r.who.holds,
+                    "id": r.who.id,
+                    "expires_in_ms": r.who.expires_in.map(|d| d.as_millis() as u64),
+                })
+            })
+            .collect();
+        return format!("{}\n", serde_json::Value::Array(list));
+    }
+    if rows.is_empty() {
+        return "no one holds or waits\n".to_owned();
+    }
+    let mut out = String::from("| # | kind | holds | id | expires in |\n|---|---|---|---|---|\n");
+    for (i, r) in rows.iter().enumerate() {
+        let left = r
+            .who
+            .expires_in
+            .map_or("never".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+        let holds = if r.who.holds { "yes" } else { "waits" };
+        out.push_str(&format!(
+            "| {i} | {} | {holds} | {} | {left} |\n",
+            r.kind, r.who.id
+        ));
+    }
+    out
+}
+
+/// `holders` on Redis.
+pub fn holders(global: &Global, args: HoldersArgs) -> CliResult<()> {
+    let client = connect(global)?;
+    let rows = view(&client, &args.path).context(|| format!("cannot read {}", args.path))?;
+    print!("{}", render(&rows, args.json));
+    client.close();
+    Ok(())
+}
+
+/// `watch` on Redis: Redis tells no one of a key's change (keyspace notifications are off by
+/// default), so the view is read again every 250 ms and printed when who holds or waits
+/// changes.
+pub fn watch(global: &Global, args: HoldersArgs) -> CliResult<()> {
+    let client = connect(global)?;
+    let mut last = None;
+    loop {
+        let rows = view(&client, &args.path).context(|| format!("cannot read {}", args.path))?;
+        let key: Vec<_> = rows
+            .iter()
+            .map(|r| (r.kind, r.who.id.clone(), r.who.holds))
+            .collect();
+        if last.as_ref() != Some(&key) {
+            print!("{}", render(&rows, args.json));
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            last = Some(key);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }

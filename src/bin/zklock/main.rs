@@ -105,7 +105,7 @@ pub fn is_redis(global: &Global) -> bool {
 /// Redis, in a build without it.
 #[cfg(not(feature = "redis"))]
 mod backend_redis {
-    use crate::args::{ElectArgs, Global, RunArgs};
+    use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
     use crate::run::Contend;
     use crate::{CliResult, Failure};
 
@@ -120,13 +120,21 @@ mod backend_redis {
     pub fn elect(_: &Global, _: ElectArgs) -> CliResult<u8> {
         Err(missing())
     }
+
+    pub fn holders(_: &Global, _: HoldersArgs) -> CliResult<()> {
+        Err(missing())
+    }
+
+    pub fn watch(_: &Global, _: HoldersArgs) -> CliResult<()> {
+        Err(missing())
+    }
 }
 
 /// A connected ZooKeeper Client from the global options.
 pub fn connect(global: &Global) -> CliResult<Client> {
     if is_redis(global) {
         return Err(Failure::new(
-            "this command works on ZooKeeper only; on Redis there are `run` and `elect`",
+            "this command works on ZooKeeper only; on Redis there are run, elect, holders and watch",
         ));
     }
     let mut builder = Client::builder(&global.connect)
