@@ -567,7 +567,7 @@ mod tests {
             assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
             server.resume().unwrap();
         });
-        assert_eq!(rx.recv().unwrap(), true);
+        assert!(rx.recv().unwrap(), "it answers once resumed");
     }
 
     #[test]
