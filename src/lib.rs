@@ -1,4 +1,5 @@
-//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper and Redis.
+//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper, Redis and
+//! PostgreSQL.
 //!
 //! zklock gives plain threaded Rust programs what Java programs get from Apache Curator, with
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
@@ -16,6 +17,7 @@
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
 //! | a mutex on Redis | `RedisMutex` (feature `redis`) |
+//! | a mutex on PostgreSQL, shared with any SQL client | `PgMutex` (feature `postgres`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //!
@@ -132,9 +134,16 @@
 //! * `redis` — the Redis backend: `RedisClient` and `RedisMutex` (fair or barging, and
 //!   redis-py's `Lock` layout), on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
+//! * `postgres` — the PostgreSQL backend: `PgClient` and `PgMutex`, a session-level advisory
+//!   lock on the key `hashtextextended(name, 0)` that any SQL client can take too, with
+//!   server-side limits that free a dead or frozen holder within the session timeout, health
+//!   and fencing tokens. Runs tokio-postgres on a small runtime of its own per Client (thread
+//!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks); no async reaches the caller. What
+//!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
-//!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests.
-//!   Pulls in `tempfile` and `rustix`.
+//!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
+//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`). Pulls in `tempfile`
+//!   and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
 //!   and hold times, waiters, pending background deletes; the names are listed in the

@@ -201,7 +201,7 @@ impl PgClientBuilder {
     /// Checks the options, opens a session, checks the server and starts the Client's threads.
     ///
     /// # Blocking
-    /// At most about the connection timeout plus the operation timeout.
+    /// At most the connection timeout plus twice the operation timeout.
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse or names no
@@ -234,13 +234,7 @@ impl PgClientBuilder {
             close.subscribe(),
         ));
         let (probe, version) = probe.map_err(failed)?;
-        if version < MIN_VERSION {
-            return Err(failed(Error::Postgres(format!(
-                "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
-                 (for hashtextextended, the lock key's function)",
-                shown_version(version)
-            ))));
-        }
+        check_version(version).map_err(failed)?;
         let limits = session::limits(version, self.session_timeout);
         handle
             .block_on(probe.apply(&limits, operation_timeout))
@@ -366,6 +360,18 @@ fn hide_password(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// A server too old for the lock statements is refused.
+fn check_version(version: u32) -> Result<()> {
+    if version < MIN_VERSION {
+        return Err(Error::Postgres(format!(
+            "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
+             (for hashtextextended, the lock key's function)",
+            shown_version(version)
+        )));
+    }
+    Ok(())
 }
 
 /// 150004 as `15.4`, 110022 as `11.22`, 90624 as `9.6.24`.
@@ -525,6 +531,12 @@ mod tests {
         assert_eq!(hide_password("postgres://u@h/d"), "postgres://u@h/d");
         assert_eq!(shown_version(150_004), "15.4");
         assert_eq!(shown_version(90_624), "9.6.24");
+        assert!(check_version(110_000).is_ok());
+        let old = check_version(100_023).unwrap_err().to_string();
+        assert!(
+            old.contains("10.23 is too old") && old.contains("11"),
+            "{old}"
+        );
         let config = tokio_postgres::Config::from_str("postgres://u:pw@h:7/d").unwrap();
         assert_eq!(shown(&config), "postgres://u@h:7/d");
     }
