@@ -3,11 +3,16 @@
 //! processes: this binary run again), `psql` on the same key, a terminated backend, cancel,
 //! bad input.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use common::worker::{say, wait_to_be_killed, Worker};
+use common::{patience, wait_for};
 
 use zklock::testing::{FencedRegister, TestingPostgres};
 use zklock::{Error, InterProcessMultiLock, Lock, LockHealth, PgClient, PgMutex, RetryForever};
@@ -16,19 +21,6 @@ const WORKER: &str = "ZKLOCK_PG_WORKER";
 
 /// The session timeout of the worker processes.
 const WORKER_SESSION: Duration = Duration::from_secs(3);
-
-/// How long a condition may take on a loaded machine.
-fn patience() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + patience();
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn client(server: &TestingPostgres) -> PgClient {
     PgClient::builder(&server.url())
@@ -409,81 +401,12 @@ fn holder_worker() {
         thread::sleep(Duration::from_millis(20));
     }
     fence.exit(token, "worker").unwrap();
-    // Wait to be killed.
-    let _ = std::io::stdin().lock().lines().next();
+    wait_to_be_killed();
 }
 
-fn say(line: &str) {
-    println!("worker: {line}");
-}
-
-struct Worker {
-    child: Child,
-    _stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Worker {
-    fn start(server: &TestingPostgres, register: &FencedRegister) -> Worker {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "holder_worker",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(WORKER, format!("{} {}", server.url(), register.addr()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the worker");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("worker: ") {
-                    let _ = tx.send(line[at + "worker: ".len()..].to_owned());
-                }
-            }
-        });
-        Worker {
-            child,
-            _stdin: stdin,
-            lines,
-        }
-    }
-
-    fn expect(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + patience();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the worker never said {prefix:?}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start_worker(server: &TestingPostgres, register: &FencedRegister) -> Worker {
+    let args = format!("{} {}", server.url(), register.addr());
+    Worker::start("holder_worker", WORKER, &args)
 }
 
 /// Takes the lock after the worker stopped holding it: how long that took, and the token.
@@ -505,7 +428,7 @@ fn take_over(server: &TestingPostgres, register: &FencedRegister) -> (Duration, 
 fn a_killed_holder_process_is_replaced() {
     let server = TestingPostgres::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let mut worker = Worker::start(&server, &register);
+    let mut worker = start_worker(&server, &register);
     let held: u64 = worker.expect("held").parse().unwrap();
     worker.expect("wrote true");
     worker.signal("-KILL");
@@ -520,7 +443,7 @@ fn a_killed_holder_process_is_replaced() {
 fn a_frozen_holder_process_is_replaced_and_makes_no_late_write() {
     let server = TestingPostgres::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let worker = Worker::start(&server, &register);
+    let worker = start_worker(&server, &register);
     let held: u64 = worker.expect("held").parse().unwrap();
     worker.expect("wrote true");
     worker.signal("-STOP");
