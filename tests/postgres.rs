@@ -148,8 +148,9 @@ fn a_terminated_backend_reads_lost_at_once_and_frees_the_lock() {
 #[test]
 fn a_hold_on_a_frozen_server_turns_suspended_then_lost() {
     let server = TestingPostgres::start().unwrap();
+    // Suspended lasts half the session timeout: 3 s to see it on a loaded machine.
     let c = PgClient::builder(&server.url())
-        .session_timeout(Duration::from_secs(2))
+        .session_timeout(Duration::from_secs(6))
         .connect()
         .unwrap();
     let mutex = PgMutex::new(&c, "frozen server").unwrap();

@@ -219,7 +219,9 @@ pub(crate) fn keep(
     let task = async move {
         let mut next_beat = tokio::time::Instant::now() + period;
         loop {
+            // Biased: a hold released at the moment its session closes is not reported lost.
             tokio::select! {
+                biased;
                 _ = &mut stop => return,
                 () = session.until_ended() => {
                     report(LockHealth::Lost);
@@ -230,6 +232,7 @@ pub(crate) fn keep(
             if tokio::time::Instant::now() >= next_beat {
                 next_beat = tokio::time::Instant::now() + period;
                 let beat = tokio::select! {
+                    biased;
                     _ = &mut stop => return,
                     b = session.beat(beat_timeout) => b,
                 };
