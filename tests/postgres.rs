@@ -146,6 +146,23 @@ fn a_terminated_backend_reads_lost_at_once_and_frees_the_lock() {
 }
 
 #[test]
+fn a_hold_reads_lost_at_once_when_the_server_restarts() {
+    let mut server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "restarted under a holder").unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    server.restart().unwrap();
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+    let again = mutex
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("granted again");
+    assert!(again.fencing_token() > old);
+}
+
+#[test]
 fn a_hold_on_a_frozen_server_turns_suspended_then_lost() {
     let server = TestingPostgres::start().unwrap();
     // Suspended lasts half the session timeout: 3 s to see it on a loaded machine.
