@@ -90,10 +90,10 @@
 //! `blocking` crate (`blocking-N` threads, which end after a second idle), and `async-io` may
 //! start one process-wide `async-io` reactor thread. A [`LeaderLatch`] runs a `zklock-latch`
 //! thread and a [`LeaderSelector`] a `zklock-selector` thread, both joined by their `close`.
-//! Nothing else is spawned, and no thread runs user code except the watcher thread (listeners)
-//! and a selector's thread (its closure).
-//! The Redis and PostgreSQL Clients run threads of their own, listed on `RedisClient` and
-//! `PgClient` (their events threads run those backends' health callbacks).
+//! Nothing else is spawned for ZooKeeper, and no thread runs user code except the watcher thread
+//! (listeners) and a selector's thread (its closure). The Redis and PostgreSQL Clients run
+//! threads of their own, listed on `RedisClient` and `PgClient`; their events threads run those
+//! backends' health callbacks.
 //!
 //! # A crashed holder
 //!
