@@ -303,9 +303,11 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
         {
             return Error::AuthFailed(text);
         }
-        // Class 08 (connection exception) and 57P (the server ends sessions: shutdown,
-        // pg_terminate_backend, crash, starting up, idle timeouts).
-        if code.code().starts_with("08") || code.code().starts_with("57P") {
+        // Class 57P (the server ends or refuses sessions: shutdown, pg_terminate_backend,
+        // crash, starting up, idle timeouts) and, on an open session, class 08 (connection
+        // exception). A class 08 refusal at connect keeps its words: it is how a pooler says it
+        // will not pass the session's limits on ("unsupported startup parameter: options").
+        if code.code().starts_with("57P") || (code.code().starts_with("08") && !connecting) {
             tracing::debug!("zklock: PostgreSQL session ended: {text}");
             return Error::ConnectionLoss;
         }
