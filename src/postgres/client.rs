@@ -216,6 +216,10 @@ impl PgClientBuilder {
             hosts: shown.clone(),
             cause: Box::new(cause),
         };
+        // Checked before the runtime exists: a runtime dropped on another's thread panics.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(in_runtime());
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("zklock-pg-io")
@@ -224,9 +228,6 @@ impl PgClientBuilder {
             .map_err(|e| Error::thread_start("zklock-pg-io", &e))?;
         let handle = runtime.handle().clone();
         let (close, _) = watch::channel(false);
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(in_runtime());
-        }
         let probe = handle.block_on(Session::open(
             &config,
             self.connect_timeout,

@@ -347,8 +347,7 @@ impl PgMutex {
     fn hold(&self, grant: Grant) {
         let inner = self.client.inner();
         let lease = LocalLease::new();
-        lease.open(inner.session_timeout, inner.session_timeout / 2);
-        lease.heard_at(grant.sent);
+        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
         let lease = Arc::new(lease);
         let session = grant.session;
         let node = format!("advisory lock {:?} (backend {})", self.name, session.pid);
