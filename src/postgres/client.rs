@@ -524,6 +524,18 @@ mod tests {
     }
 
     #[test]
+    fn a_call_on_an_async_runtime_is_refused_not_a_panic() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let refused = runtime.block_on(async { PgClient::connect("postgres://127.0.0.1:1/db") });
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("spawn_blocking")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
     fn passwords_are_hidden_and_versions_shown() {
         assert_eq!(
             hide_password("postgres://u:pw@h:1/d"),
