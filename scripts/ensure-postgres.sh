@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure Debian's PostgreSQL server and psql are present (the PostgreSQL backend's tests
-# start their own servers with initdb and postgres, and talk to them with psql), installing the
-# postgresql package with apt-get if not. Nothing is installed when PG_BINDIR names a server
-# of your own.
+# Makes sure Debian's PostgreSQL server, psql and PgBouncer are present (the PostgreSQL
+# backend's tests start their own servers with initdb and postgres, talk to them with psql, and
+# put PgBouncer in front of them), installing the packages with apt-get if not. The server is
+# not installed when PG_BINDIR names one of your own.
 set -euo pipefail
 
 need=()
@@ -10,6 +10,8 @@ if [ -z "${PG_BINDIR:-}" ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null
   need+=(postgresql)
 fi
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
+# The pooler tests put PgBouncer between zklock and the server.
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "zklock: installing ${need[*]} with apt-get" >&2

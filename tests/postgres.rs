@@ -405,6 +405,10 @@ fn holder_worker() {
         .unwrap();
     let mutex = PgMutex::new(&client, "worker").unwrap();
     let mut fence = zklock::testing::FenceClient::connect(fence).unwrap();
+    // Held first, so that "worker" is taken on a session opened for it (not the Client's
+    // first), whose limits are set as it opens.
+    let first = PgMutex::new(&client, "worker's first").unwrap();
+    let _first = first.lock().unwrap();
     let guard = mutex.lock().unwrap();
     let token = guard.fencing_token();
     fence.enter(token, "worker").unwrap();
@@ -505,4 +509,135 @@ fn a_frozen_psql_holder_keeps_its_lock_under_the_default_settings() {
         .status()
         .unwrap()
         .success());
+}
+
+// ---------------------------------------------------------------------------
+// A pooler between zklock and the server.
+// ---------------------------------------------------------------------------
+
+/// PgBouncer (Debian's package) in front of `server`, in `pool_mode`, as the `postgres` user
+/// when the test runs as root (PgBouncer refuses root).
+struct PgBouncer {
+    child: Child,
+    port: u16,
+    password: String,
+    _dir: tempfile::TempDir,
+}
+
+impl PgBouncer {
+    fn start(server: &TestingPostgres, pool_mode: &str) -> PgBouncer {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::Builder::new()
+            .prefix("zklock-pg-bouncer-")
+            .tempdir()
+            .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.path().display();
+        let users = dir.path().join("users.txt");
+        std::fs::write(&users, format!("\"zklock\" \"{}\"\n", server.password())).unwrap();
+        let ini = dir.path().join("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\npostgres = host=127.0.0.1 port={} dbname=postgres\n\
+                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
+                 auth_type = plain\nauth_file = {d}/users.txt\npool_mode = {pool_mode}\n\
+                 unix_socket_dir =\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n\
+                 default_pool_size = 4\n",
+                server.port()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new("pgbouncer");
+        cmd.arg(&ini).stdout(Stdio::null()).stderr(Stdio::null());
+        if let Some((uid, gid)) = postgres_user() {
+            for path in [dir.path(), users.as_path(), ini.as_path()] {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+            }
+            cmd.uid(uid).gid(gid);
+        }
+        let child = cmd
+            .spawn()
+            .expect("pgbouncer (Debian's pgbouncer package) runs");
+        let bouncer = PgBouncer {
+            child,
+            port,
+            password: server.password().to_owned(),
+            _dir: dir,
+        };
+        wait_for("pgbouncer to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        bouncer
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://zklock:{}@127.0.0.1:{}/postgres",
+            self.password, self.port
+        )
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The uid and gid of `postgres` when this test runs as root.
+fn postgres_user() -> Option<(u32, u32)> {
+    let me = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    Some((id("-u")?, id("-g")?))
+}
+
+#[test]
+fn a_transaction_mode_pooler_never_grants_one_lock_twice() {
+    let server = TestingPostgres::start().unwrap();
+    let bouncer = PgBouncer::start(&server, "transaction");
+    let a = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let b = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let (ma, mb) = (
+        PgMutex::new(&a, "pooled").unwrap(),
+        PgMutex::new(&b, "pooled").unwrap(),
+    );
+    let ga = ma.try_lock();
+    let gb = mb.try_lock();
+    println!("through a transaction-mode PgBouncer: {ga:?} / {gb:?}");
+    let held =
+        |g: &zklock::Result<Option<zklock::LockGuard<'_, PgMutex>>>| matches!(g, Ok(Some(_)));
+    assert!(!(held(&ga) && held(&gb)), "granted twice");
+    let refused = [&ga, &gb]
+        .iter()
+        .any(|g| matches!(g, Err(Error::Postgres(why)) if why.contains("pool_mode = transaction")));
+    assert!(refused, "the pooler is named: {ga:?} / {gb:?}");
+}
+
+#[test]
+fn a_session_mode_pooler_works() {
+    let server = TestingPostgres::start().unwrap();
+    let bouncer = PgBouncer::start(&server, "session");
+    let a = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let b = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let ma = PgMutex::new(&a, "pooled").unwrap();
+    let mb = PgMutex::new(&b, "pooled").unwrap();
+    let guard = ma.try_lock().unwrap().expect("granted");
+    assert!(mb.try_lock().unwrap().is_none());
+    // A second hold of one Client opens a session of its own through the pooler.
+    let other = PgMutex::new(&a, "other").unwrap();
+    assert!(other.try_lock().unwrap().is_some());
+    guard.release().unwrap();
+    assert!(mb.try_lock().unwrap().is_some());
 }

@@ -18,7 +18,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::session::{self, Session};
+use super::session::{self, Limit, Session};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::listeners::{start_events_thread, Dispatch, Event};
@@ -37,8 +37,10 @@ pub(crate) const MIN_VERSION: u32 = 110_000;
 /// is kept for the next acquisition (for up to half the session timeout). Size the server's
 /// `max_connections` for the locks you hold and the threads that wait at once. A pooler in
 /// transaction mode (PgBouncer's `pool_mode = transaction`) hands a session's statements to
-/// different server sessions and breaks session locks: connect to the server or to a
-/// session-mode pool.
+/// different server sessions and breaks session locks: each session takes a marker lock of its
+/// own, and a grant or heartbeat on a server session that is not its own alone fails with
+/// [`Error::Postgres`] (or turns the hold `Lost`). Connect to the server or to a session-mode
+/// pool.
 ///
 /// Every session sets server-side limits from the session timeout (default 30 s):
 /// `idle_session_timeout` and `idle_in_transaction_session_timeout` (the server ends a session
@@ -76,8 +78,10 @@ pub struct PgClient {
 }
 
 pub(crate) struct Inner {
-    /// The options of every session, the server-side limits among them.
+    /// The options of every session.
     config: tokio_postgres::Config,
+    /// The server-side limits every session sets.
+    limits: Vec<Limit>,
     /// The server and database, without a password, for messages.
     shown: String,
     version: u32,
@@ -230,6 +234,7 @@ impl PgClientBuilder {
         let (close, _) = watch::channel(false);
         let probe = handle.block_on(Session::open(
             &config,
+            None,
             self.connect_timeout,
             operation_timeout,
             close.subscribe(),
@@ -240,12 +245,13 @@ impl PgClientBuilder {
         handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
-        session::set_options(&mut config, &limits, self.session_timeout);
+        session::set_keepalives(&mut config, self.session_timeout);
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
         Ok(PgClient {
             inner: Arc::new(Inner {
                 config,
+                limits,
                 shown,
                 version,
                 session_timeout: self.session_timeout,
@@ -439,6 +445,7 @@ impl Inner {
         }
         let (s, _) = Session::open(
             &self.config,
+            Some(&self.limits),
             self.connect_timeout,
             self.operation_timeout,
             self.close.subscribe(),

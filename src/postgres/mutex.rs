@@ -9,7 +9,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::client::PgClient;
-use super::session::{self, error, int, keep, retryable, Keeping, Session};
+use super::session::{error, int, keep, own, retryable, Keeping, Session};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -22,20 +22,32 @@ use crate::core::retry::RetryBudget;
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
 
-/// Waits for the lock, then reads the session's backend and the fencing token. The function
-/// in `FROM` returns (the lock is granted) before the target list is computed, so the
-/// transaction id is assigned after the grant. The transactional logical message (a few bytes
-/// of WAL, prefix `zklock`) makes the transaction one that wrote WAL, whose commit is flushed
-/// before the answer (`synchronous_commit = on`): a transaction id that has only been
-/// assigned would be committed asynchronously and could be handed out again after a crash.
-const LOCK: &str = "SELECT pg_backend_pid(), txid_current(), \
-     pg_logical_emit_message(true, 'zklock', '') \
-     FROM pg_advisory_lock(hashtextextended($1, 0))";
+/// Waits for the lock, then reads the session's backend, the fencing token and whether the
+/// session is its own (shared with no other zklock session through a pooler: if it is not, the
+/// lock just taken is let go of in the same statement). The function in `FROM` returns (the
+/// lock is granted) before the target list is computed, so the transaction id is assigned
+/// after the grant. The transactional logical message (a few bytes of WAL, prefix `zklock`)
+/// makes the transaction one that wrote WAL, whose commit is flushed before the answer
+/// (`synchronous_commit = on`): a transaction id that has only been assigned would be
+/// committed asynchronously and could be handed out again after a crash. The subquery is not
+/// flattened (its target list is volatile), so the unlock sees its row.
+const LOCK: &str = concat!(
+    "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock(hashtextextended($1, 0)) END, m ",
+    "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
+    own!("$2"),
+    " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
+    "FROM pg_advisory_lock(hashtextextended($1, 0))) AS grant_",
+);
 
 /// One attempt without waiting; a transaction id (a token) only when granted.
-const TRY_LOCK: &str = "SELECT pg_backend_pid(), CASE WHEN l THEN txid_current() END, \
-     CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END \
-     FROM pg_try_advisory_lock(hashtextextended($1, 0)) AS l";
+const TRY_LOCK: &str = concat!(
+    "SELECT pid, xid, own, ",
+    "CASE WHEN l AND NOT own THEN pg_advisory_unlock(hashtextextended($1, 0)) END, m ",
+    "FROM (SELECT pg_backend_pid() AS pid, l, CASE WHEN l THEN txid_current() END AS xid, ",
+    own!("$2"),
+    " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
+    "FROM pg_try_advisory_lock(hashtextextended($1, 0)) AS l) AS attempt",
+);
 
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
 
@@ -276,8 +288,13 @@ impl PgMutex {
         if deadline.expired() {
             let sent = boot_clock();
             let row = session
-                .row(inner.operation_timeout, TRY_LOCK, &[(name, Type::TEXT)])
+                .row(
+                    inner.operation_timeout,
+                    TRY_LOCK,
+                    &[(name, Type::TEXT), (&session.marker, Type::INT8)],
+                )
                 .await?;
+            session.check_own(&row, 0, 2)?;
             if row.try_get::<_, Option<i64>>(1).ok().flatten().is_none() {
                 inner.give_back(session);
                 return Ok(None);
@@ -293,7 +310,8 @@ impl PgMutex {
         let hard = inner.statement_deadline(deadline);
         let limit_param: &(dyn tokio_postgres::types::ToSql + Sync) = &limit;
         let set_params = [(limit_param, Type::TEXT)];
-        let lock_params = [(name, Type::TEXT)];
+        let marker: &(dyn tokio_postgres::types::ToSql + Sync) = &session.marker;
+        let lock_params = [(name, Type::TEXT), (marker, Type::INT8)];
         let set = session
             .client
             .query_typed("SELECT set_config('lock_timeout', $1, false)", &set_params);
@@ -413,11 +431,9 @@ impl PgMutex {
     }
 }
 
-/// The grant in `row` (`pg_backend_pid()`, token) on `session`.
+/// The grant in `row` (`pg_backend_pid()`, token, own) on `session`.
 fn granted(session: Arc<Session>, row: &tokio_postgres::Row, sent: Duration) -> Result<Grant> {
-    if int(row, 0)? != i64::from(session.pid) {
-        return Err(Error::Postgres(session::not_own_session()));
-    }
+    session.check_own(row, 0, 2)?;
     let token = u64::try_from(int(row, 1)?)
         .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))?;
     Ok(Grant {

@@ -52,18 +52,8 @@ pub(crate) fn limits(version: u32, timeout: Duration) -> Vec<Limit> {
     limits
 }
 
-/// Sessions opened with `config` start with `limits` (in the startup packet: no round trip),
-/// and the client's side of each connection finds a vanished server within `timeout` too.
-pub(crate) fn set_options(
-    config: &mut tokio_postgres::Config,
-    limits: &[Limit],
-    timeout: Duration,
-) {
-    let mut options = config.get_options().unwrap_or_default().to_owned();
-    for (name, value) in limits {
-        options.push_str(&format!(" -c {name}={value}"));
-    }
-    config.options(options.trim_start());
+/// The client's side of each connection finds a vanished server within `timeout` too.
+pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Duration) {
     config
         .keepalives(true)
         .keepalives_idle((timeout / 3).max(Duration::from_secs(1)))
@@ -72,22 +62,56 @@ pub(crate) fn set_options(
         .tcp_user_timeout(timeout);
 }
 
+/// `limits` as one batch of `SET` statements.
+fn set_sql(limits: &[Limit]) -> String {
+    limits
+        .iter()
+        .map(|(name, value)| format!("SET {name} = {value};"))
+        .collect()
+}
+
+/// Every session takes a marker lock when it opens, `pg_advisory_lock(2053860459, MARKER)`: the
+/// two-integer form (`objsubid = 2` in `pg_locks`, a key space apart from the locks' own), its
+/// first key `0x7A6B6C6B` ("zklk"), its second a random positive `int4` of the session's.
+///
+/// SQL true when the server session running the statement holds the marker given as the
+/// parameter `$p` (an `int8`) and no other session's marker: it is this session's own, shared
+/// with no other zklock session. A pooler in transaction mode that runs one client's
+/// statements on another's server session, or two clients' on one, makes it false.
+macro_rules! own {
+    ($p:literal) => {
+        concat!(
+            "((SELECT coalesce(array_agg(objid::int8), '{}') FROM pg_locks ",
+            "WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 2053860459 ",
+            "AND pid = pg_backend_pid() AND granted) = ARRAY[",
+            $p,
+            "::int8])"
+        )
+    };
+}
+pub(crate) use own;
+
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
     cancel: tokio_postgres::CancelToken,
     /// The server process serving it (`pg_backend_pid()`).
     pub(crate) pid: i32,
+    /// The second key of this session's marker lock, taken when it opened: what tells its own
+    /// server session from one a pooler hands it.
+    pub(crate) marker: i64,
     /// Becomes true when the connection ends (closed by either side, broken, or the Client
     /// closed).
     ended: watch::Receiver<bool>,
 }
 
 impl Session {
-    /// Opens a session and learns its backend pid and the server's version, within
+    /// Opens a session, sets `limits` on it (sent with its first statement: no round trip
+    /// more), takes its marker lock and learns its backend pid and the server's version, within
     /// `connect_timeout` and `operation_timeout`. The connection ends when `close` turns true.
     pub(crate) async fn open(
         config: &tokio_postgres::Config,
+        limits: Option<&[Limit]>,
         connect_timeout: Duration,
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
@@ -114,21 +138,42 @@ impl Session {
             let _ = ended_tx.send(true);
         });
         let cancel = client.cancel_token();
-        let row = within(
-            operation_timeout,
-            client.query_typed(
-                "SELECT pg_backend_pid(), current_setting('server_version_num')::int",
-                &[],
-            ),
-        )
-        .await?;
+        let marker = fastrand::i32(1..);
+        let marker_param: &(dyn ToSql + Sync) = &marker;
+        let params = [(marker_param, Type::INT4)];
+        let first = client.query_typed(
+            "SELECT pg_backend_pid(), current_setting('server_version_num')::int, \
+             pg_try_advisory_lock(2053860459, $1)",
+            &params,
+        );
+        let row = match limits {
+            None => within(operation_timeout, first).await?,
+            Some(limits) => {
+                let sets = set_sql(limits);
+                let (set, rows) = tokio::time::timeout(operation_timeout, async {
+                    tokio::join!(client.batch_execute(&sets), first)
+                })
+                .await
+                .map_err(|_| Error::Timeout)?;
+                set.map_err(|e| error(&e, false))?;
+                within(operation_timeout, std::future::ready(rows)).await?
+            }
+        };
         let (pid, version) = (int(&row, 0)?, int(&row, 1)?);
         let pid = i32::try_from(pid)
             .map_err(|_| Error::Postgres(format!("a backend pid out of range: {pid}")))?;
+        if !row.try_get::<_, bool>(2).unwrap_or(false) {
+            return Err(Error::Postgres(
+                "another session holds this session's marker lock: is a pooler between \
+                 zklock and the server?"
+                    .into(),
+            ));
+        }
         let session = Session {
             client,
             cancel,
             pid,
+            marker: i64::from(marker),
             ended,
         };
         Ok((session, u32::try_from(version).unwrap_or(0)))
@@ -136,10 +181,7 @@ impl Session {
 
     /// Sets `limits` on this session (one opened without them).
     pub(crate) async fn apply(&self, limits: &[Limit], operation_timeout: Duration) -> Result<()> {
-        let sql: String = limits
-            .iter()
-            .map(|(name, value)| format!("SET {name} = {value};"))
-            .collect();
+        let sql = set_sql(limits);
         tokio::time::timeout(operation_timeout, self.client.batch_execute(&sql))
             .await
             .map_err(|_| Error::Timeout)?
@@ -176,15 +218,31 @@ impl Session {
         }
     }
 
-    /// Checks that the session is alive and still served by its own backend, for the lease:
-    /// the lease clock's reading when the check was sent.
+    /// Checks that the session is alive and still its own server session (shared with no other
+    /// zklock session), for the lease: the lease clock's reading when the check was sent.
     pub(crate) async fn beat(&self, timeout: Duration) -> Result<Duration> {
         let sent = boot_clock();
-        let row = self.row(timeout, "SELECT pg_backend_pid()", &[]).await?;
-        if int(&row, 0)? != i64::from(self.pid) {
+        let sql = concat!("SELECT pg_backend_pid(), ", own!("$1"));
+        let row = self
+            .row(timeout, sql, &[(&self.marker, Type::INT8)])
+            .await?;
+        self.check_own(&row, 0, 1)?;
+        Ok(sent)
+    }
+
+    /// [`Error::Postgres`] unless columns `pid` and `own` of `row` show this session's own
+    /// server session.
+    pub(crate) fn check_own(
+        &self,
+        row: &tokio_postgres::Row,
+        pid: usize,
+        own: usize,
+    ) -> Result<()> {
+        let own = row.try_get::<_, bool>(own).unwrap_or(false);
+        if !own || int(row, pid)? != i64::from(self.pid) {
             return Err(Error::Postgres(not_own_session()));
         }
-        Ok(sent)
+        Ok(())
     }
 }
 
@@ -252,11 +310,12 @@ pub(crate) fn keep(
     (Keeping(stop_tx), task)
 }
 
-/// The message for a statement answered by another backend than the session's own.
-pub(crate) fn not_own_session() -> String {
-    "a statement of a lock's session was run by another server session: a pooler in \
-     transaction mode (PgBouncer's pool_mode = transaction) is between zklock and the server, \
-     and session locks cannot work through it"
+/// The message for a statement run on a server session that is not the session's own, or is
+/// shared with another zklock session.
+fn not_own_session() -> String {
+    "a lock's statement ran on a server session shared with another zklock session, or not \
+     its own: a pooler in transaction mode (PgBouncer's pool_mode = transaction) is between \
+     zklock and the server, and session locks cannot work through it"
         .to_owned()
 }
 
@@ -359,12 +418,6 @@ mod tests {
         assert!(get(&old, "idle_session_timeout").is_none());
         assert!(get(&old, "tcp_user_timeout").is_none());
         assert_eq!(get(&old, "tcp_keepalives_interval").unwrap(), "1");
-        let mut config = tokio_postgres::Config::new();
-        config.options("-c search_path=x");
-        set_options(&mut config, &l, Duration::from_secs(30));
-        let options = config.get_options().unwrap();
-        assert!(
-            options.starts_with("-c search_path=x -c idle_in_transaction_session_timeout=30000")
-        );
+        assert!(set_sql(&l).starts_with("SET idle_in_transaction_session_timeout = 30000;"));
     }
 }
