@@ -17,6 +17,9 @@
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
 //! | a mutex on Redis | `RedisMutex` (feature `redis`) |
+//! | many readers or one writer on Redis | `RedisReadWriteLock` (feature `redis`) |
+//! | at most N holders on Redis | `RedisSemaphore` (feature `redis`) |
+//! | one leader among many on Redis | `RedisLeaderLatch` (feature `redis`) |
 //! | a mutex on PostgreSQL, shared with any SQL client | `PgMutex` (feature `postgres`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
@@ -133,8 +136,9 @@
 //! * `zookeeper` (default) — the ZooKeeper backend: [`Client`], the lock recipes and leader
 //!   election. Without it (and with no other backend) only the backend-neutral core is built:
 //!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
-//! * `redis` — the Redis backend: `RedisClient` and `RedisMutex` (fair or barging, and
-//!   redis-py's `Lock` layout), on the `redis` crate's blocking API. What Redis can and cannot
+//! * `redis` — the Redis backend: `RedisClient`, `RedisMutex` (fair or barging, and
+//!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
+//!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
 //! * `postgres` — the PostgreSQL backend: `PgClient` and `PgMutex`, a session-level advisory
 //!   lock on the key `hashtextextended(name, 0)` that any SQL client can take too, with
@@ -150,8 +154,9 @@
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
 //!   and hold times, waiters, pending background deletes; the names are listed in the
 //!   repository's `docs/observability.md`); install any `metrics` exporter.
-//! * `tls` — TLS connections to ZooKeeper (`ClientBuilder::tls_ca_pem` and the like), through
-//!   the wire client's rustls support.
+//! * `tls` — TLS connections for every backend built: ZooKeeper (`ClientBuilder::tls_ca_pem`
+//!   and the like) and Redis (`rediss://` URLs, `RedisClientBuilder::tls_ca_pem`), through
+//!   the clients' rustls support.
 //! * `sasl-digest-md5` — SASL DIGEST-MD5 authentication (`ClientBuilder::sasl_digest_md5`).
 //! * `cli` — the `zklock` command-line tool (`cargo install zklock --features cli`): run a
 //!   command under a lock and stop it if the lock is lost, see who holds what.
@@ -211,6 +216,7 @@ mod zookeeper;
 pub use crate::core::channel::Receiver;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::health::{HealthEvent, LockHealth};
+pub use crate::core::leadership::LeadershipChange;
 pub use crate::core::lock::{ArcLockGuard, Lock, LockGuard};
 pub use crate::core::multi::InterProcessMultiLock;
 pub use crate::core::retry::{
@@ -222,7 +228,10 @@ pub use crate::core::retry::{
 pub use crate::postgres::{PgClient, PgClientBuilder, PgMutex};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use crate::redis::{RedisClient, RedisClientBuilder, RedisMutex};
+pub use crate::redis::{
+    RedisClient, RedisClientBuilder, RedisLeaderLatch, RedisLease, RedisMutex, RedisReadWriteLock,
+    RedisSemaphore,
+};
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{
     Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,
@@ -231,7 +240,7 @@ pub use crate::zookeeper::client::{
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::leader::{
     elect, CloseMode, LeaderLatch, LeaderLatchBuilder, LeaderSelector, LeaderSelectorBuilder,
-    Leadership, LeadershipChange, Participant,
+    Leadership, Participant,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::locks::{

@@ -806,3 +806,156 @@ fn the_digest_can_come_from_a_file_or_the_environment() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("--digest-file"));
 }
+
+// ---------------------------------------------------------------------------
+// On Redis: `--connect redis://…`.
+// ---------------------------------------------------------------------------
+
+#[cfg(feature = "redis")]
+mod on_redis {
+    use super::*;
+    use zklock::testing::TestingRedis;
+
+    fn zklock_redis(server: &TestingRedis, args: &[&str]) -> Command {
+        let mut c = Command::new(ZKLOCK);
+        c.arg("--connect").arg(server.url()).args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn run_redis(server: &TestingRedis, name: &str, opts: &[&str], command: &[String]) -> Command {
+        let mut c = zklock_redis(server, &["run", name]);
+        c.args(opts).arg("--").args(command);
+        c
+    }
+
+    #[test]
+    fn two_runs_on_redis_never_overlap_and_tokens_rise() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let (log, go) = (scratch.file("log"), scratch.file("go"));
+        let mut a = Proc::spawn(run_redis(
+            &server,
+            "cli",
+            &[],
+            &worker(&log, "a", Some(&go), 0),
+        ));
+        wait_for("a to hold", || entered(&log, "a"));
+        let mut b = Proc::spawn(run_redis(&server, "cli", &[], &worker(&log, "b", None, 7)));
+        // b queues behind a; it does not enter while a holds.
+        let queue = "zklock:{cli}:queue";
+        wait_for("b to queue", || {
+            server.command(&["LLEN", queue]).unwrap() == "1"
+        });
+        assert!(!entered(&log, "b"));
+        fs::write(&go, "").unwrap();
+        assert_eq!(a.code(), 0);
+        assert_eq!(b.code(), 7, "the command's exit code passes through");
+        assert_eq!(
+            lines(&log)
+                .iter()
+                .map(|l| l.split(' ').next().unwrap())
+                .collect::<Vec<_>>(),
+            ["enter", "exit", "enter", "exit"]
+        );
+        assert!(token(&log, "b") > token(&log, "a"));
+        assert!(read(&log).contains("enter a ") && read(&log).contains(" zklock:{cli}"));
+    }
+
+    #[test]
+    fn a_run_whose_redis_lock_is_lost_stops_its_command_with_123() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let log = scratch.file("log");
+        let never = scratch.file("never");
+        let mut a = Proc::spawn(run_redis(
+            &server,
+            "lost",
+            &["--session-timeout", "1s", "--kill-after", "2s"],
+            &worker(&log, "a", Some(&never), 0),
+        ));
+        wait_for("a to hold", || entered(&log, "a"));
+        server.command(&["DEL", "zklock:{lost}"]).unwrap();
+        assert_eq!(a.code(), 123);
+        assert!(read(&log).contains("term a"), "the command got SIGTERM");
+    }
+
+    #[test]
+    fn a_timed_out_run_on_redis_exits_124_and_a_semaphore_lets_two_in() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let (log, go) = (scratch.file("log"), scratch.file("go"));
+        let opts = ["--semaphore", "2"];
+        let _a = Proc::spawn(run_redis(
+            &server,
+            "sem",
+            &opts,
+            &worker(&log, "a", Some(&go), 0),
+        ));
+        let _b = Proc::spawn(run_redis(
+            &server,
+            "sem",
+            &opts,
+            &worker(&log, "b", Some(&go), 0),
+        ));
+        wait_for("two to hold", || entered(&log, "a") && entered(&log, "b"));
+        let mut c = Proc::spawn(run_redis(
+            &server,
+            "sem",
+            &["--semaphore", "2", "--timeout", "300ms"],
+            &worker(&log, "c", None, 0),
+        ));
+        assert_eq!(c.code(), 124);
+        assert!(!entered(&log, "c"));
+        fs::write(&go, "").unwrap();
+    }
+
+    #[test]
+    fn elect_on_redis_runs_the_command_while_leading_and_then_the_next() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let log = scratch.file("log");
+        let never = scratch.file("never");
+        let elect = |name: &str| {
+            let mut c = zklock_redis(&server, &["elect", "leader", "--id", name, "--"]);
+            c.args(worker(&log, name, Some(&never), 0));
+            Proc::spawn(c)
+        };
+        let mut a = elect("a");
+        wait_for("a to lead", || entered(&log, "a"));
+        let mut b = elect("b");
+        wait_for("b to queue", || {
+            server.command(&["LLEN", "zklock:{leader}:queue"]).unwrap() == "1"
+        });
+        assert!(!entered(&log, "b"));
+        a.signal("TERM");
+        assert_eq!(a.code(), 143, "the command's own status after SIGTERM");
+        wait_for("b to lead", || entered(&log, "b"));
+        assert!(token(&log, "b") > token(&log, "a"));
+        b.signal("TERM");
+        assert_eq!(b.code(), 143);
+    }
+
+    #[test]
+    fn zklock_connect_names_the_redis_server() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let log = scratch.file("log");
+        let mut c = Command::new(ZKLOCK);
+        c.args(["run", "env", "--"])
+            .args(worker(&log, "a", None, 0));
+        c.env("ZKLOCK_CONNECT", server.url())
+            .env("ZK_CONNECT", "127.0.0.1:1");
+        assert_eq!(Proc::spawn(c).code(), 0);
+        assert!(read(&log).contains("zklock:{env}"), "{}", read(&log));
+    }
+
+    #[test]
+    fn zookeeper_only_commands_say_so_on_redis() {
+        let server = TestingRedis::start().unwrap();
+        let out = zklock_redis(&server, &["holders", "x"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("ZooKeeper only"), "{err}");
+    }
+}

@@ -9,6 +9,7 @@ use common::*;
 use zklock::testing::TestingServer;
 use zklock::{
     Acl, Client, Error, InterProcessMultiLock, InterProcessMutex, Lock, LockHealth, Revoker,
+    UnfairDriver,
 };
 
 fn session_client(server: &TestingServer) -> Client {
@@ -119,6 +120,40 @@ fn a_revoked_holder_is_told_and_the_revoker_gets_the_lock() {
         &client,
         "/locks/revocable",
     );
+}
+
+/// With `UnfairDriver` a revocation request on a node that is only waiting is no claim: when
+/// the holder releases, that waiter still takes the lock.
+#[test]
+fn an_unfair_waiter_asked_to_release_still_takes_the_lock() {
+    let server = TestingServer::start().unwrap();
+    let path = "/locks/unfair-revoked";
+    let holder_client = session_client(&server);
+    let holder = InterProcessMutex::with_driver(&holder_client, path, UnfairDriver).unwrap();
+    holder.acquire().unwrap();
+    let held = holder.lock_node().unwrap();
+    let (got_tx, got_rx) = crossbeam_channel::bounded(1);
+    let waiter_client = session_client(&server);
+    let waiter = thread::spawn(move || {
+        let mutex = InterProcessMutex::with_driver(&waiter_client, path, UnfairDriver).unwrap();
+        let got = mutex.acquire_timeout(patience()).unwrap();
+        got_tx.send(got).unwrap();
+        if got {
+            mutex.release().unwrap();
+        }
+    });
+    let client = session_client(&server);
+    wait_for("the waiter's node", || {
+        client.children(path).map(|c| c.len()).unwrap_or(0) == 2
+    });
+    let waiting = holder.participant_nodes().unwrap();
+    let waiting = waiting.iter().find(|n| **n != held).unwrap();
+    Revoker::attempt_revoke(&client, waiting).unwrap();
+    holder.release().unwrap();
+    let got = got_rx.recv_timeout(patience() * 2).unwrap();
+    assert!(got, "the revoked waiter never took the free lock");
+    waiter.join().unwrap();
+    assert_clean(|| server.four_letter("wchc").unwrap(), &client, path);
 }
 
 #[test]

@@ -3,40 +3,16 @@
 //! holder (worker processes: this binary run again), health, cancellation, close, bad input.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
 use zklock::{Error, LockHealth, RedisClient, RedisMutex};
 
-const WORKER: &str = "ZKLOCK_REDIS_WORKER";
-
-/// How long a condition may take on a loaded machine.
-fn patience() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + patience();
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn client(server: &TestingRedis, ttl: Duration) -> RedisClient {
-    RedisClient::builder(&server.url())
-        .ttl(ttl)
-        .connect()
-        .expect("connect")
-}
-
-/// The lock keys left on the server.
-fn lock_keys(server: &TestingRedis) -> String {
-    server.command(&["KEYS", "zklock:*"]).unwrap()
-}
+mod redis_common;
+use redis_common::{client, lock_keys, patience, wait_for, Worker};
 
 #[test]
 fn holders_exclude_each_other_on_the_fenced_register() {
@@ -383,116 +359,6 @@ fn bad_input_is_refused_with_its_cause() {
 // A holder in another process: killed, or frozen past its TTL.
 // ---------------------------------------------------------------------------
 
-/// The worker: holds the lock named in its arguments, writes to the fenced register every
-/// 20 ms (checking `health()` before each write when asked to), and reports each write.
-#[test]
-fn holder_worker() {
-    let Ok(args) = std::env::var(WORKER) else {
-        return; // only as a worker process
-    };
-    let args: Vec<&str> = args.split(' ').collect();
-    let (url, fence, checks) = (args[0], args[1], args[2] == "check");
-    let client = RedisClient::builder(url)
-        .ttl(Duration::from_secs(2))
-        .connect()
-        .unwrap();
-    let mutex = RedisMutex::new(&client, "worker").unwrap();
-    let mut fence = FenceClient::connect(fence).unwrap();
-    let guard = mutex.lock().unwrap();
-    let token = guard.fencing_token();
-    fence.enter(token, "worker").unwrap();
-    say(&format!("held {token}"));
-    for i in 0.. {
-        if checks && guard.health() != LockHealth::Held {
-            say("lost");
-            break;
-        }
-        let outcome = fence.write(token, "worker", &i.to_string()).unwrap();
-        say(&format!("wrote {}", outcome.is_accepted()));
-        thread::sleep(Duration::from_millis(20));
-    }
-    fence.exit(token, "worker").unwrap();
-    // Wait to be killed.
-    let _ = std::io::stdin().lock().lines().next();
-}
-
-fn say(line: &str) {
-    println!("worker: {line}");
-}
-
-struct Worker {
-    child: Child,
-    _stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Worker {
-    fn start(server: &TestingRedis, register: &FencedRegister, checks: bool) -> Worker {
-        let mode = if checks { "check" } else { "blind" };
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "holder_worker",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(
-                WORKER,
-                format!("{} {} {mode}", server.url(), register.addr()),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the worker");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("worker: ") {
-                    let _ = tx.send(line[at + "worker: ".len()..].to_owned());
-                }
-            }
-        });
-        Worker {
-            child,
-            _stdin: stdin,
-            lines,
-        }
-    }
-
-    fn expect(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + patience();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the worker never said {prefix:?}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Takes the lock after the worker stopped holding it; how long that took.
 fn take_over(server: &TestingRedis, register: &FencedRegister) -> (Duration, u64) {
     let c = client(server, Duration::from_secs(2));
@@ -512,7 +378,7 @@ fn take_over(server: &TestingRedis, register: &FencedRegister) -> (Duration, u64
 fn a_killed_holder_is_replaced_within_its_ttl() {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let mut worker = Worker::start(&server, &register, true);
+    let mut worker = Worker::start(&server, &register, "check");
     worker.expect("held");
     worker.expect("wrote");
     worker.signal("-KILL");
@@ -539,7 +405,7 @@ fn a_frozen_holder_that_does_not_check_is_stopped_by_the_fence() {
 fn frozen_holder(checks: bool) {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let worker = Worker::start(&server, &register, checks);
+    let worker = Worker::start(&server, &register, if checks { "check" } else { "blind" });
     worker.expect("held");
     worker.expect("wrote true");
     worker.signal("-STOP");
@@ -747,4 +613,125 @@ fn a_multi_lock_takes_redis_locks_all_or_none() {
     let guard = both.try_lock_for(patience()).unwrap().expect("both");
     assert!(guard.health() == LockHealth::Held);
     assert!(to.try_lock().unwrap().is_none());
+}
+
+// ---------------------------------------------------------------------------
+// Failover and a frozen server.
+// ---------------------------------------------------------------------------
+
+/// A replica that missed the grant (paused, its link cut, while its primary granted and died)
+/// is promoted: it grants the lock again while the first holder still believes it holds. The
+/// fence refuses the first holder's late writes, the first holder reads `Lost` once its lease
+/// runs out, and the window in which both believed they held is printed.
+#[test]
+fn a_promoted_replica_that_missed_the_key_lets_two_hold_and_the_fence_refuses_the_stale_one() {
+    let mut primary = TestingRedis::start().unwrap();
+    let mut replica = TestingRedis::replica_of(&primary).unwrap();
+    let register = FencedRegister::start().unwrap();
+    let a = client(&primary, Duration::from_secs(2));
+    let mutex = RedisMutex::new(&a, "failover").unwrap();
+    // An earlier grant the replica did see, so that it has the token key.
+    drop(mutex.lock().unwrap());
+    wait_for("the replica to have the token", || {
+        replica
+            .command(&["EXISTS", "zklock:{failover}:token"])
+            .unwrap()
+            == "1"
+    });
+    // The replica stands still and its link is cut: what the primary writes now, it never gets.
+    replica.pause().unwrap();
+    primary
+        .command(&["CLIENT", "KILL", "TYPE", "replica"])
+        .unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    let mut fence = register.client().unwrap();
+    fence.enter(old, "a").unwrap();
+    assert!(fence.write(old, "a", "1").unwrap().is_accepted());
+    primary.kill().unwrap();
+    replica.resume().unwrap();
+    replica.promote().unwrap();
+    assert_eq!(
+        replica.command(&["EXISTS", "zklock:{failover}"]).unwrap(),
+        "0",
+        "the promoted replica missed the grant"
+    );
+    let b = client(&replica, Duration::from_secs(2));
+    let other = RedisMutex::new(&b, "failover").unwrap();
+    let second = other
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("granted again");
+    let granted_again = Instant::now();
+    let new = second.fencing_token();
+    assert!(new > old, "token {new} after {old}");
+    let mut fence_b = register.client().unwrap();
+    fence_b.enter(new, "b").unwrap();
+    assert!(fence_b.write(new, "b", "2").unwrap().is_accepted());
+    assert!(
+        !fence.write(old, "a", "3").unwrap().is_accepted(),
+        "the fence refuses the stale holder"
+    );
+    wait_for("a's hold to read Lost", || {
+        guard.health() == LockHealth::Lost
+    });
+    println!(
+        "both believed they held for {:?} (TTL 2 s): the fence refused the stale write",
+        granted_again.elapsed()
+    );
+    fence.exit(old, "a").unwrap();
+    fence_b.exit(new, "b").unwrap();
+    let report = register.check();
+    println!("{report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.stale_rejected, 1);
+}
+
+/// A server frozen with SIGSTOP answers nothing: the holder reads `Suspended`, then `Lost`
+/// once a TTL has passed since its last acknowledged renewal; a waiter's bounded acquire
+/// returns within its bound plus the operation timeout; nothing hangs, and after the server
+/// runs again a new holder gets a higher token.
+#[test]
+fn a_frozen_server_makes_a_holder_lost_and_nothing_hangs() {
+    let server = TestingRedis::start().unwrap();
+    let a = RedisClient::builder(&server.url())
+        .ttl(Duration::from_secs(1))
+        .operation_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    let mutex = RedisMutex::new(&a, "frozen").unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    let events = mutex.health_events();
+    server.pause().unwrap();
+    let mut told = Vec::new();
+    while told.last() != Some(&LockHealth::Lost) {
+        told.push(
+            events
+                .recv_timeout(patience())
+                .expect("health events")
+                .health,
+        );
+    }
+    assert_eq!(told, [LockHealth::Suspended, LockHealth::Lost]);
+    let waiting = RedisMutex::new(&a, "frozen-too").unwrap();
+    let waited = thread::spawn(move || {
+        waiting
+            .try_lock_for(Duration::from_millis(300))
+            .map(|g| g.is_some())
+    });
+    wait_for("the bounded acquire to return", || waited.is_finished());
+    assert!(
+        waited.join().unwrap().is_err(),
+        "no answer from a frozen server"
+    );
+    server.resume().unwrap();
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+    let b = client(&server, Duration::from_secs(1));
+    let later = RedisMutex::new(&b, "frozen").unwrap();
+    let taken = later
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("taken again");
+    assert!(taken.fencing_token() > old);
 }

@@ -14,6 +14,7 @@ pub(crate) mod channel;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod health;
+pub(crate) mod leadership;
 pub(crate) mod lease;
 pub(crate) mod listeners;
 pub(crate) mod lock;

@@ -89,6 +89,9 @@ pub struct RedisClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
+    /// The CA to trust instead of the system's, and a client certificate and key (PEM).
+    #[cfg(feature = "tls")]
+    tls: (Option<String>, Option<(String, String)>),
 }
 
 impl RedisClient {
@@ -100,8 +103,9 @@ impl RedisClient {
         RedisClient::builder(url).connect()
     }
 
-    /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`
-    /// (`rediss://` for TLS, which this build does not support yet).
+    /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`,
+    /// or `rediss://…` for TLS (feature `tls`; the server's certificate is checked against
+    /// the system's CAs, or [`tls_ca_pem`](RedisClientBuilder::tls_ca_pem)).
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
@@ -109,6 +113,8 @@ impl RedisClient {
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
             retry: None,
+            #[cfg(feature = "tls")]
+            tls: (None, None),
         }
     }
 
@@ -172,6 +178,23 @@ impl RedisClientBuilder {
         self
     }
 
+    /// TLS (`rediss://` URLs): trust the CA certificates in `pem` instead of the system's.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_ca_pem(mut self, pem: &str) -> Self {
+        self.tls.0 = Some(pem.to_owned());
+        self
+    }
+
+    /// TLS (`rediss://` URLs): present this client certificate and key (PEM) to a server that
+    /// asks for one (`tls-auth-clients yes`).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_identity_pem(mut self, certificate: &str, key: &str) -> Self {
+        self.tls.1 = Some((certificate.to_owned(), key.to_owned()));
+        self
+    }
+
     /// Checks the options, opens a connection, checks the server, subscribes to the Client's
     /// wake-up channel and starts the Client's threads.
     ///
@@ -180,7 +203,7 @@ impl RedisClientBuilder {
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse, a `rediss://`
-    /// URL (TLS is not built in yet) or a timeout or TTL out of range. Then
+    /// URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index.
@@ -213,6 +236,7 @@ impl RedisClientBuilder {
             self.ttl,
             operation_timeout,
             closed.clone(),
+            (wakes.clone(), id.clone()),
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {
@@ -239,15 +263,36 @@ impl RedisClientBuilder {
         })
     }
 
+    /// The `redis` crate's client for `url`, with the TLS options.
+    fn open(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        {
+            let (ca, identity) = &self.tls;
+            if ca.is_some() || identity.is_some() {
+                let certificates = redis::TlsCertificates {
+                    client_tls: identity.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone().into_bytes(),
+                        client_key: key.clone().into_bytes(),
+                    }),
+                    root_cert: ca.as_ref().map(|pem| pem.clone().into_bytes()),
+                };
+                return redis::Client::build_with_tls(url, certificates);
+            }
+        }
+        redis::Client::open(url)
+    }
+
     /// Everything that can be known without I/O.
     fn check(&self) -> Result<(redis::Client, String)> {
         let url = self.url.trim();
         let scheme = url.split("://").next().unwrap_or_default();
         match scheme {
             "redis" => {}
+            "rediss" if cfg!(feature = "tls") => {}
             "rediss" => {
                 return Err(Error::invalid(format!(
-                    "{url:?}: TLS connections (rediss://) are not supported by this build of zklock"
+                    "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
+                    shown_url(url)
                 )))
             }
             _ => {
@@ -256,7 +301,8 @@ impl RedisClientBuilder {
                 )))
             }
         }
-        let redis = redis::Client::open(url)
+        let redis = self
+            .open(url)
             .map_err(|e| Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url))))?;
         for (what, d, min) in [
             ("TTL", self.ttl, Duration::from_millis(100)),
@@ -341,10 +387,42 @@ pub(crate) fn error(e: redis::RedisError) -> Error {
             message: e.to_string(),
         };
     }
+    if let Some(why) = tls_refusal(&e) {
+        return Error::Tls(why);
+    }
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
         return Error::ConnectionLoss;
     }
     Error::Redis(e.to_string())
+}
+
+/// Why a TLS handshake failed, when that is what `e` is: rustls's error inside the I/O error,
+/// which would otherwise read as a lost connection.
+fn tls_refusal(e: &redis::RedisError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+            return Some(format!("the TLS handshake failed: {tls}"));
+        }
+        // The redis crate keeps its I/O errors as `Arc<dyn Error + Send + Sync>`.
+        type Shared = Arc<dyn std::error::Error + Send + Sync>;
+        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
+            cause
+                .downcast_ref::<Shared>()
+                .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        });
+        #[cfg(feature = "tls")]
+        if let Some(tls) = io
+            .and_then(std::io::Error::get_ref)
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(format!("the TLS handshake failed: {tls}"));
+        }
+        let _ = io;
+        source = cause.source();
+    }
+    None
 }
 
 impl Inner {
@@ -479,7 +557,9 @@ mod tests {
             Err(Error::InvalidArgument(why)) => why,
             other => panic!("not refused: {other:?}"),
         };
-        assert!(refused(RedisClient::builder("rediss://127.0.0.1:1")).contains("TLS"));
+        if !cfg!(feature = "tls") {
+            assert!(refused(RedisClient::builder("rediss://127.0.0.1:1")).contains("TLS"));
+        }
         assert!(refused(RedisClient::builder("http://127.0.0.1:1")).contains("redis://"));
         assert!(
             refused(RedisClient::builder("redis://127.0.0.1:1").ttl(Duration::ZERO))

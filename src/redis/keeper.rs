@@ -1,7 +1,8 @@
 //! The keeper: one thread per Client (`zklock-redis-keeper`) that renews every hold of the
 //! Client in one pipeline at a third of the hold TTL, keeps each hold's local lease, reports
 //! each hold's health as it changes, and finishes the releases that could not be done in the
-//! caller's time (a guard's drop, a release whose bound ran out).
+//! caller's time (a guard's drop, a release whose bound ran out). It also keeps each leader
+//! latch's place in its queue: a latch has no thread of its own.
 //!
 //! A hold's lease counts from the *send* time of its last acknowledged renewal (or of the grant):
 //! the key's TTL restarted no earlier than that, so the lease runs out no later than the key.
@@ -14,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::scripts::{invocation, Keys, Scripts};
+use super::latch::Contest;
+use super::mutex::TOKEN_KEEP_TTLS;
+use super::scripts::{invocation, Keys, Layout, Scripts};
+use super::wake::{Registered, Wakes};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lease::{boot_clock, LocalLease};
@@ -30,17 +34,31 @@ struct Kept {
     report: Report,
 }
 
-/// A release still owed to the server.
+/// A release (or a waiter's leave) still owed to the server.
 struct Owed {
     keys: Keys,
     owner: String,
     give_up: Instant,
+    /// Leave the queue rather than release a hold.
+    leave: bool,
+}
+
+/// A latch whose place the keeper keeps.
+struct Contending {
+    contest: Arc<Contest>,
+    /// The queue id of the current attempt, registered for its wake-up.
+    waiting: Option<(String, Registered)>,
+    /// The hold of the term on, if any: (queue id, kept id).
+    holding: Option<(String, u64)>,
+    next_try: Instant,
 }
 
 #[derive(Default)]
 struct Shared {
     holds: Mutex<HashMap<u64, Kept>>,
     owed: Mutex<Vec<Owed>>,
+    /// Latches started since the keeper last looked.
+    contests: Mutex<Vec<Arc<Contest>>>,
     next: AtomicU64,
     signalled: Mutex<bool>,
     signal: Condvar,
@@ -60,6 +78,7 @@ impl Keeper {
         ttl: Duration,
         operation_timeout: Duration,
         closed: Arc<AtomicBool>,
+        (wakes, client_id): (Arc<Wakes>, String),
     ) -> Result<Keeper> {
         let shared = Arc::new(Shared::default());
         let run = Run {
@@ -70,6 +89,10 @@ impl Keeper {
             operation_timeout,
             closed,
             conn: None,
+            wakes,
+            client_id,
+            contending: Vec::new(),
+            next_latch: 0,
         };
         let thread = std::thread::Builder::new()
             .name("zklock-redis-keeper".into())
@@ -84,10 +107,13 @@ impl Keeper {
 
     /// A new hold's lease, opened at `sent` (when the granting call was sent).
     pub(crate) fn lease(&self, sent: Duration) -> Arc<LocalLease> {
-        let lease = LocalLease::new();
-        lease.open(self.ttl, self.ttl / 2);
-        lease.heard_at(sent);
-        Arc::new(lease)
+        open_lease(self.ttl, sent)
+    }
+
+    /// Keeps a latch's place in its queue, and its hold while it leads, until it closes.
+    pub(crate) fn contend(&self, contest: Arc<Contest>) {
+        self.shared.contests.lock().push(contest);
+        self.shared.wake();
     }
 
     /// Renews a hold from now on, until [`forget`](Self::forget).
@@ -118,11 +144,8 @@ impl Keeper {
     /// Releases a hold in the background, retrying until it is done or its key has expired
     /// by itself (a TTL from now).
     pub(crate) fn release_later(&self, keys: &Keys, owner: &str) {
-        self.shared.owed.lock().push(Owed {
-            keys: keys.clone(),
-            owner: owner.to_owned(),
-            give_up: Instant::now() + self.ttl,
-        });
+        self.shared
+            .owe(keys, owner, Instant::now() + self.ttl, false);
         self.shared.wake();
     }
 
@@ -142,6 +165,15 @@ impl Keeper {
 }
 
 impl Shared {
+    fn owe(&self, keys: &Keys, owner: &str, give_up: Instant, leave: bool) {
+        self.owed.lock().push(Owed {
+            keys: keys.clone(),
+            owner: owner.to_owned(),
+            give_up,
+            leave,
+        });
+    }
+
     fn wake(&self) {
         *self.signalled.lock() = true;
         self.signal.notify_all();
@@ -164,6 +196,10 @@ struct Run {
     operation_timeout: Duration,
     closed: Arc<AtomicBool>,
     conn: Option<redis::Connection>,
+    wakes: Arc<Wakes>,
+    client_id: String,
+    contending: Vec<Contending>,
+    next_latch: u64,
 }
 
 impl Run {
@@ -182,6 +218,7 @@ impl Run {
                 self.renew();
             }
             self.report();
+            self.contend();
         }
         self.finish();
     }
@@ -229,13 +266,17 @@ impl Run {
         let Some(conn) = self.conn() else { return };
         let mut pipe = redis::pipe();
         for (_, keys, owner, _, _) in &batch {
-            pipe.add_command(evalsha(&scripts.renew, keys, &[owner, &ttl_ms.to_string()]));
+            let renew = scripts.renew(keys.layout);
+            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms.to_string()]));
         }
         let sent = boot_clock();
         let answers: redis::RedisResult<Vec<i64>> = pipe.query(conn);
         let answers = match answers {
+            // The server forgot the scripts (a restart, SCRIPT FLUSH): load them, send again.
             Err(e) if e.code() == Some("NOSCRIPT") => {
-                let _ = scripts.renew.prepare_invoke().load(conn);
+                for (_, keys, _, _, _) in &batch {
+                    let _ = scripts.renew(keys.layout).prepare_invoke().load(conn);
+                }
                 pipe.query(conn)
             }
             other => other,
@@ -247,7 +288,7 @@ impl Run {
                         lease.heard_at(sent);
                     } else {
                         tracing::warn!(
-                            "zklock: a Redis lock was lost: its key expired or was taken"
+                            "zklock: a Redis lock or lease was lost: it expired or was taken"
                         );
                         self.shared.holds.lock().remove(&id);
                         report(LockHealth::Lost);
@@ -287,7 +328,13 @@ impl Run {
         for o in owed {
             let done = match self.conn() {
                 Some(conn) => {
-                    let mut call = invocation(scripts.release(o.keys.layout), &o.keys);
+                    let script = if o.leave {
+                        scripts.leave(o.keys.layout)
+                    } else {
+                        Some(scripts.release(o.keys.layout))
+                    };
+                    let Some(script) = script else { continue };
+                    let mut call = invocation(script, &o.keys);
                     call.arg(&o.owner);
                     match call.invoke::<i64>(conn) {
                         Ok(_) => true,
@@ -307,20 +354,121 @@ impl Run {
         self.shared.owed.lock().extend(left);
     }
 
+    fn contests_arrive(&mut self) {
+        let now = Instant::now();
+        for contest in std::mem::take(&mut *self.shared.contests.lock()) {
+            self.contending.push(Contending {
+                contest,
+                waiting: None,
+                holding: None,
+                next_try: now,
+            });
+        }
+    }
+
+    /// Each latch: lets go of a term that ended, leaves the queue once closed, queues with a
+    /// new id when it has none, and tries its turn when woken or due.
+    fn contend(&mut self) {
+        self.contests_arrive();
+        let mut contending = std::mem::take(&mut self.contending);
+        contending.retain_mut(|c| self.contend_one(c));
+        self.contending = contending;
+    }
+
+    /// One latch's step; whether it goes on taking part.
+    fn contend_one(&mut self, c: &mut Contending) -> bool {
+        let give_up = Instant::now() + self.ttl;
+        if c.contest.term_ended() || c.contest.is_closed() {
+            if let Some((owner, kept)) = c.holding.take() {
+                self.shared.holds.lock().remove(&kept);
+                self.shared.owe(&c.contest.keys, &owner, give_up, false);
+            }
+            c.contest.let_go();
+        }
+        if c.contest.is_closed() {
+            if let Some((owner, _)) = c.waiting.take() {
+                self.shared.owe(&c.contest.keys, &owner, give_up, true);
+            }
+            return false;
+        }
+        if c.holding.is_some() {
+            return true;
+        }
+        let (owner, registered) = c.waiting.get_or_insert_with(|| {
+            self.next_latch += 1;
+            let owner = format!("{}:latch{}", self.client_id, self.next_latch);
+            let shared = self.shared.clone();
+            let hook = Arc::new(move || shared.wake());
+            let registered = self.wakes.register_with(&owner, Some(hook));
+            (owner, registered)
+        });
+        let woken = registered.parker.take_wake();
+        if !woken && Instant::now() < c.next_try {
+            return true;
+        }
+        let owner = owner.clone();
+        let (ttl, keys, scripts) = (self.ttl, c.contest.keys.clone(), self.scripts.clone());
+        let Some(conn) = self.conn() else {
+            c.next_try = Instant::now() + ttl / 20;
+            return true;
+        };
+        let sent = boot_clock();
+        let mut call = invocation(scripts.acquire(Layout::Queue), &keys);
+        call.arg(&owner)
+            .arg(ms(ttl))
+            .arg(ms(ttl))
+            .arg("1")
+            .arg(ms(ttl * TOKEN_KEEP_TTLS));
+        match call.invoke::<(i64, i64)>(conn) {
+            Ok((1, token)) => {
+                let lease = open_lease(ttl, sent);
+                let report = c
+                    .contest
+                    .gained(u64::try_from(token).unwrap_or(0), lease.clone());
+                let kept = self.shared.next.fetch_add(1, Ordering::Relaxed);
+                self.shared.holds.lock().insert(
+                    kept,
+                    Kept {
+                        keys,
+                        owner: owner.clone(),
+                        lease,
+                        report,
+                    },
+                );
+                c.waiting = None;
+                c.holding = Some((owner, kept));
+            }
+            Ok((_, ahead)) => {
+                // Look again at the latest when the one ahead would expire unrenewed.
+                let expiry = u64::try_from(ahead)
+                    .map_or(ttl / 3, |ms| Duration::from_millis(ms.saturating_add(2)));
+                c.next_try = Instant::now() + expiry.min(ttl / 3);
+            }
+            Err(e) => {
+                tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
+                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                    self.conn = None;
+                }
+                c.next_try = Instant::now() + ttl / 20;
+            }
+        }
+        true
+    }
+
     /// The Client is closing: what it holds is released, what it owes paid, within the
     /// operation timeout.
     fn finish(&mut self) {
-        let holds: Vec<Kept> = self.shared.holds.lock().drain().map(|(_, k)| k).collect();
         let give_up = Instant::now() + self.operation_timeout;
-        {
-            let mut owed = self.shared.owed.lock();
-            for k in &holds {
-                owed.push(Owed {
-                    keys: k.keys.clone(),
-                    owner: k.owner.clone(),
-                    give_up,
-                });
+        self.contests_arrive();
+        for c in std::mem::take(&mut self.contending) {
+            c.contest.close();
+            if let Some((owner, _)) = c.waiting {
+                self.shared.owe(&c.contest.keys, &owner, give_up, true);
             }
+        }
+        let holds: Vec<Kept> = self.shared.holds.lock().drain().map(|(_, k)| k).collect();
+        for k in &holds {
+            self.shared.owe(&k.keys, &k.owner, give_up, false);
         }
         for k in holds {
             (k.report)(LockHealth::Lost);
@@ -351,6 +499,14 @@ fn evalsha(script: &redis::Script, keys: &Keys, args: &[&str]) -> redis::Cmd {
         cmd.arg(*a);
     }
     cmd
+}
+
+/// A hold's local lease, opened at `sent` (when the granting call was sent).
+fn open_lease(ttl: Duration, sent: Duration) -> Arc<LocalLease> {
+    let lease = LocalLease::new();
+    lease.open(ttl, ttl / 2);
+    lease.heard_at(sent);
+    Arc::new(lease)
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {

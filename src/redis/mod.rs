@@ -3,9 +3,16 @@
 
 mod client;
 mod keeper;
+mod latch;
 mod mutex;
+mod read_write;
 mod scripts;
+mod semaphore;
+mod waiting;
 mod wake;
 
 pub use client::{RedisClient, RedisClientBuilder};
+pub use latch::RedisLeaderLatch;
 pub use mutex::RedisMutex;
+pub use read_write::RedisReadWriteLock;
+pub use semaphore::{RedisLease, RedisSemaphore};

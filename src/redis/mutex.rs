@@ -1,15 +1,12 @@
 //! [`RedisMutex`]: a re-entrant, fair (or barging) mutex on Redis with health and fencing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
 
 use super::client::RedisClient;
 use super::keeper::ms;
 use super::scripts::{invocation, Keys, Layout};
-use super::wake::Parker;
+use super::waiting::Waiters;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -26,7 +23,7 @@ const PY_POLL: Duration = Duration::from_millis(100);
 
 /// How long a token is remembered after its grant, in hold TTLs: a grant within that time of
 /// the last one counts up from it even if the server's clock stepped back.
-const TOKEN_KEEP_TTLS: u32 = 10;
+pub(crate) const TOKEN_KEEP_TTLS: u32 = 10;
 
 /// A mutex on Redis: one holder at a time among every process using the same name, re-entrant
 /// per thread (through this object), with [`LockHealth`] and fencing tokens. Fair by default:
@@ -61,10 +58,11 @@ pub struct RedisMutex {
     name: String,
     keys: Keys,
     mode: Mode,
-    holders: ThreadHolds<Holding>,
+    holders: Arc<ThreadHolds<Holding>>,
+    /// A read-write lock's other half's holds (a downgrade, a refused upgrade).
+    partner: Option<Arc<ThreadHolds<Holding>>>,
     feed: Arc<HealthFeed>,
-    cancelled: AtomicU64,
-    waiting: Mutex<Vec<Arc<Parker>>>,
+    waiters: Waiters,
 }
 
 /// Who is granted a free lock.
@@ -76,6 +74,10 @@ enum Mode {
     Barging,
     /// Whoever asks first, on redis-py's layout (no queue: waiters poll).
     RedisPy,
+    /// A read-write lock's read half.
+    Read,
+    /// A read-write lock's write half.
+    Write,
 }
 
 /// One thread's hold.
@@ -145,17 +147,27 @@ impl RedisMutex {
         let layout = match mode {
             Mode::Fair | Mode::Barging => Layout::Queue,
             Mode::RedisPy => Layout::RedisPy,
+            Mode::Read | Mode::Write => Layout::ReadWrite,
         };
         Ok(RedisMutex {
             client: client.clone(),
             name: name.to_owned(),
             keys: Keys::new(name, layout),
             mode,
-            holders: ThreadHolds::default(),
+            holders: Arc::default(),
+            partner: None,
             feed: Arc::default(),
-            cancelled: AtomicU64::new(0),
-            waiting: Mutex::new(Vec::new()),
+            waiters: Waiters::default(),
         })
+    }
+
+    /// The read and the write half of the read-write lock `name`.
+    pub(crate) fn read_write(client: &RedisClient, name: &str) -> Result<[RedisMutex; 2]> {
+        let mut read = RedisMutex::build(client, name, Mode::Read)?;
+        let mut write = RedisMutex::build(client, name, Mode::Write)?;
+        read.partner = Some(write.holders.clone());
+        write.partner = Some(read.holders.clone());
+        Ok([read, write])
     }
 
     /// The lock's name.
@@ -163,9 +175,14 @@ impl RedisMutex {
         &self.name
     }
 
-    /// The key that holds the lock (`zklock:{NAME}`; the name itself on redis-py's layout).
+    /// The key that holds the lock (`zklock:{NAME}`; the name itself on redis-py's layout;
+    /// `zklock:rw:{NAME}`, a sorted set, for a read lock and `zklock:rw:{NAME}:writer` for a
+    /// write lock).
     pub fn key(&self) -> &str {
-        &self.keys.holder
+        match self.mode {
+            Mode::Write => &self.keys.writer,
+            _ => &self.keys.holder,
+        }
     }
 
     /// Whether any thread of this process holds the lock through this object.
@@ -216,124 +233,67 @@ impl RedisMutex {
         if self.holders.reenter() {
             return Ok(true);
         }
+        let partner = self.partner.as_deref();
+        if self.mode == Mode::Write && partner.is_some_and(ThreadHolds::mine_exists) {
+            // The readers ahead would include ourselves: we would wait for ever.
+            return Err(Error::WouldDeadlock);
+        }
+        // A read lock's thread that holds the write lock reads at once (a downgrade).
+        let own_writer = match self.mode {
+            Mode::Read => partner.and_then(|w| w.mine(|h| h.owner.clone())),
+            _ => None,
+        };
         let started = Instant::now();
-        let owner = inner.new_owner();
-        // Registered before the first attempt, so that no wake-up can come before it.
-        let me = inner.wakes.register(&owner);
-        let cancelled = self.cancelled.load(Ordering::Acquire);
-        self.waiting.lock().push(me.parker.clone());
+        let owner = match self.mode {
+            Mode::Read => format!("{}r", inner.new_owner()),
+            Mode::Write => format!("{}w", inner.new_owner()),
+            _ => inner.new_owner(),
+        };
         let _waiting = crate::core::metrics::Waiting::new(&self.name);
-        let outcome = self.wait_for_grant(&owner, &me.parker, deadline, cancelled);
-        self.waiting.lock().retain(|p| !Arc::ptr_eq(p, &me.parker));
-        match outcome {
-            Ok(Some((token, sent))) => {
+        let ttl = inner.ttl();
+        let poll = if self.mode == Mode::RedisPy {
+            PY_POLL
+        } else {
+            ttl / 3
+        };
+        let script = inner.scripts.acquire(self.keys.layout);
+        let keep = ms(ttl * TOKEN_KEEP_TTLS);
+        let attempt = |c: &mut redis::Connection, entry: u64| {
+            let mut call = invocation(script, &self.keys);
+            call.arg(&owner).arg(ms(ttl));
+            match self.mode {
+                Mode::RedisPy => {}
+                Mode::Fair | Mode::Barging => {
+                    let fair = if self.mode == Mode::Fair { "1" } else { "0" };
+                    call.arg(entry).arg(fair).arg(keep);
+                }
+                Mode::Read | Mode::Write => {
+                    let own_writer = own_writer.as_deref().unwrap_or("");
+                    call.arg(entry).arg(own_writer).arg(keep);
+                }
+            }
+            call.invoke(c)
+        };
+        let granted = (self.waiters).wait(inner, &self.keys, &owner, deadline, poll, attempt)?;
+        match granted {
+            Some((token, sent)) => {
                 crate::core::metrics::acquired(&self.name, started.elapsed());
                 self.hold(owner, token, sent);
                 Ok(true)
             }
-            Ok(None) => {
+            None => {
                 crate::core::metrics::timed_out(&self.name);
-                self.leave(&owner);
                 Ok(false)
             }
-            Err(e) => {
-                self.leave(&owner);
-                if e.outcome_unknown() {
-                    // The last attempt may have been granted: release that in the background.
-                    inner.keeper.release_later(&self.keys, &owner);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Attempts until granted (`Some((token, send time))`), out of time (`None`), or an error.
-    /// Between attempts it parks until its wake-up, the deadline, the moment the holder's key
-    /// (or the first waiter's entry) would expire unrenewed, or the re-check interval (a third
-    /// of the TTL), which covers a lost wake-up and keeps its queue entry (whose lease is one
-    /// TTL) alive.
-    fn wait_for_grant(
-        &self,
-        owner: &str,
-        parker: &Parker,
-        deadline: Deadline,
-        cancelled: u64,
-    ) -> Result<Option<(u64, Duration)>> {
-        let inner = self.client.inner();
-        let ttl = inner.ttl();
-        let recheck = ttl / 3;
-        loop {
-            if self.cancelled.load(Ordering::Acquire) != cancelled {
-                return Err(Error::Cancelled);
-            }
-            if inner.closed() {
-                return Err(Error::Closed);
-            }
-            let queue = if deadline.expired() { 0 } else { ms(ttl) };
-            let script = inner.scripts.acquire(self.keys.layout);
-            let ((granted, value), sent): ((i64, i64), Duration) = inner.call(deadline, |c| {
-                let mut call = invocation(script, &self.keys);
-                call.arg(owner).arg(ms(ttl));
-                if self.mode != Mode::RedisPy {
-                    call.arg(queue)
-                        .arg(if self.mode == Mode::Fair { "1" } else { "0" })
-                        .arg(ms(ttl * TOKEN_KEEP_TTLS));
-                }
-                call.invoke(c)
-            })?;
-            if granted == 1 {
-                let token = u64::try_from(value).map_err(|_| {
-                    Error::Redis(format!("the server granted a negative token {value}"))
-                })?;
-                return Ok(Some((token, sent)));
-            }
-            if deadline.expired() {
-                return Ok(None);
-            }
-            // Look again at the latest when the one ahead would expire if it is gone.
-            // (-1: a key without a TTL, written by someone else: only the re-check helps.)
-            let expiry = u64::try_from(value)
-                .map_or(recheck, |ms| Duration::from_millis(ms.saturating_add(2)));
-            let poll = if self.mode == Mode::RedisPy {
-                PY_POLL
-            } else {
-                recheck
-            };
-            let wait = poll.min(expiry);
-            let until = deadline
-                .min_after(wait)
-                .instant()
-                .unwrap_or_else(|| crate::core::deadline::instant_after(wait));
-            parker.park_until(until);
-        }
-    }
-
-    /// Takes `owner` out of the queue, within the operation timeout; if that fails its entry
-    /// expires by itself one TTL after its last attempt.
-    fn leave(&self, owner: &str) {
-        if self.keys.layout != Layout::Queue {
-            return;
-        }
-        let inner = self.client.inner();
-        let left = inner.call(Deadline::after(Duration::ZERO), |c| {
-            let mut call = invocation(&inner.scripts.leave, &self.keys);
-            call.arg(owner);
-            call.invoke::<i64>(c)
-        });
-        if let Err(e) = left {
-            tracing::debug!(
-                "zklock: leaving the queue of Redis lock {:?} failed: {e}",
-                self.name
-            );
         }
     }
 
     fn hold(&self, owner: String, token: u64, sent: Duration) {
         let inner = self.client.inner();
         let lease = inner.keeper.lease(sent);
-        let (health, report) =
-            self.feed
-                .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
+        let (health, report) = self
+            .feed
+            .hold(inner.dispatch(), &self.name, self.key(), token);
         let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
         self.holders.insert(Holding {
             owner,
@@ -376,7 +336,7 @@ impl RedisMutex {
 }
 
 /// A name is any text of 1 to [`MAX_NAME`] bytes.
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("a Redis lock name must not be empty"));
     }
@@ -402,10 +362,7 @@ impl Sealed for RedisMutex {
     }
 
     fn cancel(&self) {
-        self.cancelled.fetch_add(1, Ordering::AcqRel);
-        for p in self.waiting.lock().iter() {
-            p.wake();
-        }
+        self.waiters.cancel();
     }
 
     fn acquired_here(&self) -> bool {

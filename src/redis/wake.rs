@@ -21,17 +21,30 @@ use crate::core::error::{Error, Result};
 /// How long the subscriber waits for a message before it looks at the closed flag.
 const POLL: Duration = Duration::from_millis(250);
 
+/// What else a wake-up does: tell the thread that acts for a waiter without a thread of its
+/// own (the keeper, for a latch).
+pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
+
 /// One parked waiter.
 #[derive(Default)]
 pub(crate) struct Parker {
     woken: Mutex<bool>,
     cv: Condvar,
+    hook: Option<Hook>,
 }
 
 impl Parker {
     pub(crate) fn wake(&self) {
         *self.woken.lock() = true;
         self.cv.notify_all();
+        if let Some(hook) = &self.hook {
+            hook();
+        }
+    }
+
+    /// Whether a wake-up came since the last look, without waiting. The wake is consumed.
+    pub(crate) fn take_wake(&self) -> bool {
+        std::mem::take(&mut *self.woken.lock())
     }
 
     /// Parks until woken or `until`; whether it was woken. The wake is consumed.
@@ -55,7 +68,15 @@ pub(crate) struct Wakes {
 impl Wakes {
     /// Registers a waiter; it stays registered until the returned entry drops.
     pub(crate) fn register(self: &Arc<Self>, id: &str) -> Registered {
-        let parker = Arc::new(Parker::default());
+        self.register_with(id, None)
+    }
+
+    /// Registers a waiter whose wake-ups also call `hook`.
+    pub(crate) fn register_with(self: &Arc<Self>, id: &str, hook: Option<Hook>) -> Registered {
+        let parker = Arc::new(Parker {
+            hook,
+            ..Parker::default()
+        });
         self.parked.lock().insert(id.to_owned(), parker.clone());
         Registered {
             wakes: self.clone(),

@@ -40,6 +40,8 @@ pub struct TestingRedis {
     port: u16,
     persistent: bool,
     replica_of: Option<u16>,
+    /// A TLS port beside the plain one, and its certificates (in `dir/tls`).
+    tls: Option<(super::TestingTls, u16)>,
     dir: tempfile::TempDir,
 }
 
@@ -50,7 +52,19 @@ impl TestingRedis {
     /// `NotFound` with what to install when there is no `redis-server`; the server's log when
     /// it does not answer within 30 s.
     pub fn start() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None)
+        Self::launch_new(false, None, None)
+    }
+
+    /// Starts a server without persistence that also listens for TLS on a second port
+    /// ([`tls_url`](Self::tls_url)), with a throwaway CA and certificates made with the
+    /// `openssl` command ([`tls`](Self::tls)); with `require_client_certificate` a TLS client
+    /// must present the client certificate. The plain port stays open for
+    /// [`command`](Self::command).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedis> {
+        Self::launch_new(false, None, Some(require_client_certificate))
     }
 
     /// Starts a server that writes every change to an append-only file and fsyncs it, so that
@@ -59,7 +73,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedis> {
-        Self::launch_new(true, None)
+        Self::launch_new(true, None, None)
     }
 
     /// Starts a replica of `primary` (without persistence) and waits until it has synced.
@@ -67,7 +81,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
     pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
-        let replica = Self::launch_new(false, Some(primary.port))?;
+        let replica = Self::launch_new(false, Some(primary.port), None)?;
         let deadline = Instant::now() + START_TIMEOUT;
         while !replica
             .command(&["INFO", "replication"])?
@@ -84,7 +98,11 @@ impl TestingRedis {
         Ok(replica)
     }
 
-    fn launch_new(persistent: bool, replica_of: Option<u16>) -> io::Result<TestingRedis> {
+    fn launch_new(
+        persistent: bool,
+        replica_of: Option<u16>,
+        tls: Option<bool>,
+    ) -> io::Result<TestingRedis> {
         let program = program();
         if Command::new(&program)
             .arg("--version")
@@ -104,12 +122,19 @@ impl TestingRedis {
         }
         let mut last = None;
         for _ in 0..5 {
+            let ports = free_ports(2)?;
+            let dir = tempfile::Builder::new().prefix("zklock-redis-").tempdir()?;
+            let tls = match tls {
+                Some(need) => Some((super::tls::certificates(dir.path(), need)?.0, ports[1])),
+                None => None,
+            };
             let mut server = TestingRedis {
                 child: None,
-                port: free_ports(1)?[0],
+                port: ports[0],
                 persistent,
                 replica_of,
-                dir: tempfile::Builder::new().prefix("zklock-redis-").tempdir()?,
+                tls,
+                dir,
             };
             match server.launch() {
                 Ok(()) => return Ok(server),
@@ -135,6 +160,23 @@ impl TestingRedis {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
             cmd.args(["--appendonly", "no"]);
+        }
+        if let Some((certificates, port)) = &self.tls {
+            let tls = self.dir.path().join("tls");
+            cmd.arg("--tls-port")
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(tls.join("server.pem"))
+                .arg("--tls-key-file")
+                .arg(tls.join("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(tls.join("ca.pem"))
+                .arg("--tls-auth-clients")
+                .arg(if certificates.requires_client_certificate() {
+                    "yes"
+                } else {
+                    "no"
+                });
         }
         if let Some(primary) = self.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"])
@@ -179,6 +221,19 @@ impl TestingRedis {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://localhost:TLS_PORT` for a [`start_tls`](Self::start_tls) server (the
+    /// certificate names `localhost` and `127.0.0.1`); `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|(_, port)| format!("rediss://localhost:{port}"))
+    }
+
+    /// The certificates of a [`start_tls`](Self::start_tls) server.
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref().map(|(certificates, _)| certificates)
     }
 
     /// The server's port.

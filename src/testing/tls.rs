@@ -1,6 +1,6 @@
-//! TLS for a [`TestingServer`](super::TestingServer): a throwaway CA, server and client
-//! certificates made with the `openssl` command in the server's temporary directory, and the
-//! `zoo.cfg` lines that open a Netty `secureClientPort` with them.
+//! TLS for a [`TestingServer`](super::TestingServer) and a `TestingRedis`: a throwaway CA,
+//! server and client certificates made with the `openssl` command in the server's temporary
+//! directory, and the `zoo.cfg` lines that open a Netty `secureClientPort` with them.
 
 use std::fmt::Write as _;
 use std::fs::{self, OpenOptions};
@@ -8,8 +8,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The certificates of a TLS [`TestingServer`](super::TestingServer), in PEM, for the
-/// client's TLS options (`ClientBuilder::tls_ca_pem`, `tls_identity_pem`, feature `tls`).
+/// The certificates of a TLS [`TestingServer`](super::TestingServer) or `TestingRedis`, in
+/// PEM, for the client's TLS options (`tls_ca_pem`, `tls_identity_pem`, feature `tls`).
 ///
 /// The server's certificate names `localhost` and `127.0.0.1`.
 #[derive(Clone)]
@@ -165,15 +165,30 @@ fn leaf(dir: &Path, name: &str, cn: &str, usage: &str) -> io::Result<()> {
     )
 }
 
-/// Makes the certificates in `dir/tls` and appends the TLS server configuration to
-/// `dir/zoo.cfg`: Netty, `secureClientPort` on loopback, PEM key and trust stores.
-pub(super) fn configure(dir: &Path, secure_port: u16, client_auth: bool) -> io::Result<TestingTls> {
+/// Makes a CA, an untrusted CA, a server and a client certificate in `dir/tls` (PEM, keys in
+/// `NAME.key`); returns them and that directory.
+pub(super) fn certificates(dir: &Path, client_auth: bool) -> io::Result<(TestingTls, PathBuf)> {
     let tls = dir.join("tls");
     fs::create_dir_all(&tls)?;
     ca(&tls, "ca")?;
     ca(&tls, "untrusted-ca")?;
     leaf(&tls, "server", "localhost", "serverAuth")?;
     leaf(&tls, "client", "zklock-client", "clientAuth")?;
+    let read = |name: &str| fs::read_to_string(tls.join(name));
+    let certificates = TestingTls {
+        ca: read("ca.pem")?,
+        untrusted_ca: read("untrusted-ca.pem")?,
+        client_cert: read("client.pem")?,
+        client_key: read("client.key")?,
+        client_auth,
+    };
+    Ok((certificates, tls))
+}
+
+/// Makes the certificates in `dir/tls` and appends the TLS server configuration to
+/// `dir/zoo.cfg`: Netty, `secureClientPort` on loopback, PEM key and trust stores.
+pub(super) fn configure(dir: &Path, secure_port: u16, client_auth: bool) -> io::Result<TestingTls> {
+    let (certificates, tls) = certificates(dir, client_auth)?;
     let read = |name: &str| fs::read_to_string(tls.join(name));
     // ZooKeeper's PEM key store: the private key, then the certificate.
     fs::write(
@@ -208,11 +223,5 @@ pub(super) fn configure(dir: &Path, secure_port: u16, client_auth: bool) -> io::
         .append(true)
         .open(dir.join("zoo.cfg"))?
         .write_all(cfg.as_bytes())?;
-    Ok(TestingTls {
-        ca: read("ca.pem")?,
-        untrusted_ca: read("untrusted-ca.pem")?,
-        client_cert: read("client.pem")?,
-        client_key: read("client.key")?,
-        client_auth,
-    })
+    Ok(certificates)
 }

@@ -43,7 +43,8 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// ZooKeeper connect string (host:port,...)
+    /// ZooKeeper connect string (host:port,...), or a Redis URL
+    /// (redis://[[user]:password@]host[:port][/db]); $ZKLOCK_CONNECT, else $ZK_CONNECT
     #[arg(
         long,
         global = true,

@@ -3,6 +3,8 @@
 #![deny(unsafe_code)]
 
 mod args;
+#[cfg(feature = "redis")]
+mod backend_redis;
 mod child;
 mod elect;
 mod holders;
@@ -12,7 +14,7 @@ mod run;
 use std::fmt;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use zklock::Client;
 
 use crate::args::{Cli, Command, Global};
@@ -89,8 +91,44 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
     }
 }
 
-/// A connected Client from the global options.
+/// Whether `--connect` names a Redis server (`redis://…`) rather than ZooKeeper hosts.
+pub fn is_redis(global: &Global) -> bool {
+    let scheme = global
+        .connect
+        .trim()
+        .split("://")
+        .next()
+        .unwrap_or_default();
+    scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
+}
+
+/// Redis, in a build without it.
+#[cfg(not(feature = "redis"))]
+mod backend_redis {
+    use crate::args::{ElectArgs, Global, RunArgs};
+    use crate::run::Contend;
+    use crate::{CliResult, Failure};
+
+    fn missing() -> Failure {
+        Failure::new("this zklock was built without Redis: install it with --features cli,redis")
+    }
+
+    pub fn contender(_: &Global, _: &RunArgs) -> CliResult<Box<dyn Contend>> {
+        Err(missing())
+    }
+
+    pub fn elect(_: &Global, _: ElectArgs) -> CliResult<u8> {
+        Err(missing())
+    }
+}
+
+/// A connected ZooKeeper Client from the global options.
 pub fn connect(global: &Global) -> CliResult<Client> {
+    if is_redis(global) {
+        return Err(Failure::new(
+            "this command works on ZooKeeper only; on Redis there are `run` and `elect`",
+        ));
+    }
     let mut builder = Client::builder(&global.connect)
         .session_timeout(global.session_timeout)
         .connection_timeout(global.connection_timeout);
@@ -142,7 +180,7 @@ pub fn connect(global: &Global) -> CliResult<Client> {
 }
 
 /// The text of the file an option names.
-fn read_text(path: &std::path::Path, option: &str) -> CliResult<String> {
+pub fn read_text(path: &std::path::Path, option: &str) -> CliResult<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Failure::from_error(&format!("{option} {}", path.display()), &e))
 }
@@ -161,8 +199,20 @@ pub fn hostname() -> String {
         .into_owned()
 }
 
+/// The parsed command line; `$ZKLOCK_CONNECT` (a ZooKeeper connect string or a `redis://`
+/// URL) stands in for `--connect` when it is not given, ahead of `$ZK_CONNECT`.
+fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let given = matches.value_source("connect") == Some(clap::parser::ValueSource::CommandLine);
+    if let (false, Ok(connect)) = (given, std::env::var("ZKLOCK_CONNECT")) {
+        cli.global.connect = connect;
+    }
+    cli
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match cli.command {
         Command::Run(a) => run::run(&cli.global, a),
         Command::Holders(a) => holders::holders(&cli.global, a).map(|()| 0),

@@ -19,6 +19,35 @@ use crate::child::{catch_signals, status_code, Child, Outcome, Watchdog};
 use crate::holders::{age, session_hex, view};
 use crate::{code, connect, hostname, CliResult, Context, Failure};
 
+/// What `run` contends on, on any backend.
+pub trait Contend {
+    fn health_events(&self) -> zklock::Receiver<HealthEvent>;
+    /// Revocation requests on a channel (where the backend has them).
+    fn revocations(&self) -> Receiver<()>;
+    fn canceller(&self) -> Box<dyn Fn() + Send>;
+    /// Waits up to `timeout` (forever if `None`): the hold, or `None` on timeout.
+    fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>>;
+    /// While `waiting` on a terminal: says who holds the lock, each time that changes.
+    fn report_holders(&self, _path: String, _max_leases: Option<u32>, _waiting: Arc<AtomicBool>) {}
+    /// Closes the connection.
+    fn close(&self);
+}
+
+/// A hold `run` has, on any backend.
+pub trait Held {
+    fn fencing_token(&self) -> u64;
+    /// What the command is told it holds (`ZKLOCK_NODE`).
+    fn node(&self) -> String;
+    fn health(&self) -> LockHealth;
+    fn release(self: Box<Self>) -> zklock::Result<()>;
+}
+
+/// A ZooKeeper lock `run` contends on, and its Client.
+struct ZkContender {
+    client: Client,
+    lock: Contender,
+}
+
 /// The lock object `run` contends on.
 enum Contender {
     Mutex(Arc<InterProcessMutex>),
@@ -118,7 +147,37 @@ impl Contender {
     }
 }
 
-impl Hold {
+impl Contend for ZkContender {
+    fn health_events(&self) -> zklock::Receiver<HealthEvent> {
+        self.lock.health_events()
+    }
+
+    fn revocations(&self) -> Receiver<()> {
+        self.lock.revocations()
+    }
+
+    fn canceller(&self) -> Box<dyn Fn() + Send> {
+        self.lock.canceller()
+    }
+
+    fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>> {
+        Ok(self
+            .lock
+            .acquire(timeout)?
+            .map(|h| Box::new(h) as Box<dyn Held>))
+    }
+
+    fn report_holders(&self, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>) {
+        let client = self.client.clone();
+        thread::spawn(move || report_holders(client, path, max_leases, waiting));
+    }
+
+    fn close(&self) {
+        self.client.close();
+    }
+}
+
+impl Held for Hold {
     fn fencing_token(&self) -> u64 {
         match self {
             Hold::Mutex(g) => g.fencing_token(),
@@ -147,8 +206,8 @@ impl Hold {
         }
     }
 
-    fn release(self) -> zklock::Result<()> {
-        match self {
+    fn release(self: Box<Self>) -> zklock::Result<()> {
+        match *self {
             Hold::Mutex(g) => g.release(),
             Hold::Read(g) => g.release(),
             Hold::Write(g) => g.release(),
@@ -197,10 +256,15 @@ fn report_holders(client: Client, path: String, max_leases: Option<u32>, waiting
 pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
     // Until the signals are caught a signal ends zklock at once: nothing is held yet.
-    let client = connect(global).map_err(failed)?;
-    let contender = Contender::new(&client, &args)
-        .context(|| format!("cannot use {}", args.path))
-        .map_err(failed)?;
+    let contender: Box<dyn Contend> = if crate::is_redis(global) {
+        crate::backend_redis::contender(global, &args).map_err(failed)?
+    } else {
+        let client = connect(global).map_err(failed)?;
+        let lock = Contender::new(&client, &args)
+            .context(|| format!("cannot use {}", args.path))
+            .map_err(failed)?;
+        Box::new(ZkContender { client, lock })
+    };
     let signals = catch_signals().map_err(failed)?;
     let events = contender.health_events();
     let revoked = if args.revocable {
@@ -240,9 +304,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
             .map_err(failed)?;
     }
     if !args.quiet && std::io::stderr().is_terminal() {
-        let (client, path, waiting) = (client.clone(), args.path.clone(), waiting.clone());
-        let max = args.semaphore;
-        thread::spawn(move || report_holders(client, path, max, waiting));
+        contender.report_holders(args.path.clone(), args.semaphore, waiting.clone());
     }
     let acquired = contender.acquire(args.timeout);
     waiting.store(false, Ordering::SeqCst);
@@ -254,12 +316,12 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
                 args.timeout.unwrap_or_default(),
                 args.path
             );
-            client.close();
+            contender.close();
             return Ok(code::TIMEOUT);
         }
         Err(Error::Cancelled) if caught.lock().is_some() => {
             let sig = caught.lock().unwrap_or(0);
-            client.close();
+            contender.close();
             return Ok((128 + sig) as u8);
         }
         Err(e) => {
@@ -273,7 +335,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     // on is for the command.
     if let Some(sig) = *caught.lock() {
         let _ = hold.release();
-        client.close();
+        contender.close();
         return Ok((128 + sig) as u8);
     }
 
@@ -290,7 +352,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
         Ok(child) => child,
         Err(f) => {
             let _ = hold.release();
-            client.close();
+            contender.close();
             return Err(f);
         }
     };
@@ -317,6 +379,6 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
             code::LOST
         }
     };
-    client.close();
+    contender.close();
     Ok(result)
 }

@@ -13,42 +13,13 @@ use super::Participant;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
+use crate::core::leadership::LeadershipChange;
 use crate::core::listeners::Listeners;
 use crate::zookeeper::client::{is_watcher_thread, AclProvider, Client, ErrorPolicy};
 use crate::zookeeper::locks::Acquired;
 
 /// Curator's lock node name for latches.
 const LATCH_NAME: &str = "latch-";
-
-/// What a latch's listeners hear.
-///
-/// # Example
-/// ```no_run
-/// # fn main() -> zklock::Result<()> {
-/// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// use zklock::LeadershipChange;
-/// let latch = zklock::LeaderLatch::new(&client, "/election")?;
-/// let changes = latch.changes();
-/// latch.start()?;
-/// match changes.recv() {
-///     Ok(LeadershipChange::Gained { epoch }) => println!("leading, epoch {epoch}"),
-///     Ok(LeadershipChange::Lost) => println!("not leading any more"),
-///     _ => {}
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LeadershipChange {
-    /// We lead, in the term with this epoch (our node's czxid: it rises with every term on the
-    /// path, so a resource can refuse a deposed leader's late writes).
-    Gained {
-        /// The term's fencing token.
-        epoch: u64,
-    },
-    /// We do not lead any more.
-    Lost,
-}
 
 /// Whether [`LeaderLatch::close`] tells the listeners of a leader that it stops leading
 /// (Curator's `CloseMode`).

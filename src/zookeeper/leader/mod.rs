@@ -6,6 +6,6 @@ mod participant;
 mod selector;
 mod term;
 
-pub use self::latch::{CloseMode, LeaderLatch, LeaderLatchBuilder, LeadershipChange};
+pub use self::latch::{CloseMode, LeaderLatch, LeaderLatchBuilder};
 pub use self::participant::Participant;
 pub use self::selector::{elect, LeaderSelector, LeaderSelectorBuilder, Leadership};

@@ -129,10 +129,11 @@ pub trait LockDriver: Send + Sync + 'static {
     /// Whether a granted contender must also *claim* the lock. When the sort order is not
     /// creation order, a newcomer can sort ahead of the holder, so names alone cannot tell who
     /// holds: the driver's pick then marks its node with one atomic multi-op (setData on ours,
-    /// version checks on every other contender listed, and a setData on the lock's parent at
-    /// the version read before the listing, so that a contender created after our listing
-    /// cannot have claimed meanwhile) that fails if another node is marked, and waits on the
-    /// marked node otherwise. The write's zxid is the fencing token. Costs a read of the parent
+    /// version checks on every other contender listed, and a setData naming our node on the
+    /// lock's parent at the version read before the listing, so that a contender created after
+    /// our listing cannot have claimed meanwhile) that fails if another node holds, and waits
+    /// on that node otherwise. The parent names the holder, so a revocation request on a
+    /// waiting node is not taken for a claim. The write's zxid is the fencing token. Costs a read of the parent
     /// per listing and one multi-op over all contenders per grant.
     fn grant_by_claim(&self) -> bool {
         false

@@ -12,8 +12,9 @@
 //! * The caller's deadline bounds the *wait*; each ZooKeeper step of the attempt may run past
 //!   it by the Client's operation (else connection) timeout, so that a short timeout never
 //!   misses a free lock for want of a round trip.
-//! * A holder on a long queue marks its node (setData at version 0 → 1) so that the waiter
-//!   behind knows it holds; its release deletes the node only after the mark was answered.
+//! * A holder on a long queue marks its node (its own data written again, version 0 → 1) so
+//!   that the waiter behind, which read that data at version 0, knows it holds; its release
+//!   deletes the node only after the mark was answered.
 //!
 //! What each case costs in requests is in `docs/design.md` ("Cost per case").
 
@@ -24,7 +25,7 @@ use parking_lot::Mutex;
 
 use super::driver::{LockDriver, LockNode};
 use super::revocation::REVOKE_MESSAGE;
-use super::store::{Claim, Store};
+use super::store::{Claim, ClaimOps, ClaimReply, Store};
 use super::waiter::Waiter;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -42,10 +43,14 @@ use crate::zookeeper::path;
 /// (`docs/decisions/0004-mark-threshold.md`).
 const MARK_FROM: usize = 16;
 
-/// A granted holder marks its node by rewriting its data once (version 0 → 1); a revocation
-/// request is the only other write a lock node gets.
-fn is_holder_mark(stat: &Stat, data: &[u8]) -> bool {
-    stat.version > 0 && data != REVOKE_MESSAGE
+/// A granted holder marks its node by writing the data it holds again, at version 0: version 1
+/// with the very bytes the node held at version 0 (`unmarked`, as the waiter behind read them)
+/// is a mark. Anything else is someone else's write — a revocation request (Curator's
+/// `Revoker` writes at any version), a stray setData — or a mark the waiter cannot tell from
+/// one, having first read the node after it was written: the waiter then lists the queue when
+/// the node goes, as for a node that did not hold.
+fn is_holder_mark(stat: &Stat, data: &[u8], unmarked: Option<&[u8]>) -> bool {
+    stat.version == 1 && unmarked == Some(data) && data != REVOKE_MESSAGE
 }
 
 /// A granted attempt.
@@ -141,6 +146,18 @@ enum Outcome {
     TimedOut,
     /// Our node vanished or belongs to an ended session: start over with a new node.
     Restart,
+}
+
+/// Who made the last unfair claim on a lock, as its parent records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claimant {
+    /// No claim was ever made: the parent's data was never written.
+    Never,
+    /// This contender (a name among the children) made it.
+    Named(String),
+    /// The parent names no contender: a write by someone else, or a claim that recorded no
+    /// name.
+    Unknown,
 }
 
 /// Deletes our node unless the attempt succeeded.
@@ -399,26 +416,82 @@ impl<S: Store> LockInternals<S> {
         Ok(self.store.prime_keeper(our_path, call)?.map(Some))
     }
 
+    /// The last claimant as recorded in the lock's parent, read (`data`, at `version`) before
+    /// the listing.
+    fn claimant(&self, version: i32, data: &[u8]) -> Claimant {
+        if version == 0 {
+            return Claimant::Never;
+        }
+        match std::str::from_utf8(data) {
+            Ok(name)
+                if name.starts_with(path::PROTECTED_PREFIX)
+                    && name.contains(&self.lock_name)
+                    && !name.contains('/') =>
+            {
+                Claimant::Named(name.to_owned())
+            }
+            _ => Claimant::Unknown,
+        }
+    }
+
+    /// The unfair driver's claim: marks our node, provided no other contender holds and no claim
+    /// was made since the listing (the parent at `parent_version`).
+    ///
+    /// A contender holds if it made the last claim and still exists. The claim writes the
+    /// claimant's name into the lock's parent, so a contender found written (its data version
+    /// above 0) holds if the parent names it. Any contender can be written without holding:
+    /// a revocation request (Curator's `Revoker` writes at any version) on a waiting node, or a
+    /// stray setData. When the parent names another node, or no claim was ever made, such a
+    /// contender is checked at the version it has now and the claim is made again. When the
+    /// parent names no contender (a stray write to the parent, or a claim that recorded no
+    /// name), a written contender is taken to hold: the lock waits rather than risk two
+    /// holders. Our own node found written is claimed over, keeping its data, so that a
+    /// revocation request stays for our keeper to hand on.
     fn claim(
         &self,
         our_path: &str,
         children: &[String],
-        parent_version: i32,
+        (parent_version, claimant): (i32, &Claimant),
         call: &mut Call,
     ) -> Result<Claim> {
         let our_name = path::name(our_path);
-        let others: Vec<String> = children
+        let mut others: Vec<(String, i32)> = children
             .iter()
             .filter(|c| c.as_str() != our_name)
-            .map(|c| path::join(&self.path, c))
+            .map(|c| (path::join(&self.path, c), 0))
             .collect();
-        self.store.claim(
-            our_path,
-            &self.current_data(),
-            &others,
-            (&self.path, parent_version),
-            call,
-        )
+        let mut ours = (self.current_data(), 0);
+        loop {
+            let ops = ClaimOps {
+                ours: (our_path, &ours.0, ours.1),
+                others: &others,
+                parent: (&self.path, parent_version),
+            };
+            match self.store.claim(&ops, call)? {
+                ClaimReply::Won(stat) => return Ok(Claim::Won(stat)),
+                ClaimReply::Parent
+                | ClaimReply::Ours { gone: true }
+                | ClaimReply::Other { gone: true, .. } => return Ok(Claim::Changed),
+                ClaimReply::Ours { gone: false } => match self.store.read(our_path, call)? {
+                    Some((stat, data)) => ours = (data, stat.version),
+                    None => return Ok(Claim::Changed),
+                },
+                ClaimReply::Other { index, gone: false } => {
+                    let other = &mut others[index];
+                    match claimant {
+                        Claimant::Named(name) if name != path::name(&other.0) => {}
+                        Claimant::Never => {}
+                        Claimant::Named(_) | Claimant::Unknown => {
+                            return Ok(Claim::HeldBy(other.0.clone()))
+                        }
+                    }
+                    match self.store.stat(&other.0, call)? {
+                        Some(stat) => other.1 = stat.version,
+                        None => return Ok(Claim::Changed),
+                    }
+                }
+            }
+        }
     }
 
     /// Deletes a held node of session `owner` as `how` says.

@@ -17,15 +17,41 @@ use crate::zookeeper::client::{
 /// A watch set by [`Store::watch`], with what the node held then.
 pub(crate) type Watched = (WatchGuard, Stat, Vec<u8>);
 
-/// The outcome of [`Store::claim`].
+/// What an unfair claim concluded (see [`LockInternals::claim`](super::LockInternals)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Claim {
     /// Ours is marked now; the stat of that write.
     Won(Stat),
     /// This node is marked: it holds.
     HeldBy(String),
-    /// A node vanished meanwhile (maybe ours): look again.
+    /// A node vanished meanwhile (maybe ours), or a claim was made since the listing: look
+    /// again.
     Changed,
+}
+
+/// One claim transaction, as [`Store::claim`] sends it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimOps<'a> {
+    /// Our node, the data the claim writes into it and the data version it must be at.
+    pub(crate) ours: (&'a str, &'a [u8], i32),
+    /// Every other listed contender, with the data version it must be at.
+    pub(crate) others: &'a [(String, i32)],
+    /// The lock's parent and its data version as read before the listing. The claim writes our
+    /// node's name into it.
+    pub(crate) parent: (&'a str, i32),
+}
+
+/// How one claim transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimReply {
+    /// Applied: the stat of our node's write.
+    Won(Stat),
+    /// The `index`-th other contender is gone, or at another version.
+    Other { index: usize, gone: bool },
+    /// Our node is gone, or at another version.
+    Ours { gone: bool },
+    /// The parent's version moved on since the listing.
+    Parent,
 }
 
 /// What a data change on a node watched by [`Store::watch`] has the I/O thread read (with the
@@ -69,19 +95,14 @@ pub(crate) trait Store: NodeOps {
     /// Deletes now (a missing node counts as deleted); on connection loss the error is
     /// returned and the delete goes on in the background.
     fn delete_guaranteed(&self, path: &str, call: &mut Call) -> Result<()>;
-    /// Marks `ours` as the holder with one atomic write (setData at version 0), provided none
-    /// of `others` is marked (all still at version 0) and no claim was made under `parent`
-    /// since its data version was `parent_version` (read before `others` was listed): the
-    /// claim bumps that version, so a contender created after our listing, and so missing from
-    /// `others`, cannot have claimed meanwhile.
-    fn claim(
-        &self,
-        ours: &str,
-        data: &[u8],
-        others: &[String],
-        parent: (&str, i32),
-        call: &mut Call,
-    ) -> Result<Claim>;
+    /// One claim transaction (ZooKeeper's multi): checks every other contender at its version,
+    /// sets our node's data at its version, and writes our node's name into the lock's parent
+    /// at the version read before the listing, all or nothing. Connection losses are retried
+    /// within the call's budget; a claim applied whose reply was lost is found by the parent's
+    /// data naming our node.
+    fn claim(&self, ops: &ClaimOps<'_>, call: &mut Call) -> Result<ClaimReply>;
+    /// A node's stat and data, without a watch; `None` if the node does not exist.
+    fn read(&self, path: &str, call: &mut Call) -> Result<Option<(Stat, Vec<u8>)>>;
     /// Has every connection-state change wake `waiter` until the registration drops.
     fn register(&self, waiter: &Arc<Waiter>) -> Registration;
     fn default_data(&self) -> &[u8];
@@ -150,59 +171,71 @@ impl Store for Client {
         self.park(waiter.clone())
     }
 
-    fn claim(
-        &self,
-        ours: &str,
-        data: &[u8],
-        others: &[String],
-        (parent, parent_version): (&str, i32),
-        call: &mut Call,
-    ) -> Result<Claim> {
-        let mut ops: Vec<MultiOp<'_>> = others
+    fn claim(&self, ops: &ClaimOps<'_>, call: &mut Call) -> Result<ClaimReply> {
+        let (ours, data, version) = ops.ours;
+        let (parent, parent_version) = ops.parent;
+        let our_name = crate::zookeeper::path::name(ours).as_bytes();
+        let mut multi: Vec<MultiOp<'_>> = ops
+            .others
             .iter()
-            .map(|other| MultiOp::Check {
+            .map(|(other, version)| MultiOp::Check {
                 path: other,
-                version: 0,
+                version: *version,
             })
             .collect();
-        ops.push(MultiOp::SetData {
+        multi.push(MultiOp::SetData {
             path: ours,
             data,
-            version: 0,
+            version,
         });
-        ops.push(MultiOp::SetData {
+        multi.push(MultiOp::SetData {
             path: parent,
-            data: &[],
+            data: our_name,
             version: parent_version,
         });
+        let n = ops.others.len();
         loop {
-            match self.multi_once(&ops, call) {
+            match self.multi_once(&multi, call) {
                 Ok(Ok(stats)) => {
-                    return match stats.get(others.len()) {
-                        Some(Some(stat)) => Ok(Claim::Won(*stat)),
+                    return match stats.get(n) {
+                        Some(Some(stat)) => Ok(ClaimReply::Won(*stat)),
                         other => Err(Error::ZooKeeper(format!(
                             "unexpected claim reply {other:?}"
                         ))),
                     }
                 }
                 Ok(Err((index, failed))) => {
-                    return match (others.get(index), failed) {
-                        (Some(holder), Error::BadVersion(_)) => Ok(Claim::HeldBy(holder.clone())),
-                        (_, Error::NoNode(_) | Error::BadVersion(_)) => Ok(Claim::Changed),
-                        (_, e) => Err(e),
-                    }
+                    let gone = match failed {
+                        Error::NoNode(_) => true,
+                        Error::BadVersion(_) => false,
+                        e => return Err(e),
+                    };
+                    return Ok(match index {
+                        i if i < n => ClaimReply::Other { index: i, gone },
+                        i if i == n => ClaimReply::Ours { gone },
+                        _ => ClaimReply::Parent,
+                    });
                 }
                 Err(e) if e.is_retryable() => {
-                    // The reply may be lost after the server applied it: our mark tells.
-                    if let Ok(Some(stat)) = self.exists_in(ours, call) {
-                        if stat.version > 0 {
-                            return Ok(Claim::Won(stat));
+                    // The reply may be lost after the server applied it: the parent names the
+                    // last claimant, and its last write is the claim's.
+                    if let Ok((named, stat)) = self.data_in(parent, call) {
+                        if stat.version == parent_version + 1 && named == our_name {
+                            return Ok(ClaimReply::Won(stat));
                         }
                     }
                     self.backoff(call, e)?;
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    fn read(&self, path: &str, call: &mut Call) -> Result<Option<(Stat, Vec<u8>)>> {
+        match self.data_in(path, call) {
+            Ok((data, stat)) => Ok(Some((stat, data))),
+            Err(Error::NoNode(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 

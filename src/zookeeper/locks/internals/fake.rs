@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::super::store::{Claim, OnChange, Store, Watched};
+use super::super::store::{ClaimOps, ClaimReply, OnChange, Store, Watched};
 use super::super::waiter::Waiter;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -46,6 +46,8 @@ pub(super) enum Fault {
 #[derive(Default)]
 pub(super) struct State {
     pub(super) nodes: BTreeMap<String, Stat>,
+    /// Node data written since creation; a node not listed holds [`DEFAULT_DATA`].
+    pub(super) data: HashMap<String, Vec<u8>>,
     /// Data versions of parents (bumped by claims).
     pub(super) parent_versions: HashMap<String, i32>,
     pub(super) next_seq: HashMap<String, i64>,
@@ -60,6 +62,9 @@ pub(super) struct State {
     /// A node that goes just before the next watch is set (its holder released meanwhile).
     pub(super) gone_before_watch: Option<String>,
 }
+
+/// What every node holds until it is written (the fake's default node data).
+pub(super) const DEFAULT_DATA: &[u8] = b"fake";
 
 #[derive(Clone)]
 pub(super) struct Fake {
@@ -151,6 +156,7 @@ impl Fake {
         let fired = {
             let mut st = self.state.lock();
             st.nodes.remove(path);
+            st.data.remove(path);
             st.watches.remove(path).unwrap_or_default()
         };
         for (w, cancel, _) in fired {
@@ -161,6 +167,79 @@ impl Fake {
                 });
             }
         }
+    }
+
+    /// Someone else's setData on `path` at any version (a revocation request, a stray write);
+    /// its data watches fire as for a mark.
+    pub(super) fn set_data(&self, path: &str, data: &[u8]) {
+        self.write(path, data, None);
+    }
+
+    /// A setData at `version` (`None`: any); whether it was applied. The node's data watches
+    /// fire, and a rereading one reads the node again before it wakes its waiter, as the
+    /// Client's I/O thread does.
+    fn write(&self, path: &str, data: &[u8], version: Option<i32>) -> bool {
+        let fired = {
+            let mut st = self.state.lock();
+            st.zxid += 1;
+            let zxid = st.zxid;
+            match st.nodes.get_mut(path) {
+                Some(n) if version.is_none_or(|v| v == n.version) => {
+                    n.version += 1;
+                    n.mzxid = zxid;
+                }
+                _ => return false,
+            }
+            st.data.insert(path.to_owned(), data.to_vec());
+            st.watches.remove(path).unwrap_or_default()
+        };
+        for (w, cancel, on_change) in fired {
+            if cancel.is_set() {
+                continue;
+            }
+            let event = WatchEvent {
+                kind: WatchEventKind::NodeDataChanged,
+                path: path.into(),
+            };
+            if on_change == OnChange::Wake {
+                w.wake_watch(event);
+                continue;
+            }
+            let node = {
+                let mut st = self.state.lock();
+                let stat = st.nodes.get(path).copied();
+                if stat.is_some() {
+                    st.watches.entry(path.to_owned()).or_default().push((
+                        w.clone(),
+                        cancel.clone(),
+                        on_change,
+                    ));
+                }
+                *st.calls.entry(Op::Watch).or_default() += 1;
+                stat.map(|stat| (stat, Self::data_of(&st, path)))
+            };
+            let parent = if on_change == OnChange::RereadAndCount {
+                let mut call = self.new_call(Deadline::NEVER);
+                self.stat(path::parent(path), &mut call).unwrap()
+            } else {
+                None
+            };
+            w.wake_reread(
+                event,
+                Reread {
+                    node: Ok(node),
+                    parent,
+                },
+            );
+        }
+        true
+    }
+
+    fn data_of(st: &State, path: &str) -> Vec<u8> {
+        st.data
+            .get(path)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_DATA.to_vec())
     }
 
     /// The session expires: its ephemerals go, a new session starts, every waiter is woken.
@@ -343,38 +422,48 @@ impl Store for Fake {
         Ok(Some(NodeRead::watched(session, Vec::new(), fired)))
     }
 
-    fn claim(
-        &self,
-        ours: &str,
-        _data: &[u8],
-        others: &[String],
-        (parent, parent_version): (&str, i32),
-        _call: &mut Call,
-    ) -> Result<Claim> {
+    fn claim(&self, ops: &ClaimOps<'_>, _call: &mut Call) -> Result<ClaimReply> {
         let mut st = self.state.lock();
-        if st.parent_versions.get(parent).copied().unwrap_or(0) != parent_version {
-            return Ok(Claim::Changed);
-        }
-        for other in others {
+        for (index, (other, version)) in ops.others.iter().enumerate() {
             match st.nodes.get(other) {
-                None => return Ok(Claim::Changed),
-                Some(n) if n.version != 0 => return Ok(Claim::HeldBy(other.clone())),
+                None => return Ok(ClaimReply::Other { index, gone: true }),
+                Some(n) if n.version != *version => {
+                    return Ok(ClaimReply::Other { index, gone: false })
+                }
                 Some(_) => {}
             }
         }
+        let (ours, data, version) = ops.ours;
+        match st.nodes.get(ours) {
+            None => return Ok(ClaimReply::Ours { gone: true }),
+            Some(n) if n.version != version => return Ok(ClaimReply::Ours { gone: false }),
+            Some(_) => {}
+        }
+        let (parent, parent_version) = ops.parent;
+        if st.parent_versions.get(parent).copied().unwrap_or(0) != parent_version {
+            return Ok(ClaimReply::Parent);
+        }
         st.zxid += 1;
         let zxid = st.zxid;
-        let Some(node) = st.nodes.get_mut(ours) else {
-            return Ok(Claim::Changed);
-        };
-        if node.version != 0 {
-            return Ok(Claim::Changed);
-        }
+        let node = st.nodes.get_mut(ours).expect("checked above");
         node.mzxid = zxid;
-        node.version = 1;
+        node.version += 1;
         let won = *node;
+        st.data.insert(ours.to_owned(), data.to_vec());
         *st.parent_versions.entry(parent.to_owned()).or_default() += 1;
-        Ok(Claim::Won(won))
+        st.data
+            .insert(parent.to_owned(), path::name(ours).as_bytes().to_vec());
+        Ok(ClaimReply::Won(won))
+    }
+
+    fn read(&self, path: &str, call: &mut Call) -> Result<Option<(Stat, Vec<u8>)>> {
+        let stat = self.stat(path, call)?;
+        let st = self.state.lock();
+        let data = match st.nodes.contains_key(path) {
+            true => Self::data_of(&st, path),
+            false => st.data.get(path).cloned().unwrap_or_default(),
+        };
+        Ok(stat.map(|stat| (stat, data)))
     }
 
     fn watch(
@@ -400,69 +489,21 @@ impl Store for Fake {
             cancel.clone(),
             on_change,
         ));
-        Ok(Some((WatchGuard(cancel), stat, b"fake".to_vec())))
+        let data = Self::data_of(&st, path);
+        Ok(Some((WatchGuard(cancel), stat, data)))
     }
 
-    fn mark_holder(&self, path: &str, _data: &[u8]) -> Signal {
+    fn mark_holder(&self, path: &str, data: &[u8]) -> Signal {
         let answered = Signal::default();
-        let fired = {
+        {
             let mut st = self.state.lock();
             match &mut st.unanswered_marks {
                 Some(held) => held.push(answered.clone()),
                 None => answered.set(),
             }
             *st.calls.entry(Op::Mark).or_default() += 1;
-            st.zxid += 1;
-            let zxid = st.zxid;
-            match st.nodes.get_mut(path) {
-                Some(n) if n.version == 0 => {
-                    n.version = 1;
-                    n.mzxid = zxid;
-                }
-                _ => return answered,
-            }
-            st.watches.remove(path).unwrap_or_default()
-        };
-        for (w, cancel, on_change) in fired {
-            if cancel.is_set() {
-                continue;
-            }
-            let event = WatchEvent {
-                kind: WatchEventKind::NodeDataChanged,
-                path: path.into(),
-            };
-            if on_change == OnChange::Wake {
-                w.wake_watch(event);
-                continue;
-            }
-            // As the Client's I/O thread does: read again, with a new watch, then wake.
-            let node = {
-                let mut st = self.state.lock();
-                let stat = st.nodes.get(path).copied();
-                if stat.is_some() {
-                    st.watches.entry(path.to_owned()).or_default().push((
-                        w.clone(),
-                        cancel.clone(),
-                        on_change,
-                    ));
-                }
-                *st.calls.entry(Op::Watch).or_default() += 1;
-                stat.map(|stat| (stat, b"fake".to_vec()))
-            };
-            let parent = if on_change == OnChange::RereadAndCount {
-                let mut call = self.new_call(Deadline::NEVER);
-                self.stat(path::parent(path), &mut call).unwrap()
-            } else {
-                None
-            };
-            w.wake_reread(
-                event,
-                Reread {
-                    node: Ok(node),
-                    parent,
-                },
-            );
         }
+        self.write(path, data, Some(0));
         answered
     }
 
@@ -484,6 +525,6 @@ impl Store for Fake {
     }
 
     fn default_data(&self) -> &[u8] {
-        b"fake"
+        DEFAULT_DATA
     }
 }

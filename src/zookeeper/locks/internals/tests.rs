@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::fake::{Fake, Fault, Op};
+use super::fake::{Fake, Fault, Op, DEFAULT_DATA};
 use super::*;
 use crate::zookeeper::client::{CreateMode, Stat};
 use crate::zookeeper::locks::driver::{StandardDriver, UnfairDriver};
+use crate::zookeeper::locks::revocation::REVOKE_MESSAGE;
 
 const DIR: &str = "/locks/l";
 
@@ -363,7 +364,7 @@ fn a_follower_woken_after_the_marked_holder_went_takes_over_without_listing() {
         // `ahead` is granted, marks its node and releases before we can ask anything.
         let _held_up = fake.watch_gate.lock();
         fake.remove(&head);
-        let _ = fake.mark_holder(&ahead, b"");
+        let _ = fake.mark_holder(&ahead, DEFAULT_DATA);
         fake.remove(&ahead);
     }
     let got = t.join().unwrap().unwrap().unwrap();
@@ -390,7 +391,7 @@ fn a_waiter_behind_a_marked_holder_counts_the_queue_and_marks_if_it_grew() {
             fake.add_contender(DIR);
         }
         fake.remove(&head);
-        let _ = fake.mark_holder(&ahead, b"");
+        let _ = fake.mark_holder(&ahead, DEFAULT_DATA);
         wait_prime(&fake);
         let stats = fake.calls(Op::Stat);
         fake.remove(&ahead);
@@ -569,32 +570,36 @@ fn timeout_deletes_our_node_and_leaves_no_watch() {
     assert_eq!(fake.live_watches(), 0);
 }
 
+/// A holder whose random digits sort last holds all the same: whether its claim named it in the
+/// lock's parent or, made by a zklock that recorded no name, only marked its node.
 #[test]
 fn an_unfair_newcomer_sorting_ahead_of_the_holder_does_not_cut_in() {
-    let fake = Fake::new();
-    // A holder whose random digits sort last, already claimed (marked).
-    let holder = format!("{DIR}/_c_{}-lock-9999999999", uuid::Uuid::new_v4());
-    fake.state.lock().nodes.insert(
-        holder.clone(),
-        Stat {
-            czxid: 1,
-            version: 1,
-            ..Stat::default()
-        },
-    );
-    let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
-    assert_none(
-        l.attempt_lock(Deadline::after(Duration::from_millis(100)))
-            .unwrap(),
-    );
-    assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
-    let t = spawn_attempt(&l);
-    wait_children(&fake, 2);
-    wait_watches(&fake, 1);
-    assert!(!t.is_finished(), "granted while the holder holds");
-    fake.remove(&holder);
-    let got = t.join().unwrap().unwrap().unwrap();
-    assert_eq!(fake.children_of(DIR), [got.path]);
+    for named in [true, false] {
+        let fake = Fake::new();
+        let holder = if named {
+            unfair_holder_last(&fake).1.path
+        } else {
+            let holder = unfair_contender_last(&fake);
+            let mut st = fake.state.lock();
+            st.nodes.get_mut(&holder).unwrap().version = 1;
+            st.parent_versions.insert(DIR.into(), 1);
+            st.data.insert(DIR.into(), Vec::new());
+            holder
+        };
+        let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
+        assert_none(
+            l.attempt_lock(Deadline::after(Duration::from_millis(100)))
+                .unwrap(),
+        );
+        assert_eq!(fake.children_of(DIR), std::slice::from_ref(&holder));
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 2);
+        wait_watches(&fake, 1);
+        assert!(!t.is_finished(), "granted while the holder holds");
+        fake.remove(&holder);
+        let got = t.join().unwrap().unwrap().unwrap();
+        assert_eq!(fake.children_of(DIR), [got.path]);
+    }
 }
 
 #[test]
@@ -831,4 +836,182 @@ fn a_waiter_behind_the_holder_takes_the_lock_without_a_request_when_it_goes() {
         .map(|&op| fake.calls(op))
         .collect();
     assert_eq!(before, after, "the handoff made a request");
+}
+
+/// Runs one attempt on a thread and waits for its outcome, a minute at most: a waiter that
+/// never settles fails the test instead of hanging it.
+fn attempt_within(l: &Arc<LockInternals<Fake>>, wait: Duration) -> Option<Acquired> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let l = l.clone();
+    thread::spawn(move || {
+        let _ = tx.send(l.attempt_lock(Deadline::after(wait)));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the attempt never returned")
+        .unwrap()
+}
+
+/// An unfair contender of another process that sorts after any node `UnfairDriver` names, so
+/// that ours is the driver's pick.
+fn unfair_contender_last(fake: &Fake) -> String {
+    let node = format!("{DIR}/_c_{}-lock-9999999999", uuid::Uuid::new_v4());
+    let mut st = fake.state.lock();
+    st.zxid += 1;
+    let stat = Stat {
+        czxid: st.zxid,
+        mzxid: st.zxid,
+        ephemeral_owner: 99,
+        ..Stat::default()
+    };
+    st.nodes.insert(node.clone(), stat);
+    node
+}
+
+/// `UnfairDriver` whose nodes sort after any node `UnfairDriver` names.
+struct UnfairLast;
+
+impl LockDriver for UnfairLast {
+    fn create_lock_node(&self, lock_name: &str) -> LockNode {
+        LockNode::new(format!("{lock_name}9999999999"), CreateMode::Ephemeral)
+    }
+
+    fn grant_by_claim(&self) -> bool {
+        true
+    }
+}
+
+/// A holder that claimed the lock as `UnfairDriver` does, with a node that sorts last.
+fn unfair_holder_last(fake: &Fake) -> (LockInternals<Fake>, Acquired) {
+    let holder = lock(fake, Arc::new(UnfairLast));
+    let held = holder
+        .attempt_lock(forever())
+        .unwrap()
+        .expect("a free lock");
+    (holder, held)
+}
+
+/// A revocation request (Curator's `Revoker`: a setData at any version) on a contender that is
+/// only waiting is not a claim: the lock is still taken, on a fresh lock path and after earlier
+/// holds.
+#[test]
+fn an_unfair_waiters_revocation_request_does_not_block_the_claims() {
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
+    // A fresh lock path: a waiter of another process is asked to release.
+    let waiting = unfair_contender_last(&fake);
+    fake.set_data(&waiting, REVOKE_MESSAGE);
+    let got = attempt_within(&l, Duration::from_secs(10))
+        .expect("a revoked waiter's node passed for a claim");
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+    // After a hold: the same.
+    fake.set_data(&waiting, REVOKE_MESSAGE);
+    let got = attempt_within(&l, Duration::from_secs(10))
+        .expect("a revoked waiter's node passed for a claim after a hold");
+    l.release(&got.path, got.session, Release::Within(None))
+        .unwrap();
+}
+
+/// Our own node is asked to release while we wait behind an unfair holder: once the holder
+/// goes, our claim is made over the request, which stays for our keeper to hand on.
+#[test]
+fn an_unfair_waiter_asked_to_release_still_takes_the_free_lock() {
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
+    let (holder, held) = unfair_holder_last(&fake);
+    let t = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    let ours = fake
+        .children_of(DIR)
+        .into_iter()
+        .find(|c| *c != held.path)
+        .unwrap();
+    fake.set_data(&ours, REVOKE_MESSAGE);
+    holder
+        .release(&held.path, held.session, Release::Within(None))
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(t.join());
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a revoked waiter never took the free lock")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.path, ours);
+    let data = fake.state.lock().data.get(&ours).cloned();
+    assert_eq!(
+        data.as_deref(),
+        Some(REVOKE_MESSAGE),
+        "the request was lost"
+    );
+}
+
+/// A holder asked to release still holds until it does: a newcomer never takes its place, even
+/// with a revoked waiter beside it.
+#[test]
+fn an_unfair_holders_revocation_request_is_still_a_claim() {
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(UnfairDriver)));
+    let (holder, held) = unfair_holder_last(&fake);
+    fake.set_data(&held.path, REVOKE_MESSAGE);
+    let waiting = unfair_contender_last(&fake);
+    fake.set_data(&waiting, REVOKE_MESSAGE);
+    assert_none(attempt_within(&l, Duration::from_millis(200)));
+    assert_eq!(
+        fake.children_of(DIR).len(),
+        2,
+        "the refused attempt left its node"
+    );
+    fake.remove(&waiting);
+    let t = spawn_attempt(&l);
+    wait_watches(&fake, 1);
+    assert!(!t.is_finished(), "granted while the revoked holder holds");
+    holder
+        .release(&held.path, held.session, Release::Within(None))
+        .unwrap();
+    let got = t.join().unwrap().unwrap().unwrap();
+    assert_eq!(fake.children_of(DIR), [got.path]);
+}
+
+/// A stranger's setData on the waiting node ahead of ours, with other bytes than that node
+/// holds, is no holder mark: when that node goes, the waiter behind lists the queue again and
+/// waits for the holder at its head. Nor is a node whose first read shows it written already,
+/// even with its own bytes: what it held before is unknown.
+#[test]
+fn a_strangers_write_on_the_waiting_node_ahead_is_not_a_mark() {
+    for written_before_our_read in [false, true] {
+        let fake = Fake::new();
+        let head = fake.add_contender(DIR);
+        let ahead = fake.add_contender(DIR);
+        if written_before_our_read {
+            fake.set_data(&ahead, DEFAULT_DATA);
+        }
+        let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+        let t = spawn_attempt(&l);
+        wait_children(&fake, 3);
+        wait_watches(&fake, 1); // on `ahead`, which does not hold
+        let listings = fake.calls(Op::Children);
+        if !written_before_our_read {
+            fake.set_data(&ahead, b"10.0.0.7");
+        }
+        fake.remove(&ahead); // its waiter gave up
+        let deadline = forever();
+        while fake.calls(Op::Children) == listings && !t.is_finished() {
+            assert!(
+                !deadline.expired(),
+                "the waiter neither listed nor returned"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !t.is_finished(),
+            "granted while {head} holds: a stranger's setData passed for a mark"
+        );
+        fake.remove(&head);
+        let got = t.join().unwrap().unwrap().unwrap();
+        assert_eq!(fake.children_of(DIR), [got.path]);
+    }
 }

@@ -3,21 +3,24 @@
 //! | state | what it does | next |
 //! |---|---|---|
 //! | `Listing` | lists the children (the first listing came with the create), checks that our node is of the current session and that the sequence has not wrapped, reads a shared lease count with a watch, asks the driver | `Granted`; `Claiming` (a driver that grants by claim); `Watching` the node the driver names; `TimedOut` if the wait is over; `Restart` if our node or its parent is gone |
-//! | `Claiming` | marks our node with one transaction, provided no other is marked and nobody claimed since the listing | `Granted` (the claim's write is the token); `Watching` the claimant; `Listing` if a node vanished |
+//! | `Claiming` | marks our node and names it in the lock's parent with one transaction, provided no other contender holds (the last claimant, as the parent names it) and nobody claimed since the listing | `Granted` (the claim's write is the token); `Watching` the claimant; `Listing` if a node vanished or a claim came first |
 //! | `Watching` | sets a getData watch on the node ahead (or takes the read the I/O thread made after its data changed); once that node holds, reads our own node with the watch its keeper will start from | `Parked`; `TakingOver` if the node ahead is gone and held the lock; `Listing` if it is gone otherwise |
 //! | `Parked` | sleeps until a watch, a connection-state change or a cancel wakes it, or the wait is over | `Watching` again with the node as read after a data change (a mark); `TakingOver` if the node ahead was deleted and held the lock; `Listing` on anything else; `TimedOut` |
 //! | `TakingOver` | makes sure our node is still there: not at all if our own read's watch has not fired, or the listing that showed our node is the last word | `Granted`; `Restart` if our node went |
 //!
 //! The node ahead *holds* when it headed our listing (nodes only join behind, with a driver
-//! that sorts by creation) or when it has marked itself as the holder: nothing is left ahead of
-//! it, so its deletion is our grant without a listing. A marked node is read again on the I/O
+//! that sorts by creation) or when it has marked itself as the holder — its data, as we read it
+//! at version 0, written again: nothing is left ahead of it, so its deletion is our grant
+//! without a listing. A marked node is read again on the I/O
 //! thread as its change comes in, so that our read comes before its holder's delete.
 //! `Granted`, `TimedOut` and `Restart` end the waiter; an error or a cancel ends it with that
 //! error. Whatever ends it without the lock, the caller deletes our node.
 
 use std::sync::Arc;
 
-use super::{is_holder_mark, shared_count, Cancel, Leases, LockInternals, Outcome, Store};
+use super::{
+    is_holder_mark, shared_count, Cancel, Claimant, Leases, LockInternals, Outcome, Store,
+};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::zookeeper::client::{Call, NodeRead, Reread, Stat, WatchEventKind, WatchGuard};
@@ -32,6 +35,7 @@ enum State {
     Claiming {
         children: Vec<String>,
         parent_version: i32,
+        claimant: Claimant,
     },
     Watching(Ahead),
     Parked(Ahead),
@@ -82,6 +86,9 @@ struct Waiting<'a, S: Store> {
     others: usize,
     /// Our own node, read with the keeper's watch while the node ahead holds.
     own: Option<NodeRead>,
+    /// A node ahead as read at data version 0 (its path and data): a mark writes that data
+    /// again.
+    unmarked: Option<(String, Vec<u8>)>,
     /// The listing that came with our create, until used.
     first_listing: Option<Vec<String>>,
     call: &'a mut Call,
@@ -118,6 +125,7 @@ impl<S: Store> LockInternals<S> {
             waiter,
             others: 0,
             own: None,
+            unmarked: None,
             first_listing,
             call,
             wait,
@@ -130,7 +138,8 @@ impl<S: Store> LockInternals<S> {
                 State::Claiming {
                     children,
                     parent_version,
-                } => w.claim(&children, parent_version)?,
+                    claimant,
+                } => w.claim(&children, parent_version, &claimant)?,
                 State::Watching(ahead) => w.watch(ahead)?,
                 State::Parked(ahead) => w.park(ahead)?,
                 State::TakingOver { listing_fresh } => w.take_over(listing_fresh)?,
@@ -166,14 +175,15 @@ impl<S: Store> Waiting<'_, S> {
         self.cancel.check()?;
         self.seen = self.waiter.epoch();
         let claims = self.lock.driver.grant_by_claim();
-        // A claim is made against the parent's version as of before the listing.
-        let parent_version = if claims {
-            match self.lock.store.stat(&self.lock.path, self.call)? {
-                Some(parent) => parent.version,
+        // A claim is made against the parent as of before the listing: its version, and the
+        // last claimant it names.
+        let (parent_version, claimant) = if claims {
+            match self.lock.store.read(&self.lock.path, self.call)? {
+                Some((parent, data)) => (parent.version, self.lock.claimant(parent.version, &data)),
                 None => return Ok(Step::Done(Outcome::Restart)),
             }
         } else {
-            0
+            (0, Claimant::Never)
         };
         let listed = match self.first_listing.take() {
             Some(children) => Ok(self.lock.sorted(children)),
@@ -212,6 +222,7 @@ impl<S: Store> Waiting<'_, S> {
                 return Ok(Step::To(State::Claiming {
                     children,
                     parent_version,
+                    claimant,
                 }))
             }
             Ok(Predicate::Granted) => {
@@ -253,10 +264,18 @@ impl<S: Store> Waiting<'_, S> {
         }
     }
 
-    fn claim(&mut self, children: &[String], parent_version: i32) -> Result<Step> {
-        let claimed = self
-            .lock
-            .claim(self.our_path, children, parent_version, self.call)?;
+    fn claim(
+        &mut self,
+        children: &[String],
+        parent_version: i32,
+        claimant: &Claimant,
+    ) -> Result<Step> {
+        let claimed = self.lock.claim(
+            self.our_path,
+            children,
+            (parent_version, claimant),
+            self.call,
+        )?;
         Ok(match claimed {
             Claim::Won(stat) => Step::Done(Outcome::Granted {
                 token: stat.mzxid as u64,
@@ -302,7 +321,16 @@ impl<S: Store> Waiting<'_, S> {
             }
             return Ok(Step::To(State::Listing));
         };
-        let marked = self.marks && is_holder_mark(&stat, &data);
+        // A mark is the node's own data written again, so it is told from anyone else's write
+        // by the data read before it; a node first read already written is not trusted.
+        if self.marks && stat.version == 0 {
+            self.unmarked = Some((ahead.path.clone(), data.clone()));
+        }
+        let unmarked = match &self.unmarked {
+            Some((path, data)) if *path == ahead.path => Some(data.as_slice()),
+            _ => None,
+        };
+        let marked = self.marks && is_holder_mark(&stat, &data, unmarked);
         // A marked holder saw a long queue, and ours, listed when we joined, was short: the
         // queue as counted with the mark's read decides whether we mark in our turn, so that
         // the waiter behind us needs no listing either.

@@ -161,17 +161,30 @@ fn a_claim_fails_once_a_contender_missing_from_our_listing_has_claimed() {
     let newcomer = node("n");
     let theirs = client
         .claim(
-            &newcomer,
-            b"n",
-            std::slice::from_ref(&ours),
-            ("/claims", parent_version),
+            &ClaimOps {
+                ours: (&newcomer, b"n", 0),
+                others: &[(ours.clone(), 0)],
+                parent: ("/claims", parent_version),
+            },
             &mut call,
         )
         .unwrap();
-    assert!(matches!(theirs, Claim::Won(_)));
+    assert!(matches!(theirs, ClaimReply::Won(_)));
+    assert_eq!(
+        client.data("/claims").unwrap().0,
+        b"n",
+        "the parent names the claimant"
+    );
     let ours_claim = client
-        .claim(&ours, b"x", &[], ("/claims", parent_version), &mut call)
+        .claim(
+            &ClaimOps {
+                ours: (&ours, b"x", 0),
+                others: &[],
+                parent: ("/claims", parent_version),
+            },
+            &mut call,
+        )
         .unwrap();
-    assert_eq!(ours_claim, Claim::Changed, "two holders");
+    assert_eq!(ours_claim, ClaimReply::Parent, "two holders");
     assert_eq!(client.exists(&ours).unwrap().unwrap().version, 0);
 }

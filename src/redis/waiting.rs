@@ -1,0 +1,137 @@
+//! Waiting for a turn: the loop every Redis lock's acquire runs, and the waiters of one lock
+//! object (for `cancel_waiters`).
+//!
+//! An attempt is one acquire script. Between attempts the waiter parks until its wake-up
+//! message, the deadline, the moment the one ahead of it (the holder's key, the first lease,
+//! or the first waiter's entry) would expire unrenewed, or the re-check interval, which covers
+//! a lost wake-up and keeps its queue entry (whose lease is one TTL) alive.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::client::Inner;
+use super::keeper::ms;
+use super::scripts::{invocation, Keys};
+use super::wake::Parker;
+use crate::core::deadline::{instant_after, Deadline};
+use crate::core::error::{Error, Result};
+
+/// A granted attempt: the fencing token, and when the granting call was sent (the hold's
+/// local lease counts from there).
+pub(crate) type Grant = (u64, Duration);
+
+/// The waiters of one lock object.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    cancelled: AtomicU64,
+    parked: Mutex<Vec<Arc<Parker>>>,
+}
+
+impl Waiters {
+    /// Ends every wait in progress with [`Error::Cancelled`].
+    pub(crate) fn cancel(&self) {
+        self.cancelled.fetch_add(1, Ordering::AcqRel);
+        for p in self.parked.lock().iter() {
+            p.wake();
+        }
+    }
+
+    /// Runs `attempt` until it is granted (`Some`), the deadline passes (`None`, after leaving
+    /// the queue), or an error (after leaving the queue, and releasing in the background what
+    /// the last attempt may have been granted). `attempt` gets the connection and the lease of
+    /// the caller's queue entry in ms (0: do not queue), and answers `(1, token)` when granted,
+    /// else `(0, ms until the one ahead would expire)` (-1: it never would). Waits at most
+    /// `poll` between attempts.
+    pub(crate) fn wait(
+        &self,
+        inner: &Inner,
+        keys: &Keys,
+        owner: &str,
+        deadline: Deadline,
+        poll: Duration,
+        mut attempt: impl FnMut(&mut redis::Connection, u64) -> redis::RedisResult<(i64, i64)>,
+    ) -> Result<Option<Grant>> {
+        // Registered before the first attempt, so that no wake-up can come before it.
+        let me = inner.wakes.register(owner);
+        let seen = self.cancelled.load(Ordering::Acquire);
+        self.parked.lock().push(me.parker.clone());
+        let outcome = self.turns(inner, &me.parker, deadline, seen, poll, &mut attempt);
+        self.parked.lock().retain(|p| !Arc::ptr_eq(p, &me.parker));
+        match outcome {
+            Ok(Some(grant)) => Ok(Some(grant)),
+            Ok(None) => {
+                leave(inner, keys, owner);
+                Ok(None)
+            }
+            Err(e) => {
+                leave(inner, keys, owner);
+                if e.outcome_unknown() {
+                    inner.keeper.release_later(keys, owner);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn turns(
+        &self,
+        inner: &Inner,
+        parker: &Parker,
+        deadline: Deadline,
+        seen: u64,
+        poll: Duration,
+        attempt: &mut impl FnMut(&mut redis::Connection, u64) -> redis::RedisResult<(i64, i64)>,
+    ) -> Result<Option<Grant>> {
+        let ttl = inner.ttl();
+        loop {
+            if self.cancelled.load(Ordering::Acquire) != seen {
+                return Err(Error::Cancelled);
+            }
+            if inner.closed() {
+                return Err(Error::Closed);
+            }
+            let entry = if deadline.expired() { 0 } else { ms(ttl) };
+            let ((granted, value), sent) = inner.call(deadline, |c| attempt(c, entry))?;
+            if granted == 1 {
+                let token = u64::try_from(value).map_err(|_| {
+                    Error::Redis(format!("the server granted a negative token {value}"))
+                })?;
+                return Ok(Some((token, sent)));
+            }
+            if deadline.expired() {
+                return Ok(None);
+            }
+            // -1: a key without a TTL, written by someone else: only the re-check helps.
+            let expiry =
+                u64::try_from(value).map_or(poll, |ms| Duration::from_millis(ms.saturating_add(2)));
+            let wait = poll.min(expiry);
+            let until: Instant = deadline
+                .min_after(wait)
+                .instant()
+                .unwrap_or_else(|| instant_after(wait));
+            parker.park_until(until);
+        }
+    }
+}
+
+/// Takes `owner` out of the queue, within the operation timeout; if that fails its entry
+/// expires by itself one TTL after its last attempt.
+fn leave(inner: &Inner, keys: &Keys, owner: &str) {
+    let Some(script) = inner.scripts.leave(keys.layout) else {
+        return;
+    };
+    let left = inner.call(Deadline::after(Duration::ZERO), |c| {
+        let mut call = invocation(script, keys);
+        call.arg(owner);
+        call.invoke::<i64>(c)
+    });
+    if let Err(e) = left {
+        tracing::debug!(
+            "zklock: leaving the queue of Redis lock {:?} failed: {e}",
+            keys.holder
+        );
+    }
+}

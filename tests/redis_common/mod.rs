@@ -1,0 +1,170 @@
+//! What the Redis tests share: patience, a client, and a holder in another process (this test
+//! binary run again as a worker).
+
+// Each test binary uses part of this module.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
+use zklock::{LockHealth, RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
+
+const WORKER: &str = "ZKLOCK_REDIS_WORKER";
+
+/// How long a condition may take on a loaded machine.
+pub fn patience() -> Duration {
+    Duration::from_secs(60)
+}
+
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience();
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn client(server: &TestingRedis, ttl: Duration) -> RedisClient {
+    RedisClient::builder(&server.url())
+        .ttl(ttl)
+        .connect()
+        .expect("connect")
+}
+
+/// The lock keys left on the server.
+pub fn lock_keys(server: &TestingRedis) -> String {
+    server.command(&["KEYS", "zklock:*"]).unwrap()
+}
+
+/// The worker: holds the lock named in its arguments, writes to the fenced register every
+/// 20 ms (checking `health()` before each write when asked to), and reports each write.
+#[test]
+fn holder_worker() {
+    let Ok(args) = std::env::var(WORKER) else {
+        return; // only as a worker process
+    };
+    let args: Vec<&str> = args.split(' ').collect();
+    let (url, fence, mode) = (args[0], args[1], args[2]);
+    let client = RedisClient::builder(url)
+        .ttl(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    if mode == "latch" {
+        let latch = RedisLeaderLatch::start(&client, "worker").unwrap();
+        latch.await_leadership().unwrap();
+        say(&format!("held {}", latch.epoch().unwrap()));
+        // Lead until killed.
+        let _ = std::io::stdin().lock().lines().next();
+        return;
+    }
+    if mode == "lease" {
+        let semaphore = RedisSemaphore::new(&client, "worker", 1).unwrap();
+        let lease = semaphore.acquire().unwrap();
+        say(&format!("held {}", lease.fencing_token()));
+        // Hold it until killed.
+        let _ = std::io::stdin().lock().lines().next();
+        return;
+    }
+    let checks = mode == "check";
+    let mutex = RedisMutex::new(&client, "worker").unwrap();
+    let mut fence = FenceClient::connect(fence).unwrap();
+    let guard = mutex.lock().unwrap();
+    let token = guard.fencing_token();
+    fence.enter(token, "worker").unwrap();
+    say(&format!("held {token}"));
+    for i in 0.. {
+        if checks && guard.health() != LockHealth::Held {
+            say("lost");
+            break;
+        }
+        let outcome = fence.write(token, "worker", &i.to_string()).unwrap();
+        say(&format!("wrote {}", outcome.is_accepted()));
+        thread::sleep(Duration::from_millis(20));
+    }
+    fence.exit(token, "worker").unwrap();
+    // Wait to be killed.
+    let _ = std::io::stdin().lock().lines().next();
+}
+
+fn say(line: &str) {
+    println!("worker: {line}");
+}
+
+pub struct Worker {
+    pub child: Child,
+    _stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    /// A worker that holds the mutex `worker` and writes to `register`, checking its health
+    /// before each write (`"check"`) or not (`"blind"`); that holds the one lease of the
+    /// semaphore `worker` (`"lease"`); or that leads the election `worker` (`"latch"`).
+    pub fn start(server: &TestingRedis, register: &FencedRegister, mode: &str) -> Worker {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "redis_common::holder_worker",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(
+                WORKER,
+                format!("{} {} {mode}", server.url(), register.addr()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the worker");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("worker: ") {
+                    let _ = tx.send(line[at + "worker: ".len()..].to_owned());
+                }
+            }
+        });
+        Worker {
+            child,
+            _stdin: stdin,
+            lines,
+        }
+    }
+
+    pub fn expect(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + patience();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the worker never said {prefix:?}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
