@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite against real ZooKeeper and Redis servers the tests start themselves.
+# The whole test suite against real servers (ZooKeeper, Redis, PostgreSQL) the tests start
+# themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-zookeeper.sh --interop
 scripts/ensure-redis.sh
+scripts/ensure-postgres.sh
 
-servers='zklock-zk-|zklock-redis-'
+servers='zklock-zk-|zklock-redis-|zklock-pg-'
 before=$(pgrep -f "$servers" | sort || true)
 cargo test --all-features --all-targets -- "$@"
 cargo test --all-features --doc
@@ -18,4 +20,4 @@ if [ -n "$left" ]; then
   ps -o pid,args -p $left >&2 || true
   exit 1
 fi
-echo "no ZooKeeper or Redis process left behind"
+echo "no ZooKeeper, Redis or PostgreSQL process left behind"

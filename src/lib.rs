@@ -1,4 +1,5 @@
-//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper and Redis.
+//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper, Redis and
+//! PostgreSQL.
 //!
 //! zklock gives plain threaded Rust programs what Java programs get from Apache Curator, with
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
@@ -19,6 +20,7 @@
 //! | many readers or one writer on Redis | `RedisReadWriteLock` (feature `redis`) |
 //! | at most N holders on Redis | `RedisSemaphore` (feature `redis`) |
 //! | one leader among many on Redis | `RedisLeaderLatch` (feature `redis`) |
+//! | a mutex on PostgreSQL, shared with any SQL client | `PgMutex` (feature `postgres`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //!
@@ -91,8 +93,10 @@
 //! `blocking` crate (`blocking-N` threads, which end after a second idle), and `async-io` may
 //! start one process-wide `async-io` reactor thread. A [`LeaderLatch`] runs a `zklock-latch`
 //! thread and a [`LeaderSelector`] a `zklock-selector` thread, both joined by their `close`.
-//! Nothing else is spawned, and no thread runs user code except the watcher thread (listeners)
-//! and a selector's thread (its closure).
+//! Nothing else is spawned for ZooKeeper, and no thread runs user code except the watcher thread
+//! (listeners) and a selector's thread (its closure). The Redis and PostgreSQL Clients run
+//! threads of their own, listed on `RedisClient` and `PgClient`; their events threads run those
+//! backends' health callbacks.
 //!
 //! # A crashed holder
 //!
@@ -136,9 +140,16 @@
 //!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
 //!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
+//! * `postgres` — the PostgreSQL backend: `PgClient` and `PgMutex`, a session-level advisory
+//!   lock on the key `hashtextextended(name, 0)` that any SQL client can take too, with
+//!   server-side limits that free a dead or frozen holder within the session timeout, health
+//!   and fencing tokens. Runs tokio-postgres on a small runtime of its own per Client (thread
+//!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks); no async reaches the caller. What
+//!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
-//!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests.
-//!   Pulls in `tempfile` and `rustix`.
+//!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
+//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`). Pulls in `tempfile`
+//!   and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
 //!   and hold times, waiters, pending background deletes; the names are listed in the
@@ -192,6 +203,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod core;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "testing")]
@@ -210,6 +223,9 @@ pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::postgres::{PgClient, PgClientBuilder, PgMutex};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::redis::{

@@ -146,6 +146,11 @@ pub enum Error {
     /// refused, a server too old, a wrong database index), with the server's words.
     #[error("Redis error: {0}")]
     Redis(String),
+    /// An error answer of a PostgreSQL server that zklock has no better variant for (an
+    /// unknown database, a server too old, a session that turned out not to be its own), with
+    /// the server's words and SQLSTATE code.
+    #[error("PostgreSQL error: {0}")]
+    Postgres(String),
 }
 
 /// `Result<T, zklock::Error>`.

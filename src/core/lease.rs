@@ -70,6 +70,13 @@ impl LocalLease {
         self.heard();
     }
 
+    /// A session was opened with this negotiated timeout and vouched for by an answer to a
+    /// request sent at `sent` (a reading of the lease's clock): the lease counts from then.
+    pub(crate) fn open_at(&self, session: Duration, suspend: Duration, sent: Duration) {
+        self.open(session, suspend);
+        self.heard.store(ms(sent), Ordering::Release);
+    }
+
     /// The server has the session now.
     pub(crate) fn heard(&self) {
         self.heard.store(ms((self.clock)()), Ordering::Release);
@@ -186,6 +193,15 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let sent = boot_clock();
         l.heard_at(sent);
+        assert_eq!(l.heard.load(Ordering::Acquire), ms(sent));
+    }
+
+    #[test]
+    fn a_lease_opened_at_a_send_time_counts_from_it() {
+        let l = LocalLease::new();
+        let sent = boot_clock().saturating_sub(Duration::from_secs(4));
+        l.open_at(Duration::from_secs(9), Duration::from_secs(3), sent);
+        assert_eq!(l.health(), LockHealth::Suspended);
         assert_eq!(l.heard.load(Ordering::Acquire), ms(sent));
     }
 

@@ -2,7 +2,10 @@
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -24,6 +27,33 @@ pub(crate) fn on_listener_thread() -> bool {
 
 /// Runs a listener call where the backend runs user code (never on its I/O thread).
 pub(crate) type Dispatch = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+
+/// A callback for a backend's events thread.
+pub(crate) type Event = Box<dyn FnOnce() + Send>;
+
+/// Starts a backend's events thread, `name`: it runs the callbacks sent to it in order, until
+/// `closed` is set and nothing is left to run, or every sender is gone.
+pub(crate) fn start_events_thread(
+    name: &str,
+    closed: Arc<AtomicBool>,
+) -> crate::core::error::Result<(crossbeam_channel::Sender<Event>, JoinHandle<()>)> {
+    let (tx, rx) = crossbeam_channel::unbounded::<Event>();
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || loop {
+            match rx.recv_timeout(Duration::from_millis(250)) {
+                Ok(f) => f(),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    if closed.load(Ordering::Acquire) && rx.is_empty() {
+                        return;
+                    }
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        })
+        .map_err(|e| crate::core::error::Error::thread_start(name, &e))?;
+    Ok((tx, thread))
+}
 
 type Listener<T> = Arc<Mutex<Box<dyn FnMut(T) + Send>>>;
 

@@ -21,7 +21,7 @@ use super::wake::{start_subscriber, Wakes};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
-use crate::core::listeners::Dispatch;
+use crate::core::listeners::{start_events_thread, Dispatch};
 use crate::core::retry::{ExponentialBackoffRetry, RetryBudget, RetryPolicy};
 
 /// The oldest Redis that runs the lock scripts as written (`TIME` before writes in a script).
@@ -229,12 +229,7 @@ impl RedisClientBuilder {
             closed.clone(),
         )
         .map_err(failed)?;
-        let (events, rx) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
-        let events_closed = closed.clone();
-        let events_thread = std::thread::Builder::new()
-            .name("zklock-redis-events".into())
-            .spawn(move || run_events(&rx, &events_closed))
-            .map_err(|e| Error::thread_start("zklock-redis-events", &e))?;
+        let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
         let keeper = Keeper::start(
             redis.clone(),
             scripts.clone(),
@@ -329,22 +324,6 @@ impl RedisClientBuilder {
             }
         }
         Ok((redis, shown_url(url)))
-    }
-}
-
-/// The events thread: runs callbacks in order until the Client is closed and nothing is left
-/// to run.
-fn run_events(rx: &crossbeam_channel::Receiver<Box<dyn FnOnce() + Send>>, closed: &AtomicBool) {
-    loop {
-        match rx.recv_timeout(Duration::from_millis(250)) {
-            Ok(f) => f(),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                if closed.load(Ordering::Acquire) && rx.is_empty() {
-                    return;
-                }
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-        }
     }
 }
 

@@ -70,6 +70,8 @@ mod config;
 mod fence;
 mod four_letter;
 mod instance;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod process;
 mod proxy;
 #[cfg(feature = "redis")]
@@ -83,6 +85,9 @@ pub use fence::{
     FenceClient, FenceEvent, FenceEventKind, FenceReport, FencedRegister, Overlap, WorkerStats,
     WriteOutcome,
 };
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::TestingPostgres;
 pub use proxy::{FaultProxy, ProxyStats};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -7,6 +7,7 @@ use zklock::Receiver;
 use zklock::{Client, ConnectionState};
 
 pub mod java;
+pub mod worker;
 
 /// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
 pub fn timing() -> u32 {

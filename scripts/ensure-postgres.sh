@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Makes sure Debian's PostgreSQL server, psql and PgBouncer are present (the PostgreSQL
+# backend's tests start their own servers with initdb and postgres, talk to them with psql, and
+# put PgBouncer in front of them), installing the packages with apt-get if not. The server is
+# not installed when PG_BINDIR names one of your own.
+set -euo pipefail
+
+need=()
+if [ -z "${PG_BINDIR:-}" ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  need+=(postgresql)
+fi
+command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
+# The pooler tests put PgBouncer between zklock and the server.
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+echo "zklock: installing ${need[*]} with apt-get" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# No cluster of the package's own (the tests create theirs).
+$sudo mkdir -p /etc/postgresql-common
+grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
+  echo 'create_main_cluster = false' | $sudo tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

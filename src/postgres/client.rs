@@ -1,0 +1,563 @@
+//! [`PgClient`]: the options, runtime, sessions and threads every PostgreSQL lock of one Client
+//! shares.
+//!
+//! A lock holds, and a waiter waits, on a server session of its own (a session-level advisory
+//! lock belongs to the session that took it). Sessions are opened with the server-side limits
+//! that make the server end a silent one within the session timeout (`session::limits`), and
+//! kept in a small pool between holds.
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::session::{self, Limit, Session};
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::listeners::{start_events_thread, Dispatch, Event};
+use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
+
+/// The oldest PostgreSQL with `hashtextextended` (the lock key's function): 11.
+pub(crate) const MIN_VERSION: u32 = 110_000;
+
+/// A connection to one PostgreSQL server (or the primary of a replicated set), shared by every
+/// PostgreSQL lock made from it. Cheap to clone; its sessions and threads end with the last
+/// clone or [`close`](PgClient::close).
+///
+/// # Sessions
+/// A PostgreSQL advisory lock belongs to the server session that took it, so each held lock
+/// and each waiting thread uses a session (a connection) of its own; a released lock's session
+/// is kept for the next acquisition (for up to half the session timeout). Size the server's
+/// `max_connections` for the locks you hold and the threads that wait at once. A pooler in
+/// transaction mode (PgBouncer's `pool_mode = transaction`) hands a session's statements to
+/// different server sessions and breaks session locks: each session takes a marker lock of its
+/// own, and a grant or heartbeat on a server session that is not its own alone fails with
+/// [`Error::Postgres`] (or turns the hold `Lost`). Connect to the server or to a session-mode
+/// pool.
+///
+/// Every session sets server-side limits from the session timeout (default 30 s):
+/// `idle_session_timeout` and `idle_in_transaction_session_timeout` (the server ends a session
+/// silent for that long: a frozen holder), `tcp_keepalives_*` and `tcp_user_timeout` (a
+/// holder whose machine or network is gone), `client_connection_check_interval` (a waiter that
+/// went away), so that the server frees a dead or frozen holder's locks within the session
+/// timeout (the server's defaults would keep them for about two hours after a machine is gone,
+/// and for ever while a process is frozen). A holding session sends a heartbeat at a third of
+/// the session timeout. Limits a server does not have (before PostgreSQL 14:
+/// `idle_session_timeout` and `client_connection_check_interval`; before 12:
+/// `tcp_user_timeout`) are not set: on such a server a frozen holder keeps its lock.
+///
+/// # Threads
+/// Each Client runs `zklock-pg-io` (its sessions' sockets, heartbeats and timers, on a small
+/// tokio runtime of its own that never reaches the caller) and `zklock-pg-events` (health
+/// callbacks).
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use zklock::{PgClient, PgMutex};
+///
+/// # fn main() -> zklock::Result<()> {
+/// let client = PgClient::builder("postgres://app:secret@127.0.0.1:5432/app")
+///     .session_timeout(Duration::from_secs(10))
+///     .connect()?;
+/// let mutex = PgMutex::new(&client, "ledger")?;
+/// let guard = mutex.lock()?;
+/// println!("token {}", guard.fencing_token());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PgClient {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    /// The options of every session.
+    config: tokio_postgres::Config,
+    /// The server-side limits every session sets.
+    limits: Vec<Limit>,
+    /// The server and database, without a password, for messages.
+    shown: String,
+    version: u32,
+    pub(crate) session_timeout: Duration,
+    connect_timeout: Duration,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) retry: Arc<dyn RetryPolicy>,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    /// Sessions not in use, with when they were last used.
+    pool: Mutex<Vec<(Arc<Session>, Instant)>>,
+    closed: Arc<AtomicBool>,
+    /// Set at close: every session's connection ends.
+    close: watch::Sender<bool>,
+    events: Sender<Event>,
+    events_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Options of a [`PgClient`], from [`PgClient::builder`].
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::PgClient::builder("postgres://app:secret@db.internal/app")
+///     .connect_timeout(std::time::Duration::from_secs(2))
+///     .connect()?;
+/// # Ok(()) }
+/// ```
+pub struct PgClientBuilder {
+    url: String,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    operation_timeout: Option<Duration>,
+    retry: Option<Arc<dyn RetryPolicy>>,
+}
+
+impl PgClient {
+    /// Connects with the default options (session timeout 30 s, connection timeout 5 s).
+    ///
+    /// # Errors
+    /// As [`PgClientBuilder::connect`].
+    pub fn connect(url: &str) -> Result<PgClient> {
+        PgClient::builder(url).connect()
+    }
+
+    /// Options for a Client of the server at `url`:
+    /// `postgres://[user[:password]@]host[:port][/database][?param=value&…]` (or
+    /// `postgresql://`), with libpq's parameters as tokio-postgres reads them
+    /// (`application_name`, `options`, `connect_timeout`, `sslmode=disable|prefer`, …).
+    pub fn builder(url: &str) -> PgClientBuilder {
+        PgClientBuilder {
+            url: url.to_owned(),
+            session_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            operation_timeout: None,
+            retry: None,
+        }
+    }
+
+    /// The session timeout: the server ends a holder's session silent for this long, and its
+    /// locks with it.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session_timeout
+    }
+
+    /// The server's version, as `server_version_num` (e.g. 150004 for 15.4).
+    pub fn server_version(&self) -> u32 {
+        self.inner.version
+    }
+
+    /// Ends every session of this Client: its holds are freed by the server and read `Lost`,
+    /// its waiters end with [`Error::Closed`]; later calls fail with [`Error::Closed`].
+    ///
+    /// # Blocking
+    /// At most about a quarter second (the events thread's poll).
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.close.send_replace(true);
+        self.inner.pool.lock().clear();
+        if let Some(t) = self.inner.events_thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl PgClientBuilder {
+    /// The session timeout (default 30 s, from 1 s to a day): how long the server keeps a
+    /// holder's session (and its locks) that has gone silent — crashed, frozen, cut off — and so
+    /// how long the others wait for a dead holder. A holding session sends a heartbeat at a
+    /// third of it; a hold reads `Suspended` once half of it has passed since the last
+    /// acknowledged heartbeat was sent, `Lost` once all of it has.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long opening a session may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one statement that does not wait for a lock may wait for its answer
+    /// (default: the connection timeout).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// How calls retry when a session fails or cannot be opened (default: exponential backoff
+    /// from 100 ms, 3 retries).
+    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
+        self.retry = Some(Arc::new(policy));
+        self
+    }
+
+    /// Checks the options, opens a session, checks the server and starts the Client's threads.
+    ///
+    /// # Blocking
+    /// At most the connection timeout plus twice the operation timeout.
+    ///
+    /// # Errors
+    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse or names no
+    /// host, `sslmode=require` (TLS is not built in yet) or a timeout out of range. Then
+    /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused, unreachable or
+    /// silent server, [`Error::AuthFailed`] for a refused password or user,
+    /// [`Error::Postgres`] for an unknown database or a server older than PostgreSQL 11.
+    pub fn connect(self) -> Result<PgClient> {
+        let (mut config, shown) = self.check()?;
+        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        let failed = |cause: Error| Error::ConnectFailed {
+            hosts: shown.clone(),
+            cause: Box::new(cause),
+        };
+        // Checked before the runtime exists: a runtime dropped on another's thread panics.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(in_runtime());
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("zklock-pg-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::thread_start("zklock-pg-io", &e))?;
+        let handle = runtime.handle().clone();
+        let (close, _) = watch::channel(false);
+        let probe = handle.block_on(Session::open(
+            &config,
+            None,
+            self.connect_timeout,
+            operation_timeout,
+            close.subscribe(),
+        ));
+        let (probe, version) = probe.map_err(failed)?;
+        check_version(version).map_err(failed)?;
+        let limits = session::limits(version, self.session_timeout);
+        handle
+            .block_on(probe.apply(&limits, operation_timeout))
+            .map_err(failed)?;
+        session::set_keepalives(&mut config, self.session_timeout);
+        let closed = Arc::new(AtomicBool::new(false));
+        let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
+        Ok(PgClient {
+            inner: Arc::new(Inner {
+                config,
+                limits,
+                shown,
+                version,
+                session_timeout: self.session_timeout,
+                connect_timeout: self.connect_timeout,
+                operation_timeout,
+                retry: self.retry.unwrap_or_else(|| {
+                    Arc::new(
+                        ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
+                            .expect("constant parameters are valid"),
+                    )
+                }),
+                runtime: Some(runtime),
+                handle,
+                pool: Mutex::new(vec![(Arc::new(probe), Instant::now())]),
+                closed,
+                close,
+                events,
+                events_thread: Mutex::new(Some(events_thread)),
+            }),
+        })
+    }
+
+    /// Everything that can be known without I/O.
+    fn check(&self) -> Result<(tokio_postgres::Config, String)> {
+        let url = self.url.trim();
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(Error::invalid(format!(
+                "{:?}: a PostgreSQL URL starts with postgres:// \
+                 (postgres://[user[:password]@]host[:port][/database][?param=value])",
+                hide_password(url)
+            )));
+        }
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            Error::invalid(format!(
+                "{:?} is not a PostgreSQL URL: {e}",
+                hide_password(url)
+            ))
+        })?;
+        if config.get_hosts().is_empty() {
+            return Err(Error::invalid(format!(
+                "{:?} names no host",
+                hide_password(url)
+            )));
+        }
+        match config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Disable | tokio_postgres::config::SslMode::Prefer => {}
+            mode => {
+                return Err(Error::invalid(format!(
+                    "{:?} asks for TLS (sslmode={mode:?}): TLS connections to PostgreSQL are \
+                     not built into this version of zklock; use sslmode=disable or prefer on a \
+                     trusted network",
+                    hide_password(url)
+                )))
+            }
+        }
+        config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        for (what, d, min) in [
+            (
+                "session timeout",
+                self.session_timeout,
+                Duration::from_secs(1),
+            ),
+            (
+                "connection timeout",
+                self.connect_timeout,
+                Duration::from_millis(1),
+            ),
+            (
+                "operation timeout",
+                self.operation_timeout.unwrap_or(self.connect_timeout),
+                Duration::from_millis(1),
+            ),
+        ] {
+            if d < min || d > Duration::from_secs(86_400) {
+                return Err(Error::invalid(format!(
+                    "the {what} must be between {min:?} and a day, not {d:?}"
+                )));
+            }
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("zklock");
+        }
+        config.connect_timeout(self.connect_timeout);
+        let shown = shown(&config);
+        Ok((config, shown))
+    }
+}
+
+/// `postgres://user@host:port/database`, without the password.
+fn shown(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => String::new(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres://{}@{host}:{port}/{}",
+        config.get_user().unwrap_or_default(),
+        config
+            .get_dbname()
+            .or(config.get_user())
+            .unwrap_or_default()
+    )
+}
+
+/// `url` with the password between `user:` and `@` hidden.
+fn hide_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s && url[s + 3..at].contains(':') => {
+            let user = url[s + 3..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A server too old for the lock statements is refused.
+fn check_version(version: u32) -> Result<()> {
+    if version < MIN_VERSION {
+        return Err(Error::Postgres(format!(
+            "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
+             (for hashtextextended, the lock key's function)",
+            shown_version(version)
+        )));
+    }
+    Ok(())
+}
+
+/// 150004 as `15.4`, 110022 as `11.22`, 90624 as `9.6.24`.
+fn shown_version(v: u32) -> String {
+    if v >= 100_000 {
+        format!("{}.{}", v / 10_000, v % 10_000)
+    } else {
+        format!("{}.{}.{}", v / 10_000, v / 100 % 100, v % 100)
+    }
+}
+
+fn in_runtime() -> Error {
+    Error::invalid(
+        "a blocking zklock call was made on an async runtime's thread: call it from \
+         tokio::task::spawn_blocking (or a thread of your own)",
+    )
+}
+
+impl Inner {
+    pub(crate) fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` to completion on the Client's runtime, blocking the calling thread.
+    pub(crate) fn block_on<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
+        if self.closed() {
+            return Err(Error::Closed);
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(in_runtime());
+        }
+        self.handle.block_on(f)
+    }
+
+    /// Starts `f` on the Client's runtime.
+    pub(crate) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        self.handle.spawn(f);
+    }
+
+    /// Runs callbacks on the Client's events thread.
+    pub(crate) fn dispatch(&self) -> Dispatch {
+        let events = self.events.clone();
+        Arc::new(move |f| {
+            let _ = events.send(f);
+        })
+    }
+
+    /// A session from the pool, or a new one. A pooled session is used if it is open and was
+    /// used within half the session timeout (an older one may have been ended by the
+    /// server's idle limit).
+    pub(crate) async fn session(&self) -> Result<Arc<Session>> {
+        loop {
+            let pooled = self.pool.lock().pop();
+            match pooled {
+                Some((s, used)) if !s.ended() && used.elapsed() < self.session_timeout / 2 => {
+                    return Ok(s)
+                }
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        if self.closed() {
+            return Err(Error::Closed);
+        }
+        let (s, _) = Session::open(
+            &self.config,
+            Some(&self.limits),
+            self.connect_timeout,
+            self.operation_timeout,
+            self.close.subscribe(),
+        )
+        .await?;
+        Ok(Arc::new(s))
+    }
+
+    /// Keeps a session that holds nothing for the next acquisition.
+    pub(crate) fn give_back(&self, s: Arc<Session>) {
+        if !self.closed() && !s.ended() {
+            let mut pool = self.pool.lock();
+            // Sessions idle longer than the pool keeps them are dropped (closed) here.
+            pool.retain(|(_, used)| used.elapsed() < self.session_timeout / 2);
+            pool.push((s, Instant::now()));
+        }
+    }
+
+    /// The later of `deadline` and the operation timeout from now: how long one statement
+    /// of a call with that deadline may take.
+    pub(crate) fn statement_deadline(&self, deadline: Deadline) -> Deadline {
+        deadline.or_later(Deadline::after(self.operation_timeout))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        self.close.send_replace(true);
+        self.pool.get_mut().clear();
+        // The sessions' tasks end with the runtime; it is not waited for (a drop never blocks,
+        // and this may run on the runtime's own thread).
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl fmt::Debug for PgClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgClient")
+            .field("server", &self.inner.shown)
+            .field("version", &self.inner.version)
+            .field("session_timeout", &self.inner.session_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for PgClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgClientBuilder")
+            .field("url", &hide_password(&self.url))
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(b: PgClientBuilder) -> String {
+        match b.connect() {
+            Err(Error::InvalidArgument(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_urls_and_durations_are_refused_before_any_io() {
+        let tls = refused(PgClient::builder(
+            "postgres://u:secret@127.0.0.1:1/db?sslmode=require",
+        ));
+        assert!(tls.contains("TLS") && !tls.contains("secret"), "{tls}");
+        assert!(refused(PgClient::builder("redis://127.0.0.1:1")).contains("postgres://"));
+        assert!(refused(PgClient::builder("postgres://u:secret@127.0.0.1:x/db")).contains("***"));
+        let b = || PgClient::builder("postgres://127.0.0.1:1/db");
+        assert!(refused(b().session_timeout(Duration::ZERO)).contains("session timeout"));
+        assert!(refused(b().session_timeout(Duration::MAX)).contains("session timeout"));
+        assert!(refused(b().connect_timeout(Duration::MAX)).contains("connection timeout"));
+        assert!(refused(b().operation_timeout(Duration::ZERO)).contains("operation timeout"));
+    }
+
+    #[test]
+    fn a_call_on_an_async_runtime_is_refused_not_a_panic() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let refused = runtime.block_on(async { PgClient::connect("postgres://127.0.0.1:1/db") });
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("spawn_blocking")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn passwords_are_hidden_and_versions_shown() {
+        assert_eq!(
+            hide_password("postgres://u:pw@h:1/d"),
+            "postgres://u:***@h:1/d"
+        );
+        assert_eq!(hide_password("postgres://u@h/d"), "postgres://u@h/d");
+        assert_eq!(shown_version(150_004), "15.4");
+        assert_eq!(shown_version(90_624), "9.6.24");
+        assert!(check_version(110_000).is_ok());
+        let old = check_version(100_023).unwrap_err().to_string();
+        assert!(
+            old.contains("10.23 is too old") && old.contains("11"),
+            "{old}"
+        );
+        let config = tokio_postgres::Config::from_str("postgres://u:pw@h:7/d").unwrap();
+        assert_eq!(shown(&config), "postgres://u@h:7/d");
+    }
+}

@@ -1,0 +1,10 @@
+//! The PostgreSQL backend (feature `postgres`): [`PgClient`](client::PgClient) and the
+//! PostgreSQL locks, on session-level advisory locks. See `docs/postgres.md` in the repository
+//! for what it guarantees and what it cannot.
+
+mod client;
+mod mutex;
+mod session;
+
+pub use client::{PgClient, PgClientBuilder};
+pub use mutex::PgMutex;

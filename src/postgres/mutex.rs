@@ -1,0 +1,526 @@
+//! [`PgMutex`]: a re-entrant mutex on a PostgreSQL session-level advisory lock, with health
+//! and fencing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+
+use super::client::PgClient;
+use super::session::{error, int, keep, own, retryable, Keeping, Session};
+use crate::core::channel::Receiver;
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::health::{worst, HealthCell, HealthEvent, HealthFeed, LockHealth};
+use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::core::reentrant::{Detached, ThreadHolds};
+use crate::core::retry::RetryBudget;
+
+/// The longest lock name, in bytes.
+const MAX_NAME: usize = 1024;
+
+/// Waits for the lock, then reads the session's backend, the fencing token and whether the
+/// session is its own (shared with no other zklock session through a pooler: if it is not, the
+/// lock just taken is let go of in the same statement). The function in `FROM` returns (the
+/// lock is granted) before the target list is computed, so the transaction id is assigned
+/// after the grant. The transactional logical message (a few bytes of WAL, prefix `zklock`)
+/// makes the transaction one that wrote WAL, whose commit is flushed before the answer
+/// (`synchronous_commit = on`): a transaction id that has only been assigned would be
+/// committed asynchronously and could be handed out again after a crash. The subquery is not
+/// flattened (its target list is volatile), so the unlock sees its row.
+const LOCK: &str = concat!(
+    "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock(hashtextextended($1, 0)) END, m ",
+    "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
+    own!("$2"),
+    " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
+    "FROM pg_advisory_lock(hashtextextended($1, 0))) AS grant_",
+);
+
+/// One attempt without waiting; a transaction id (a token) only when granted.
+const TRY_LOCK: &str = concat!(
+    "SELECT pid, xid, own, ",
+    "CASE WHEN l AND NOT own THEN pg_advisory_unlock(hashtextextended($1, 0)) END, m ",
+    "FROM (SELECT pg_backend_pid() AS pid, l, CASE WHEN l THEN txid_current() END AS xid, ",
+    own!("$2"),
+    " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
+    "FROM pg_try_advisory_lock(hashtextextended($1, 0)) AS l) AS attempt",
+);
+
+const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+
+/// A mutex on PostgreSQL: one holder at a time among every session that takes the same
+/// advisory lock, re-entrant per thread (through this object), with [`LockHealth`] and
+/// fencing tokens.
+///
+/// # The key
+/// The lock is the session-level advisory lock whose 64-bit key is
+/// `hashtextextended(NAME, 0)`, computed by the server. Any SQL client takes the same lock
+/// with `SELECT pg_advisory_lock(hashtextextended('NAME', 0))` (and `pg_advisory_unlock`), so
+/// a `psql` script or a Python or Java service excludes zklock and is excluded by it. The
+/// hash is of the name's bytes in the database's encoding; keep to one encoding (UTF-8) and
+/// use the same database.
+///
+/// # Fairness
+/// Waiters queue in the server's lock manager: granted in the order they asked
+/// (`pg_advisory_lock`); [`try_lock`](Self::try_lock) takes a free lock without queueing.
+///
+/// # Re-entrancy
+/// A thread that holds the lock through this object may acquire it again; it is released when
+/// every acquisition has been released. The server lock is taken once.
+///
+/// # Sessions
+/// Each holding thread holds on a session (a connection) of its own, and each waiting thread
+/// waits on one: see [`PgClient`]. Closing that session frees the lock, which is how a guard's
+/// drop and every failure let go.
+///
+/// # Health
+/// The holding session sends a heartbeat at a third of the Client's session timeout. `health()`
+/// reads `Suspended` once half the session timeout has passed since the last acknowledged
+/// heartbeat was sent, `Lost` once all of it has (the server has ended the session, or will
+/// when it next looks), and `Lost` at once when the connection ends (`pg_terminate_backend`,
+/// a server restart, a broken connection).
+///
+/// # Fencing
+/// The token is the 64-bit transaction id (`txid_current()`, epoch included) assigned right
+/// after the grant, in the same statement: transaction ids are handed out in increasing order
+/// and a successor is granted only after its predecessor's grant, so tokens rise strictly
+/// across successive holders. Its transaction is committed with `synchronous_commit = on`, so
+/// a restart or crash of the server does not hand out a lower id again. It needs no privilege.
+/// It can fail to rise after a failover to a replica that had not received the holder's commit
+/// (asynchronous replication) or after `pg_resetwal`.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
+/// let mutex = zklock::PgMutex::new(&client, "ledger")?;
+/// if let Some(guard) = mutex.try_lock_for(std::time::Duration::from_secs(5))? {
+///     if guard.health() == zklock::LockHealth::Held {
+///         println!("write with token {}", guard.fencing_token());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct PgMutex {
+    client: PgClient,
+    name: String,
+    holders: ThreadHolds<Holding>,
+    feed: Arc<HealthFeed>,
+    /// Counts `cancel_waiters` calls; a waiter ends when it changes.
+    cancelled: watch::Sender<u64>,
+}
+
+/// One thread's hold.
+struct Holding {
+    session: Arc<Session>,
+    token: u64,
+    health: HealthCell,
+    lease: Arc<LocalLease>,
+    keeping: Keeping,
+    since: Instant,
+}
+
+impl Holding {
+    fn health(&self) -> LockHealth {
+        worst(*self.health.lock(), self.lease.health())
+    }
+}
+
+/// A grant: the session that holds, the token, when the lease starts.
+struct Grant {
+    session: Arc<Session>,
+    token: u64,
+    sent: Duration,
+}
+
+impl PgMutex {
+    /// A mutex named `name` (any text of 1 to 1024 bytes without NUL).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name or one with a NUL character
+    /// (PostgreSQL's text cannot hold it); nothing is sent.
+    pub fn new(client: &PgClient, name: &str) -> Result<PgMutex> {
+        check_name(name)?;
+        Ok(PgMutex {
+            client: client.clone(),
+            name: name.to_owned(),
+            holders: ThreadHolds::default(),
+            feed: Arc::default(),
+            cancelled: watch::Sender::new(0),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The SQL that takes the same lock from any client: `SELECT
+    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted.
+    pub fn lock_sql(&self) -> String {
+        format!(
+            "SELECT pg_advisory_lock(hashtextextended('{}', 0))",
+            self.name.replace('\'', "''")
+        )
+    }
+
+    /// Whether any thread of this process holds the lock through this object.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.holders.any()
+    }
+
+    /// Whether the calling thread holds the lock through this object.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.holders.mine_exists()
+    }
+
+    /// The calling thread's fencing token, if it holds the lock.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.holders.mine(|h| h.token)
+    }
+
+    /// The health of the calling thread's hold, if it holds the lock, computed now.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.holders.mine(Holding::health)
+    }
+
+    /// The server process (`pg_backend_pid()`) of the calling thread's holding session, if it
+    /// holds the lock: what `pg_locks` and `pg_stat_activity` show for it.
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.holders.mine(|h| h.session.pid)
+    }
+
+    /// Every later health change of any hold through this object.
+    pub fn health_events(&self) -> Receiver<HealthEvent> {
+        self.feed.channel()
+    }
+
+    /// Calls `f` on the Client's events thread on every later health change of any hold
+    /// through this object; returns an id for
+    /// [`remove_health_listener`](Self::remove_health_listener). `f` must not block.
+    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
+        self.feed.on_health(f)
+    }
+
+    /// Removes a listener added with [`on_health`](Self::on_health).
+    pub fn remove_health_listener(&self, id: u64) -> bool {
+        self.feed.remove(id)
+    }
+
+    fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
+        let inner = self.client.inner();
+        if inner.closed() {
+            return Err(Error::Closed);
+        }
+        if self.health() == Some(LockHealth::Lost) {
+            return Err(Error::LockLost);
+        }
+        if self.holders.reenter() {
+            return Ok(true);
+        }
+        let started = Instant::now();
+        let mut cancelled = self.cancelled.subscribe();
+        cancelled.mark_unchanged();
+        let _waiting = crate::core::metrics::Waiting::new(&self.name);
+        match inner.block_on(self.attempt(deadline, cancelled)) {
+            Ok(Some(grant)) => {
+                crate::core::metrics::acquired(&self.name, started.elapsed());
+                self.hold(grant);
+                Ok(true)
+            }
+            Ok(None) => {
+                crate::core::metrics::timed_out(&self.name);
+                Ok(false)
+            }
+            Err(e) if inner.closed() => {
+                tracing::debug!("zklock: acquiring {:?} ended by close: {e}", self.name);
+                Err(Error::Closed)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks until granted, out of time (`None`), or an error; a session lost or not opened is
+    /// retried through the retry policy. A session that may hold anything on an error is
+    /// dropped, which closes it and frees whatever it held.
+    async fn attempt(
+        &self,
+        deadline: Deadline,
+        mut cancelled: watch::Receiver<u64>,
+    ) -> Result<Option<Grant>> {
+        let inner = self.client.inner();
+        let mut budget = RetryBudget::new(inner.retry.clone());
+        loop {
+            match self.ask(deadline, &mut cancelled).await {
+                Err(e) if retryable(&e) => {
+                    let Some(sleep) = budget.next_sleep() else {
+                        return Err(e);
+                    };
+                    if deadline.remaining().is_some_and(|left| left <= sleep) {
+                        return Ok(None);
+                    }
+                    tracing::debug!("zklock: PostgreSQL session lost ({e}), retrying in {sleep:?}");
+                    tokio::select! {
+                        () = tokio::time::sleep(sleep) => {}
+                        _ = cancelled.changed() => return Err(Error::Cancelled),
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt on one session.
+    async fn ask(
+        &self,
+        deadline: Deadline,
+        cancelled: &mut watch::Receiver<u64>,
+    ) -> Result<Option<Grant>> {
+        let inner = self.client.inner();
+        let session = tokio::select! {
+            s = inner.session() => s?,
+            _ = cancelled.changed() => return Err(Error::Cancelled),
+        };
+        let name: &(dyn tokio_postgres::types::ToSql + Sync) = &self.name;
+        if deadline.expired() {
+            let sent = boot_clock();
+            let row = session
+                .row(
+                    inner.operation_timeout,
+                    TRY_LOCK,
+                    &[(name, Type::TEXT), (&session.marker, Type::INT8)],
+                )
+                .await?;
+            session.check_own(&row, 0, 2)?;
+            if row.try_get::<_, Option<i64>>(1).ok().flatten().is_none() {
+                inner.give_back(session);
+                return Ok(None);
+            }
+            return granted(session, &row, sent).map(Some);
+        }
+        // The server ends the wait at the deadline (lock_timeout, in ms, at least 1: 0 would
+        // mean no limit); the client gives up an operation timeout later if it has not heard.
+        let limit = deadline.remaining().map_or_else(
+            || "0".to_owned(),
+            |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
+        );
+        let hard = inner.statement_deadline(deadline);
+        let limit_param: &(dyn tokio_postgres::types::ToSql + Sync) = &limit;
+        let set_params = [(limit_param, Type::TEXT)];
+        let marker: &(dyn tokio_postgres::types::ToSql + Sync) = &session.marker;
+        let lock_params = [(name, Type::TEXT), (marker, Type::INT8)];
+        let set = session
+            .client
+            .query_typed("SELECT set_config('lock_timeout', $1, false)", &set_params);
+        let sent = boot_clock();
+        let lock = session.client.query_typed(LOCK, &lock_params);
+        // Both statements go out at once: the wait costs one round trip.
+        let both = async { tokio::join!(set, lock) };
+        let bounded = async {
+            match hard.remaining() {
+                None => Ok(both.await),
+                Some(left) => tokio::time::timeout(left, both).await,
+            }
+        };
+        // Cancelled, or silent past the deadline: the server is asked to cancel the wait
+        // (the session's own socket is busy with it), and the session is closed as it is
+        // dropped, which frees a grant that may come meanwhile.
+        let (set, rows) = tokio::select! {
+            waited = bounded => match waited {
+                Ok(answers) => answers,
+                Err(_) => {
+                    session.cancel(inner.operation_timeout).await;
+                    return Ok(None);
+                }
+            },
+            _ = cancelled.changed() => {
+                session.cancel(inner.operation_timeout).await;
+                return Err(Error::Cancelled);
+            }
+        };
+        set.map_err(|e| error(&e, false))?;
+        let rows = match rows {
+            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                inner.give_back(session);
+                return Ok(None);
+            }
+            other => other.map_err(|e| error(&e, false))?,
+        };
+        let row = rows
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Postgres("the lock statement returned no row".into()))?;
+        let mut grant = granted(session, &row, sent)?;
+        // After a long wait, the send time says little about when the server's idle timer
+        // restarted: a heartbeat gives the lease a recent start.
+        if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
+            grant.sent = grant.session.beat(inner.operation_timeout).await?;
+        }
+        Ok(Some(grant))
+    }
+
+    fn hold(&self, grant: Grant) {
+        let inner = self.client.inner();
+        let lease = LocalLease::new();
+        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
+        let lease = Arc::new(lease);
+        let session = grant.session;
+        let node = format!("advisory lock {:?} (backend {})", self.name, session.pid);
+        let (health, report) = self
+            .feed
+            .hold(inner.dispatch(), &self.name, &node, grant.token);
+        let (keeping, task) = keep(
+            session.clone(),
+            lease.clone(),
+            report,
+            inner.session_timeout,
+            inner.operation_timeout,
+        );
+        inner.spawn(task);
+        self.holders.insert(Holding {
+            session,
+            token: grant.token,
+            health,
+            lease,
+            keeping,
+            since: Instant::now(),
+        });
+    }
+
+    /// Lets go of a released hold as `how` says; [`Error::LockLost`] if it had been lost.
+    fn finish(&self, holding: Holding, how: Release) -> Result<()> {
+        let inner = self.client.inner();
+        crate::core::metrics::released(&self.name, holding.since.elapsed());
+        let lost = holding.health() == LockHealth::Lost;
+        let Holding {
+            session, keeping, ..
+        } = holding;
+        // The heartbeat stops.
+        drop(keeping);
+        let until = match how {
+            // Dropping the session closes it: the server frees the lock.
+            Release::Background => return if lost { Err(Error::LockLost) } else { Ok(()) },
+            Release::Within(until) => until,
+        };
+        if lost {
+            return Err(Error::LockLost);
+        }
+        let deadline = until.map_or(Deadline::after(inner.operation_timeout), Deadline::at);
+        let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
+        let name: &(dyn tokio_postgres::types::ToSql + Sync) = &self.name;
+        let unlocked = inner.block_on(async {
+            let row = session.row(timeout, UNLOCK, &[(name, Type::TEXT)]).await;
+            row.and_then(|r| {
+                r.try_get::<_, bool>(0)
+                    .map_err(|e| Error::Postgres(format!("unexpected answer to unlock: {e}")))
+            })
+        });
+        match unlocked {
+            Ok(true) => {
+                inner.give_back(session);
+                Ok(())
+            }
+            // The server did not have it: the session was not the one that took it.
+            Ok(false) => Err(Error::LockLost),
+            // The session is closed as it is dropped: that frees the lock.
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The grant in `row` (`pg_backend_pid()`, token, own) on `session`.
+fn granted(session: Arc<Session>, row: &tokio_postgres::Row, sent: Duration) -> Result<Grant> {
+    session.check_own(row, 0, 2)?;
+    let token = u64::try_from(int(row, 1)?)
+        .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))?;
+    Ok(Grant {
+        session,
+        token,
+        sent,
+    })
+}
+
+/// A name is any text of 1 to [`MAX_NAME`] bytes without NUL.
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("a PostgreSQL lock name must not be empty"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(Error::invalid(format!(
+            "a PostgreSQL lock name is at most {MAX_NAME} bytes, not {}",
+            name.len()
+        )));
+    }
+    if name.contains('\0') {
+        return Err(Error::invalid(
+            "a PostgreSQL lock name cannot contain NUL (PostgreSQL's text cannot hold it)",
+        ));
+    }
+    Ok(())
+}
+
+impl Sealed for PgMutex {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        self.acquire_by(Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        match self.holders.detach()? {
+            Detached::StillHeld => Ok(()),
+            Detached::Released(holding) => self.finish(holding, how),
+        }
+    }
+
+    fn cancel(&self) {
+        self.cancelled.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.holders.any()
+    }
+}
+
+impl Lock for PgMutex {
+    fn fencing_token(&self) -> Option<u64> {
+        PgMutex::fencing_token(self)
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        PgMutex::health(self)
+    }
+}
+
+forward_lock_api!(PgMutex);
+
+impl Drop for PgMutex {
+    fn drop(&mut self) {
+        // Each holding session is closed as it is dropped: the server frees its lock.
+        drop(self.holders.drain());
+    }
+}
+
+impl std::fmt::Debug for PgMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgMutex")
+            .field("name", &self.name)
+            .field("held_here", &self.holders.any())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("").is_err());
+        assert!(check_name(&"x".repeat(MAX_NAME + 1)).is_err());
+        assert!(check_name("a\0b").is_err());
+        assert!(check_name(&"x".repeat(MAX_NAME)).is_ok());
+        assert!(check_name("it's ✓").is_ok());
+    }
+}

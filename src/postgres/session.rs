@@ -1,0 +1,423 @@
+//! One server session (a connection) of a [`PgClient`](super::PgClient): opened with the
+//! server-side limits that end it when it goes silent, watched so that its end is known at
+//! once, and kept alive by a heartbeat while it holds a lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::core::error::{Error, Result};
+use crate::core::health::LockHealth;
+use crate::core::lease::{boot_clock, LocalLease};
+
+/// A server-side setting a session is opened with.
+pub(crate) type Limit = (&'static str, String);
+
+/// The settings that make the server end a silent session within `timeout`, for a server of
+/// `version` (those it does not have are left out), and those the lock statements rely on:
+///
+/// * `idle_session_timeout` (14+), `idle_in_transaction_session_timeout`: a session that sends
+///   nothing for `timeout` is ended (a frozen holder; the heartbeat keeps a live one busy);
+/// * `tcp_keepalives_idle/interval/count`, `tcp_user_timeout` (12+): a peer gone with its
+///   machine or network is found within `timeout`;
+/// * `client_connection_check_interval` (14+): a waiter whose client went away leaves the
+///   lock's queue;
+/// * `statement_timeout = 0` (a lock wait is bounded by `lock_timeout`, set per wait) and
+///   `synchronous_commit = on` (the fencing token's transaction is on disk before it is
+///   handed out).
+pub(crate) fn limits(version: u32, timeout: Duration) -> Vec<Limit> {
+    let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128).to_string();
+    let s = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64).to_string();
+    let mut limits = vec![
+        ("idle_in_transaction_session_timeout", ms(timeout)),
+        ("tcp_keepalives_idle", s(timeout / 3)),
+        ("tcp_keepalives_interval", s(timeout / 9)),
+        ("tcp_keepalives_count", "3".to_owned()),
+        ("statement_timeout", "0".to_owned()),
+        ("synchronous_commit", "on".to_owned()),
+    ];
+    if version >= 120_000 {
+        limits.push(("tcp_user_timeout", ms(timeout)));
+    }
+    if version >= 140_000 {
+        limits.push(("idle_session_timeout", ms(timeout)));
+        limits.push((
+            "client_connection_check_interval",
+            ms((timeout / 3).min(Duration::from_secs(1))),
+        ));
+    }
+    limits
+}
+
+/// The client's side of each connection finds a vanished server within `timeout` too.
+pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Duration) {
+    config
+        .keepalives(true)
+        .keepalives_idle((timeout / 3).max(Duration::from_secs(1)))
+        .keepalives_interval((timeout / 9).max(Duration::from_secs(1)))
+        .keepalives_retries(3)
+        .tcp_user_timeout(timeout);
+}
+
+/// `limits` as one batch of `SET` statements.
+fn set_sql(limits: &[Limit]) -> String {
+    limits
+        .iter()
+        .map(|(name, value)| format!("SET {name} = {value};"))
+        .collect()
+}
+
+/// Every session takes a marker lock when it opens, `pg_advisory_lock(2053860459, MARKER)`: the
+/// two-integer form (`objsubid = 2` in `pg_locks`, a key space apart from the locks' own), its
+/// first key `0x7A6B6C6B` ("zklk"), its second a random positive `int4` of the session's.
+///
+/// SQL true when the server session running the statement holds the marker given as the
+/// parameter `$p` (an `int8`) and no other session's marker: it is this session's own, shared
+/// with no other zklock session. A pooler in transaction mode that runs one client's
+/// statements on another's server session, or two clients' on one, makes it false.
+macro_rules! own {
+    ($p:literal) => {
+        concat!(
+            "((SELECT coalesce(array_agg(objid::int8), '{}') FROM pg_locks ",
+            "WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 2053860459 ",
+            "AND pid = pg_backend_pid() AND granted) = ARRAY[",
+            $p,
+            "::int8])"
+        )
+    };
+}
+pub(crate) use own;
+
+/// One server session.
+pub(crate) struct Session {
+    pub(crate) client: tokio_postgres::Client,
+    cancel: tokio_postgres::CancelToken,
+    /// The server process serving it (`pg_backend_pid()`).
+    pub(crate) pid: i32,
+    /// The second key of this session's marker lock, taken when it opened: what tells its own
+    /// server session from one a pooler hands it.
+    pub(crate) marker: i64,
+    /// Becomes true when the connection ends (closed by either side, broken, or the Client
+    /// closed).
+    ended: watch::Receiver<bool>,
+}
+
+impl Session {
+    /// Opens a session, sets `limits` on it (sent with its first statement: no round trip
+    /// more), takes its marker lock and learns its backend pid and the server's version, within
+    /// `connect_timeout` and `operation_timeout`. The connection ends when `close` turns true.
+    pub(crate) async fn open(
+        config: &tokio_postgres::Config,
+        limits: Option<&[Limit]>,
+        connect_timeout: Duration,
+        operation_timeout: Duration,
+        mut close: watch::Receiver<bool>,
+    ) -> Result<(Session, u32)> {
+        let (client, connection) =
+            tokio::time::timeout(connect_timeout, config.connect(tokio_postgres::NoTls))
+                .await
+                .map_err(|_| Error::Io {
+                    context: "connecting to PostgreSQL".into(),
+                    kind: std::io::ErrorKind::TimedOut,
+                    message: format!("no session within {connect_timeout:?}"),
+                })?
+                .map_err(|e| error(&e, true))?;
+        let (ended_tx, ended) = watch::channel(false);
+        tokio::spawn(async move {
+            tokio::select! {
+                r = connection => {
+                    if let Err(e) = r {
+                        tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+                    }
+                }
+                _ = close.wait_for(|c| *c) => {}
+            }
+            let _ = ended_tx.send(true);
+        });
+        let cancel = client.cancel_token();
+        let marker = fastrand::i32(1..);
+        let marker_param: &(dyn ToSql + Sync) = &marker;
+        let params = [(marker_param, Type::INT4)];
+        let first = client.query_typed(
+            "SELECT pg_backend_pid(), current_setting('server_version_num')::int, \
+             pg_try_advisory_lock(2053860459, $1)",
+            &params,
+        );
+        let row = match limits {
+            None => within(operation_timeout, first).await?,
+            Some(limits) => {
+                let sets = set_sql(limits);
+                let (set, rows) = tokio::time::timeout(operation_timeout, async {
+                    tokio::join!(client.batch_execute(&sets), first)
+                })
+                .await
+                .map_err(|_| Error::Timeout)?;
+                set.map_err(|e| error(&e, false))?;
+                within(operation_timeout, std::future::ready(rows)).await?
+            }
+        };
+        let (pid, version) = (int(&row, 0)?, int(&row, 1)?);
+        let pid = i32::try_from(pid)
+            .map_err(|_| Error::Postgres(format!("a backend pid out of range: {pid}")))?;
+        if !row.try_get::<_, bool>(2).unwrap_or(false) {
+            return Err(Error::Postgres(
+                "another session holds this session's marker lock: is a pooler between \
+                 zklock and the server?"
+                    .into(),
+            ));
+        }
+        let session = Session {
+            client,
+            cancel,
+            pid,
+            marker: i64::from(marker),
+            ended,
+        };
+        Ok((session, u32::try_from(version).unwrap_or(0)))
+    }
+
+    /// Sets `limits` on this session (one opened without them).
+    pub(crate) async fn apply(&self, limits: &[Limit], operation_timeout: Duration) -> Result<()> {
+        let sql = set_sql(limits);
+        tokio::time::timeout(operation_timeout, self.client.batch_execute(&sql))
+            .await
+            .map_err(|_| Error::Timeout)?
+            .map_err(|e| error(&e, false))
+    }
+
+    pub(crate) fn ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
+    /// Resolves when the session's connection has ended.
+    pub(crate) async fn until_ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|e| *e).await;
+    }
+
+    /// One statement's first row, within `timeout`.
+    pub(crate) async fn row(
+        &self,
+        timeout: Duration,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<tokio_postgres::Row> {
+        within(timeout, self.client.query_typed(sql, params)).await
+    }
+
+    /// Asks the server to cancel the statement this session runs (from a connection of its
+    /// own), within `timeout`.
+    pub(crate) async fn cancel(&self, timeout: Duration) {
+        match tokio::time::timeout(timeout, self.cancel.cancel_query(tokio_postgres::NoTls)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!("zklock: cancelling a PostgreSQL statement failed: {e}"),
+            Err(_) => tracing::debug!("zklock: cancelling a PostgreSQL statement timed out"),
+        }
+    }
+
+    /// Checks that the session is alive and still its own server session (shared with no other
+    /// zklock session), for the lease: the lease clock's reading when the check was sent.
+    pub(crate) async fn beat(&self, timeout: Duration) -> Result<Duration> {
+        let sent = boot_clock();
+        let sql = concat!("SELECT pg_backend_pid(), ", own!("$1"));
+        let row = self
+            .row(timeout, sql, &[(&self.marker, Type::INT8)])
+            .await?;
+        self.check_own(&row, 0, 1)?;
+        Ok(sent)
+    }
+
+    /// [`Error::Postgres`] unless columns `pid` and `own` of `row` show this session's own
+    /// server session.
+    pub(crate) fn check_own(
+        &self,
+        row: &tokio_postgres::Row,
+        pid: usize,
+        own: usize,
+    ) -> Result<()> {
+        let own = row.try_get::<_, bool>(own).unwrap_or(false);
+        if !own || int(row, pid)? != i64::from(self.pid) {
+            return Err(Error::Postgres(not_own_session()));
+        }
+        Ok(())
+    }
+}
+
+/// What a session that holds a lock reports through.
+pub(crate) type Report = Arc<dyn Fn(LockHealth) + Send + Sync>;
+
+/// Stops a hold's keeper when dropped.
+pub(crate) struct Keeping(#[allow(dead_code)] oneshot::Sender<()>);
+
+/// Keeps a holding session alive and its hold's health current, on the Client's runtime, until
+/// the returned [`Keeping`] is dropped: a heartbeat every `timeout / 3` (each acknowledged one
+/// renews `lease` from its send time), `Lost` at once when the connection ends or the session
+/// turns out not to be its own, and the lease's reading reported as time passes.
+pub(crate) fn keep(
+    session: Arc<Session>,
+    lease: Arc<LocalLease>,
+    report: Report,
+    timeout: Duration,
+    operation_timeout: Duration,
+) -> (
+    Keeping,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (stop_tx, mut stop) = oneshot::channel::<()>();
+    let period = timeout / 3;
+    // A heartbeat waits at most a sixth of the timeout, so that a silent server delays the
+    // health reported by no more than that.
+    let beat_timeout = operation_timeout
+        .min(timeout / 6)
+        .max(Duration::from_millis(10));
+    let tick = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+    let task = async move {
+        let mut next_beat = tokio::time::Instant::now() + period;
+        loop {
+            // Biased: a hold released at the moment its session closes is not reported lost.
+            tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                () = session.until_ended() => {
+                    report(LockHealth::Lost);
+                    return;
+                }
+                () = tokio::time::sleep(tick) => {}
+            }
+            if tokio::time::Instant::now() >= next_beat {
+                next_beat = tokio::time::Instant::now() + period;
+                let beat = tokio::select! {
+                    biased;
+                    _ = &mut stop => return,
+                    b = session.beat(beat_timeout) => b,
+                };
+                match beat {
+                    Ok(sent) => lease.heard_at(sent),
+                    Err(Error::Postgres(why)) => {
+                        tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
+                        report(LockHealth::Lost);
+                        return;
+                    }
+                    Err(e) => tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}"),
+                }
+            }
+            report(lease.health());
+        }
+    };
+    (Keeping(stop_tx), task)
+}
+
+/// The message for a statement run on a server session that is not the session's own, or is
+/// shared with another zklock session.
+fn not_own_session() -> String {
+    "a lock's statement ran on a server session shared with another zklock session, or not \
+     its own: a pooler in transaction mode (PgBouncer's pool_mode = transaction) is between \
+     zklock and the server, and session locks cannot work through it"
+        .to_owned()
+}
+
+/// The first row of a statement, within `timeout`.
+async fn within(
+    timeout: Duration,
+    rows: impl std::future::Future<
+        Output = std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>,
+    >,
+) -> Result<tokio_postgres::Row> {
+    let rows = tokio::time::timeout(timeout, rows)
+        .await
+        .map_err(|_| Error::Timeout)?
+        .map_err(|e| error(&e, false))?;
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| Error::Postgres("a statement returned no row".into()))
+}
+
+/// Column `i` of `row` as an integer of any width.
+pub(crate) fn int(row: &tokio_postgres::Row, i: usize) -> Result<i64> {
+    let bad = |e: tokio_postgres::Error| {
+        Error::Postgres(format!("unexpected value in column {i} of an answer: {e}"))
+    };
+    match row.columns().get(i).map(|c| c.type_().clone()) {
+        Some(Type::INT4) => row.try_get::<_, i32>(i).map(i64::from).map_err(bad),
+        Some(Type::INT8) => row.try_get::<_, i64>(i).map_err(bad),
+        other => Err(Error::Postgres(format!(
+            "unexpected type {other:?} in column {i} of an answer"
+        ))),
+    }
+}
+
+/// A tokio-postgres error as zklock's: refused credentials are [`Error::AuthFailed`]; a broken
+/// or ended session [`Error::ConnectionLoss`] (retried by the policy) — or, `connecting`,
+/// [`Error::Io`] with the operating system's reason; the server's other answers
+/// [`Error::Postgres`] with their SQLSTATE.
+pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        let text = format!("{} ({}): {}", db.severity(), code.code(), db.message());
+        if *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        {
+            return Error::AuthFailed(text);
+        }
+        // Class 57P (the server ends or refuses sessions: shutdown, pg_terminate_backend,
+        // crash, starting up, idle timeouts) and, on an open session, class 08 (connection
+        // exception). A class 08 refusal at connect keeps its words: it is how a pooler says it
+        // will not pass the session's limits on ("unsupported startup parameter: options").
+        if code.code().starts_with("57P") || (code.code().starts_with("08") && !connecting) {
+            tracing::debug!("zklock: PostgreSQL session ended: {text}");
+            return Error::ConnectionLoss;
+        }
+        return Error::Postgres(text);
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if connecting {
+                return Error::io("connecting to PostgreSQL", io);
+            }
+            return Error::ConnectionLoss;
+        }
+        source = s.source();
+    }
+    if e.is_closed() {
+        return Error::ConnectionLoss;
+    }
+    if connecting {
+        return Error::Io {
+            context: "connecting to PostgreSQL".into(),
+            kind: std::io::ErrorKind::Other,
+            message: e.to_string(),
+        };
+    }
+    Error::Postgres(e.to_string())
+}
+
+/// Whether the retry policy may try again after `e`: a session lost, or one that could not be
+/// opened for a reason of the network.
+pub(crate) fn retryable(e: &Error) -> bool {
+    matches!(e, Error::ConnectionLoss | Error::Io { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_follow_the_timeout_and_the_server_version() {
+        let l = limits(150_000, Duration::from_secs(30));
+        let get = |l: &[Limit], n: &str| l.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(get(&l, "idle_session_timeout").unwrap(), "30000");
+        assert_eq!(get(&l, "tcp_keepalives_idle").unwrap(), "10");
+        assert_eq!(get(&l, "tcp_keepalives_interval").unwrap(), "3");
+        assert_eq!(get(&l, "tcp_user_timeout").unwrap(), "30000");
+        assert_eq!(get(&l, "client_connection_check_interval").unwrap(), "1000");
+        let old = limits(110_000, Duration::from_secs(1));
+        assert!(get(&old, "idle_session_timeout").is_none());
+        assert!(get(&old, "tcp_user_timeout").is_none());
+        assert_eq!(get(&old, "tcp_keepalives_interval").unwrap(), "1");
+        assert!(set_sql(&l).starts_with("SET idle_in_transaction_session_timeout = 30000;"));
+    }
+}

@@ -1,0 +1,643 @@
+//! The PostgreSQL mutex against real PostgreSQL servers: exclusion checked by the fenced
+//! register, arrival order, tokens across restarts, a killed and a frozen holder (worker
+//! processes: this binary run again), `psql` on the same key, a terminated backend, cancel,
+//! bad input.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::worker::{say, wait_to_be_killed, Worker};
+use common::{patience, wait_for};
+
+use zklock::testing::{FencedRegister, TestingPostgres};
+use zklock::{Error, InterProcessMultiLock, Lock, LockHealth, PgClient, PgMutex, RetryForever};
+
+const WORKER: &str = "ZKLOCK_PG_WORKER";
+
+/// The session timeout of the worker processes.
+const WORKER_SESSION: Duration = Duration::from_secs(3);
+
+fn client(server: &TestingPostgres) -> PgClient {
+    PgClient::builder(&server.url())
+        .retry_policy(RetryForever::new(Duration::from_millis(100)).unwrap())
+        .connect()
+        .expect("connect")
+}
+
+#[test]
+fn two_clients_on_one_lock_never_overlap_and_tokens_rise() {
+    let server = TestingPostgres::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..2)
+        .map(|w| {
+            let client = client(&server);
+            let addr = register.addr();
+            let tokens = tokens.clone();
+            thread::spawn(move || {
+                let mutex = PgMutex::new(&client, "exclusion").unwrap();
+                let mut fence = zklock::testing::FenceClient::connect(addr).unwrap();
+                let me = format!("w{w}");
+                for i in 0..25 {
+                    let guard = mutex.lock().unwrap();
+                    let token = guard.fencing_token();
+                    tokens.lock().unwrap().push(token);
+                    fence.enter(token, &me).unwrap();
+                    assert!(fence
+                        .write(token, &me, &i.to_string())
+                        .unwrap()
+                        .is_accepted());
+                    thread::sleep(Duration::from_millis(2));
+                    fence.exit(token, &me).unwrap();
+                    guard.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let report = register.check();
+    assert!(report.is_clean(), "{report}");
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 50);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens rise in grant order: {tokens:?}"
+    );
+}
+
+#[test]
+fn waiters_are_granted_in_arrival_order() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let holder = PgMutex::new(&c, "fifo").unwrap();
+    let guard = holder.lock().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..4 {
+        let c = c.clone();
+        let order = order.clone();
+        threads.push(thread::spawn(move || {
+            let mutex = PgMutex::new(&c, "fifo").unwrap();
+            let guard = mutex.lock().unwrap();
+            order.lock().unwrap().push(i);
+            thread::sleep(Duration::from_millis(5));
+            guard.release().unwrap();
+        }));
+        // The next waiter starts once this one is queued on the server.
+        wait_for("the waiter to queue", || {
+            server.advisory_lock("fifo").unwrap().1.len() == i + 1
+        });
+    }
+    guard.release().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn tokens_rise_across_a_restart_and_a_kill_of_the_server() {
+    let mut server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "restarts").unwrap();
+    let mut last = 0;
+    for round in 0..3 {
+        let guard = mutex.try_lock_for(patience()).unwrap().expect("granted");
+        let token = guard.fencing_token();
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        guard.release().unwrap();
+        match round {
+            0 => server.restart().unwrap(),
+            1 => {
+                server.kill().unwrap();
+                server.restart().unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_terminated_backend_reads_lost_at_once_and_frees_the_lock() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "terminated").unwrap();
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.health(), LockHealth::Held);
+    let pid = mutex.backend_pid().unwrap();
+    assert_eq!(server.advisory_lock("terminated").unwrap().0, vec![pid]);
+    assert!(server.terminate_backend(pid).unwrap());
+    let event = events.recv_timeout(patience()).expect("a health event");
+    assert_eq!(event, LockHealth::Lost);
+    assert_eq!(guard.health(), LockHealth::Lost);
+    assert!(matches!(mutex.acquire(), Err(Error::LockLost)));
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+    let other = PgMutex::new(&client(&server), "terminated").unwrap();
+    assert!(other.try_lock().unwrap().is_some());
+}
+
+#[test]
+fn a_hold_reads_lost_at_once_when_the_server_restarts() {
+    let mut server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "restarted under a holder").unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = guard.fencing_token();
+    server.restart().unwrap();
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+    let again = mutex
+        .try_lock_for(patience())
+        .unwrap()
+        .expect("granted again");
+    assert!(again.fencing_token() > old);
+}
+
+#[test]
+fn a_hold_on_a_frozen_server_turns_suspended_then_lost() {
+    let server = TestingPostgres::start().unwrap();
+    // Suspended lasts half the session timeout: 3 s to see it on a loaded machine.
+    let c = PgClient::builder(&server.url())
+        .session_timeout(Duration::from_secs(6))
+        .connect()
+        .unwrap();
+    let mutex = PgMutex::new(&c, "frozen server").unwrap();
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    server.pause().unwrap();
+    wait_for("Suspended", || guard.health() == LockHealth::Suspended);
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    server.resume().unwrap();
+    let seen: Vec<LockHealth> = std::iter::from_fn(|| events.recv_timeout(patience()).ok())
+        .map(|e| e.health)
+        .take_while(|h| *h != LockHealth::Lost)
+        .collect();
+    assert_eq!(seen, vec![LockHealth::Suspended], "then Lost");
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+}
+
+#[test]
+fn a_timed_acquire_gives_up_and_a_cancelled_waiter_leaves_the_queue() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let holder = PgMutex::new(&c, "busy").unwrap();
+    let _guard = holder.lock().unwrap();
+    let other = Arc::new(PgMutex::new(&client(&server), "busy").unwrap());
+    assert!(other.try_lock().unwrap().is_none());
+    assert!(!other.acquire_timeout(Duration::from_millis(300)).unwrap());
+    wait_for("no waiter left", || {
+        server.advisory_lock("busy").unwrap().1.is_empty()
+    });
+    let waiter = {
+        let other = other.clone();
+        thread::spawn(move || other.acquire())
+    };
+    wait_for("the waiter to queue", || {
+        server.advisory_lock("busy").unwrap().1.len() == 1
+    });
+    other.cancel_waiters();
+    assert!(matches!(waiter.join().unwrap(), Err(Error::Cancelled)));
+    wait_for("the cancelled waiter to leave", || {
+        server.advisory_lock("busy").unwrap().1.is_empty()
+    });
+    assert!(!other.is_acquired_in_this_process());
+}
+
+#[test]
+fn reentrant_per_thread_and_usable_in_a_multi_lock() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let a = PgMutex::new(&c, "a").unwrap();
+    a.acquire().unwrap();
+    a.acquire().unwrap();
+    assert_eq!(server.advisory_lock("a").unwrap().0.len(), 1);
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(matches!(a.release(), Err(Error::NotOwner)));
+            assert!(a.try_lock().unwrap().is_none(), "another thread waits");
+        });
+    });
+    a.release().unwrap();
+    assert!(a.is_owned_by_current_thread());
+    a.release().unwrap();
+    wait_for("the lock to be free", || {
+        server.advisory_lock("a").unwrap().0.is_empty()
+    });
+    let multi = InterProcessMultiLock::from_locks(vec![
+        Box::new(PgMutex::new(&c, "m1").unwrap()),
+        Box::new(PgMutex::new(&c, "m2").unwrap()),
+    ])
+    .unwrap();
+    multi.acquire().unwrap();
+    assert_eq!(server.advisory_lock("m1").unwrap().0.len(), 1);
+    assert_eq!(server.advisory_lock("m2").unwrap().0.len(), 1);
+    multi.release().unwrap();
+    // A guard's drop returns at once; closing its session frees the lock.
+    let guard = a.lock().unwrap();
+    drop(guard);
+    wait_for("the dropped guard's lock to be free", || {
+        server.advisory_lock("a").unwrap().0.is_empty()
+    });
+}
+
+// ---------------------------------------------------------------------------
+// psql on the same key.
+// ---------------------------------------------------------------------------
+
+/// An interactive `psql` session, fed statements on its standard input.
+struct Psql {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Psql {
+    fn start(server: &TestingPostgres) -> Psql {
+        let mut child = Command::new("psql")
+            .args([&server.url(), "-tA", "-v", "ON_ERROR_STOP=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("psql (Debian's postgresql-client) runs");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Psql {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Runs `sql` and waits until psql has answered it.
+    fn run(&mut self, sql: &str) {
+        writeln!(self.stdin, "{sql}; SELECT 'done';").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let line = self.lines.recv_timeout(patience()).expect("psql answers");
+            if line == "done" {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Psql {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `psql -c sql`'s answer.
+fn psql_once(server: &TestingPostgres, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([&server.url(), "-tA", "-c", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn psql_and_the_mutex_exclude_each_other_on_the_documented_key() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "shared 'key'").unwrap();
+    assert_eq!(
+        mutex.lock_sql(),
+        "SELECT pg_advisory_lock(hashtextextended('shared ''key''', 0))"
+    );
+    let mut psql = Psql::start(&server);
+    psql.run(&mutex.lock_sql());
+    assert!(mutex.try_lock().unwrap().is_none(), "psql holds it");
+    psql.run("SELECT pg_advisory_unlock(hashtextextended('shared ''key''', 0))");
+    let guard = mutex.try_lock().unwrap().expect("psql let go");
+    let try_sql = "SELECT pg_try_advisory_lock(hashtextextended('shared ''key''', 0))";
+    assert_eq!(psql_once(&server, try_sql), "f", "zklock holds it");
+    guard.release().unwrap();
+    assert_eq!(psql_once(&server, try_sql), "t");
+}
+
+// ---------------------------------------------------------------------------
+// Bad input.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn bad_input_is_refused_with_its_cause() {
+    let server = TestingPostgres::start().unwrap();
+    let cause = |url: &str| match PgClient::connect(url) {
+        Err(Error::ConnectFailed { cause, hosts }) => {
+            assert!(!hosts.contains(server.password()), "{hosts}");
+            *cause
+        }
+        other => panic!("{url}: {other:?}"),
+    };
+    let e = cause(&server.url_as("zklock", "wrong", "postgres"));
+    assert!(
+        matches!(&e, Error::AuthFailed(why) if why.contains("28P01")),
+        "{e:?}"
+    );
+    let e = cause(&server.url_as("zklock", server.password(), "nosuchdb"));
+    assert!(
+        matches!(&e, Error::Postgres(why) if why.contains("3D000") && why.contains("nosuchdb")),
+        "{e:?}"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let e = cause(&format!("postgres://zklock:x@127.0.0.1:{port}/postgres"));
+    assert!(
+        matches!(&e, Error::Io { kind, .. } if *kind == std::io::ErrorKind::ConnectionRefused),
+        "{e:?}"
+    );
+    let e = PgClient::connect(&format!("{}?sslmode=require", server.url())).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(why) if why.contains("TLS")),
+        "{e:?}"
+    );
+    let c = client(&server);
+    assert!(matches!(
+        PgMutex::new(&c, ""),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(c.server_version() >= 110_000);
+    c.close();
+    let m = PgMutex::new(&c, "after close").unwrap();
+    assert!(matches!(m.try_lock(), Err(Error::Closed)));
+}
+
+// ---------------------------------------------------------------------------
+// A holder in another process: killed, or frozen past its session timeout.
+// ---------------------------------------------------------------------------
+
+/// The worker: holds the lock named "worker", writes to the fenced register every 20 ms
+/// (checking `health()` before each write), and reports each write.
+#[test]
+fn holder_worker() {
+    let Ok(args) = std::env::var(WORKER) else {
+        return; // only as a worker process
+    };
+    let args: Vec<&str> = args.split(' ').collect();
+    let (url, fence) = (args[0], args[1]);
+    let client = PgClient::builder(url)
+        .session_timeout(WORKER_SESSION)
+        .connect()
+        .unwrap();
+    let mutex = PgMutex::new(&client, "worker").unwrap();
+    let mut fence = zklock::testing::FenceClient::connect(fence).unwrap();
+    // Held first, so that "worker" is taken on a session opened for it (not the Client's
+    // first), whose limits are set as it opens.
+    let first = PgMutex::new(&client, "worker's first").unwrap();
+    let _first = first.lock().unwrap();
+    let guard = mutex.lock().unwrap();
+    let token = guard.fencing_token();
+    fence.enter(token, "worker").unwrap();
+    say(&format!("held {token}"));
+    for i in 0.. {
+        if guard.health() != LockHealth::Held {
+            say("lost");
+            break;
+        }
+        let outcome = fence.write(token, "worker", &i.to_string()).unwrap();
+        say(&format!("wrote {}", outcome.is_accepted()));
+        thread::sleep(Duration::from_millis(20));
+    }
+    fence.exit(token, "worker").unwrap();
+    wait_to_be_killed();
+}
+
+fn start_worker(server: &TestingPostgres, register: &FencedRegister) -> Worker {
+    let args = format!("{} {}", server.url(), register.addr());
+    Worker::start("holder_worker", WORKER, &args)
+}
+
+/// Takes the lock after the worker stopped holding it: how long that took, and the token.
+fn take_over(server: &TestingPostgres, register: &FencedRegister) -> (Duration, u64) {
+    let c = client(server);
+    let mutex = PgMutex::new(&c, "worker").unwrap();
+    let started = Instant::now();
+    let guard = mutex.try_lock_for(patience()).unwrap().expect("taken over");
+    let took = started.elapsed();
+    let token = guard.fencing_token();
+    let mut fence = register.client().unwrap();
+    fence.enter(token, "taker").unwrap();
+    assert!(fence.write(token, "taker", "x").unwrap().is_accepted());
+    fence.exit(token, "taker").unwrap();
+    (took, token)
+}
+
+#[test]
+fn a_killed_holder_process_is_replaced() {
+    let server = TestingPostgres::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let mut worker = start_worker(&server, &register);
+    let held: u64 = worker.expect("held").parse().unwrap();
+    worker.expect("wrote true");
+    worker.signal("-KILL");
+    let _ = worker.child.wait();
+    let (took, token) = take_over(&server, &register);
+    println!("taken over {took:?} after kill -9 (session timeout {WORKER_SESSION:?})");
+    assert!(token > held);
+    assert!(register.check().is_clean());
+}
+
+#[test]
+fn a_frozen_holder_process_is_replaced_and_makes_no_late_write() {
+    let server = TestingPostgres::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let worker = start_worker(&server, &register);
+    let held: u64 = worker.expect("held").parse().unwrap();
+    worker.expect("wrote true");
+    worker.signal("-STOP");
+    let (took, token) = take_over(&server, &register);
+    println!("taken over {took:?} after SIGSTOP (session timeout {WORKER_SESSION:?})");
+    assert!(token > held);
+    worker.signal("-CONT");
+    worker.expect("lost");
+    let report = register.check();
+    println!("{report}");
+    assert!(report.is_clean(), "{report}");
+    let late = report.workers.get("worker").map_or(0, |s| s.rejected);
+    assert_eq!(late, 0, "a holder that checks health() writes nothing late");
+}
+
+/// The contrast: a session without zklock's server-side limits (psql, the server's defaults)
+/// keeps its lock while its process is frozen.
+#[test]
+fn a_frozen_psql_holder_keeps_its_lock_under_the_default_settings() {
+    let server = TestingPostgres::start().unwrap();
+    let mut psql = Psql::start(&server);
+    psql.run("SELECT pg_advisory_lock(hashtextextended('worker', 0))");
+    let pid = psql.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "worker").unwrap();
+    // Twice the workers' session timeout, and more: still held.
+    let waited = WORKER_SESSION * 2 + Duration::from_secs(2);
+    let got = mutex.try_lock_for(waited).unwrap();
+    println!(
+        "a frozen psql holder still holds after {waited:?}: {}",
+        got.is_none()
+    );
+    assert!(got.is_none());
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+// ---------------------------------------------------------------------------
+// A pooler between zklock and the server.
+// ---------------------------------------------------------------------------
+
+/// PgBouncer (Debian's package) in front of `server`, in `pool_mode`, as the `postgres` user
+/// when the test runs as root (PgBouncer refuses root).
+struct PgBouncer {
+    child: Child,
+    port: u16,
+    password: String,
+    _dir: tempfile::TempDir,
+}
+
+impl PgBouncer {
+    fn start(server: &TestingPostgres, pool_mode: &str) -> PgBouncer {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::Builder::new()
+            .prefix("zklock-pg-bouncer-")
+            .tempdir()
+            .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.path().display();
+        let users = dir.path().join("users.txt");
+        std::fs::write(&users, format!("\"zklock\" \"{}\"\n", server.password())).unwrap();
+        let ini = dir.path().join("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\npostgres = host=127.0.0.1 port={} dbname=postgres\n\
+                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
+                 auth_type = plain\nauth_file = {d}/users.txt\npool_mode = {pool_mode}\n\
+                 unix_socket_dir =\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n\
+                 default_pool_size = 4\n",
+                server.port()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new("pgbouncer");
+        cmd.arg(&ini).stdout(Stdio::null()).stderr(Stdio::null());
+        if let Some((uid, gid)) = postgres_user() {
+            for path in [dir.path(), users.as_path(), ini.as_path()] {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+            }
+            cmd.uid(uid).gid(gid);
+        }
+        let child = cmd
+            .spawn()
+            .expect("pgbouncer (Debian's pgbouncer package) runs");
+        let bouncer = PgBouncer {
+            child,
+            port,
+            password: server.password().to_owned(),
+            _dir: dir,
+        };
+        wait_for("pgbouncer to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        bouncer
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://zklock:{}@127.0.0.1:{}/postgres",
+            self.password, self.port
+        )
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The uid and gid of `postgres` when this test runs as root.
+fn postgres_user() -> Option<(u32, u32)> {
+    let me = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    Some((id("-u")?, id("-g")?))
+}
+
+#[test]
+fn a_transaction_mode_pooler_never_grants_one_lock_twice() {
+    let server = TestingPostgres::start().unwrap();
+    let bouncer = PgBouncer::start(&server, "transaction");
+    let a = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let b = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let (ma, mb) = (
+        PgMutex::new(&a, "pooled").unwrap(),
+        PgMutex::new(&b, "pooled").unwrap(),
+    );
+    let ga = ma.try_lock();
+    let gb = mb.try_lock();
+    println!("through a transaction-mode PgBouncer: {ga:?} / {gb:?}");
+    let held =
+        |g: &zklock::Result<Option<zklock::LockGuard<'_, PgMutex>>>| matches!(g, Ok(Some(_)));
+    assert!(!(held(&ga) && held(&gb)), "granted twice");
+    let refused = [&ga, &gb]
+        .iter()
+        .any(|g| matches!(g, Err(Error::Postgres(why)) if why.contains("pool_mode = transaction")));
+    assert!(refused, "the pooler is named: {ga:?} / {gb:?}");
+}
+
+#[test]
+fn a_session_mode_pooler_works() {
+    let server = TestingPostgres::start().unwrap();
+    let bouncer = PgBouncer::start(&server, "session");
+    let a = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let b = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
+    let ma = PgMutex::new(&a, "pooled").unwrap();
+    let mb = PgMutex::new(&b, "pooled").unwrap();
+    let guard = ma.try_lock().unwrap().expect("granted");
+    assert!(mb.try_lock().unwrap().is_none());
+    // A second hold of one Client opens a session of its own through the pooler.
+    let other = PgMutex::new(&a, "other").unwrap();
+    assert!(other.try_lock().unwrap().is_some());
+    guard.release().unwrap();
+    assert!(mb.try_lock().unwrap().is_some());
+}
