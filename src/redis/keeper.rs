@@ -504,11 +504,27 @@ fn evalsha(script: &redis::Script, keys: &Keys, args: &[&str]) -> redis::Cmd {
 /// A hold's local lease, opened at `sent` (when the granting call was sent).
 fn open_lease(ttl: Duration, sent: Duration) -> Arc<LocalLease> {
     let lease = LocalLease::new();
-    lease.open(ttl, ttl / 2);
-    lease.heard_at(sent);
+    lease.open_at(ttl, ttl / 2, sent);
     Arc::new(lease)
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_holds_lease_counts_from_the_grants_send_time() {
+        let sent = boot_clock().saturating_sub(Duration::from_secs(2));
+        let lease = open_lease(Duration::from_secs(3), sent);
+        let since = lease.since_heard().unwrap();
+        assert!(
+            since >= Duration::from_secs(2),
+            "counted from {since:?} ago"
+        );
+        assert_eq!(lease.health(), LockHealth::Suspended);
+    }
 }
