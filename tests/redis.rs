@@ -12,7 +12,7 @@ use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
 use zklock::{Error, LockHealth, RedisClient, RedisMutex};
 
 mod redis_common;
-use redis_common::{client, lock_keys, patience, wait_for, Worker};
+use redis_common::{client, lock_keys, patience, start_worker, wait_for};
 
 #[test]
 fn holders_exclude_each_other_on_the_fenced_register() {
@@ -378,7 +378,7 @@ fn take_over(server: &TestingRedis, register: &FencedRegister) -> (Duration, u64
 fn a_killed_holder_is_replaced_within_its_ttl() {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let mut worker = Worker::start(&server, &register, "check");
+    let mut worker = start_worker(&server, &register, "check");
     worker.expect("held");
     worker.expect("wrote");
     worker.signal("-KILL");
@@ -405,7 +405,7 @@ fn a_frozen_holder_that_does_not_check_is_stopped_by_the_fence() {
 fn frozen_holder(checks: bool) {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let worker = Worker::start(&server, &register, if checks { "check" } else { "blind" });
+    let worker = start_worker(&server, &register, if checks { "check" } else { "blind" });
     worker.expect("held");
     worker.expect("wrote true");
     worker.signal("-STOP");

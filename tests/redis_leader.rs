@@ -8,7 +8,7 @@ use zklock::testing::{FencedRegister, TestingRedis};
 use zklock::{Error, LeadershipChange, RedisLeaderLatch, RedisMutex};
 
 mod redis_common;
-use redis_common::{client, lock_keys, patience, wait_for, Worker};
+use redis_common::{client, lock_keys, patience, start_worker, wait_for};
 
 /// The threads of this process.
 fn threads() -> usize {
@@ -49,7 +49,7 @@ fn one_leader_at_a_time_and_the_next_when_it_closes() {
 fn a_killed_leader_is_replaced_within_its_ttl() {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let mut worker = Worker::start(&server, &register, "latch");
+    let mut worker = start_worker(&server, &register, "latch");
     let old: u64 = worker.expect("held").parse().unwrap();
     let c = client(&server, Duration::from_secs(2));
     let latch = RedisLeaderLatch::start(&c, "worker").unwrap();

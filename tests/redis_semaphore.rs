@@ -11,7 +11,7 @@ use zklock::testing::{FencedRegister, TestingRedis};
 use zklock::{Error, LockHealth, RedisSemaphore};
 
 mod redis_common;
-use redis_common::{client, lock_keys, patience, wait_for, Worker};
+use redis_common::{client, lock_keys, patience, start_worker, wait_for};
 
 /// Counts holders in and out and remembers the most at once.
 #[derive(Default)]
@@ -117,7 +117,7 @@ fn waiters_get_leases_in_arrival_order() {
 fn a_killed_holders_lease_comes_back_within_its_ttl() {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
-    let mut worker = Worker::start(&server, &register, "lease");
+    let mut worker = start_worker(&server, &register, "lease");
     let held: u64 = worker.expect("held").parse().unwrap();
     let c = client(&server, Duration::from_secs(2));
     let semaphore = RedisSemaphore::new(&c, "worker", 1).unwrap();

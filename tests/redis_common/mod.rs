@@ -4,9 +4,10 @@
 // Each test binary uses part of this module.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+#[path = "../common/worker.rs"]
+mod worker;
+pub use worker::{say, wait_to_be_killed, Worker};
+
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -57,16 +58,14 @@ fn holder_worker() {
         let latch = RedisLeaderLatch::start(&client, "worker").unwrap();
         latch.await_leadership().unwrap();
         say(&format!("held {}", latch.epoch().unwrap()));
-        // Lead until killed.
-        let _ = std::io::stdin().lock().lines().next();
+        wait_to_be_killed();
         return;
     }
     if mode == "lease" {
         let semaphore = RedisSemaphore::new(&client, "worker", 1).unwrap();
         let lease = semaphore.acquire().unwrap();
         say(&format!("held {}", lease.fencing_token()));
-        // Hold it until killed.
-        let _ = std::io::stdin().lock().lines().next();
+        wait_to_be_killed();
         return;
     }
     let checks = mode == "check";
@@ -86,85 +85,16 @@ fn holder_worker() {
         thread::sleep(Duration::from_millis(20));
     }
     fence.exit(token, "worker").unwrap();
-    // Wait to be killed.
-    let _ = std::io::stdin().lock().lines().next();
+    wait_to_be_killed();
 }
 
-fn say(line: &str) {
-    println!("worker: {line}");
-}
-
-pub struct Worker {
-    pub child: Child,
-    _stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Worker {
-    /// A worker that holds the mutex `worker` and writes to `register`, checking its health
-    /// before each write (`"check"`) or not (`"blind"`); that holds the one lease of the
-    /// semaphore `worker` (`"lease"`); or that leads the election `worker` (`"latch"`).
-    pub fn start(server: &TestingRedis, register: &FencedRegister, mode: &str) -> Worker {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "redis_common::holder_worker",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(
-                WORKER,
-                format!("{} {} {mode}", server.url(), register.addr()),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the worker");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("worker: ") {
-                    let _ = tx.send(line[at + "worker: ".len()..].to_owned());
-                }
-            }
-        });
-        Worker {
-            child,
-            _stdin: stdin,
-            lines,
-        }
-    }
-
-    pub fn expect(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + patience();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the worker never said {prefix:?}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_owned();
-            }
-        }
-    }
-
-    pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A worker that holds the mutex `worker` and writes to `register`, checking its health before
+/// each write (`"check"`) or not (`"blind"`); that holds the one lease of the semaphore
+/// `worker` (`"lease"`); or that leads the election `worker` (`"latch"`).
+pub fn start_worker(server: &TestingRedis, register: &FencedRegister, mode: &str) -> Worker {
+    Worker::start(
+        "redis_common::holder_worker",
+        WORKER,
+        &format!("{} {} {mode}", server.url(), register.addr()),
+    )
 }
