@@ -10,10 +10,9 @@ use tokio_postgres::types::Type;
 
 use super::client::PgClient;
 use super::session::{error, int, keep, own, retryable, Keeping, Session};
-use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthEvent, HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
 use crate::core::lease::{boot_clock, LocalLease};
 use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
 use crate::core::reentrant::{Detached, ThreadHolds};
@@ -191,23 +190,6 @@ impl PgMutex {
     /// holds the lock: what `pg_locks` and `pg_stat_activity` show for it.
     pub fn backend_pid(&self) -> Option<i32> {
         self.holders.mine(|h| h.session.pid)
-    }
-
-    /// Every later health change of any hold through this object.
-    pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.feed.channel()
-    }
-
-    /// Calls `f` on the Client's events thread on every later health change of any hold
-    /// through this object; returns an id for
-    /// [`remove_health_listener`](Self::remove_health_listener). `f` must not block.
-    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
-        self.feed.on_health(f)
-    }
-
-    /// Removes a listener added with [`on_health`](Self::on_health).
-    pub fn remove_health_listener(&self, id: u64) -> bool {
-        self.feed.remove(id)
     }
 
     fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
@@ -494,6 +476,7 @@ impl Lock for PgMutex {
 }
 
 forward_lock_api!(PgMutex);
+crate::core::health::forward_health_api!(PgMutex, feed, "the Client's events thread");
 
 impl Drop for PgMutex {
     fn drop(&mut self) {

@@ -8,10 +8,9 @@ use super::keeper::ms;
 use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout};
 use super::waiting::Waiters;
-use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthEvent, HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
 use crate::core::lease::LocalLease;
 use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
 use crate::core::reentrant::{Detached, ThreadHolds};
@@ -215,23 +214,6 @@ impl RedisMutex {
         self.holders.mine(Holding::health)
     }
 
-    /// Every later health change of any hold through this object.
-    pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.feed.channel()
-    }
-
-    /// Calls `f` on the Client's events thread on every later health change of any hold
-    /// through this object; returns an id for
-    /// [`remove_health_listener`](Self::remove_health_listener). `f` must not block.
-    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
-        self.feed.on_health(f)
-    }
-
-    /// Removes a listener added with [`on_health`](Self::on_health).
-    pub fn remove_health_listener(&self, id: u64) -> bool {
-        self.feed.remove(id)
-    }
-
     fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
         let inner = self.client.inner();
         if inner.closed() {
@@ -391,6 +373,7 @@ impl Lock for RedisMutex {
 }
 
 forward_lock_api!(RedisMutex);
+crate::core::health::forward_health_api!(RedisMutex, feed, "the Client's events thread");
 
 impl Drop for RedisMutex {
     fn drop(&mut self) {

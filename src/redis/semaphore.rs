@@ -10,10 +10,9 @@ use super::mutex::{check_name, TOKEN_KEEP_TTLS};
 use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout};
 use super::waiting::Waiters;
-use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthEvent, HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
 use crate::core::lease::LocalLease;
 use crate::core::lock::Release;
 
@@ -128,23 +127,6 @@ impl RedisSemaphore {
         self.waiters.cancel();
     }
 
-    /// Every later health change of any lease of this object.
-    pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.feed.channel()
-    }
-
-    /// Calls `f` on the Client's events thread on every later health change of any lease of
-    /// this object; returns an id for
-    /// [`remove_health_listener`](Self::remove_health_listener). `f` must not block.
-    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
-        self.feed.on_health(f)
-    }
-
-    /// Removes a listener added with [`on_health`](Self::on_health).
-    pub fn remove_health_listener(&self, id: u64) -> bool {
-        self.feed.remove(id)
-    }
-
     fn acquire_by(&self, deadline: Deadline) -> Result<Option<RedisLease>> {
         let inner = self.client.inner();
         if inner.closed() {
@@ -190,6 +172,8 @@ impl RedisSemaphore {
         }))
     }
 }
+
+crate::core::health::forward_health_api!(RedisSemaphore, feed, "the Client's events thread");
 
 impl std::fmt::Debug for RedisSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

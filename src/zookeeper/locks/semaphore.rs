@@ -13,11 +13,10 @@ use super::driver::{LockDriver, LockNode, StandardDriver};
 use super::internals::{shared_count, Leases, LockInternals};
 use super::keeper::{keep_node, vouch, KeeperGuard};
 use super::shared_count::SharedCount;
-use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
-use crate::core::health::{HealthCell, HealthEvent, HealthFeed};
+use crate::core::health::{HealthCell, HealthFeed};
 use crate::core::lock::Release;
 use crate::zookeeper::client::{AclProvider, Client, CreateMode, Doomed, SharedAcl};
 use crate::zookeeper::path;
@@ -68,6 +67,12 @@ pub struct InterProcessSemaphoreV2 {
     max_leases: Leases,
     feed: Arc<HealthFeed>,
 }
+
+crate::core::health::forward_health_api!(
+    InterProcessSemaphoreV2,
+    feed,
+    "the Client's watcher thread"
+);
 
 impl std::fmt::Debug for InterProcessSemaphoreV2 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -277,24 +282,6 @@ impl InterProcessSemaphoreV2 {
             returned: false,
             since: Instant::now(),
         }))
-    }
-
-    /// A channel of every health change of the leases this object hands out, each naming its
-    /// lease's node and fencing token (see [`HealthEvent`]).
-    pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.feed.channel()
-    }
-
-    /// Calls `f` on the Client's watcher thread at every health change of a lease of this
-    /// object; it must not block. Returns an id for
-    /// [`remove_health_listener`](Self::remove_health_listener).
-    pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
-        self.feed.on_health(f)
-    }
-
-    /// Removes a callback of [`on_health`](Self::on_health); `false` if it was not there.
-    pub fn remove_health_listener(&self, id: u64) -> bool {
-        self.feed.remove(id)
     }
 
     /// Returns a lease (Curator's `returnLease`); same as [`Lease::return_lease`].
