@@ -214,6 +214,7 @@ pub mod testing;
 mod zookeeper;
 
 pub use crate::core::channel::Receiver;
+pub use crate::core::connection::ConnectionState;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::health::{HealthEvent, LockHealth};
 pub use crate::core::leadership::LeadershipChange;
@@ -234,8 +235,8 @@ pub use crate::redis::{
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{
-    Acl, AclProvider, Client, ClientBuilder, ConnectionState, Create, CreateMode, ErrorPolicy,
-    Perms, Stat, Watch, WatchEvent, WatchEventKind,
+    Acl, AclProvider, Client, ClientBuilder, Create, CreateMode, ErrorPolicy, Perms, Stat, Watch,
+    WatchEvent, WatchEventKind,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::leader::{

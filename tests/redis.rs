@@ -735,3 +735,50 @@ fn a_frozen_server_makes_a_holder_lost_and_nothing_hangs() {
         .expect("taken again");
     assert!(taken.fencing_token() > old);
 }
+
+/// The Client's connection state follows the server: `Suspended` and then `Lost` while it is
+/// frozen past the TTL, `Reconnected` when it answers again, told to channels and listeners in
+/// order.
+#[test]
+fn connection_states_follow_the_server() {
+    let mut server = TestingRedis::start().unwrap();
+    let c = RedisClient::builder(&server.url())
+        .ttl(Duration::from_secs(1))
+        .operation_timeout(Duration::from_millis(300))
+        .connect()
+        .unwrap();
+    assert_eq!(c.state(), zklock::ConnectionState::Connected);
+    let states = c.connection_states();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    {
+        let heard = heard.clone();
+        c.on_connection_state(move |s| heard.lock().unwrap().push(s));
+    }
+    let next = || states.recv_timeout(patience()).expect("a state");
+    server.pause().unwrap();
+    assert_eq!(next(), zklock::ConnectionState::Suspended);
+    assert_eq!(next(), zklock::ConnectionState::Lost);
+    assert!(!c.is_connected());
+    server.resume().unwrap();
+    assert_eq!(next(), zklock::ConnectionState::Reconnected);
+    server.kill().unwrap();
+    assert_eq!(next(), zklock::ConnectionState::Suspended);
+    server.restart().unwrap();
+    let mut after = next();
+    if after == zklock::ConnectionState::Lost {
+        after = next();
+    }
+    assert_eq!(after, zklock::ConnectionState::Reconnected);
+    wait_for("the listener to hear every state", || {
+        heard.lock().unwrap().len() >= 4
+    });
+    assert_eq!(
+        heard.lock().unwrap()[..4],
+        [
+            zklock::ConnectionState::Suspended,
+            zklock::ConnectionState::Lost,
+            zklock::ConnectionState::Reconnected,
+            zklock::ConnectionState::Suspended,
+        ]
+    );
+}

@@ -11,6 +11,7 @@
 )]
 
 pub(crate) mod channel;
+pub(crate) mod connection;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod health;

@@ -17,7 +17,10 @@ use parking_lot::Mutex;
 
 use super::keeper::Keeper;
 use super::scripts::Scripts;
+use super::states::States;
 use super::wake::{start_subscriber, Wakes};
+use crate::core::channel::Receiver;
+use crate::core::connection::ConnectionState;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
@@ -67,6 +70,7 @@ pub(crate) struct Inner {
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) wakes: Arc<Wakes>,
     pub(crate) keeper: Keeper,
+    states: Arc<States>,
     closed: Arc<AtomicBool>,
     next_waiter: AtomicU64,
     events: Sender<Box<dyn FnOnce() + Send>>,
@@ -143,6 +147,36 @@ impl RedisClient {
         }
     }
 
+    /// The connection state now: `Connected` from the start, `Suspended` once the server has
+    /// stopped answering the Client's keeper (a failed renewal or `PING`, or none answered for
+    /// half a TTL), `Lost` once a whole TTL has passed since it last answered (every hold of
+    /// the Client may have expired), `Reconnected` when it answers again.
+    pub fn state(&self) -> ConnectionState {
+        self.inner.states.state()
+    }
+
+    /// Whether the server answers now (`Connected` or `Reconnected`).
+    pub fn is_connected(&self) -> bool {
+        self.state().is_connected()
+    }
+
+    /// A channel that receives every later connection state, in order.
+    pub fn connection_states(&self) -> Receiver<ConnectionState> {
+        self.inner.states.channel()
+    }
+
+    /// Calls `f` with every later connection state, in order, on the Client's events thread
+    /// (it must not block). Returns an id for
+    /// [`remove_connection_state_listener`](Self::remove_connection_state_listener).
+    pub fn on_connection_state(&self, f: impl FnMut(ConnectionState) + Send + 'static) -> u64 {
+        self.inner.states.on_change(f)
+    }
+
+    /// Removes a listener; returns whether it was registered.
+    pub fn remove_connection_state_listener(&self, id: u64) -> bool {
+        self.inner.states.remove(id)
+    }
+
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
     }
@@ -216,6 +250,7 @@ impl RedisClientBuilder {
         };
         let mut conn =
             open(&redis, self.connect_timeout, operation_timeout).map_err(|e| failed(error(e)))?;
+        let sent = boot_clock();
         check_version(&mut conn).map_err(failed)?;
         let id = format!("{:016x}", fastrand::u64(..));
         let closed = Arc::new(AtomicBool::new(false));
@@ -230,13 +265,14 @@ impl RedisClientBuilder {
         )
         .map_err(failed)?;
         let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
+        let states = Arc::new(States::new(self.ttl, sent, dispatch(&events)));
         let keeper = Keeper::start(
             redis.clone(),
             scripts.clone(),
             self.ttl,
             operation_timeout,
             closed.clone(),
-            (wakes.clone(), id.clone()),
+            (wakes.clone(), id.clone(), states.clone()),
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {
@@ -255,6 +291,7 @@ impl RedisClientBuilder {
                 scripts,
                 wakes,
                 keeper,
+                states,
                 closed,
                 next_waiter: AtomicU64::new(1),
                 events,
@@ -425,6 +462,14 @@ fn tls_refusal(e: &redis::RedisError) -> Option<String> {
     None
 }
 
+/// Runs callbacks on the events thread that `events` feeds.
+fn dispatch(events: &Sender<Box<dyn FnOnce() + Send>>) -> Dispatch {
+    let events = events.clone();
+    Arc::new(move |f| {
+        let _ = events.send(f);
+    })
+}
+
 impl Inner {
     /// The next waiter or holder id of this Client.
     pub(crate) fn new_owner(&self) -> String {
@@ -445,10 +490,7 @@ impl Inner {
 
     /// Runs callbacks on the Client's events thread.
     pub(crate) fn dispatch(&self) -> Dispatch {
-        let events = self.events.clone();
-        Arc::new(move |f| {
-            let _ = events.send(f);
-        })
+        dispatch(&self.events)
     }
 
     /// Runs `f` on a command connection, bounded by the operation timeout per attempt, retrying

@@ -18,6 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use super::latch::Contest;
 use super::mutex::TOKEN_KEEP_TTLS;
 use super::scripts::{invocation, Keys, Layout, Scripts};
+use super::states::States;
 use super::wake::{Registered, Wakes};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
@@ -78,7 +79,7 @@ impl Keeper {
         ttl: Duration,
         operation_timeout: Duration,
         closed: Arc<AtomicBool>,
-        (wakes, client_id): (Arc<Wakes>, String),
+        (wakes, client_id, states): (Arc<Wakes>, String, Arc<States>),
     ) -> Result<Keeper> {
         let shared = Arc::new(Shared::default());
         let run = Run {
@@ -91,6 +92,7 @@ impl Keeper {
             conn: None,
             wakes,
             client_id,
+            states,
             contending: Vec::new(),
             next_latch: 0,
         };
@@ -198,6 +200,7 @@ struct Run {
     conn: Option<redis::Connection>,
     wakes: Arc<Wakes>,
     client_id: String,
+    states: Arc<States>,
     contending: Vec<Contending>,
     next_latch: u64,
 }
@@ -218,6 +221,7 @@ impl Run {
                 self.renew();
             }
             self.report();
+            self.states.judge();
             self.contend();
         }
         self.finish();
@@ -259,11 +263,15 @@ impl Run {
             })
             .collect();
         if batch.is_empty() {
+            self.ping();
             return;
         }
         let ttl_ms = ms(self.ttl);
         let scripts = self.scripts.clone();
-        let Some(conn) = self.conn() else { return };
+        let Some(conn) = self.conn() else {
+            self.states.failed();
+            return;
+        };
         let mut pipe = redis::pipe();
         for (_, keys, owner, _, _) in &batch {
             let renew = scripts.renew(keys.layout);
@@ -283,6 +291,7 @@ impl Run {
         };
         match answers {
             Ok(answers) => {
+                self.states.heard(sent);
                 for ((id, _, _, lease, report), ours) in batch.into_iter().zip(answers) {
                     if ours == 1 {
                         lease.heard_at(sent);
@@ -299,7 +308,25 @@ impl Run {
                 tracing::debug!("zklock: Redis renewal failed: {e}");
                 if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
                     self.conn = None;
+                    self.states.failed();
                 }
+            }
+        }
+    }
+
+    /// Without holds to renew, a `PING` tells whether the server answers.
+    fn ping(&mut self) {
+        let Some(conn) = self.conn() else {
+            self.states.failed();
+            return;
+        };
+        let sent = boot_clock();
+        match redis::cmd("PING").query::<String>(conn) {
+            Ok(_) => self.states.heard(sent),
+            Err(e) => {
+                tracing::debug!("zklock: Redis PING failed: {e}");
+                self.conn = None;
+                self.states.failed();
             }
         }
     }

@@ -9,6 +9,7 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
+mod states;
 mod waiting;
 mod wake;
 

@@ -34,8 +34,9 @@ pub(crate) use self::ops::MultiOp;
 pub(crate) use self::runtime::Runtime;
 pub(crate) use self::runtime::Signal;
 use self::session::Shared;
+pub(crate) use self::types::ConnectionState;
 pub use self::types::{
-    Acl, ConnectionState, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
+    Acl, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub(crate) use self::watch::WatchGuard;
 pub(crate) use self::watcher::{

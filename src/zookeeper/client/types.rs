@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub(crate) use crate::core::connection::ConnectionState;
+
 use super::runtime::Signal;
 
 /// When a leader gives leadership up because of the connection (Curator's
@@ -32,48 +34,6 @@ pub enum ErrorPolicy {
     Standard,
     /// Give leadership up on `Lost` only.
     SessionOnly,
-}
-
-/// The connection state of a [`Client`](crate::Client), with Curator's meaning.
-///
-/// | state | meaning |
-/// |---|---|
-/// | `Connected` | the first session is established |
-/// | `Suspended` | the connection is gone; the session may still be alive — a held lock's validity is unknown |
-/// | `Reconnected` | connected again: to the same session, or (after `Lost`) to a new one |
-/// | `Lost` | the session expired, or the connection was gone so long that it may have expired |
-/// | `ReadOnly` | connected to a server that is partitioned from its quorum (read-only mode) |
-///
-/// `Lost` is raised locally no later than one session timeout after the last byte received from
-/// the server, even while the server is still unreachable; the Client then opens a new session by
-/// itself and reports `Reconnected`.
-///
-/// # Example
-/// ```
-/// use zklock::ConnectionState;
-/// assert!(ConnectionState::Reconnected.is_connected());
-/// assert!(!ConnectionState::Suspended.is_connected());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ConnectionState {
-    /// The first successful connection.
-    Connected,
-    /// The connection was lost; the session may still be alive.
-    Suspended,
-    /// Connected again after `Suspended` or `Lost`.
-    Reconnected,
-    /// The session is (or must be taken as) expired.
-    Lost,
-    /// Connected to a read-only server.
-    ReadOnly,
-}
-
-impl ConnectionState {
-    /// Whether requests can be served in this state.
-    pub fn is_connected(self) -> bool {
-        matches!(self, Self::Connected | Self::Reconnected | Self::ReadOnly)
-    }
 }
 
 /// The kind of node [`Client::create`](crate::Client::create) makes.
