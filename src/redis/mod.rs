@@ -2,6 +2,7 @@
 //! See `docs/redis.md` in the repository for what it guarantees and what it cannot.
 
 mod client;
+mod error;
 mod keeper;
 mod latch;
 mod mutex;
