@@ -564,6 +564,10 @@ fn redis_py_and_zklock_exclude_each_other_on_one_name() {
     assert_eq!(said.next().unwrap().unwrap(), "ready");
     let c = client(&server, Duration::from_secs(30));
     let mutex = RedisMutex::redis_py(&c, "shared-report").unwrap();
+    // Both sides take turns from here on, however late a loaded machine starts the Python side.
+    wait_for("the Python side's first hold", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ENTER py"))
+    });
     for _ in 0..ROUNDS {
         let guard = mutex.try_lock_for(patience()).unwrap().expect("acquired");
         assert!(!server
