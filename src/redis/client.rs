@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use super::error::error;
 use super::keeper::Keeper;
 use super::scripts::Scripts;
+use super::slots::Slots;
 use super::states::States;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::channel::Receiver;
@@ -37,8 +38,9 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 ///
 /// Each Client runs three threads: `zklock-redis-sub` (reads the Client's wake-up channel),
 /// `zklock-redis-keeper` (renews every hold at a third of the TTL, reports lock health, finishes
-/// background releases) and `zklock-redis-events` (runs health callbacks). Calls use command
-/// connections from a pool: one per thread calling at the same time, kept for reuse.
+/// background releases, leader latches' turns) and `zklock-redis-events` (runs callbacks).
+/// Calls use command connections from a pool: one per thread calling at the same time, kept for
+/// reuse; up to four waiting threads read their wake-ups on subscriber connections of their own.
 ///
 /// # Example
 /// ```no_run
@@ -71,6 +73,7 @@ pub(crate) struct Inner {
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) wakes: Arc<Wakes>,
     pub(crate) keeper: Keeper,
+    pub(crate) slots: Slots,
     states: Arc<States>,
     closed: Arc<AtomicBool>,
     next_waiter: AtomicU64,
@@ -146,6 +149,7 @@ impl RedisClient {
         for t in self.inner.threads.lock().drain(..) {
             let _ = t.join();
         }
+        self.inner.slots.close();
     }
 
     /// The connection state now: `Connected` from the start, `Suspended` once the server has
@@ -267,6 +271,7 @@ impl RedisClientBuilder {
         .map_err(failed)?;
         let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
         let states = Arc::new(States::new(self.ttl, sent, dispatch(&events)));
+        let slots = Slots::new(redis.clone(), &id, self.connect_timeout);
         let keeper = Keeper::start(
             redis.clone(),
             scripts.clone(),
@@ -292,6 +297,7 @@ impl RedisClientBuilder {
                 scripts,
                 wakes,
                 keeper,
+                slots,
                 states,
                 closed,
                 next_waiter: AtomicU64::new(1),
@@ -419,11 +425,12 @@ fn dispatch(events: &Sender<Box<dyn FnOnce() + Send>>) -> Dispatch {
 }
 
 impl Inner {
-    /// The next waiter or holder id of this Client.
-    pub(crate) fn new_owner(&self) -> String {
+    /// The next waiter or holder id of this Client: `CLIENT:SEQ`, or `CLIENT/N:SEQ` on the
+    /// waiting slot whose prefix is given (its wake-up goes to that slot's channel).
+    pub(crate) fn new_owner(&self, slot: Option<&str>) -> String {
         format!(
             "{}:{}",
-            self.id,
+            slot.unwrap_or(&self.id),
             self.next_waiter.fetch_add(1, Ordering::Relaxed)
         )
     }
