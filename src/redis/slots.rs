@@ -49,9 +49,10 @@ impl Slots {
         }
     }
 
-    /// A free slot, or a new one while fewer than [`MAX_SLOTS`] exist; `None` otherwise, or if
-    /// a new one cannot be opened (the waiter then uses the shared channel).
-    pub(crate) fn take(&self) -> Option<Slot> {
+    /// A free slot, or a new one (opened within `within` and the connection timeout) while
+    /// fewer than [`MAX_SLOTS`] exist; `None` otherwise, or if a new one cannot be opened (the
+    /// waiter then uses the shared channel).
+    pub(crate) fn take(&self, within: Duration) -> Option<Slot> {
         if let Some(slot) = self.idle.lock().pop() {
             return Some(slot);
         }
@@ -60,7 +61,7 @@ impl Slots {
             self.made.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        match self.open() {
+        match self.open(within) {
             Ok(slot) => Some(slot),
             Err(e) => {
                 self.made.fetch_sub(1, Ordering::AcqRel);
@@ -70,9 +71,12 @@ impl Slots {
         }
     }
 
-    fn open(&self) -> redis::RedisResult<Slot> {
+    fn open(&self, within: Duration) -> redis::RedisResult<Slot> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        self.subscribe(format!("{}/{n}", self.client_id), self.connect_timeout)
+        let timeout = within
+            .min(self.connect_timeout)
+            .max(Duration::from_millis(1));
+        self.subscribe(format!("{}/{n}", self.client_id), timeout)
     }
 
     /// A slot whose connection broke, connected and subscribed again on the same channel (its

@@ -62,10 +62,10 @@ impl Waiters {
         } = how;
         // A slot only for a wait that may park and is woken by a message: `try_lock` makes one
         // attempt, a waiter on redis-py's layout polls.
-        let mut slot = if deadline.expired() || !woken {
-            None
-        } else {
-            inner.slots.take()
+        let mut slot = match deadline.remaining() {
+            Some(left) if left.is_zero() => None,
+            _ if !woken => None,
+            left => inner.slots.take(left.unwrap_or(Duration::MAX)),
         };
         let owner = format!(
             "{}{suffix}",
