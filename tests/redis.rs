@@ -384,11 +384,8 @@ fn a_killed_holder_is_replaced_within_its_ttl() {
     worker.signal("-KILL");
     let _ = worker.child.wait();
     let (took, _) = take_over(&server, &register);
+    // The figure the docs state (within TTL + 2 s); tests assert no duration.
     println!("taken over {took:?} after kill -9 (TTL 2 s)");
-    assert!(
-        took < Duration::from_secs(2) + Duration::from_secs(2),
-        "took {took:?}"
-    );
     assert!(register.check().is_clean());
 }
 
@@ -411,7 +408,6 @@ fn frozen_holder(checks: bool) {
     worker.signal("-STOP");
     let (took, _) = take_over(&server, &register);
     println!("taken over {took:?} after SIGSTOP (TTL 2 s)");
-    assert!(took < Duration::from_secs(4), "took {took:?}");
     worker.signal("-CONT");
     if checks {
         worker.expect("lost");

@@ -329,22 +329,7 @@ impl RedisClientBuilder {
     /// Everything that can be known without I/O.
     fn check(&self) -> Result<(redis::Client, String)> {
         let url = self.url.trim();
-        let scheme = url.split("://").next().unwrap_or_default();
-        match scheme {
-            "redis" => {}
-            "rediss" if cfg!(feature = "tls") => {}
-            "rediss" => {
-                return Err(Error::invalid(format!(
-                    "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
-                    shown_url(url)
-                )))
-            }
-            _ => {
-                return Err(Error::invalid(format!(
-                    "{url:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])"
-                )))
-            }
-        }
+        check_scheme(url, cfg!(feature = "tls"))?;
         let redis = self
             .open(url)
             .map_err(|e| Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url))))?;
@@ -368,6 +353,22 @@ impl RedisClientBuilder {
             }
         }
         Ok((redis, shown_url(url)))
+    }
+}
+
+/// A Redis URL's scheme: `redis://`, or `rediss://` in a build with TLS.
+fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
+    match url.split("://").next().unwrap_or_default() {
+        "redis" => Ok(()),
+        "rediss" if tls_built => Ok(()),
+        "rediss" => Err(Error::invalid(format!(
+            "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
+            shown_url(url)
+        ))),
+        _ => Err(Error::invalid(format!(
+            "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])",
+            shown_url(url)
+        ))),
     }
 }
 
@@ -554,9 +555,12 @@ mod tests {
             Err(Error::InvalidArgument(why)) => why,
             other => panic!("not refused: {other:?}"),
         };
-        if !cfg!(feature = "tls") {
-            assert!(refused(RedisClient::builder("rediss://127.0.0.1:1")).contains("TLS"));
-        }
+        let tls = |url| match check_scheme(url, false) {
+            Err(Error::InvalidArgument(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert!(tls("rediss://127.0.0.1:1").contains("`tls` feature"));
+        assert!(check_scheme("rediss://127.0.0.1:1", true).is_ok());
         assert!(refused(RedisClient::builder("http://127.0.0.1:1")).contains("redis://"));
         assert!(
             refused(RedisClient::builder("redis://127.0.0.1:1").ttl(Duration::ZERO))
