@@ -641,13 +641,15 @@ fn a_promoted_replica_that_missed_the_key_lets_two_hold_and_the_fence_refuses_th
     let register = FencedRegister::start().unwrap();
     let a = client(&primary, Duration::from_secs(2));
     let mutex = RedisMutex::new(&a, "failover").unwrap();
-    // An earlier grant the replica did see, so that it has the token key.
-    drop(mutex.lock().unwrap());
-    wait_for("the replica to have the token", || {
+    // An earlier grant and release the replica did see, so that it has the token key and no
+    // holder key.
+    mutex.lock().unwrap().release().unwrap();
+    wait_for("the replica to have the token and no holder", || {
         replica
-            .command(&["EXISTS", "zklock:{failover}:token"])
+            .command(&["EXISTS", "zklock:{failover}:token", "zklock:{failover}"])
             .unwrap()
             == "1"
+            && replica.command(&["EXISTS", "zklock:{failover}"]).unwrap() == "0"
     });
     // The replica stands still and its link is cut: what the primary writes now, it never gets.
     replica.pause().unwrap();
