@@ -4,7 +4,9 @@
 
 mod client;
 mod mutex;
+mod read_write;
 mod session;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use mutex::PgMutex;
+pub use read_write::PgReadWriteLock;
