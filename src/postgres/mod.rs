@@ -5,8 +5,10 @@
 mod client;
 mod mutex;
 mod read_write;
+mod semaphore;
 mod session;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use mutex::PgMutex;
 pub use read_write::PgReadWriteLock;
+pub use semaphore::{PgLease, PgSemaphore};

@@ -613,7 +613,7 @@ pub(crate) fn granted(
 }
 
 /// A name is any text of 1 to [`MAX_NAME`] bytes without NUL.
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("a PostgreSQL lock name must not be empty"));
     }
