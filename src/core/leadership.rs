@@ -1,4 +1,17 @@
-//! What a leader election's listeners hear, on every backend.
+//! What a leader election's listeners hear, and a latch's term and listeners, on every
+//! backend.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
+
+use super::channel::Receiver;
+use super::error::{Error, Result};
+use super::health::LockHealth;
+use super::lease::LocalLease;
+use super::listeners::{on_listener_thread, Dispatch, Listeners};
 
 /// What a latch's listeners hear.
 ///
@@ -27,4 +40,181 @@ pub enum LeadershipChange {
     },
     /// We do not lead any more.
     Lost,
+}
+
+/// One latch's side of an election, on every backend: whether a term is on, its epoch and its
+/// hold's lease, and who hears of changes. The backend queues for the lock and calls
+/// [`gained`](Election::gained) when it holds; the term ends when the hold is lost or the latch
+/// closes, and the backend lets go of the hold once [`term_ended`](Election::term_ended) says
+/// so.
+pub(crate) struct Election {
+    state: Mutex<State>,
+    changed: Condvar,
+    channels: Mutex<Vec<Sender<LeadershipChange>>>,
+    listeners: Arc<Listeners<LeadershipChange>>,
+    dispatch: Dispatch,
+}
+
+#[derive(Default)]
+struct State {
+    closed: bool,
+    term: Option<Term>,
+    /// The term ended (lost, or the latch closed) and the backend has not let go of it yet.
+    ended: bool,
+}
+
+struct Term {
+    epoch: u64,
+    lease: Arc<LocalLease>,
+}
+
+impl State {
+    fn leads(&self) -> bool {
+        !self.closed
+            && self
+                .term
+                .as_ref()
+                .is_some_and(|t| t.lease.health() == LockHealth::Held)
+    }
+}
+
+impl Election {
+    pub(crate) fn new(dispatch: Dispatch) -> Election {
+        Election {
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            channels: Mutex::default(),
+            listeners: Arc::default(),
+            dispatch,
+        }
+    }
+
+    /// A term is on and its hold's health, computed now, is `Held`.
+    pub(crate) fn leads(&self) -> bool {
+        self.state.lock().leads()
+    }
+
+    /// The current term's health (`None` between terms; `Lost` once closed).
+    pub(crate) fn health(&self) -> Option<LockHealth> {
+        let state = self.state.lock();
+        let term = state.term.as_ref()?;
+        Some(if state.closed {
+            LockHealth::Lost
+        } else {
+            term.lease.health()
+        })
+    }
+
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        self.state.lock().term.as_ref().map(|t| t.epoch)
+    }
+
+    /// Waits until we lead (`true`), `until` passes (whether we lead), or the latch or its
+    /// Client (`client_closed`) closes ([`Error::Closed`]).
+    pub(crate) fn await_until(
+        &self,
+        until: Option<Instant>,
+        client_closed: impl Fn() -> bool,
+    ) -> Result<bool> {
+        if on_listener_thread() && until.is_none_or(|at| at > Instant::now()) {
+            return Err(Error::OnWatcherThread);
+        }
+        let mut state = self.state.lock();
+        loop {
+            if state.closed || client_closed() {
+                return Err(Error::Closed);
+            }
+            if state.leads() {
+                return Ok(true);
+            }
+            // Woken by every change; a term whose health slips is looked at again soon.
+            let soon = Instant::now() + Duration::from_millis(50);
+            let at = until.map_or(soon, |u| u.min(soon));
+            let timed_out = self.changed.wait_until(&mut state, at).timed_out();
+            if timed_out && until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(state.leads());
+            }
+        }
+    }
+
+    pub(crate) fn changes(&self) -> Receiver<LeadershipChange> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.channels.lock().push(tx);
+        Receiver::new(rx)
+    }
+
+    pub(crate) fn on_change(&self, f: impl FnMut(LeadershipChange) + Send + 'static) -> u64 {
+        self.listeners.add(0, Box::new(f))
+    }
+
+    pub(crate) fn remove_listener(&self, id: u64) -> bool {
+        self.listeners.remove(id)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// Whether the current term ended (lost or closed) and the backend should let it go.
+    pub(crate) fn term_ended(&self) -> bool {
+        self.state.lock().ended
+    }
+
+    /// The backend let go of the ended term.
+    pub(crate) fn let_go(&self) {
+        self.state.lock().ended = false;
+    }
+
+    /// A term begins; returns how the backend reports its hold's health (`Lost` ends the term).
+    pub(crate) fn gained(
+        self: &Arc<Self>,
+        epoch: u64,
+        lease: Arc<LocalLease>,
+    ) -> Arc<dyn Fn(LockHealth) + Send + Sync> {
+        {
+            let mut state = self.state.lock();
+            state.term = Some(Term { epoch, lease });
+            state.ended = false;
+        }
+        self.tell(LeadershipChange::Gained { epoch });
+        let election = Arc::downgrade(self);
+        Arc::new(move |health| {
+            if health == LockHealth::Lost {
+                if let Some(election) = election.upgrade() {
+                    election.end_term();
+                }
+            }
+        })
+    }
+
+    /// The latch closes: a term on ends.
+    pub(crate) fn close(&self) {
+        let was = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            state.term.is_some()
+        };
+        if was {
+            self.end_term();
+        }
+        self.changed.notify_all();
+    }
+
+    fn end_term(&self) {
+        {
+            let mut state = self.state.lock();
+            if state.term.take().is_none() {
+                return;
+            }
+            state.ended = true;
+        }
+        self.tell(LeadershipChange::Lost);
+    }
+
+    fn tell(&self, change: LeadershipChange) {
+        self.changed.notify_all();
+        self.channels.lock().retain(|tx| tx.send(change).is_ok());
+        let listeners = self.listeners.clone();
+        (self.dispatch)(Box::new(move || listeners.call(u64::MAX, change)));
+    }
 }

@@ -186,16 +186,22 @@ pub(crate) struct Holding {
 }
 
 impl Holding {
-    /// Starts keeping `grant`'s session alive; its health goes to `health` and `report`.
+    /// The local lease of `grant`'s hold, from the send time of the statement that took it.
+    pub(crate) fn lease(inner: &Inner, grant: &Grant) -> Arc<LocalLease> {
+        let lease = LocalLease::new();
+        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
+        Arc::new(lease)
+    }
+
+    /// Starts keeping `grant`'s session alive, renewing `lease` (from [`Holding::lease`]); its
+    /// health goes to `health` and `report`.
     pub(crate) fn start(
         inner: &Inner,
         grant: Grant,
+        lease: Arc<LocalLease>,
         health: HealthCell,
         report: Report,
     ) -> Holding {
-        let lease = LocalLease::new();
-        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
-        let lease = Arc::new(lease);
         let (keeping, task) = keep(
             grant.session.clone(),
             lease.clone(),
@@ -448,8 +454,9 @@ impl PgMutex {
         let (health, report) = self
             .feed
             .hold(inner.dispatch(), &self.name, &node, grant.token);
+        let lease = Holding::lease(inner, &grant);
         self.holders
-            .insert(Holding::start(inner, grant, health, report));
+            .insert(Holding::start(inner, grant, lease, health, report));
     }
 }
 

@@ -187,11 +187,12 @@ impl PgSemaphore {
         let (health, report) = self
             .feed
             .hold(inner.dispatch(), &self.name, &node, grant.token);
+        let lease = Holding::lease(inner, &grant);
         Ok(Some(PgLease {
             client: self.client.clone(),
             name: self.name.clone(),
             index,
-            holding: Some(Holding::start(inner, grant, health, report)),
+            holding: Some(Holding::start(inner, grant, lease, health, report)),
         }))
     }
 
