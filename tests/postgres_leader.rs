@@ -6,23 +6,17 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::postgres::{client, worker_client};
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LeadershipChange, LockHealth, PgClient, PgLeaderLatch, RetryForever};
+use zklock::{Error, LeadershipChange, LockHealth, PgLeaderLatch};
 
 const WORKER: &str = "ZKLOCK_PG_LEADER_WORKER";
 
 /// The session timeout of the worker processes.
 const WORKER_SESSION: Duration = Duration::from_secs(3);
-
-fn client(server: &TestingPostgres) -> PgClient {
-    PgClient::builder(&server.url())
-        .retry_policy(RetryForever::new(Duration::from_millis(100)).unwrap())
-        .connect()
-        .expect("connect")
-}
 
 #[test]
 fn one_leader_among_three_then_the_next_with_a_higher_epoch() {
@@ -94,13 +88,9 @@ fn a_lost_term_is_told_and_the_latch_queues_again() {
 /// The worker: leads "worker" and stays until killed.
 #[test]
 fn leader_worker() {
-    let Ok(url) = std::env::var(WORKER) else {
+    let Some(client) = worker_client(WORKER, WORKER_SESSION) else {
         return; // only as a worker process
     };
-    let client = PgClient::builder(&url)
-        .session_timeout(WORKER_SESSION)
-        .connect()
-        .unwrap();
     let latch = PgLeaderLatch::start(&client, "worker").unwrap();
     latch.await_leadership().unwrap();
     say(&format!("leading {}", latch.epoch().unwrap()));

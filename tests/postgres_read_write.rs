@@ -8,17 +8,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use common::postgres::client;
 use common::{patience, wait_for};
 
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LockHealth, PgClient, PgReadWriteLock, RetryForever};
-
-fn client(server: &TestingPostgres) -> PgClient {
-    PgClient::builder(&server.url())
-        .retry_policy(RetryForever::new(Duration::from_millis(100)).unwrap())
-        .connect()
-        .expect("connect")
-}
+use zklock::{Error, LockHealth, PgReadWriteLock};
 
 /// The modes `pg_locks` shows granted on the key of `name`, sorted.
 fn granted_modes(server: &TestingPostgres, name: &str) -> Vec<String> {

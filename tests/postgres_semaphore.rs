@@ -9,23 +9,17 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::postgres::{client, worker_client};
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LockHealth, PgClient, PgSemaphore, RetryForever};
+use zklock::{Error, LockHealth, PgSemaphore};
 
 const WORKER: &str = "ZKLOCK_PG_SEMAPHORE_WORKER";
 
 /// The session timeout of the worker processes.
 const WORKER_SESSION: Duration = Duration::from_secs(3);
-
-fn client(server: &TestingPostgres) -> PgClient {
-    PgClient::builder(&server.url())
-        .retry_policy(RetryForever::new(Duration::from_millis(100)).unwrap())
-        .connect()
-        .expect("connect")
-}
 
 /// Counts holders in and out and remembers every time there were more than `limit`.
 struct Occupancy {
@@ -204,13 +198,9 @@ fn a_waiter_times_out_or_is_cancelled_and_bad_input_is_refused() {
 /// The worker: takes the one lease of "worker" and holds it until killed.
 #[test]
 fn lease_worker() {
-    let Ok(url) = std::env::var(WORKER) else {
+    let Some(client) = worker_client(WORKER, WORKER_SESSION) else {
         return; // only as a worker process
     };
-    let client = PgClient::builder(&url)
-        .session_timeout(WORKER_SESSION)
-        .connect()
-        .unwrap();
     // Held first, so that the lease is taken on a session opened for it (not the Client's
     // first), whose limits are set as it opens.
     let first = PgSemaphore::new(&client, "worker's first", 1).unwrap();
@@ -221,8 +211,9 @@ fn lease_worker() {
     wait_to_be_killed();
 }
 
-#[test]
-fn a_killed_lease_holder_process_gives_its_lease_back() {
+/// Starts a worker that holds the one lease of "worker", sends it `signal`, and takes the
+/// lease when it comes back; prints how long that took.
+fn lease_back_after(signal: &str, what: &str) {
     let server = TestingPostgres::start().unwrap();
     let worker = Worker::start("lease_worker", WORKER, &server.url());
     let held: u64 = worker.expect("held").parse().unwrap();
@@ -232,36 +223,29 @@ fn a_killed_lease_holder_process_gives_its_lease_back() {
         semaphore.try_acquire().unwrap().is_none(),
         "the worker holds"
     );
-    worker.signal("-KILL");
+    worker.signal(signal);
     let started = Instant::now();
     let lease = semaphore
         .acquire_timeout(patience())
         .unwrap()
         .expect("the lease came back");
     println!(
-        "the lease came back {:?} after kill -9 (session timeout {WORKER_SESSION:?})",
+        "the lease came back {:?} after {what} (session timeout {WORKER_SESSION:?})",
         started.elapsed()
     );
     assert!(lease.fencing_token() > held);
+    drop(lease);
+    if signal == "-STOP" {
+        worker.signal("-CONT");
+    }
+}
+
+#[test]
+fn a_killed_lease_holder_process_gives_its_lease_back() {
+    lease_back_after("-KILL", "kill -9");
 }
 
 #[test]
 fn a_frozen_lease_holder_process_gives_its_lease_back() {
-    let server = TestingPostgres::start().unwrap();
-    let worker = Worker::start("lease_worker", WORKER, &server.url());
-    worker.expect("held");
-    let c = client(&server);
-    let semaphore = PgSemaphore::new(&c, "worker", 1).unwrap();
-    worker.signal("-STOP");
-    let started = Instant::now();
-    let lease = semaphore
-        .acquire_timeout(patience())
-        .unwrap()
-        .expect("the lease came back");
-    println!(
-        "the lease came back {:?} after SIGSTOP (session timeout {WORKER_SESSION:?})",
-        started.elapsed()
-    );
-    drop(lease);
-    worker.signal("-CONT");
+    lease_back_after("-STOP", "SIGSTOP");
 }

@@ -218,3 +218,76 @@ impl Election {
         (self.dispatch)(Box::new(move || listeners.call(u64::MAX, change)));
     }
 }
+
+/// A latch's questions and listeners (`has_leadership`, `health`, `epoch`,
+/// `await_leadership[_timeout]`, `changes`, `on_change`, `remove_listener`) for a latch type
+/// whose [`Election`] is at `self.$election` and whose Client is `self.client`.
+macro_rules! forward_election_api {
+    ($ty:ty, $($election:ident).+) => {
+        impl $ty {
+            /// Whether we lead now: a term is on and its hold's health, computed now, is
+            /// `Held`.
+            pub fn has_leadership(&self) -> bool {
+                self.$($election).+.leads()
+            }
+
+            /// The current term's health, computed now (`None` between terms): `Held` while
+            /// the leader's hold is renewed, `Suspended` once a renewal is late, `Lost` at the
+            /// end.
+            pub fn health(&self) -> Option<$crate::LockHealth> {
+                self.$($election).+.health()
+            }
+
+            /// The current term's epoch (fencing token), while a term is on.
+            pub fn epoch(&self) -> Option<u64> {
+                self.$($election).+.epoch()
+            }
+
+            /// Blocks until we lead.
+            ///
+            /// # Errors
+            /// [`Error::Closed`](crate::Error::Closed) if the latch or its Client is closed
+            /// first; [`Error::OnWatcherThread`](crate::Error::OnWatcherThread) from a
+            /// listener (it would wait for itself).
+            pub fn await_leadership(&self) -> $crate::Result<()> {
+                let inner = self.client.inner();
+                self.$($election).+.await_until(None, || inner.closed()).map(|_| ())
+            }
+
+            /// Waits at most `timeout` for leadership: whether we lead.
+            ///
+            /// # Errors
+            /// As [`await_leadership`](Self::await_leadership).
+            #[must_use = "`false` means we do NOT lead"]
+            pub fn await_leadership_timeout(
+                &self,
+                timeout: std::time::Duration,
+            ) -> $crate::Result<bool> {
+                let inner = self.client.inner();
+                let until = std::time::Instant::now().checked_add(timeout);
+                self.$($election).+.await_until(until, || inner.closed())
+            }
+
+            /// A channel of every later change.
+            pub fn changes(&self) -> $crate::Receiver<$crate::LeadershipChange> {
+                self.$($election).+.changes()
+            }
+
+            /// Calls `f` on every later change, on the Client's events thread (it must not
+            /// block); returns an id for [`remove_listener`](Self::remove_listener).
+            pub fn on_change(
+                &self,
+                f: impl FnMut($crate::LeadershipChange) + Send + 'static,
+            ) -> u64 {
+                self.$($election).+.on_change(f)
+            }
+
+            /// Removes a listener added by [`on_change`](Self::on_change); whether it was
+            /// there.
+            pub fn remove_listener(&self, id: u64) -> bool {
+                self.$($election).+.remove_listener(id)
+            }
+        }
+    };
+}
+pub(crate) use forward_election_api;

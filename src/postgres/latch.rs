@@ -3,18 +3,17 @@
 //! lock on a session of the latch's own and keeps the leader's hold.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
 use super::client::PgClient;
 use super::mutex::{attempt, check_name, Holding, Key};
 use super::session::Report;
-use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthCell, LockHealth};
-use crate::core::leadership::{Election, LeadershipChange};
+use crate::core::leadership::Election;
 use crate::core::lock::Release;
 
 /// How long a latch waits before it queues again after an error (the server down, the retry
@@ -31,9 +30,9 @@ const AGAIN_AFTER: Duration = Duration::from_secs(1);
 /// own) waits for the lock on a session of the latch's own, then keeps the leader's hold alive
 /// with the hold's heartbeat, as a mutex holder's. Each latch uses one session (a connection)
 /// while it waits and while it leads. A hold found lost (its session ended, or the heartbeat
-/// late by a whole session timeout) ends the term — listeners hear [`LeadershipChange::Lost`]
-/// — and the latch queues again, at the back; after an error it waits a second and queues
-/// again. A latch keeps its Client open until it is closed.
+/// late by a whole session timeout) ends the term — listeners hear
+/// [`LeadershipChange::Lost`](crate::LeadershipChange::Lost) — and the latch queues again, at
+/// the back; after an error it waits a second and queues again. A latch keeps its Client open until it is closed.
 ///
 /// # Asking
 /// [`has_leadership`](Self::has_leadership) is computed when called: a term is on and its
@@ -104,61 +103,6 @@ impl PgLeaderLatch {
         &self.name
     }
 
-    /// Whether we lead now: a term is on and its hold's health, computed now, is `Held`.
-    pub fn has_leadership(&self) -> bool {
-        self.election.leads()
-    }
-
-    /// The current term's health, computed now (`None` between terms): `Held` while the
-    /// leader's heartbeats are answered, `Suspended` once one is late, `Lost` at the end.
-    pub fn health(&self) -> Option<LockHealth> {
-        self.election.health()
-    }
-
-    /// The current term's epoch (fencing token), while a term is on.
-    pub fn epoch(&self) -> Option<u64> {
-        self.election.epoch()
-    }
-
-    /// Blocks until we lead.
-    ///
-    /// # Errors
-    /// [`Error::Closed`] if the latch or its Client is closed first;
-    /// [`Error::OnWatcherThread`] from a listener (it would wait for itself).
-    pub fn await_leadership(&self) -> Result<()> {
-        self.await_until(None).map(|_| ())
-    }
-
-    /// Waits at most `timeout` for leadership: whether we lead.
-    ///
-    /// # Errors
-    /// As [`await_leadership`](Self::await_leadership).
-    #[must_use = "`false` means we do NOT lead"]
-    pub fn await_leadership_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.await_until(Instant::now().checked_add(timeout))
-    }
-
-    fn await_until(&self, until: Option<Instant>) -> Result<bool> {
-        let inner = self.client.inner();
-        self.election.await_until(until, || inner.closed())
-    }
-
-    /// A channel of every later change.
-    pub fn changes(&self) -> Receiver<LeadershipChange> {
-        self.election.changes()
-    }
-
-    /// Calls `f` on every later change, on the Client's events thread (it must not block);
-    /// returns an id for [`remove_listener`](Self::remove_listener).
-    pub fn on_change(&self, f: impl FnMut(LeadershipChange) + Send + 'static) -> u64 {
-        self.election.on_change(f)
-    }
-
-    /// Removes a listener added by [`on_change`](Self::on_change); whether it was there.
-    pub fn remove_listener(&self, id: u64) -> bool {
-        self.election.remove_listener(id)
-    }
-
     /// Stops taking part: a leader's term ends (its listeners hear `Lost`) and its session is
     /// closed in the background, which frees the lock; a waiting latch leaves the queue.
     /// Returns at once; idempotent.
@@ -167,6 +111,8 @@ impl PgLeaderLatch {
         self.closing.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
+
+crate::core::leadership::forward_election_api!(PgLeaderLatch, election);
 
 impl Drop for PgLeaderLatch {
     fn drop(&mut self) {

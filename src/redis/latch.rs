@@ -3,16 +3,13 @@
 //! thread, which also renews the leader's hold.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::client::RedisClient;
 use super::keeper::Report;
 use super::mutex::check_name;
 use super::scripts::{Keys, Layout};
-use crate::core::channel::Receiver;
 use crate::core::error::{Error, Result};
-use crate::core::health::LockHealth;
-use crate::core::leadership::{Election, LeadershipChange};
+use crate::core::leadership::Election;
 use crate::core::lease::LocalLease;
 
 /// Curator's `LeaderLatch` on Redis: every latch on a name queues in the fair
@@ -29,8 +26,8 @@ use crate::core::lease::LocalLease;
 /// # Asking
 /// [`has_leadership`](Self::has_leadership) is computed when called: a term is on and its
 /// hold's health is `Held` (a late renewal reads `Suspended` and does not count). A hold found
-/// lost ends the term (listeners hear [`LeadershipChange::Lost`]) and the latch queues again
-/// with a new place, at the back.
+/// lost ends the term (listeners hear [`LeadershipChange::Lost`](crate::LeadershipChange::Lost))
+/// and the latch queues again with a new place, at the back.
 ///
 /// # Epochs
 /// Every term has an [`epoch`](Self::epoch): the hold's fencing token, rising from term to
@@ -89,61 +86,6 @@ impl RedisLeaderLatch {
         &self.name
     }
 
-    /// Whether we lead now: a term is on and its hold's health, computed now, is `Held`.
-    pub fn has_leadership(&self) -> bool {
-        self.contest.election.leads()
-    }
-
-    /// The current term's health, computed now (`None` between terms): `Held` while the
-    /// leader's hold is renewed, `Suspended` once a renewal is late, `Lost` at the end.
-    pub fn health(&self) -> Option<LockHealth> {
-        self.contest.election.health()
-    }
-
-    /// The current term's epoch (fencing token), while a term is on.
-    pub fn epoch(&self) -> Option<u64> {
-        self.contest.election.epoch()
-    }
-
-    /// Blocks until we lead.
-    ///
-    /// # Errors
-    /// [`Error::Closed`] if the latch or its Client is closed first;
-    /// [`Error::OnWatcherThread`] from a listener (it would wait for itself).
-    pub fn await_leadership(&self) -> Result<()> {
-        self.await_until(None).map(|_| ())
-    }
-
-    /// Waits at most `timeout` for leadership: whether we lead.
-    ///
-    /// # Errors
-    /// As [`await_leadership`](Self::await_leadership).
-    #[must_use = "`false` means we do NOT lead"]
-    pub fn await_leadership_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.await_until(Instant::now().checked_add(timeout))
-    }
-
-    fn await_until(&self, until: Option<Instant>) -> Result<bool> {
-        let inner = self.client.inner();
-        self.contest.election.await_until(until, || inner.closed())
-    }
-
-    /// A channel of every later change.
-    pub fn changes(&self) -> Receiver<LeadershipChange> {
-        self.contest.election.changes()
-    }
-
-    /// Calls `f` on every later change, on the Client's events thread (it must not block);
-    /// returns an id for [`remove_listener`](Self::remove_listener).
-    pub fn on_change(&self, f: impl FnMut(LeadershipChange) + Send + 'static) -> u64 {
-        self.contest.election.on_change(f)
-    }
-
-    /// Removes a listener added by [`on_change`](Self::on_change); whether it was there.
-    pub fn remove_listener(&self, id: u64) -> bool {
-        self.contest.election.remove_listener(id)
-    }
-
     /// Stops taking part: a leader's term ends (its listeners hear `Lost`) and the keeper
     /// releases the hold, or takes the latch out of the queue, in the background. Returns at
     /// once; idempotent.
@@ -152,6 +94,8 @@ impl RedisLeaderLatch {
         self.client.inner().keeper.wake();
     }
 }
+
+crate::core::leadership::forward_election_api!(RedisLeaderLatch, contest.election);
 
 impl Drop for RedisLeaderLatch {
     fn drop(&mut self) {
