@@ -52,13 +52,10 @@ fn a_lost_term_is_told_and_the_latch_queues_again() {
     let server = TestingPostgres::start().unwrap();
     let c = client(&server);
     let latch = PgLeaderLatch::start(&c, "requeue").unwrap();
-    let changes = latch.changes();
     latch.await_leadership().unwrap();
     let first = latch.epoch().unwrap();
-    assert_eq!(
-        changes.recv_timeout(patience()).unwrap(),
-        LeadershipChange::Gained { epoch: first }
-    );
+    // Subscribed once leading: the first Gained may come before any subscription can.
+    let changes = latch.changes();
     let pid = server.advisory_lock("requeue").unwrap().0[0];
     assert!(server.terminate_backend(pid).unwrap());
     assert_eq!(

@@ -172,11 +172,13 @@ impl Election {
         lease: Arc<LocalLease>,
     ) -> Arc<dyn Fn(LockHealth) + Send + Sync> {
         {
+            // Told under the state's lock: whoever sees the term (and subscribes then) is not
+            // told of it again.
             let mut state = self.state.lock();
             state.term = Some(Term { epoch, lease });
             state.ended = false;
+            self.tell(LeadershipChange::Gained { epoch });
         }
-        self.tell(LeadershipChange::Gained { epoch });
         let election = Arc::downgrade(self);
         Arc::new(move |health| {
             if health == LockHealth::Lost {
@@ -201,16 +203,15 @@ impl Election {
     }
 
     fn end_term(&self) {
-        {
-            let mut state = self.state.lock();
-            if state.term.take().is_none() {
-                return;
-            }
-            state.ended = true;
+        let mut state = self.state.lock();
+        if state.term.take().is_none() {
+            return;
         }
+        state.ended = true;
         self.tell(LeadershipChange::Lost);
     }
 
+    /// Called with the state locked; sends without blocking.
     fn tell(&self, change: LeadershipChange) {
         self.changed.notify_all();
         self.channels.lock().retain(|tx| tx.send(change).is_ok());
