@@ -205,6 +205,7 @@ impl Holding {
         let (keeping, task) = keep(
             grant.session.clone(),
             lease.clone(),
+            inner.states.clone(),
             report,
             inner.session_timeout,
             inner.operation_timeout,

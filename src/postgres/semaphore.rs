@@ -134,8 +134,9 @@ impl PgSemaphore {
     /// Waits at most `timeout` for a lease; `None` if none came.
     ///
     /// # Blocking
-    /// At most `timeout` plus the connection timeout and three operation timeouts, as
-    /// [`PgMutex::try_lock_for`](super::PgMutex::try_lock_for).
+    /// At most `timeout` plus twice the connection timeout and four operation timeouts (a try
+    /// of every key, then the last slice's wait, bounded as
+    /// [`PgMutex::try_lock_for`](super::PgMutex::try_lock_for)).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -144,6 +145,9 @@ impl PgSemaphore {
     }
 
     /// A lease if one is free now: one statement (and a session, if none is pooled).
+    ///
+    /// # Blocking
+    /// At most the connection timeout plus the operation timeout.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).

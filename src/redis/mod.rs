@@ -9,7 +9,6 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
-mod states;
 mod waiting;
 mod wake;
 
