@@ -143,9 +143,10 @@
 //!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
 //!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
-//! * `postgres` — the PostgreSQL backend: `PgClient`, `PgMutex`, `PgReadWriteLock` (its
-//!   halves on shared and exclusive locks) `PgSemaphore` (N keys, a lease holds one) and
-//!   `PgLeaderLatch` (an epoch per term), on session-level advisory locks on the key `hashtextextended(name, 0)` that any SQL client can take too, with
+//! * `postgres` — the PostgreSQL backend: `PgClient` (with connection states), `PgMutex`,
+//!   `PgReadWriteLock` (its halves on shared and exclusive locks), `PgSemaphore` (N keys, a
+//!   lease holds one) and `PgLeaderLatch` (an epoch per term), on session-level advisory locks
+//!   whose keys (`hashtextextended(name, 0)` for a mutex) any SQL client can take too, with
 //!   server-side limits that free a dead or frozen holder within the session timeout, health
 //!   and fencing tokens. Runs tokio-postgres on a small runtime of its own per Client (thread
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks); no async reaches the caller. What
