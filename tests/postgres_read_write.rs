@@ -216,3 +216,36 @@ fn both_halves_are_reentrant_per_thread() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn readers_queued_behind_a_writer_are_granted_together() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let lock = PgReadWriteLock::new(&c, "together").unwrap();
+    let writing = lock.write_lock().lock().unwrap();
+    let (done_tx, done) = std::sync::mpsc::channel::<()>();
+    let done = std::sync::Arc::new(std::sync::Mutex::new(done));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, done) = (c.clone(), done.clone());
+            thread::spawn(move || {
+                let lock = PgReadWriteLock::new(&c, "together").unwrap();
+                let guard = lock.read_lock().lock().unwrap();
+                // Held until the test has seen both readers hold at once.
+                let _ = done.lock().unwrap().recv_timeout(patience());
+                guard.release().unwrap();
+            })
+        })
+        .collect();
+    wait_for("both readers to queue", || {
+        server.advisory_lock("together").unwrap().1.len() == 2
+    });
+    writing.release().unwrap();
+    wait_for("both readers to hold at once", || {
+        server.advisory_lock("together").unwrap().0.len() == 2
+    });
+    drop(done_tx);
+    for r in readers {
+        r.join().unwrap();
+    }
+}
