@@ -15,8 +15,10 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
+use super::error::error;
 use super::keeper::Keeper;
 use super::scripts::Scripts;
+use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
 use crate::core::connection::States;
@@ -35,8 +37,9 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 ///
 /// Each Client runs three threads: `zklock-redis-sub` (reads the Client's wake-up channel),
 /// `zklock-redis-keeper` (renews every hold at a third of the TTL, reports lock health, finishes
-/// background releases) and `zklock-redis-events` (runs health callbacks). Calls use command
-/// connections from a pool: one per thread calling at the same time, kept for reuse.
+/// background releases, leader latches' turns) and `zklock-redis-events` (runs callbacks).
+/// Calls use command connections from a pool: one per thread calling at the same time, kept for
+/// reuse; up to four waiting threads read their wake-ups on subscriber connections of their own.
 ///
 /// # Example
 /// ```no_run
@@ -69,6 +72,7 @@ pub(crate) struct Inner {
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) wakes: Arc<Wakes>,
     pub(crate) keeper: Keeper,
+    pub(crate) slots: Slots,
     states: Arc<States>,
     closed: Arc<AtomicBool>,
     next_waiter: AtomicU64,
@@ -144,6 +148,7 @@ impl RedisClient {
         for t in self.inner.threads.lock().drain(..) {
             let _ = t.join();
         }
+        self.inner.slots.close();
     }
 
     /// The connection state now: `Connected` from the start, `Suspended` once the server has
@@ -245,6 +250,7 @@ impl RedisClientBuilder {
         .map_err(failed)?;
         let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
         let states = Arc::new(States::new("Redis", self.ttl, sent, dispatch(&events)));
+        let slots = Slots::new(redis.clone(), &id, self.connect_timeout);
         let keeper = Keeper::start(
             redis.clone(),
             scripts.clone(),
@@ -270,6 +276,7 @@ impl RedisClientBuilder {
                 scripts,
                 wakes,
                 keeper,
+                slots,
                 states,
                 closed,
                 next_waiter: AtomicU64::new(1),
@@ -301,22 +308,7 @@ impl RedisClientBuilder {
     /// Everything that can be known without I/O.
     fn check(&self) -> Result<(redis::Client, String)> {
         let url = self.url.trim();
-        let scheme = url.split("://").next().unwrap_or_default();
-        match scheme {
-            "redis" => {}
-            "rediss" if cfg!(feature = "tls") => {}
-            "rediss" => {
-                return Err(Error::invalid(format!(
-                    "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
-                    shown_url(url)
-                )))
-            }
-            _ => {
-                return Err(Error::invalid(format!(
-                    "{url:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])"
-                )))
-            }
-        }
+        check_scheme(url, cfg!(feature = "tls"))?;
         let redis = self
             .open(url)
             .map_err(|e| Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url))))?;
@@ -340,6 +332,22 @@ impl RedisClientBuilder {
             }
         }
         Ok((redis, shown_url(url)))
+    }
+}
+
+/// A Redis URL's scheme: `redis://`, or `rediss://` in a build with TLS.
+fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
+    match url.split("://").next().unwrap_or_default() {
+        "redis" => Ok(()),
+        "rediss" if tls_built => Ok(()),
+        "rediss" => Err(Error::invalid(format!(
+            "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
+            shown_url(url)
+        ))),
+        _ => Err(Error::invalid(format!(
+            "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])",
+            shown_url(url)
+        ))),
     }
 }
 
@@ -388,59 +396,6 @@ fn check_version(conn: &mut redis::Connection) -> Result<()> {
     Ok(())
 }
 
-/// A Redis error as zklock's: connection failures are [`Error::ConnectionLoss`] (retried by
-/// the policy), refused credentials [`Error::AuthFailed`], the rest [`Error::Redis`].
-pub(crate) fn error(e: redis::RedisError) -> Error {
-    if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-    {
-        return Error::AuthFailed(e.to_string());
-    }
-    if e.is_connection_refusal() {
-        return Error::Io {
-            context: "connecting to Redis".into(),
-            kind: std::io::ErrorKind::ConnectionRefused,
-            message: e.to_string(),
-        };
-    }
-    if let Some(why) = tls_refusal(&e) {
-        return Error::Tls(why);
-    }
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-        return Error::ConnectionLoss;
-    }
-    Error::Redis(e.to_string())
-}
-
-/// Why a TLS handshake failed, when that is what `e` is: rustls's error inside the I/O error,
-/// which would otherwise read as a lost connection.
-fn tls_refusal(e: &redis::RedisError) -> Option<String> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(cause) = source {
-        #[cfg(feature = "tls")]
-        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
-            return Some(format!("the TLS handshake failed: {tls}"));
-        }
-        // The redis crate keeps its I/O errors as `Arc<dyn Error + Send + Sync>`.
-        type Shared = Arc<dyn std::error::Error + Send + Sync>;
-        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
-            cause
-                .downcast_ref::<Shared>()
-                .and_then(|shared| shared.downcast_ref::<std::io::Error>())
-        });
-        #[cfg(feature = "tls")]
-        if let Some(tls) = io
-            .and_then(std::io::Error::get_ref)
-            .and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(format!("the TLS handshake failed: {tls}"));
-        }
-        let _ = io;
-        source = cause.source();
-    }
-    None
-}
-
 /// Runs callbacks on the events thread that `events` feeds.
 fn dispatch(events: &Sender<Box<dyn FnOnce() + Send>>) -> Dispatch {
     let events = events.clone();
@@ -450,11 +405,12 @@ fn dispatch(events: &Sender<Box<dyn FnOnce() + Send>>) -> Dispatch {
 }
 
 impl Inner {
-    /// The next waiter or holder id of this Client.
-    pub(crate) fn new_owner(&self) -> String {
+    /// The next waiter or holder id of this Client: `CLIENT:SEQ`, or `CLIENT/N:SEQ` on the
+    /// waiting slot whose prefix is given (its wake-up goes to that slot's channel).
+    pub(crate) fn new_owner(&self, slot: Option<&str>) -> String {
         format!(
             "{}:{}",
-            self.id,
+            slot.unwrap_or(&self.id),
             self.next_waiter.fetch_add(1, Ordering::Relaxed)
         )
     }
@@ -578,9 +534,12 @@ mod tests {
             Err(Error::InvalidArgument(why)) => why,
             other => panic!("not refused: {other:?}"),
         };
-        if !cfg!(feature = "tls") {
-            assert!(refused(RedisClient::builder("rediss://127.0.0.1:1")).contains("TLS"));
-        }
+        let tls = |url| match check_scheme(url, false) {
+            Err(Error::InvalidArgument(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert!(tls("rediss://127.0.0.1:1").contains("`tls` feature"));
+        assert!(check_scheme("rediss://127.0.0.1:1", true).is_ok());
         assert!(refused(RedisClient::builder("http://127.0.0.1:1")).contains("redis://"));
         assert!(
             refused(RedisClient::builder("redis://127.0.0.1:1").ttl(Duration::ZERO))

@@ -2,6 +2,7 @@
 //! See `docs/redis.md` in the repository for what it guarantees and what it cannot.
 
 mod client;
+mod error;
 mod keeper;
 mod latch;
 mod mutex;
@@ -9,6 +10,7 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
+mod slots;
 mod waiting;
 mod wake;
 

@@ -7,7 +7,7 @@ use super::client::RedisClient;
 use super::keeper::ms;
 use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout};
-use super::waiting::Waiters;
+use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -236,10 +236,10 @@ impl RedisMutex {
             _ => None,
         };
         let started = Instant::now();
-        let owner = match self.mode {
-            Mode::Read => format!("{}r", inner.new_owner()),
-            Mode::Write => format!("{}w", inner.new_owner()),
-            _ => inner.new_owner(),
+        let suffix = match self.mode {
+            Mode::Read => "r",
+            Mode::Write => "w",
+            _ => "",
         };
         let _waiting = crate::core::metrics::Waiting::new(&self.name);
         let ttl = inner.ttl();
@@ -250,9 +250,9 @@ impl RedisMutex {
         };
         let script = inner.scripts.acquire(self.keys.layout);
         let keep = ms(ttl * TOKEN_KEEP_TTLS);
-        let attempt = |c: &mut redis::Connection, entry: u64| {
+        let attempt = |c: &mut redis::Connection, owner: &str, entry: u64| {
             let mut call = invocation(script, &self.keys);
-            call.arg(&owner).arg(ms(ttl));
+            call.arg(owner).arg(ms(ttl));
             match self.mode {
                 Mode::RedisPy => {}
                 Mode::Fair | Mode::Barging => {
@@ -266,9 +266,15 @@ impl RedisMutex {
             }
             call.invoke(c)
         };
-        let granted = (self.waiters).wait(inner, &self.keys, &owner, deadline, poll, attempt)?;
+        let how = How {
+            suffix,
+            // A waiter on redis-py's layout polls: no wake-up message comes for it.
+            woken: self.mode != Mode::RedisPy,
+            poll,
+        };
+        let granted = (self.waiters).wait(inner, &self.keys, how, deadline, attempt)?;
         match granted {
-            Some((token, sent)) => {
+            Some(((token, sent), owner)) => {
                 crate::core::metrics::acquired(&self.name, started.elapsed());
                 self.hold(owner, token, sent);
                 Ok(true)

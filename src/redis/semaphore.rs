@@ -9,7 +9,7 @@ use super::keeper::ms;
 use super::mutex::{check_name, TOKEN_KEEP_TTLS};
 use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout};
-use super::waiting::Waiters;
+use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -133,22 +133,25 @@ impl RedisSemaphore {
             return Err(Error::Closed);
         }
         let started = Instant::now();
-        let owner = inner.new_owner();
         let _waiting = crate::core::metrics::Waiting::new(&self.name);
         let ttl = inner.ttl();
         let script = inner.scripts.acquire(Layout::Semaphore);
-        let granted =
-            self.waiters
-                .wait(inner, &self.keys, &owner, deadline, ttl / 3, |c, entry| {
-                    let mut call = invocation(script, &self.keys);
-                    call.arg(&owner)
-                        .arg(ms(ttl))
-                        .arg(entry)
-                        .arg(self.max_leases)
-                        .arg(ms(ttl * TOKEN_KEEP_TTLS));
-                    call.invoke(c)
-                })?;
-        let Some((token, sent)) = granted else {
+        let attempt = |c: &mut redis::Connection, owner: &str, entry: u64| {
+            let mut call = invocation(script, &self.keys);
+            call.arg(owner)
+                .arg(ms(ttl))
+                .arg(entry)
+                .arg(self.max_leases)
+                .arg(ms(ttl * TOKEN_KEEP_TTLS));
+            call.invoke(c)
+        };
+        let how = How {
+            suffix: "",
+            woken: true,
+            poll: ttl / 3,
+        };
+        let granted = (self.waiters).wait(inner, &self.keys, how, deadline, attempt)?;
+        let Some(((token, sent), owner)) = granted else {
             crate::core::metrics::timed_out(&self.name);
             return Ok(None);
         };

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use super::client::Inner;
 use super::keeper::ms;
 use super::scripts::{invocation, Keys};
+use super::slots::Slot;
 use super::wake::Parker;
 use crate::core::deadline::{instant_after, Deadline};
 use crate::core::error::{Error, Result};
@@ -39,37 +40,67 @@ impl Waiters {
         }
     }
 
-    /// Runs `attempt` until it is granted (`Some`), the deadline passes (`None`, after leaving
-    /// the queue), or an error (after leaving the queue, and releasing in the background what
-    /// the last attempt may have been granted). `attempt` gets the connection and the lease of
-    /// the caller's queue entry in ms (0: do not queue), and answers `(1, token)` when granted,
-    /// else `(0, ms until the one ahead would expire)` (-1: it never would). Waits at most
-    /// `poll` between attempts.
+    /// Runs `attempt` until it is granted (`Some((grant, waiter id))`), the deadline passes
+    /// (`None`, after leaving the queue), or an error (after leaving the queue, and releasing in
+    /// the background what the last attempt may have been granted). The waiter's id is made
+    /// here (on a waiting slot of its own when one is free) and ends in `how.suffix`. `attempt` gets
+    /// the connection, the id and the lease of the caller's queue entry in ms (0: do not
+    /// queue), and answers `(1, token)` when granted, else `(0, ms until the one ahead would
+    /// expire)` (-1: it never would). Waits at most `how.poll` between attempts.
     pub(crate) fn wait(
         &self,
         inner: &Inner,
         keys: &Keys,
-        owner: &str,
+        how: How<'_>,
         deadline: Deadline,
-        poll: Duration,
-        mut attempt: impl FnMut(&mut redis::Connection, u64) -> redis::RedisResult<(i64, i64)>,
-    ) -> Result<Option<Grant>> {
+        mut attempt: impl FnMut(&mut redis::Connection, &str, u64) -> redis::RedisResult<(i64, i64)>,
+    ) -> Result<Option<(Grant, String)>> {
+        let How {
+            suffix,
+            woken,
+            poll,
+        } = how;
+        // A slot only for a wait that may park and is woken by a message: `try_lock` makes one
+        // attempt, a waiter on redis-py's layout polls.
+        let mut slot = match deadline.remaining() {
+            Some(left) if left.is_zero() => None,
+            _ if !woken => None,
+            left => inner.slots.take(left.unwrap_or(Duration::MAX)),
+        };
+        let owner = format!(
+            "{}{suffix}",
+            inner.new_owner(slot.as_ref().map(Slot::prefix))
+        );
         // Registered before the first attempt, so that no wake-up can come before it.
-        let me = inner.wakes.register(owner);
+        let me = inner.wakes.register(&owner);
         let seen = self.cancelled.load(Ordering::Acquire);
         self.parked.lock().push(me.parker.clone());
-        let outcome = self.turns(inner, &me.parker, deadline, seen, poll, &mut attempt);
+        let outcome = self.turns(
+            inner,
+            Parking {
+                owner: &owner,
+                parker: &me.parker,
+                slot: &mut slot,
+                seen,
+            },
+            deadline,
+            poll,
+            &mut attempt,
+        );
         self.parked.lock().retain(|p| !Arc::ptr_eq(p, &me.parker));
+        if let Some(slot) = slot.filter(|_| !inner.closed()) {
+            inner.slots.give_back(slot);
+        }
         match outcome {
-            Ok(Some(grant)) => Ok(Some(grant)),
+            Ok(Some(grant)) => Ok(Some((grant, owner))),
             Ok(None) => {
-                leave(inner, keys, owner);
+                leave(inner, keys, &owner);
                 Ok(None)
             }
             Err(e) => {
-                leave(inner, keys, owner);
+                leave(inner, keys, &owner);
                 if e.outcome_unknown() {
-                    inner.keeper.release_later(keys, owner);
+                    inner.keeper.release_later(keys, &owner);
                 }
                 Err(e)
             }
@@ -79,12 +110,17 @@ impl Waiters {
     fn turns(
         &self,
         inner: &Inner,
-        parker: &Parker,
+        parking: Parking<'_>,
         deadline: Deadline,
-        seen: u64,
         poll: Duration,
-        attempt: &mut impl FnMut(&mut redis::Connection, u64) -> redis::RedisResult<(i64, i64)>,
+        attempt: &mut impl FnMut(&mut redis::Connection, &str, u64) -> redis::RedisResult<(i64, i64)>,
     ) -> Result<Option<Grant>> {
+        let Parking {
+            owner,
+            parker,
+            slot,
+            seen,
+        } = parking;
         let ttl = inner.ttl();
         loop {
             if self.cancelled.load(Ordering::Acquire) != seen {
@@ -94,7 +130,7 @@ impl Waiters {
                 return Err(Error::Closed);
             }
             let entry = if deadline.expired() { 0 } else { ms(ttl) };
-            let ((granted, value), sent) = inner.call(deadline, |c| attempt(c, entry))?;
+            let ((granted, value), sent) = inner.call(deadline, |c| attempt(c, owner, entry))?;
             if granted == 1 {
                 let token = u64::try_from(value).map_err(|_| {
                     Error::Redis(format!("the server granted a negative token {value}"))
@@ -112,9 +148,48 @@ impl Waiters {
                 .min_after(wait)
                 .instant()
                 .unwrap_or_else(|| instant_after(wait));
-            parker.park_until(until);
+            match slot {
+                Some(on) => {
+                    let interrupted = || {
+                        self.cancelled.load(Ordering::Acquire) != seen
+                            || inner.closed()
+                            || parker.take_wake()
+                    };
+                    if let Err(e) = on.park_until(owner, until, interrupted) {
+                        // A wake-up may have been lost with it: subscribe again and look
+                        // again at once. Without a slot the waiter has the re-check and the
+                        // expiry hint left.
+                        tracing::debug!("zklock: a Redis waiting slot broke: {e}");
+                        if let Some(broken) = slot.take() {
+                            let within = deadline.remaining().unwrap_or(Duration::MAX);
+                            *slot = inner.slots.reopen(broken, within);
+                        }
+                    }
+                }
+                None => {
+                    parker.park_until(until);
+                }
+            }
         }
     }
+}
+
+/// How a lock waits: its waiter ids' suffix, whether a message wakes its waiters (not on
+/// redis-py's layout, whose waiters poll), and the longest wait between attempts.
+pub(crate) struct How<'a> {
+    pub(crate) suffix: &'a str,
+    pub(crate) woken: bool,
+    pub(crate) poll: Duration,
+}
+
+/// Where a waiter parks between attempts: its slot if it has one, else its parking slot woken
+/// by the Client's subscriber.
+struct Parking<'a> {
+    owner: &'a str,
+    parker: &'a Parker,
+    slot: &'a mut Option<Slot>,
+    /// The cancel count when the wait began.
+    seen: u64,
 }
 
 /// Takes `owner` out of the queue, within the operation timeout; if that fails its entry

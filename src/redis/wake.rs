@@ -131,7 +131,7 @@ pub(crate) fn start_subscriber(
         Ok(Ok(())) => Ok(thread),
         Ok(Err(e)) => {
             let _ = thread.join();
-            Err(super::client::error(e))
+            Err(super::error::error(e))
         }
         Err(_) => Err(Error::thread_start(
             "zklock-redis-sub",

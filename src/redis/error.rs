@@ -1,0 +1,60 @@
+//! Redis errors as zklock's: a connection failure is [`Error::ConnectionLoss`] (retried by the
+//! policy), refused credentials [`Error::AuthFailed`], a refused TLS handshake [`Error::Tls`]
+//! with rustls's reason, the rest [`Error::Redis`].
+
+use std::sync::Arc;
+
+use crate::core::error::Error;
+
+/// A Redis error as zklock's: connection failures are [`Error::ConnectionLoss`] (retried by
+/// the policy), refused credentials [`Error::AuthFailed`], the rest [`Error::Redis`].
+pub(crate) fn error(e: redis::RedisError) -> Error {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    {
+        return Error::AuthFailed(e.to_string());
+    }
+    if e.is_connection_refusal() {
+        return Error::Io {
+            context: "connecting to Redis".into(),
+            kind: std::io::ErrorKind::ConnectionRefused,
+            message: e.to_string(),
+        };
+    }
+    if let Some(why) = tls_refusal(&e) {
+        return Error::Tls(why);
+    }
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+        return Error::ConnectionLoss;
+    }
+    Error::Redis(e.to_string())
+}
+
+/// Why a TLS handshake failed, when that is what `e` is: rustls's error inside the I/O error,
+/// which would otherwise read as a lost connection.
+fn tls_refusal(e: &redis::RedisError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+            return Some(format!("the TLS handshake failed: {tls}"));
+        }
+        // The redis crate keeps its I/O errors as `Arc<dyn Error + Send + Sync>`.
+        type Shared = Arc<dyn std::error::Error + Send + Sync>;
+        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
+            cause
+                .downcast_ref::<Shared>()
+                .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        });
+        #[cfg(feature = "tls")]
+        if let Some(tls) = io
+            .and_then(std::io::Error::get_ref)
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(format!("the TLS handshake failed: {tls}"));
+        }
+        let _ = io;
+        source = cause.source();
+    }
+    None
+}

@@ -1,0 +1,191 @@
+//! Waiting slots: a few subscriber connections per Client, each on a channel of its own, on
+//! which a waiting thread reads its wake-up itself — no thread between the releasing holder's
+//! message and the waiter. A waiter that finds no free slot (more than [`MAX_SLOTS`] wait at
+//! once in this Client) is woken through the Client's shared channel and subscriber thread,
+//! as a leader latch always is.
+//!
+//! A waiter on a slot reads in slices of at most [`SLICE`], so that a cancel, a close or a
+//! wake of every waiter (the shared subscriber reconnected) reaches it within one slice.
+//! Messages left on a slot for an earlier waiter are skipped: each names its waiter.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// How many threads of one Client wait on slots of their own at once.
+const MAX_SLOTS: usize = 4;
+
+/// The longest read of a slot: how late a cancel or a close may reach its waiter.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// The Client's slots.
+pub(crate) struct Slots {
+    redis: redis::Client,
+    client_id: String,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<Slot>>,
+    /// Slots that exist (idle or in use).
+    made: AtomicUsize,
+    next: AtomicU64,
+}
+
+/// One subscriber connection, subscribed to `zklock:wake:CLIENT/N`.
+pub(crate) struct Slot {
+    /// What goes before the `:` of a waiter id on this slot (`CLIENT/N`).
+    prefix: String,
+    conn: redis::Connection,
+}
+
+impl Slots {
+    pub(crate) fn new(redis: redis::Client, client_id: &str, connect_timeout: Duration) -> Slots {
+        Slots {
+            redis,
+            client_id: client_id.to_owned(),
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+            made: AtomicUsize::new(0),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// A free slot, or a new one (opened within `within` and the connection timeout) while
+    /// fewer than [`MAX_SLOTS`] exist; `None` otherwise, or if a new one cannot be opened (the
+    /// waiter then uses the shared channel).
+    pub(crate) fn take(&self, within: Duration) -> Option<Slot> {
+        if let Some(slot) = self.idle.lock().pop() {
+            return Some(slot);
+        }
+        let made = self.made.fetch_add(1, Ordering::AcqRel);
+        if made >= MAX_SLOTS {
+            self.made.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        match self.open(within) {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                self.made.fetch_sub(1, Ordering::AcqRel);
+                tracing::debug!("zklock: a Redis waiting slot cannot be opened: {e}");
+                None
+            }
+        }
+    }
+
+    fn open(&self, within: Duration) -> redis::RedisResult<Slot> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let timeout = within
+            .min(self.connect_timeout)
+            .max(Duration::from_millis(1));
+        self.subscribe(format!("{}/{n}", self.client_id), timeout)
+    }
+
+    /// A slot whose connection broke, connected and subscribed again on the same channel (its
+    /// waiter's id names that channel), taking at most `within` (and the connection timeout);
+    /// if that fails it is dropped, making room for a new one.
+    pub(crate) fn reopen(&self, broken: Slot, within: Duration) -> Option<Slot> {
+        let timeout = within
+            .min(self.connect_timeout)
+            .max(Duration::from_millis(1));
+        match self.subscribe(broken.prefix.clone(), timeout) {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                tracing::debug!("zklock: a Redis waiting slot cannot be opened again: {e}");
+                drop(broken);
+                self.made.fetch_sub(1, Ordering::AcqRel);
+                None
+            }
+        }
+    }
+
+    fn subscribe(&self, prefix: String, timeout: Duration) -> redis::RedisResult<Slot> {
+        let mut conn = self.redis.get_connection_with_timeout(timeout)?;
+        conn.set_write_timeout(Some(timeout))?;
+        conn.set_read_timeout(Some(timeout))?;
+        let subscribe = redis::cmd("SUBSCRIBE")
+            .arg(super::scripts::wake_channel(&prefix))
+            .get_packed_command();
+        conn.send_packed_command(&subscribe)?;
+        // The confirmation: from here on, nothing published to the channel is missed.
+        conn.recv_response()?;
+        Ok(Slot { prefix, conn })
+    }
+
+    /// Gives a slot back for the next waiter.
+    pub(crate) fn give_back(&self, slot: Slot) {
+        self.idle.lock().push(slot);
+    }
+
+    /// Closes the idle slots (the Client is closing; a slot in use closes when its waiter,
+    /// which sees the close within a slice, gives it back).
+    pub(crate) fn close(&self) {
+        self.idle.lock().clear();
+    }
+}
+
+impl Slot {
+    /// The prefix of waiter ids on this slot (`CLIENT/N`, in place of `CLIENT`).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Waits until the message for `waiter` comes (`Ok(true)`), `until` passes (`Ok(false)`),
+    /// or `interrupted` says so at a slice's end (`Ok(true)`: look again). An error: the
+    /// connection broke.
+    pub(crate) fn park_until(
+        &mut self,
+        waiter: &str,
+        until: Instant,
+        interrupted: impl Fn() -> bool,
+    ) -> redis::RedisResult<bool> {
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            self.conn
+                .set_read_timeout(Some(left.min(SLICE).max(Duration::from_millis(1))))?;
+            match self.conn.recv_response() {
+                Ok(message) => {
+                    if names(&message, waiter) {
+                        return Ok(true);
+                    }
+                }
+                Err(e) if e.is_timeout() => {
+                    if interrupted() {
+                        return Ok(true);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Whether `message` is a published message whose payload is `waiter`.
+fn names(message: &redis::Value, waiter: &str) -> bool {
+    let parts = match message {
+        redis::Value::Array(parts) => parts,
+        redis::Value::Push { data, .. } => data,
+        _ => return false,
+    };
+    matches!(parts.last(), Some(redis::Value::BulkString(payload)) if payload == waiter.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_for_the_waiter_it_names() {
+        let message = |payload: &str| {
+            redis::Value::Array(vec![
+                redis::Value::BulkString(b"message".to_vec()),
+                redis::Value::BulkString(b"zklock:wake:c/1".to_vec()),
+                redis::Value::BulkString(payload.as_bytes().to_vec()),
+            ])
+        };
+        assert!(names(&message("c/1:7"), "c/1:7"));
+        assert!(!names(&message("c/1:6"), "c/1:7"));
+        assert!(!names(&redis::Value::Okay, "c/1:7"));
+    }
+}
