@@ -14,7 +14,7 @@ use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LockHealth, PgSemaphore};
+use zklock::{Error, LockHealth, PgClient, PgSemaphore};
 
 const WORKER: &str = "ZKLOCK_PG_SEMAPHORE_WORKER";
 
@@ -248,4 +248,17 @@ fn a_killed_lease_holder_process_gives_its_lease_back() {
 #[test]
 fn a_frozen_lease_holder_process_gives_its_lease_back() {
     lease_back_after("-STOP", "SIGSTOP");
+}
+
+#[test]
+fn a_try_on_a_stopped_server_is_an_error_not_no_lease() {
+    let mut server = TestingPostgres::start().unwrap();
+    let c = PgClient::builder(&server.url())
+        .retry_policy(zklock::RetryNTimes::new(1, Duration::from_millis(50)).unwrap())
+        .connect()
+        .unwrap();
+    let semaphore = PgSemaphore::new(&c, "stopped", 2).unwrap();
+    server.stop().unwrap();
+    let tried = semaphore.try_acquire();
+    assert!(tried.is_err(), "{tried:?}");
 }

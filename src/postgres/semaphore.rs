@@ -211,8 +211,9 @@ impl PgSemaphore {
             match self.try_any(inner, cancelled).await {
                 Ok(Some(granted)) => return Ok(Some(granted)),
                 Ok(None) => {}
-                // The queued wait below retries through the policy.
-                Err(e) if retryable(&e) => {}
+                // The queued wait below retries through the policy; a try without time
+                // left reports the error rather than "no lease".
+                Err(e) if retryable(&e) && !deadline.expired() => {}
                 Err(e) => return Err(e),
             }
             if deadline.expired() {
