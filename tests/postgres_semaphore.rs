@@ -251,14 +251,17 @@ fn a_frozen_lease_holder_process_gives_its_lease_back() {
 }
 
 #[test]
-fn a_try_on_a_stopped_server_is_an_error_not_no_lease() {
+fn a_try_on_a_stopped_server_is_an_error_not_a_refusal() {
     let mut server = TestingPostgres::start().unwrap();
     let c = PgClient::builder(&server.url())
         .retry_policy(zklock::RetryNTimes::new(1, Duration::from_millis(50)).unwrap())
         .connect()
         .unwrap();
     let semaphore = PgSemaphore::new(&c, "stopped", 2).unwrap();
+    let mutex = zklock::PgMutex::new(&c, "stopped").unwrap();
     server.stop().unwrap();
     let tried = semaphore.try_acquire();
+    assert!(tried.is_err(), "{tried:?}");
+    let tried = mutex.try_lock();
     assert!(tried.is_err(), "{tried:?}");
 }

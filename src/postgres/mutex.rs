@@ -475,7 +475,8 @@ pub(crate) async fn attempt(
     loop {
         match ask(inner, name, key, deadline, cancelled).await {
             Err(e) if retryable(&e) => {
-                let Some(sleep) = budget.next_sleep() else {
+                // A try without time left reports the error rather than "not granted".
+                let Some(sleep) = budget.next_sleep().filter(|_| !deadline.expired()) else {
                     return Err(e);
                 };
                 if deadline.remaining().is_some_and(|left| left <= sleep) {
