@@ -21,6 +21,9 @@
 //! | at most N holders on Redis | `RedisSemaphore` (feature `redis`) |
 //! | one leader among many on Redis | `RedisLeaderLatch` (feature `redis`) |
 //! | a mutex on PostgreSQL, shared with any SQL client | `PgMutex` (feature `postgres`) |
+//! | many readers or one writer on PostgreSQL | `PgReadWriteLock` (feature `postgres`) |
+//! | at most N holders on PostgreSQL | `PgSemaphore` (feature `postgres`) |
+//! | one leader among many on PostgreSQL | `PgLeaderLatch` (feature `postgres`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //!
@@ -140,8 +143,10 @@
 //!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
 //!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
-//! * `postgres` — the PostgreSQL backend: `PgClient` and `PgMutex`, a session-level advisory
-//!   lock on the key `hashtextextended(name, 0)` that any SQL client can take too, with
+//! * `postgres` — the PostgreSQL backend: `PgClient` (with connection states), `PgMutex`,
+//!   `PgReadWriteLock` (its halves on shared and exclusive locks), `PgSemaphore` (N keys, a
+//!   lease holds one) and `PgLeaderLatch` (an epoch per term), on session-level advisory locks
+//!   whose keys (`hashtextextended(name, 0)` for a mutex) any SQL client can take too, with
 //!   server-side limits that free a dead or frozen holder within the session timeout, health
 //!   and fencing tokens. Runs tokio-postgres on a small runtime of its own per Client (thread
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks); no async reaches the caller. What
@@ -226,7 +231,9 @@ pub use crate::core::retry::{
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use crate::postgres::{PgClient, PgClientBuilder, PgMutex};
+pub use crate::postgres::{
+    PgClient, PgClientBuilder, PgLeaderLatch, PgLease, PgMutex, PgReadWriteLock, PgSemaphore,
+};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::redis::{

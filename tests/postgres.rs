@@ -11,23 +11,17 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::postgres::client;
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
 use zklock::testing::{FencedRegister, TestingPostgres};
-use zklock::{Error, InterProcessMultiLock, Lock, LockHealth, PgClient, PgMutex, RetryForever};
+use zklock::{Error, InterProcessMultiLock, Lock, LockHealth, PgClient, PgMutex};
 
 const WORKER: &str = "ZKLOCK_PG_WORKER";
 
 /// The session timeout of the worker processes.
 const WORKER_SESSION: Duration = Duration::from_secs(3);
-
-fn client(server: &TestingPostgres) -> PgClient {
-    PgClient::builder(&server.url())
-        .retry_policy(RetryForever::new(Duration::from_millis(100)).unwrap())
-        .connect()
-        .expect("connect")
-}
 
 #[test]
 fn two_clients_on_one_lock_never_overlap_and_tokens_rise() {

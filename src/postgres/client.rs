@@ -19,8 +19,10 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::session::{self, Limit, Session};
+use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
+use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch, Event};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 
@@ -55,8 +57,14 @@ pub(crate) const MIN_VERSION: u32 = 110_000;
 ///
 /// # Threads
 /// Each Client runs `zklock-pg-io` (its sessions' sockets, heartbeats and timers, on a small
-/// tokio runtime of its own that never reaches the caller) and `zklock-pg-events` (health
-/// callbacks).
+/// tokio runtime of its own that never reaches the caller) and `zklock-pg-events` (health,
+/// leadership and connection-state callbacks).
+///
+/// # Connection states
+/// [`state`](Self::state) and its listeners report the core's
+/// [`ConnectionState`](crate::ConnectionState), judged by the holds' heartbeats and, when none
+/// was answered for a third of the session timeout, the Client's own on a pooled session (so a
+/// Client keeps one session open).
 ///
 /// # Example
 /// ```no_run
@@ -98,6 +106,8 @@ pub(crate) struct Inner {
     close: watch::Sender<bool>,
     events: Sender<Event>,
     events_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The connection state, judged by the holds' heartbeats and the Client's own.
+    pub(crate) states: Arc<States>,
 }
 
 /// Options of a [`PgClient`], from [`PgClient::builder`].
@@ -166,8 +176,64 @@ impl PgClient {
         }
     }
 
+    /// The connection state now: `Connected` from the start, `Suspended` once the server
+    /// stops answering the heartbeats (a hold's, or the Client's own, sent at a third of the
+    /// session timeout on a pooled session when no hold's was answered since: one failed, or
+    /// none answered for half the session timeout), `Lost` once a whole session timeout has
+    /// passed since it last answered (the server has ended, or will end, every session of the
+    /// Client, and freed their locks), `Reconnected` when it answers again.
+    pub fn state(&self) -> ConnectionState {
+        self.inner.states.state()
+    }
+
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
+    }
+}
+
+forward_connection_api!(PgClient, inner.states);
+
+/// The Client's own heartbeat, on a task of its runtime until the Client closes or is dropped:
+/// judges the connection state as time passes, and sends a heartbeat on a pooled session when
+/// no hold's heartbeat was answered for a third of the session timeout.
+async fn watch_connection(inner: std::sync::Weak<Inner>) {
+    let Some(timeout) = inner.upgrade().map(|i| i.session_timeout) else {
+        return;
+    };
+    let tick = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.closed() {
+            return;
+        }
+        inner.states.judge();
+        if inner.states.since_heard().is_some_and(|d| d < timeout / 3) {
+            continue;
+        }
+        // A heartbeat waits at most a sixth of the session timeout (or the operation timeout),
+        // as a hold's does, so that a silent server is reported on time.
+        let limit = inner
+            .operation_timeout
+            .min(timeout / 6)
+            .max(Duration::from_millis(10));
+        let beat = tokio::time::timeout(limit, async {
+            let session = inner.session().await?;
+            let sent = session.beat(limit).await?;
+            inner.give_back(session);
+            Ok::<_, Error>(sent)
+        })
+        .await;
+        match beat {
+            Ok(Ok(sent)) => inner.states.heard(sent),
+            Ok(Err(e)) => {
+                tracing::debug!("zklock: a PostgreSQL Client heartbeat failed: {e}");
+                inner.states.failed();
+            }
+            Err(_) => inner.states.failed(),
+        }
     }
 }
 
@@ -232,6 +298,7 @@ impl PgClientBuilder {
             .map_err(|e| Error::thread_start("zklock-pg-io", &e))?;
         let handle = runtime.handle().clone();
         let (close, _) = watch::channel(false);
+        let sent = boot_clock();
         let probe = handle.block_on(Session::open(
             &config,
             None,
@@ -248,30 +315,43 @@ impl PgClientBuilder {
         session::set_keepalives(&mut config, self.session_timeout);
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
-        Ok(PgClient {
-            inner: Arc::new(Inner {
-                config,
-                limits,
-                shown,
-                version,
-                session_timeout: self.session_timeout,
-                connect_timeout: self.connect_timeout,
-                operation_timeout,
-                retry: self.retry.unwrap_or_else(|| {
-                    Arc::new(
-                        ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
-                            .expect("constant parameters are valid"),
-                    )
-                }),
-                runtime: Some(runtime),
-                handle,
-                pool: Mutex::new(vec![(Arc::new(probe), Instant::now())]),
-                closed,
-                close,
-                events,
-                events_thread: Mutex::new(Some(events_thread)),
+        let dispatch: Dispatch = {
+            let events = events.clone();
+            Arc::new(move |f| {
+                let _ = events.send(f);
+            })
+        };
+        let states = Arc::new(States::new(
+            "PostgreSQL",
+            self.session_timeout,
+            sent,
+            dispatch,
+        ));
+        let inner = Arc::new(Inner {
+            config,
+            limits,
+            shown,
+            version,
+            session_timeout: self.session_timeout,
+            connect_timeout: self.connect_timeout,
+            operation_timeout,
+            retry: self.retry.unwrap_or_else(|| {
+                Arc::new(
+                    ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
+                        .expect("constant parameters are valid"),
+                )
             }),
-        })
+            runtime: Some(runtime),
+            handle,
+            pool: Mutex::new(vec![(Arc::new(probe), Instant::now())]),
+            closed,
+            close,
+            events,
+            events_thread: Mutex::new(Some(events_thread)),
+            states,
+        });
+        inner.spawn(watch_connection(Arc::downgrade(&inner)));
+        Ok(PgClient { inner })
     }
 
     /// Everything that can be known without I/O.

@@ -3,8 +3,14 @@
 //! for what it guarantees and what it cannot.
 
 mod client;
+mod latch;
 mod mutex;
+mod read_write;
+mod semaphore;
 mod session;
 
 pub use client::{PgClient, PgClientBuilder};
+pub use latch::PgLeaderLatch;
 pub use mutex::PgMutex;
+pub use read_write::PgReadWriteLock;
+pub use semaphore::{PgLease, PgSemaphore};

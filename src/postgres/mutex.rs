@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
-use super::client::PgClient;
-use super::session::{error, int, keep, own, retryable, Keeping, Session};
+use super::client::{Inner, PgClient};
+use super::session::{error, int, keep, own, retryable, Keeping, Report, Session};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -21,34 +21,93 @@ use crate::core::retry::RetryBudget;
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
 
-/// Waits for the lock, then reads the session's backend, the fencing token and whether the
-/// session is its own (shared with no other zklock session through a pooler: if it is not, the
-/// lock just taken is let go of in the same statement). The function in `FROM` returns (the
-/// lock is granted) before the target list is computed, so the transaction id is assigned
-/// after the grant. The transactional logical message (a few bytes of WAL, prefix `zklock`)
-/// makes the transaction one that wrote WAL, whose commit is flushed before the answer
-/// (`synchronous_commit = on`): a transaction id that has only been assigned would be
-/// committed asynchronously and could be handed out again after a crash. The subquery is not
-/// flattened (its target list is volatile), so the unlock sees its row.
-const LOCK: &str = concat!(
-    "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock(hashtextextended($1, 0)) END, m ",
-    "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
-    own!("$2"),
-    " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
-    "FROM pg_advisory_lock(hashtextextended($1, 0))) AS grant_",
-);
+/// The statements of one lock mode: exclusive (`pg_advisory_lock`) or shared
+/// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed).
+pub(crate) struct Statements {
+    /// Waits for the lock, then reads the session's backend, the fencing token and whether the
+    /// session is its own (shared with no other zklock session through a pooler: if it is not,
+    /// the lock just taken is let go of in the same statement). The function in `FROM` returns
+    /// (the lock is granted) before the target list is computed, so the transaction id is
+    /// assigned after the grant. The transactional logical message (a few bytes of WAL, prefix
+    /// `zklock`) makes the transaction one that wrote WAL, whose commit is flushed before the
+    /// answer (`synchronous_commit = on`): a transaction id that has only been assigned would
+    /// be committed asynchronously and could be handed out again after a crash. The subquery is
+    /// not flattened (its target list is volatile), so the unlock sees its row.
+    lock: &'static str,
+    /// One attempt without waiting; a transaction id (a token) only when granted.
+    try_lock: &'static str,
+    /// `$1` the name, `$2` the seed.
+    unlock: &'static str,
+    /// The SQL function that takes the lock, for [`PgMutex::lock_sql`].
+    function: &'static str,
+}
 
-/// One attempt without waiting; a transaction id (a token) only when granted.
-const TRY_LOCK: &str = concat!(
-    "SELECT pid, xid, own, ",
-    "CASE WHEN l AND NOT own THEN pg_advisory_unlock(hashtextextended($1, 0)) END, m ",
-    "FROM (SELECT pg_backend_pid() AS pid, l, CASE WHEN l THEN txid_current() END AS xid, ",
-    own!("$2"),
-    " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
-    "FROM pg_try_advisory_lock(hashtextextended($1, 0)) AS l) AS attempt",
-);
+macro_rules! statements {
+    ($suffix:literal) => {
+        Statements {
+            lock: concat!(
+                "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock",
+                $suffix,
+                "(hashtextextended($1, $3)) END, m ",
+                "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
+                own!("$2"),
+                " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
+                "FROM pg_advisory_lock",
+                $suffix,
+                "(hashtextextended($1, $3))) AS grant_",
+            ),
+            try_lock: concat!(
+                "SELECT pid, xid, own, CASE WHEN l AND NOT own THEN pg_advisory_unlock",
+                $suffix,
+                "(hashtextextended($1, $3)) END, m ",
+                "FROM (SELECT pg_backend_pid() AS pid, l, ",
+                "CASE WHEN l THEN txid_current() END AS xid, ",
+                own!("$2"),
+                " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
+                "FROM pg_try_advisory_lock",
+                $suffix,
+                "(hashtextextended($1, $3)) AS l) AS attempt",
+            ),
+            unlock: concat!(
+                "SELECT pg_advisory_unlock",
+                $suffix,
+                "(hashtextextended($1, $2))"
+            ),
+            function: concat!("pg_advisory_lock", $suffix),
+        }
+    };
+}
 
-const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+const EXCLUSIVE: Statements = statements!("");
+const SHARED: Statements = statements!("_shared");
+
+/// One advisory lock of a name: `hashtextextended(NAME, seed)`, taken exclusive or shared.
+#[derive(Clone, Copy)]
+pub(crate) struct Key {
+    pub(crate) seed: i64,
+    sql: &'static Statements,
+}
+
+impl Key {
+    pub(crate) const fn exclusive(seed: i64) -> Key {
+        Key {
+            seed,
+            sql: &EXCLUSIVE,
+        }
+    }
+
+    const fn shared(seed: i64) -> Key {
+        Key { seed, sql: &SHARED }
+    }
+}
+
+/// Which lock a [`PgMutex`] is: a mutex, or a half of a read-write lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Mutex,
+    Read,
+    Write,
+}
 
 /// A mutex on PostgreSQL: one holder at a time among every session that takes the same
 /// advisory lock, re-entrant per thread (through this object), with [`LockHealth`] and
@@ -106,16 +165,20 @@ const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
 pub struct PgMutex {
     client: PgClient,
     name: String,
-    holders: ThreadHolds<Holding>,
+    key: Key,
+    mode: Mode,
+    holders: Arc<ThreadHolds<Holding>>,
+    /// A read-write lock's other half.
+    partner: Option<Arc<ThreadHolds<Holding>>>,
     feed: Arc<HealthFeed>,
     /// Counts `cancel_waiters` calls; a waiter ends when it changes.
     cancelled: watch::Sender<u64>,
 }
 
-/// One thread's hold.
-struct Holding {
-    session: Arc<Session>,
-    token: u64,
+/// One hold of an advisory lock on a session, kept alive by the session's heartbeat.
+pub(crate) struct Holding {
+    pub(crate) session: Arc<Session>,
+    pub(crate) token: u64,
     health: HealthCell,
     lease: Arc<LocalLease>,
     keeping: Keeping,
@@ -123,15 +186,119 @@ struct Holding {
 }
 
 impl Holding {
-    fn health(&self) -> LockHealth {
+    /// The local lease of `grant`'s hold, from the send time of the statement that took it.
+    pub(crate) fn lease(inner: &Inner, grant: &Grant) -> Arc<LocalLease> {
+        let lease = LocalLease::new();
+        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
+        Arc::new(lease)
+    }
+
+    /// Starts keeping `grant`'s session alive, renewing `lease` (from [`Holding::lease`]); its
+    /// health goes to `health` and `report`.
+    pub(crate) fn start(
+        inner: &Inner,
+        grant: Grant,
+        lease: Arc<LocalLease>,
+        health: HealthCell,
+        report: Report,
+    ) -> Holding {
+        let (keeping, task) = keep(
+            grant.session.clone(),
+            lease.clone(),
+            inner.states.clone(),
+            report,
+            inner.session_timeout,
+            inner.operation_timeout,
+        );
+        inner.spawn(task);
+        Holding {
+            session: grant.session,
+            token: grant.token,
+            health,
+            lease,
+            keeping,
+            since: Instant::now(),
+        }
+    }
+
+    pub(crate) fn health(&self) -> LockHealth {
         worst(*self.health.lock(), self.lease.health())
+    }
+
+    /// Lets go of the hold of `key` on `name` as `how` says; [`Error::LockLost`] if it had been
+    /// lost. `shared` says that another hold uses the same session (a downgraded read-write
+    /// lock): the session is then neither closed nor pooled, and a background release unlocks.
+    pub(crate) fn let_go(
+        self,
+        inner: &Inner,
+        name: &str,
+        key: Key,
+        how: Release,
+        shared: bool,
+    ) -> Result<()> {
+        crate::core::metrics::released(name, self.since.elapsed());
+        let lost = self.health() == LockHealth::Lost;
+        let Holding {
+            session, keeping, ..
+        } = self;
+        // The heartbeat stops.
+        drop(keeping);
+        let until = match how {
+            Release::Background if shared && !lost => {
+                let (name, timeout) = (name.to_owned(), inner.operation_timeout);
+                inner.spawn(async move {
+                    let seed: &(dyn ToSql + Sync) = &key.seed;
+                    let name: &(dyn ToSql + Sync) = &name;
+                    let params = [(name, Type::TEXT), (seed, Type::INT8)];
+                    if let Err(e) = session.row(timeout, key.sql.unlock, &params).await {
+                        tracing::debug!("zklock: a background PostgreSQL unlock failed: {e}");
+                    }
+                });
+                return Ok(());
+            }
+            // Dropping the session closes it: the server frees the lock.
+            Release::Background => return if lost { Err(Error::LockLost) } else { Ok(()) },
+            Release::Within(until) => until,
+        };
+        if lost {
+            return Err(Error::LockLost);
+        }
+        let deadline = until.map_or(Deadline::after(inner.operation_timeout), Deadline::at);
+        let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
+        let name: &(dyn ToSql + Sync) = &name;
+        let seed: &(dyn ToSql + Sync) = &key.seed;
+        let unlocked = inner.block_on(async {
+            let row = session
+                .row(
+                    timeout,
+                    key.sql.unlock,
+                    &[(name, Type::TEXT), (seed, Type::INT8)],
+                )
+                .await;
+            row.and_then(|r| {
+                r.try_get::<_, bool>(0)
+                    .map_err(|e| Error::Postgres(format!("unexpected answer to unlock: {e}")))
+            })
+        });
+        match unlocked {
+            Ok(true) => {
+                if !shared {
+                    inner.give_back(session);
+                }
+                Ok(())
+            }
+            // The server did not have it: the session was not the one that took it.
+            Ok(false) => Err(Error::LockLost),
+            // The session is closed as it is dropped: that frees the lock.
+            Err(e) => Err(e),
+        }
     }
 }
 
 /// A grant: the session that holds, the token, when the lease starts.
-struct Grant {
-    session: Arc<Session>,
-    token: u64,
+pub(crate) struct Grant {
+    pub(crate) session: Arc<Session>,
+    pub(crate) token: u64,
     sent: Duration,
 }
 
@@ -142,14 +309,33 @@ impl PgMutex {
     /// [`Error::InvalidArgument`] for an empty or over-long name or one with a NUL character
     /// (PostgreSQL's text cannot hold it); nothing is sent.
     pub fn new(client: &PgClient, name: &str) -> Result<PgMutex> {
+        PgMutex::build(client, name, Mode::Mutex)
+    }
+
+    fn build(client: &PgClient, name: &str, mode: Mode) -> Result<PgMutex> {
         check_name(name)?;
         Ok(PgMutex {
             client: client.clone(),
             name: name.to_owned(),
-            holders: ThreadHolds::default(),
+            key: match mode {
+                Mode::Read => Key::shared(0),
+                Mode::Mutex | Mode::Write => Key::exclusive(0),
+            },
+            mode,
+            holders: Arc::default(),
+            partner: None,
             feed: Arc::default(),
             cancelled: watch::Sender::new(0),
         })
+    }
+
+    /// The read and the write half of the read-write lock `name`.
+    pub(crate) fn read_write(client: &PgClient, name: &str) -> Result<[PgMutex; 2]> {
+        let mut read = PgMutex::build(client, name, Mode::Read)?;
+        let mut write = PgMutex::build(client, name, Mode::Write)?;
+        read.partner = Some(write.holders.clone());
+        write.partner = Some(read.holders.clone());
+        Ok([read, write])
     }
 
     /// The lock's name.
@@ -158,10 +344,12 @@ impl PgMutex {
     }
 
     /// The SQL that takes the same lock from any client: `SELECT
-    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted.
+    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted
+    /// (`pg_advisory_lock_shared` for a read-write lock's read half).
     pub fn lock_sql(&self) -> String {
         format!(
-            "SELECT pg_advisory_lock(hashtextextended('{}', 0))",
+            "SELECT {}(hashtextextended('{}', 0))",
+            self.key.sql.function,
             self.name.replace('\'', "''")
         )
     }
@@ -192,6 +380,13 @@ impl PgMutex {
         self.holders.mine(|h| h.session.pid)
     }
 
+    /// The session of the calling thread's hold of the other half, if any.
+    fn partner_session(&self) -> Option<Arc<Session>> {
+        self.partner
+            .as_deref()
+            .and_then(|p| p.mine(|h| h.session.clone()))
+    }
+
     fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
         let inner = self.client.inner();
         if inner.closed() {
@@ -203,11 +398,37 @@ impl PgMutex {
         if self.holders.reenter() {
             return Ok(true);
         }
+        let own_session = self.partner_session();
+        if self.mode == Mode::Write && own_session.is_some() {
+            // Another session of ours would wait for our own read lock for ever.
+            return Err(Error::WouldDeadlock);
+        }
         let started = Instant::now();
         let mut cancelled = self.cancelled.subscribe();
         cancelled.mark_unchanged();
         let _waiting = crate::core::metrics::Waiting::new(&self.name);
-        match inner.block_on(self.attempt(deadline, cancelled)) {
+        let asked = match own_session {
+            // A downgrade: the write lock's session takes the shared lock too, at once (a
+            // session's own locks never conflict with its requests).
+            Some(session) => inner.block_on(async {
+                match try_on(inner, &self.name, self.key, session).await? {
+                    Ok(grant) => Ok(Some(grant)),
+                    Err(_) => Err(Error::Postgres(
+                        "the server refused a shared lock to the session holding the \
+                         exclusive one"
+                            .into(),
+                    )),
+                }
+            }),
+            None => inner.block_on(attempt(
+                inner,
+                &self.name,
+                self.key,
+                deadline,
+                &mut cancelled,
+            )),
+        };
+        match asked {
             Ok(Some(grant)) => {
                 crate::core::metrics::acquired(&self.name, started.elapsed());
                 self.hold(grant);
@@ -225,196 +446,171 @@ impl PgMutex {
         }
     }
 
-    /// Asks until granted, out of time (`None`), or an error; a session lost or not opened is
-    /// retried through the retry policy. A session that may hold anything on an error is
-    /// dropped, which closes it and frees whatever it held.
-    async fn attempt(
-        &self,
-        deadline: Deadline,
-        mut cancelled: watch::Receiver<u64>,
-    ) -> Result<Option<Grant>> {
-        let inner = self.client.inner();
-        let mut budget = RetryBudget::new(inner.retry.clone());
-        loop {
-            match self.ask(deadline, &mut cancelled).await {
-                Err(e) if retryable(&e) => {
-                    let Some(sleep) = budget.next_sleep() else {
-                        return Err(e);
-                    };
-                    if deadline.remaining().is_some_and(|left| left <= sleep) {
-                        return Ok(None);
-                    }
-                    tracing::debug!("zklock: PostgreSQL session lost ({e}), retrying in {sleep:?}");
-                    tokio::select! {
-                        () = tokio::time::sleep(sleep) => {}
-                        _ = cancelled.changed() => return Err(Error::Cancelled),
-                    }
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// One attempt on one session.
-    async fn ask(
-        &self,
-        deadline: Deadline,
-        cancelled: &mut watch::Receiver<u64>,
-    ) -> Result<Option<Grant>> {
-        let inner = self.client.inner();
-        let session = tokio::select! {
-            s = inner.session() => s?,
-            _ = cancelled.changed() => return Err(Error::Cancelled),
-        };
-        let name: &(dyn tokio_postgres::types::ToSql + Sync) = &self.name;
-        if deadline.expired() {
-            let sent = boot_clock();
-            let row = session
-                .row(
-                    inner.operation_timeout,
-                    TRY_LOCK,
-                    &[(name, Type::TEXT), (&session.marker, Type::INT8)],
-                )
-                .await?;
-            session.check_own(&row, 0, 2)?;
-            if row.try_get::<_, Option<i64>>(1).ok().flatten().is_none() {
-                inner.give_back(session);
-                return Ok(None);
-            }
-            return granted(session, &row, sent).map(Some);
-        }
-        // The server ends the wait at the deadline (lock_timeout, in ms, at least 1: 0 would
-        // mean no limit); the client gives up an operation timeout later if it has not heard.
-        let limit = deadline.remaining().map_or_else(
-            || "0".to_owned(),
-            |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
-        );
-        let hard = inner.statement_deadline(deadline);
-        let limit_param: &(dyn tokio_postgres::types::ToSql + Sync) = &limit;
-        let set_params = [(limit_param, Type::TEXT)];
-        let marker: &(dyn tokio_postgres::types::ToSql + Sync) = &session.marker;
-        let lock_params = [(name, Type::TEXT), (marker, Type::INT8)];
-        let set = session
-            .client
-            .query_typed("SELECT set_config('lock_timeout', $1, false)", &set_params);
-        let sent = boot_clock();
-        let lock = session.client.query_typed(LOCK, &lock_params);
-        // Both statements go out at once: the wait costs one round trip.
-        let both = async { tokio::join!(set, lock) };
-        let bounded = async {
-            match hard.remaining() {
-                None => Ok(both.await),
-                Some(left) => tokio::time::timeout(left, both).await,
-            }
-        };
-        // Cancelled, or silent past the deadline: the server is asked to cancel the wait
-        // (the session's own socket is busy with it), and the session is closed as it is
-        // dropped, which frees a grant that may come meanwhile.
-        let (set, rows) = tokio::select! {
-            waited = bounded => match waited {
-                Ok(answers) => answers,
-                Err(_) => {
-                    session.cancel(inner.operation_timeout).await;
-                    return Ok(None);
-                }
-            },
-            _ = cancelled.changed() => {
-                session.cancel(inner.operation_timeout).await;
-                return Err(Error::Cancelled);
-            }
-        };
-        set.map_err(|e| error(&e, false))?;
-        let rows = match rows {
-            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                inner.give_back(session);
-                return Ok(None);
-            }
-            other => other.map_err(|e| error(&e, false))?,
-        };
-        let row = rows
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Postgres("the lock statement returned no row".into()))?;
-        let mut grant = granted(session, &row, sent)?;
-        // After a long wait, the send time says little about when the server's idle timer
-        // restarted: a heartbeat gives the lease a recent start.
-        if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
-            grant.sent = grant.session.beat(inner.operation_timeout).await?;
-        }
-        Ok(Some(grant))
-    }
-
     fn hold(&self, grant: Grant) {
         let inner = self.client.inner();
-        let lease = LocalLease::new();
-        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
-        let lease = Arc::new(lease);
-        let session = grant.session;
-        let node = format!("advisory lock {:?} (backend {})", self.name, session.pid);
+        let node = format!(
+            "advisory lock {:?} (backend {})",
+            self.name, grant.session.pid
+        );
         let (health, report) = self
             .feed
             .hold(inner.dispatch(), &self.name, &node, grant.token);
-        let (keeping, task) = keep(
-            session.clone(),
-            lease.clone(),
-            report,
-            inner.session_timeout,
-            inner.operation_timeout,
-        );
-        inner.spawn(task);
-        self.holders.insert(Holding {
-            session,
-            token: grant.token,
-            health,
-            lease,
-            keeping,
-            since: Instant::now(),
-        });
+        let lease = Holding::lease(inner, &grant);
+        self.holders
+            .insert(Holding::start(inner, grant, lease, health, report));
     }
+}
 
-    /// Lets go of a released hold as `how` says; [`Error::LockLost`] if it had been lost.
-    fn finish(&self, holding: Holding, how: Release) -> Result<()> {
-        let inner = self.client.inner();
-        crate::core::metrics::released(&self.name, holding.since.elapsed());
-        let lost = holding.health() == LockHealth::Lost;
-        let Holding {
-            session, keeping, ..
-        } = holding;
-        // The heartbeat stops.
-        drop(keeping);
-        let until = match how {
-            // Dropping the session closes it: the server frees the lock.
-            Release::Background => return if lost { Err(Error::LockLost) } else { Ok(()) },
-            Release::Within(until) => until,
-        };
-        if lost {
-            return Err(Error::LockLost);
-        }
-        let deadline = until.map_or(Deadline::after(inner.operation_timeout), Deadline::at);
-        let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
-        let name: &(dyn tokio_postgres::types::ToSql + Sync) = &self.name;
-        let unlocked = inner.block_on(async {
-            let row = session.row(timeout, UNLOCK, &[(name, Type::TEXT)]).await;
-            row.and_then(|r| {
-                r.try_get::<_, bool>(0)
-                    .map_err(|e| Error::Postgres(format!("unexpected answer to unlock: {e}")))
-            })
-        });
-        match unlocked {
-            Ok(true) => {
-                inner.give_back(session);
-                Ok(())
+/// Asks for `key` of `name` until granted, out of time (`None`), or an error; a session lost or
+/// not opened is retried through the retry policy. A session that may hold anything on an
+/// error is dropped, which closes it and frees whatever it held.
+pub(crate) async fn attempt(
+    inner: &Inner,
+    name: &str,
+    key: Key,
+    deadline: Deadline,
+    cancelled: &mut watch::Receiver<u64>,
+) -> Result<Option<Grant>> {
+    let mut budget = RetryBudget::new(inner.retry.clone());
+    loop {
+        match ask(inner, name, key, deadline, cancelled).await {
+            Err(e) if retryable(&e) => {
+                // A try without time left reports the error rather than "not granted".
+                let Some(sleep) = budget.next_sleep().filter(|_| !deadline.expired()) else {
+                    return Err(e);
+                };
+                if deadline.remaining().is_some_and(|left| left <= sleep) {
+                    return Ok(None);
+                }
+                tracing::debug!("zklock: PostgreSQL session lost ({e}), retrying in {sleep:?}");
+                tokio::select! {
+                    () = tokio::time::sleep(sleep) => {}
+                    _ = cancelled.changed() => return Err(Error::Cancelled),
+                }
             }
-            // The server did not have it: the session was not the one that took it.
-            Ok(false) => Err(Error::LockLost),
-            // The session is closed as it is dropped: that frees the lock.
-            Err(e) => Err(e),
+            other => return other,
         }
     }
 }
 
+/// One attempt without waiting on `session`: the grant, or the session back (it holds nothing
+/// more than before).
+pub(crate) async fn try_on(
+    inner: &Inner,
+    name: &str,
+    key: Key,
+    session: Arc<Session>,
+) -> Result<std::result::Result<Grant, Arc<Session>>> {
+    let name: &(dyn ToSql + Sync) = &name;
+    let sent = boot_clock();
+    let row = session
+        .row(
+            inner.operation_timeout,
+            key.sql.try_lock,
+            &[
+                (name, Type::TEXT),
+                (&session.marker, Type::INT8),
+                (&key.seed, Type::INT8),
+            ],
+        )
+        .await?;
+    session.check_own(&row, 0, 2)?;
+    if row.try_get::<_, Option<i64>>(1).ok().flatten().is_none() {
+        return Ok(Err(session));
+    }
+    granted(session, &row, sent).map(Ok)
+}
+
+/// One attempt on one session.
+async fn ask(
+    inner: &Inner,
+    name: &str,
+    key: Key,
+    deadline: Deadline,
+    cancelled: &mut watch::Receiver<u64>,
+) -> Result<Option<Grant>> {
+    let session = tokio::select! {
+        s = inner.session() => s?,
+        _ = cancelled.changed() => return Err(Error::Cancelled),
+    };
+    if deadline.expired() {
+        return match try_on(inner, name, key, session).await? {
+            Ok(grant) => Ok(Some(grant)),
+            Err(session) => {
+                inner.give_back(session);
+                Ok(None)
+            }
+        };
+    }
+    let name: &(dyn ToSql + Sync) = &name;
+    // The server ends the wait at the deadline (lock_timeout, in ms, at least 1: 0 would
+    // mean no limit); the client gives up an operation timeout later if it has not heard.
+    let limit = deadline.remaining().map_or_else(
+        || "0".to_owned(),
+        |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
+    );
+    let hard = inner.statement_deadline(deadline);
+    let limit_param: &(dyn ToSql + Sync) = &limit;
+    let set_params = [(limit_param, Type::TEXT)];
+    let marker: &(dyn ToSql + Sync) = &session.marker;
+    let seed: &(dyn ToSql + Sync) = &key.seed;
+    let lock_params = [(name, Type::TEXT), (marker, Type::INT8), (seed, Type::INT8)];
+    let set = session
+        .client
+        .query_typed("SELECT set_config('lock_timeout', $1, false)", &set_params);
+    let sent = boot_clock();
+    let lock = session.client.query_typed(key.sql.lock, &lock_params);
+    // Both statements go out at once: the wait costs one round trip.
+    let both = async { tokio::join!(set, lock) };
+    let bounded = async {
+        match hard.remaining() {
+            None => Ok(both.await),
+            Some(left) => tokio::time::timeout(left, both).await,
+        }
+    };
+    // Cancelled, or silent past the deadline: the server is asked to cancel the wait
+    // (the session's own socket is busy with it), and the session is closed as it is
+    // dropped, which frees a grant that may come meanwhile.
+    let (set, rows) = tokio::select! {
+        waited = bounded => match waited {
+            Ok(answers) => answers,
+            Err(_) => {
+                session.cancel(inner.operation_timeout).await;
+                return Ok(None);
+            }
+        },
+        _ = cancelled.changed() => {
+            session.cancel(inner.operation_timeout).await;
+            return Err(Error::Cancelled);
+        }
+    };
+    set.map_err(|e| error(&e, false))?;
+    let rows = match rows {
+        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+            inner.give_back(session);
+            return Ok(None);
+        }
+        other => other.map_err(|e| error(&e, false))?,
+    };
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Postgres("the lock statement returned no row".into()))?;
+    let mut grant = granted(session, &row, sent)?;
+    // After a long wait, the send time says little about when the server's idle timer
+    // restarted: a heartbeat gives the lease a recent start.
+    if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
+        grant.sent = grant.session.beat(inner.operation_timeout).await?;
+    }
+    Ok(Some(grant))
+}
+
 /// The grant in `row` (`pg_backend_pid()`, token, own) on `session`.
-fn granted(session: Arc<Session>, row: &tokio_postgres::Row, sent: Duration) -> Result<Grant> {
+pub(crate) fn granted(
+    session: Arc<Session>,
+    row: &tokio_postgres::Row,
+    sent: Duration,
+) -> Result<Grant> {
     session.check_own(row, 0, 2)?;
     let token = u64::try_from(int(row, 1)?)
         .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))?;
@@ -426,7 +622,7 @@ fn granted(session: Arc<Session>, row: &tokio_postgres::Row, sent: Duration) -> 
 }
 
 /// A name is any text of 1 to [`MAX_NAME`] bytes without NUL.
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("a PostgreSQL lock name must not be empty"));
     }
@@ -452,7 +648,13 @@ impl Sealed for PgMutex {
     fn release_as(&self, how: Release) -> Result<()> {
         match self.holders.detach()? {
             Detached::StillHeld => Ok(()),
-            Detached::Released(holding) => self.finish(holding, how),
+            Detached::Released(holding) => {
+                // A downgraded lock's halves hold on one session.
+                let shared = self
+                    .partner_session()
+                    .is_some_and(|s| Arc::ptr_eq(&s, &holding.session));
+                holding.let_go(self.client.inner(), &self.name, self.key, how, shared)
+            }
         }
     }
 

@@ -9,6 +9,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::core::connection::States;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lease::{boot_clock, LocalLease};
@@ -255,10 +256,12 @@ pub(crate) struct Keeping(#[allow(dead_code)] oneshot::Sender<()>);
 /// Keeps a holding session alive and its hold's health current, on the Client's runtime, until
 /// the returned [`Keeping`] is dropped: a heartbeat every `timeout / 3` (each acknowledged one
 /// renews `lease` from its send time), `Lost` at once when the connection ends or the session
-/// turns out not to be its own, and the lease's reading reported as time passes.
+/// turns out not to be its own, and the lease's reading reported as time passes. Each
+/// heartbeat's outcome also goes to the Client's connection `states`.
 pub(crate) fn keep(
     session: Arc<Session>,
     lease: Arc<LocalLease>,
+    states: Arc<States>,
     report: Report,
     timeout: Duration,
     operation_timeout: Duration,
@@ -295,13 +298,19 @@ pub(crate) fn keep(
                     b = session.beat(beat_timeout) => b,
                 };
                 match beat {
-                    Ok(sent) => lease.heard_at(sent),
+                    Ok(sent) => {
+                        lease.heard_at(sent);
+                        states.heard(sent);
+                    }
                     Err(Error::Postgres(why)) => {
                         tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
                         report(LockHealth::Lost);
                         return;
                     }
-                    Err(e) => tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}"),
+                    Err(e) => {
+                        tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}");
+                        states.failed();
+                    }
                 }
             }
             report(lease.health());

@@ -19,10 +19,9 @@ use super::error::error;
 use super::keeper::Keeper;
 use super::scripts::Scripts;
 use super::slots::Slots;
-use super::states::States;
 use super::wake::{start_subscriber, Wakes};
-use crate::core::channel::Receiver;
 use crate::core::connection::ConnectionState;
+use crate::core::connection::States;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
@@ -160,32 +159,12 @@ impl RedisClient {
         self.inner.states.state()
     }
 
-    /// Whether the server answers now (`Connected` or `Reconnected`).
-    pub fn is_connected(&self) -> bool {
-        self.state().is_connected()
-    }
-
-    /// A channel that receives every later connection state, in order.
-    pub fn connection_states(&self) -> Receiver<ConnectionState> {
-        self.inner.states.channel()
-    }
-
-    /// Calls `f` with every later connection state, in order, on the Client's events thread
-    /// (it must not block). Returns an id for
-    /// [`remove_connection_state_listener`](Self::remove_connection_state_listener).
-    pub fn on_connection_state(&self, f: impl FnMut(ConnectionState) + Send + 'static) -> u64 {
-        self.inner.states.on_change(f)
-    }
-
-    /// Removes a listener; returns whether it was registered.
-    pub fn remove_connection_state_listener(&self, id: u64) -> bool {
-        self.inner.states.remove(id)
-    }
-
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
     }
 }
+
+crate::core::connection::forward_connection_api!(RedisClient, inner.states);
 
 impl RedisClientBuilder {
     /// The hold TTL (default 30 s, at least 100 ms): how long the server keeps a hold whose
@@ -270,7 +249,7 @@ impl RedisClientBuilder {
         )
         .map_err(failed)?;
         let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
-        let states = Arc::new(States::new(self.ttl, sent, dispatch(&events)));
+        let states = Arc::new(States::new("Redis", self.ttl, sent, dispatch(&events)));
         let slots = Slots::new(redis.clone(), &id, self.connect_timeout);
         let keeper = Keeper::start(
             redis.clone(),

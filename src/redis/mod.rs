@@ -11,7 +11,6 @@ mod read_write;
 mod scripts;
 mod semaphore;
 mod slots;
-mod states;
 mod waiting;
 mod wake;
 

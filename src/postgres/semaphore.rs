@@ -1,0 +1,369 @@
+//! [`PgSemaphore`] and its [`PgLease`]: up to N holders at once, each holding one of N advisory
+//! locks on a session of its own, so that a crashed holder's lease comes back when the server
+//! ends its session.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::client::{Inner, PgClient};
+use super::mutex::{attempt, check_name, granted, Grant, Holding, Key};
+use super::session::{int, own, retryable};
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::health::{HealthFeed, LockHealth};
+use crate::core::lease::boot_clock;
+use crate::core::lock::Release;
+
+/// The most leases a semaphore may have (each is an advisory lock tried in turn).
+const MAX_LEASES: u32 = 10_000;
+
+/// How long a waiter waits on the one key it queues for before it tries all the keys again.
+const WAIT_SLICE: Duration = Duration::from_secs(1);
+
+/// Takes the first free lease key, `hashtextextended($1, i)` for `i` from 1 to `$3`, without
+/// waiting (`LIMIT 1` stops at the first lock taken), then reads what [`granted`] reads and
+/// the key's seed `i` (column 5). `OFFSET 0` keeps each subquery from being flattened, so the
+/// pick runs once.
+const TRY_ANY: &str = concat!(
+    "SELECT pid, xid, own, ",
+    "CASE WHEN k IS NOT NULL AND NOT own THEN pg_advisory_unlock(hashtextextended($1, k)) END, ",
+    "m, k FROM (SELECT pg_backend_pid() AS pid, k, ",
+    "CASE WHEN k IS NOT NULL THEN txid_current() END AS xid, ",
+    own!("$2"),
+    " AS own, CASE WHEN k IS NOT NULL THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
+    "FROM (SELECT (SELECT i FROM generate_series(1, $3) AS i ",
+    "WHERE pg_try_advisory_lock(hashtextextended($1, i)) LIMIT 1) AS k OFFSET 0) AS pick ",
+    "OFFSET 0) AS attempt",
+);
+
+/// A counting semaphore on PostgreSQL (Curator's `InterProcessSemaphoreV2`): at most
+/// `max_leases` [`PgLease`]s are out at once among every session using the same name.
+///
+/// # The keys
+/// Lease `i` (from 1 to `max_leases`) is the session-level advisory lock whose key is
+/// `hashtextextended(NAME, i)`, computed by the server (seed 0 is the [`PgMutex`]'s key of
+/// the same name, so the two never meet). A lease is one of these locks held on a session of
+/// its own: when a holder crashes, is frozen or is cut off, the server ends its session within
+/// the Client's session timeout (see [`PgClient`]) and the lease is free again — no lease is
+/// ever leaked. Any SQL client can take a lease:
+/// `SELECT pg_try_advisory_lock(hashtextextended('NAME', i))` for some `i` up to N.
+///
+/// # Waiting and fairness
+/// `acquire` tries the N keys in order in one statement and takes the first free one. When none
+/// is free it queues on one key chosen at random in the server's lock queue, for a slice of at
+/// most a second (`lock_timeout`), then tries all N again, until its deadline. A lease freed
+/// on the waiter's key is handed to it at once, in the order that key's waiters queued; a
+/// lease freed on another key is found at the next try, within a second. So the semaphore is
+/// **not FIFO**: a newcomer can take a freed lease before a waiter queued on another key. Each
+/// waiter costs one session and about two statements a second.
+///
+/// Every participant passes its own `max_leases`, as with Curator; give them all the same (a
+/// participant with a larger N takes keys the others do not count). The semaphore is not
+/// re-entrant: each acquire takes one more lease. Leases are `Send`: any thread may return
+/// them.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
+/// let pool = zklock::PgSemaphore::new(&client, "report-workers", 3)?;
+/// if let Some(lease) = pool.acquire_timeout(std::time::Duration::from_secs(5))? {
+///     println!("lease {} of 3, token {}", lease.index(), lease.fencing_token());
+///     lease.release()?;
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// [`PgMutex`]: super::PgMutex
+pub struct PgSemaphore {
+    client: PgClient,
+    name: String,
+    max_leases: u32,
+    feed: Arc<HealthFeed>,
+    /// Counts `cancel_waiters` calls; a waiter ends when it changes.
+    cancelled: watch::Sender<u64>,
+}
+
+impl PgSemaphore {
+    /// A semaphore named `name` (any text of 1 to 1024 bytes without NUL) with `max_leases`
+    /// leases (1 to 10,000).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or a number of leases out of range; nothing is
+    /// sent.
+    pub fn new(client: &PgClient, name: &str, max_leases: u32) -> Result<PgSemaphore> {
+        check_name(name)?;
+        if !(1..=MAX_LEASES).contains(&max_leases) {
+            return Err(Error::invalid(format!(
+                "a PostgreSQL semaphore has 1 to {MAX_LEASES} leases, not {max_leases}"
+            )));
+        }
+        Ok(PgSemaphore {
+            client: client.clone(),
+            name: name.to_owned(),
+            max_leases,
+            feed: Arc::default(),
+            cancelled: watch::Sender::new(0),
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The number of leases this participant allows at once.
+    pub fn max_leases(&self) -> u32 {
+        self.max_leases
+    }
+
+    /// Waits for a lease, for as long as it takes.
+    ///
+    /// # Errors
+    /// [`Error::Cancelled`] after [`cancel_waiters`](Self::cancel_waiters), [`Error::Closed`]
+    /// once the Client is closed, [`Error::ConnectionLoss`] once the retry policy gives up.
+    pub fn acquire(&self) -> Result<PgLease> {
+        self.acquire_by(Deadline::NEVER)?.ok_or_else(|| {
+            Error::Postgres("a wait without a deadline ended without a lease".into())
+        })
+    }
+
+    /// Waits at most `timeout` for a lease; `None` if none came.
+    ///
+    /// # Blocking
+    /// At most `timeout` plus twice the connection timeout and four operation timeouts (a try
+    /// of every key, then the last slice's wait, bounded as
+    /// [`PgMutex::try_lock_for`](super::PgMutex::try_lock_for)).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<PgLease>> {
+        self.acquire_by(Deadline::after(timeout))
+    }
+
+    /// A lease if one is free now: one statement (and a session, if none is pooled).
+    ///
+    /// # Blocking
+    /// At most the connection timeout plus the operation timeout.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn try_acquire(&self) -> Result<Option<PgLease>> {
+        self.acquire_by(Deadline::after(Duration::ZERO))
+    }
+
+    /// Ends every [`acquire`](Self::acquire) of this object in progress with
+    /// [`Error::Cancelled`]; each leaves the server's queue.
+    pub fn cancel_waiters(&self) {
+        self.cancelled.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn acquire_by(&self, deadline: Deadline) -> Result<Option<PgLease>> {
+        let inner = self.client.inner();
+        if inner.closed() {
+            return Err(Error::Closed);
+        }
+        let started = Instant::now();
+        let mut cancelled = self.cancelled.subscribe();
+        cancelled.mark_unchanged();
+        let _waiting = crate::core::metrics::Waiting::new(&self.name);
+        let asked = inner.block_on(self.attempt(inner, deadline, &mut cancelled));
+        let (grant, index) = match asked {
+            Ok(Some(granted)) => granted,
+            Ok(None) => {
+                crate::core::metrics::timed_out(&self.name);
+                return Ok(None);
+            }
+            Err(e) if inner.closed() => {
+                tracing::debug!("zklock: acquiring {:?} ended by close: {e}", self.name);
+                return Err(Error::Closed);
+            }
+            Err(e) => return Err(e),
+        };
+        crate::core::metrics::acquired(&self.name, started.elapsed());
+        let node = format!(
+            "semaphore {:?} lease {index} (backend {})",
+            self.name, grant.session.pid
+        );
+        let (health, report) = self
+            .feed
+            .hold(inner.dispatch(), &self.name, &node, grant.token);
+        let lease = Holding::lease(inner, &grant);
+        Ok(Some(PgLease {
+            client: self.client.clone(),
+            name: self.name.clone(),
+            index,
+            holding: Some(Holding::start(inner, grant, lease, health, report)),
+        }))
+    }
+
+    /// Tries every key, then queues on one for a slice, until granted or out of time.
+    async fn attempt(
+        &self,
+        inner: &Inner,
+        deadline: Deadline,
+        cancelled: &mut watch::Receiver<u64>,
+    ) -> Result<Option<(Grant, u32)>> {
+        loop {
+            match self.try_any(inner, cancelled).await {
+                Ok(Some(granted)) => return Ok(Some(granted)),
+                Ok(None) => {}
+                // The queued wait below retries through the policy; a try without time
+                // left reports the error rather than "no lease".
+                Err(e) if retryable(&e) && !deadline.expired() => {}
+                Err(e) => return Err(e),
+            }
+            if deadline.expired() {
+                return Ok(None);
+            }
+            let index = fastrand::u32(1..=self.max_leases);
+            let slice = deadline.min_after(WAIT_SLICE);
+            let key = Key::exclusive(i64::from(index));
+            if let Some(grant) = attempt(inner, &self.name, key, slice, cancelled).await? {
+                return Ok(Some((grant, index)));
+            }
+        }
+    }
+
+    /// One statement that takes the first free key, if any.
+    async fn try_any(
+        &self,
+        inner: &Inner,
+        cancelled: &mut watch::Receiver<u64>,
+    ) -> Result<Option<(Grant, u32)>> {
+        let session = tokio::select! {
+            s = inner.session() => s?,
+            _ = cancelled.changed() => return Err(Error::Cancelled),
+        };
+        let name: &(dyn ToSql + Sync) = &self.name;
+        let n = i64::from(self.max_leases);
+        let sent = boot_clock();
+        let row = session
+            .row(
+                inner.operation_timeout,
+                TRY_ANY,
+                &[
+                    (name, Type::TEXT),
+                    (&session.marker, Type::INT8),
+                    (&n, Type::INT8),
+                ],
+            )
+            .await?;
+        session.check_own(&row, 0, 2)?;
+        if row.try_get::<_, Option<i64>>(5).ok().flatten().is_none() {
+            inner.give_back(session);
+            return Ok(None);
+        }
+        let index = u32::try_from(int(&row, 5)?)
+            .map_err(|_| Error::Postgres("a lease key out of range".into()))?;
+        Ok(Some((granted(session, &row, sent)?, index)))
+    }
+}
+
+crate::core::health::forward_health_api!(PgSemaphore, feed, "the Client's events thread");
+
+impl std::fmt::Debug for PgSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSemaphore")
+            .field("name", &self.name)
+            .field("max_leases", &self.max_leases)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One lease of a [`PgSemaphore`]: advisory lock `hashtextextended(NAME, index)` held on a
+/// session of its own, kept alive by its heartbeat while it is out. Returned by
+/// [`release`](Self::release), or on drop by closing its session (dropping never blocks).
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// # let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
+/// let pool = zklock::PgSemaphore::new(&client, "uploads", 2)?;
+/// let lease = pool.acquire()?;
+/// if lease.health() == zklock::LockHealth::Held {
+///     // work under the lease
+/// }
+/// drop(lease); // its session is closed: the server frees the key
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a lease returns it at once"]
+pub struct PgLease {
+    client: PgClient,
+    name: String,
+    index: u32,
+    /// Taken when the lease is returned.
+    holding: Option<Holding>,
+}
+
+impl PgLease {
+    /// Which of the semaphore's keys this lease holds (1 to N): its advisory lock is
+    /// `hashtextextended(NAME, index)`.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The fencing token of this grant: the transaction id assigned at the grant, above every
+    /// token granted before it on the server (see [`PgMutex`](super::PgMutex)).
+    pub fn fencing_token(&self) -> u64 {
+        self.holding.as_ref().map_or(0, |h| h.token)
+    }
+
+    /// The lease's health, computed now.
+    pub fn health(&self) -> LockHealth {
+        self.holding
+            .as_ref()
+            .map_or(LockHealth::Lost, Holding::health)
+    }
+
+    /// The server process (`pg_backend_pid()`) of the lease's session.
+    pub fn backend_pid(&self) -> i32 {
+        self.holding.as_ref().map_or(0, |h| h.session.pid)
+    }
+
+    /// Returns the lease, waiting at most the Client's operation timeout; if the unlock is not
+    /// confirmed by then, the session is closed, which frees the key.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if the lease had been lost; a connection error if the unlock could
+    /// not be confirmed.
+    pub fn release(mut self) -> Result<()> {
+        self.release_as(Release::Within(None))
+    }
+
+    /// As [`release`](Self::release), waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// As [`release`](Self::release).
+    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
+        self.release_as(Release::Within(Instant::now().checked_add(timeout)))
+    }
+
+    fn release_as(&mut self, how: Release) -> Result<()> {
+        let Some(holding) = self.holding.take() else {
+            return Ok(());
+        };
+        let key = Key::exclusive(i64::from(self.index));
+        holding.let_go(self.client.inner(), &self.name, key, how, false)
+    }
+}
+
+impl Drop for PgLease {
+    fn drop(&mut self) {
+        let _ = self.release_as(Release::Background);
+    }
+}
+
+impl std::fmt::Debug for PgLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLease")
+            .field("semaphore", &self.name)
+            .field("index", &self.index)
+            .field("fencing_token", &self.fencing_token())
+            .field("health", &self.health())
+            .finish_non_exhaustive()
+    }
+}
