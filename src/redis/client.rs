@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::error::error;
 use super::keeper::Keeper;
-use super::scripts::Scripts;
+use super::scripts::{invocation, Keys, Scripts};
 use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
@@ -421,6 +421,32 @@ impl Inner {
 
     pub(crate) fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Releases `owner`'s hold of the lock with `keys` by `until` (the operation timeout if
+    /// `None`, or past it at the latest); what is not done by then goes on in the background.
+    /// [`Error::LockLost`] if the hold had been lost (`lost`) or was no longer `owner`'s.
+    pub(crate) fn release_within(
+        &self,
+        keys: &Keys,
+        owner: &str,
+        until: Option<std::time::Instant>,
+        lost: bool,
+    ) -> Result<()> {
+        let deadline = until.map_or(Deadline::after(Duration::ZERO), Deadline::at);
+        let released = self.call(deadline, |c| {
+            let mut call = invocation(self.scripts.release(keys.layout), keys);
+            call.arg(owner);
+            call.invoke::<i64>(c)
+        });
+        match released {
+            Ok((1, _)) if !lost => Ok(()),
+            Ok(_) => Err(Error::LockLost),
+            Err(e) => {
+                self.keeper.release_later(keys, owner);
+                Err(e)
+            }
+        }
     }
 
     /// Runs callbacks on the Client's events thread.

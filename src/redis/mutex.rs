@@ -316,20 +316,7 @@ impl RedisMutex {
             }
             Release::Within(until) => until,
         };
-        let deadline = until.map_or(Deadline::after(Duration::ZERO), Deadline::at);
-        let released = inner.call(deadline, |c| {
-            let mut call = invocation(inner.scripts.release(self.keys.layout), &self.keys);
-            call.arg(&holding.owner);
-            call.invoke::<i64>(c)
-        });
-        match released {
-            Ok((1, _)) if !lost => Ok(()),
-            Ok(_) => Err(Error::LockLost),
-            Err(e) => {
-                inner.keeper.release_later(&self.keys, &holding.owner);
-                Err(e)
-            }
-        }
+        inner.release_within(&self.keys, &holding.owner, until, lost)
     }
 }
 

@@ -264,20 +264,7 @@ impl RedisLease {
             }
             Release::Within(until) => until,
         };
-        let deadline = until.map_or(Deadline::after(Duration::ZERO), Deadline::at);
-        let released = inner.call(deadline, |c| {
-            let mut call = invocation(inner.scripts.release(Layout::Semaphore), &self.keys);
-            call.arg(&self.owner);
-            call.invoke::<i64>(c)
-        });
-        match released {
-            Ok((1, _)) if !lost => Ok(()),
-            Ok(_) => Err(Error::LockLost),
-            Err(e) => {
-                inner.keeper.release_later(&self.keys, &self.owner);
-                Err(e)
-            }
-        }
+        inner.release_within(&self.keys, &self.owner, until, lost)
     }
 }
 
