@@ -247,12 +247,13 @@ pub use crate::zookeeper::client::{
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::leader::{
-    elect, CloseMode, LeaderLatch, LeaderLatchBuilder, LeaderSelector, LeaderSelectorBuilder,
-    Leadership, Participant,
+    elect, CloseMode, KazooElection, LeaderLatch, LeaderLatchBuilder, LeaderSelector,
+    LeaderSelectorBuilder, Leadership, Participant,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::locks::{
     InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
-    InterProcessSemaphoreV2, Lease, LockDriver, LockNode, MutexGuard, Predicate, ReadLock, Revoker,
-    SharedCount, StandardDriver, UnfairDriver, VersionedCount, WriteLock,
+    InterProcessSemaphoreV2, KazooDriver, KazooLease, KazooSemaphore, Lease, LockDriver, LockNode,
+    MutexGuard, Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver,
+    VersionedCount, WriteLock,
 };

@@ -98,12 +98,30 @@ pub enum Error {
     /// nothing).
     #[error("the lock is not acquired")]
     NotAcquired,
-    /// A thread that holds a read lock asked for the write lock of the same read-write lock.
-    /// It would wait for itself (Curator deadlocks here): release the read lock first.
+    /// A thread that holds a read lock asked for the write lock of the same read-write lock
+    /// (or, in kazoo's layout, one that holds the write lock asked for the read lock). It would
+    /// wait for itself (Curator deadlocks here): release what it holds first.
     #[error(
-        "a thread holding the read lock cannot take the write lock: release the read lock first"
+        "a thread holding one half of a read-write lock would wait for itself taking the other \
+         (the write lock while reading; in kazoo's layout also the read lock while writing): \
+         release what it holds first"
     )]
     WouldDeadlock,
+    /// A kazoo-layout semaphore's node records a number of leases other than this participant's
+    /// `max_leases`: every participant must use the same (kazoo raises `ValueError` here).
+    /// Delete the semaphore's node, with no lease held, to change it.
+    #[error(
+        "semaphore {path:?} allows {recorded} leases but this participant was made with \
+         max_leases {ours}: every participant must use the same max_leases"
+    )]
+    LeaseCountMismatch {
+        /// The semaphore's path.
+        path: String,
+        /// This participant's `max_leases`.
+        ours: u32,
+        /// The number the semaphore's node records.
+        recorded: i64,
+    },
     /// The lock had been lost (session expired, node deleted) before it was released: whatever
     /// it protected may have been touched by another holder meanwhile.
     #[error("the lock had been lost before it was released")]

@@ -80,6 +80,28 @@ pub(crate) fn new_protected_id() -> String {
     format!("{PROTECTED_PREFIX}{}-", uuid::Uuid::new_v4())
 }
 
+/// Whose node-name conventions a recipe's nodes follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Layout {
+    /// Curator's: protection id `_c_<uuid>-`; missing parents made as containers.
+    #[default]
+    Curator,
+    /// kazoo's: protection id the UUID's 32 hex digits; missing parents made persistent, as
+    /// kazoo's `ensure_path` does. A kazoo lock makes sure of its path once and then creates
+    /// under it for as long as it lives, so a parent the server reaped would fail it.
+    Kazoo,
+}
+
+impl Layout {
+    /// A fresh protection id for a node name in this layout.
+    pub(crate) fn new_id(self) -> String {
+        match self {
+            Layout::Curator => new_protected_id(),
+            Layout::Kazoo => uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+}
+
 /// The protected form of `path`: the protection id put before the last component.
 pub(crate) fn protected(path: &str, id: &str) -> String {
     join(parent(path), &format!("{id}{}", name(path)))
@@ -133,5 +155,15 @@ mod tests {
         assert_eq!(id, id.to_lowercase());
         let p = protected("/locks/lock-", &id);
         assert_eq!(p, format!("/locks/{id}lock-"));
+    }
+
+    #[test]
+    fn kazoo_ids_are_32_lower_case_hex_digits() {
+        let id = Layout::Kazoo.new_id();
+        assert_eq!(id.len(), 32);
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(protected("/l/__lock__", &id), format!("/l/{id}__lock__"));
     }
 }

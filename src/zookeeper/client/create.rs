@@ -12,7 +12,7 @@ use super::runtime::Handoff;
 use super::types::{Acl, CreateMode, Stat};
 use super::{cleanup, Call, Client, Doomed};
 use crate::core::error::{Error, Result};
-use crate::zookeeper::path;
+use crate::zookeeper::path::{self, Layout};
 
 /// A node to create.
 #[derive(Clone, Copy)]
@@ -25,13 +25,15 @@ pub(crate) struct NodeSpec<'a> {
     /// The provider for the node (when `acl` is `None`) and the parents it creates; `None`: the
     /// Client's.
     pub(crate) provider: Option<&'a SharedAcl>,
-    /// Create missing parents as containers.
+    /// Create missing parents (as containers, or persistent in kazoo's layout).
     pub(crate) parents: bool,
     /// A protected create (`_c_<uuid>-` name): if the caller stops waiting for its answer, what
     /// it made is deleted in the background.
     pub(crate) protected: bool,
     /// Where to put the parent's children, listed right behind the create (see [`Siblings`]).
     pub(crate) siblings: Option<&'a Siblings>,
+    /// The protection id's form and how missing parents are made.
+    pub(crate) layout: Layout,
 }
 
 /// The children of a created node's parent, listed with a request sent right behind the create
@@ -81,6 +83,7 @@ struct OwnedSpec {
     /// The ACL of each ancestor, when missing parents are to be created: worked out on the
     /// caller's thread, so a user's provider never runs on the I/O thread.
     parents: Option<PathAcls>,
+    parent_mode: zk::CreateMode,
     siblings: Option<Siblings>,
 }
 
@@ -121,10 +124,7 @@ impl OwnedSpec {
         }
         if let (Some(acls), Err(zk::Error::NoNode)) = (&self.parents, &result) {
             let parent = path::parent(&self.path);
-            mkdirs(&zk, parent, zk::CreateMode::Container, &|p| {
-                looked_up(acls, p)
-            })
-            .await?;
+            mkdirs(&zk, parent, self.parent_mode, &|p| looked_up(acls, p)).await?;
             result = zk.create(&self.path, &self.data, &options).await;
         }
         let (stat, seq) = result.map_err(|e| Error::from_zk(e, &self.path))?;
@@ -269,6 +269,10 @@ impl Client {
             parents: spec
                 .parents
                 .then(|| ancestor_acls(spec.path, |p| source.zk_acl(p))),
+            parent_mode: match spec.layout {
+                Layout::Curator => zk::CreateMode::Container,
+                Layout::Kazoo => zk::CreateMode::Persistent,
+            },
             siblings: spec.siblings.cloned(),
         };
         if !spec.protected {
@@ -304,7 +308,7 @@ pub(crate) fn create_protected<S: NodeOps + ?Sized>(
     spec: &NodeSpec<'_>,
     call: &mut Call,
 ) -> Result<(String, Stat)> {
-    let target = path::protected(spec.path, &path::new_protected_id());
+    let target = path::protected(spec.path, &spec.layout.new_id());
     let spec = NodeSpec {
         path: &target,
         protected: true,
@@ -471,6 +475,7 @@ impl<'a> Create<'a> {
             parents: self.parents,
             protected: false,
             siblings: None,
+            layout: Layout::Curator,
         };
         spec.validate()?;
         if self.protected {

@@ -2,6 +2,7 @@
 
 use crate::core::error::{Error, Result};
 use crate::zookeeper::client::CreateMode;
+use crate::zookeeper::path::Layout;
 
 /// A driver's verdict for one contender.
 ///
@@ -33,6 +34,7 @@ pub enum Predicate {
 pub struct LockNode {
     pub(crate) name: String,
     pub(crate) mode: CreateMode,
+    pub(crate) layout: Layout,
 }
 
 impl LockNode {
@@ -41,6 +43,15 @@ impl LockNode {
         LockNode {
             name: name.into(),
             mode,
+            layout: Layout::Curator,
+        }
+    }
+
+    /// A node in kazoo's layout: `<uuid hex>` + `name`, missing parents made persistent.
+    pub(crate) fn kazoo(name: impl Into<String>, mode: CreateMode) -> LockNode {
+        LockNode {
+            layout: Layout::Kazoo,
+            ..LockNode::new(name, mode)
         }
     }
 }
@@ -117,6 +128,12 @@ pub trait LockDriver: Send + Sync + 'static {
     /// `lock_name` in the node's name, so that the order survives the sequence's signed wrap.
     fn sort_key(&self, node: &str, lock_name: &str) -> u64 {
         sequence_key(node, lock_name)
+    }
+
+    /// Whether a child of the lock's path is one of this lock's contenders, as listed by
+    /// `participant_nodes` and `contenders`. Default: its name contains `lock_name`.
+    fn is_contender(&self, node: &str, lock_name: &str) -> bool {
+        node.contains(lock_name)
     }
 
     /// Whether a node created later always sorts after every existing one (true for sequence

@@ -69,6 +69,8 @@ pub(crate) struct LockInternals<S: Store> {
     pub(crate) store: S,
     pub(crate) path: String,
     lock_name: String,
+    /// The name our nodes carry before their sequence, for drivers that sort by creation.
+    sequenced_name: Option<String>,
     driver: Arc<dyn LockDriver>,
     leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
@@ -195,6 +197,9 @@ impl<S: Store> LockInternals<S> {
             store,
             path: path.to_owned(),
             lock_name: lock_name.to_owned(),
+            sequenced_name: driver
+                .sorts_by_creation()
+                .then(|| driver.create_lock_node(lock_name).name),
             driver,
             leases,
             node_data: Mutex::new(None),
@@ -365,6 +370,7 @@ impl<S: Store> LockInternals<S> {
             parents: true,
             protected: false,
             siblings,
+            layout: node.layout,
         };
         create_protected(&self.store, &spec, call)
     }
@@ -378,10 +384,12 @@ impl<S: Store> LockInternals<S> {
     /// Refuses a queue whose sequence counter has wrapped (see [`Error::SequenceWrapped`]),
     /// for drivers that order by sequence.
     fn check_sequences(&self, children: &[String]) -> Result<()> {
-        if self.driver.sorts_by_creation()
-            && children
-                .iter()
-                .any(|c| super::driver::sequence_wrapped(c, &self.lock_name))
+        let Some(name) = &self.sequenced_name else {
+            return Ok(());
+        };
+        if children
+            .iter()
+            .any(|c| super::driver::sequence_wrapped(c, name))
         {
             return Err(Error::SequenceWrapped(self.path.clone()));
         }
@@ -539,12 +547,36 @@ impl<S: Store> LockInternals<S> {
         match self.sorted_children(&mut call) {
             Ok(c) => Ok(c
                 .iter()
-                .filter(|c| c.contains(&self.lock_name))
+                .filter(|c| self.driver.is_contender(c, &self.lock_name))
                 .map(|c| path::join(&self.path, c))
                 .collect()),
             Err(Error::NoNode(_)) => Ok(Vec::new()),
             Err(e) => Err(e),
         }
+    }
+
+    /// The data of the children `keep` picks, in lock order, as text (kazoo's `contenders()`:
+    /// the identifiers its contenders wrote); nodes that go while being read are left out.
+    /// Bounded by the Client's operation (else connection) timeout.
+    pub(crate) fn contenders(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+        let mut call = self.store.new_call(self.bounded(None));
+        let children = match self.sorted_children(&mut call) {
+            Ok(c) => c,
+            Err(Error::NoNode(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for child in children.iter().filter(|c| keep(c)) {
+            if let Some((_, data)) = self.store.read(&path::join(&self.path, child), &mut call)? {
+                out.push(String::from_utf8_lossy(&data).into_owned());
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`contenders`](Self::contenders) of the children the driver counts as contenders.
+    pub(crate) fn driver_contenders(&self) -> Result<Vec<String>> {
+        self.contenders(|c| self.driver.is_contender(c, &self.lock_name))
     }
 }
 

@@ -2,6 +2,8 @@
 
 mod driver;
 mod internals;
+mod kazoo;
+mod kazoo_semaphore;
 pub(crate) mod keeper;
 mod multi;
 mod mutex;
@@ -16,6 +18,8 @@ mod waiter;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
 pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
+pub use self::kazoo::KazooDriver;
+pub use self::kazoo_semaphore::{KazooLease, KazooSemaphore};
 pub use self::mutex::{InterProcessMutex, MutexGuard};
 pub use self::read_write::{InterProcessReadWriteLock, ReadLock, WriteLock};
 pub use self::revocation::Revoker;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::driver::{LockDriver, StandardDriver};
+use super::kazoo::KazooDriver;
 use super::reentrant::Reentrant;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
@@ -102,6 +103,28 @@ impl InterProcessMutex {
         Self::with_driver(client, path, StandardDriver)
     }
 
+    /// A mutex on `path` in kazoo's layout, shared with Python processes using kazoo's
+    /// `Lock(path, identifier)`: nodes `<path>/<uuid hex>__lock__<seq10>` holding `identifier`
+    /// (see [`KazooDriver`](crate::KazooDriver), which also takes kazoo's extra lock patterns).
+    /// Fair, re-entrant, and with lock health and fencing tokens, like every mutex here; kazoo's
+    /// own `Lock` is not re-entrant.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+    /// // Python beside it: zk.Lock("/locks/report", "py-worker-1")
+    /// let mutex = zklock::InterProcessMutex::kazoo(&client, "/locks/report", "rust-worker-1")?;
+    /// let _guard = mutex.lock()?;
+    /// assert!(mutex.contenders()?.contains(&"rust-worker-1".to_owned()));
+    /// # Ok(()) }
+    /// ```
+    pub fn kazoo(client: &Client, path: &str, identifier: &str) -> Result<InterProcessMutex> {
+        let mutex = Self::with_driver(client, path, KazooDriver::new())?;
+        mutex.set_node_data(identifier.as_bytes())?;
+        Ok(mutex)
+    }
+
     /// A mutex on `path` with a custom [`LockDriver`].
     pub fn with_driver(
         client: &Client,
@@ -184,6 +207,13 @@ impl InterProcessMutex {
     /// Full paths of the contenders' nodes, the holder first (Curator's `getParticipantNodes`).
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
         self.core.internals.participant_nodes()
+    }
+
+    /// The contenders' node data as text (their identifiers in kazoo's layout), in lock order,
+    /// the holder first: kazoo's `contenders()`, on either layout. Bounded by the Client's
+    /// operation (else connection) timeout.
+    pub fn contenders(&self) -> Result<Vec<String>> {
+        self.core.internals.driver_contenders()
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
+use super::kazoo::{KazooDriver, KAZOO_LOCK_NAME, KAZOO_READ_NAME};
 use super::reentrant::Reentrant;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
@@ -103,6 +104,8 @@ impl LockDriver for ReadDriver {
 struct Inner {
     read: Reentrant,
     write: Reentrant,
+    /// kazoo's layout: no downgrade (a kazoo reader behind a writer waits for it).
+    kazoo: bool,
 }
 
 /// Curator's `InterProcessReadWriteLock`: many readers or one writer, on one path shared with
@@ -154,13 +157,76 @@ impl InterProcessReadWriteLock {
         let inner = Arc::new(Inner {
             read: Reentrant::new(client, path, READ_LOCK_NAME, Arc::new(ReadDriver))?,
             write: Reentrant::new(client, path, WRITE_LOCK_NAME, Arc::new(WriteDriver))?,
+            kazoo: false,
         });
-        Ok(InterProcessReadWriteLock {
+        Ok(Self::of(inner))
+    }
+
+    /// A read-write lock on `path` in kazoo's layout, shared with Python processes using kazoo's
+    /// `ReadLock(path, identifier)` and `WriteLock(path, identifier)`: readers'
+    /// nodes `<path>/<uuid hex>__rlock__<seq10>`, writers' `<uuid hex>__lock__<seq10>`, each
+    /// holding `identifier`. A writer waits for every node ahead of it; a reader for the
+    /// writers ahead of it.
+    ///
+    /// Both halves are re-entrant, but the write holder cannot take the read half (a downgrade):
+    /// in this layout its read node would queue behind its own write node, so the read half
+    /// refuses it with [`Error::WouldDeadlock`].
+    ///
+    /// kazoo 2.8's `ReadLock` also waits for writers queued *behind* it, so a kazoo reader
+    /// that waits while a writer (of either language) queues after it can wait for that writer
+    /// while the writer waits for it, for good (kazoo's issue 649, fixed in kazoo 2.9). zklock's
+    /// reader waits only for writers ahead of it.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+    /// // Python beside it: zk.ReadLock("/locks/catalog", "py-1"), zk.WriteLock(...)
+    /// let rw = zklock::InterProcessReadWriteLock::kazoo(&client, "/locks/catalog", "rust-1")?;
+    /// {
+    ///     let _r = rw.read_lock().lock()?;
+    /// }
+    /// let _w = rw.write_lock().lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kazoo(
+        client: &Client,
+        path: &str,
+        identifier: &str,
+    ) -> Result<InterProcessReadWriteLock> {
+        let inner = Arc::new(Inner {
+            read: Reentrant::new(client, path, KAZOO_READ_NAME, Arc::new(KazooDriver::read()))?,
+            write: Reentrant::new(
+                client,
+                path,
+                KAZOO_LOCK_NAME,
+                Arc::new(KazooDriver::write()),
+            )?,
+            kazoo: true,
+        });
+        let rw = Self::of(inner);
+        rw.set_node_data(identifier.as_bytes())?;
+        Ok(rw)
+    }
+
+    fn of(inner: Arc<Inner>) -> InterProcessReadWriteLock {
+        InterProcessReadWriteLock {
             read: ReadLock {
                 inner: inner.clone(),
             },
             write: WriteLock { inner },
-        })
+        }
+    }
+
+    /// The node data of readers and writers alike as text, in lock order (kazoo's
+    /// `contenders()` of a read or write lock). Bounded by the Client's operation (else
+    /// connection) timeout.
+    pub fn contenders(&self) -> Result<Vec<String>> {
+        let write = &self.write.inner.write.internals;
+        if self.write.inner.kazoo {
+            return write.driver_contenders();
+        }
+        write.contenders(|c| c.contains(READ_LOCK_NAME) || c.contains(WRITE_LOCK_NAME))
     }
 
     /// The ACL provider for the nodes both halves create from now on, and for the parents it
@@ -246,6 +312,9 @@ impl std::fmt::Debug for WriteLock {
 impl ReadLock {
     fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
         if let Some(write_node) = self.inner.write.lock_node() {
+            if self.inner.kazoo && !self.inner.read.is_owned_by_current_thread() {
+                return Err(Error::WouldDeadlock);
+            }
             // A downgrade: granted at once, as Curator grants the write holder's read.
             if !self.inner.read.reenter()? {
                 let node = downgrade_node(&write_node)
