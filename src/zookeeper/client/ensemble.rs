@@ -36,7 +36,9 @@ pub(crate) fn members_of_config(data: &[u8]) -> Option<String> {
             continue;
         };
         let id: u64 = id.parse().ok()?;
-        let (quorum, client) = value.trim().split_once(';')?;
+        let Some((quorum, client)) = value.trim().split_once(';') else {
+            continue;
+        };
         let quorum_host = split_host(quorum.trim())?.0;
         let client = client.trim();
         let (host, port) = match split_host(client) {
