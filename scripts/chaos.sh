@@ -29,6 +29,8 @@ echo "chaos: seed $seed, $minutes minutes; replay with: scripts/chaos.sh --minut
 status=0
 ZKLOCK_CHAOS_MINUTES="$minutes" ZKLOCK_CHAOS_SEED="$seed" ZKLOCK_CHAOS_REPORT="$(realpath -m "$report")" \
   cargo test --all-features --test chaos randomized_chaos_run -- --ignored --nocapture || status=$?
+# The 5-member rolling restart under contention (too long for CI).
+cargo test --all-features --test ensemble five_members -- --ignored --nocapture || status=$?
 [ -f "$report" ] && echo "chaos: report written to $report"
 if [ "$status" -ne 0 ]; then
   echo "chaos: VIOLATION or failure (exit $status); replay: scripts/chaos.sh --minutes $minutes --seed $seed" >&2

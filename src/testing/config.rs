@@ -26,6 +26,12 @@ pub(super) const DEBIAN_NETTY_EXTRA: &[&str] = &[
     "/usr/share/java/netty-transport-native-unix-common.jar",
 ];
 pub(super) const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+/// The superuser a [`TestingCluster`](super::TestingCluster) reconfigures its ensemble as
+/// (`digest` auth `user:password`), and the digest its members know it by.
+pub(super) const SUPER_AUTH: &str = "zklock-super:zklock-super-secret";
+pub(super) const SUPER_DIGEST_FLAG: &str =
+    "-Dzookeeper.DigestAuthenticationProvider.superDigest=zklock-super:WsBIPo/eAVHRvr0Ba0qRmH9tYL0=";
+
 /// JVM flags: quick start-up, small heap, IPv4 loopback, no admin server,
 /// fast container-node reaping, every four-letter word allowed.
 pub(super) const JVM_FLAGS: &[&str] = &[
@@ -136,10 +142,31 @@ pub(super) fn free_ports(n: usize) -> io::Result<Vec<u16>> {
 
 /// A quorum member's view of the ensemble.
 pub(super) struct Quorum<'a> {
-    /// `(peer port, election port)` of every member, in server-id order (ids from 1).
-    pub(super) peers: &'a [(u16, u16)],
+    /// Every member of the configuration it starts with.
+    pub(super) peers: &'a [Peer],
     /// This member's id (1-based).
     pub(super) myid: usize,
+}
+
+/// A member as the ensemble's configuration names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Peer {
+    /// ZooKeeper server id (from 1).
+    pub(super) id: usize,
+    pub(super) client: u16,
+    pub(super) peer: u16,
+    pub(super) election: u16,
+}
+
+impl Peer {
+    /// Its line in a dynamic configuration, also the argument of a `reconfig -add`:
+    /// `server.<id>=127.0.0.1:<peer>:<election>:participant;127.0.0.1:<client>`.
+    pub(super) fn config_line(&self) -> String {
+        format!(
+            "server.{}=127.0.0.1:{}:{}:participant;127.0.0.1:{}",
+            self.id, self.peer, self.election, self.client
+        )
+    }
 }
 
 /// Writes `dir/zoo.cfg` (and `dir/data/myid` for a quorum member) and
@@ -172,21 +199,22 @@ pub(super) fn write_config(
          maxSessionTimeout={max}\n\
          4lw.commands.whitelist=*\n\
          admin.enableServer=false\n\
-         reconfigEnabled=false\n\
+         reconfigEnabled={reconfig}\n\
          forceSync={sync}\n\
          preAllocSize=1024\n\
          cnxTimeout=1000\n",
         min = MIN_SESSION_TIMEOUT.as_millis(),
         max = MAX_SESSION_TIMEOUT.as_millis(),
         sync = if force_sync { "yes" } else { "no" },
+        reconfig = quorum.as_ref().is_some_and(|q| q.peers.len() > 1),
     );
     match quorum {
         None => cfg.push_str("standaloneEnabled=true\n"),
         Some(q) => {
             let standalone = q.peers.len() == 1;
             let _ = writeln!(cfg, "standaloneEnabled={standalone}");
-            for (i, (peer, election)) in q.peers.iter().enumerate() {
-                let _ = writeln!(cfg, "server.{}=127.0.0.1:{peer}:{election}", i + 1);
+            for peer in q.peers {
+                let _ = writeln!(cfg, "{}", peer.config_line());
             }
             fs::write(data.join("myid"), format!("{}\n", q.myid))?;
         }

@@ -55,6 +55,7 @@ pub struct ClientBuilder {
     pub(crate) default_data: Option<Vec<u8>>,
     pub(crate) can_be_read_only: bool,
     pub(crate) error_policy: ErrorPolicy,
+    pub(crate) ensemble_tracker: bool,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<super::tls::TlsSettings>,
     #[cfg(feature = "sasl-digest-md5")]
@@ -75,6 +76,7 @@ impl std::fmt::Debug for ClientBuilder {
                 &self.auth.iter().map(|a| &a.0).collect::<Vec<_>>(),
             )
             .field("tls", &self.uses_tls())
+            .field("ensemble_tracker", &self.ensemble_tracker)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +97,7 @@ impl ClientBuilder {
             default_data: None,
             can_be_read_only: false,
             error_policy: ErrorPolicy::Standard,
+            ensemble_tracker: true,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "sasl-digest-md5")]
@@ -107,6 +110,20 @@ impl ClientBuilder {
     /// unless a recipe is told otherwise; default [`ErrorPolicy::Standard`].
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
         self.error_policy = policy;
+        self
+    }
+
+    /// Whether the Client follows the ensemble's membership (default `true`, Curator's
+    /// `ensembleTracker`): it reads and watches `/zookeeper/config` (outside the namespace) and
+    /// uses the members named there for every later connection — a new session, and a session
+    /// moved off members that all went away (see the operations guide). Off, the Client only
+    /// ever knows the connect string (and what
+    /// [`Client::update_connect_string`] gives it): once every member it names is retired, it
+    /// cannot reconnect. Always off over TLS, whose ports the configuration does not name.
+    ///
+    /// A configuration that names no member with a client address is logged and ignored.
+    pub fn ensemble_tracker(mut self, track: bool) -> Self {
+        self.ensemble_tracker = track;
         self
     }
 

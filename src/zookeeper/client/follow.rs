@@ -142,9 +142,9 @@ impl Client {
                 .spawn(follow_persistent(self.inner.shared.clone(), node));
             return FollowGuard(cancel);
         }
-        let (zk, ended) = {
+        let (zk, ended, moved) = {
             let conn = self.shared().conn.lock();
-            (conn.zk.clone(), conn.ended.clone())
+            (conn.zk.clone(), conn.ended.clone(), conn.moved.clone())
         };
         match zk {
             Some(zk) if zk.session_id().0 == owner => {
@@ -152,8 +152,10 @@ impl Client {
                     .and_then(|r| r.0)
                     .filter(|r| r.session == owner)
                     .map(|r| (r.data, r.fired));
+                let shared = self.inner.shared.clone();
                 self.shared().spawn(async move {
-                    match follow(&zk, &ended, &mut node, start).await {
+                    let wire = Wire { zk, moved };
+                    match follow(&shared, wire, &ended, &mut node, start).await {
                         End::Stopped => {}
                         End::Gone => node.tell(NodeNews::Gone),
                         End::GivenUp => node.tell(NodeNews::GivenUp),
@@ -205,10 +207,10 @@ async fn follow_persistent(shared: Arc<Shared>, mut node: Followed) {
             }
             let current = {
                 let conn = shared.conn.lock();
-                conn.zk
-                    .clone()
-                    .filter(|_| conn.connected)
-                    .map(|zk| (zk, conn.ended.clone()))
+                conn.zk.clone().filter(|_| conn.connected).map(|zk| {
+                    let moved = conn.moved.clone();
+                    (Wire { zk, moved }, conn.ended.clone())
+                })
             };
             match current {
                 Some(found) => break found,
@@ -216,11 +218,17 @@ async fn follow_persistent(shared: Arc<Shared>, mut node: Followed) {
             }
         };
         backoff.reset();
-        if let End::Stopped = follow(&zk, &ended, &mut node, None).await {
+        if let End::Stopped = follow(&shared, zk, &ended, &mut node, None).await {
             return;
         }
-        // Deleted, or only our session ended: a live session tells which.
-        if matches!(zk.check_stat(&node.path).await, Ok(None)) {
+        // Deleted, or only our session ended: a live session tells which (the session may
+        // have moved to another wire client meanwhile).
+        let zk = shared.conn.lock().zk.clone();
+        let gone = match zk {
+            Some(zk) => matches!(zk.check_stat(&node.path).await, Ok(None)),
+            None => false,
+        };
+        if gone {
             node.tell(NodeNews::Gone);
             return;
         }
@@ -229,9 +237,29 @@ async fn follow_persistent(shared: Arc<Shared>, mut node: Followed) {
     }
 }
 
-/// `start`: the node's data and watch, read already in this session.
+/// A wire client, and the signal set when the session moves off it.
+struct Wire {
+    zk: zk::Client,
+    moved: Signal,
+}
+
+impl Wire {
+    /// The wire client the session moved to, if it is still this session's.
+    fn successor(&self, shared: &Shared) -> Option<Wire> {
+        let conn = shared.conn.lock();
+        let zk = conn.zk.clone()?;
+        (zk.session_id() == self.zk.session_id()).then(|| Wire {
+            zk,
+            moved: conn.moved.clone(),
+        })
+    }
+}
+
+/// `start`: the node's data and watch, read already in this session. When the session moves
+/// to another wire client, the node is followed there (checked as after a reconnection).
 async fn follow(
-    zk: &zk::Client,
+    shared: &Shared,
+    mut wire: Wire,
     ended: &Signal,
     node: &mut Followed,
     mut start: Option<(Vec<u8>, Fired)>,
@@ -239,31 +267,40 @@ async fn follow(
     enum Ev {
         Stop,
         Ended,
+        Moved,
         Watch(zk::WatchedEvent),
         State(zk::SessionState),
     }
     let path = node.path.clone();
     let cancel = node.cancel.clone();
-    // Everything below races the stop (`cancel`) and the Client giving the session up
-    // (`ended`): a request sent while disconnected may wait for the reconnection.
-    let interrupt = || {
+    // Everything below races the stop (`cancel`), the Client giving the session up (`ended`)
+    // and the session moving to another wire client (`moved`): a request sent while
+    // disconnected may wait for the reconnection.
+    let interrupt = |moved: Signal| {
         future::or(
             async {
                 cancel.wait().await;
                 Ev::Stop
             },
-            async {
-                ended.wait().await;
-                Ev::Ended
-            },
+            future::or(
+                async {
+                    ended.wait().await;
+                    Ev::Ended
+                },
+                async move {
+                    moved.wait().await;
+                    Ev::Moved
+                },
+            ),
         )
     };
+    let mut zk = wire.zk.clone();
     let mut states = zk.state_watcher();
     // The caller has just seen the node in this session: a follower stopped within
     // `first_look` costs no read at all.
     if start.is_none() {
         let first_look = node.first_look;
-        match future::or(interrupt(), async {
+        match future::or(interrupt(wire.moved.clone()), async {
             sleep(first_look).await;
             Ev::State(zk::SessionState::SyncConnected)
         })
@@ -274,7 +311,34 @@ async fn follow(
             _ => {}
         }
     }
+    // Set when the session moved: the node is checked on the new wire client before it is
+    // read there.
+    let mut recheck = false;
     loop {
+        if cancel.is_set() {
+            return End::Stopped;
+        }
+        if recheck {
+            recheck = false;
+            let Some(next) = wire.successor(shared) else {
+                return End::GivenUp;
+            };
+            wire = next;
+            zk = wire.zk.clone();
+            states = zk.state_watcher();
+            let checked = future::or(async { Err(interrupt(wire.moved.clone()).await) }, async {
+                Ok(zk.check_stat(&path).await)
+            });
+            match checked.await {
+                Err(Ev::Stop) => return End::Stopped,
+                Err(Ev::Moved) => recheck = true,
+                Err(_) => return End::GivenUp,
+                Ok(Ok(None)) => return End::Gone,
+                Ok(Ok(Some(_))) => node.tell(NodeNews::Seen),
+                Ok(Err(_)) => sleep(Duration::from_millis(10)).await,
+            }
+            continue;
+        }
         if cancel.is_set() {
             return End::Stopped;
         }
@@ -292,7 +356,12 @@ async fn follow(
                     ended.wait().await;
                     Ev::Ended
                 };
-                future::or(async { Err(future::or(released, ended).await) }, async {
+                let moved = async {
+                    wire.moved.wait().await;
+                    Ev::Moved
+                };
+                let gone = future::or(released, future::or(ended, moved));
+                future::or(async { Err(gone.await) }, async {
                     Ok(zk
                         .get_and_watch_data(&path)
                         .await
@@ -303,6 +372,10 @@ async fn follow(
         };
         let watcher = match armed {
             Err(Ev::Stop) => return End::Stopped,
+            Err(Ev::Moved) => {
+                recheck = true;
+                continue;
+            }
             Err(_) => return End::GivenUp,
             Ok(Ok((data, watcher))) => {
                 node.tell(NodeNews::Read(data));
@@ -322,7 +395,7 @@ async fn follow(
             }
         });
         let ev = future::or(
-            interrupt(),
+            interrupt(wire.moved.clone()),
             future::or(async { Ev::Watch(fired.as_mut().await) }, async {
                 Ev::State(states.changed().await)
             }),
@@ -340,6 +413,7 @@ async fn follow(
             }
             Ev::Stop => return End::Stopped,
             Ev::Ended => return End::GivenUp,
+            Ev::Moved => recheck = true,
             Ev::Watch(e) if e.event_type == zk::EventType::NodeDataChanged => {}
             // Deleted, or the session ended.
             Ev::Watch(_) => return End::Gone,
@@ -347,11 +421,13 @@ async fn follow(
             Ev::State(s) if s.is_terminated() => return End::Gone,
             Ev::State(_) => {
                 // Reconnected to the same session: told once the node is seen.
-                let checked = future::or(async { Err(interrupt().await) }, async {
-                    Ok(zk.check_stat(&path).await)
-                });
+                let checked =
+                    future::or(async { Err(interrupt(wire.moved.clone()).await) }, async {
+                        Ok(zk.check_stat(&path).await)
+                    });
                 match checked.await {
                     Err(Ev::Stop) => return End::Stopped,
+                    Err(Ev::Moved) => recheck = true,
                     Err(_) => return End::GivenUp,
                     Ok(Ok(None)) => return End::Gone,
                     Ok(Ok(Some(_))) => node.tell(NodeNews::Seen),

@@ -6,6 +6,7 @@ mod builder;
 mod call;
 mod cleanup;
 mod create;
+mod ensemble;
 mod follow;
 mod hosts;
 mod ops;
@@ -196,6 +197,50 @@ impl Client {
     /// The hosts of the connect string.
     pub(crate) fn hosts(&self) -> &str {
         &self.shared().config.hosts
+    }
+
+    /// The members the next connection will use, as a connect string: the one the Client was
+    /// built with, until the ensemble's configuration (see
+    /// [`ClientBuilder::ensemble_tracker`]) or
+    /// [`update_connect_string`](Client::update_connect_string) changed it.
+    pub fn connect_string(&self) -> String {
+        self.shared().hosts.lock().clone()
+    }
+
+    /// Makes `connect_string` (`host:port[,host:port…]`) the members of every later connection,
+    /// for deployments that move the ensemble by other means than ZooKeeper's own
+    /// reconfiguration (new DNS names, say). The current connection is kept; the new members
+    /// are used once it is lost (a session whose old members all stay out of reach moves to
+    /// the new ones, the way it does after a reconfiguration). With the ensemble tracker on, a
+    /// later change of `/zookeeper/config` replaces the list again.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a connect string [`Client::builder`] would refuse, or
+    /// one with a TLS host when the Client does not use TLS (and the other way round); nothing
+    /// is changed then. No I/O.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::Client::connect("old1:2181,old2:2181,old3:2181")?;
+    /// client.update_connect_string("new1:2181,new2:2181,new3:2181")?;
+    /// assert_eq!(client.connect_string(), "new1:2181,new2:2181,new3:2181");
+    /// # Ok(()) }
+    /// ```
+    pub fn update_connect_string(&self, connect_string: &str) -> Result<()> {
+        let hosts = hosts::parse_hosts(connect_string)?;
+        let tls = |h: &str| {
+            h.starts_with(hosts::TLS_PREFIX)
+                || (self.shared().config.tls.is_some() && !h.starts_with(hosts::TCP_PREFIX))
+        };
+        if hosts.split(',').any(tls) != self.shared().config.tls.is_some() {
+            return Err(Error::invalid(format!(
+                "connect string {connect_string:?} does not match the Client's TLS setting"
+            )));
+        }
+        self.shared()
+            .set_hosts(hosts, "Client::update_connect_string");
+        Ok(())
     }
 
     fn shared_arc(&self) -> &Arc<Shared> {

@@ -40,6 +40,10 @@ pub(crate) struct Shared {
     /// Authentication added at runtime ([`Client::add_auth`](super::Client::add_auth)): sent
     /// on every session opened later, after the builder's.
     pub(crate) added_auth: Mutex<Vec<(String, Vec<u8>)>>,
+    /// The members every later (re)connection uses: the connect string at first, then what the
+    /// ensemble's configuration or [`Client::update_connect_string`](super::Client::update_connect_string)
+    /// says.
+    pub(crate) hosts: Mutex<String>,
 }
 
 /// The current session as ops see it.
@@ -54,6 +58,9 @@ pub(crate) struct Conn {
     pub(crate) seq: u64,
     /// Set when the current session is over for this Client (expired, locally lost, closed).
     pub(crate) ended: Signal,
+    /// Set when the current wire client is let go because its session moved to another wire
+    /// client, on members it did not know (the session goes on: see [`End::Moved`]).
+    pub(crate) moved: Signal,
 }
 
 /// How often a cancellable wait for the connection looks at its cancel signal.
@@ -62,7 +69,20 @@ const CANCEL_POLL: Duration = Duration::from_millis(50);
 enum End {
     Stop,
     SessionOver,
+    /// The session now lives on this wire client, connected to these hosts: every host the old
+    /// one knew was out of reach, and the current member list named others.
+    Moved(zk::Client, String),
 }
+
+/// How long the wire client may try its own hosts before the session is moved to members it
+/// does not know (the wire client's own connection timeout is a third of the session timeout).
+fn move_grace(shared: &Shared) -> Duration {
+    let b = &shared.config.builder;
+    (b.session_timeout / 4).min(b.connection_timeout)
+}
+
+/// How often a disconnected session looks at the member list.
+const MOVE_POLL: Duration = Duration::from_millis(250);
 
 impl Shared {
     pub(crate) fn new(
@@ -72,7 +92,6 @@ impl Shared {
         executor: Weak<Executor<'static>>,
     ) -> Shared {
         Shared {
-            config,
             registry,
             events,
             executor,
@@ -84,6 +103,23 @@ impl Shared {
             lease: LocalLease::new(),
             last_open_error: Mutex::new(None),
             added_auth: Mutex::new(Vec::new()),
+            hosts: Mutex::new(config.hosts.clone()),
+            config,
+        }
+    }
+
+    /// Whether the Client follows `/zookeeper/config`: asked for, and not over TLS (the
+    /// configuration names plain client ports only).
+    pub(crate) fn tracks_ensemble(&self) -> bool {
+        self.config.builder.ensemble_tracker && self.config.tls.is_none()
+    }
+
+    /// Makes `hosts` (checked) the member list of every later (re)connection.
+    pub(crate) fn set_hosts(&self, hosts: String, source: &str) {
+        let mut current = self.hosts.lock();
+        if *current != hosts {
+            tracing::info!("ZooKeeper members from {source}: {hosts} (were {current})");
+            *current = hosts;
         }
     }
 
@@ -204,9 +240,9 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             None
         })
         .await;
-        let zk = match opened {
+        let (mut zk, mut wire_hosts) = match opened {
             None => break,
-            Some(Ok(zk)) => zk,
+            Some(Ok(opened)) => opened,
             Some(Err(err)) => {
                 tracing::warn!("cannot open a ZooKeeper session: {err}");
                 *shared.last_open_error.lock() = Some(err);
@@ -222,12 +258,39 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
         };
         had_session = true;
         let ended = Signal::default();
+        let mut moved = Signal::default();
         shared.set(state, |c| {
             c.zk = Some(zk.clone());
             c.generation += 1;
             c.ended = ended.clone();
+            c.moved = moved.clone();
         });
-        let end = monitor(&shared, &zk).await;
+        let end = loop {
+            let retired = Signal::default();
+            if shared.tracks_ensemble() {
+                let (shared, zk, retired) = (shared.clone(), zk.clone(), retired.clone());
+                shared.clone().spawn(async move {
+                    super::ensemble::track(&shared, zk, retired).await;
+                });
+            }
+            let end = monitor(&shared, &zk, &wire_hosts).await;
+            retired.set();
+            let End::Moved(next, hosts) = end else {
+                break end;
+            };
+            // The same session on another wire client: ops, followers and watches go over to
+            // it (every waiter is woken by the state and looks again).
+            tracing::info!("ZooKeeper session moved to {hosts}");
+            let old = std::mem::replace(&mut zk, next);
+            wire_hosts = hosts;
+            let old_moved = std::mem::take(&mut moved);
+            shared.set(ConnectionState::Reconnected, |c| {
+                c.zk = Some(zk.clone());
+                c.moved = moved.clone();
+            });
+            old_moved.set();
+            retire(&shared, old);
+        };
         {
             let mut conn = shared.conn.lock();
             conn.zk = None;
@@ -244,10 +307,12 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
     shared.finished.set();
 }
 
-async fn open_session(shared: &Shared) -> Result<zk::Client> {
+/// The wire client's connector for this Client's sessions.
+fn connector(shared: &Shared) -> zk::Connector {
     let b = &shared.config.builder;
     // The wire client calls the connection lost when nothing was received for this long, even
     // while it keeps sending (a frozen server is noticed): a third of the session timeout.
+    #[allow(unused_mut)] // changed only with `sasl-digest-md5`
     let mut connector = zk::Client::connector()
         .with_session_timeout(b.session_timeout)
         .with_connection_timeout(b.session_timeout / 3)
@@ -261,9 +326,13 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
     for (scheme, auth) in b.auth.iter().chain(&added) {
         connector = connector.with_auth(scheme, auth);
     }
+    connector
+}
+
+/// Connects `connector` to `hosts`, with TLS if the Client uses it.
+async fn connect(shared: &Shared, connector: zk::Connector, hosts: &str) -> Result<zk::Client> {
     // The wire client's own words (refused, unresolvable, timed out) are the cause a caller of
     // `connect()` needs; mapping them to a bare ConnectionLoss would lose them.
-    let hosts = &shared.config.hosts;
     let connecting = match &shared.config.tls {
         #[cfg(feature = "tls")]
         Some(tls) => {
@@ -276,36 +345,102 @@ async fn open_session(shared: &Shared) -> Result<zk::Client> {
         Some(never) => match *never {},
         None => connector.connect(hosts).await,
     };
-    let zk = connecting.map_err(|e| match Error::from_zk(e.clone(), &shared.config.hosts) {
+    connecting.map_err(|e| match Error::from_zk(e.clone(), hosts) {
         Error::ConnectionLoss | Error::ZooKeeper(_) => Error::ZooKeeper(e.to_string()),
         mapped => mapped,
-    })?;
-    let Some(ns) = &shared.config.namespace else {
-        return Ok(zk);
-    };
-    let acls = &shared.config.namespace_acls;
-    let acl = |p: &str| {
-        acls.iter()
-            .find(|(q, _)| q == p)
-            .map(|(_, a)| a.clone())
-            .unwrap_or_default()
-    };
-    mkdirs(&zk, ns, zk::CreateMode::Persistent, &acl).await?;
-    zk.chroot(ns.as_str()).map_err(|_| Error::InvalidPath {
-        path: ns.clone(),
-        reason: "not a valid namespace",
     })
+}
+
+/// `zk` taken into the Client's namespace, if it has one.
+fn chroot(shared: &Shared, zk: zk::Client) -> Result<zk::Client> {
+    match &shared.config.namespace {
+        None => Ok(zk),
+        Some(ns) => zk.chroot(ns.as_str()).map_err(|_| Error::InvalidPath {
+            path: ns.clone(),
+            reason: "not a valid namespace",
+        }),
+    }
+}
+
+/// A new session on the current member list; also returns that list.
+async fn open_session(shared: &Shared) -> Result<(zk::Client, String)> {
+    let hosts = shared.hosts.lock().clone();
+    let zk = connect(shared, connector(shared), &hosts).await?;
+    if let Some(ns) = &shared.config.namespace {
+        let acls = &shared.config.namespace_acls;
+        let acl = |p: &str| {
+            acls.iter()
+                .find(|(q, _)| q == p)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_default()
+        };
+        mkdirs(&zk, ns, zk::CreateMode::Persistent, &acl).await?;
+    }
+    Ok((chroot(shared, zk)?, hosts))
+}
+
+/// The session `session` resumed on one of `candidates`, tried one at a time (the wire client
+/// gives a resumed session a single attempt), each for at most the connection timeout; `None`
+/// if none takes it. Returns the wire client and the full member list it is to know.
+async fn move_session(
+    shared: &Shared,
+    session: zk::SessionInfo,
+    candidates: Vec<String>,
+    members: String,
+) -> Option<(zk::Client, String)> {
+    let bound = shared.config.builder.connection_timeout;
+    for host in candidates {
+        let connector = connector(shared).with_session(session.clone());
+        let attempt = future::or(
+            async { Some(connect(shared, connector, &host).await) },
+            async {
+                sleep(bound).await;
+                None
+            },
+        );
+        match attempt.await {
+            Some(Ok(zk)) => match chroot(shared, zk) {
+                Ok(zk) => return Some((zk, members)),
+                Err(e) => tracing::warn!("cannot move the session to {host}: {e}"),
+            },
+            Some(Err(e)) => tracing::debug!("cannot move the session to {host}: {e}"),
+            None => tracing::debug!("cannot move the session to {host}: no answer"),
+        }
+    }
+    None
+}
+
+/// Lets go of a wire client whose session moved on. Its task may still be trying its old hosts;
+/// a handle is kept until it gives up (its own session deadline) or the Client closes, because
+/// the wire client closes its session when it reconnects with no handle left.
+fn retire(shared: &Arc<Shared>, old: zk::Client) {
+    let stop = shared.stop.clone();
+    shared.spawn(async move {
+        let mut states = old.state_watcher();
+        let over = async {
+            while !states.state().is_terminated() {
+                states.changed().await;
+            }
+        };
+        future::or(over, stop.wait()).await;
+        drop(old);
+    });
 }
 
 /// Follows one session until it ends (expired, or locally lost) or the Client stops, and keeps
 /// the local lease on it (see `core/lease.rs`).
-async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
+///
+/// While every host the wire client knows (`wire_hosts`) is out of reach for a while and the
+/// member list names others, it tries to move the session to those ([`End::Moved`]).
+async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
     enum Ev {
         State(zk::SessionState),
         LostTimer,
         Beat,
         Vouched(bool),
         Stop,
+        LookForMembers,
+        Moved(Option<(zk::Client, String)>),
     }
     let negotiated = zk.session_timeout();
     let idle = idle_timeout(shared.config.builder.session_timeout / 3, negotiated);
@@ -319,6 +454,13 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
     // sent since does.
     let mut trusted = true;
     let mut vouching: Option<future::Boxed<bool>> = None;
+    let mut disconnected_at: Option<Instant> = None;
+    #[allow(clippy::type_complexity)]
+    let mut moving: Option<
+        std::pin::Pin<
+            Box<dyn std::future::Future<Output = Option<(zk::Client, String)>> + Send + '_>,
+        >,
+    > = None;
     loop {
         let timer = async {
             match lost_at {
@@ -342,9 +484,29 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
             shared.stop.wait().await;
             Ev::Stop
         };
+        let looking = disconnected_at.is_some() && moving.is_none();
+        let look = async {
+            match looking {
+                true => async_io::Timer::after(MOVE_POLL).await,
+                _ => async_io::Timer::never().await,
+            };
+            Ev::LookForMembers
+        };
+        let moved = async {
+            match moving.as_mut() {
+                Some(attempt) => Ev::Moved(attempt.await),
+                None => future::pending().await,
+            }
+        };
         let ev = future::or(
             stop,
-            future::or(changed, future::or(timer, future::or(beat, vouched))),
+            future::or(
+                changed,
+                future::or(
+                    timer,
+                    future::or(beat, future::or(vouched, future::or(look, moved))),
+                ),
+            ),
         )
         .await;
         if live.timed_out() && !matches!(ev, Ev::Stop) {
@@ -384,7 +546,23 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
                     trusted = true;
                 }
             }
+            Ev::LookForMembers => {
+                let long_enough =
+                    disconnected_at.is_some_and(|at| at.elapsed() >= move_grace(shared));
+                let members = shared.hosts.lock().clone();
+                let fresh = super::ensemble::new_hosts(&members, wire_hosts);
+                if long_enough && !fresh.is_empty() {
+                    tracing::info!("no answer from {wire_hosts}: moving the session to {members}");
+                    let session = zk.session().clone();
+                    moving = Some(Box::pin(move_session(shared, session, fresh, members)));
+                }
+            }
+            Ev::Moved(None) => moving = None,
+            // Taken even if the old wire client came back meanwhile: the server gave the
+            // session to the newer connection.
+            Ev::Moved(Some((next, hosts))) => return End::Moved(next, hosts),
             Ev::State(zk::SessionState::Disconnected) => {
+                disconnected_at.get_or_insert_with(Instant::now);
                 if lost_at.is_none() {
                     // The last byte arrived at least `idle` ago (or later, if the socket broke).
                     let margin = idle + idle / 8;
@@ -393,12 +571,16 @@ async fn monitor(shared: &Shared, zk: &zk::Client) -> End {
                 }
             }
             Ev::State(zk::SessionState::SyncConnected) => {
+                disconnected_at = None;
+                moving = None;
                 lost_at = None;
                 live.heard();
                 trusted = true;
                 shared.set(ConnectionState::Reconnected, |_| {});
             }
             Ev::State(zk::SessionState::ConnectedReadOnly) => {
+                disconnected_at = None;
+                moving = None;
                 lost_at = None;
                 live.heard();
                 trusted = true;

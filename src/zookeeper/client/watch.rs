@@ -35,7 +35,9 @@ impl Client {
                 Ok((children, watcher, zk))
             },
         )?;
-        self.forward_watch(zk, path, watcher, WatchTarget::Channel(tx), cancel.clone());
+        let target = WatchTarget::Channel(tx);
+        let on_move = WatchEventKind::NodeChildrenChanged;
+        self.forward_watch(zk, path, watcher, target, cancel.clone(), on_move);
         Ok((
             children,
             Watch {
@@ -86,12 +88,14 @@ impl Client {
                 .map_err(|e| Error::from_zk(e, path))?;
             Ok((data, stat, watcher, zk))
         })?;
-        self.forward_watch(zk, path, watcher, target, cancel);
+        let on_move = WatchEventKind::NodeDataChanged;
+        self.forward_watch(zk, path, watcher, target, cancel, on_move);
         Ok((data, Stat::from_zk(stat)))
     }
 
     /// Hands the event of `watcher` (set on `path` through `zk`) to `target` when it fires;
-    /// setting `cancel` removes the watch.
+    /// setting `cancel` removes the watch. If the session moves to another wire client first,
+    /// the watch cannot go with it: it fires then as `on_move`, so that its owner reads again.
     fn forward_watch(
         &self,
         zk: zk::Client,
@@ -99,7 +103,20 @@ impl Client {
         mut watcher: zk::OneshotWatcher,
         target: WatchTarget,
         cancel: Signal,
+        on_move: WatchEventKind,
     ) {
+        let moved = {
+            let conn = self.shared().conn.lock();
+            let same = conn
+                .zk
+                .as_ref()
+                .is_some_and(|c| c.session_id() == zk.session_id());
+            if same {
+                conn.moved.clone()
+            } else {
+                Signal::default()
+            }
+        };
         let events = self.shared().events.clone();
         let path = path.to_owned();
         // The Client's close: this task holds a clone of the wire handle, and the wire client
@@ -108,14 +125,37 @@ impl Client {
         self.shared().spawn(async move {
             let mut target = target;
             loop {
-                let fired = future::or(async { Some(watcher.changed().await) }, async {
-                    future::or(cancel.wait(), closing.wait()).await;
-                    None
-                })
+                let fired = future::or(
+                    async { Some(Some(watcher.changed().await)) },
+                    future::or(
+                        async {
+                            future::or(cancel.wait(), closing.wait()).await;
+                            None
+                        },
+                        async {
+                            moved.wait().await;
+                            Some(None)
+                        },
+                    ),
+                )
                 .await;
                 // On cancel the watcher is dropped here, which removes the watch from the server;
                 // on close, a user's `Watch` sees its sender go and returns `None`.
                 let Some(event) = fired else { return };
+                let Some(event) = event else {
+                    let event = WatchEvent {
+                        kind: on_move,
+                        path: path.clone(),
+                    };
+                    match target {
+                        WatchTarget::Channel(tx) => {
+                            let _ = events.send(Message::Watch(tx, event));
+                        }
+                        WatchTarget::Call(call) => call(event),
+                        WatchTarget::Reading { mut deliver, .. } => deliver(event, None),
+                    }
+                    return;
+                };
                 let event = WatchEvent::from_zk(event);
                 match target {
                     WatchTarget::Channel(tx) => {
