@@ -87,13 +87,14 @@ pub fn assert_clean(server_wchc: impl Fn() -> String, client: &Client, path: &st
     });
 }
 
-/// The paths a session watches, from the server's `wchc` output.
+/// The paths a session watches, from the server's `wchc` output, but the ensemble's
+/// configuration (`/zookeeper/config`), which every Client that follows the ensemble watches.
 pub fn watches_of(wchc: &str, session: i64) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = None;
     for line in wchc.lines() {
         if let Some(path) = line.strip_prefix('\t') {
-            if current == Some(session) {
+            if current == Some(session) && path.trim() != "/zookeeper/config" {
                 out.push(path.trim().to_owned());
             }
         } else if let Some(hex) = line.trim().strip_prefix("0x") {

@@ -101,6 +101,10 @@ pub(crate) async fn track(shared: &Shared, zk: zk::Client, stop: Signal) {
                 backoff.reset();
                 match members_of_config(&data) {
                     Some(hosts) => shared.set_hosts(hosts, "the ensemble's configuration"),
+                    // A standalone server's node names no member: nothing to follow.
+                    None if !data.windows(7).any(|w| w == b"server.") => {
+                        tracing::debug!("/zookeeper/config names no member: nothing to follow")
+                    }
                     None => tracing::warn!(
                         "ignoring /zookeeper/config: it names no member with a client address \
                          ({:?})",
