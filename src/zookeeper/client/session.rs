@@ -14,7 +14,7 @@ use zookeeper_client as zk;
 
 use super::backoff::Backoff;
 use super::builder::Config;
-use super::create::mkdirs;
+use super::create::{mkdirs, KnownParents};
 use super::runtime::{sleep, Signal};
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     /// Authentication added at runtime ([`Client::add_auth`](super::Client::add_auth)): sent
     /// on every session opened later, after the builder's.
     pub(crate) added_auth: Mutex<Vec<(String, Vec<u8>)>>,
+    /// Parents known to exist, for creates that make missing parents.
+    pub(crate) known_parents: Arc<KnownParents>,
 }
 
 /// The current session as ops see it.
@@ -84,6 +86,7 @@ impl Shared {
             lease: LocalLease::new(),
             last_open_error: Mutex::new(None),
             added_auth: Mutex::new(Vec::new()),
+            known_parents: Arc::default(),
         }
     }
 
