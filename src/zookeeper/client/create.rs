@@ -613,3 +613,64 @@ impl<'a> Create<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acls(path: &str) -> PathAcls {
+        let anyone = zk::AuthId::new("world", "anyone");
+        ancestor_acls(path, |_| {
+            vec![zk::Acl::new(zk::Permission::ALL, anyone.clone())]
+        })
+    }
+
+    fn paths(acls: &PathAcls) -> Vec<&str> {
+        acls.iter().map(|(p, _)| p.as_str()).collect()
+    }
+
+    #[test]
+    fn unknown_parents_are_listed_topmost_first_down_to_the_first_known_one() {
+        let known = KnownParents::default();
+        let all = acls("/a/b/c/_c_x-lock-");
+        assert_eq!(
+            paths(&known.unknown_ancestors("/a/b/c", &all)),
+            ["/a", "/a/b", "/a/b/c"]
+        );
+        known.insert("/a/b");
+        assert_eq!(paths(&known.unknown_ancestors("/a/b/c", &all)), ["/a/b/c"]);
+        known.insert("/a/b/c");
+        assert!(known.unknown_ancestors("/a/b/c", &all).is_empty());
+        // A reaped container may have taken its empty parents with it.
+        known.forget("/a/b/c");
+        assert_eq!(paths(&known.unknown_ancestors("/a/b/c", &all)).len(), 3);
+    }
+
+    #[test]
+    fn a_parent_without_an_acl_is_left_to_the_fallback() {
+        let known = KnownParents::default();
+        let mut all = acls("/a/b/n");
+        all.retain(|(p, _)| p != "/a");
+        assert_eq!(paths(&known.unknown_ancestors("/a/b", &all)), ["/a/b"]);
+    }
+
+    #[test]
+    fn known_parents_stay_bounded_and_keep_the_recently_used() {
+        let known = KnownParents::default();
+        known.insert("/hot");
+        for i in 0..3 * KNOWN_PARENTS {
+            known.insert(&format!("/p{i}"));
+            if i % 1000 == 0 {
+                // In use: moved to the newer generation whenever found in the older.
+                assert!(known.unknown_ancestors("/hot", &acls("/hot/n")).is_empty());
+            }
+        }
+        let held = {
+            let g = known.0.lock();
+            g.current.len() + g.previous.len()
+        };
+        assert!(held <= 2 * KNOWN_PARENTS, "{held}");
+        assert!(known.unknown_ancestors("/hot", &acls("/hot/n")).is_empty());
+        assert_eq!(known.unknown_ancestors("/p0", &acls("/p0/n")).len(), 1);
+    }
+}
