@@ -775,3 +775,43 @@ fn a_first_acquisition_on_a_fresh_path_costs_at_most_one_request_more_than_a_war
             .unwrap_or(true)
     });
 }
+
+#[test]
+fn lost_replies_to_a_fresh_paths_creates_leave_one_node_that_is_adopted() {
+    let server = TestingServer::start().unwrap();
+    let proxy = FaultProxy::for_server(&server).unwrap();
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(30))
+        .connection_timeout(Duration::from_secs(3))
+        .connect()
+        .unwrap();
+    let direct = session_client(&server.connect_string());
+    // The missing parent's create and the lock node's, sent in one round trip: both applied,
+    // neither answered until the connection is reset.
+    proxy.drop_replies_to(FaultProxy::CREATE_OPS, 2);
+    let mutex = InterProcessMutex::new(&client, "/fresh/lost").unwrap();
+    let (acquired, release) = std::sync::mpsc::channel();
+    let (released_tx, released) = std::sync::mpsc::channel::<()>();
+    let taker = thread::spawn(move || {
+        mutex.acquire().unwrap();
+        acquired.send(mutex.lock_node()).unwrap();
+        released.recv().unwrap();
+        mutex.release().unwrap();
+    });
+    wait_for("both create replies to be swallowed", || {
+        proxy.stats().replies_dropped == 2
+    });
+    proxy.reset();
+    let node = release.recv_timeout(patience()).expect("the lock is taken");
+    let children = direct.children("/fresh/lost").unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    assert_eq!(node, Some(format!("/fresh/lost/{}", children[0])));
+    released_tx.send(()).unwrap();
+    taker.join().unwrap();
+    wait_for("the node to go", || {
+        direct
+            .children("/fresh/lost")
+            .map(|c| c.is_empty())
+            .unwrap_or(true)
+    });
+}
