@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use zklock::testing::{expire_session, TestingCluster, TestingServer};
+use zklock::testing::{expire_session, FaultProxy, TestingCluster, TestingServer};
 use zklock::{Client, Error, InterProcessMutex, LockHealth, UnfairDriver};
 
 /// Counts entries and flags any overlap of two holders.
@@ -705,4 +705,113 @@ fn a_hold_behind_many_short_ones_is_still_kept() {
         &client,
         "/locks/short-then-long",
     );
+}
+
+/// Requests `proxy` forwarded to the server while `work` ran (pings and connects not counted),
+/// each end taken once the count stopped moving: background work (keepers, deletes) included.
+fn requests_of(proxy: &FaultProxy, work: impl FnOnce()) -> u64 {
+    let settled = || {
+        let mut last = proxy.stats().requests_forwarded;
+        loop {
+            thread::sleep(Duration::from_millis(300));
+            let now = proxy.stats().requests_forwarded;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    };
+    let before = settled();
+    work();
+    settled() - before
+}
+
+#[test]
+fn a_first_acquisition_on_a_fresh_path_costs_at_most_one_request_more_than_a_warm_one() {
+    let server = TestingServer::start().unwrap();
+    let proxy = FaultProxy::for_server(&server).unwrap();
+    let client = session_client(&proxy.connect_string());
+    // Plain nodes, never reaped: the warm path stays warm between its acquisitions.
+    client.create("/orders").call().unwrap();
+    client.create("/orders/warm").call().unwrap();
+    let take_and_release = |path: &str| {
+        let mutex = InterProcessMutex::new(&client, path).unwrap();
+        mutex.acquire().unwrap();
+        mutex.release().unwrap();
+    };
+    take_and_release("/orders/warm"); // the Client has now seen /orders and /orders/warm
+    let warm = requests_of(&proxy, || take_and_release("/orders/warm"));
+    let fresh = requests_of(&proxy, || take_and_release("/orders/1"));
+    assert!(warm > 0, "the proxy counts requests");
+    assert!(
+        fresh <= warm + 1,
+        "a fresh path took {fresh} requests, a warm one {warm}"
+    );
+    // Two levels missing: one request more per missing parent.
+    let deeper = requests_of(&proxy, || take_and_release("/orders/2/items"));
+    assert!(
+        deeper <= warm + 2,
+        "two missing parents took {deeper} requests, a warm path {warm}"
+    );
+
+    // The parents the Client saw are reaped once empty (they are containers); the next
+    // acquisition on the path makes them again, and leaves no node behind.
+    wait_for("the server to reap the fresh path", || {
+        client.exists("/orders/2").unwrap().is_none()
+    });
+    let direct = session_client(&server.connect_string());
+    let mutex = InterProcessMutex::new(&client, "/orders/2/items").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(direct.children("/orders/2/items").unwrap().len(), 1);
+    let rival = InterProcessMutex::new(&direct, "/orders/2/items").unwrap();
+    assert!(!rival.acquire_timeout(Duration::from_millis(200)).unwrap());
+    guard.release().unwrap();
+    assert!(rival.acquire_timeout(patience()).unwrap());
+    rival.release().unwrap();
+    wait_for("the path to be empty", || {
+        direct
+            .children("/orders/2/items")
+            .map(|c| c.is_empty())
+            .unwrap_or(true)
+    });
+}
+
+#[test]
+fn lost_replies_to_a_fresh_paths_creates_leave_one_node_that_is_adopted() {
+    let server = TestingServer::start().unwrap();
+    let proxy = FaultProxy::for_server(&server).unwrap();
+    let client = Client::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(30))
+        .connection_timeout(Duration::from_secs(3))
+        .connect()
+        .unwrap();
+    let direct = session_client(&server.connect_string());
+    // The missing parent's create and the lock node's, sent in one round trip: both applied,
+    // neither answered until the connection is reset.
+    proxy.drop_replies_to(FaultProxy::CREATE_OPS, 2);
+    let mutex = InterProcessMutex::new(&client, "/fresh/lost").unwrap();
+    let (acquired, release) = std::sync::mpsc::channel();
+    let (released_tx, released) = std::sync::mpsc::channel::<()>();
+    let taker = thread::spawn(move || {
+        mutex.acquire().unwrap();
+        acquired.send(mutex.lock_node()).unwrap();
+        released.recv().unwrap();
+        mutex.release().unwrap();
+    });
+    wait_for("both create replies to be swallowed", || {
+        proxy.stats().replies_dropped == 2
+    });
+    proxy.reset();
+    let node = release.recv_timeout(patience()).expect("the lock is taken");
+    let children = direct.children("/fresh/lost").unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    assert_eq!(node, Some(format!("/fresh/lost/{}", children[0])));
+    released_tx.send(()).unwrap();
+    taker.join().unwrap();
+    wait_for("the node to go", || {
+        direct
+            .children("/fresh/lost")
+            .map(|c| c.is_empty())
+            .unwrap_or(true)
+    });
 }

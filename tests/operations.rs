@@ -277,3 +277,42 @@ fn calls_on_a_closed_client_fail_with_closed() {
     // Closing ended the session at once: its ephemeral node is gone.
     assert_eq!(other.exists("/e").unwrap(), None);
 }
+
+#[test]
+fn a_missing_parent_the_caller_may_not_create_is_named_in_no_auth() {
+    let server = TestingServer::start().unwrap();
+    let owner = Client::builder(&server.connect_string())
+        .digest_auth("alice", "secret")
+        .connect()
+        .unwrap();
+    // Anyone may read and list /shut, only alice may create under it.
+    owner
+        .create("/shut")
+        .acl(vec![Acl::creator_all(), Acl::read_unsafe()])
+        .call()
+        .unwrap();
+    let stranger = client(&server.connect_string(), Duration::from_secs(20));
+    // Sent with its missing parents: /shut answers NodeExists or NoAuth, /shut/a NoAuth.
+    match stranger
+        .create("/shut/a/node")
+        .parents_as_containers()
+        .call()
+    {
+        Err(Error::NoAuth(path)) => assert_eq!(path, "/shut/a"),
+        other => panic!("{other:?}"),
+    }
+    // Under an existing parent the stranger may create in, a parent it may not create (the
+    // pipelined create of /shut answers NoAuth) is no obstacle.
+    owner
+        .create("/shut/open")
+        .acl(vec![Acl::open_unsafe()])
+        .call()
+        .unwrap();
+    let node = stranger
+        .create("/shut/open/node")
+        .parents_as_containers()
+        .call()
+        .unwrap();
+    assert_eq!(node, "/shut/open/node");
+    assert_eq!(owner.children("/shut").unwrap(), ["open"]);
+}

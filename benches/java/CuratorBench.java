@@ -10,6 +10,15 @@
 // threads (each its own mutex, sharing <clients> CuratorFrameworks round-robin) queue behind it;
 // once all their nodes are there it prints ready, and on "go" the holder releases.
 //   curator drain_us <release to the last waiter done> head_us <first 10 %> tail_us <last 10 %> cpu_ms <ms>
+//
+// Scale modes (benches/scale.rs): each prints "ready" once warmed up, waits for "go", sets up <n>
+// items, prints "done elapsed_us <us>", waits for "close", closes them all and prints
+// "closed close_us <us>".
+// locks <connect> <n> <path>: one CuratorFramework, one thread, InterProcessMutex on <path>/<i>
+//   (fresh paths), every lock held until close.
+// latches <connect> <n> <path>: one CuratorFramework, a LeaderLatch on <path>/<i>, each alone on
+//   its path; done once every latch leads.
+// clients <connect> <n>: <n> CuratorFrameworks, each connected.
 import java.lang.management.ManagementFactory;
 import java.util.Arrays;
 import java.util.concurrent.CountDownLatch;
@@ -18,6 +27,7 @@ import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
@@ -67,8 +77,70 @@ public class CuratorBench {
             System.out.println("curator drain_us " + total / 1000 + " head_us " + head / 1000
                 + " tail_us " + tail / 1000 + " cpu_ms " + cpu);
             close(clients);
+        } else if (mode.equals("locks") || mode.equals("latches") || mode.equals("clients")) {
+            scale(mode, connect, Integer.parseInt(args[2]), args.length > 3 ? args[3] : "");
         } else {
-            throw new IllegalArgumentException("mode: contended or drain");
+            throw new IllegalArgumentException("mode: contended, drain, locks, latches or clients");
+        }
+    }
+
+    static void scale(String mode, String connect, int n, String path) throws Exception {
+        java.io.BufferedReader in =
+            new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+        CuratorFramework client = connect(connect, 1)[0];
+        // Warm-up, so the JIT is not measured: the same work on 200 items (20 Clients), closed.
+        scaleClose(scaleOpen(mode, connect, client, mode.equals("clients") ? 20 : 200,
+            path + "-warmup"));
+        System.out.println("ready");
+        System.out.flush();
+        in.readLine(); // "go"
+        long t0 = System.nanoTime();
+        Object[] items = scaleOpen(mode, connect, client, n, path);
+        System.out.println("done elapsed_us " + (System.nanoTime() - t0) / 1000);
+        System.out.flush();
+        in.readLine(); // "close"
+        long t1 = System.nanoTime();
+        scaleClose(items);
+        client.close();
+        System.out.println("closed close_us " + (System.nanoTime() - t1) / 1000);
+        System.out.flush();
+    }
+
+    static Object[] scaleOpen(String mode, String connect, CuratorFramework client, int n,
+                              String path) throws Exception {
+        Object[] items = new Object[n];
+        for (int i = 0; i < n; i++) {
+            if (mode.equals("locks")) {
+                InterProcessMutex mutex = new InterProcessMutex(client, path + "/" + i);
+                mutex.acquire();
+                items[i] = mutex;
+            } else if (mode.equals("latches")) {
+                LeaderLatch latch = new LeaderLatch(client, path + "/" + i);
+                latch.start();
+                items[i] = latch;
+            } else {
+                items[i] = connect(connect, 1)[0];
+            }
+        }
+        if (mode.equals("latches")) {
+            for (Object latch : items) {
+                if (!((LeaderLatch) latch).await(60, java.util.concurrent.TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("a latch did not lead in 60 s");
+                }
+            }
+        }
+        return items;
+    }
+
+    static void scaleClose(Object[] items) throws Exception {
+        for (Object item : items) {
+            if (item instanceof InterProcessMutex) {
+                ((InterProcessMutex) item).release();
+            } else if (item instanceof LeaderLatch) {
+                ((LeaderLatch) item).close();
+            } else {
+                ((CuratorFramework) item).close();
+            }
         }
     }
 

@@ -1,7 +1,9 @@
 //! Creating nodes: Curator's `create()` builder ([`Create`]), the spec every create is made
-//! from, missing parents made as containers (`mkdirs`), and Curator's protected create, which
-//! finds its node after a lost reply instead of making a second one.
+//! from, missing parents made as containers (sent in the create's round trip for parents the
+//! Client has not seen, `mkdirs` when that was not enough), and Curator's protected create,
+//! which finds its node after a lost reply instead of making a second one.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use zookeeper_client as zk;
@@ -40,8 +42,8 @@ pub(crate) struct NodeSpec<'a> {
 /// in the same session, without waiting for the create's answer: the server answers requests of
 /// a session in order, so the listing includes the new node and everything created before it —
 /// what a listing sent after the answer would show, one round trip sooner. Left empty when the
-/// create or the listing failed, or the node was made another way (after missing parents were
-/// created, or found after a lost reply).
+/// create or the listing failed, or the node was made another way (after a look for where a
+/// path ends, or found after a lost reply).
 pub(crate) type Siblings = Arc<parking_lot::Mutex<Option<Vec<String>>>>;
 
 impl std::fmt::Debug for NodeSpec<'_> {
@@ -81,8 +83,10 @@ struct OwnedSpec {
     mode: CreateMode,
     acl: Vec<zk::Acl>,
     /// The ACL of each ancestor, when missing parents are to be created: worked out on the
-    /// caller's thread, so a user's provider never runs on the I/O thread.
-    parents: Option<PathAcls>,
+    /// caller's thread, so a user's provider never runs on the I/O thread; and the parents the
+    /// Client knows exist.
+    parents: Option<(PathAcls, Arc<KnownParents>)>,
+    /// How missing parents are made: containers, or persistent in kazoo's layout.
     parent_mode: zk::CreateMode,
     siblings: Option<Siblings>,
 }
@@ -112,21 +116,31 @@ fn looked_up(acls: &PathAcls, path: &str) -> Vec<zk::Acl> {
 impl OwnedSpec {
     async fn create(self, zk: zk::Client) -> Result<(String, Stat)> {
         let options = self.mode.to_zk().with_acls(zk::Acls::new(&self.acl));
-        let create = zk.create(&self.path, &self.data, &options);
-        // Sent before the create is answered (both requests are queued as they are made).
-        let listing = self
-            .siblings
-            .as_ref()
-            .map(|_| zk.list_children(path::parent(&self.path)));
-        let mut result = create.await;
-        if let (Some(slot), Some(listing), Ok(_)) = (&self.siblings, listing, &result) {
-            *slot.lock() = listing.await.ok();
-        }
-        if let (Some(acls), Err(zk::Error::NoNode)) = (&self.parents, &result) {
-            let parent = path::parent(&self.path);
-            mkdirs(&zk, parent, self.parent_mode, &|p| looked_up(acls, p)).await?;
-            result = zk.create(&self.path, &self.data, &options).await;
-        }
+        let parent = path::parent(&self.path);
+        let result = match &self.parents {
+            Some((acls, known)) => {
+                let unknown = known.unknown_ancestors(parent, acls);
+                let mut result = self.send(&zk, &options, &unknown).await;
+                if unknown.len() < acls.len() && matches!(result, Err(zk::Error::NoNode)) {
+                    // A parent we knew of was reaped since (an empty container), and maybe
+                    // its own parents with it.
+                    known.forget(parent);
+                    let unknown = known.unknown_ancestors(parent, acls);
+                    result = self.send(&zk, &options, &unknown).await;
+                }
+                if let Err(zk::Error::NoNode) = result {
+                    // A parent we may not create, or one reaped between our creates: look
+                    // where the path ends and create below it (a NoAuth names its path).
+                    mkdirs(&zk, parent, self.parent_mode, &|p| looked_up(acls, p)).await?;
+                    result = zk.create(&self.path, &self.data, &options).await;
+                }
+                if result.is_ok() {
+                    known.insert(parent);
+                }
+                result
+            }
+            None => self.send(&zk, &options, &[]).await,
+        };
         let (stat, seq) = result.map_err(|e| Error::from_zk(e, &self.path))?;
         let created = if self.mode.is_sequential() {
             format!("{}{seq}", self.path)
@@ -134,6 +148,119 @@ impl OwnedSpec {
             self.path
         };
         Ok((created, Stat::from_zk(stat)))
+    }
+
+    /// Sends the creates of `parents` (made as `parent_mode` says, topmost first), our create and the listing
+    /// of our siblings without waiting between them, and awaits their answers. The server
+    /// answers a session's requests in order, so the parents exist (or failed to be made)
+    /// before our create is applied: a parent answered NodeExists — or NoAuth on a parent that
+    /// exists but we may not create under — costs nothing more, and our create's own answer
+    /// says whether the path is there.
+    async fn send(
+        &self,
+        zk: &zk::Client,
+        options: &zk::CreateOptions<'_>,
+        parents: &[(String, Vec<zk::Acl>)],
+    ) -> std::result::Result<(zk::Stat, zk::CreateSequence), zk::Error> {
+        let parent_creates: Vec<_> = parents
+            .iter()
+            .map(|(dir, acl)| {
+                let options = self.parent_mode.with_acls(zk::Acls::new(acl));
+                zk.create(dir, &[], &options)
+            })
+            .collect();
+        let create = zk.create(&self.path, &self.data, options);
+        let listing = self
+            .siblings
+            .as_ref()
+            .map(|_| zk.list_children(path::parent(&self.path)));
+        for parent in parent_creates {
+            let _ = parent.await;
+        }
+        let result = create.await;
+        if let (Some(slot), Some(listing), Ok(_)) = (&self.siblings, listing, &result) {
+            *slot.lock() = listing.await.ok();
+        }
+        result
+    }
+}
+
+/// The parents a Client has seen exist, so that a create with missing parents made as
+/// containers sends their creates only for paths it has not seen (a bounded set: up to
+/// [`KNOWN_PARENTS`] recent paths in each of two generations; a path found in the older one
+/// moves to the newer, and the older is dropped when the newer is full). A container reaped
+/// since makes our create fail with NoNode, and the create is sent again behind its parents'.
+#[derive(Default)]
+pub(crate) struct KnownParents(parking_lot::Mutex<Generations>);
+
+#[derive(Default)]
+struct Generations {
+    current: HashSet<String>,
+    previous: HashSet<String>,
+}
+
+/// Paths in each generation of [`KnownParents`].
+const KNOWN_PARENTS: usize = 4096;
+
+impl Generations {
+    fn contains(&mut self, path: &str) -> bool {
+        if self.current.contains(path) {
+            return true;
+        }
+        match self.previous.take(path) {
+            Some(path) => {
+                self.add(path);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn add(&mut self, path: String) {
+        if self.current.len() >= KNOWN_PARENTS {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(path);
+    }
+}
+
+impl KnownParents {
+    /// `dir` and its ancestors not known to exist (but the root), topmost first, each with
+    /// its ACL from `acls`; one without an ACL is left out (the fallback reports it).
+    fn unknown_ancestors(&self, dir: &str, acls: &PathAcls) -> PathAcls {
+        let mut known = self.0.lock();
+        let mut out = Vec::new();
+        let mut at = dir;
+        while at != "/" && !known.contains(at) {
+            let acl = looked_up(acls, at);
+            if !acl.is_empty() {
+                out.push((at.to_owned(), acl));
+            }
+            at = path::parent(at);
+        }
+        out.reverse();
+        out
+    }
+
+    /// `dir` exists, and so does every ancestor.
+    fn insert(&self, dir: &str) {
+        let mut known = self.0.lock();
+        let mut at = dir;
+        while at != "/" && !known.contains(at) {
+            known.add(at.to_owned());
+            at = path::parent(at);
+        }
+    }
+
+    /// `dir` may be gone, and its ancestors with it (a container reaped once empty).
+    fn forget(&self, dir: &str) {
+        let mut known = self.0.lock();
+        let mut at = dir;
+        while at != "/" {
+            known.current.remove(at);
+            known.previous.remove(at);
+            at = path::parent(at);
+        }
     }
 }
 
@@ -266,9 +393,12 @@ impl Client {
             data: spec.data.to_vec(),
             mode: spec.mode,
             acl,
-            parents: spec
-                .parents
-                .then(|| ancestor_acls(spec.path, |p| source.zk_acl(p))),
+            parents: spec.parents.then(|| {
+                (
+                    ancestor_acls(spec.path, |p| source.zk_acl(p)),
+                    self.shared().known_parents.clone(),
+                )
+            }),
             parent_mode: match spec.layout {
                 Layout::Curator => zk::CreateMode::Container,
                 Layout::Kazoo => zk::CreateMode::Persistent,
@@ -487,5 +617,66 @@ impl<'a> Create<'a> {
                 other => return other,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acls(path: &str) -> PathAcls {
+        let anyone = zk::AuthId::new("world", "anyone");
+        ancestor_acls(path, |_| {
+            vec![zk::Acl::new(zk::Permission::ALL, anyone.clone())]
+        })
+    }
+
+    fn paths(acls: &PathAcls) -> Vec<&str> {
+        acls.iter().map(|(p, _)| p.as_str()).collect()
+    }
+
+    #[test]
+    fn unknown_parents_are_listed_topmost_first_down_to_the_first_known_one() {
+        let known = KnownParents::default();
+        let all = acls("/a/b/c/_c_x-lock-");
+        assert_eq!(
+            paths(&known.unknown_ancestors("/a/b/c", &all)),
+            ["/a", "/a/b", "/a/b/c"]
+        );
+        known.insert("/a/b");
+        assert_eq!(paths(&known.unknown_ancestors("/a/b/c", &all)), ["/a/b/c"]);
+        known.insert("/a/b/c");
+        assert!(known.unknown_ancestors("/a/b/c", &all).is_empty());
+        // A reaped container may have taken its empty parents with it.
+        known.forget("/a/b/c");
+        assert_eq!(paths(&known.unknown_ancestors("/a/b/c", &all)).len(), 3);
+    }
+
+    #[test]
+    fn a_parent_without_an_acl_is_left_to_the_fallback() {
+        let known = KnownParents::default();
+        let mut all = acls("/a/b/n");
+        all.retain(|(p, _)| p != "/a");
+        assert_eq!(paths(&known.unknown_ancestors("/a/b", &all)), ["/a/b"]);
+    }
+
+    #[test]
+    fn known_parents_stay_bounded_and_keep_the_recently_used() {
+        let known = KnownParents::default();
+        known.insert("/hot");
+        for i in 0..3 * KNOWN_PARENTS {
+            known.insert(&format!("/p{i}"));
+            if i % 1000 == 0 {
+                // In use: moved to the newer generation whenever found in the older.
+                assert!(known.unknown_ancestors("/hot", &acls("/hot/n")).is_empty());
+            }
+        }
+        let held = {
+            let g = known.0.lock();
+            g.current.len() + g.previous.len()
+        };
+        assert!(held <= 2 * KNOWN_PARENTS, "{held}");
+        assert!(known.unknown_ancestors("/hot", &acls("/hot/n")).is_empty());
+        assert_eq!(known.unknown_ancestors("/p0", &acls("/p0/n")).len(), 1);
     }
 }

@@ -14,7 +14,7 @@ use zookeeper_client as zk;
 
 use super::backoff::Backoff;
 use super::builder::Config;
-use super::create::mkdirs;
+use super::create::{mkdirs, KnownParents};
 use super::runtime::{sleep, Signal};
 use super::types::ConnectionState;
 use super::watcher::{Message, Registry};
@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     /// ensemble's configuration or [`Client::update_connect_string`](super::Client::update_connect_string)
     /// says.
     pub(crate) hosts: Mutex<String>,
+    /// Parents known to exist, for creates that make missing parents.
+    pub(crate) known_parents: Arc<KnownParents>,
 }
 
 /// The current session as ops see it.
@@ -103,6 +105,7 @@ impl Shared {
             lease: LocalLease::new(),
             last_open_error: Mutex::new(None),
             added_auth: Mutex::new(Vec::new()),
+            known_parents: Arc::default(),
             hosts: Mutex::new(config.hosts.clone()),
             config,
         }

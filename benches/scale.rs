@@ -1,0 +1,634 @@
+//! How zklock's cost grows with the number of locks, elections and Clients in one process,
+//! beside Curator 5 on the same server in the same run: N locks held by one thread on N fresh
+//! paths, N `LeaderLatch`es on N paths (each alone, so each leads), and N Clients.
+//!
+//! ```sh
+//! cargo bench --features testing --bench scale                      # N = 100, 1000, 10,000
+//! ZKLOCK_SCALE_QUICK=1 cargo bench --features testing --bench scale # N = 100, 1000
+//! cargo bench --features testing --bench scale -- --without-curator
+//! ZK_CONNECT=host:port cargo bench --features testing --bench scale # your own server
+//! ```
+//!
+//! `ZKLOCK_SCALE_SIZES=100,1000` and `ZKLOCK_SCALE_CLIENTS=100,1000` choose the sizes. N Clients
+//! stops at 1000 unless asked: 10,000 sessions need 10,000 sockets on each side, and Curator
+//! runs 10,000 frameworks with several threads each.
+//!
+//! For every case and size, each side reports: the time per item (setting up all N: acquire, or
+//! start and await leadership, or connect); the time per item to close them all; the process's
+//! threads beyond what it had before (for zklock: one Client connected; for the Clients case:
+//! none); its resident memory per item (`VmRSS` of `/proc/<pid>/status`, after against before;
+//! Curator's is its JVM's, heap included); the server's watches per item (`wchs`, while the items
+//! live) and those left once they are closed; and the server's requests per item (the
+//! `zk_packets_received` delta of `mntr`, which includes the sessions' pings and, for Clients,
+//! their connect requests). The last tables give how each figure grows between every two sizes
+//! (from N = 100 to N = 10,000 among them), and zklock's time per item against Curator's at
+//! each N.
+//!
+//! Curator runs in a JVM (`benches/java/CuratorBench.java`, Debian's `libcurator-recipes-java`
+//! and a JDK, as `benches/mutex` runs it), warmed up on 200 items first; zklock is warmed up the
+//! same way. One side runs at a time, zklock first at each size.
+//!
+//! `cargo test` runs this bench once too, as a short pass without Curator (it keeps the bench
+//! working; its figures mean nothing).
+
+use std::io::{BufRead, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zklock::testing::TestingServer;
+use zklock::{Client, InterProcessMutex, LeaderLatch};
+
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Gives up on a step that makes no progress for this long (the bench must never hang).
+const STALL: Duration = Duration::from_secs(120);
+/// Items set up and closed again before a case is measured.
+const WARMUP: usize = 200;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The sizes in `var` (comma-separated), or `default`.
+fn sizes(var: &str, default: &[usize]) -> Res<Vec<usize>> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .map(|n| Ok(n.trim().parse::<usize>()?.max(1)))
+            .collect(),
+        _ => Ok(default.to_vec()),
+    }
+}
+
+fn run() -> Res<()> {
+    // `cargo bench` passes --bench; `cargo test` does not.
+    let bench = std::env::args().any(|a| a == "--bench");
+    let quick = std::env::var("ZKLOCK_SCALE_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let (items, clients): (&[usize], &[usize]) = match (bench, quick) {
+        (false, _) => (&[20, 50], &[5]),
+        (true, true) => (&[100, 1000], &[100]),
+        (true, false) => (&[100, 1000, 10_000], &[100, 1000]),
+    };
+    let items = sizes("ZKLOCK_SCALE_SIZES", items)?;
+    let clients = sizes("ZKLOCK_SCALE_CLIENTS", clients)?;
+    let with_curator = bench && !std::env::args().any(|a| a == "--without-curator");
+
+    let server = Server::start()?;
+    let curator = if with_curator {
+        Some(Curator::compile()?)
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for case in [Case::Locks, Case::Latches, Case::Clients] {
+        let ns = if case == Case::Clients {
+            &clients
+        } else {
+            &items
+        };
+        for &n in ns {
+            let path = format!("/scale/{}-{n}", case.name());
+            let zk = zklock_case(&server, case, n, &format!("{path}-zklock"))?;
+            eprintln!("{}", zk.line("zklock", case));
+            rows.push(("zklock", case, zk));
+            if let Some(curator) = &curator {
+                let cu = curator.case(&server, case, n, &format!("{path}-curator"))?;
+                eprintln!("{}", cu.line("Curator", case));
+                rows.push(("Curator", case, cu));
+            }
+        }
+    }
+    report(&rows, bench, started.elapsed());
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Case {
+    Locks,
+    Latches,
+    Clients,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Locks => "locks",
+            Case::Latches => "latches",
+            Case::Clients => "clients",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Case::Locks => "N locks held by one thread on N fresh paths, one Client",
+            Case::Latches => "N LeaderLatches on N paths, all leading, one Client",
+            Case::Clients => "N Clients, each connected",
+        }
+    }
+}
+
+/// What one side's case of N items cost.
+#[derive(Clone, Copy, Debug)]
+struct Cost {
+    n: usize,
+    setup: Duration,
+    close: Duration,
+    threads: i64,
+    rss_kb: i64,
+    watches: Option<i64>,
+    watches_left: Option<i64>,
+    requests: Option<i64>,
+}
+
+impl Cost {
+    fn per(&self, v: i64) -> f64 {
+        v as f64 / self.n as f64
+    }
+
+    fn setup_ms(&self) -> f64 {
+        self.setup.as_secs_f64() * 1e3 / self.n as f64
+    }
+
+    fn close_ms(&self) -> f64 {
+        self.close.as_secs_f64() * 1e3 / self.n as f64
+    }
+
+    fn line(&self, side: &str, case: Case) -> String {
+        format!(
+            "{} {side} N={}: {:.3} ms/item, close {:.3} ms/item, +{} threads, {:.1} KB RSS/item, \
+             {} watches/item ({} left), {} requests/item",
+            case.name(),
+            self.n,
+            self.setup_ms(),
+            self.close_ms(),
+            self.threads,
+            self.per(self.rss_kb),
+            opt(self.watches.map(|w| self.per(w)), 2),
+            opt(self.watches_left.map(|w| w as f64), 0),
+            opt(self.requests.map(|r| self.per(r)), 2),
+        )
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// Threads and resident memory (KB) of a process (`"self"` or a pid), from `/proc`.
+fn proc_status(pid: &str) -> (i64, i64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("Threads:"), field("VmRSS:"))
+}
+
+/// What the process and the server look like at one moment.
+#[derive(Clone, Copy)]
+struct Sample {
+    threads: i64,
+    rss_kb: i64,
+    watches: Option<i64>,
+    packets: Option<i64>,
+}
+
+/// The ZooKeeper server both sides use.
+struct Server {
+    _server: Option<TestingServer>,
+    connect: String,
+    /// Where to ask four-letter words (the first host of `ZK_CONNECT`, which must allow them).
+    host: String,
+}
+
+impl Server {
+    fn start() -> Res<Server> {
+        if let Ok(connect) = std::env::var("ZK_CONNECT") {
+            if !connect.is_empty() {
+                let host = connect
+                    .split(',')
+                    .next()
+                    .and_then(|h| h.split('/').next())
+                    .unwrap_or_default()
+                    .to_owned();
+                return Ok(Server {
+                    _server: None,
+                    connect,
+                    host,
+                });
+            }
+        }
+        let server = TestingServer::start()?;
+        let host = format!("127.0.0.1:{}", server.port());
+        Ok(Server {
+            connect: server.connect_string(),
+            _server: Some(server),
+            host,
+        })
+    }
+
+    /// Total watches on the server (`wchs`).
+    fn watches(&self) -> Option<i64> {
+        four_letter(&self.host, "wchs")?
+            .lines()
+            .find_map(|l| l.strip_prefix("Total watches:"))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
+    /// Packets the server received (`mntr`).
+    fn packets(&self) -> Option<i64> {
+        four_letter(&self.host, "mntr")?
+            .lines()
+            .find_map(|l| l.strip_prefix("zk_packets_received"))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
+    fn sample(&self, pid: &str) -> Sample {
+        let (threads, rss_kb) = proc_status(pid);
+        Sample {
+            threads,
+            rss_kb,
+            watches: self.watches(),
+            packets: self.packets(),
+        }
+    }
+
+    fn client(&self) -> Res<Client> {
+        Ok(Client::builder(&self.connect)
+            .session_timeout(SESSION_TIMEOUT)
+            .connect()?)
+    }
+}
+
+fn four_letter(host: &str, cmd: &str) -> Option<String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(cmd.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn delta(after: Option<i64>, before: Option<i64>) -> Option<i64> {
+    Some(after? - before?)
+}
+
+/// The items of one zklock case, alive until closed.
+enum Items {
+    Locks(Vec<InterProcessMutex>),
+    Latches(Vec<LeaderLatch>),
+    Clients(Vec<Client>),
+}
+
+/// Sets up `n` items on paths under `path` (locks and latches on `client`).
+fn open(server: &Server, client: Option<&Client>, case: Case, n: usize, path: &str) -> Res<Items> {
+    let client = || client.ok_or("locks and latches need a Client");
+    Ok(match case {
+        Case::Locks => {
+            let mut locks = Vec::with_capacity(n);
+            for i in 0..n {
+                let mutex = InterProcessMutex::new(client()?, &format!("{path}/{i}"))?;
+                mutex.acquire()?;
+                locks.push(mutex);
+            }
+            Items::Locks(locks)
+        }
+        Case::Latches => {
+            let mut latches = Vec::with_capacity(n);
+            for i in 0..n {
+                let latch = LeaderLatch::new(client()?, &format!("{path}/{i}"))?;
+                latch.start()?;
+                latches.push(latch);
+            }
+            for latch in &latches {
+                if !latch.await_leadership_timeout(STALL)? {
+                    return Err(format!("a latch under {path} did not lead in {STALL:?}").into());
+                }
+            }
+            Items::Latches(latches)
+        }
+        Case::Clients => {
+            let mut clients = Vec::with_capacity(n);
+            for _ in 0..n {
+                clients.push(server.client()?);
+            }
+            Items::Clients(clients)
+        }
+    })
+}
+
+fn close(items: Items) -> Res<()> {
+    match items {
+        Items::Locks(locks) => locks.iter().try_for_each(|l| l.release())?,
+        Items::Latches(latches) => latches.iter().try_for_each(|l| l.close())?,
+        Items::Clients(clients) => clients.iter().for_each(Client::close),
+    }
+    Ok(())
+}
+
+/// zklock's side of one case: N items on paths under `path`. Locks and latches start from one
+/// Client, connected and warmed up; Clients from none.
+fn zklock_case(server: &Server, case: Case, n: usize, path: &str) -> Res<Cost> {
+    let baseline = settled_watches(server);
+    let client = server.client()?;
+    let warmup = if case == Case::Clients { 20 } else { WARMUP };
+    close(open(
+        server,
+        Some(&client),
+        case,
+        warmup,
+        &format!("{path}-warmup"),
+    )?)?;
+    let client = if case == Case::Clients {
+        client.close();
+        // The I/O thread ends a moment after the last Client.
+        thread::sleep(Duration::from_millis(500));
+        None
+    } else {
+        Some(client)
+    };
+    settled_watches(server);
+    let before = server.sample("self");
+    let started = Instant::now();
+    let items = open(server, client.as_ref(), case, n, path)?;
+    let setup = started.elapsed();
+    let after = server.sample("self");
+    let closing = Instant::now();
+    close(items)?;
+    if let Some(client) = client {
+        client.close();
+    }
+    let close = closing.elapsed();
+    let left = delta(settled_watches(server), baseline);
+    Ok(cost(n, setup, close, before, after, left))
+}
+
+fn cost(
+    n: usize,
+    setup: Duration,
+    close: Duration,
+    before: Sample,
+    after: Sample,
+    left: Option<i64>,
+) -> Cost {
+    // `left`: the server's watches once all is closed, against before the case began.
+    Cost {
+        n,
+        setup,
+        close,
+        threads: after.threads - before.threads,
+        rss_kb: after.rss_kb - before.rss_kb,
+        watches: delta(after.watches, before.watches),
+        watches_left: left,
+        requests: delta(after.packets, before.packets),
+    }
+}
+
+/// The server's watches once the closed sessions' are gone (polled for a few seconds).
+fn settled_watches(server: &Server) -> Option<i64> {
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut last = server.watches();
+    while Instant::now() < end {
+        thread::sleep(Duration::from_millis(200));
+        let now = server.watches();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+/// Curator 5 in a JVM (`benches/java/CuratorBench.java`).
+struct Curator {
+    classes: std::path::PathBuf,
+    classpath: String,
+}
+
+const CURATOR_JARS: &[&str] = &[
+    "/usr/share/java/curator-recipes.jar",
+    "/usr/share/java/curator-framework.jar",
+    "/usr/share/java/curator-client.jar",
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/zookeeper-jute.jar",
+    "/usr/share/java/guava.jar",
+    "/usr/share/java/slf4j-api.jar",
+];
+
+const SLF4J_NOP: &str = "/usr/share/java/slf4j-nop.jar";
+
+impl Curator {
+    fn compile() -> Res<Curator> {
+        if let Some(missing) = CURATOR_JARS
+            .iter()
+            .find(|j| !std::path::Path::new(j).exists())
+        {
+            return Err(format!(
+                "the Curator side needs Debian's Curator ({missing} is missing): apt-get install \
+                 libcurator-recipes-java default-jdk-headless, or pass --without-curator"
+            )
+            .into());
+        }
+        let mut classpath = CURATOR_JARS.join(":");
+        if std::path::Path::new(SLF4J_NOP).exists() {
+            classpath = format!("{classpath}:{SLF4J_NOP}");
+        }
+        let classes =
+            std::env::temp_dir().join(format!("zklock-scale-java-{}", std::process::id()));
+        std::fs::create_dir_all(&classes)?;
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/java/CuratorBench.java"
+        );
+        let status = Command::new("javac")
+            .args(["-nowarn", "-d"])
+            .arg(&classes)
+            .args(["-cp", &classpath, source])
+            .status()
+            .map_err(|e| format!("the Curator side needs javac (a JDK): {e}"))?;
+        if !status.success() {
+            return Err(format!("javac failed on {source}").into());
+        }
+        Ok(Curator { classes, classpath })
+    }
+
+    /// Curator's side of one case, in a JVM of its own.
+    fn case(&self, server: &Server, case: Case, n: usize, path: &str) -> Res<Cost> {
+        let baseline = settled_watches(server);
+        let mut child = Command::new("java")
+            .args(["-Xmx2g", "-XX:+UseSerialGC", "-cp"])
+            .arg(format!("{}:{}", self.classes.display(), self.classpath))
+            .args(["CuratorBench", case.name(), &server.connect])
+            .arg(n.to_string())
+            .arg(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let outcome = drive(&mut child, server, n);
+        // The JVM closes its clients and exits; a bench never hangs on it.
+        let deadline = Instant::now() + STALL.max(Duration::from_millis(250) * n as u32);
+        while child.try_wait()?.is_none() {
+            if Instant::now() >= deadline || outcome.is_err() {
+                eprintln!("the Curator JVM did not exit; killing it");
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let (setup, close, before, after) = outcome?;
+        let left = delta(settled_watches(server), baseline);
+        Ok(cost(n, setup, close, before, after, left))
+    }
+}
+
+/// The JVM's protocol: "ready", go, "done elapsed_us <us>", close, "closed close_us <us>".
+fn drive(
+    child: &mut Child,
+    server: &Server,
+    n: usize,
+) -> Res<(Duration, Duration, Sample, Sample)> {
+    let pid = child.id().to_string();
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut stdin: ChildStdin = child.stdin.take().ok_or("no stdin")?;
+    let (tx, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Curator closes a framework in about 0.1 s: N of them take longer than a stall.
+    let patience = STALL.max(Duration::from_millis(250) * n as u32);
+    let next = || -> Res<String> {
+        Ok(lines
+            .recv_timeout(patience)
+            .map_err(|_| "the Curator JVM stalled or ended")??)
+    };
+    let micros = |line: String, key: &str| -> Res<Duration> {
+        let us = line
+            .strip_prefix(key)
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("unexpected Curator line: {line}"))?;
+        Ok(Duration::from_micros(us))
+    };
+    while next()? != "ready" {}
+    settled_watches(server);
+    let before = server.sample(&pid);
+    writeln!(stdin, "go")?;
+    let setup = micros(next()?, "done elapsed_us")?;
+    let after = server.sample(&pid);
+    writeln!(stdin, "close")?;
+    let close = micros(next()?, "closed close_us")?;
+    Ok((setup, close, before, after))
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.classes);
+    }
+}
+
+/// The tables: each case, then growth between every two sizes, and zklock against
+/// Curator in the same run.
+fn report(rows: &[(&str, Case, Cost)], bench: bool, took: Duration) {
+    println!();
+    if !bench {
+        println!("# short pass (cargo test): the figures mean nothing");
+    }
+    println!(
+        "# scale: one ZooKeeper server, one side at a time, {} cores, {:.0} s in all",
+        thread::available_parallelism().map_or(0, |n| n.get()),
+        took.as_secs_f64()
+    );
+    for case in [Case::Locks, Case::Latches, Case::Clients] {
+        println!("\n## {}\n", case.title());
+        println!(
+            "| side | N | setup per item | close per item | threads added | RSS per item | \
+             server watches per item | watches left after close | requests per item |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (side, _, c) in rows.iter().filter(|(_, k, _)| *k == case) {
+            println!(
+                "| {side} | {} | {:.3} ms | {:.3} ms | {} | {:.1} KB | {} | {} | {} |",
+                c.n,
+                c.setup_ms(),
+                c.close_ms(),
+                c.threads,
+                c.per(c.rss_kb),
+                opt(c.watches.map(|w| c.per(w)), 2),
+                opt(c.watches_left.map(|w| w as f64), 0),
+                opt(c.requests.map(|r| c.per(r)), 2),
+            );
+        }
+    }
+    println!("\n## Growth with N (per item: larger N / smaller N)\n");
+    println!("| case | side | N | time | RSS | requests | threads added |");
+    println!("|---|---|---|---:|---:|---:|---|");
+    for case in [Case::Locks, Case::Latches, Case::Clients] {
+        for side in ["zklock", "Curator"] {
+            let of: Vec<&Cost> = rows
+                .iter()
+                .filter(|(s, k, _)| *s == side && *k == case)
+                .map(|(_, _, c)| c)
+                .collect();
+            let ratio = |a: f64, b: f64| {
+                if b > 0.0 {
+                    format!("{:.2}x", a / b)
+                } else {
+                    "-".into()
+                }
+            };
+            for (i, lo) in of.iter().enumerate() {
+                for hi in &of[i + 1..] {
+                    println!(
+                        "| {} | {side} | {} → {} | {} | {} | {} | {} → {} |",
+                        case.name(),
+                        lo.n,
+                        hi.n,
+                        ratio(hi.setup_ms(), lo.setup_ms()),
+                        ratio(hi.per(hi.rss_kb), lo.per(lo.rss_kb)),
+                        match (hi.requests, lo.requests) {
+                            (Some(h), Some(l)) => ratio(hi.per(h), lo.per(l)),
+                            _ => "-".into(),
+                        },
+                        lo.threads,
+                        hi.threads,
+                    );
+                }
+            }
+        }
+    }
+    let curator: Vec<_> = rows.iter().filter(|(s, _, _)| *s == "Curator").collect();
+    if curator.is_empty() {
+        return;
+    }
+    println!("\n## zklock / Curator, same run (time per item)\n");
+    println!("| case | N | setup | close |");
+    println!("|---|---:|---:|---:|");
+    for (_, case, cu) in curator {
+        if let Some((_, _, zk)) = rows
+            .iter()
+            .find(|(s, k, c)| *s == "zklock" && k == case && c.n == cu.n)
+        {
+            println!(
+                "| {} | {} | {:.2} | {:.2} |",
+                case.name(),
+                cu.n,
+                zk.setup_ms() / cu.setup_ms(),
+                zk.close_ms() / cu.close_ms().max(1e-9),
+            );
+        }
+    }
+}
