@@ -27,7 +27,11 @@ pub(crate) struct Outcome {
 impl Lab {
     pub(crate) fn pick(&mut self, workers: &[WorkerProc], curator: bool) -> usize {
         let candidates: Vec<usize> = (0..workers.len())
-            .filter(|&i| workers[i].is_java() == curator && !workers[i].name.starts_with('b'))
+            .filter(|&i| {
+                workers[i].is_java() == curator
+                    && !workers[i].name.starts_with('b')
+                    && !workers[i].is_kazoo()
+            })
             .collect();
         candidates[self.rng.usize(..candidates.len())]
     }
@@ -321,6 +325,7 @@ impl Lab {
                         .push(format!("not every one of {n} burst clients got the mutex")),
                 }
             }
+            Fault::PauseKazooHolder => self.pause_kazoo_holder(regs, workers, row, &mut out),
             Fault::LeaderFreezeCutOff => {
                 let leader = self.cluster.leader().unwrap_or(0);
                 let mut before = BTreeSet::new();
