@@ -104,6 +104,9 @@ impl Lab {
                         .push(format!("{} never held a lock", workers[v].name));
                     return out;
                 };
+                // Frozen, and what it sent before the stop has landed: what it logs from now on
+                // comes after its wake-up, even a write landing before `out.end` is taken.
+                let frozen = Instant::now();
                 out.start = at;
                 while at.elapsed() < session * 5 / 2 {
                     thread::sleep(Duration::from_millis(20));
@@ -118,7 +121,7 @@ impl Lab {
                     held.iter()
                         .flat_map(|(ri, token)| {
                             regs[*ri]
-                                .events_after(out.end)
+                                .events_after(frozen)
                                 .into_iter()
                                 .filter(|e| {
                                     e.token == *token
