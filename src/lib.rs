@@ -26,6 +26,7 @@
 //! | one leader among many on PostgreSQL | `PgLeaderLatch` (feature `postgres`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
+//! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`], [`KazooElection`] (kazoo's layout; see below) |
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -186,7 +187,6 @@
 //! | `acquire()`, `acquire(time, unit)`, `release()` | [`acquire`](InterProcessMutex::acquire), [`acquire_timeout`](InterProcessMutex::acquire_timeout) (`Result<bool>`), [`release`](InterProcessMutex::release) |
 //! | `acquire(0, unit)` | [`try_lock`](InterProcessMutex::try_lock) or `acquire_timeout(Duration::ZERO)` |
 //! | — | [`lock`](InterProcessMutex::lock) / [`try_lock_for`](InterProcessMutex::try_lock_for) / [`try_lock_until`](InterProcessMutex::try_lock_until) → [`MutexGuard`] |
-//! | kazoo `Lock.cancel()` | [`cancel_waiters`](InterProcessMutex::cancel_waiters) |
 //! | `isAcquiredInThisProcess()`, `isOwnedByCurrentThread()`, `getParticipantNodes()` | [`is_acquired_in_this_process`](InterProcessMutex::is_acquired_in_this_process), [`is_owned_by_current_thread`](InterProcessMutex::is_owned_by_current_thread), [`participant_nodes`](InterProcessMutex::participant_nodes) |
 //! | client-wide `ConnectionStateListener` only | per-lock [`LockHealth`]: [`health`](InterProcessMutex::health), [`health_events`](InterProcessMutex::health_events), [`on_health`](InterProcessMutex::on_health) |
 //! | — | [`fencing_token`](InterProcessMutex::fencing_token) |
@@ -195,9 +195,28 @@
 //! | `LeaderSelector`, `LeaderSelectorListener.takeLeadership` | [`LeaderSelector`], a closure taking [`Leadership`] (cooperative cancellation) |
 //! | `Participant`, `getParticipants()`, `getLeader()` | [`Participant`], `participants()`, `leader()` |
 //! | `ConnectionStateErrorPolicy` (`Standard…`, `Session…`) | [`ErrorPolicy`] (`Standard`, `SessionOnly`) |
-//! | kazoo `Election(path, id).run(f)` | [`elect`] |
 //! | `org.apache.curator.retry.*` | [`ExponentialBackoffRetry`], [`BoundedExponentialBackoffRetry`], [`RetryNTimes`], [`RetryOneTime`], [`RetryUntilElapsed`], [`RetryForever`] |
 //! | `TestingServer`, `TestingCluster`, `KillSession` | `testing::TestingServer`, `testing::TestingCluster`, `testing::expire_session` (feature `testing`) |
+//!
+//! # kazoo → zklock
+//!
+//! kazoo, Python's peer of Curator, has a node layout of its own; these recipes queue on it
+//! byte for byte, so Rust and Python processes share one lock. Each keeps what zklock adds
+//! everywhere: re-entrancy, [`LockHealth`], fencing tokens (the node's czxid), bounded calls.
+//!
+//! | kazoo | zklock | nodes |
+//! |---|---|---|
+//! | `zk.Lock(path, identifier)` | [`InterProcessMutex::kazoo`] | `<path>/<uuid hex>__lock__<seq10>`, data = identifier |
+//! | `Lock(..., extra_lock_patterns=[..])` | [`InterProcessMutex::with_driver`] with [`KazooDriver::extra_lock_patterns`] | also queues with `<anything><pattern><seq10>` |
+//! | `zk.ReadLock` / `zk.WriteLock(path, identifier)` | [`InterProcessReadWriteLock::kazoo`] | `__rlock__` / `__lock__` |
+//! | `zk.Semaphore(path, identifier, max_leases)`, `lease_holders()` | [`KazooSemaphore`] → [`KazooLease`] (with [`health`](KazooLease::health) and a fencing token), [`KazooSemaphore::lease_holders`] | `<path>` records `max_leases`; leases `<path>/<uuid hex>`; queue `<path>-__lock__` |
+//! | `ValueError("Inconsistent max leases")` | [`Error::LeaseCountMismatch`], before taking anything | |
+//! | `zk.Election(path, identifier).run(f)` | [`KazooElection::run`] | a kazoo lock at `<path>` |
+//! | `contenders()` | [`InterProcessMutex::contenders`] (on Curator's layouts too) | |
+//! | `Lock.cancel()` | [`cancel_waiters`](InterProcessMutex::cancel_waiters), [`KazooElection::cancel`] | |
+//!
+//! On Curator's layout, [`elect`] is the closure-style election (`Election.run`'s shape) among
+//! [`LeaderSelector`]s.
 //!
 //! # Errors
 //!

@@ -2,7 +2,7 @@
 //! (`tests/python/kazoo_worker.py`) and zklock's kazoo-layout recipes on the same paths of one
 //! real ZooKeeper: the mutex (two Python and two Rust processes on a fenced register, FIFO),
 //! the read-write lock, the semaphore and its `max_leases` agreement, `contenders()`, and the
-//! election.
+//! election; and the health of a kazoo-layout lease.
 //!
 //! Needs `/usr/bin/python3` with Debian's `python3-kazoo`
 //! (`scripts/ensure-zookeeper.sh --kazoo` installs it); without it these tests fail, saying so.
@@ -21,7 +21,9 @@ use common::java::append;
 use common::worker::{say, Worker};
 use common::*;
 use zklock::testing::{FenceClient, FenceEventKind, FenceReport, FencedRegister, TestingServer};
-use zklock::{Error, InterProcessMutex, InterProcessReadWriteLock, KazooElection, KazooSemaphore};
+use zklock::{
+    Error, InterProcessMutex, InterProcessReadWriteLock, KazooElection, KazooSemaphore, LockHealth,
+};
 
 const SESSION: Duration = Duration::from_secs(20);
 const WORKER_VAR: &str = "ZKLOCK_KAZOO_WORKER";
@@ -586,4 +588,42 @@ fn a_kazoo_election_and_a_zklock_one_elect_one_leader_and_hand_over() {
     wait_for("the run to queue", || nodes(&client, path, "__lock__") == 2);
     election.cancel();
     assert!(matches!(waiting.join().unwrap(), Err(Error::Cancelled)));
+}
+
+// ---------------------------------------------------------------------------
+// A kazoo-layout lease's health
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_kazoo_lease_is_held_then_lost_when_its_node_is_deleted() {
+    let server = TestingServer::start().unwrap();
+    let connect = server.connect_string();
+    let client = client(&connect, SESSION);
+    let sem = KazooSemaphore::new(&client, "/kazoo/lease-health", "rs-1", 2).unwrap();
+    let events = sem.health_events();
+    let lease = sem.acquire().unwrap();
+    assert_eq!(lease.health(), LockHealth::Held);
+    // Someone else deletes the lease node (an operator, a kazoo process cleaning up).
+    let other = common::client(&connect, SESSION);
+    other.delete(lease.path()).unwrap();
+    wait_for("the lease to read Lost", || {
+        lease.health() == LockHealth::Lost
+    });
+    let event = events
+        .recv_timeout(patience())
+        .expect("a health event for the lease");
+    assert_eq!(event, LockHealth::Lost);
+    assert_eq!(event.fencing_token, lease.fencing_token());
+    assert_eq!(event.node, lease.path());
+    let first = lease.fencing_token();
+    assert!(
+        matches!(lease.return_lease(), Err(Error::LockLost)),
+        "returning a lost lease says so"
+    );
+    // The next lease is a new hold: Held, with a higher token.
+    let again = sem.acquire().unwrap();
+    assert_eq!(again.health(), LockHealth::Held);
+    assert!(again.fencing_token() > first);
+    again.return_lease().unwrap();
+    assert_eq!(sem.lease_holders().unwrap(), Vec::<String>::new());
 }

@@ -27,7 +27,11 @@ pub(crate) struct Outcome {
 impl Lab {
     pub(crate) fn pick(&mut self, workers: &[WorkerProc], curator: bool) -> usize {
         let candidates: Vec<usize> = (0..workers.len())
-            .filter(|&i| workers[i].is_java() == curator && !workers[i].name.starts_with('b'))
+            .filter(|&i| {
+                workers[i].is_java() == curator
+                    && !workers[i].name.starts_with('b')
+                    && !workers[i].is_kazoo()
+            })
             .collect();
         candidates[self.rng.usize(..candidates.len())]
     }
@@ -100,6 +104,9 @@ impl Lab {
                         .push(format!("{} never held a lock", workers[v].name));
                     return out;
                 };
+                // Frozen, and what it sent before the stop has landed: what it logs from now on
+                // comes after its wake-up, even a write landing before `out.end` is taken.
+                let frozen = Instant::now();
                 out.start = at;
                 while at.elapsed() < session * 5 / 2 {
                     thread::sleep(Duration::from_millis(20));
@@ -114,7 +121,7 @@ impl Lab {
                     held.iter()
                         .flat_map(|(ri, token)| {
                             regs[*ri]
-                                .events_after(out.end)
+                                .events_after(frozen)
                                 .into_iter()
                                 .filter(|e| {
                                     e.token == *token
@@ -321,6 +328,7 @@ impl Lab {
                         .push(format!("not every one of {n} burst clients got the mutex")),
                 }
             }
+            Fault::PauseKazooHolder => self.pause_kazoo_holder(regs, workers, row, &mut out),
             Fault::LeaderFreezeCutOff => {
                 let leader = self.cluster.leader().unwrap_or(0);
                 let mut before = BTreeSet::new();

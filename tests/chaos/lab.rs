@@ -13,6 +13,8 @@ pub(crate) struct Plan {
     pub(crate) curator_workers: usize,
     /// Curator `LeaderSelector` workers on the election.
     pub(crate) curator_leaders: usize,
+    /// kazoo workers (Python) on the kazoo-layout mutex.
+    pub(crate) kazoo_workers: usize,
     /// Slots of the burst worker.
     pub(crate) burst: usize,
 }
@@ -28,10 +30,11 @@ pub(crate) enum Fault {
     EnsembleDown,
     Burst,
     LeaderFreezeCutOff,
+    PauseKazooHolder,
 }
 
 impl Fault {
-    pub(crate) const ALL: [Fault; 10] = [
+    pub(crate) const ALL: [Fault; 11] = [
         Fault::LeaderKill,
         Fault::PauseHolder { curator: false },
         Fault::PauseHolder { curator: true },
@@ -42,6 +45,7 @@ impl Fault {
         Fault::EnsembleDown,
         Fault::Burst,
         Fault::LeaderFreezeCutOff,
+        Fault::PauseKazooHolder,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -56,6 +60,7 @@ impl Fault {
             Fault::EnsembleDown => "ensemble down past session",
             Fault::Burst => "burst of workers",
             Fault::LeaderFreezeCutOff => "frozen leader, its clients cut off",
+            Fault::PauseKazooHolder => "SIGSTOP kazoo holder 2.5x session",
         }
     }
 }
@@ -154,6 +159,8 @@ pub(crate) struct Row {
     pub(crate) recovery: Option<Duration>,
     pub(crate) recovery_all: Option<Duration>,
     pub(crate) lost: u64,
+    /// The kazoo-layout mutex's figures (its own table).
+    pub(crate) kazoo: KazooRow,
     pub(crate) notes: Vec<String>,
     pub(crate) violations: Vec<String>,
 }
@@ -179,6 +186,9 @@ impl Lab {
         let proxies = FaultProxy::for_cluster(&cluster).expect("proxies");
         let java = (plan.curator_workers + plan.curator_leaders > 0)
             .then(|| Java::compile(&CURATOR_WORKER));
+        if plan.kazoo_workers > 0 {
+            check_kazoo();
+        }
         let observer = client(&cluster.connect_string(), Duration::from_secs(30));
         Lab {
             cluster,
@@ -313,13 +323,15 @@ impl Lab {
         for j in 1..=self.plan.curator_workers {
             workers.push(self.spawn_curator(&format!("j{j}"), &regs[0]));
         }
-        let election = &regs[Recipe::ALL.len() - 1];
+        let election = regs.iter().find(|r| r.recipe == Recipe::Leader).unwrap();
         for j in 1..=self.plan.curator_leaders {
             workers.push(self.spawn_curator(&format!("jl{j}"), election));
         }
+        workers.extend(self.spawn_kazoo_workers(&regs));
         let expected_ready: usize = self.plan.zklock_workers * Recipe::ALL.len()
             + self.plan.curator_workers
-            + self.plan.curator_leaders;
+            + self.plan.curator_leaders
+            + self.plan.kazoo_workers;
         wait_for("every worker to connect", || {
             workers.iter_mut().map(|w| w.count("ready")).sum::<usize>() >= expected_ready
         });
@@ -467,7 +479,7 @@ impl Lab {
         // is what counts).
         let z_late: u64 = workers
             .iter_mut()
-            .filter(|w| !w.is_java())
+            .filter(|w| !w.is_java() && !w.is_kazoo())
             .flat_map(|w| w.stats().into_values())
             .map(|s| s.late_attempted)
             .sum();
@@ -536,17 +548,21 @@ impl Lab {
                     "curator"
                 } else if worker.starts_with('b') {
                     "burst"
+                } else if worker.starts_with('k') {
+                    "kazoo"
                 } else {
                     match r.recipe {
                         Recipe::Mutex => "mutex",
                         Recipe::ReadWrite => "rw-write",
                         Recipe::Semaphore => "semaphore",
                         Recipe::Leader => "leader",
+                        Recipe::Kazoo => "kazoo-zklock",
                     }
                 };
                 *row.acquisitions.entry(kind).or_default() += s.acquisitions;
             }
         }
+        self.kazoo_figures(&regs, &mut workers, &mut row);
         self.ensure_healthy(&mut row);
         row
     }

@@ -1,8 +1,9 @@
-//! The chaos suite: worker processes contend for zklock's mutex, read-write lock and
-//! semaphore and take turns leading an election (`LeaderSelector`), with Curator JVMs on the
-//! mutex and the election, on a 3-node ensemble, writing with their fencing
-//! tokens to a [`FencedRegister`] per lock, while faults hit the ensemble, the network (through
-//! a [`FaultProxy`] per member) and the workers themselves. After each fault every worker
+//! The chaos suite: worker processes contend for zklock's mutex, read-write lock, semaphore
+//! and kazoo-layout mutex and take turns leading an election (`LeaderSelector`), with Curator
+//! JVMs on the mutex and the election and kazoo (Python) workers on the kazoo-layout mutex,
+//! on a 3-node ensemble, writing with their fencing tokens to a [`FencedRegister`] per lock,
+//! while faults hit the ensemble, the network (through a [`FaultProxy`] per member) and the
+//! workers themselves. After each fault every worker
 //! stops, and the run checks the registers' logs (overlaps, stale writes), the paused holders'
 //! late writes, the lock paths (orphans, duplicate protected nodes) and the servers' watches.
 //!
@@ -15,12 +16,14 @@
 //! The zklock workers are this test binary run again (`chaos_worker`), one thread and one
 //! Client per slot, driven over stdin (`stop`) and reporting on stdout lines marked `chaos: `.
 //! The Curator workers are `tests/java/CuratorChaosWorker.java` (an `InterProcessMutex`, or a
-//! `LeaderSelector` in its `leader` mode). Needs ZooKeeper, a JDK and
-//! Debian's Curator jars (see `tests/common/java.rs`).
+//! `LeaderSelector` in its `leader` mode). The kazoo workers are
+//! `tests/python/kazoo_chaos_worker.py` (kazoo's `Lock`). Needs ZooKeeper, a JDK, Debian's
+//! Curator jars (see `tests/common/java.rs`) and Debian's python3-kazoo.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod faults;
+mod kazoo;
 mod lab;
 mod procs;
 mod report;
@@ -46,6 +49,7 @@ use zklock::{
     LeaderSelector, LockHealth,
 };
 
+use kazoo::*;
 use lab::*;
 use procs::*;
 use report::*;
@@ -95,6 +99,7 @@ fn ci_chaos_schedule() {
         zklock_workers: 3,
         curator_workers: 1,
         curator_leaders: 1,
+        kazoo_workers: 1,
         burst: 20,
     };
     let schedule = [
@@ -104,18 +109,20 @@ fn ci_chaos_schedule() {
         Fault::LostCreateReply,
         Fault::CutOff,
         Fault::LeaderKill,
+        Fault::PauseKazooHolder,
     ];
     let (rows, took) = run_schedule(plan, 10, |_, i| schedule.get(i).copied());
     let text = report(
         &rows,
         &format!(
-            "CI chaos schedule: {} faults in {:.0} s, session {:?}, {} zklock workers x (3 locks + leader) + {} Curator mutex + {} Curator leader",
+            "CI chaos schedule: {} faults in {:.0} s, session {:?}, {} zklock workers x (3 locks + leader + kazoo-layout mutex) + {} Curator mutex + {} Curator leader + {} kazoo",
             rows.len(),
             took.as_secs_f64(),
             plan.session,
             plan.zklock_workers,
             plan.curator_workers,
-            plan.curator_leaders
+            plan.curator_leaders,
+            plan.kazoo_workers
         ),
     );
     eprintln!("{text}");
@@ -160,6 +167,7 @@ fn randomized_chaos_run() {
         zklock_workers: 3,
         curator_workers: 2,
         curator_leaders: 1,
+        kazoo_workers: 2,
         burst: 50,
     };
     let budget = Duration::from_secs_f64(minutes * 60.0);
@@ -178,14 +186,16 @@ fn randomized_chaos_run() {
         &rows,
         &format!(
             "Randomized chaos run: seed {seed}, {} faults in {:.1} min, session {:?}, {} zklock \
-             workers (mutex + read-write + semaphore + leader selector each) + {} Curator workers \
-             on the mutex + {} Curator LeaderSelector workers on the election",
+             workers (mutex + read-write + semaphore + leader selector + kazoo-layout mutex \
+             each) + {} Curator workers on the mutex + {} Curator LeaderSelector workers on the \
+             election + {} kazoo workers on the kazoo-layout mutex",
             rows.len(),
             took.as_secs_f64() / 60.0,
             plan.session,
             plan.zklock_workers,
             plan.curator_workers,
-            plan.curator_leaders
+            plan.curator_leaders,
+            plan.kazoo_workers
         ),
     );
     println!("{text}");

@@ -1,5 +1,6 @@
-//! Worker processes as the test sees them: zklock workers (this binary again) and Curator
-//! JVMs, started, stopped, frozen and killed, their report lines collected.
+//! Worker processes as the test sees them: zklock workers (this binary again), Curator JVMs
+//! and kazoo workers (Python), started, stopped, frozen and killed, their report lines
+//! collected.
 
 use super::*;
 
@@ -11,7 +12,9 @@ pub(crate) const CURATOR_WORKER: JavaProgram = JavaProgram {
 };
 
 pub(crate) enum Proc {
-    Rust {
+    /// A child speaking the suite's line protocol on its stdin and stdout: a zklock worker
+    /// (this binary) or a kazoo worker (Python).
+    Piped {
         child: Child,
         stdin: Option<ChildStdin>,
         lines: mpsc::Receiver<String>,
@@ -32,7 +35,8 @@ pub(crate) struct WorkerProc {
 
 impl WorkerProc {
     pub(crate) fn rust(name: &str, spec: String) -> WorkerProc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
             .args([
                 "--exact",
                 "chaos_worker",
@@ -40,11 +44,17 @@ impl WorkerProc {
                 "--test-threads",
                 "1",
             ])
-            .env(WORKER, spec)
+            .env(WORKER, spec);
+        WorkerProc::piped(name, command)
+    }
+
+    /// Starts `command` with piped stdin and stdout, collecting its `chaos: ` lines.
+    pub(crate) fn piped(name: &str, mut command: Command) -> WorkerProc {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start a worker");
+            .unwrap_or_else(|e| panic!("start worker {name}: {e}"));
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
@@ -58,7 +68,7 @@ impl WorkerProc {
         });
         WorkerProc {
             name: name.to_owned(),
-            proc: Proc::Rust {
+            proc: Proc::Piped {
                 child,
                 stdin,
                 lines,
@@ -81,7 +91,7 @@ impl WorkerProc {
 
     pub(crate) fn pid(&self) -> u32 {
         match &self.proc {
-            Proc::Rust { child, .. } => child.id(),
+            Proc::Piped { child, .. } => child.id(),
             Proc::Java(j) => j.pid(),
         }
     }
@@ -100,7 +110,7 @@ impl WorkerProc {
 
     pub(crate) fn pump(&mut self) {
         match &mut self.proc {
-            Proc::Rust { lines, .. } => self.events.extend(lines.try_iter()),
+            Proc::Piped { lines, .. } => self.events.extend(lines.try_iter()),
             Proc::Java(j) => {
                 while let Some(line) = j.next_line(Duration::ZERO) {
                     if let Some(at) = line.find(MARK) {
@@ -157,7 +167,7 @@ impl WorkerProc {
 
     pub(crate) fn has_exited(&mut self) -> bool {
         match &mut self.proc {
-            Proc::Rust { child, .. } => {
+            Proc::Piped { child, .. } => {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.exited = Some(status.success());
                 }
@@ -176,7 +186,7 @@ impl WorkerProc {
             return;
         }
         match &mut self.proc {
-            Proc::Rust { stdin, .. } => {
+            Proc::Piped { stdin, .. } => {
                 if let Some(s) = stdin.as_mut() {
                     let _ = writeln!(s, "stop").and_then(|_| s.flush());
                 }
@@ -192,7 +202,7 @@ impl WorkerProc {
     /// Kills it if it is still running; whether it had exited cleanly by itself.
     pub(crate) fn reap(&mut self) -> bool {
         let clean = self.has_exited() && self.exited == Some(true);
-        if let Proc::Rust { child, stdin, .. } = &mut self.proc {
+        if let Proc::Piped { child, stdin, .. } = &mut self.proc {
             stdin.take();
             let _ = child.kill();
             let _ = child.wait();
@@ -206,7 +216,7 @@ impl WorkerProc {
 impl Drop for WorkerProc {
     fn drop(&mut self) {
         self.signal("-CONT");
-        if let Proc::Rust { child, .. } = &mut self.proc {
+        if let Proc::Piped { child, .. } = &mut self.proc {
             let _ = child.kill();
             let _ = child.wait();
         }

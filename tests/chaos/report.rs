@@ -54,6 +54,8 @@ pub(crate) fn report(rows: &[Row], header: &str) -> String {
         );
     }
     let _ = writeln!(out);
+    out.push_str(&kazoo_table(rows));
+    let _ = writeln!(out);
     for (i, r) in rows.iter().enumerate() {
         for n in &r.notes {
             let _ = writeln!(out, "- {}: {n}", i + 1);

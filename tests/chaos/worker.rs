@@ -21,14 +21,17 @@ pub(crate) enum Recipe {
     Semaphore,
     /// A `LeaderSelector` with auto-requeue: each term is one hold, and returning steps down.
     Leader,
+    /// A mutex in kazoo's layout (`InterProcessMutex::kazoo`), shared with the kazoo workers.
+    Kazoo,
 }
 
 impl Recipe {
-    pub(crate) const ALL: [Recipe; 4] = [
+    pub(crate) const ALL: [Recipe; 5] = [
         Recipe::Mutex,
         Recipe::ReadWrite,
         Recipe::Semaphore,
         Recipe::Leader,
+        Recipe::Kazoo,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -37,6 +40,7 @@ impl Recipe {
             Recipe::ReadWrite => "rw",
             Recipe::Semaphore => "sem",
             Recipe::Leader => "leader",
+            Recipe::Kazoo => "kazoo",
         }
     }
 
@@ -198,8 +202,12 @@ pub(crate) fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: 
     let name = slot.name.as_str();
     let stopped = || stop.load(Ordering::SeqCst);
     match slot.recipe {
-        Recipe::Mutex => {
-            let mutex = InterProcessMutex::new(&client, &slot.path).unwrap();
+        Recipe::Mutex | Recipe::Kazoo => {
+            let mutex = if slot.recipe == Recipe::Kazoo {
+                InterProcessMutex::kazoo(&client, &slot.path, name).unwrap()
+            } else {
+                InterProcessMutex::new(&client, &slot.path).unwrap()
+            };
             while !stopped() {
                 match mutex.try_lock_for(slot.attempt) {
                     Ok(Some(guard)) => {

@@ -143,6 +143,16 @@ pub trait LockDriver: Send + Sync + 'static {
         false
     }
 
+    /// For a driver that [sorts by creation](LockDriver::sorts_by_creation): the names after
+    /// which the nodes it queues with carry their sequence (`lock-` in
+    /// `_c_<uuid>-lock-<seq>`). A listing holding a node of one of them whose sequence has
+    /// gone past the signed wrap is refused with
+    /// [`Error::SequenceWrapped`](crate::Error::SequenceWrapped). Default: the name of the
+    /// nodes this driver creates.
+    fn sequence_names(&self, lock_name: &str) -> Vec<String> {
+        vec![self.create_lock_node(lock_name).name]
+    }
+
     /// Whether a granted contender must also *claim* the lock. When the sort order is not
     /// creation order, a newcomer can sort ahead of the holder, so names alone cannot tell who
     /// holds: the driver's pick then marks its node with one atomic multi-op (setData on ours,

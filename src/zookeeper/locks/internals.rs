@@ -69,8 +69,9 @@ pub(crate) struct LockInternals<S: Store> {
     pub(crate) store: S,
     pub(crate) path: String,
     lock_name: String,
-    /// The name our nodes carry before their sequence, for drivers that sort by creation.
-    sequenced_name: Option<String>,
+    /// The names the nodes we queue with carry before their sequence, for drivers that sort by
+    /// creation.
+    sequence_names: Option<Vec<String>>,
     driver: Arc<dyn LockDriver>,
     leases: Leases,
     node_data: Mutex<Option<Vec<u8>>>,
@@ -197,9 +198,9 @@ impl<S: Store> LockInternals<S> {
             store,
             path: path.to_owned(),
             lock_name: lock_name.to_owned(),
-            sequenced_name: driver
+            sequence_names: driver
                 .sorts_by_creation()
-                .then(|| driver.create_lock_node(lock_name).name),
+                .then(|| driver.sequence_names(lock_name)),
             driver,
             leases,
             node_data: Mutex::new(None),
@@ -384,13 +385,14 @@ impl<S: Store> LockInternals<S> {
     /// Refuses a queue whose sequence counter has wrapped (see [`Error::SequenceWrapped`]),
     /// for drivers that order by sequence.
     fn check_sequences(&self, children: &[String]) -> Result<()> {
-        let Some(name) = &self.sequenced_name else {
+        let Some(names) = &self.sequence_names else {
             return Ok(());
         };
-        if children
-            .iter()
-            .any(|c| super::driver::sequence_wrapped(c, name))
-        {
+        if children.iter().any(|c| {
+            names
+                .iter()
+                .any(|name| super::driver::sequence_wrapped(c, name))
+        }) {
             return Err(Error::SequenceWrapped(self.path.clone()));
         }
         Ok(())

@@ -199,6 +199,12 @@ impl LockDriver for KazooDriver {
         true
     }
 
+    /// Every name that queues with ours, our own included: a writer refuses a wrapped
+    /// reader's node too, which kazoo would sort ahead of everyone.
+    fn sequence_names(&self, _lock_name: &str) -> Vec<String> {
+        self.contender_names()
+    }
+
     fn is_contender(&self, node: &str, _lock_name: &str) -> bool {
         Self::named(node, &self.contender_names())
     }

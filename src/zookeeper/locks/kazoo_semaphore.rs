@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use super::internals::{LockInternals, Release};
 use super::kazoo::KazooDriver;
+use super::keeper::{keep_node, vouch, KeeperGuard};
 use super::Leases;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
+use crate::core::health::{HealthCell, HealthFeed, LockHealth};
 use crate::zookeeper::client::{Call, Client, CreateMode, Doomed, NodeOps, NodeSpec};
 use crate::zookeeper::path::{self, Layout};
 
@@ -34,6 +36,11 @@ use crate::zookeeper::path::{self, Layout};
 /// Acquirers are served in the order they queued on the lock. `acquire` blocks until a lease
 /// is free; `acquire_timeout` gives up (returning `None`) when its time is over, with nothing
 /// left behind. Each ZooKeeper step is bounded by the Client's retry policy.
+///
+/// # Lease health
+/// Each [`KazooLease`] has a [`health`](KazooLease::health) (Held, Suspended, Lost) and a
+/// fencing token, as zklock's other leases; changes also come through
+/// [`health_events`](Self::health_events) and [`on_health`](Self::on_health).
 ///
 /// # Errors
 /// [`Error::LeaseCountMismatch`], [`Error::NoNode`] if `<path>` is deleted while waiting,
@@ -59,7 +66,10 @@ pub struct KazooSemaphore {
     lock: LockInternals<Client>,
     /// `<path>` was found recording our `max_leases` (or made by us).
     agreed: AtomicBool,
+    feed: Arc<HealthFeed>,
 }
+
+crate::core::health::forward_health_api!(KazooSemaphore, feed, "the Client's watcher thread");
 
 impl std::fmt::Debug for KazooSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,6 +118,7 @@ impl KazooSemaphore {
             max_leases,
             lock,
             agreed: AtomicBool::new(false),
+            feed: Arc::default(),
         })
     }
 
@@ -259,11 +270,25 @@ impl KazooSemaphore {
                         .ok_or_else(|| Error::NodeExists(lease_path.clone()))?,
                     Err(e) => return Err(e),
                 };
+                let token = stat.czxid as u64;
+                let (health, report) =
+                    self.feed
+                        .hold(self.client.dispatch(), &self.path, &lease_path, token);
+                let keeper = keep_node(
+                    &self.client,
+                    &lease_path,
+                    stat.ephemeral_owner,
+                    report,
+                    None,
+                    None,
+                );
                 return Ok(Some(KazooLease {
                     client: self.client.clone(),
                     path: lease_path,
                     session: stat.ephemeral_owner,
-                    token: stat.czxid as u64,
+                    token,
+                    health,
+                    keeper: Some(keeper),
                     returned: false,
                 }));
             }
@@ -287,7 +312,9 @@ impl KazooSemaphore {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
 /// let sem = zklock::KazooSemaphore::new(&client, "/sem/render", "rust-1", 3)?;
 /// let lease = sem.acquire()?;
-/// println!("{} (token {})", lease.path(), lease.fencing_token());
+/// if lease.health() == zklock::LockHealth::Held {
+///     println!("{} (token {})", lease.path(), lease.fencing_token());
+/// }
 /// lease.return_lease()?;
 /// # Ok(()) }
 /// ```
@@ -297,6 +324,9 @@ pub struct KazooLease {
     path: String,
     session: i64,
     token: u64,
+    health: HealthCell,
+    /// Follows the lease node for `health`; dropped when the lease is returned.
+    keeper: Option<KeeperGuard>,
     returned: bool,
 }
 
@@ -319,13 +349,30 @@ impl KazooLease {
         self.token
     }
 
-    /// Deletes the lease node, within the Client's operation (else connection) timeout.
+    /// Held, Suspended or Lost (session expired or lease node deleted), computed now: a
+    /// process that stood still past its session reads Lost before its I/O thread notices.
+    pub fn health(&self) -> LockHealth {
+        vouch(&self.client, self.session, *self.health.lock())
+    }
+
+    /// Deletes the lease node, within the Client's operation (else connection) timeout; a
+    /// delete that cannot be done in time goes on in the background and the error is returned.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if the lease had been lost before; a connection error if the delete
+    /// could not be confirmed in time.
     pub fn return_lease(mut self) -> Result<()> {
         self.returned = true;
+        self.keeper.take();
+        let lost = self.health() == LockHealth::Lost;
         let mut call = self
             .client
             .new_call(Deadline::after(self.client.io_grace()));
-        self.client.delete_guaranteed_in(&self.path, &mut call)
+        let deleted = self.client.delete_guaranteed_in(&self.path, &mut call);
+        if lost {
+            return Err(Error::LockLost);
+        }
+        deleted
     }
 }
 

@@ -1015,3 +1015,41 @@ fn a_strangers_write_on_the_waiting_node_ahead_is_not_a_mark() {
         assert_eq!(fake.children_of(DIR), [got.path]);
     }
 }
+
+/// A kazoo writer queues with readers' `__rlock__` nodes too. A reader's node past the wrap
+/// sorts first for kazoo (as text) and last for zklock (as a number), so it refuses the
+/// writer's attempt just as a wrapped node of its own name would.
+#[test]
+fn a_wrapped_sequence_on_another_name_the_lock_queues_with_is_refused() {
+    use crate::zookeeper::locks::kazoo::{KazooDriver, KAZOO_LOCK_NAME};
+    let fake = Fake::new();
+    let reader = format!("{DIR}/{}__rlock__-2147483648", "ab".repeat(16));
+    {
+        let mut st = fake.state.lock();
+        st.zxid += 1;
+        let stat = Stat {
+            czxid: st.zxid,
+            ephemeral_owner: 99,
+            ..Stat::default()
+        };
+        st.nodes.insert(reader.clone(), stat);
+    }
+    let writer = LockInternals::new(
+        fake.clone(),
+        DIR,
+        KAZOO_LOCK_NAME,
+        Arc::new(KazooDriver::write()),
+        Leases::Fixed(1),
+    )
+    .unwrap();
+    let err = writer.attempt_lock(forever()).unwrap_err();
+    assert!(
+        matches!(err, Error::SequenceWrapped(ref p) if p == DIR),
+        "{err:?}"
+    );
+    assert_eq!(
+        fake.children_of(DIR),
+        std::slice::from_ref(&reader),
+        "the refused node was deleted"
+    );
+}
