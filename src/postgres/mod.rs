@@ -8,6 +8,7 @@ mod mutex;
 mod read_write;
 mod semaphore;
 mod session;
+mod sql;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use latch::PgLeaderLatch;

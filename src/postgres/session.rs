@@ -9,6 +9,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::sql;
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
@@ -71,27 +72,6 @@ fn set_sql(limits: &[Limit]) -> String {
         .collect()
 }
 
-/// Every session takes a marker lock when it opens, `pg_advisory_lock(2053860459, MARKER)`: the
-/// two-integer form (`objsubid = 2` in `pg_locks`, a key space apart from the locks' own), its
-/// first key `0x7A6B6C6B` ("zklk"), its second a random positive `int4` of the session's.
-///
-/// SQL true when the server session running the statement holds the marker given as the
-/// parameter `$p` (an `int8`) and no other session's marker: it is this session's own, shared
-/// with no other zklock session. A pooler in transaction mode that runs one client's
-/// statements on another's server session, or two clients' on one, makes it false.
-macro_rules! own {
-    ($p:literal) => {
-        concat!(
-            "((SELECT coalesce(array_agg(objid::int8), '{}') FROM pg_locks ",
-            "WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 2053860459 ",
-            "AND pid = pg_backend_pid() AND granted) = ARRAY[",
-            $p,
-            "::int8])"
-        )
-    };
-}
-pub(crate) use own;
-
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
@@ -142,11 +122,7 @@ impl Session {
         let marker = fastrand::i32(1..);
         let marker_param: &(dyn ToSql + Sync) = &marker;
         let params = [(marker_param, Type::INT4)];
-        let first = client.query_typed(
-            "SELECT pg_backend_pid(), current_setting('server_version_num')::int, \
-             pg_try_advisory_lock(2053860459, $1)",
-            &params,
-        );
+        let first = client.query_typed(sql::OPEN, &params);
         let row = match limits {
             None => within(operation_timeout, first).await?,
             Some(limits) => {
@@ -223,9 +199,8 @@ impl Session {
     /// zklock session), for the lease: the lease clock's reading when the check was sent.
     pub(crate) async fn beat(&self, timeout: Duration) -> Result<Duration> {
         let sent = boot_clock();
-        let sql = concat!("SELECT pg_backend_pid(), ", own!("$1"));
         let row = self
-            .row(timeout, sql, &[(&self.marker, Type::INT8)])
+            .row(timeout, sql::BEAT, &[(&self.marker, Type::INT8)])
             .await?;
         self.check_own(&row, 0, 1)?;
         Ok(sent)
