@@ -1174,4 +1174,30 @@ mod on_postgres {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("must not be empty"), "{err}");
     }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn run_over_tls_and_holders_says_it_cannot_yet() {
+        let server = TestingPostgres::start_tls().unwrap();
+        let scratch = Scratch::new();
+        let (log, ca) = (scratch.file("log"), scratch.file("ca.pem"));
+        fs::write(&ca, server.tls().unwrap().ca_pem()).unwrap();
+        let url = server.url().replace("@127.0.0.1:", "@localhost:")
+            + "?hostaddr=127.0.0.1&sslmode=verify-full";
+        let mut c = Command::new(ZKLOCK);
+        c.args(["--connect", &url, "--tls-ca"]).arg(&ca);
+        c.args(["run", "tls", "--"])
+            .args(worker(&log, "a", None, 0));
+        assert_eq!(Proc::spawn(c).code(), 0);
+        assert!(token(&log, "a") > 0);
+        let out = Command::new(ZKLOCK)
+            .args(["--connect", &url, "--tls-ca"])
+            .arg(&ca)
+            .args(["holders", "tls"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("cannot use TLS yet"), "{err}");
+    }
 }

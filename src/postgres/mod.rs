@@ -9,6 +9,7 @@ mod read_write;
 mod semaphore;
 mod session;
 mod sql;
+mod tls;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use latch::PgLeaderLatch;

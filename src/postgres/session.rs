@@ -10,6 +10,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::sql;
+use super::tls::{refusal, Tls};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
@@ -76,6 +77,8 @@ fn set_sql(limits: &[Limit]) -> String {
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
     cancel: tokio_postgres::CancelToken,
+    /// How to reach the server again, to cancel.
+    tls: Tls,
     /// The server process serving it (`pg_backend_pid()`).
     pub(crate) pid: i32,
     /// The second key of this session's marker lock, taken when it opened: what tells its own
@@ -92,13 +95,14 @@ impl Session {
     /// `connect_timeout` and `operation_timeout`. The connection ends when `close` turns true.
     pub(crate) async fn open(
         config: &tokio_postgres::Config,
+        tls: &Tls,
         limits: Option<&[Limit]>,
         connect_timeout: Duration,
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
     ) -> Result<(Session, u32)> {
         let (client, connection) =
-            tokio::time::timeout(connect_timeout, config.connect(tokio_postgres::NoTls))
+            tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
                 .await
                 .map_err(|_| Error::Io {
                     context: "connecting to PostgreSQL".into(),
@@ -149,6 +153,7 @@ impl Session {
         let session = Session {
             client,
             cancel,
+            tls: tls.clone(),
             pid,
             marker: i64::from(marker),
             ended,
@@ -188,7 +193,7 @@ impl Session {
     /// Asks the server to cancel the statement this session runs (from a connection of its
     /// own), within `timeout`.
     pub(crate) async fn cancel(&self, timeout: Duration) {
-        match tokio::time::timeout(timeout, self.cancel.cancel_query(tokio_postgres::NoTls)).await {
+        match tokio::time::timeout(timeout, self.cancel.cancel_query(self.tls.clone())).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!("zklock: cancelling a PostgreSQL statement failed: {e}"),
             Err(_) => tracing::debug!("zklock: cancelling a PostgreSQL statement timed out"),
@@ -355,6 +360,9 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
             return Error::ConnectionLoss;
         }
         return Error::Postgres(text);
+    }
+    if let Some(why) = refusal(e) {
+        return Error::Tls(why);
     }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

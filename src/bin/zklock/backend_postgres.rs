@@ -19,28 +19,37 @@ use crate::{code, CliResult, Context, Failure};
 
 /// A connected PostgreSQL Client from the global options.
 pub fn connect(global: &Global) -> CliResult<PgClient> {
-    let mut refused = vec![
+    for (given, option) in [
         (global.namespace.is_some(), "--namespace"),
         (
             global.digest.is_some() || global.digest_file.is_some(),
             "--digest (give the password in the URL: postgres://user:PASSWORD@host/db)",
         ),
-    ];
-    #[cfg(feature = "tls")]
-    refused.push((
-        global.tls_ca.is_some() || global.tls_cert.is_some(),
-        "--tls-ca and --tls-cert (TLS to PostgreSQL is not built in yet)",
-    ));
-    for (given, option) in refused.drain(..) {
+    ] {
         if given {
             return Err(Failure::new(format!(
                 "{option} is for ZooKeeper, not PostgreSQL"
             )));
         }
     }
-    PgClient::builder(&global.connect)
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))] // TLS options are added with `tls`
+    let mut builder = PgClient::builder(&global.connect)
         .session_timeout(global.session_timeout)
-        .connect_timeout(global.connection_timeout)
+        .connect_timeout(global.connection_timeout);
+    // With sslmode=require, verify-ca or verify-full in the URL.
+    #[cfg(feature = "tls")]
+    {
+        if let Some(ca) = &global.tls_ca {
+            builder = builder.tls_ca_pem(&crate::read_text(ca, "--tls-ca")?);
+        }
+        if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
+            builder = builder.tls_identity_pem(
+                &crate::read_text(cert, "--tls-cert")?,
+                &crate::read_text(key, "--tls-key")?,
+            );
+        }
+    }
+    builder
         .connect()
         .context(|| "cannot connect to PostgreSQL".to_owned())
 }
@@ -285,6 +294,19 @@ impl Reader {
     fn connect(global: &Global) -> CliResult<Reader> {
         // PgClient checks the URL, the credentials and the server, and says why it cannot.
         connect(global)?.close();
+        let asks_tls = global.connect.split(['?', '&']).any(|p| {
+            matches!(
+                p,
+                "sslmode=require" | "sslmode=verify-ca" | "sslmode=verify-full"
+            )
+        });
+        if asks_tls {
+            return Err(Failure::new(
+                "holders and watch read pg_locks on a connection of their own, which cannot use \
+                 TLS yet: run them with sslmode=disable where the network allows, or query \
+                 pg_locks with psql",
+            ));
+        }
         let config: tokio_postgres::Config = global
             .connect
             .trim()
