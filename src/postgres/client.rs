@@ -40,7 +40,7 @@ pub(crate) const MIN_VERSION: u32 = 110_000;
 /// is kept for the next acquisition (for up to half the session timeout). Size the server's
 /// `max_connections` for the locks you hold and the threads that wait at once. A pooler in
 /// transaction mode (PgBouncer's `pool_mode = transaction`) hands a session's statements to
-/// different server sessions and breaks session locks: each session takes a marker lock of its
+/// different server sessions and breaks session locks: each session adds a marker of its
 /// own, and a grant or heartbeat on a server session that is not its own alone fails with
 /// [`Error::Postgres`] (or turns the hold `Lost`). Connect to the server or to a session-mode
 /// pool.

@@ -81,8 +81,8 @@ pub(crate) struct Session {
     tls: Tls,
     /// The server process serving it (`pg_backend_pid()`).
     pub(crate) pid: i32,
-    /// The second key of this session's marker lock, taken when it opened: what tells its own
-    /// server session from one a pooler hands it.
+    /// This session's marker, added to the server session's `zklock.marker` when it opened:
+    /// what tells its own server session from one a pooler hands it.
     pub(crate) marker: i64,
     /// Becomes true when the connection ends (closed by either side, broken, or the Client
     /// closed).
@@ -91,7 +91,7 @@ pub(crate) struct Session {
 
 impl Session {
     /// Opens a session, sets `limits` on it (sent with its first statement: no round trip
-    /// more), takes its marker lock and learns its backend pid and the server's version, within
+    /// more), adds its marker and learns its backend pid and the server's version, within
     /// `connect_timeout` and `operation_timeout`. The connection ends when `close` turns true.
     pub(crate) async fn open(
         config: &tokio_postgres::Config,
@@ -145,8 +145,8 @@ impl Session {
             .map_err(|_| Error::Postgres(format!("a backend pid out of range: {pid}")))?;
         if !row.try_get::<_, bool>(2).unwrap_or(false) {
             return Err(Error::Postgres(
-                "another session holds this session's marker lock: is a pooler between \
-                 zklock and the server?"
+                "another session added this session's marker to its server session: is a \
+                 pooler between zklock and the server?"
                     .into(),
             ));
         }

@@ -2,32 +2,34 @@
 //! beats, when it waits for, tries and lets go of a lock. Nothing here depends on the rest of
 //! the crate, so the benchmark runs these very statements on bare connections.
 
-/// Every session takes a marker lock when it opens, `pg_advisory_lock(2053860459, MARKER)`: the
-/// two-integer form (`objsubid = 2` in `pg_locks`, a key space apart from the locks' own), its
-/// first key `0x7A6B6C6B` ("zklk"), its second a random positive `int4` of the session's.
+/// Every session adds a marker of its own, a random positive `int4`, to the custom setting
+/// `zklock.marker` of the server session it opens on (a comma before each marker: `,MARKER`).
+/// A server session that one zklock session alone has opened on holds exactly that one marker;
+/// one that a pooler in transaction mode hands to several holds several, and one that another
+/// server session's statements reach through it holds another's (or none).
 ///
 /// SQL true when the server session running the statement holds the marker given as the
-/// parameter `$p` (an `int8`) and no other session's marker: it is this session's own, shared
-/// with no other zklock session. A pooler in transaction mode that runs one client's
-/// statements on another's server session, or two clients' on one, makes it false.
+/// parameter `$p` (an `int8`) and no other: it is this session's own, shared with no other
+/// zklock session. Reading a setting costs next to nothing, where reading `pg_locks` would copy
+/// the server's whole lock table under every lock-manager partition lock.
 macro_rules! own {
     ($p:literal) => {
         concat!(
-            "((SELECT coalesce(array_agg(objid::int8), '{}') FROM pg_locks ",
-            "WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 2053860459 ",
-            "AND pid = pg_backend_pid() AND granted) = ARRAY[",
+            "coalesce(current_setting('zklock.marker', true) = ',' || (",
             $p,
-            "::int8])"
+            "::int8)::text, false)"
         )
     };
 }
 pub(crate) use own;
 
-/// A session's first statement: its backend, the server's version, and its marker lock
-/// (`$1`, an `int4`; see [`own!`]).
-pub(crate) const OPEN: &str =
-    "SELECT pg_backend_pid(), current_setting('server_version_num')::int, \
-     pg_try_advisory_lock(2053860459, $1)";
+/// A session's first statement: its backend, the server's version, whether its marker (`$1`,
+/// an `int4`) was new to the server session, and the marker added (see [`own!`]).
+pub(crate) const OPEN: &str = "SELECT pg_backend_pid(), \
+     current_setting('server_version_num')::int, \
+     strpos(old || ',', ',' || $1::text || ',') = 0, \
+     set_config('zklock.marker', old || ',' || $1::text, false) \
+     FROM (SELECT coalesce(current_setting('zklock.marker', true), '') AS old) AS markers";
 
 /// A heartbeat: the backend, and whether the session is its own (`$1`, the marker as `int8`).
 pub(crate) const BEAT: &str = concat!("SELECT pg_backend_pid(), ", own!("$1"));
