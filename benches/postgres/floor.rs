@@ -29,7 +29,7 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens a session as `application_name` and takes its marker lock as PgClient's do.
+    /// Opens a session as `application_name` and adds its marker as PgClient's sessions do.
     pub fn open(url: &str, application_name: &str, name: &str, sql: Sql) -> Res<Session> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
