@@ -19,7 +19,17 @@ pub enum Sql {
     Plain,
 }
 
-/// One session: a connection on a runtime of its own thread.
+/// Where a session's connection is driven.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Driven {
+    /// On the session's own thread (a current-thread runtime): no thread hop.
+    Here,
+    /// On an I/O thread of its own (a one-worker runtime), the session's thread waiting for
+    /// each answer as a PgClient's caller does: two thread hops per round trip.
+    IoThread,
+}
+
+/// One session: a connection, driven as `Driven` says.
 pub struct Session {
     runtime: Runtime,
     client: tokio_postgres::Client,
@@ -30,10 +40,22 @@ pub struct Session {
 
 impl Session {
     /// Opens a session as `application_name` and adds its marker as PgClient's sessions do.
-    pub fn open(url: &str, application_name: &str, name: &str, sql: Sql) -> Res<Session> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+    pub fn open(
+        url: &str,
+        application_name: &str,
+        name: &str,
+        sql: Sql,
+        driven: Driven,
+    ) -> Res<Session> {
+        let runtime = match driven {
+            Driven::Here => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            Driven::IoThread => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?,
+        };
         let mut config: tokio_postgres::Config = url.parse()?;
         config.application_name(application_name);
         let marker = fastrand::i32(1..);

@@ -15,6 +15,9 @@
 //! * **floor**: PgMutex's very statements (`floor.rs` includes the library's `sql.rs`) on one
 //!   bare tokio-postgres connection per session: `lock_timeout` and the lock statement
 //!   (fencing token, own-session check) in one round trip, then the unlock;
+//! * **floor on an I/O thread** (contended only): the same, each connection driven by a
+//!   one-worker runtime of its own while the session's thread waits for each answer, as a
+//!   PgClient's caller does: what the thread hops cost;
 //! * **plain**: `pg_advisory_lock(hashtextextended(name, 0))` and its unlock on a bare
 //!   connection, no token: what a hand-written client does;
 //! * **psycopg2**: the plain statements from Python (`benches/python/psycopg2_bench.py`,
@@ -209,7 +212,8 @@ fn uncontended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
     row("zklock", &h, &cost, plan.cycles);
     for (what, sql) in [("floor", floor::Sql::Same), ("plain", floor::Sql::Plain)] {
         let (h, cost) = measure(server, || {
-            let mut s = floor::Session::open(&server.url(), "floor", "bench-u", sql)?;
+            let mut s =
+                floor::Session::open(&server.url(), "floor", "bench-u", sql, floor::Driven::Here)?;
             cycle(Box::new(move || {
                 s.lock()?;
                 s.unlock()
@@ -283,18 +287,14 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
         let (zk, zk_cost) = measure(server, || {
             Ok((zklock_contended(server, s, d)?, Duration::ZERO))
         })?;
-        let (fl, fl_cost) = measure(server, || {
-            Ok((
-                floor_contended(server, s, d, floor::Sql::Same)?,
-                Duration::ZERO,
-            ))
-        })?;
-        let (pl, pl_cost) = measure(server, || {
-            Ok((
-                floor_contended(server, s, d, floor::Sql::Plain)?,
-                Duration::ZERO,
-            ))
-        })?;
+        let floor = |sql, driven| {
+            measure(server, || {
+                Ok((floor_contended(server, s, d, sql, driven)?, Duration::ZERO))
+            })
+        };
+        let (fl, fl_cost) = floor(floor::Sql::Same, floor::Driven::Here)?;
+        let (io, io_cost) = floor(floor::Sql::Same, floor::Driven::IoThread)?;
+        let (pl, pl_cost) = floor(floor::Sql::Plain, floor::Driven::Here)?;
         let (py, py_cost) = measure(server, || python_contended(server, s, d))?;
         let total = |r: &Run| r.counts.iter().map(|c| c.n).sum::<u64>();
         let handoffs = |r: &Run| r.counts.iter().map(|c| c.handoffs).sum::<u64>();
@@ -333,6 +333,7 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
         };
         line("zklock", &zk, &zk_cost, true)?;
         line("floor (same SQL)", &fl, &fl_cost, false)?;
+        line("floor on an I/O thread", &io, &io_cost, true)?;
         line("plain advisory lock", &pl, &pl_cost, true)?;
         line("psycopg2", &py, &py_cost, false)?;
     }
@@ -398,11 +399,20 @@ fn zklock_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<Run>
     out
 }
 
-fn floor_contended(server: &TestingPostgres, s: usize, d: Duration, sql: floor::Sql) -> Res<Run> {
+fn floor_contended(
+    server: &TestingPostgres,
+    s: usize,
+    d: Duration,
+    sql: floor::Sql,
+    driven: floor::Driven,
+) -> Res<Run> {
     let (url, threads0) = (server.url(), threads());
     // Opened before the run, as the zklock row's Clients are.
     let sessions: Vec<_> = (0..s)
-        .map(|_| floor::Session::open(&url, "floor", "bench-fc", sql).map(parking_lot::Mutex::new))
+        .map(|_| {
+            floor::Session::open(&url, "floor", "bench-fc", sql, driven)
+                .map(parking_lot::Mutex::new)
+        })
         .collect::<Res<_>>()?;
     let sessions = Arc::new(sessions);
     let last = Arc::new(AtomicUsize::new(usize::MAX));
