@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure Debian's PostgreSQL server, psql and PgBouncer are present (the PostgreSQL
+# Makes sure Debian's PostgreSQL server, psql, PgBouncer and psycopg2 are present (the PostgreSQL
 # backend's tests start their own servers with initdb and postgres, talk to them with psql, and
 # put PgBouncer in front of them), installing the packages with apt-get if not. The server is
 # not installed when PG_BINDIR names one of your own.
@@ -12,6 +12,8 @@ fi
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 # The pooler tests put PgBouncer between zklock and the server.
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
+# The benchmark's peer: psycopg2 taking the same advisory lock.
+/usr/bin/python3 -c 'import psycopg2' >/dev/null 2>&1 || need+=(python3-psycopg2)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "zklock: installing ${need[*]} with apt-get" >&2

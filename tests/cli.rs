@@ -993,3 +993,211 @@ mod on_redis {
         assert!(err.contains("ZooKeeper only"), "{err}");
     }
 }
+
+#[cfg(feature = "postgres")]
+mod on_postgres {
+    use super::*;
+    use zklock::testing::TestingPostgres;
+
+    fn zklock_pg(server: &TestingPostgres, args: &[&str]) -> Command {
+        let mut c = Command::new(ZKLOCK);
+        c.arg("--connect").arg(server.url()).args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn run_pg(server: &TestingPostgres, name: &str, opts: &[&str], command: &[String]) -> Command {
+        let mut c = zklock_pg(server, &["run", name]);
+        c.args(opts).arg("--").args(command);
+        c
+    }
+
+    #[test]
+    fn two_runs_on_postgres_never_overlap_and_holders_shows_the_queue() {
+        let server = TestingPostgres::start().unwrap();
+        let scratch = Scratch::new();
+        let (log, go) = (scratch.file("log"), scratch.file("go"));
+        let mut a = Proc::spawn(run_pg(
+            &server,
+            "cli",
+            &[],
+            &worker(&log, "a", Some(&go), 0),
+        ));
+        wait_for("a to hold", || entered(&log, "a"));
+        let mut b = Proc::spawn(run_pg(&server, "cli", &[], &worker(&log, "b", None, 7)));
+        // b queues behind a in the server's lock queue; it does not enter while a holds.
+        wait_for("b to queue", || {
+            server.advisory_lock("cli").unwrap().1.len() == 1
+        });
+        assert!(!entered(&log, "b"));
+        let (held, waiting) = server.advisory_lock("cli").unwrap();
+        let out = zklock_pg(&server, &["holders", "cli", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = json(&out.stdout);
+        let rows = rows.as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0]["holds"], true);
+        assert_eq!(rows[0]["kind"], "lock");
+        assert_eq!(rows[0]["backend_pid"], held[0]);
+        assert_eq!(rows[0]["application"], "zklock");
+        assert_eq!(rows[1]["holds"], false);
+        assert_eq!(rows[1]["backend_pid"], waiting[0]);
+        assert!(rows[1]["waiting_since"].is_string(), "{rows:?}");
+        let table = zklock_pg(&server, &["holders", "cli"]).output().unwrap();
+        let table = String::from_utf8_lossy(&table.stdout);
+        assert!(table.contains("| 0 | lock | yes |"), "{table}");
+        assert!(table.contains("| 1 | lock | waits |"), "{table}");
+        fs::write(&go, "").unwrap();
+        assert_eq!(a.code(), 0);
+        assert_eq!(b.code(), 7, "the command's exit code passes through");
+        assert_eq!(
+            lines(&log)
+                .iter()
+                .map(|l| l.split(' ').next().unwrap())
+                .collect::<Vec<_>>(),
+            ["enter", "exit", "enter", "exit"]
+        );
+        assert!(token(&log, "b") > token(&log, "a"));
+        assert!(
+            read(&log).contains("pg_advisory_lock(hashtextextended('cli', 0))"),
+            "{}",
+            read(&log)
+        );
+        let out = zklock_pg(&server, &["holders", "cli"]).output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("no one holds or waits"));
+    }
+
+    #[test]
+    fn a_run_whose_backend_is_terminated_stops_its_command_with_123() {
+        let server = TestingPostgres::start().unwrap();
+        let scratch = Scratch::new();
+        let log = scratch.file("log");
+        let never = scratch.file("never");
+        let mut a = Proc::spawn(run_pg(
+            &server,
+            "lost",
+            &["--kill-after", "2s"],
+            &worker(&log, "a", Some(&never), 0),
+        ));
+        wait_for("a to hold", || entered(&log, "a"));
+        let (held, _) = server.advisory_lock("lost").unwrap();
+        assert!(server.terminate_backend(held[0]).unwrap());
+        assert_eq!(a.code(), 123);
+        assert!(read(&log).contains("term a"), "the command got SIGTERM");
+    }
+
+    #[test]
+    fn elect_and_a_semaphore_on_postgres() {
+        let server = TestingPostgres::start().unwrap();
+        let scratch = Scratch::new();
+        let log = scratch.file("log");
+        let never = scratch.file("never");
+        let elect = |name: &str| {
+            let mut c = zklock_pg(&server, &["elect", "leader", "--id", name, "--"]);
+            c.args(worker(&log, name, Some(&never), 0));
+            Proc::spawn(c)
+        };
+        let mut a = elect("a");
+        wait_for("a to lead", || entered(&log, "a"));
+        let mut b = elect("b");
+        wait_for("b to queue", || {
+            server.advisory_lock("leader").unwrap().1.len() == 1
+        });
+        assert!(!entered(&log, "b"));
+        a.signal("TERM");
+        assert_eq!(a.code(), 143, "the command's own status after SIGTERM");
+        wait_for("b to lead", || entered(&log, "b"));
+        assert!(token(&log, "b") > token(&log, "a"));
+        b.signal("TERM");
+        assert_eq!(b.code(), 143);
+
+        // Two leases of two: a third run times out with 124; holders lists the leases.
+        let go = scratch.file("go");
+        let opts = ["--semaphore", "2"];
+        let _c = Proc::spawn(run_pg(
+            &server,
+            "sem",
+            &opts,
+            &worker(&log, "c", Some(&go), 0),
+        ));
+        let _d = Proc::spawn(run_pg(
+            &server,
+            "sem",
+            &opts,
+            &worker(&log, "d", Some(&go), 0),
+        ));
+        wait_for("two to hold", || entered(&log, "c") && entered(&log, "d"));
+        let mut e = Proc::spawn(run_pg(
+            &server,
+            "sem",
+            &["--semaphore", "2", "--timeout", "300ms"],
+            &worker(&log, "e", None, 0),
+        ));
+        assert_eq!(e.code(), 124);
+        assert!(!entered(&log, "e"));
+        let out = zklock_pg(&server, &["holders", "sem", "--max-leases", "2"])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            table.contains("| lease 1 | yes |") && table.contains("| lease 2 | yes |"),
+            "{table}"
+        );
+        fs::write(&go, "").unwrap();
+    }
+
+    #[test]
+    fn bad_input_and_zookeeper_only_commands_say_so_on_postgres() {
+        let server = TestingPostgres::start().unwrap();
+        let out = zklock_pg(&server, &["revoke", "x"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("ZooKeeper only"), "{err}");
+        let wrong = server.url_as("zklock", "wrong", "postgres");
+        let out = Command::new(ZKLOCK)
+            .args(["--connect", &wrong, "holders", "x"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("cannot connect to PostgreSQL") && !err.contains("wrong"),
+            "{err}"
+        );
+        let out = zklock_pg(&server, &["holders", ""]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("must not be empty"), "{err}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn run_over_tls_and_holders_says_it_cannot_yet() {
+        let server = TestingPostgres::start_tls().unwrap();
+        let scratch = Scratch::new();
+        let (log, ca) = (scratch.file("log"), scratch.file("ca.pem"));
+        fs::write(&ca, server.tls().unwrap().ca_pem()).unwrap();
+        let url = server.url().replace("@127.0.0.1:", "@localhost:")
+            + "?hostaddr=127.0.0.1&sslmode=verify-full";
+        let mut c = Command::new(ZKLOCK);
+        c.args(["--connect", &url, "--tls-ca"]).arg(&ca);
+        c.args(["run", "tls", "--"])
+            .args(worker(&log, "a", None, 0));
+        assert_eq!(Proc::spawn(c).code(), 0);
+        assert!(token(&log, "a") > 0);
+        let out = Command::new(ZKLOCK)
+            .args(["--connect", &url, "--tls-ca"])
+            .arg(&ca)
+            .args(["holders", "tls"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("cannot use TLS yet"), "{err}");
+    }
+}

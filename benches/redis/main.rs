@@ -30,23 +30,22 @@
 //! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
 //! figures mean nothing).
 
+#[path = "../common/mod.rs"]
+mod common;
 mod floor;
 #[path = "../../src/redis/scripts.rs"]
 #[allow(dead_code, unused_imports, unreachable_pub)]
 mod scripts;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{num, process_cpu, secs, Res};
 use hdrhistogram::Histogram;
 use zklock::testing::TestingRedis;
 use zklock::{RedisClient, RedisMutex};
-
-type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const SESSIONS: [usize; 2] = [2, 8];
 const DRAIN_CLIENTS: usize = 10;
@@ -129,11 +128,6 @@ fn requests(server: &TestingRedis) -> Res<(u64, u64)> {
     Ok((all, scripts))
 }
 
-fn process_cpu() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
 /// What one case cost: server commands (all, and scripts) and client CPU.
 struct Cost {
     commands: u64,
@@ -203,7 +197,7 @@ fn uncontended(plan: &Plan, server: &TestingRedis) -> Res<()> {
     row("floor", &h, &cost, plan.cycles);
 
     let (line, cost) = measure(server, || {
-        let mut py = Python::start(server, "cycle", &plan.cycles.to_string())?;
+        let mut py = redis_py(server, "cycle", &plan.cycles.to_string())?;
         let line = py.finish()?;
         let cpu = secs(line.get(3));
         Ok((line, cpu))
@@ -296,27 +290,9 @@ type Counts = Vec<(u64, u64)>;
 fn run_sessions(
     s: usize,
     d: Duration,
-    session: impl Fn(usize, &AtomicBool) -> Res<(u64, u64)> + Send + Sync + 'static,
+    session: impl Fn(usize, &std::sync::atomic::AtomicBool) -> Res<(u64, u64)> + Send + Sync + 'static,
 ) -> Res<Counts> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let ready = Arc::new(Barrier::new(s + 1));
-    let session = Arc::new(session);
-    let threads: Vec<_> = (0..s)
-        .map(|i| {
-            let (stop, ready, session) = (stop.clone(), ready.clone(), session.clone());
-            thread::spawn(move || -> Res<(u64, u64)> {
-                ready.wait();
-                session(i, &stop)
-            })
-        })
-        .collect();
-    ready.wait();
-    thread::sleep(d);
-    stop.store(true, Ordering::Relaxed);
-    threads
-        .into_iter()
-        .map(|t| t.join().map_err(|_| "a session panicked")?)
-        .collect()
+    Ok(common::run_sessions(s, d, || (), session)?.0)
 }
 
 fn zklock_contended(server: &TestingRedis, s: usize, d: Duration, fair: bool) -> Res<Counts> {
@@ -380,9 +356,9 @@ fn swap_last(conn: &mut floor::Conn, key: &str, i: usize) -> Res<u64> {
 
 fn python_contended(server: &TestingRedis, s: usize, d: Duration) -> Res<(Counts, Duration)> {
     let mut procs = (0..s)
-        .map(|_| Python::start(server, "contend", &d.as_secs_f64().to_string()))
+        .map(|_| redis_py(server, "contend", &d.as_secs_f64().to_string()))
         .collect::<Res<Vec<_>>>()?;
-    procs.iter_mut().try_for_each(Python::go)?;
+    procs.iter_mut().try_for_each(common::Python::go)?;
     let (mut n, mut cpu) = (Vec::new(), Duration::ZERO);
     for mut p in procs {
         let line = p.finish()?;
@@ -408,7 +384,7 @@ fn drain(plan: &Plan, server: &TestingRedis) -> Res<()> {
             per(&cost, q as u64)
         );
         let (took, cost) = measure(server, || {
-            let mut py = Python::start(server, "drain", &q.to_string())?;
+            let mut py = redis_py(server, "drain", &q.to_string())?;
             let line = py.finish()?;
             Ok((secs(line.get(1)), secs(line.get(3))))
         })?;
@@ -463,73 +439,11 @@ fn zklock_drain(server: &TestingRedis, q: usize) -> Res<Duration> {
 // redis-py processes
 // ---------------------------------------------------------------------------
 
-struct Python {
-    child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-    started: bool,
-}
-
-impl Python {
-    fn start(server: &TestingRedis, mode: &str, arg: &str) -> Res<Python> {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/python/redis_py_bench.py"
-        );
-        let python = if std::path::Path::new("/usr/bin/python3").exists() {
-            "/usr/bin/python3"
-        } else {
-            "python3"
-        };
-        let mut child = Command::new(python)
-            .args([script, &server.url(), mode, arg])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("python3 with Debian's python3-redis: {e}"))?;
-        let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-        match lines.next() {
-            Some(Ok(l)) if l == "ready" => {}
-            other => return Err(format!("redis-py did not start: {other:?}").into()),
-        }
-        Ok(Python {
-            child,
-            lines,
-            started: false,
-        })
-    }
-
-    fn go(&mut self) -> Res<()> {
-        self.child
-            .stdin
-            .as_mut()
-            .ok_or("no stdin")?
-            .write_all(b"go\n")?;
-        self.started = true;
-        Ok(())
-    }
-
-    /// Starts it if not yet, and returns its result line, split.
-    fn finish(&mut self) -> Res<Vec<String>> {
-        if !self.started {
-            self.go()?;
-        }
-        let line = self.lines.next().ok_or("redis-py said nothing")??;
-        self.child.wait()?;
-        Ok(line.split_whitespace().map(str::to_owned).collect())
-    }
-}
-
-impl Drop for Python {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn num(s: Option<&String>) -> f64 {
-    s.and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
-}
-
-fn secs(s: Option<&String>) -> Duration {
-    Duration::try_from_secs_f64(num(s)).unwrap_or_default()
+/// A redis-py process running `redis_py_bench.py MODE ARG`.
+fn redis_py(server: &TestingRedis, mode: &str, arg: &str) -> Res<common::Python> {
+    common::Python::start(
+        "redis_py_bench.py",
+        &[&server.url(), mode, arg],
+        "python3-redis",
+    )
 }

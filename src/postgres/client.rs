@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::session::{self, Limit, Session};
+use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -39,7 +40,7 @@ pub(crate) const MIN_VERSION: u32 = 110_000;
 /// is kept for the next acquisition (for up to half the session timeout). Size the server's
 /// `max_connections` for the locks you hold and the threads that wait at once. A pooler in
 /// transaction mode (PgBouncer's `pool_mode = transaction`) hands a session's statements to
-/// different server sessions and breaks session locks: each session takes a marker lock of its
+/// different server sessions and breaks session locks: each session adds a marker of its
 /// own, and a grant or heartbeat on a server session that is not its own alone fails with
 /// [`Error::Postgres`] (or turns the hold `Lost`). Connect to the server or to a session-mode
 /// pool.
@@ -88,6 +89,8 @@ pub struct PgClient {
 pub(crate) struct Inner {
     /// The options of every session.
     config: tokio_postgres::Config,
+    /// TLS for every session (none unless the URL's `sslmode` asks for it).
+    tls: Tls,
     /// The server-side limits every session sets.
     limits: Vec<Limit>,
     /// The server and database, without a password, for messages.
@@ -126,6 +129,7 @@ pub struct PgClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
+    tls: tls::Options,
 }
 
 impl PgClient {
@@ -140,7 +144,11 @@ impl PgClient {
     /// Options for a Client of the server at `url`:
     /// `postgres://[user[:password]@]host[:port][/database][?param=value&…]` (or
     /// `postgresql://`), with libpq's parameters as tokio-postgres reads them
-    /// (`application_name`, `options`, `connect_timeout`, `sslmode=disable|prefer`, …).
+    /// (`application_name`, `options`, `connect_timeout`, …). `sslmode=require` or
+    /// `verify-full` asks for TLS with the server's certificate and host name checked,
+    /// `verify-ca` for the certificate only (feature `tls`; against the system's CAs or
+    /// [`tls_ca_pem`](PgClientBuilder::tls_ca_pem)); `disable`, `allow`, `prefer` or none
+    /// connect in the clear.
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
@@ -148,6 +156,7 @@ impl PgClient {
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
             retry: None,
+            tls: tls::Options::default(),
         }
     }
 
@@ -268,6 +277,24 @@ impl PgClientBuilder {
         self
     }
 
+    /// The CA (PEM) that signs the server's certificate, instead of the system's CAs, for a URL
+    /// with `sslmode=require`, `verify-ca` or `verify-full`.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_ca_pem(mut self, pem: &str) -> Self {
+        self.tls.ca = Some(pem.to_owned());
+        self
+    }
+
+    /// A client certificate and its private key (PEM), for a server that asks for one
+    /// (`hostssl … cert` in `pg_hba.conf`, or `clientcert=verify-ca`).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_identity_pem(mut self, certificate: &str, key: &str) -> Self {
+        self.tls.identity = Some((certificate.to_owned(), key.to_owned()));
+        self
+    }
+
     /// Checks the options, opens a session, checks the server and starts the Client's threads.
     ///
     /// # Blocking
@@ -275,12 +302,15 @@ impl PgClientBuilder {
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse or names no
-    /// host, `sslmode=require` (TLS is not built in yet) or a timeout out of range. Then
-    /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused, unreachable or
-    /// silent server, [`Error::AuthFailed`] for a refused password or user,
+    /// host, an `sslmode` that asks for TLS in a build without the `tls` feature, a CA or
+    /// client certificate that is not PEM (or given without an `sslmode` that asks for TLS) or
+    /// a timeout out of range. Then [`Error::ConnectFailed`] with the cause: [`Error::Io`] for
+    /// a refused, unreachable or silent server, [`Error::Tls`] for a refused handshake (the
+    /// server's certificate not trusted or not for the host, a server without TLS),
+    /// [`Error::AuthFailed`] for a refused password or user,
     /// [`Error::Postgres`] for an unknown database or a server older than PostgreSQL 11.
     pub fn connect(self) -> Result<PgClient> {
-        let (mut config, shown) = self.check()?;
+        let (mut config, tls, shown) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
         let failed = |cause: Error| Error::ConnectFailed {
             hosts: shown.clone(),
@@ -301,6 +331,7 @@ impl PgClientBuilder {
         let sent = boot_clock();
         let probe = handle.block_on(Session::open(
             &config,
+            &tls,
             None,
             self.connect_timeout,
             operation_timeout,
@@ -329,6 +360,7 @@ impl PgClientBuilder {
         ));
         let inner = Arc::new(Inner {
             config,
+            tls,
             limits,
             shown,
             version,
@@ -355,7 +387,7 @@ impl PgClientBuilder {
     }
 
     /// Everything that can be known without I/O.
-    fn check(&self) -> Result<(tokio_postgres::Config, String)> {
+    fn check(&self) -> Result<(tokio_postgres::Config, Tls, String)> {
         let url = self.url.trim();
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(Error::invalid(format!(
@@ -364,7 +396,13 @@ impl PgClientBuilder {
                 hide_password(url)
             )));
         }
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        let (plain, mode) = tls::take_sslmode(url).map_err(|e| match e {
+            Error::InvalidArgument(why) => {
+                Error::invalid(format!("{:?}: {why}", hide_password(url)))
+            }
+            other => other,
+        })?;
+        let mut config = tokio_postgres::Config::from_str(&plain).map_err(|e| {
             Error::invalid(format!(
                 "{:?} is not a PostgreSQL URL: {e}",
                 hide_password(url)
@@ -376,18 +414,12 @@ impl PgClientBuilder {
                 hide_password(url)
             )));
         }
-        match config.get_ssl_mode() {
-            tokio_postgres::config::SslMode::Disable | tokio_postgres::config::SslMode::Prefer => {}
-            mode => {
-                return Err(Error::invalid(format!(
-                    "{:?} asks for TLS (sslmode={mode:?}): TLS connections to PostgreSQL are \
-                     not built into this version of zklock; use sslmode=disable or prefer on a \
-                     trusted network",
-                    hide_password(url)
-                )))
-            }
-        }
-        config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        let connector = tls::connector(mode, &self.tls)?;
+        config.ssl_mode(if mode == tls::Mode::Clear {
+            tokio_postgres::config::SslMode::Disable
+        } else {
+            tokio_postgres::config::SslMode::Require
+        });
         for (what, d, min) in [
             (
                 "session timeout",
@@ -416,7 +448,7 @@ impl PgClientBuilder {
         }
         config.connect_timeout(self.connect_timeout);
         let shown = shown(&config);
-        Ok((config, shown))
+        Ok((config, connector, shown))
     }
 }
 
@@ -525,6 +557,7 @@ impl Inner {
         }
         let (s, _) = Session::open(
             &self.config,
+            &self.tls,
             Some(&self.limits),
             self.connect_timeout,
             self.operation_timeout,
@@ -597,10 +630,20 @@ mod tests {
 
     #[test]
     fn bad_urls_and_durations_are_refused_before_any_io() {
-        let tls = refused(PgClient::builder(
-            "postgres://u:secret@127.0.0.1:1/db?sslmode=require",
+        #[cfg(not(feature = "tls"))]
+        {
+            let tls = refused(PgClient::builder(
+                "postgres://u:secret@127.0.0.1:1/db?sslmode=require",
+            ));
+            assert!(tls.contains("TLS") && !tls.contains("secret"), "{tls}");
+        }
+        let mode = refused(PgClient::builder(
+            "postgres://u:secret@127.0.0.1:1/db?sslmode=sometimes",
         ));
-        assert!(tls.contains("TLS") && !tls.contains("secret"), "{tls}");
+        assert!(
+            mode.contains("sslmode") && !mode.contains("secret"),
+            "{mode}"
+        );
         assert!(refused(PgClient::builder("redis://127.0.0.1:1")).contains("postgres://"));
         assert!(refused(PgClient::builder("postgres://u:secret@127.0.0.1:x/db")).contains("***"));
         let b = || PgClient::builder("postgres://127.0.0.1:1/db");

@@ -8,6 +8,8 @@ mod mutex;
 mod read_write;
 mod semaphore;
 mod session;
+mod sql;
+mod tls;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use latch::PgLeaderLatch;

@@ -9,7 +9,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
-use super::session::{error, int, keep, own, retryable, Keeping, Report, Session};
+use super::session::{error, int, keep, retryable, Keeping, Report, Session};
+use super::sql::{Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -20,66 +21,6 @@ use crate::core::retry::RetryBudget;
 
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
-
-/// The statements of one lock mode: exclusive (`pg_advisory_lock`) or shared
-/// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed).
-pub(crate) struct Statements {
-    /// Waits for the lock, then reads the session's backend, the fencing token and whether the
-    /// session is its own (shared with no other zklock session through a pooler: if it is not,
-    /// the lock just taken is let go of in the same statement). The function in `FROM` returns
-    /// (the lock is granted) before the target list is computed, so the transaction id is
-    /// assigned after the grant. The transactional logical message (a few bytes of WAL, prefix
-    /// `zklock`) makes the transaction one that wrote WAL, whose commit is flushed before the
-    /// answer (`synchronous_commit = on`): a transaction id that has only been assigned would
-    /// be committed asynchronously and could be handed out again after a crash. The subquery is
-    /// not flattened (its target list is volatile), so the unlock sees its row.
-    lock: &'static str,
-    /// One attempt without waiting; a transaction id (a token) only when granted.
-    try_lock: &'static str,
-    /// `$1` the name, `$2` the seed.
-    unlock: &'static str,
-    /// The SQL function that takes the lock, for [`PgMutex::lock_sql`].
-    function: &'static str,
-}
-
-macro_rules! statements {
-    ($suffix:literal) => {
-        Statements {
-            lock: concat!(
-                "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock",
-                $suffix,
-                "(hashtextextended($1, $3)) END, m ",
-                "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
-                own!("$2"),
-                " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
-                "FROM pg_advisory_lock",
-                $suffix,
-                "(hashtextextended($1, $3))) AS grant_",
-            ),
-            try_lock: concat!(
-                "SELECT pid, xid, own, CASE WHEN l AND NOT own THEN pg_advisory_unlock",
-                $suffix,
-                "(hashtextextended($1, $3)) END, m ",
-                "FROM (SELECT pg_backend_pid() AS pid, l, ",
-                "CASE WHEN l THEN txid_current() END AS xid, ",
-                own!("$2"),
-                " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
-                "FROM pg_try_advisory_lock",
-                $suffix,
-                "(hashtextextended($1, $3)) AS l) AS attempt",
-            ),
-            unlock: concat!(
-                "SELECT pg_advisory_unlock",
-                $suffix,
-                "(hashtextextended($1, $2))"
-            ),
-            function: concat!("pg_advisory_lock", $suffix),
-        }
-    };
-}
-
-const EXCLUSIVE: Statements = statements!("");
-const SHARED: Statements = statements!("_shared");
 
 /// One advisory lock of a name: `hashtextextended(NAME, seed)`, taken exclusive or shared.
 #[derive(Clone, Copy)]
@@ -555,9 +496,7 @@ async fn ask(
     let marker: &(dyn ToSql + Sync) = &session.marker;
     let seed: &(dyn ToSql + Sync) = &key.seed;
     let lock_params = [(name, Type::TEXT), (marker, Type::INT8), (seed, Type::INT8)];
-    let set = session
-        .client
-        .query_typed("SELECT set_config('lock_timeout', $1, false)", &set_params);
+    let set = session.client.query_typed(SET_LOCK_TIMEOUT, &set_params);
     let sent = boot_clock();
     let lock = session.client.query_typed(key.sql.lock, &lock_params);
     // Both statements go out at once: the wait costs one round trip.

@@ -10,7 +10,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
 use super::mutex::{attempt, check_name, granted, Grant, Holding, Key};
-use super::session::{int, own, retryable};
+use super::session::{int, retryable};
+use super::sql::own;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthFeed, LockHealth};

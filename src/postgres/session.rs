@@ -9,6 +9,8 @@ use tokio::sync::{oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::sql;
+use super::tls::{refusal, Tls};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
@@ -71,35 +73,16 @@ fn set_sql(limits: &[Limit]) -> String {
         .collect()
 }
 
-/// Every session takes a marker lock when it opens, `pg_advisory_lock(2053860459, MARKER)`: the
-/// two-integer form (`objsubid = 2` in `pg_locks`, a key space apart from the locks' own), its
-/// first key `0x7A6B6C6B` ("zklk"), its second a random positive `int4` of the session's.
-///
-/// SQL true when the server session running the statement holds the marker given as the
-/// parameter `$p` (an `int8`) and no other session's marker: it is this session's own, shared
-/// with no other zklock session. A pooler in transaction mode that runs one client's
-/// statements on another's server session, or two clients' on one, makes it false.
-macro_rules! own {
-    ($p:literal) => {
-        concat!(
-            "((SELECT coalesce(array_agg(objid::int8), '{}') FROM pg_locks ",
-            "WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 2053860459 ",
-            "AND pid = pg_backend_pid() AND granted) = ARRAY[",
-            $p,
-            "::int8])"
-        )
-    };
-}
-pub(crate) use own;
-
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
     cancel: tokio_postgres::CancelToken,
+    /// How to reach the server again, to cancel.
+    tls: Tls,
     /// The server process serving it (`pg_backend_pid()`).
     pub(crate) pid: i32,
-    /// The second key of this session's marker lock, taken when it opened: what tells its own
-    /// server session from one a pooler hands it.
+    /// This session's marker, added to the server session's `zklock.marker` when it opened:
+    /// what tells its own server session from one a pooler hands it.
     pub(crate) marker: i64,
     /// Becomes true when the connection ends (closed by either side, broken, or the Client
     /// closed).
@@ -108,17 +91,18 @@ pub(crate) struct Session {
 
 impl Session {
     /// Opens a session, sets `limits` on it (sent with its first statement: no round trip
-    /// more), takes its marker lock and learns its backend pid and the server's version, within
+    /// more), adds its marker and learns its backend pid and the server's version, within
     /// `connect_timeout` and `operation_timeout`. The connection ends when `close` turns true.
     pub(crate) async fn open(
         config: &tokio_postgres::Config,
+        tls: &Tls,
         limits: Option<&[Limit]>,
         connect_timeout: Duration,
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
     ) -> Result<(Session, u32)> {
         let (client, connection) =
-            tokio::time::timeout(connect_timeout, config.connect(tokio_postgres::NoTls))
+            tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
                 .await
                 .map_err(|_| Error::Io {
                     context: "connecting to PostgreSQL".into(),
@@ -142,11 +126,7 @@ impl Session {
         let marker = fastrand::i32(1..);
         let marker_param: &(dyn ToSql + Sync) = &marker;
         let params = [(marker_param, Type::INT4)];
-        let first = client.query_typed(
-            "SELECT pg_backend_pid(), current_setting('server_version_num')::int, \
-             pg_try_advisory_lock(2053860459, $1)",
-            &params,
-        );
+        let first = client.query_typed(sql::OPEN, &params);
         let row = match limits {
             None => within(operation_timeout, first).await?,
             Some(limits) => {
@@ -165,14 +145,15 @@ impl Session {
             .map_err(|_| Error::Postgres(format!("a backend pid out of range: {pid}")))?;
         if !row.try_get::<_, bool>(2).unwrap_or(false) {
             return Err(Error::Postgres(
-                "another session holds this session's marker lock: is a pooler between \
-                 zklock and the server?"
+                "another session added this session's marker to its server session: is a \
+                 pooler between zklock and the server?"
                     .into(),
             ));
         }
         let session = Session {
             client,
             cancel,
+            tls: tls.clone(),
             pid,
             marker: i64::from(marker),
             ended,
@@ -212,7 +193,7 @@ impl Session {
     /// Asks the server to cancel the statement this session runs (from a connection of its
     /// own), within `timeout`.
     pub(crate) async fn cancel(&self, timeout: Duration) {
-        match tokio::time::timeout(timeout, self.cancel.cancel_query(tokio_postgres::NoTls)).await {
+        match tokio::time::timeout(timeout, self.cancel.cancel_query(self.tls.clone())).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!("zklock: cancelling a PostgreSQL statement failed: {e}"),
             Err(_) => tracing::debug!("zklock: cancelling a PostgreSQL statement timed out"),
@@ -223,9 +204,8 @@ impl Session {
     /// zklock session), for the lease: the lease clock's reading when the check was sent.
     pub(crate) async fn beat(&self, timeout: Duration) -> Result<Duration> {
         let sent = boot_clock();
-        let sql = concat!("SELECT pg_backend_pid(), ", own!("$1"));
         let row = self
-            .row(timeout, sql, &[(&self.marker, Type::INT8)])
+            .row(timeout, sql::BEAT, &[(&self.marker, Type::INT8)])
             .await?;
         self.check_own(&row, 0, 1)?;
         Ok(sent)
@@ -380,6 +360,9 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
             return Error::ConnectionLoss;
         }
         return Error::Postgres(text);
+    }
+    if let Some(why) = refusal(e) {
+        return Error::Tls(why);
     }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

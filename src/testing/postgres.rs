@@ -56,6 +56,8 @@ pub struct TestingPostgres {
     bindir: PathBuf,
     /// (uid, gid) to run as, when we are root.
     run_as: Option<(u32, u32)>,
+    /// The certificates of a server with TLS on (in `dir/tls`).
+    tls: Option<super::TestingTls>,
     dir: tempfile::TempDir,
 }
 
@@ -66,6 +68,26 @@ impl TestingPostgres {
     /// `NotFound` with what to install when there is no PostgreSQL; the server's log when it
     /// does not accept connections within 60 s.
     pub fn start() -> io::Result<TestingPostgres> {
+        TestingPostgres::create(false)
+    }
+
+    /// As [`start`](Self::start), with TLS on beside the clear connections (`ssl = on`), the
+    /// server's certificate for `localhost` and `127.0.0.1` signed by a throwaway CA made with
+    /// the `openssl` command ([`tls`](Self::tls)). Connect with `sslmode=verify-full` and that
+    /// CA.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls() -> io::Result<TestingPostgres> {
+        TestingPostgres::create(true)
+    }
+
+    /// The TLS certificates, for a server from [`start_tls`](Self::start_tls).
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref()
+    }
+
+    fn create(tls: bool) -> io::Result<TestingPostgres> {
         let bindir = bindir()?;
         let run_as = if rustix::process::getuid().is_root() {
             Some(postgres_user()?)
@@ -106,6 +128,22 @@ impl TestingPostgres {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
+        let tls = if tls {
+            let (certificates, path) = super::tls::certificates(dir.path(), false)?;
+            if let Some((uid, gid)) = run_as {
+                for f in std::iter::once(path.clone())
+                    .chain(fs::read_dir(&path)?.flatten().map(|e| e.path()))
+                {
+                    std::os::unix::fs::chown(&f, Some(uid), Some(gid))?;
+                }
+            }
+            // The server refuses a key others can read.
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path.join("server.key"), fs::Permissions::from_mode(0o600))?;
+            Some(certificates)
+        } else {
+            None
+        };
         let mut server = TestingPostgres {
             child: None,
             paused: Mutex::new(Vec::new()),
@@ -113,6 +151,7 @@ impl TestingPostgres {
             password,
             bindir,
             run_as,
+            tls,
             dir,
         };
         let mut last = None;
@@ -158,6 +197,15 @@ impl TestingPostgres {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if self.tls.is_some() {
+            let file = |name: &str| format!("{}", self.dir.path().join("tls").join(name).display());
+            cmd.args(["-c", "ssl=on", "-c"])
+                .arg(format!("ssl_cert_file={}", file("server.pem")))
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", file("server.key")))
+                .arg("-c")
+                .arg(format!("ssl_ca_file={}", file("ca.pem")));
+        }
         if let Some((uid, gid)) = self.run_as {
             cmd.uid(uid).gid(gid);
         }

@@ -43,8 +43,9 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// ZooKeeper connect string (host:port,...), or a Redis URL
-    /// (redis://[[user]:password@]host[:port][/db]); $ZKLOCK_CONNECT, else $ZK_CONNECT
+    /// ZooKeeper connect string (host:port,...), a Redis URL
+    /// (redis://[[user]:password@]host[:port][/db]) or a PostgreSQL URL
+    /// (postgres://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT
     #[arg(
         long,
         global = true,

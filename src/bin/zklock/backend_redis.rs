@@ -2,20 +2,20 @@
 //! a semaphore lease, `elect` on a `RedisLeaderLatch`, and `holders` / `watch`. The hold's TTL
 //! is `--session-timeout`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{never, Receiver};
 use zklock::{
-    HealthEvent, LockHealth, RedisClient, RedisLeaderLatch, RedisLease, RedisMutex,
-    RedisParticipant, RedisReadWriteLock, RedisSemaphore,
+    HealthEvent, LeadershipChange, LockHealth, RedisClient, RedisLeaderLatch, RedisLease,
+    RedisMutex, RedisParticipant, RedisReadWriteLock, RedisSemaphore,
 };
 
 use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
-use crate::child::{catch_signals, status_code, Child, Outcome, Watchdog};
+use crate::child::catch_signals;
+use crate::elect_latch::{elect_on_latch, Latch};
 use crate::run::{Contend, Held};
-use crate::{code, hostname, CliResult, Context, Failure};
+use crate::{code, CliResult, Context, Failure};
 
 /// A connected Redis Client from the global options.
 pub fn connect(global: &Global) -> CliResult<RedisClient> {
@@ -199,95 +199,39 @@ impl Held for RedisLease {
     }
 }
 
-/// `elect` on Redis: a latch per term; the command runs while it leads.
+/// `elect` on Redis: a `RedisLeaderLatch` per term.
 pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
     let signals = catch_signals().map_err(failed)?;
     let client = connect(global).map_err(failed)?;
-    let id = args
-        .id
-        .clone()
-        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
-    let result = loop {
-        let latch = RedisLeaderLatch::start(&client, &args.path)
-            .context(|| format!("cannot take part in the election on {}", args.path))
-            .map_err(failed)?;
-        let changes = latch.changes();
-        // Until elected a signal ends zklock (leaving the queue).
-        let elected = loop {
-            if let Ok(sig) = signals.try_recv() {
-                break Err((128 + sig.signal) as u8);
-            }
-            match latch.await_leadership_timeout(Duration::from_millis(100)) {
-                Ok(true) => break Ok(()),
-                Ok(false) => {}
-                Err(e) => {
-                    return Err(failed(Failure::from_error("the election ended", &e)));
-                }
-            }
-        };
-        if let Err(code) = elected {
-            latch.close();
-            break Ok(code);
-        }
-        let token = latch.epoch().unwrap_or_default();
-        eprintln!("zklock: leading {} as {id:?} (epoch {token})", args.path);
-        let env = [
-            ("ZKLOCK_FENCING_TOKEN", token.to_string()),
-            ("ZKLOCK_NODE", latch_key(&args.path)),
-            ("ZKLOCK_LEADER_ID", id.clone()),
-        ];
-        let mut child = match Child::spawn(&args.command, &env, !args.foreground) {
-            Ok(child) => child,
-            Err(f) => {
-                latch.close();
-                break Err(f);
-            }
-        };
-        let health = || latch.health().unwrap_or(LockHealth::Lost);
-        let (forward, forwarded) = crossbeam_channel::unbounded();
-        let relay = signals.clone();
-        let watchdog = Watchdog {
-            health: &health,
-            wake: changes,
-            cancelled: &|| false,
-            signals: forwarded,
-            revoked: never(),
-            suspended_grace: args.suspended_grace,
-            kill_after: args.kill_after,
-        };
-        // Signals for zklock go to the command, and end the election after its term.
-        let stopping = Arc::new(AtomicBool::new(false));
-        let (done, term_over) = crossbeam_channel::bounded::<()>(0);
-        let relaying = {
-            let stopping = stopping.clone();
-            std::thread::spawn(move || loop {
-                crossbeam_channel::select! {
-                    recv(relay) -> sig => {
-                        let Ok(sig) = sig else { break };
-                        stopping.store(true, Ordering::SeqCst);
-                        if forward.send(sig).is_err() {
-                            break;
-                        }
-                    }
-                    recv(term_over) -> _ => break,
-                }
-            })
-        };
-        let code = match watchdog.supervise(&mut child) {
-            Outcome::Exited(status) => status_code(status),
-            Outcome::Lost => code::LOST,
-        };
-        drop(done);
-        let _ = relaying.join();
-        latch.close();
-        if !args.requeue || stopping.load(Ordering::SeqCst) {
-            break Ok(code);
-        }
-        eprintln!("zklock: the term ended (exit code {code}); queueing again");
-    };
+    let node = latch_key(&args.path);
+    let result = elect_on_latch(&args, &signals, &node, || {
+        RedisLeaderLatch::start(&client, &args.path)
+    });
     client.close();
     result
+}
+
+impl Latch for RedisLeaderLatch {
+    fn changes(&self) -> zklock::Receiver<LeadershipChange> {
+        RedisLeaderLatch::changes(self)
+    }
+
+    fn await_leadership_timeout(&self, timeout: Duration) -> zklock::Result<bool> {
+        RedisLeaderLatch::await_leadership_timeout(self, timeout)
+    }
+
+    fn epoch(&self) -> Option<u64> {
+        RedisLeaderLatch::epoch(self)
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        RedisLeaderLatch::health(self)
+    }
+
+    fn close(&self) {
+        RedisLeaderLatch::close(self)
+    }
 }
 
 /// The key a Redis election's leader holds.

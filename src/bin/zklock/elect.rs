@@ -21,9 +21,6 @@ enum TermEnd {
 }
 
 pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
-    if crate::is_redis(global) {
-        return crate::backend_redis::elect(global, args);
-    }
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
     let signals = catch_signals().map_err(failed)?;
     let client = connect(global).map_err(failed)?;

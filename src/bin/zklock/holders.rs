@@ -375,9 +375,6 @@ fn print(view: &View, json: bool) {
 }
 
 pub fn holders(global: &Global, args: HoldersArgs) -> CliResult<()> {
-    if crate::is_redis(global) {
-        return crate::backend_redis::holders(global, args);
-    }
     let client = connect(global)?;
     let view = view(&client, &args.path, args.max_leases)
         .context(|| format!("cannot read {}", args.path))?;
@@ -427,9 +424,6 @@ fn watches(client: &Client, view: &View) -> zklock::Result<Vec<Watch>> {
 }
 
 pub fn watch(global: &Global, args: HoldersArgs) -> CliResult<()> {
-    if crate::is_redis(global) {
-        return crate::backend_redis::watch(global, args);
-    }
     let client = connect(global)?;
     let states = client.connection_states();
     let mut last = None;

@@ -3,10 +3,14 @@
 #![deny(unsafe_code)]
 
 mod args;
+#[cfg(feature = "postgres")]
+mod backend_postgres;
 #[cfg(feature = "redis")]
 mod backend_redis;
 mod child;
 mod elect;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod elect_latch;
 mod holders;
 mod revoke;
 mod run;
@@ -17,7 +21,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 use zklock::Client;
 
-use crate::args::{Cli, Command, Global};
+use crate::args::{Cli, Command, ElectArgs, Global, HoldersArgs, RunArgs};
 
 /// Exit codes of `run` and `elect` besides the command's own status (documented in `--help`
 /// and `docs/cli.md`).
@@ -91,50 +95,110 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
     }
 }
 
-/// Whether `--connect` names a Redis server (`redis://…`) rather than ZooKeeper hosts.
-pub fn is_redis(global: &Global) -> bool {
-    let scheme = global
-        .connect
-        .trim()
-        .split("://")
-        .next()
-        .unwrap_or_default();
-    scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
+/// The server `--connect` names: ZooKeeper hosts, a `redis://` (`rediss://`) URL or a
+/// `postgres://` (`postgresql://`) URL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    ZooKeeper,
+    Redis,
+    Postgres,
 }
 
-/// Redis, in a build without it.
+/// What each backend does for the commands every backend has.
+#[derive(Debug)]
+pub struct Commands {
+    pub contender: fn(&Global, &RunArgs) -> CliResult<Box<dyn run::Contend>>,
+    pub elect: fn(&Global, ElectArgs) -> CliResult<u8>,
+    pub holders: fn(&Global, HoldersArgs) -> CliResult<()>,
+    pub watch: fn(&Global, HoldersArgs) -> CliResult<()>,
+}
+
+impl Backend {
+    pub fn of(global: &Global) -> Backend {
+        let connect = global.connect.trim();
+        let scheme = match connect.split_once("://") {
+            Some((scheme, _)) => scheme.to_ascii_lowercase(),
+            None => return Backend::ZooKeeper,
+        };
+        match scheme.as_str() {
+            "redis" | "rediss" => Backend::Redis,
+            "postgres" | "postgresql" => Backend::Postgres,
+            _ => Backend::ZooKeeper,
+        }
+    }
+
+    pub fn commands(self) -> Commands {
+        match self {
+            Backend::ZooKeeper => Commands {
+                contender: run::zookeeper_contender,
+                elect: elect::elect,
+                holders: holders::holders,
+                watch: holders::watch,
+            },
+            Backend::Redis => Commands {
+                contender: backend_redis::contender,
+                elect: backend_redis::elect,
+                holders: backend_redis::holders,
+                watch: backend_redis::watch,
+            },
+            Backend::Postgres => Commands {
+                contender: backend_postgres::contender,
+                elect: backend_postgres::elect,
+                holders: backend_postgres::holders,
+                watch: backend_postgres::watch,
+            },
+        }
+    }
+}
+
+/// A backend's commands in a build without it: each says how to build it in.
+#[cfg(not(all(feature = "redis", feature = "postgres")))]
+macro_rules! missing_backend {
+    ($module:ident, $name:literal, $features:literal) => {
+        mod $module {
+            use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
+            use crate::run::Contend;
+            use crate::{CliResult, Failure};
+
+            fn missing() -> Failure {
+                Failure::new(concat!(
+                    "this zklock was built without ",
+                    $name,
+                    ": install it with --features ",
+                    $features
+                ))
+            }
+
+            pub fn contender(_: &Global, _: &RunArgs) -> CliResult<Box<dyn Contend>> {
+                Err(missing())
+            }
+
+            pub fn elect(_: &Global, _: ElectArgs) -> CliResult<u8> {
+                Err(missing())
+            }
+
+            pub fn holders(_: &Global, _: HoldersArgs) -> CliResult<()> {
+                Err(missing())
+            }
+
+            pub fn watch(_: &Global, _: HoldersArgs) -> CliResult<()> {
+                Err(missing())
+            }
+        }
+    };
+}
+
 #[cfg(not(feature = "redis"))]
-mod backend_redis {
-    use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
-    use crate::run::Contend;
-    use crate::{CliResult, Failure};
-
-    fn missing() -> Failure {
-        Failure::new("this zklock was built without Redis: install it with --features cli,redis")
-    }
-
-    pub fn contender(_: &Global, _: &RunArgs) -> CliResult<Box<dyn Contend>> {
-        Err(missing())
-    }
-
-    pub fn elect(_: &Global, _: ElectArgs) -> CliResult<u8> {
-        Err(missing())
-    }
-
-    pub fn holders(_: &Global, _: HoldersArgs) -> CliResult<()> {
-        Err(missing())
-    }
-
-    pub fn watch(_: &Global, _: HoldersArgs) -> CliResult<()> {
-        Err(missing())
-    }
-}
+missing_backend!(backend_redis, "Redis", "cli,redis");
+#[cfg(not(feature = "postgres"))]
+missing_backend!(backend_postgres, "PostgreSQL", "cli,postgres");
 
 /// A connected ZooKeeper Client from the global options.
 pub fn connect(global: &Global) -> CliResult<Client> {
-    if is_redis(global) {
+    if Backend::of(global) != Backend::ZooKeeper {
         return Err(Failure::new(
-            "this command works on ZooKeeper only; on Redis there are run, elect, holders and watch",
+            "this command works on ZooKeeper only; on Redis and PostgreSQL there are run, \
+             elect, holders and watch",
         ));
     }
     let mut builder = Client::builder(&global.connect)
@@ -207,8 +271,8 @@ pub fn hostname() -> String {
         .into_owned()
 }
 
-/// The parsed command line; `$ZKLOCK_CONNECT` (a ZooKeeper connect string or a `redis://`
-/// URL) stands in for `--connect` when it is not given, ahead of `$ZK_CONNECT`.
+/// The parsed command line; `$ZKLOCK_CONNECT` (a ZooKeeper connect string, a `redis://` or a
+/// `postgres://` URL) stands in for `--connect` when it is not given, ahead of `$ZK_CONNECT`.
 fn parse() -> Cli {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -221,13 +285,14 @@ fn parse() -> Cli {
 
 fn main() -> ExitCode {
     let cli = parse();
+    let commands = Backend::of(&cli.global).commands();
     let result = match cli.command {
         Command::Run(a) => run::run(&cli.global, a),
-        Command::Holders(a) => holders::holders(&cli.global, a).map(|()| 0),
-        Command::Watch(a) => holders::watch(&cli.global, a).map(|()| 0),
+        Command::Holders(a) => (commands.holders)(&cli.global, a).map(|()| 0),
+        Command::Watch(a) => (commands.watch)(&cli.global, a).map(|()| 0),
         Command::Revoke(a) => revoke::revoke(&cli.global, a).map(|()| 0),
         Command::Break(a) => revoke::break_node(&cli.global, a).map(|()| 0),
-        Command::Elect(a) => elect::elect(&cli.global, a),
+        Command::Elect(a) => (commands.elect)(&cli.global, a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

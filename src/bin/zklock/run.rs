@@ -253,18 +253,18 @@ fn report_holders(client: Client, path: String, max_leases: Option<u32>, waiting
     }
 }
 
+/// The lock `run` takes on ZooKeeper, from its options.
+pub fn zookeeper_contender(global: &Global, args: &RunArgs) -> CliResult<Box<dyn Contend>> {
+    let client = connect(global)?;
+    let lock = Contender::new(&client, args).context(|| format!("cannot use {}", args.path))?;
+    Ok(Box::new(ZkContender { client, lock }))
+}
+
 pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
     // Until the signals are caught a signal ends zklock at once: nothing is held yet.
-    let contender: Box<dyn Contend> = if crate::is_redis(global) {
-        crate::backend_redis::contender(global, &args).map_err(failed)?
-    } else {
-        let client = connect(global).map_err(failed)?;
-        let lock = Contender::new(&client, &args)
-            .context(|| format!("cannot use {}", args.path))
-            .map_err(failed)?;
-        Box::new(ZkContender { client, lock })
-    };
+    let contender =
+        (crate::Backend::of(global).commands().contender)(global, &args).map_err(failed)?;
     let signals = catch_signals().map_err(failed)?;
     let events = contender.health_events();
     let revoked = if args.revocable {

@@ -1,0 +1,539 @@
+//! PgMutex against a real PostgreSQL server (TestingPostgres), beside the floor of its SQL and
+//! psycopg2 doing `pg_advisory_lock`, in the same run on the same server: uncontended latency,
+//! contended handoffs/s with 2 and 8 sessions, and the connections a held lock and a waiting
+//! thread use — each with the statements per acquisition the server counted, the client CPU,
+//! threads and memory it took.
+//!
+//! ```sh
+//! cargo bench --features testing,postgres --bench postgres
+//! cargo bench --features testing,postgres --bench postgres -- --only=contended --secs=10
+//! ```
+//!
+//! Rows:
+//! * **zklock**: one PgClient per session (as separate processes would have), `lock()` and
+//!   `release()`;
+//! * **floor**: PgMutex's very statements (`floor.rs` includes the library's `sql.rs`) on one
+//!   bare tokio-postgres connection per session: `lock_timeout` and the lock statement
+//!   (fencing token, own-session check) in one round trip, then the unlock;
+//! * **floor on an I/O thread** (contended only): the same, each connection driven by a
+//!   one-worker runtime of its own while the session's thread waits for each answer, as a
+//!   PgClient's caller does: what the thread hops cost;
+//! * **plain**: `pg_advisory_lock(hashtextextended(name, 0))` and its unlock on a bare
+//!   connection, no token: what a hand-written client does;
+//! * **psycopg2**: the plain statements from Python (`benches/python/psycopg2_bench.py`,
+//!   Debian's `python3-psycopg2`), one process per session.
+//!
+//! A handoff is an acquisition by another session than the last (in-process for the Rust rows,
+//! through a file for psycopg2's processes); "spread" is the fewest and most acquisitions of
+//! one session. "wait" is the time `lock` took, p50 and p99. Statements are the server's count
+//! of transactions in the database (`pg_stat_database`: every statement outside a transaction
+//! block is one — heartbeats included), read once the case's sessions have ended (a backend
+//! reports its counts when it exits). Round trips: zklock's and the floor's lock is one (two
+//! statements pipelined), the unlock one. Client CPU is this process's for the Rust rows and
+//! the Python processes' own for psycopg2; threads are this process's beyond the bench's own,
+//! sampled half-way; connections are the server's client backends, sampled half-way.
+//!
+//! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
+//! figures mean nothing).
+
+#[path = "../common/mod.rs"]
+mod common;
+mod floor;
+#[path = "../../src/postgres/sql.rs"]
+#[allow(dead_code, unused_imports, unused_macros, unreachable_pub)]
+mod sql;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{num, process_cpu, rss_mib, secs, threads, Res};
+use hdrhistogram::Histogram;
+use zklock::testing::TestingPostgres;
+use zklock::{PgClient, PgMutex};
+
+const SESSIONS: [usize; 2] = [2, 8];
+
+struct Plan {
+    short: bool,
+    cycles: usize,
+    contended: Duration,
+    only: Option<String>,
+}
+
+impl Plan {
+    fn from_args() -> Plan {
+        let args: Vec<String> = std::env::args().collect();
+        let short = !args.iter().any(|a| a == "--bench");
+        let value = |name: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
+        };
+        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
+        Plan {
+            short,
+            cycles: if short { 20 } else { 2000 },
+            contended: if short {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs_f64(secs)
+            },
+            only: value("only"),
+        }
+    }
+
+    fn runs(&self, case: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|only| only.split(',').any(|c| c == case))
+    }
+}
+
+fn main() -> Res<()> {
+    let plan = Plan::from_args();
+    let server = TestingPostgres::start()?;
+    if plan.short {
+        println!("(short pass: the figures mean nothing)");
+    }
+    let version = server.sql("SHOW server_version")?;
+    println!(
+        "PostgreSQL {} on 127.0.0.1:{} (fsync off)\n",
+        cell(&version),
+        server.port()
+    );
+    if plan.runs("uncontended") {
+        uncontended(&plan, &server)?;
+    }
+    if plan.runs("contended") {
+        contended(&plan, &server)?;
+    }
+    if plan.runs("connections") {
+        connections(&server)?;
+    }
+    Ok(())
+}
+
+/// The first cell of the first row of an answer.
+fn cell(rows: &[Vec<Option<String>>]) -> String {
+    rows.first()
+        .and_then(|r| r.first().cloned().flatten())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------
+// What a case costs
+// ---------------------------------------------------------------------------
+
+/// The database's transactions so far (each statement outside a transaction block is one).
+fn statements(server: &TestingPostgres) -> Res<u64> {
+    let rows = server.sql(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres'",
+    )?;
+    Ok(cell(&rows).parse()?)
+}
+
+/// The server's client backends now, but the one asking.
+fn backends(server: &TestingPostgres, application: &str) -> Res<u64> {
+    let rows = server.sql(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+         AND pid <> pg_backend_pid() AND application_name LIKE '{application}'"
+    ))?;
+    Ok(cell(&rows).parse()?)
+}
+
+/// Waits until every session but the asking one has ended (and so reported its counts).
+fn quiet(server: &TestingPostgres) -> Res<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while backends(server, "%")? > 0 {
+        if Instant::now() > deadline {
+            return Err("the case's sessions did not end within 60 s".into());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// What one case cost: statements the server ran and client CPU.
+struct Cost {
+    statements: u64,
+    cpu: Duration,
+}
+
+/// Runs `f` (which returns its result and the CPU of processes other than this one) once the
+/// server is quiet, and counts what it cost when it is quiet again.
+fn measure<T>(server: &TestingPostgres, f: impl FnOnce() -> Res<(T, Duration)>) -> Res<(T, Cost)> {
+    quiet(server)?;
+    let (s0, c0) = (statements(server)?, process_cpu());
+    let (out, child_cpu) = f()?;
+    let cpu = process_cpu() - c0 + child_cpu;
+    quiet(server)?;
+    // Less the two transactions of the first `statements` and `backends` calls' sessions.
+    let statements = (statements(server)? - s0).saturating_sub(2);
+    Ok((out, Cost { statements, cpu }))
+}
+
+fn per(cost: &Cost, ops: u64) -> String {
+    let ops = ops.max(1) as f64;
+    format!(
+        "{:.2} stmts, {:.3} ms CPU",
+        cost.statements as f64 / ops,
+        cost.cpu.as_secs_f64() * 1e3 / ops
+    )
+}
+
+fn client(server: &TestingPostgres) -> Res<PgClient> {
+    Ok(PgClient::connect(&server.url())?)
+}
+
+// ---------------------------------------------------------------------------
+// Uncontended: lock + release, one session.
+// ---------------------------------------------------------------------------
+
+fn uncontended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
+    println!("## uncontended lock + release ({} cycles)\n", plan.cycles);
+    println!("| | p50 | p99 | per cycle |\n|---|---|---|---|");
+    let cycle = |mut f: Box<dyn FnMut() -> Res<()>>| -> Res<(Histogram<u64>, Duration)> {
+        let mut h = Histogram::<u64>::new(3)?;
+        for _ in 0..plan.cycles {
+            let t = Instant::now();
+            f()?;
+            h.record(t.elapsed().as_micros() as u64)?;
+        }
+        Ok((h, Duration::ZERO))
+    };
+    let (h, cost) = measure(server, || {
+        let client = client(server)?;
+        let mutex = PgMutex::new(&client, "bench-u")?;
+        let out = cycle(Box::new(move || Ok(mutex.lock()?.release()?)));
+        client.close();
+        out
+    })?;
+    row("zklock", &h, &cost, plan.cycles);
+    for (what, sql) in [("floor", floor::Sql::Same), ("plain", floor::Sql::Plain)] {
+        let (h, cost) = measure(server, || {
+            let mut s =
+                floor::Session::open(&server.url(), "floor", "bench-u", sql, floor::Driven::Here)?;
+            cycle(Box::new(move || {
+                s.lock()?;
+                s.unlock()
+            }))
+        })?;
+        row(what, &h, &cost, plan.cycles);
+    }
+    let (line, cost) = measure(server, || {
+        let mut py = psycopg2(server, "cycle", &plan.cycles.to_string(), None)?;
+        let line = py.finish()?;
+        let cpu = secs(line.get(3));
+        Ok((line, cpu))
+    })?;
+    println!(
+        "| psycopg2 | {:.0} µs | {:.0} µs | {} |\n",
+        num(line.get(1)),
+        num(line.get(2)),
+        per(&cost, plan.cycles as u64)
+    );
+    Ok(())
+}
+
+fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
+    println!(
+        "| {what} | {} µs | {} µs | {} |",
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        per(cost, ops as u64)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Contended: S sessions in a loop of lock + release on one lock.
+// ---------------------------------------------------------------------------
+
+/// One session's acquisitions, handoffs and waits.
+struct Counts {
+    n: u64,
+    handoffs: u64,
+    waits: Histogram<u64>,
+}
+
+/// What a run used, sampled half-way: this process's threads beyond the bench's own, its
+/// resident memory (MiB), and the server's client backends.
+struct Used {
+    threads: u64,
+    rss: f64,
+    connections: u64,
+    /// Whether the sessions were processes (psycopg2's): one thread each, `rss` each.
+    processes: bool,
+}
+
+/// One contended row.
+struct Run {
+    counts: Vec<Counts>,
+    used: Used,
+}
+
+fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
+    println!(
+        "## contended: S sessions, lock + release in a loop, {:?} each\n",
+        plan.contended
+    );
+    println!(
+        "| S | | acquisitions/s | handoffs/s | spread | wait p50 / p99 | per acquisition | \
+         threads | RSS | connections | handoffs ÷ floor | ÷ psycopg2 |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for s in SESSIONS {
+        let d = plan.contended;
+        let (zk, zk_cost) = measure(server, || {
+            Ok((zklock_contended(server, s, d)?, Duration::ZERO))
+        })?;
+        let floor = |sql, driven| {
+            measure(server, || {
+                Ok((floor_contended(server, s, d, sql, driven)?, Duration::ZERO))
+            })
+        };
+        let (fl, fl_cost) = floor(floor::Sql::Same, floor::Driven::Here)?;
+        let (io, io_cost) = floor(floor::Sql::Same, floor::Driven::IoThread)?;
+        let (pl, pl_cost) = floor(floor::Sql::Plain, floor::Driven::Here)?;
+        let (py, py_cost) = measure(server, || python_contended(server, s, d))?;
+        let total = |r: &Run| r.counts.iter().map(|c| c.n).sum::<u64>();
+        let handoffs = |r: &Run| r.counts.iter().map(|c| c.handoffs).sum::<u64>();
+        let rate = |n: u64| n as f64 / d.as_secs_f64();
+        let line = |what: &str, r: &Run, cost: &Cost, ratios: bool| -> Res<()> {
+            let mut waits = Histogram::<u64>::new(3)?;
+            for c in &r.counts {
+                waits.add(&c.waits)?;
+            }
+            let ratio = |other: &Run| {
+                if ratios {
+                    format!("{:.2}×", handoffs(r) as f64 / handoffs(other).max(1) as f64)
+                } else {
+                    String::new()
+                }
+            };
+            let used = if r.used.processes {
+                format!("1 per process | {:.0} MiB per process", r.used.rss)
+            } else {
+                format!("+{} | {:.0} MiB", r.used.threads, r.used.rss)
+            };
+            println!(
+                "| {s} | {what} | {:.0} | {:.0} | {}–{} | {:.2} / {:.2} ms | {} | {used} | {} | {} | {} |",
+                rate(total(r)),
+                rate(handoffs(r)),
+                r.counts.iter().map(|c| c.n).min().unwrap_or(0),
+                r.counts.iter().map(|c| c.n).max().unwrap_or(0),
+                waits.value_at_quantile(0.5) as f64 / 1e3,
+                waits.value_at_quantile(0.99) as f64 / 1e3,
+                per(cost, total(r)),
+                r.used.connections,
+                ratio(&fl),
+                ratio(&py),
+            );
+            Ok(())
+        };
+        line("zklock", &zk, &zk_cost, true)?;
+        line("floor (same SQL)", &fl, &fl_cost, false)?;
+        line("floor on an I/O thread", &io, &io_cost, true)?;
+        line("plain advisory lock", &pl, &pl_cost, true)?;
+        line("psycopg2", &py, &py_cost, false)?;
+    }
+    println!();
+    Ok(())
+}
+
+/// Runs `session` on `s` threads for `d`, sampling what the run uses half-way: threads beyond
+/// `threads0` (taken before the row's sessions were opened) and the `s` the bench starts.
+fn run(
+    server: &TestingPostgres,
+    threads0: u64,
+    s: usize,
+    d: Duration,
+    session: impl Fn(usize, &std::sync::atomic::AtomicBool) -> Res<Counts> + Send + Sync + 'static,
+) -> Res<Run> {
+    let (counts, used) = common::run_sessions(
+        s,
+        d,
+        || Used {
+            threads: threads().saturating_sub(threads0 + s as u64),
+            rss: rss_mib(),
+            connections: backends(server, "%").unwrap_or(0),
+            processes: false,
+        },
+        session,
+    )?;
+    Ok(Run { counts, used })
+}
+
+/// The holder before: swaps in session `i`, 1 if another session held the lock last.
+fn handoff(last: &AtomicUsize, i: usize) -> u64 {
+    u64::from(last.swap(i, Ordering::Relaxed) != i)
+}
+
+fn zklock_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<Run> {
+    let threads0 = threads();
+    let clients = (0..s).map(|_| client(server)).collect::<Res<Vec<_>>>()?;
+    let mutexes = Arc::new(
+        clients
+            .iter()
+            .map(|c| PgMutex::new(c, "bench-c"))
+            .collect::<zklock::Result<Vec<_>>>()?,
+    );
+    let last = Arc::new(AtomicUsize::new(usize::MAX));
+    let out = run(server, threads0, s, d, move |i, stop| {
+        let mut c = Counts {
+            n: 0,
+            handoffs: 0,
+            waits: Histogram::new(3)?,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            let guard = mutexes[i].lock()?;
+            c.waits.record(t.elapsed().as_micros() as u64)?;
+            c.handoffs += handoff(&last, i);
+            guard.release()?;
+            c.n += 1;
+        }
+        Ok(c)
+    });
+    clients.iter().for_each(PgClient::close);
+    out
+}
+
+fn floor_contended(
+    server: &TestingPostgres,
+    s: usize,
+    d: Duration,
+    sql: floor::Sql,
+    driven: floor::Driven,
+) -> Res<Run> {
+    let (url, threads0) = (server.url(), threads());
+    // Opened before the run, as the zklock row's Clients are.
+    let sessions: Vec<_> = (0..s)
+        .map(|_| {
+            floor::Session::open(&url, "floor", "bench-fc", sql, driven)
+                .map(parking_lot::Mutex::new)
+        })
+        .collect::<Res<_>>()?;
+    let sessions = Arc::new(sessions);
+    let last = Arc::new(AtomicUsize::new(usize::MAX));
+    let kept = sessions.clone();
+    let out = run(server, threads0, s, d, move |i, stop| {
+        let mut session = sessions[i].lock();
+        let mut c = Counts {
+            n: 0,
+            handoffs: 0,
+            waits: Histogram::new(3)?,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            session.lock()?;
+            c.waits.record(t.elapsed().as_micros() as u64)?;
+            c.handoffs += handoff(&last, i);
+            session.unlock()?;
+            c.n += 1;
+        }
+        Ok(c)
+    });
+    drop(kept);
+    out
+}
+
+fn python_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<(Run, Duration)> {
+    let last = tempfile::NamedTempFile::new()?;
+    let path = last.path().display().to_string();
+    let mut procs = (0..s)
+        .map(|_| psycopg2(server, "contend", &d.as_secs_f64().to_string(), Some(&path)))
+        .collect::<Res<Vec<_>>>()?;
+    procs.iter_mut().try_for_each(common::Python::go)?;
+    thread::sleep(d / 2);
+    let connections = backends(server, "psycopg2-bench").unwrap_or(0);
+    let (mut counts, mut cpu, mut rss) = (Vec::new(), Duration::ZERO, 0.0_f64);
+    for mut p in procs {
+        let line = p.finish()?;
+        // Only the percentiles are known: a histogram with the two.
+        let mut waits = Histogram::<u64>::new(3)?;
+        waits.record(num(line.get(4)) as u64)?;
+        waits.record(num(line.get(5)) as u64)?;
+        counts.push(Counts {
+            n: num(line.get(1)) as u64,
+            handoffs: num(line.get(3)) as u64,
+            waits,
+        });
+        cpu += secs(line.get(2));
+        rss = rss.max(num(line.get(6)));
+    }
+    let used = Used {
+        threads: 1,
+        rss,
+        connections,
+        processes: true,
+    };
+    Ok((Run { counts, used }, cpu))
+}
+
+/// A psycopg2 process running `psycopg2_bench.py MODE ARG [FILE]`.
+fn psycopg2(
+    server: &TestingPostgres,
+    mode: &str,
+    arg: &str,
+    file: Option<&str>,
+) -> Res<common::Python> {
+    let url = server.url();
+    let mut args = vec![url.as_str(), mode, arg];
+    args.extend(file);
+    common::Python::start("psycopg2_bench.py", &args, "python3-psycopg2")
+}
+
+// ---------------------------------------------------------------------------
+// Connections: what a held lock and a waiting thread use.
+// ---------------------------------------------------------------------------
+
+fn connections(server: &TestingPostgres) -> Res<()> {
+    const WAITERS: usize = 4;
+    println!("## connections of one PgClient (the server's client backends)\n");
+    quiet(server)?;
+    let client = client(server)?;
+    let count = || backends(server, "zklock");
+    let idle = count()?;
+    let a = PgMutex::new(&client, "bench-conn-a")?;
+    let b = PgMutex::new(&client, "bench-conn-b")?;
+    let held_a = a.lock()?;
+    let one = count()?;
+    let held_b = b.lock()?;
+    let two = count()?;
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let client = client.clone();
+            thread::spawn(move || -> zklock::Result<()> {
+                PgMutex::new(&client, "bench-conn-a")?.lock()?.release()
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.advisory_lock("bench-conn-a")?.1.len() < WAITERS {
+        if Instant::now() > deadline {
+            return Err("the waiters did not queue within 60 s".into());
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let waiting = count()?;
+    held_a.release()?;
+    for w in waiters {
+        w.join().map_err(|_| "a waiter panicked")??;
+    }
+    held_b.release()?;
+    let after = count()?;
+    client.close();
+    println!("| | connections |\n|---|---|");
+    println!("| a connected Client, holding nothing | {idle} |");
+    println!("| holding 1 lock | {one} |");
+    println!("| holding 2 locks | {two} |");
+    println!("| holding 2 locks, {WAITERS} threads waiting | {waiting} |");
+    println!("| all released (kept for the next acquisitions) | {after} |");
+    println!(
+        "\nper held lock: {}, per waiting thread: {:.2}\n",
+        two - one,
+        (waiting - two) as f64 / WAITERS as f64
+    );
+    Ok(())
+}

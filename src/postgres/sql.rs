@@ -1,0 +1,98 @@
+//! The SQL of the PostgreSQL locks, in one place: what a session runs when it opens, when it
+//! beats, when it waits for, tries and lets go of a lock. Nothing here depends on the rest of
+//! the crate, so the benchmark runs these very statements on bare connections.
+
+/// Every session adds a marker of its own, a random positive `int4`, to the custom setting
+/// `zklock.marker` of the server session it opens on (a comma before each marker: `,MARKER`).
+/// A server session that one zklock session alone has opened on holds exactly that one marker;
+/// one that a pooler in transaction mode hands to several holds several, and one that another
+/// server session's statements reach through it holds another's (or none).
+///
+/// SQL true when the server session running the statement holds the marker given as the
+/// parameter `$p` (an `int8`) and no other: it is this session's own, shared with no other
+/// zklock session. Reading a setting costs next to nothing, where reading `pg_locks` would copy
+/// the server's whole lock table under every lock-manager partition lock.
+macro_rules! own {
+    ($p:literal) => {
+        concat!(
+            "coalesce(current_setting('zklock.marker', true) = ',' || (",
+            $p,
+            "::int8)::text, false)"
+        )
+    };
+}
+pub(crate) use own;
+
+/// A session's first statement: its backend, the server's version, whether its marker (`$1`,
+/// an `int4`) was new to the server session, and the marker added (see [`own!`]).
+pub(crate) const OPEN: &str = "SELECT pg_backend_pid(), \
+     current_setting('server_version_num')::int, \
+     strpos(old || ',', ',' || $1::text || ',') = 0, \
+     set_config('zklock.marker', old || ',' || $1::text, false) \
+     FROM (SELECT coalesce(current_setting('zklock.marker', true), '') AS old) AS markers";
+
+/// A heartbeat: the backend, and whether the session is its own (`$1`, the marker as `int8`).
+pub(crate) const BEAT: &str = concat!("SELECT pg_backend_pid(), ", own!("$1"));
+
+/// Sent with each wait, in the same round trip: the server ends the wait after `$1` ms.
+pub(crate) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
+
+/// The statements of one lock mode: exclusive (`pg_advisory_lock`) or shared
+/// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed).
+pub(crate) struct Statements {
+    /// Waits for the lock, then reads the session's backend, the fencing token and whether the
+    /// session is its own (shared with no other zklock session through a pooler: if it is not,
+    /// the lock just taken is let go of in the same statement). The function in `FROM` returns
+    /// (the lock is granted) before the target list is computed, so the transaction id is
+    /// assigned after the grant. The transactional logical message (a few bytes of WAL, prefix
+    /// `zklock`) makes the transaction one that wrote WAL, whose commit is flushed before the
+    /// answer (`synchronous_commit = on`): a transaction id that has only been assigned would
+    /// be committed asynchronously and could be handed out again after a crash. The subquery is
+    /// not flattened (its target list is volatile), so the unlock sees its row.
+    pub(crate) lock: &'static str,
+    /// One attempt without waiting; a transaction id (a token) only when granted.
+    pub(crate) try_lock: &'static str,
+    /// `$1` the name, `$2` the seed.
+    pub(crate) unlock: &'static str,
+    /// The SQL function that takes the lock, for `PgMutex::lock_sql`.
+    pub(crate) function: &'static str,
+}
+
+macro_rules! statements {
+    ($suffix:literal) => {
+        Statements {
+            lock: concat!(
+                "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock",
+                $suffix,
+                "(hashtextextended($1, $3)) END, m ",
+                "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
+                own!("$2"),
+                " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
+                "FROM pg_advisory_lock",
+                $suffix,
+                "(hashtextextended($1, $3))) AS grant_",
+            ),
+            try_lock: concat!(
+                "SELECT pid, xid, own, CASE WHEN l AND NOT own THEN pg_advisory_unlock",
+                $suffix,
+                "(hashtextextended($1, $3)) END, m ",
+                "FROM (SELECT pg_backend_pid() AS pid, l, ",
+                "CASE WHEN l THEN txid_current() END AS xid, ",
+                own!("$2"),
+                " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
+                "FROM pg_try_advisory_lock",
+                $suffix,
+                "(hashtextextended($1, $3)) AS l) AS attempt",
+            ),
+            unlock: concat!(
+                "SELECT pg_advisory_unlock",
+                $suffix,
+                "(hashtextextended($1, $2))"
+            ),
+            function: concat!("pg_advisory_lock", $suffix),
+        }
+    };
+}
+
+pub(crate) const EXCLUSIVE: Statements = statements!("");
+pub(crate) const SHARED: Statements = statements!("_shared");
