@@ -32,12 +32,16 @@
 //! working; its figures mean nothing).
 
 use std::io::{BufRead, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use zklock::testing::TestingServer;
+
+#[path = "common/curator_jvm.rs"]
+mod curator_jvm;
+use curator_jvm::CuratorJvm;
 use zklock::{Client, InterProcessMutex, LeaderLatch};
 
 type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -410,67 +414,20 @@ fn settled_watches(server: &Server) -> Option<i64> {
 }
 
 /// Curator 5 in a JVM (`benches/java/CuratorBench.java`).
-struct Curator {
-    classes: std::path::PathBuf,
-    classpath: String,
-}
-
-const CURATOR_JARS: &[&str] = &[
-    "/usr/share/java/curator-recipes.jar",
-    "/usr/share/java/curator-framework.jar",
-    "/usr/share/java/curator-client.jar",
-    "/usr/share/java/zookeeper.jar",
-    "/usr/share/java/zookeeper-jute.jar",
-    "/usr/share/java/guava.jar",
-    "/usr/share/java/slf4j-api.jar",
-];
-
-const SLF4J_NOP: &str = "/usr/share/java/slf4j-nop.jar";
+struct Curator(CuratorJvm);
 
 impl Curator {
     fn compile() -> Res<Curator> {
-        if let Some(missing) = CURATOR_JARS
-            .iter()
-            .find(|j| !std::path::Path::new(j).exists())
-        {
-            return Err(format!(
-                "the Curator side needs Debian's Curator ({missing} is missing): apt-get install \
-                 libcurator-recipes-java default-jdk-headless, or pass --without-curator"
-            )
-            .into());
-        }
-        let mut classpath = CURATOR_JARS.join(":");
-        if std::path::Path::new(SLF4J_NOP).exists() {
-            classpath = format!("{classpath}:{SLF4J_NOP}");
-        }
-        let classes =
-            std::env::temp_dir().join(format!("zklock-scale-java-{}", std::process::id()));
-        std::fs::create_dir_all(&classes)?;
-        let source = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/java/CuratorBench.java"
-        );
-        let status = Command::new("javac")
-            .args(["-nowarn", "-d"])
-            .arg(&classes)
-            .args(["-cp", &classpath, source])
-            .status()
-            .map_err(|e| format!("the Curator side needs javac (a JDK): {e}"))?;
-        if !status.success() {
-            return Err(format!("javac failed on {source}").into());
-        }
-        Ok(Curator { classes, classpath })
+        CuratorJvm::compile("pass --without-curator").map(Curator)
     }
 
     /// Curator's side of one case, in a JVM of its own.
     fn case(&self, server: &Server, case: Case, n: usize, path: &str) -> Res<Cost> {
         let baseline = settled_watches(server);
-        let mut child = Command::new("java")
-            .args(["-Xmx2g", "-XX:+UseSerialGC", "-cp"])
-            .arg(format!("{}:{}", self.classes.display(), self.classpath))
-            .args(["CuratorBench", case.name(), &server.connect])
-            .arg(n.to_string())
-            .arg(path)
+        let n_arg = n.to_string();
+        let mut child = self
+            .0
+            .command("2g", &[case.name(), &server.connect, &n_arg, path])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -532,12 +489,6 @@ fn drive(
     writeln!(stdin, "close")?;
     let close = micros(next()?, "closed close_us")?;
     Ok((setup, close, before, after))
-}
-
-impl Drop for Curator {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.classes);
-    }
 }
 
 /// The tables: each case, then growth between every two sizes, and zklock against

@@ -6,60 +6,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::counters::{Deltas, Zk};
+use crate::curator_jvm::CuratorJvm;
 use crate::{Res, STALL};
 
 /// Curator 5's InterProcessMutex in a JVM.
-pub struct Curator {
-    classes: std::path::PathBuf,
-    classpath: String,
-}
-
-const CURATOR_JARS: &[&str] = &[
-    "/usr/share/java/curator-recipes.jar",
-    "/usr/share/java/curator-framework.jar",
-    "/usr/share/java/curator-client.jar",
-    "/usr/share/java/zookeeper.jar",
-    "/usr/share/java/zookeeper-jute.jar",
-    "/usr/share/java/guava.jar",
-    "/usr/share/java/slf4j-api.jar",
-];
-
-const SLF4J_NOP: &str = "/usr/share/java/slf4j-nop.jar";
+pub struct Curator(CuratorJvm);
 
 impl Curator {
     pub fn compile() -> Res<Curator> {
-        if let Some(missing) = CURATOR_JARS
-            .iter()
-            .find(|j| !std::path::Path::new(j).exists())
-        {
-            return Err(format!(
-                "--with-curator needs Debian's Curator ({missing} is missing): \
-                 apt-get install libcurator-recipes-java default-jdk-headless"
-            )
-            .into());
-        }
-        let mut classpath = CURATOR_JARS.join(":");
-        // Quiet slf4j (Curator logs nothing the bench needs), if Debian's binding is there.
-        if std::path::Path::new(SLF4J_NOP).exists() {
-            classpath = format!("{classpath}:{SLF4J_NOP}");
-        }
-        let classes =
-            std::env::temp_dir().join(format!("zklock-bench-java-{}", std::process::id()));
-        std::fs::create_dir_all(&classes)?;
-        let source = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/java/CuratorBench.java"
-        );
-        let status = std::process::Command::new("javac")
-            .args(["-nowarn", "-d"])
-            .arg(&classes)
-            .args(["-cp", &classpath, source])
-            .status()
-            .map_err(|e| format!("--with-curator needs javac (a JDK): {e}"))?;
-        if !status.success() {
-            return Err(format!("javac failed on {source}").into());
-        }
-        Ok(Curator { classes, classpath })
+        CuratorJvm::compile("leave out --with-curator").map(Curator)
     }
 
     /// Runs `n` Curator contenders on `path` for `secs`: (handoffs, elapsed, server counters
@@ -119,11 +74,10 @@ impl Curator {
         ready: impl Fn(&Zk) -> Res<()>,
     ) -> Res<(impl Fn(usize) -> Res<u64>, impl FnOnce(Duration) -> Deltas)> {
         use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new("java")
-            .args(["-Xmx512m", "-XX:+UseSerialGC", "-cp"])
-            .arg(format!("{}:{}", self.classes.display(), self.classpath))
-            .args(["CuratorBench", mode, &zk.connect])
+        use std::process::Stdio;
+        let mut child = self
+            .0
+            .command("512m", &[mode, &zk.connect])
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -166,11 +120,5 @@ impl Curator {
             })
         };
         Ok((field, counters))
-    }
-}
-
-impl Drop for Curator {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.classes);
     }
 }

@@ -39,6 +39,8 @@
 mod contended;
 mod counters;
 mod curator;
+#[path = "../common/curator_jvm.rs"]
+mod curator_jvm;
 mod drain;
 mod floor;
 mod report;
