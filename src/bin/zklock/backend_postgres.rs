@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{never, Receiver};
 use zklock::{
     HealthEvent, LeadershipChange, LockHealth, PgClient, PgLeaderLatch, PgLease, PgMutex,
     PgReadWriteLock, PgSemaphore,
@@ -13,6 +12,7 @@ use zklock::{
 
 use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
 use crate::child::catch_signals;
+use crate::contender::{Backend, Contender, Target};
 use crate::elect_latch::{elect_on_latch, Latch};
 use crate::run::{Contend, Held};
 use crate::{code, CliResult, Context, Failure};
@@ -65,125 +65,72 @@ pub fn contender(global: &Global, args: &RunArgs) -> CliResult<Box<dyn Contend>>
     let name = &args.path;
     let cannot = || format!("cannot use {name}");
     let lock = if let Some(n) = args.semaphore {
-        PgLock::Lease(Arc::new(
+        Target::Lease(Arc::new(
             PgSemaphore::new(&client, name, n).context(cannot)?,
         ))
     } else if args.read || args.write {
         let rw = PgReadWriteLock::new(&client, name).context(cannot)?;
-        PgLock::Half(Arc::new(rw), args.write)
+        Target::Half(Arc::new(rw), args.write)
     } else {
-        PgLock::Mutex(Arc::new(PgMutex::new(&client, name).context(cannot)?))
+        Target::Mutex(Arc::new(PgMutex::new(&client, name).context(cannot)?))
     };
-    Ok(Box::new(PgContender { client, lock }))
+    Ok(Box::new(Contender::<Postgres> {
+        client,
+        target: lock,
+    }))
 }
 
-struct PgContender {
-    client: PgClient,
-    lock: PgLock,
-}
+/// PostgreSQL's lock types, as `run` uses them.
+pub struct Postgres;
 
-#[derive(Clone)]
-enum PgLock {
-    Mutex(Arc<PgMutex>),
-    /// A read-write lock and whether we write.
-    Half(Arc<PgReadWriteLock>, bool),
-    Lease(Arc<PgSemaphore>),
-}
+impl Backend for Postgres {
+    type Client = PgClient;
+    type Mutex = PgMutex;
+    type ReadWrite = PgReadWriteLock;
+    type Semaphore = PgSemaphore;
+    type Lease = PgLease;
 
-impl PgLock {
-    /// The mutex or half taken (not a lease).
-    fn mutex(&self) -> Option<&PgMutex> {
-        match self {
-            PgLock::Mutex(m) => Some(m),
-            PgLock::Half(rw, true) => Some(rw.write_lock()),
-            PgLock::Half(rw, false) => Some(rw.read_lock()),
-            PgLock::Lease(_) => None,
-        }
+    fn close(client: &PgClient) {
+        client.close();
     }
-}
 
-impl Contend for PgContender {
-    fn health_events(&self) -> zklock::Receiver<HealthEvent> {
-        match (&self.lock, self.lock.mutex()) {
-            (PgLock::Lease(s), _) => s.health_events(),
-            (_, Some(m)) => m.health_events(),
-            (_, None) => unreachable!("every lock but a lease is a mutex"),
+    fn half(rw: &PgReadWriteLock, write: bool) -> &PgMutex {
+        if write {
+            rw.write_lock()
+        } else {
+            rw.read_lock()
         }
     }
 
-    fn revocations(&self) -> Receiver<()> {
-        never()
-    }
-
-    fn canceller(&self) -> Box<dyn Fn() + Send> {
-        let lock = self.lock.clone();
-        Box::new(move || match &lock {
-            PgLock::Lease(s) => s.cancel_waiters(),
-            other => {
-                if let Some(m) = other.mutex() {
-                    m.cancel_waiters();
-                }
-            }
-        })
-    }
-
-    fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>> {
-        if let PgLock::Lease(s) = &self.lock {
-            let lease = match timeout {
-                Some(t) => s.acquire_timeout(t)?,
-                None => Some(s.acquire()?),
-            };
-            return Ok(lease.map(|l| Box::new(l) as Box<dyn Held>));
-        }
-        let m = self
-            .lock
-            .mutex()
-            .expect("every lock but a lease is a mutex");
-        let acquired = match timeout {
-            Some(t) => m.acquire_timeout(t)?,
-            None => {
-                m.acquire()?;
-                true
-            }
-        };
-        Ok(acquired.then(|| Box::new(HeldMutex(self.lock.clone())) as Box<dyn Held>))
-    }
-
-    fn close(&self) {
-        self.client.close();
-    }
-}
-
-/// A mutex or half held by this thread (`run` holds and releases on its main thread).
-struct HeldMutex(PgLock);
-
-impl HeldMutex {
-    fn mutex(&self) -> &PgMutex {
-        self.0.mutex().expect("a held mutex")
-    }
-}
-
-impl Held for HeldMutex {
-    fn fencing_token(&self) -> u64 {
-        self.mutex().fencing_token().unwrap_or_default()
+    fn mutex_events(mutex: &PgMutex) -> zklock::Receiver<HealthEvent> {
+        mutex.health_events()
     }
 
     /// The SQL that takes the same lock, and the backend that holds it.
-    fn node(&self) -> String {
-        let m = self.mutex();
+    fn node(mutex: &PgMutex) -> String {
         format!(
             "{} (backend {})",
-            m.lock_sql(),
-            m.backend_pid().unwrap_or_default()
+            mutex.lock_sql(),
+            mutex.backend_pid().unwrap_or_default()
         )
     }
 
-    fn health(&self) -> LockHealth {
-        self.mutex().health().unwrap_or(LockHealth::Lost)
+    fn lease_events(semaphore: &PgSemaphore) -> zklock::Receiver<HealthEvent> {
+        semaphore.health_events()
     }
 
-    fn release(self: Box<Self>) -> zklock::Result<()> {
-        self.mutex().release()
+    fn cancel_lease_waiters(semaphore: &PgSemaphore) {
+        semaphore.cancel_waiters();
+    }
+
+    fn acquire_lease(
+        semaphore: &PgSemaphore,
+        timeout: Option<Duration>,
+    ) -> zklock::Result<Option<PgLease>> {
+        match timeout {
+            Some(t) => semaphore.acquire_timeout(t),
+            None => semaphore.acquire().map(Some),
+        }
     }
 }
 

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{never, Receiver};
 use zklock::{
     HealthEvent, LeadershipChange, LockHealth, RedisClient, RedisLeaderLatch, RedisLease,
     RedisMutex, RedisParticipant, RedisReadWriteLock, RedisSemaphore,
@@ -13,6 +12,7 @@ use zklock::{
 
 use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
 use crate::child::catch_signals;
+use crate::contender::{Backend, Contender, Target};
 use crate::elect_latch::{elect_on_latch, Latch};
 use crate::run::{Contend, Held};
 use crate::{code, CliResult, Context, Failure};
@@ -63,121 +63,69 @@ pub fn contender(global: &Global, args: &RunArgs) -> CliResult<Box<dyn Contend>>
     let client = connect(global)?;
     let name = &args.path;
     let lock = if let Some(n) = args.semaphore {
-        RedisLock::Lease(Arc::new(
+        Target::Lease(Arc::new(
             RedisSemaphore::new(&client, name, n).context(|| format!("cannot use {name}"))?,
         ))
     } else if args.read || args.write {
         let rw = RedisReadWriteLock::new(&client, name).context(|| format!("cannot use {name}"))?;
-        RedisLock::Half(Arc::new(rw), args.write)
+        Target::Half(Arc::new(rw), args.write)
     } else {
-        RedisLock::Mutex(Arc::new(
+        Target::Mutex(Arc::new(
             RedisMutex::new(&client, name).context(|| format!("cannot use {name}"))?,
         ))
     };
-    Ok(Box::new(RedisContender { client, lock }))
+    Ok(Box::new(Contender::<Redis> {
+        client,
+        target: lock,
+    }))
 }
 
-struct RedisContender {
-    client: RedisClient,
-    lock: RedisLock,
-}
+/// Redis's lock types, as `run` uses them.
+pub struct Redis;
 
-#[derive(Clone)]
-enum RedisLock {
-    Mutex(Arc<RedisMutex>),
-    /// A read-write lock and whether we write.
-    Half(Arc<RedisReadWriteLock>, bool),
-    Lease(Arc<RedisSemaphore>),
-}
+impl Backend for Redis {
+    type Client = RedisClient;
+    type Mutex = RedisMutex;
+    type ReadWrite = RedisReadWriteLock;
+    type Semaphore = RedisSemaphore;
+    type Lease = RedisLease;
 
-impl RedisLock {
-    /// The mutex or half taken (not a lease).
-    fn mutex(&self) -> Option<&RedisMutex> {
-        match self {
-            RedisLock::Mutex(m) => Some(m),
-            RedisLock::Half(rw, true) => Some(rw.write_lock()),
-            RedisLock::Half(rw, false) => Some(rw.read_lock()),
-            RedisLock::Lease(_) => None,
-        }
+    fn close(client: &RedisClient) {
+        client.close();
     }
-}
 
-impl Contend for RedisContender {
-    fn health_events(&self) -> zklock::Receiver<HealthEvent> {
-        match (&self.lock, self.lock.mutex()) {
-            (RedisLock::Lease(s), _) => s.health_events(),
-            (_, Some(m)) => m.health_events(),
-            (_, None) => unreachable!("every lock but a lease is a mutex"),
+    fn half(rw: &RedisReadWriteLock, write: bool) -> &RedisMutex {
+        if write {
+            rw.write_lock()
+        } else {
+            rw.read_lock()
         }
     }
 
-    fn revocations(&self) -> Receiver<()> {
-        never()
+    fn mutex_events(mutex: &RedisMutex) -> zklock::Receiver<HealthEvent> {
+        mutex.health_events()
     }
 
-    fn canceller(&self) -> Box<dyn Fn() + Send> {
-        let lock = self.lock.clone();
-        Box::new(move || match &lock {
-            RedisLock::Lease(s) => s.cancel_waiters(),
-            other => {
-                if let Some(m) = other.mutex() {
-                    m.cancel_waiters();
-                }
-            }
-        })
+    fn node(mutex: &RedisMutex) -> String {
+        mutex.key().to_owned()
     }
 
-    fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>> {
-        if let RedisLock::Lease(s) = &self.lock {
-            let lease = match timeout {
-                Some(t) => s.acquire_timeout(t)?,
-                None => Some(s.acquire()?),
-            };
-            return Ok(lease.map(|l| Box::new(l) as Box<dyn Held>));
+    fn lease_events(semaphore: &RedisSemaphore) -> zklock::Receiver<HealthEvent> {
+        semaphore.health_events()
+    }
+
+    fn cancel_lease_waiters(semaphore: &RedisSemaphore) {
+        semaphore.cancel_waiters();
+    }
+
+    fn acquire_lease(
+        semaphore: &RedisSemaphore,
+        timeout: Option<Duration>,
+    ) -> zklock::Result<Option<RedisLease>> {
+        match timeout {
+            Some(t) => semaphore.acquire_timeout(t),
+            None => semaphore.acquire().map(Some),
         }
-        let m = self
-            .lock
-            .mutex()
-            .expect("every lock but a lease is a mutex");
-        let acquired = match timeout {
-            Some(t) => m.acquire_timeout(t)?,
-            None => {
-                m.acquire()?;
-                true
-            }
-        };
-        Ok(acquired.then(|| Box::new(HeldMutex(self.lock.clone())) as Box<dyn Held>))
-    }
-
-    fn close(&self) {
-        self.client.close();
-    }
-}
-
-/// A mutex or half held by this thread (`run` holds and releases on its main thread).
-struct HeldMutex(RedisLock);
-
-impl HeldMutex {
-    fn mutex(&self) -> &RedisMutex {
-        self.0.mutex().expect("a held mutex")
-    }
-}
-
-impl Held for HeldMutex {
-    fn fencing_token(&self) -> u64 {
-        self.mutex().fencing_token().unwrap_or_default()
-    }
-
-    fn node(&self) -> String {
-        self.mutex().key().to_owned()
-    }
-
-    fn health(&self) -> LockHealth {
-        self.mutex().health().unwrap_or(LockHealth::Lost)
-    }
-
-    fn release(self: Box<Self>) -> zklock::Result<()> {
-        self.mutex().release()
     }
 }
 

@@ -8,6 +8,8 @@ mod backend_postgres;
 #[cfg(feature = "redis")]
 mod backend_redis;
 mod child;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod contender;
 mod elect;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod elect_latch;
