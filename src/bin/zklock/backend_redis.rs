@@ -12,40 +12,28 @@ use zklock::{
 
 use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
 use crate::child::catch_signals;
-use crate::contender::{Backend, Contender, Target};
+#[cfg(feature = "tls")]
+use crate::contender::tls_pems;
+use crate::contender::{refuse_zookeeper_options, Backend, Contender, Target};
 use crate::elect_latch::{elect_on_latch, Latch};
 use crate::run::{Contend, Held};
 use crate::{code, CliResult, Context, Failure};
 
 /// A connected Redis Client from the global options.
 pub fn connect(global: &Global) -> CliResult<RedisClient> {
-    for (given, option) in [
-        (global.namespace.is_some(), "--namespace"),
-        (
-            global.digest.is_some() || global.digest_file.is_some(),
-            "--digest (give the password in the URL: redis://:PASSWORD@host)",
-        ),
-    ] {
-        if given {
-            return Err(Failure::new(format!(
-                "{option} is for ZooKeeper, not Redis"
-            )));
-        }
-    }
+    refuse_zookeeper_options(global, "Redis", "redis://:PASSWORD@host")?;
     #[cfg_attr(not(feature = "tls"), allow(unused_mut))] // TLS options are added with `tls`
     let mut builder = RedisClient::builder(&global.connect)
         .ttl(global.session_timeout)
         .connect_timeout(global.connection_timeout);
     #[cfg(feature = "tls")]
     {
-        if let Some(ca) = &global.tls_ca {
-            builder = builder.tls_ca_pem(&crate::read_text(ca, "--tls-ca")?);
+        let pems = tls_pems(global)?;
+        if let Some(ca) = pems.ca {
+            builder = builder.tls_ca_pem(&ca);
         }
-        if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
-            builder = builder.tls_identity_pem(
-                &crate::read_text(cert, "--tls-cert")?,
-                &crate::read_text(key, "--tls-key")?,
-            );
+        if let Some((cert, key)) = pems.identity {
+            builder = builder.tls_identity_pem(&cert, &key);
         }
     }
     builder

@@ -8,7 +8,9 @@ use std::time::Duration;
 use crossbeam_channel::{never, Receiver};
 use zklock::{HealthEvent, Lock, LockHealth};
 
+use crate::args::Global;
 use crate::run::{Contend, Held};
+use crate::{CliResult, Failure};
 
 /// A backend's lock types, as `run` uses them.
 pub trait Backend: 'static {
@@ -142,4 +144,54 @@ impl<B: Backend> Held for HeldMutex<B> {
     fn release(self: Box<Self>) -> zklock::Result<()> {
         self.mutex().release()
     }
+}
+
+/// Refuses the options only ZooKeeper has: `--namespace`, and `--digest` (`password_hint`
+/// says where the password goes instead).
+pub fn refuse_zookeeper_options(
+    global: &Global,
+    backend: &str,
+    password_hint: &str,
+) -> CliResult<()> {
+    let digest = global.digest.is_some() || global.digest_file.is_some();
+    for (given, option) in [
+        (global.namespace.is_some(), "--namespace".to_owned()),
+        (
+            digest,
+            format!("--digest (give the password in the URL: {password_hint})"),
+        ),
+    ] {
+        if given {
+            return Err(Failure::new(format!(
+                "{option} is for ZooKeeper, not {backend}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The TLS files the options name, read.
+#[cfg(feature = "tls")]
+pub struct TlsPems {
+    /// The CA's certificates (`--tls-ca`).
+    pub ca: Option<String>,
+    /// The client's certificate and key (`--tls-cert`, `--tls-key`).
+    pub identity: Option<(String, String)>,
+}
+
+/// Reads the TLS files the options name.
+#[cfg(feature = "tls")]
+pub fn tls_pems(global: &Global) -> CliResult<TlsPems> {
+    let ca = match &global.tls_ca {
+        Some(ca) => Some(crate::read_text(ca, "--tls-ca")?),
+        None => None,
+    };
+    let identity = match (&global.tls_cert, &global.tls_key) {
+        (Some(cert), Some(key)) => Some((
+            crate::read_text(cert, "--tls-cert")?,
+            crate::read_text(key, "--tls-key")?,
+        )),
+        _ => None,
+    };
+    Ok(TlsPems { ca, identity })
 }
