@@ -15,7 +15,7 @@ mod chaos_lab;
 use std::thread;
 use std::time::Duration;
 
-use chaos_lab::{patience, row, say, Lab};
+use chaos_lab::{patience, row, Lab};
 use zklock::testing::TestingPostgres;
 use zklock::{PgClient, PgMutex};
 
@@ -30,20 +30,13 @@ fn postgres_chaos_worker() {
         return; // only as a worker process
     };
     let stop = chaos_lab::stop_on_stdin();
-    let client = loop {
-        match PgClient::builder(&url)
+    let client = chaos_lab::connect_until_up(|| {
+        PgClient::builder(&url)
             .session_timeout(SESSION_TIMEOUT)
             .connect_timeout(Duration::from_secs(1))
             .operation_timeout(Duration::from_millis(500))
             .connect()
-        {
-            Ok(c) => break c,
-            Err(e) => {
-                say(&format!("error {e}"));
-                thread::sleep(Duration::from_millis(200));
-            }
-        }
-    };
+    });
     let mutex = PgMutex::new(&client, LOCK).unwrap();
     chaos_lab::work(&mutex, &register, &name, checks, &stop);
     client.close();

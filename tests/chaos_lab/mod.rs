@@ -52,6 +52,20 @@ pub fn stop_on_stdin() -> Arc<AtomicBool> {
     stop
 }
 
+/// A Client from `connect`, tried again every 200 ms until the server answers (a worker may
+/// start while its server is down).
+pub fn connect_until_up<C>(connect: impl Fn() -> zklock::Result<C>) -> C {
+    loop {
+        match connect() {
+            Ok(c) => return c,
+            Err(e) => {
+                say(&format!("error {e}"));
+                thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
 /// The worker's loop on `mutex` until `stop`.
 pub fn work<L: Lock>(mutex: &L, register: &str, name: &str, checks: bool, stop: &AtomicBool) {
     let mut fence = FenceClient::connect(register).unwrap();
