@@ -441,6 +441,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
         Stop,
         LookForMembers,
         Moved(Option<(zk::Client, String)>),
+        Confirmed(bool, zk::SessionState),
     }
     let negotiated = zk.session_timeout();
     let idle = idle_timeout(shared.config.builder.session_timeout / 3, negotiated);
@@ -454,6 +455,8 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
     // sent since does.
     let mut trusted = true;
     let mut vouching: Option<future::Boxed<bool>> = None;
+    // A reconnection is believed once a round trip went through it (see `Ev::State` below).
+    let mut confirming: Option<(future::Boxed<bool>, zk::SessionState)> = None;
     let mut disconnected_at: Option<Instant> = None;
     #[allow(clippy::type_complexity)]
     let mut moving: Option<
@@ -476,6 +479,12 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
         let vouched = async {
             match vouching.as_mut() {
                 Some(round_trip) => Ev::Vouched(round_trip.await),
+                None => future::pending().await,
+            }
+        };
+        let confirmed = async {
+            match confirming.as_mut() {
+                Some((round_trip, state)) => Ev::Confirmed(round_trip.await, *state),
                 None => future::pending().await,
             }
         };
@@ -504,7 +513,10 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                 changed,
                 future::or(
                     timer,
-                    future::or(beat, future::or(vouched, future::or(look, moved))),
+                    future::or(
+                        beat,
+                        future::or(vouched, future::or(look, future::or(moved, confirmed))),
+                    ),
                 ),
             ),
         )
@@ -562,6 +574,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
             // session to the newer connection.
             Ev::Moved(Some((next, hosts))) => return End::Moved(next, hosts),
             Ev::State(zk::SessionState::Disconnected) => {
+                confirming = None;
                 disconnected_at.get_or_insert_with(Instant::now);
                 if lost_at.is_none() {
                     // The last byte arrived at least `idle` ago (or later, if the socket broke).
@@ -570,21 +583,35 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                     shared.set(ConnectionState::Suspended, |_| {});
                 }
             }
-            Ev::State(zk::SessionState::SyncConnected) => {
-                disconnected_at = None;
-                moving = None;
-                lost_at = None;
-                live.heard();
-                trusted = true;
-                shared.set(ConnectionState::Reconnected, |_| {});
+            // The wire client says it is connected as soon as the server answers the connect
+            // request; if that connection breaks before the session is set up on it, it goes
+            // back to its hosts without saying it is disconnected again (until one of them
+            // accepts a connection). So a reconnection counts once a request went through it:
+            // until then the Lost timer runs on and the session may still move.
+            Ev::State(
+                state @ (zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly),
+            ) => {
+                let zk = zk.clone();
+                confirming = Some((
+                    Box::pin(async move { zk.check_stat("/").await.is_ok() }),
+                    state,
+                ));
             }
-            Ev::State(zk::SessionState::ConnectedReadOnly) => {
+            Ev::Confirmed(false, _) => confirming = None,
+            Ev::Confirmed(true, state) => {
+                confirming = None;
                 disconnected_at = None;
                 moving = None;
                 lost_at = None;
                 live.heard();
                 trusted = true;
-                shared.set(ConnectionState::ReadOnly, |_| {});
+                shared.set(
+                    match state {
+                        zk::SessionState::ConnectedReadOnly => ConnectionState::ReadOnly,
+                        _ => ConnectionState::Reconnected,
+                    },
+                    |_| {},
+                );
             }
             Ev::State(state) => {
                 tracing::warn!("ZooKeeper session ended: {state}");
