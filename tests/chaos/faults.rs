@@ -321,6 +321,12 @@ impl Lab {
                         .push(format!("not every one of {n} burst clients got the mutex")),
                 }
             }
+            Fault::RollingRestart { leader_last } => {
+                out = self.rolling_restart(leader_last, row);
+            }
+            Fault::Reconfigure => {
+                out = self.reconfigure(workers, row);
+            }
             Fault::LeaderFreezeCutOff => {
                 let leader = self.cluster.leader().unwrap_or(0);
                 let mut before = BTreeSet::new();

@@ -28,6 +28,10 @@ pub(crate) enum Fault {
     EnsembleDown,
     Burst,
     LeaderFreezeCutOff,
+    // The ensemble faults (`ensemble.rs`): every member restarted in turn, and two members
+    // added with three of the original ones removed.
+    RollingRestart { leader_last: bool },
+    Reconfigure,
 }
 
 impl Fault {
@@ -56,6 +60,9 @@ impl Fault {
             Fault::EnsembleDown => "ensemble down past session",
             Fault::Burst => "burst of workers",
             Fault::LeaderFreezeCutOff => "frozen leader, its clients cut off",
+            Fault::RollingRestart { leader_last: true } => "rolling restart, leader last",
+            Fault::RollingRestart { leader_last: false } => "rolling restart, leader first",
+            Fault::Reconfigure => "reconfig: add 2 members, remove 3 original",
         }
     }
 }
@@ -175,7 +182,12 @@ pub(crate) fn ms(d: Option<Duration>) -> String {
 
 impl Lab {
     pub(crate) fn start(plan: Plan, seed: u64) -> Lab {
-        let cluster = TestingCluster::start(3).expect("a 3-node ensemble");
+        Lab::start_with(plan, seed, 3)
+    }
+
+    /// A lab on an ensemble of `members`.
+    pub(crate) fn start_with(plan: Plan, seed: u64, members: usize) -> Lab {
+        let cluster = TestingCluster::start(members).expect("an ensemble");
         let proxies = FaultProxy::for_cluster(&cluster).expect("proxies");
         let java = (plan.curator_workers + plan.curator_leaders > 0)
             .then(|| Java::compile(&CURATOR_WORKER));
@@ -254,7 +266,8 @@ impl Lab {
     }
 
     pub(crate) fn ensure_healthy(&mut self, row: &mut Row) {
-        for i in 0..self.cluster.len() {
+        // Members removed by a reconfiguration stay stopped.
+        for i in self.cluster.members_in_config() {
             let _ = self.cluster.resume(i);
             if self.cluster.pid(i).is_none() {
                 if let Err(e) = self.cluster.restart(i) {
@@ -378,6 +391,9 @@ impl Lab {
             thread::sleep(Duration::from_millis(10));
         }
         row.recovery = first;
+        if fault.keeps_sessions() {
+            self.write_gaps(&regs, &outcome, &mut row);
+        }
         if row.recovery_all.is_none() {
             row.violations
                 .push("a lock was not written again after the fault".to_owned());
@@ -462,6 +478,10 @@ impl Lab {
         row.skipped = stats.skipped;
         row.reads = stats.reads;
         row.lost = stats.lost;
+        if fault.keeps_sessions() && row.lost > 0 {
+            row.violations
+                .push(format!("{} sessions lost through the fault", row.lost));
+        }
         // The workers' own view: a write that returned more than a session after the step
         // before it (its request may have left before a stall: the register's log, above,
         // is what counts).
