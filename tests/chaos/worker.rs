@@ -408,6 +408,14 @@ pub(crate) fn run() {
     #[cfg(target_os = "linux")]
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .expect("PR_SET_PDEATHSIG");
+    // RUST_LOG set: the worker's events go to the test's stderr, named by thread.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_thread_names(true)
+            .try_init();
+    }
     let mut fields = spec.split(';');
     let connect = fields.next().expect("connect string").to_owned();
     let session = Duration::from_millis(fields.next().unwrap().parse().unwrap());

@@ -280,7 +280,10 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             };
             // The same session on another wire client: ops, followers and watches go over to
             // it (every waiter is woken by the state and looks again).
-            tracing::info!("ZooKeeper session moved to {hosts}");
+            tracing::info!(
+                "ZooKeeper session 0x{:x} moved to {hosts}",
+                zk.session().id().0
+            );
             let old = std::mem::replace(&mut zk, next);
             wire_hosts = hosts;
             let old_moved = std::mem::take(&mut moved);
@@ -379,9 +382,13 @@ async fn open_session(shared: &Shared) -> Result<(zk::Client, String)> {
     Ok((chroot(shared, zk)?, hosts))
 }
 
-/// The session `session` resumed on one of `candidates`, tried one at a time (the wire client
-/// gives a resumed session a single attempt), each for at most the connection timeout; `None`
-/// if none takes it. Returns the wire client and the full member list it is to know.
+/// The session `session` resumed on one of `candidates`, all given to one wire client (it
+/// goes through them in turn until one takes the session), for at most the connection timeout;
+/// `None` if none takes it. Returns the wire client and the full member list it is to know.
+///
+/// The candidates can name members that are leaving too: the list may predate the last change
+/// of the configuration (the tracker reads it through the session being moved), so a member
+/// that does not answer must not hold the others up.
 async fn move_session(
     shared: &Shared,
     session: zk::SessionInfo,
@@ -389,23 +396,22 @@ async fn move_session(
     members: String,
 ) -> Option<(zk::Client, String)> {
     let bound = shared.config.builder.connection_timeout;
-    for host in candidates {
-        let connector = connector(shared).with_session(session.clone());
-        let attempt = future::or(
-            async { Some(connect(shared, connector, &host).await) },
-            async {
-                sleep(bound).await;
-                None
-            },
-        );
-        match attempt.await {
-            Some(Ok(zk)) => match chroot(shared, zk) {
-                Ok(zk) => return Some((zk, members)),
-                Err(e) => tracing::warn!("cannot move the session to {host}: {e}"),
-            },
-            Some(Err(e)) => tracing::debug!("cannot move the session to {host}: {e}"),
-            None => tracing::debug!("cannot move the session to {host}: no answer"),
-        }
+    let hosts = candidates.join(",");
+    let connector = connector(shared).with_session(session);
+    let attempt = future::or(
+        async { Some(connect(shared, connector, &hosts).await) },
+        async {
+            sleep(bound).await;
+            None
+        },
+    );
+    match attempt.await {
+        Some(Ok(zk)) => match chroot(shared, zk) {
+            Ok(zk) => return Some((zk, members)),
+            Err(e) => tracing::warn!("cannot move the session to {hosts}: {e}"),
+        },
+        Some(Err(e)) => tracing::info!("cannot move the session to {hosts}: {e}"),
+        None => tracing::info!("cannot move the session to {hosts}: no answer"),
     }
     None
 }
@@ -534,6 +540,10 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
             Ev::LostTimer => {
                 // Nothing received for a whole session timeout: the server may have expired us.
                 // Like Curator, give the session up and start a new one.
+                tracing::warn!(
+                    "session 0x{:x}: no answer from {wire_hosts} for too long; giving it up",
+                    zk.session().id().0
+                );
                 shared.set(ConnectionState::Lost, |_| {});
                 return End::SessionOver;
             }
@@ -564,8 +574,11 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                 let members = shared.hosts.lock().clone();
                 let fresh = super::ensemble::new_hosts(&members, wire_hosts);
                 if long_enough && !fresh.is_empty() {
-                    tracing::info!("no answer from {wire_hosts}: moving the session to {members}");
                     let session = zk.session().clone();
+                    tracing::info!(
+                        "no answer from {wire_hosts}: moving session 0x{:x} to {members}",
+                        session.id().0
+                    );
                     moving = Some(Box::pin(move_session(shared, session, fresh, members)));
                 }
             }
