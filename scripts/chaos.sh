@@ -7,6 +7,8 @@
 #
 # ZKLOCK_CHAOS_SESSION_MS (default 4000) sets the workers' session timeout;
 # ZKLOCK_CHAOS_SCHEDULE=1,3,9 runs those faults (indices into Fault::ALL) instead of drawing them.
+# Then the ensemble faults on ZKLOCK_CHAOS_MEMBERS members (default 5): ZKLOCK_CHAOS_ROUNDS (default
+# 2) rolling restarts with the leader last and first, then a reconfiguration (add 2, remove 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +20,7 @@ while [ $# -gt 0 ]; do
     --minutes) minutes="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --report) report="$2"; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 64 ;;
   esac
 done
@@ -31,6 +33,8 @@ ZKLOCK_CHAOS_MINUTES="$minutes" ZKLOCK_CHAOS_SEED="$seed" ZKLOCK_CHAOS_REPORT="$
   cargo test --all-features --test chaos randomized_chaos_run -- --ignored --nocapture || status=$?
 # The 5-member rolling restart under contention (too long for CI).
 cargo test --all-features --test ensemble five_members -- --ignored --nocapture || status=$?
+# The ensemble faults with worker processes and Curator on 5 members.
+cargo test --all-features --test chaos ensemble_chaos_run -- --ignored --nocapture || status=$?
 [ -f "$report" ] && echo "chaos: report written to $report"
 if [ "$status" -ne 0 ]; then
   echo "chaos: VIOLATION or failure (exit $status); replay: scripts/chaos.sh --minutes $minutes --seed $seed" >&2

@@ -329,6 +329,12 @@ impl Lab {
                 }
             }
             Fault::PauseKazooHolder => self.pause_kazoo_holder(regs, workers, row, &mut out),
+            Fault::RollingRestart { leader_last } => {
+                out = self.rolling_restart(leader_last, row);
+            }
+            Fault::Reconfigure => {
+                out = self.reconfigure(workers, row);
+            }
             Fault::LeaderFreezeCutOff => {
                 let leader = self.cluster.leader().unwrap_or(0);
                 let mut before = BTreeSet::new();

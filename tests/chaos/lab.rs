@@ -31,6 +31,10 @@ pub(crate) enum Fault {
     Burst,
     LeaderFreezeCutOff,
     PauseKazooHolder,
+    // The ensemble faults (`ensemble.rs`): every member restarted in turn, and two members
+    // added with three of the original ones removed.
+    RollingRestart { leader_last: bool },
+    Reconfigure,
 }
 
 impl Fault {
@@ -61,6 +65,9 @@ impl Fault {
             Fault::Burst => "burst of workers",
             Fault::LeaderFreezeCutOff => "frozen leader, its clients cut off",
             Fault::PauseKazooHolder => "SIGSTOP kazoo holder 2.5x session",
+            Fault::RollingRestart { leader_last: true } => "rolling restart, leader last",
+            Fault::RollingRestart { leader_last: false } => "rolling restart, leader first",
+            Fault::Reconfigure => "reconfig: add 2 members, remove 3 original",
         }
     }
 }
@@ -173,6 +180,10 @@ pub(crate) struct Lab {
     pub(crate) plan: Plan,
     pub(crate) run: u32,
     pub(crate) rng: fastrand::Rng,
+    /// Whether the zklock workers' Clients follow `/zookeeper/config`: only for the ensemble
+    /// faults. The members name their own addresses there, not the proxies', so a tracking
+    /// Client whose proxies all fail (a cut-off, say) would move past the fault to them.
+    pub(crate) track_ensemble: bool,
 }
 
 pub(crate) fn ms(d: Option<Duration>) -> String {
@@ -182,7 +193,12 @@ pub(crate) fn ms(d: Option<Duration>) -> String {
 
 impl Lab {
     pub(crate) fn start(plan: Plan, seed: u64) -> Lab {
-        let cluster = TestingCluster::start(3).expect("a 3-node ensemble");
+        Lab::start_with(plan, seed, 3)
+    }
+
+    /// A lab on an ensemble of `members`.
+    pub(crate) fn start_with(plan: Plan, seed: u64, members: usize) -> Lab {
+        let cluster = TestingCluster::start(members).expect("an ensemble");
         let proxies = FaultProxy::for_cluster(&cluster).expect("proxies");
         let java = (plan.curator_workers + plan.curator_leaders > 0)
             .then(|| Java::compile(&CURATOR_WORKER));
@@ -198,6 +214,7 @@ impl Lab {
             plan,
             run: 0,
             rng: fastrand::Rng::with_seed(seed),
+            track_ensemble: false,
         }
     }
 
@@ -237,7 +254,12 @@ impl Lab {
     }
 
     pub(crate) fn spawn_zklock(&self, name: &str, slots: Vec<SlotSpec>) -> WorkerProc {
-        let spec = worker_spec(&self.connect(), self.plan.session, &slots);
+        let spec = worker_spec(
+            &self.connect(),
+            self.plan.session,
+            self.track_ensemble,
+            &slots,
+        );
         WorkerProc::rust(name, spec)
     }
 
@@ -264,7 +286,8 @@ impl Lab {
     }
 
     pub(crate) fn ensure_healthy(&mut self, row: &mut Row) {
-        for i in 0..self.cluster.len() {
+        // Members removed by a reconfiguration stay stopped.
+        for i in self.cluster.members_in_config() {
             let _ = self.cluster.resume(i);
             if self.cluster.pid(i).is_none() {
                 if let Err(e) = self.cluster.restart(i) {
@@ -390,6 +413,9 @@ impl Lab {
             thread::sleep(Duration::from_millis(10));
         }
         row.recovery = first;
+        if fault.keeps_sessions() {
+            self.write_gaps(&regs, &outcome, &mut row);
+        }
         if row.recovery_all.is_none() {
             row.violations
                 .push("a lock was not written again after the fault".to_owned());
@@ -474,6 +500,10 @@ impl Lab {
         row.skipped = stats.skipped;
         row.reads = stats.reads;
         row.lost = stats.lost;
+        if fault.keeps_sessions() && row.lost > 0 {
+            row.violations
+                .push(format!("{} sessions lost through the fault", row.lost));
+        }
         // The workers' own view: a write that returned more than a session after the step
         // before it (its request may have left before a stall: the register's log, above,
         // is what counts).

@@ -8,6 +8,9 @@
 //! late writes, the lock paths (orphans, duplicate protected nodes) and the servers' watches.
 //!
 //! * `ci_chaos_schedule` runs a short fixed schedule in the normal test suite.
+//! * `ci_ensemble_schedule` runs the ensemble faults (`ensemble.rs`: rolling restarts with the
+//!   leader last and first, a reconfiguration that replaces three members) on 3 members, with no
+//!   session lost allowed; `ensemble_chaos_run` (ignored, `scripts/chaos.sh`) on 5.
 //! * `randomized_chaos_run` (ignored) draws faults at random for `ZKLOCK_CHAOS_MINUTES` with
 //!   the seed `ZKLOCK_CHAOS_SEED` (printed, so a run can be replayed), prints the Markdown
 //!   report (also written to `ZKLOCK_CHAOS_REPORT` if set) and fails on any violation:
@@ -22,6 +25,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod ensemble;
 mod faults;
 mod kazoo;
 mod lab;
@@ -130,6 +134,58 @@ fn ci_chaos_schedule() {
         rows.iter().all(|r| r.violations.is_empty()),
         "violations:\n{text}"
     );
+}
+
+/// The ensemble faults in the normal test suite: a 3-member ensemble restarted in turn with
+/// the leader last, then with the leader first, then reconfigured (two members added, the
+/// original three removed and stopped); 10 s sessions, and no session may be lost.
+#[test]
+fn ci_ensemble_schedule() {
+    init_logging();
+    let plan = Plan {
+        session: Duration::from_secs(10),
+        zklock_workers: 3,
+        curator_workers: 1,
+        curator_leaders: 0,
+        kazoo_workers: 0,
+        burst: 0,
+    };
+    ensemble::run_ensemble_schedule(plan, 3, &Fault::ENSEMBLE, "CI ensemble schedule");
+}
+
+/// `scripts/chaos.sh`: the ensemble faults on `ZKLOCK_CHAOS_MEMBERS` members (default 5):
+/// `ZKLOCK_CHAOS_ROUNDS` (default 2) rolling restarts each with the leader last and first,
+/// then the reconfiguration.
+#[test]
+#[ignore = "long: run by scripts/chaos.sh"]
+fn ensemble_chaos_run() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+    let env = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let members = env("ZKLOCK_CHAOS_MEMBERS", 5).max(3);
+    let rounds = env("ZKLOCK_CHAOS_ROUNDS", 2).max(1);
+    let plan = Plan {
+        session: Duration::from_secs(10),
+        zklock_workers: 3,
+        curator_workers: 1,
+        curator_leaders: 1,
+        kazoo_workers: 0,
+        burst: 0,
+    };
+    let mut faults: Vec<Fault> = (0..rounds)
+        .flat_map(|_| Fault::ENSEMBLE[..2].to_vec())
+        .collect();
+    faults.push(Fault::Reconfigure);
+    ensemble::run_ensemble_schedule(plan, members, &faults, "Ensemble chaos run");
 }
 
 /// `scripts/chaos.sh`: faults drawn at random for `ZKLOCK_CHAOS_MINUTES` (default 10) with

@@ -63,8 +63,13 @@ pub(crate) struct SlotSpec {
 }
 
 /// `<connect>;<session ms>;<slot>;<slot>...` (a connect string has commas, never `;`).
-pub(crate) fn worker_spec(connect: &str, session: Duration, slots: &[SlotSpec]) -> String {
-    let mut spec = format!("{connect};{}", session.as_millis());
+pub(crate) fn worker_spec(
+    connect: &str,
+    session: Duration,
+    track_ensemble: bool,
+    slots: &[SlotSpec],
+) -> String {
+    let mut spec = format!("{connect};{};{track_ensemble}", session.as_millis());
     for s in slots {
         let _ = write!(
             spec,
@@ -165,9 +170,16 @@ pub(crate) fn say(line: &str) {
     let _ = out.flush();
 }
 
-pub(crate) fn run_slot(slot: &SlotSpec, connect: &str, session: Duration, stop: &AtomicBool) {
+pub(crate) fn run_slot(
+    slot: &SlotSpec,
+    connect: &str,
+    session: Duration,
+    track_ensemble: bool,
+    stop: &AtomicBool,
+) {
     let client = Client::builder(connect)
         .session_timeout(session)
+        .ensemble_tracker(track_ensemble)
         .connection_timeout(Duration::from_secs(30))
         .connect()
         .expect("connect");
@@ -416,9 +428,18 @@ pub(crate) fn run() {
     #[cfg(target_os = "linux")]
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .expect("PR_SET_PDEATHSIG");
+    // RUST_LOG set: the worker's events go to the test's stderr, named by thread.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_thread_names(true)
+            .try_init();
+    }
     let mut fields = spec.split(';');
     let connect = fields.next().expect("connect string").to_owned();
     let session = Duration::from_millis(fields.next().unwrap().parse().unwrap());
+    let track_ensemble: bool = fields.next().unwrap().parse().unwrap();
     let slots: Vec<SlotSpec> = fields
         .map(|f| {
             let p: Vec<&str> = f.split(',').collect();
@@ -451,7 +472,7 @@ pub(crate) fn run() {
             let (connect, stop) = (connect.clone(), stop.clone());
             thread::Builder::new()
                 .name(slot.name.clone())
-                .spawn(move || run_slot(&slot, &connect, session, &stop))
+                .spawn(move || run_slot(&slot, &connect, session, track_ensemble, &stop))
                 .unwrap()
         })
         .collect();

@@ -283,7 +283,10 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             };
             // The same session on another wire client: ops, followers and watches go over to
             // it (every waiter is woken by the state and looks again).
-            tracing::info!("ZooKeeper session moved to {hosts}");
+            tracing::info!(
+                "ZooKeeper session 0x{:x} moved to {hosts}",
+                zk.session().id().0
+            );
             let old = std::mem::replace(&mut zk, next);
             wire_hosts = hosts;
             let old_moved = std::mem::take(&mut moved);
@@ -382,9 +385,13 @@ async fn open_session(shared: &Shared) -> Result<(zk::Client, String)> {
     Ok((chroot(shared, zk)?, hosts))
 }
 
-/// The session `session` resumed on one of `candidates`, tried one at a time (the wire client
-/// gives a resumed session a single attempt), each for at most the connection timeout; `None`
-/// if none takes it. Returns the wire client and the full member list it is to know.
+/// The session `session` resumed on one of `candidates`, all given to one wire client (it
+/// goes through them in turn until one takes the session), for at most the connection timeout;
+/// `None` if none takes it. Returns the wire client and the full member list it is to know.
+///
+/// The candidates can name members that are leaving too: the list may predate the last change
+/// of the configuration (the tracker reads it through the session being moved), so a member
+/// that does not answer must not hold the others up.
 async fn move_session(
     shared: &Shared,
     session: zk::SessionInfo,
@@ -392,23 +399,22 @@ async fn move_session(
     members: String,
 ) -> Option<(zk::Client, String)> {
     let bound = shared.config.builder.connection_timeout;
-    for host in candidates {
-        let connector = connector(shared).with_session(session.clone());
-        let attempt = future::or(
-            async { Some(connect(shared, connector, &host).await) },
-            async {
-                sleep(bound).await;
-                None
-            },
-        );
-        match attempt.await {
-            Some(Ok(zk)) => match chroot(shared, zk) {
-                Ok(zk) => return Some((zk, members)),
-                Err(e) => tracing::warn!("cannot move the session to {host}: {e}"),
-            },
-            Some(Err(e)) => tracing::debug!("cannot move the session to {host}: {e}"),
-            None => tracing::debug!("cannot move the session to {host}: no answer"),
-        }
+    let hosts = candidates.join(",");
+    let connector = connector(shared).with_session(session);
+    let attempt = future::or(
+        async { Some(connect(shared, connector, &hosts).await) },
+        async {
+            sleep(bound).await;
+            None
+        },
+    );
+    match attempt.await {
+        Some(Ok(zk)) => match chroot(shared, zk) {
+            Ok(zk) => return Some((zk, members)),
+            Err(e) => tracing::warn!("cannot move the session to {hosts}: {e}"),
+        },
+        Some(Err(e)) => tracing::info!("cannot move the session to {hosts}: {e}"),
+        None => tracing::info!("cannot move the session to {hosts}: no answer"),
     }
     None
 }
@@ -444,6 +450,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
         Stop,
         LookForMembers,
         Moved(Option<(zk::Client, String)>),
+        Confirmed(bool, zk::SessionState),
     }
     let negotiated = zk.session_timeout();
     let idle = idle_timeout(shared.config.builder.session_timeout / 3, negotiated);
@@ -457,6 +464,8 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
     // sent since does.
     let mut trusted = true;
     let mut vouching: Option<future::Boxed<bool>> = None;
+    // A reconnection is believed once a round trip went through it (see `Ev::State` below).
+    let mut confirming: Option<(future::Boxed<bool>, zk::SessionState)> = None;
     let mut disconnected_at: Option<Instant> = None;
     #[allow(clippy::type_complexity)]
     let mut moving: Option<
@@ -479,6 +488,12 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
         let vouched = async {
             match vouching.as_mut() {
                 Some(round_trip) => Ev::Vouched(round_trip.await),
+                None => future::pending().await,
+            }
+        };
+        let confirmed = async {
+            match confirming.as_mut() {
+                Some((round_trip, state)) => Ev::Confirmed(round_trip.await, *state),
                 None => future::pending().await,
             }
         };
@@ -507,7 +522,10 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                 changed,
                 future::or(
                     timer,
-                    future::or(beat, future::or(vouched, future::or(look, moved))),
+                    future::or(
+                        beat,
+                        future::or(vouched, future::or(look, future::or(moved, confirmed))),
+                    ),
                 ),
             ),
         )
@@ -525,6 +543,10 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
             Ev::LostTimer => {
                 // Nothing received for a whole session timeout: the server may have expired us.
                 // Like Curator, give the session up and start a new one.
+                tracing::warn!(
+                    "session 0x{:x}: no answer from {wire_hosts} for too long; giving it up",
+                    zk.session().id().0
+                );
                 shared.set(ConnectionState::Lost, |_| {});
                 return End::SessionOver;
             }
@@ -555,8 +577,11 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                 let members = shared.hosts.lock().clone();
                 let fresh = super::ensemble::new_hosts(&members, wire_hosts);
                 if long_enough && !fresh.is_empty() {
-                    tracing::info!("no answer from {wire_hosts}: moving the session to {members}");
                     let session = zk.session().clone();
+                    tracing::info!(
+                        "no answer from {wire_hosts}: moving session 0x{:x} to {members}",
+                        session.id().0
+                    );
                     moving = Some(Box::pin(move_session(shared, session, fresh, members)));
                 }
             }
@@ -565,6 +590,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
             // session to the newer connection.
             Ev::Moved(Some((next, hosts))) => return End::Moved(next, hosts),
             Ev::State(zk::SessionState::Disconnected) => {
+                confirming = None;
                 disconnected_at.get_or_insert_with(Instant::now);
                 if lost_at.is_none() {
                     // The last byte arrived at least `idle` ago (or later, if the socket broke).
@@ -573,21 +599,35 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                     shared.set(ConnectionState::Suspended, |_| {});
                 }
             }
-            Ev::State(zk::SessionState::SyncConnected) => {
-                disconnected_at = None;
-                moving = None;
-                lost_at = None;
-                live.heard();
-                trusted = true;
-                shared.set(ConnectionState::Reconnected, |_| {});
+            // The wire client says it is connected as soon as the server answers the connect
+            // request; if that connection breaks before the session is set up on it, it goes
+            // back to its hosts without saying it is disconnected again (until one of them
+            // accepts a connection). So a reconnection counts once a request went through it:
+            // until then the Lost timer runs on and the session may still move.
+            Ev::State(
+                state @ (zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly),
+            ) => {
+                let zk = zk.clone();
+                confirming = Some((
+                    Box::pin(async move { zk.check_stat("/").await.is_ok() }),
+                    state,
+                ));
             }
-            Ev::State(zk::SessionState::ConnectedReadOnly) => {
+            Ev::Confirmed(false, _) => confirming = None,
+            Ev::Confirmed(true, state) => {
+                confirming = None;
                 disconnected_at = None;
                 moving = None;
                 lost_at = None;
                 live.heard();
                 trusted = true;
-                shared.set(ConnectionState::ReadOnly, |_| {});
+                shared.set(
+                    match state {
+                        zk::SessionState::ConnectedReadOnly => ConnectionState::ReadOnly,
+                        _ => ConnectionState::Reconnected,
+                    },
+                    |_| {},
+                );
             }
             Ev::State(state) => {
                 tracing::warn!("ZooKeeper session ended: {state}");
