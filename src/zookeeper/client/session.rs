@@ -282,7 +282,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
                 break end;
             };
             // The same session on another wire client: ops, followers and watches go over to
-            // it (every waiter is woken by the state and looks again).
+            // it (every blocked call is woken by the state and looks again).
             tracing::info!(
                 "ZooKeeper session 0x{:x} moved to {hosts}",
                 zk.session().id().0
