@@ -163,20 +163,7 @@ pub(crate) fn run_ensemble_schedule(plan: Plan, members: usize, faults: &[Fault]
     lab.track_ensemble = true;
     let mut rows = Vec::new();
     for &fault in faults {
-        let t = Instant::now();
-        let row = lab.run_fault(fault);
-        eprintln!(
-            "chaos: fault {} ({}) done in {:.1} s: {}",
-            rows.len() + 1,
-            fault.name(),
-            t.elapsed().as_secs_f64(),
-            if row.violations.is_empty() {
-                "clean"
-            } else {
-                "VIOLATION"
-            }
-        );
-        rows.push(row);
+        rows.push(lab.run_and_tell(fault, rows.len() + 1));
     }
     let text = report(
         &rows,

@@ -196,6 +196,24 @@ impl Lab {
         Lab::start_with(plan, seed, 3)
     }
 
+    /// Runs `fault` (the `n`th of a schedule) and says on stderr how long it took and whether
+    /// it was clean.
+    pub(crate) fn run_and_tell(&mut self, fault: Fault, n: usize) -> Row {
+        let t = Instant::now();
+        let row = self.run_fault(fault);
+        eprintln!(
+            "chaos: fault {n} ({}) done in {:.1} s: {}",
+            fault.name(),
+            t.elapsed().as_secs_f64(),
+            if row.violations.is_empty() {
+                "clean"
+            } else {
+                "VIOLATION"
+            }
+        );
+        row
+    }
+
     /// A lab on an ensemble of `members`.
     pub(crate) fn start_with(plan: Plan, seed: u64, members: usize) -> Lab {
         let cluster = TestingCluster::start(members).expect("an ensemble");

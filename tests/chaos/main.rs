@@ -76,20 +76,7 @@ fn run_schedule(
     let mut lab = Lab::start(plan, seed);
     let mut rows = Vec::new();
     while let Some(fault) = next(&mut lab.rng, rows.len()) {
-        let t = Instant::now();
-        let row = lab.run_fault(fault);
-        eprintln!(
-            "chaos: fault {} ({}) done in {:.1} s: {}",
-            rows.len() + 1,
-            fault.name(),
-            t.elapsed().as_secs_f64(),
-            if row.violations.is_empty() {
-                "clean"
-            } else {
-                "VIOLATION"
-            }
-        );
-        rows.push(row);
+        rows.push(lab.run_and_tell(fault, rows.len() + 1));
     }
     (rows, started.elapsed())
 }
