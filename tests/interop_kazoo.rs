@@ -1,8 +1,9 @@
 //! Cross-language interop with kazoo: Python processes running Debian's `python3-kazoo`
 //! (`tests/python/kazoo_worker.py`) and zklock's kazoo-layout recipes on the same paths of one
-//! real ZooKeeper: the mutex (two Python and two Rust processes on a fenced register, FIFO),
-//! the read-write lock, the semaphore and its `max_leases` agreement, `contenders()`, and the
-//! election; and the health of a kazoo-layout lease.
+//! real ZooKeeper: the mutex (two Python and two Rust processes on a fenced register, FIFO,
+//! and a holder that skips the lock to show the exclusion check failing), the read-write lock,
+//! the semaphore and its `max_leases` agreement, `contenders()`, and the election; and the
+//! health of a kazoo-layout lease.
 //!
 //! Needs `/usr/bin/python3` with Debian's `python3-kazoo`
 //! (`scripts/ensure-zookeeper.sh --kazoo` installs it); without it these tests fail, saying so.
@@ -303,6 +304,45 @@ fn two_kazoo_and_two_zklock_processes_exclude_each_other_in_fifo_order() {
         0,
         "lock nodes left behind"
     );
+}
+
+/// The check above can fail: a holder that skips the lock stays inside while a kazoo worker
+/// takes the lock three times. It wrote before kazoo's first hold and writes again after the
+/// last one, so its second write is refused and no two accepted writes share an interval:
+/// the order [`FenceReport::check`] does not count as an overlap, and the one the interop
+/// tests must still catch.
+#[test]
+fn the_exclusion_check_reports_a_holder_that_skips_the_lock_beside_kazoo() {
+    let server = TestingServer::start().unwrap();
+    let connect = server.connect_string();
+    let register = FencedRegister::start().unwrap();
+    let fence = register.addr().to_string();
+    let mut skipper = register.client().unwrap();
+    let token = 1; // no lock, so no czxid: a token of its own, below any real one
+    skipper.enter(token, "rs-skip").unwrap();
+    assert!(skipper.write(token, "rs-skip", "a").unwrap().is_accepted());
+    let py = Py::start(&["loop", &connect, "/kazoo/skip", "py-1", "lock", "3", &fence]);
+    assert_eq!(py.next_line(), "done");
+    py.finish();
+    assert!(!skipper.write(token, "rs-skip", "b").unwrap().is_accepted());
+    skipper.exit(token, "rs-skip").unwrap();
+    let log = register.log();
+    let report = FenceReport::check(&log);
+    assert!(
+        report.is_clean(),
+        "the plant was meant to be the order the fence report misses: {report}"
+    );
+    let faults = exclusion_faults(&log);
+    println!("{}", faults.join("\n"));
+    assert!(
+        faults.iter().any(|f| f.contains("1 writes rejected")),
+        "the refused write went unreported: {faults:?}"
+    );
+    let entered = faults
+        .iter()
+        .filter(|f| f.contains("py-1") && f.contains("entered while rs-skip"))
+        .count();
+    assert_eq!(entered, 3, "kazoo's holds inside the skipper's: {faults:?}");
 }
 
 // ---------------------------------------------------------------------------
