@@ -481,8 +481,7 @@ fn kazoo_and_zklock_readers_share_and_writers_exclude_each_other() {
     assert_eq!(r2.ask("release"), "released");
     held_rx.recv_timeout(patience()).expect("the writer got in");
 
-    // A kazoo writer and a kazoo reader wait for the zklock writer; a zklock reader waits for
-    // the kazoo writer.
+    // A kazoo writer waits for the zklock writer; a zklock reader waits for the kazoo writer.
     let mut w1 = Py::commands(&connect, path, "py-w");
     w1.send("wlock");
     wait_for("the kazoo writer to queue", || {
@@ -518,8 +517,21 @@ fn kazoo_and_zklock_readers_share_and_writers_exclude_each_other() {
     reader.join().unwrap();
     // The write holder cannot take the read half in this layout.
     let own = InterProcessReadWriteLock::kazoo(&client, path, "rs-down").unwrap();
-    let _w = own.write_lock().lock().unwrap();
+    let w = own.write_lock().lock().unwrap();
     assert!(matches!(own.read_lock().lock(), Err(Error::WouldDeadlock)));
+    // A kazoo reader waits for the zklock writer, and gets in once it releases.
+    r1.send("rlock");
+    wait_for("the kazoo reader to queue", || {
+        nodes(&client, path, "__rlock__") == 1
+    });
+    assert_eq!(
+        r1.line_within(Duration::from_millis(300)),
+        None,
+        "a kazoo reader got in beside a zklock writer"
+    );
+    w.release().unwrap();
+    assert_eq!(r1.next_line(), "held");
+    assert_eq!(r1.ask("release"), "released");
     for p in [r1, r2, w1] {
         p.finish();
     }
