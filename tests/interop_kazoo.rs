@@ -580,9 +580,15 @@ fn kazoo_and_zklock_semaphores_never_exceed_max_leases_and_agree_on_it() {
             let (client, log, id) = (client.clone(), log.clone(), id.to_string());
             thread::spawn(move || {
                 let sem = KazooSemaphore::new(&client, path, &id, 3).unwrap();
-                for _ in 0..ROUNDS {
+                for i in 0..ROUNDS {
                     let lease = sem.acquire_timeout(patience()).unwrap().expect("lease");
                     append(&log, &format!("ENTER {id}"));
+                    if i == 0 {
+                        // Keep the first lease until three holders were in at once: with five
+                        // contenders for three leases that comes at once, unless the semaphore
+                        // lets fewer in than it should.
+                        wait_for("3 holders at once", || most_at_once(&log).0 == 3);
+                    }
                     thread::sleep(Duration::from_millis(5));
                     append(&log, &format!("EXIT {id}"));
                     lease.return_lease().unwrap();
@@ -600,6 +606,8 @@ fn kazoo_and_zklock_semaphores_never_exceed_max_leases_and_agree_on_it() {
     let (most, ended) = most_at_once(&log);
     println!("at most {most} holders at once over {} holds", 5 * ROUNDS);
     assert!(most <= 3, "{most} holders at once");
+    // The run filled the three leases, so "never above 3" was tested under contention.
+    assert_eq!(most, 3, "never 3 holders at once: no contention");
     assert!(ended);
 
     // lease_holders() agree, and both languages refuse a different max_leases.
