@@ -1,8 +1,9 @@
 //! Cross-language interop with kazoo: Python processes running Debian's `python3-kazoo`
 //! (`tests/python/kazoo_worker.py`) and zklock's kazoo-layout recipes on the same paths of one
-//! real ZooKeeper: the mutex (two Python and two Rust processes on a fenced register, FIFO),
-//! the read-write lock, the semaphore and its `max_leases` agreement, `contenders()`, and the
-//! election; and the health of a kazoo-layout lease.
+//! real ZooKeeper: the mutex (two Python and two Rust processes on a fenced register, FIFO,
+//! and a holder that skips the lock to show the exclusion check failing), the read-write lock,
+//! the semaphore and its `max_leases` agreement, `contenders()`, and the election; and the
+//! health of a kazoo-layout lease.
 //!
 //! Needs `/usr/bin/python3` with Debian's `python3-kazoo`
 //! (`scripts/ensure-zookeeper.sh --kazoo` installs it); without it these tests fail, saying so.
@@ -20,7 +21,9 @@ use std::time::Duration;
 use common::java::append;
 use common::worker::{say, Worker};
 use common::*;
-use zklock::testing::{FenceClient, FenceEventKind, FenceReport, FencedRegister, TestingServer};
+use zklock::testing::{
+    FenceClient, FenceEvent, FenceEventKind, FenceReport, FencedRegister, TestingServer,
+};
 use zklock::{
     Error, InterProcessMutex, InterProcessReadWriteLock, KazooElection, KazooSemaphore, LockHealth,
 };
@@ -139,6 +142,70 @@ fn nodes(client: &zklock::Client, path: &str, name: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// What in a fenced register's log shows two holders inside at once, in a run without faults;
+/// empty when the holds never interleaved. Beside [`FenceReport::check`] (which counts an
+/// overlap only when both holders' writes were accepted) it reports any rejected write (a
+/// newer holder wrote first, so the older one's write was refused) and any `enter` before the
+/// previous holder's `exit`, so an overlap is caught whichever holder wrote first, or if
+/// neither wrote inside it. The workers do not judge their own writes: this does, from the log.
+fn exclusion_faults(log: &[FenceEvent]) -> Vec<String> {
+    let report = FenceReport::check(log);
+    let mut faults = Vec::new();
+    if !report.is_clean() {
+        faults.push(format!("the fence report shows a violation:\n{report}"));
+    }
+    if report.rejected() > 0 {
+        faults.push(format!(
+            "{} writes rejected: a newer holder wrote while an older one was inside",
+            report.rejected()
+        ));
+    }
+    let mut inside: Vec<&FenceEvent> = Vec::new();
+    for e in log {
+        let same = |i: &&FenceEvent| (i.token, &i.worker) == (e.token, &e.worker);
+        match e.kind {
+            FenceEventKind::Enter => {
+                for other in &inside {
+                    faults.push(format!(
+                        "#{}: {} (token {}) entered while {} (token {}) was inside since #{}",
+                        e.seq, e.worker, e.token, other.worker, other.token, other.seq
+                    ));
+                }
+                inside.push(e);
+            }
+            FenceEventKind::Exit => match inside.iter().position(same) {
+                Some(i) => {
+                    inside.remove(i);
+                }
+                None => faults.push(format!(
+                    "#{}: {} (token {}) exited without entering",
+                    e.seq, e.worker, e.token
+                )),
+            },
+            FenceEventKind::Accepted | FenceEventKind::Rejected => {
+                if !inside.iter().any(same) {
+                    faults.push(format!(
+                        "#{}: {} (token {}) wrote outside its hold",
+                        e.seq, e.worker, e.token
+                    ));
+                }
+            }
+        }
+    }
+    faults
+}
+
+/// Panics with every fault [`exclusion_faults`] finds in `log`.
+#[track_caller]
+fn assert_one_holder_at_a_time(log: &[FenceEvent]) {
+    let faults = exclusion_faults(log);
+    assert!(
+        faults.is_empty(),
+        "two holders inside at once:\n{}",
+        faults.join("\n")
+    );
+}
+
 // ---------------------------------------------------------------------------
 // The mutex: two Python and two Rust processes on a fenced register
 // ---------------------------------------------------------------------------
@@ -201,9 +268,8 @@ fn two_kazoo_and_two_zklock_processes_exclude_each_other_in_fifo_order() {
         assert!(w.child.wait().unwrap().success());
     }
     let log = register.log();
-    let report = FenceReport::check(&log);
-    println!("{report}");
-    assert!(report.is_clean(), "overlap or stale write: {report}");
+    println!("{}", FenceReport::check(&log));
+    assert_one_holder_at_a_time(&log);
     let enters: Vec<(u64, String)> = log
         .iter()
         .filter(|e| e.kind == FenceEventKind::Enter)
@@ -238,6 +304,45 @@ fn two_kazoo_and_two_zklock_processes_exclude_each_other_in_fifo_order() {
         0,
         "lock nodes left behind"
     );
+}
+
+/// The check above can fail: a holder that skips the lock stays inside while a kazoo worker
+/// takes the lock three times. It wrote before kazoo's first hold and writes again after the
+/// last one, so its second write is refused and no two accepted writes share an interval:
+/// the order [`FenceReport::check`] does not count as an overlap, and the one the interop
+/// tests must still catch.
+#[test]
+fn the_exclusion_check_reports_a_holder_that_skips_the_lock_beside_kazoo() {
+    let server = TestingServer::start().unwrap();
+    let connect = server.connect_string();
+    let register = FencedRegister::start().unwrap();
+    let fence = register.addr().to_string();
+    let mut skipper = register.client().unwrap();
+    let token = 1; // no lock, so no czxid: a token of its own, below any real one
+    skipper.enter(token, "rs-skip").unwrap();
+    assert!(skipper.write(token, "rs-skip", "a").unwrap().is_accepted());
+    let py = Py::start(&["loop", &connect, "/kazoo/skip", "py-1", "lock", "3", &fence]);
+    assert_eq!(py.next_line(), "done");
+    py.finish();
+    assert!(!skipper.write(token, "rs-skip", "b").unwrap().is_accepted());
+    skipper.exit(token, "rs-skip").unwrap();
+    let log = register.log();
+    let report = FenceReport::check(&log);
+    assert!(
+        report.is_clean(),
+        "the plant was meant to be the order the fence report misses: {report}"
+    );
+    let faults = exclusion_faults(&log);
+    println!("{}", faults.join("\n"));
+    assert!(
+        faults.iter().any(|f| f.contains("1 writes rejected")),
+        "the refused write went unreported: {faults:?}"
+    );
+    let entered = faults
+        .iter()
+        .filter(|f| f.contains("py-1") && f.contains("entered while rs-skip"))
+        .count();
+    assert_eq!(entered, 3, "kazoo's holds inside the skipper's: {faults:?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -326,9 +431,8 @@ fn kazoo_and_zklock_readers_share_and_writers_exclude_each_other() {
         assert_eq!(p.next_line(), "done");
         p.finish();
     }
-    let report = FenceReport::check(&register.log());
-    println!("writers: {report}");
-    assert!(report.is_clean(), "{report}");
+    println!("writers: {}", register.check());
+    assert_one_holder_at_a_time(&register.log());
     assert_eq!(
         register
             .log()
@@ -377,8 +481,7 @@ fn kazoo_and_zklock_readers_share_and_writers_exclude_each_other() {
     assert_eq!(r2.ask("release"), "released");
     held_rx.recv_timeout(patience()).expect("the writer got in");
 
-    // A kazoo writer and a kazoo reader wait for the zklock writer; a zklock reader waits for
-    // the kazoo writer.
+    // A kazoo writer waits for the zklock writer; a zklock reader waits for the kazoo writer.
     let mut w1 = Py::commands(&connect, path, "py-w");
     w1.send("wlock");
     wait_for("the kazoo writer to queue", || {
@@ -414,8 +517,21 @@ fn kazoo_and_zklock_readers_share_and_writers_exclude_each_other() {
     reader.join().unwrap();
     // The write holder cannot take the read half in this layout.
     let own = InterProcessReadWriteLock::kazoo(&client, path, "rs-down").unwrap();
-    let _w = own.write_lock().lock().unwrap();
+    let w = own.write_lock().lock().unwrap();
     assert!(matches!(own.read_lock().lock(), Err(Error::WouldDeadlock)));
+    // A kazoo reader waits for the zklock writer, and gets in once it releases.
+    r1.send("rlock");
+    wait_for("the kazoo reader to queue", || {
+        nodes(&client, path, "__rlock__") == 1
+    });
+    assert_eq!(
+        r1.line_within(Duration::from_millis(300)),
+        None,
+        "a kazoo reader got in beside a zklock writer"
+    );
+    w.release().unwrap();
+    assert_eq!(r1.next_line(), "held");
+    assert_eq!(r1.ask("release"), "released");
     for p in [r1, r2, w1] {
         p.finish();
     }
@@ -464,9 +580,15 @@ fn kazoo_and_zklock_semaphores_never_exceed_max_leases_and_agree_on_it() {
             let (client, log, id) = (client.clone(), log.clone(), id.to_string());
             thread::spawn(move || {
                 let sem = KazooSemaphore::new(&client, path, &id, 3).unwrap();
-                for _ in 0..ROUNDS {
+                for i in 0..ROUNDS {
                     let lease = sem.acquire_timeout(patience()).unwrap().expect("lease");
                     append(&log, &format!("ENTER {id}"));
+                    if i == 0 {
+                        // Keep the first lease until three holders were in at once: with five
+                        // contenders for three leases that comes at once, unless the semaphore
+                        // lets fewer in than it should.
+                        wait_for("3 holders at once", || most_at_once(&log).0 == 3);
+                    }
                     thread::sleep(Duration::from_millis(5));
                     append(&log, &format!("EXIT {id}"));
                     lease.return_lease().unwrap();
@@ -484,6 +606,8 @@ fn kazoo_and_zklock_semaphores_never_exceed_max_leases_and_agree_on_it() {
     let (most, ended) = most_at_once(&log);
     println!("at most {most} holders at once over {} holds", 5 * ROUNDS);
     assert!(most <= 3, "{most} holders at once");
+    // The run filled the three leases, so "never above 3" was tested under contention.
+    assert_eq!(most, 3, "never 3 holders at once: no contention");
     assert!(ended);
 
     // lease_holders() agree, and both languages refuse a different max_leases.

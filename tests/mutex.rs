@@ -304,6 +304,51 @@ fn participants_holder_first_and_node_data_round_trip() {
     assert!(t.join().unwrap());
 }
 
+/// kazoo's `contenders()` on Curator's layout: the node data of the holder, then of the
+/// waiters in the order they queued, and the next one first once the holder goes.
+#[test]
+fn contenders_list_the_holder_then_the_waiters_in_queue_order() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server.connect_string());
+    let path = "/locks/contenders";
+    let holder = InterProcessMutex::new(&client, path).unwrap();
+    holder.set_node_data(b"holder").unwrap();
+    let held = holder.lock().unwrap();
+    // Names that do not sort in queue order, so only the queue can order them.
+    let waiters: Vec<_> = ["next", "last"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mutex = InterProcessMutex::new(&client, path).unwrap();
+            mutex.set_node_data(name.as_bytes()).unwrap();
+            let (in_tx, in_rx) = crossbeam_channel::unbounded();
+            let (out_tx, out_rx) = crossbeam_channel::unbounded::<()>();
+            let t = thread::spawn(move || {
+                let g = mutex.lock().unwrap();
+                in_tx.send(()).unwrap();
+                out_rx.recv().unwrap();
+                g.release().unwrap();
+            });
+            wait_for(name, || holder.participant_nodes().unwrap().len() == i + 2);
+            (t, in_rx, out_tx)
+        })
+        .collect();
+    assert_eq!(holder.contenders().unwrap(), ["holder", "next", "last"]);
+    held.release().unwrap();
+    let (_, first_in, first_out) = &waiters[0];
+    first_in.recv_timeout(patience()).expect("next gets in");
+    assert_eq!(holder.contenders().unwrap(), ["next", "last"]);
+    first_out.send(()).unwrap();
+    let (_, second_in, second_out) = &waiters[1];
+    second_in.recv_timeout(patience()).expect("last gets in");
+    assert_eq!(holder.contenders().unwrap(), ["last"]);
+    second_out.send(()).unwrap();
+    for (t, _, _) in waiters {
+        t.join().unwrap();
+    }
+    wait_for("no contenders", || holder.contenders().unwrap().is_empty());
+}
+
 #[test]
 fn expired_holder_is_told_lost_and_a_waiter_takes_over_with_a_higher_token() {
     init_logging();

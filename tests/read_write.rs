@@ -114,6 +114,70 @@ fn upgrade_is_refused_and_a_writer_excludes_readers() {
     );
 }
 
+/// kazoo's `contenders()` on Curator's layout: readers' and writers' node data together, in
+/// lock order, the holder first; readers that share are listed side by side.
+#[test]
+fn contenders_list_readers_and_writers_in_lock_order() {
+    let server = TestingServer::start().unwrap();
+    let client = session_client(&server);
+    let path = "/locks/rw-contenders";
+    let observer = InterProcessReadWriteLock::new(&client, path).unwrap();
+    assert_eq!(observer.contenders().unwrap(), Vec::<String>::new());
+    let writer = InterProcessReadWriteLock::new(&client, path).unwrap();
+    writer.set_node_data(b"writer-1").unwrap();
+    let held = writer.write_lock().lock().unwrap();
+    // Behind the writer: a reader, a writer, then another reader, each on its own thread.
+    let queued: Vec<_> = [("reader-1", false), ("writer-2", true), ("reader-2", false)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(name, write))| {
+            let rw = InterProcessReadWriteLock::new(&client, path).unwrap();
+            rw.set_node_data(name.as_bytes()).unwrap();
+            let t = thread::spawn(move || {
+                if write {
+                    rw.write_lock().lock().unwrap().release().unwrap();
+                } else {
+                    rw.read_lock().lock().unwrap().release().unwrap();
+                }
+            });
+            wait_for(name, || observer.contenders().unwrap().len() == i + 2);
+            t
+        })
+        .collect();
+    assert_eq!(
+        observer.contenders().unwrap(),
+        ["writer-1", "reader-1", "writer-2", "reader-2"]
+    );
+    held.release().unwrap();
+    for t in queued {
+        t.join().unwrap();
+    }
+    // Two readers sharing, then a writer waiting for both.
+    let (r1, r2) = (
+        InterProcessReadWriteLock::new(&client, path).unwrap(),
+        InterProcessReadWriteLock::new(&client, path).unwrap(),
+    );
+    r1.set_node_data(b"reader-a").unwrap();
+    r2.set_node_data(b"reader-b").unwrap();
+    let a = r1.read_lock().lock().unwrap();
+    let b = r2.read_lock().lock().unwrap();
+    let writer = InterProcessReadWriteLock::new(&client, path).unwrap();
+    writer.set_node_data(b"writer-c").unwrap();
+    let waiting = thread::spawn(move || writer.write_lock().lock().unwrap().release().unwrap());
+    wait_for("the writer to queue", || {
+        observer.contenders().unwrap().len() == 3
+    });
+    assert_eq!(
+        observer.contenders().unwrap(),
+        ["reader-a", "reader-b", "writer-c"]
+    );
+    drop((a, b));
+    waiting.join().unwrap();
+    wait_for("no contenders", || {
+        observer.contenders().unwrap().is_empty()
+    });
+}
+
 /// CURATOR-621, as Curator 5.5 fixed it: a writer queued before the downgrade waits for the
 /// downgraded read; a reader queued behind the downgrading writer (no writer ahead of it) gets
 /// in beside it.

@@ -4,6 +4,7 @@ usage:
   kazoo_worker.py loop CONNECT PATH ID KIND ROUNDS FENCE|LOG
       KIND lock or write: takes kazoo's Lock / WriteLock ROUNDS times; each hold sends ENTER,
       a WRITE and EXIT with its node's czxid to the fenced register at FENCE (host:port).
+      It does not judge the register's answers: the test judges the register's log.
       KIND sem:MAX: takes a lease of kazoo's Semaphore(MAX) ROUNDS times; each hold appends
       ENTER ID / EXIT ID to the file LOG.
   kazoo_worker.py cmd CONNECT PATH ID

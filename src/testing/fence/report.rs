@@ -205,6 +205,32 @@ impl FenceReport {
     pub fn is_clean(&self) -> bool {
         self.overlaps.is_empty() && self.stale_accepted.is_empty()
     }
+
+    /// Rejected writes, every worker's together. A clean report may still have some: a holder
+    /// overtaken by a newer token is refused, which is the fence at work, not an overlap. In a
+    /// run without faults there should be none, since every holder exits before the next
+    /// enters; a rejection there means two holders were inside at once, even when the report
+    /// shows no [`Overlap`] (the newer one wrote first, so the older one's write was refused).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use zklock::testing::{FenceEvent, FenceEventKind::*, FenceReport};
+    ///
+    /// // B enters and writes while A is still inside; A's write is refused.
+    /// let log = [
+    ///     FenceEvent::new(Enter, 1, "A"),
+    ///     FenceEvent::new(Enter, 2, "B"),
+    ///     FenceEvent::new(Accepted, 2, "B"),
+    ///     FenceEvent::new(Rejected, 1, "A"),
+    /// ];
+    /// let report = FenceReport::check(&log);
+    /// assert!(report.is_clean()); // the fence held
+    /// assert_eq!(report.rejected(), 1); // but A and B were inside together
+    /// ```
+    pub fn rejected(&self) -> u64 {
+        self.workers.values().map(|w| w.rejected).sum()
+    }
 }
 
 impl fmt::Display for FenceReport {
