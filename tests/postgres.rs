@@ -655,3 +655,79 @@ fn a_session_mode_pooler_works() {
     guard.release().unwrap();
     assert!(mb.try_lock().unwrap().is_some());
 }
+
+// ---------------------------------------------------------------------------
+// What a lock needs of the server: no privilege, and a server that comes back.
+// ---------------------------------------------------------------------------
+
+/// A role with no privilege at all (not a superuser, no grants, no role memberships) takes
+/// every kind of lock, with rising fencing tokens: the token's logical message and the
+/// own-session setting need nothing beyond what PostgreSQL grants everyone.
+#[test]
+fn a_role_without_privileges_locks_and_gets_rising_tokens() {
+    let server = TestingPostgres::start().unwrap();
+    server
+        .sql("CREATE ROLE plain LOGIN PASSWORD 'plain' NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION")
+        .unwrap();
+    let roles = server
+        .sql("SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = 'plain'")
+        .unwrap();
+    assert_eq!(
+        roles,
+        vec![vec![Some("f".to_owned()), Some("f".to_owned())]],
+        "the role is not a superuser and cannot replicate"
+    );
+    let c = PgClient::connect(&server.url_as("plain", "plain", "postgres")).unwrap();
+    let mutex = PgMutex::new(&c, "unprivileged").unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = mutex.lock().unwrap();
+        assert_eq!(guard.health(), LockHealth::Held);
+        tokens.push(guard.fencing_token());
+        guard.release().unwrap();
+    }
+    let guard = mutex.try_lock().unwrap().expect("a free lock");
+    tokens.push(guard.fencing_token());
+    drop(guard);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    let rw = zklock::PgReadWriteLock::new(&c, "unprivileged-rw").unwrap();
+    rw.read_lock().lock().unwrap().release().unwrap();
+    rw.write_lock().lock().unwrap().release().unwrap();
+    let semaphore = zklock::PgSemaphore::new(&c, "unprivileged-sem", 2).unwrap();
+    let a = semaphore.acquire().unwrap();
+    let b = semaphore.acquire().unwrap();
+    assert!(semaphore
+        .acquire_timeout(Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    drop((a, b));
+    c.close();
+}
+
+/// An `acquire` that starts while the server is down is retried by the Client's retry policy
+/// and granted once the server is back.
+#[test]
+fn an_acquire_rides_out_a_server_stop_and_is_granted_after() {
+    let mut server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "outage").unwrap();
+    mutex.lock().unwrap().release().unwrap();
+    server.stop().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let mutex = PgMutex::new(&c, "outage").unwrap();
+        thread::spawn(move || {
+            let _ = tx.send(mutex.lock().map(|g| g.fencing_token()));
+        })
+    };
+    // The acquire is still retrying while the server is down.
+    assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+    server.restart().unwrap();
+    let token = rx
+        .recv_timeout(patience())
+        .expect("granted once the server is back")
+        .expect("no error through the outage");
+    assert!(token > 0);
+    waiter.join().unwrap();
+    c.close();
+}
