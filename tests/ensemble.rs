@@ -39,11 +39,14 @@ fn record_states(client: &Client) -> Arc<Mutex<Vec<ConnectionState>>> {
     seen
 }
 
-/// Waits until no member in `members` holds a watch and `path` has no children.
+/// Waits until no member in `members` holds a watch and `path` has no children. A lookup
+/// that fails (past a brief retry) fails the test with its cause.
 fn assert_nothing_left(cluster: &TestingCluster, members: &[usize], connect: &str, path: &str) {
     let checker = client(connect, Duration::from_secs(10));
     wait_for(&format!("no node left under {path}"), || {
-        checker.children(path).map(|c| c.is_empty()).unwrap_or(true)
+        children_left(&checker, path)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_empty()
     });
     // The checker's own tracker watches the configuration until it closes.
     checker.close();
