@@ -1,5 +1,6 @@
 //! A Client that follows the ensemble: through a reconfiguration that replaces every member
-//! (ensemble tracker on, and off), and through rolling restarts under contention.
+//! (ensemble tracker on; off, with and without `update_connect_string`), and through rolling
+//! restarts under contention.
 
 mod common;
 
@@ -39,12 +40,17 @@ fn record_states(client: &Client) -> Arc<Mutex<Vec<ConnectionState>>> {
     seen
 }
 
-/// Waits until no member in `members` holds a watch and `path` has no children.
-fn assert_nothing_left(cluster: &TestingCluster, members: &[usize], connect: &str, path: &str) {
+/// Waits until no member in `members` holds a watch and no path of `paths` has children. A
+/// lookup that fails (past a brief retry) fails the test with its cause.
+fn assert_nothing_left(cluster: &TestingCluster, members: &[usize], connect: &str, paths: &[&str]) {
     let checker = client(connect, Duration::from_secs(10));
-    wait_for(&format!("no node left under {path}"), || {
-        checker.children(path).map(|c| c.is_empty()).unwrap_or(true)
-    });
+    for path in paths {
+        wait_for(&format!("no node left under {path}"), || {
+            children_left(&checker, path)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .is_empty()
+        });
+    }
     // The checker's own tracker watches the configuration until it closes.
     checker.close();
     for &i in members {
@@ -74,9 +80,19 @@ fn a_tracking_client_follows_a_reconfiguration_to_new_members() {
         .connection_timeout(Duration::from_secs(2))
         .connect()
         .expect("fixed client");
+    // Tracker off too, but given the new members by hand before the old ones go.
+    let updated = Client::builder(&first)
+        .namespace("ens")
+        .ensemble_tracker(false)
+        .session_timeout(Duration::from_secs(20))
+        .connection_timeout(Duration::from_secs(10))
+        .connect()
+        .expect("updated client");
     let tracking_states = record_states(&tracking);
     let fixed_states = record_states(&fixed);
+    let updated_states = record_states(&updated);
     let session = tracking.session_id().expect("session");
+    let updated_session = updated.session_id().expect("session");
     // The tracker reads the configuration: the same members, in server-id order.
     wait_for("the tracker's first read", || {
         tracking.connect_string() == hosts_of(&cluster, &[0, 1, 2])
@@ -85,6 +101,8 @@ fn a_tracking_client_follows_a_reconfiguration_to_new_members() {
     // A lock held by the tracking Client through the whole change.
     let mutex = InterProcessMutex::new(&tracking, "/lock").unwrap();
     mutex.acquire().unwrap();
+    let updated_mutex = InterProcessMutex::new(&updated, "/updated-lock").unwrap();
+    updated_mutex.acquire().unwrap();
 
     let added = cluster.add_members(2).expect("add two members");
     assert_eq!(added, vec![3, 4]);
@@ -98,6 +116,14 @@ fn a_tracking_client_follows_a_reconfiguration_to_new_members() {
         tracking.connect_string() == hosts_of(&cluster, &[3, 4])
     });
     assert_eq!(fixed.connect_string(), first, "tracker off: the list stays");
+    assert_eq!(
+        updated.connect_string(),
+        first,
+        "tracker off: the list stays"
+    );
+    let new_members = hosts_of(&cluster, &[3, 4]);
+    updated.update_connect_string(&new_members).unwrap();
+    assert_eq!(updated.connect_string(), new_members);
     for i in 0..3 {
         cluster.stop(i).unwrap();
     }
@@ -111,17 +137,50 @@ fn a_tracking_client_follows_a_reconfiguration_to_new_members() {
     wait_for("the held lock known good", || {
         mutex.health() == Some(LockHealth::Held)
     });
+    // So does the Client given the new members by hand.
+    wait_for("the updated Client on a new member", || {
+        serving_member(&cluster, &[3, 4], updated_session).is_some() && updated.is_connected()
+    });
+    assert_eq!(
+        updated.session_id(),
+        Some(updated_session),
+        "the same session"
+    );
+    updated.create("/updated-after-move").call().unwrap();
+    wait_for("its held lock known good", || {
+        updated_mutex.health() == Some(LockHealth::Held)
+    });
 
-    // Its current connection killed: it reconnects to a new member, same session.
-    let on = serving_member(&cluster, &[3, 4], session).unwrap();
-    cluster.restart(on).unwrap();
-    cluster.wait_for_quorum(patience()).unwrap();
+    // The namespace moved with the sessions: a Client without one finds their nodes under it.
+    let plain = client(&new_members, Duration::from_secs(10));
+    for node in ["/after-move", "/updated-after-move"] {
+        let full = format!("/ens{node}");
+        assert!(plain.exists(&full).unwrap().is_some(), "{full} not found");
+        assert!(
+            plain.exists(node).unwrap().is_none(),
+            "{node} outside the namespace"
+        );
+    }
+    plain.close();
+
+    // Their current connections killed: each reconnects to a new member, same session.
+    let mut serving: Vec<usize> = [session, updated_session]
+        .iter()
+        .map(|&s| serving_member(&cluster, &[3, 4], s).unwrap())
+        .collect();
+    serving.dedup();
+    for on in serving {
+        cluster.restart(on).unwrap();
+        cluster.wait_for_quorum(patience()).unwrap();
+    }
     wait_for("the tracking Client back on a new member", || {
         tracking.exists("/after-move").is_ok_and(|s| s.is_some())
     });
     assert!(serving_member(&cluster, &[3, 4], session).is_some());
     assert_eq!(tracking.session_id(), Some(session));
-    assert_eq!(mutex.health(), Some(LockHealth::Held));
+    wait_for("the held lock known good again", || {
+        mutex.health() == Some(LockHealth::Held)
+    });
     mutex.release().unwrap();
     tracking.delete("/after-move").unwrap();
     let seen = tracking_states.lock().unwrap().clone();
@@ -129,6 +188,26 @@ fn a_tracking_client_follows_a_reconfiguration_to_new_members() {
         !seen.contains(&ConnectionState::Lost),
         "the tracking Client lost its session: {seen:?}"
     );
+
+    wait_for("the updated Client back on a new member", || {
+        updated
+            .exists("/updated-after-move")
+            .is_ok_and(|s| s.is_some())
+    });
+    assert!(serving_member(&cluster, &[3, 4], updated_session).is_some());
+    assert_eq!(updated.session_id(), Some(updated_session));
+    assert_eq!(updated.connect_string(), new_members);
+    wait_for("its held lock known good again", || {
+        updated_mutex.health() == Some(LockHealth::Held)
+    });
+    updated_mutex.release().unwrap();
+    updated.delete("/updated-after-move").unwrap();
+    let seen = updated_states.lock().unwrap().clone();
+    assert!(
+        !seen.contains(&ConnectionState::Lost),
+        "the updated Client lost its session: {seen:?}"
+    );
+    updated.close();
 
     // Tracker off: the Client knows only the retired members and cannot come back.
     wait_for("the fixed Client gives its session up", || {
@@ -142,8 +221,12 @@ fn a_tracking_client_follows_a_reconfiguration_to_new_members() {
     fixed.close();
 
     tracking.close();
-    let now = hosts_of(&cluster, &[3, 4]);
-    assert_nothing_left(&cluster, &[3, 4], &now, "/ens/lock");
+    assert_nothing_left(
+        &cluster,
+        &[3, 4],
+        &new_members,
+        &["/ens/lock", "/ens/updated-lock"],
+    );
 }
 
 #[test]
@@ -237,7 +320,7 @@ fn contend_through_rolling_restarts(members: usize) -> Duration {
         accepted.len()
     );
     let all: Vec<usize> = (0..members).collect();
-    assert_nothing_left(&cluster, &all, &connect, "/rolling");
+    assert_nothing_left(&cluster, &all, &connect, &["/rolling"]);
     gap
 }
 

@@ -405,22 +405,31 @@ impl Lab {
             .collect();
         let given_up: BTreeSet<i64> = check.before.difference(&current).copied().collect();
         let (mut seen, mut heading, mut gone_at) = (0usize, false, None);
+        // A lookup that failed: a round with one cannot tell that nothing is left.
+        let mut failed: Option<String> = None;
         let deadline = Instant::now() + patience();
-        while Instant::now() < deadline {
+        'poll: while Instant::now() < deadline {
             let mut now_seen = 0;
+            failed = None;
             for r in regs {
                 for dir in r.node_dirs() {
-                    let Ok(mut children) = self.observer.children(&dir) else {
-                        continue;
+                    let mut children = match children_left(&self.observer, &dir) {
+                        Ok(children) => children,
+                        Err(e) => {
+                            failed = Some(e);
+                            break 'poll;
+                        }
                     };
                     children.sort_by_key(|c| c.rsplit('-').next().unwrap_or("").to_owned());
                     for (k, c) in children.iter().enumerate() {
-                        let owner = self
-                            .observer
-                            .exists(&format!("{dir}/{c}"))
-                            .ok()
-                            .flatten()
-                            .map(|s| s.ephemeral_owner);
+                        let path = format!("{dir}/{c}");
+                        let owner = match self.observer.exists(&path) {
+                            Ok(stat) => stat.map(|s| s.ephemeral_owner),
+                            Err(e) => {
+                                failed = Some(format!("cannot look {path} up: {e}"));
+                                continue;
+                            }
+                        };
                         if owner.is_some_and(|o| given_up.contains(&o)) {
                             now_seen += 1;
                             heading |= k == 0;
@@ -429,7 +438,7 @@ impl Lab {
                 }
             }
             seen = seen.max(now_seen);
-            if now_seen == 0 {
+            if now_seen == 0 && failed.is_none() {
                 gone_at = Some(end.elapsed());
                 break;
             }
@@ -445,7 +454,10 @@ impl Lab {
                 None => "never (violation)".to_owned(),
             }
         ));
-        if gone_at.is_none() {
+        if let Some(e) = failed {
+            row.violations
+                .push(format!("no check for nodes of given-up sessions: {e}"));
+        } else if gone_at.is_none() {
             row.violations
                 .push("nodes of given-up sessions stayed under the lock".to_owned());
         }

@@ -258,17 +258,17 @@ impl Lab {
         })
     }
 
-    /// Nodes under the lock directories: (dir, name).
-    pub(crate) fn nodes(&self, regs: &[Register]) -> Vec<(String, String)> {
+    /// Nodes under the lock directories: (dir, name); an error if a directory cannot be
+    /// listed (past a brief retry), never "nothing left".
+    pub(crate) fn nodes(&self, regs: &[Register]) -> Result<Vec<(String, String)>, String> {
         let mut out = Vec::new();
         for r in regs {
             for dir in r.node_dirs() {
-                if let Ok(children) = self.observer.children(&dir) {
-                    out.extend(children.into_iter().map(|c| (dir.clone(), c)));
-                }
+                let children = children_left(&self.observer, &dir)?;
+                out.extend(children.into_iter().map(|c| (dir.clone(), c)));
             }
         }
-        out
+        Ok(out)
     }
 
     pub(crate) fn spawn_zklock(&self, name: &str, slots: Vec<SlotSpec>) -> WorkerProc {
@@ -560,13 +560,20 @@ impl Lab {
         // Nothing left under the locks, no watch left on them.
         let orphan_deadline = Instant::now() + patience() + session * 2;
         let mut left = self.nodes(&regs);
-        while !left.is_empty() && Instant::now() < orphan_deadline {
+        while left.as_ref().is_ok_and(|l| !l.is_empty()) && Instant::now() < orphan_deadline {
             thread::sleep(Duration::from_millis(50));
             left = self.nodes(&regs);
         }
-        row.orphans = left.len();
-        if !left.is_empty() {
-            row.violations.push(format!("orphan nodes: {left:?}"));
+        match left {
+            Ok(left) => {
+                row.orphans = left.len();
+                if !left.is_empty() {
+                    row.violations.push(format!("orphan nodes: {left:?}"));
+                }
+            }
+            Err(e) => row
+                .violations
+                .push(format!("no check for orphan nodes: {e}")),
         }
         let mut after = self.watches();
         while after > watches_before && Instant::now() < orphan_deadline {

@@ -77,6 +77,26 @@ pub fn expect_next(rx: &Receiver<ConnectionState>, want: ConnectionState) {
     assert_eq!(got, want, "expected {want:?} next");
 }
 
+/// The children of `path` for a leftover check: none when `path` does not exist. A lookup
+/// that fails for want of a connection (a member restarting, a session moving) is tried again
+/// for a third of `patience()`; any other error, or one that lasts, is returned with the path,
+/// so that a check cannot read a failed lookup as "nothing left".
+pub fn children_left(client: &Client, path: &str) -> Result<Vec<String>, String> {
+    let end = Instant::now() + patience() / 3;
+    loop {
+        match client.children(path) {
+            Ok(children) => return Ok(children),
+            Err(zklock::Error::NoNode(_)) => return Ok(Vec::new()),
+            Err(
+                zklock::Error::ConnectionLoss
+                | zklock::Error::Timeout
+                | zklock::Error::SessionExpired,
+            ) if Instant::now() < end => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => return Err(format!("cannot list the children of {path}: {e}")),
+        }
+    }
+}
+
 /// Waits until `path` has no children and the server holds no watch on anything below it.
 pub fn assert_clean(server_wchc: impl Fn() -> String, client: &Client, path: &str) {
     wait_for(&format!("no children left under {path}"), || {
