@@ -22,8 +22,14 @@ const LINGER: Duration = Duration::from_secs(10);
 /// What becomes of a followed node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NodeNews {
-    /// Read (with a watch) in its session: here is its data. Again after every data change.
-    Read(Vec<u8>),
+    /// Read (with a watch) in its session: here is its data and their version. Again after
+    /// every data change.
+    Read {
+        /// The node's data.
+        data: Vec<u8>,
+        /// The data's version (the stat's `version`).
+        version: i32,
+    },
     /// Seen again after a reconnection to the same session.
     Seen,
     /// The connection is gone (or, for a persistent node, the session ended): out of reach.
@@ -54,15 +60,17 @@ impl NodeRead {
         }
     }
 
-    /// A node read in session `session`, whose watch resolves `fired`.
+    /// A node read in session `session` (its data at `version`), whose watch resolves `fired`.
     pub(crate) fn watched(
         session: i64,
         data: Vec<u8>,
+        version: i32,
         fired: impl std::future::Future<Output = zk::WatchedEvent> + Send + 'static,
     ) -> NodeRead {
         NodeRead(Some(ReadWatch {
             session,
             data,
+            version,
             fired: Box::pin(fired),
         }))
     }
@@ -79,6 +87,7 @@ impl std::fmt::Debug for NodeRead {
 struct ReadWatch {
     session: i64,
     data: Vec<u8>,
+    version: i32,
     fired: Fired,
 }
 
@@ -101,9 +110,10 @@ impl Client {
     ) -> crate::Result<Option<NodeRead>> {
         let read = self.run("read_for_follower", call, |zk, _| async move {
             match zk.get_and_watch_data(path).await {
-                Ok((data, _, watcher)) => Ok(Some(NodeRead::watched(
+                Ok((data, stat, watcher)) => Ok(Some(NodeRead::watched(
                     zk.session_id().0,
                     data,
+                    stat.version,
                     watcher.changed(),
                 ))),
                 Err(zk::Error::NoNode) => Ok(None),
@@ -151,7 +161,7 @@ impl Client {
                 let start = start
                     .and_then(|r| r.0)
                     .filter(|r| r.session == owner)
-                    .map(|r| (r.data, r.fired));
+                    .map(|r| (r.data, r.version, r.fired));
                 let shared = self.inner.shared.clone();
                 self.shared().spawn(async move {
                     let wire = Wire { zk, moved };
@@ -262,7 +272,7 @@ async fn follow(
     mut wire: Wire,
     ended: &Signal,
     node: &mut Followed,
-    mut start: Option<(Vec<u8>, Fired)>,
+    mut start: Option<(Vec<u8>, i32, Fired)>,
 ) -> End {
     enum Ev {
         Stop,
@@ -343,7 +353,7 @@ async fn follow(
             return End::Stopped;
         }
         let armed = match start.take() {
-            Some((data, watcher)) => Ok(Ok((data, watcher))),
+            Some((data, version, watcher)) => Ok(Ok((data, version, watcher))),
             None => {
                 // A read on its way is let finish after the stop (for a while): dropped before
                 // its answer, the watch it sets would cost a removeWatches of its own.
@@ -365,7 +375,9 @@ async fn follow(
                     Ok(zk
                         .get_and_watch_data(&path)
                         .await
-                        .map(|(data, _, watcher)| (data, Box::pin(watcher.changed()) as Fired)))
+                        .map(|(data, stat, watcher)| {
+                            (data, stat.version, Box::pin(watcher.changed()) as Fired)
+                        }))
                 })
                 .await
             }
@@ -377,8 +389,8 @@ async fn follow(
                 continue;
             }
             Err(_) => return End::GivenUp,
-            Ok(Ok((data, watcher))) => {
-                node.tell(NodeNews::Read(data));
+            Ok(Ok((data, version, watcher))) => {
+                node.tell(NodeNews::Read { data, version });
                 Some(watcher)
             }
             Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {

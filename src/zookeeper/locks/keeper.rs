@@ -44,7 +44,7 @@ pub(crate) fn keep_node(
     let deleter = client.clone();
     let node = path.to_owned();
     let news = move |news: NodeNews| match news {
-        NodeNews::Read(data) => {
+        NodeNews::Read { data, .. } => {
             report(LockHealth::Held);
             if let Some(f) = &on_data {
                 f(&data);

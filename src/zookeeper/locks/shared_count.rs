@@ -1,16 +1,17 @@
 //! SharedCount: Curator's integer shared through a node (4 bytes, big-endian), with versioned
 //! reads, compare-and-set and change listeners.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use crate::core::error::{Error, Result};
 use crate::core::listeners::Listeners;
-use crate::zookeeper::client::Client;
+use crate::zookeeper::client::{Client, FollowGuard, NodeNews};
+
+/// How long after a count's node was deleted it is looked for again.
+const MISSING_PAUSE: Duration = Duration::from_millis(200);
 
 /// A count and the version of the node it was read from (Curator's `VersionedValue<Integer>`).
 ///
@@ -38,8 +39,8 @@ pub struct VersionedCount {
 /// [`try_set_count`](Self::try_set_count) sets it only if nobody changed it since a
 /// [`versioned`](Self::versioned) read; [`on_change`](Self::on_change) calls back on every
 /// change seen (rapid changes may be seen as their last one only: ZooKeeper's watches are
-/// one-shot). Clones share the count and its listeners; the watching thread ends shortly after
-/// the last clone is dropped.
+/// one-shot). Clones share the count and its listeners. The node is followed by a task on the
+/// Client's I/O thread, not a thread of its own; it stops when the last clone is dropped.
 ///
 /// # Example
 /// ```no_run
@@ -65,13 +66,95 @@ struct Inner {
     client: Client,
     path: String,
     listeners: Arc<Listeners<VersionedCount>>,
-    watching: Mutex<bool>,
-    stop: Arc<AtomicBool>,
+    /// Set by the first `on_change`: what follows the node.
+    watching: Mutex<Option<Arc<Watching>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.watching.get_mut().take() {
+            w.stop();
+        }
+    }
+}
+
+/// Follows a count's node on the Client's I/O thread and tells the listeners of every new
+/// version, on the watcher thread. A deleted node is looked for again every
+/// [`MISSING_PAUSE`] until it is back.
+struct Watching {
+    client: Client,
+    path: String,
+    listeners: Arc<Listeners<VersionedCount>>,
+    /// The version last read; `None` before the first read.
+    last: Mutex<Option<i32>>,
+    /// The follower of the node; `None` once stopped.
+    follower: Mutex<Option<FollowGuard>>,
+}
+
+impl Watching {
+    fn start(
+        client: &Client,
+        path: &str,
+        listeners: &Arc<Listeners<VersionedCount>>,
+    ) -> Arc<Watching> {
+        let w = Arc::new(Watching {
+            client: client.clone(),
+            path: path.to_owned(),
+            listeners: listeners.clone(),
+            last: Mutex::new(None),
+            follower: Mutex::new(None),
+        });
+        let follower = w.follow(Duration::ZERO);
+        *w.follower.lock() = Some(follower);
+        w
+    }
+
+    /// Follows the node, first read `first_look` from now.
+    fn follow(self: &Arc<Self>, first_look: Duration) -> FollowGuard {
+        let weak = Arc::downgrade(self);
+        let news = move |news: NodeNews| {
+            if let Some(w) = Weak::upgrade(&weak) {
+                w.told(news);
+            }
+        };
+        self.client
+            .follow_node(&self.path, 0, first_look, Arc::new(news), None)
+    }
+
+    /// What the follower tells, on the I/O thread: nothing here blocks.
+    fn told(self: &Arc<Self>, news: NodeNews) {
+        match news {
+            NodeNews::Read { data, version } => {
+                let before = self.last.lock().replace(version);
+                if before.is_some_and(|v| v != version) {
+                    match parse(&self.path, &data) {
+                        Ok(count) => {
+                            let seen = VersionedCount { version, count };
+                            let listeners = self.listeners.clone();
+                            self.client
+                                .on_watcher_thread(move || listeners.call(u64::MAX, seen));
+                        }
+                        Err(e) => tracing::warn!("{e}"),
+                    }
+                }
+            }
+            NodeNews::Gone => {
+                tracing::debug!(
+                    "shared count {}: its node is gone; looking again",
+                    self.path
+                );
+                let mut follower = self.follower.lock();
+                if follower.is_some() {
+                    *follower = Some(self.follow(MISSING_PAUSE));
+                }
+            }
+            NodeNews::Seen | NodeNews::Disconnected | NodeNews::GivenUp => {}
+        }
+    }
+
+    /// Stops following (the follower's task ends on the I/O thread).
+    fn stop(&self) {
+        self.follower.lock().take();
     }
 }
 
@@ -107,8 +190,7 @@ impl SharedCount {
                 client: client.clone(),
                 path: path.to_owned(),
                 listeners: Arc::new(Listeners::default()),
-                watching: Mutex::new(false),
-                stop: Arc::new(AtomicBool::new(false)),
+                watching: Mutex::new(None),
             }),
         })
     }
@@ -155,19 +237,21 @@ impl SharedCount {
     }
 
     /// Calls `f` with every later change seen, on the Client's watcher thread (it must not
-    /// block); returns an id for [`remove_listener`](Self::remove_listener). Starts the
-    /// count's watching thread on first use.
+    /// block); returns an id for [`remove_listener`](Self::remove_listener). The first call
+    /// starts following the node (a task on the Client's I/O thread, no thread of its own);
+    /// changes made before its first read are not told.
+    ///
+    /// # Errors
+    /// None today; the `Result` is kept for the listener's registration.
     pub fn on_change(&self, f: impl FnMut(VersionedCount) + Send + 'static) -> Result<u64> {
         let id = self.inner.listeners.add(0, Box::new(f));
         let mut watching = self.inner.watching.lock();
-        if !*watching {
-            let (client, path) = (self.inner.client.clone(), self.inner.path.clone());
-            let (listeners, stop) = (self.inner.listeners.clone(), self.inner.stop.clone());
-            thread::Builder::new()
-                .name("zklock-shared-count".into())
-                .spawn(move || watch(client, path, listeners, stop))
-                .map_err(|e| Error::thread_start("zklock-shared-count", &e))?;
-            *watching = true;
+        if watching.is_none() {
+            *watching = Some(Watching::start(
+                &self.inner.client,
+                &self.inner.path,
+                &self.inner.listeners,
+            ));
         }
         Ok(id)
     }
@@ -175,45 +259,5 @@ impl SharedCount {
     /// Removes a listener added by [`on_change`](Self::on_change); whether it was there.
     pub fn remove_listener(&self, id: u64) -> bool {
         self.inner.listeners.remove(id)
-    }
-}
-
-/// Follows the count's node with one-shot watches until `stop`; tells the listeners of every
-/// new version.
-fn watch(
-    client: Client,
-    path: String,
-    listeners: Arc<Listeners<VersionedCount>>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut last: Option<i32> = None;
-    while !stop.load(Ordering::SeqCst) && !client.is_closed() {
-        let (data, stat, watch) = match client.data_watch(&path) {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::debug!("watching shared count {path}: {e}");
-                thread::sleep(Duration::from_millis(200));
-                continue;
-            }
-        };
-        if last.is_some_and(|v| v != stat.version) {
-            match parse(&path, &data) {
-                Ok(count) => {
-                    let seen = VersionedCount {
-                        version: stat.version,
-                        count,
-                    };
-                    let listeners = listeners.clone();
-                    client.on_watcher_thread(move || listeners.call(u64::MAX, seen));
-                }
-                Err(e) => tracing::warn!("{e}"),
-            }
-        }
-        last = Some(stat.version);
-        while !stop.load(Ordering::SeqCst) && !client.is_closed() {
-            if watch.wait_timeout(Duration::from_millis(200)).is_some() {
-                break;
-            }
-        }
     }
 }

@@ -419,7 +419,7 @@ impl Store for Fake {
             }
         });
         let session = self.state.lock().session;
-        Ok(Some(NodeRead::watched(session, Vec::new(), fired)))
+        Ok(Some(NodeRead::watched(session, Vec::new(), 0, fired)))
     }
 
     fn claim(&self, ops: &ClaimOps<'_>, _call: &mut Call) -> Result<ClaimReply> {
