@@ -482,7 +482,7 @@ fn hide_password(url: &str) -> String {
 }
 
 /// A server too old for the lock statements is refused.
-fn check_version(version: u32) -> Result<()> {
+pub(crate) fn check_version(version: u32) -> Result<()> {
     if version < MIN_VERSION {
         return Err(Error::Postgres(format!(
             "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
