@@ -1119,6 +1119,43 @@ mod on_postgres {
     }
 
     #[test]
+    fn holders_as_a_role_without_privileges_hides_another_roles_address() {
+        let server = TestingPostgres::start().unwrap();
+        server
+            .sql("CREATE ROLE plain LOGIN PASSWORD 'plain'")
+            .unwrap();
+        let client = PgClient::connect(&server.url()).unwrap();
+        let mutex = PgMutex::new(&client, "seen").unwrap();
+        let guard = mutex.lock().unwrap();
+        let holders = |url: &str| {
+            let out = Command::new(ZKLOCK)
+                .args(["--connect", url, "holders", "seen", "--json"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{err}");
+            json(&out.stdout)[0].clone()
+        };
+        // The plain role sees who holds, but not from where nor since when it connected.
+        let row = holders(&server.url_as("plain", "plain", "postgres"));
+        assert_eq!(row["holds"], true);
+        assert_eq!(row["backend_pid"], mutex.backend_pid().unwrap());
+        assert_eq!(row["user"], "zklock");
+        assert_eq!(row["application"], "zklock");
+        assert_eq!(row["client"], "", "{row}");
+        assert_eq!(row["connected_at"], "", "{row}");
+        // The superuser sees both.
+        let row = holders(&server.url());
+        assert!(
+            row["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{row}"
+        );
+        assert_ne!(row["connected_at"], "", "{row}");
+        guard.release().unwrap();
+        client.close();
+    }
+
+    #[test]
     fn a_run_whose_backend_is_terminated_stops_its_command_with_123() {
         let server = TestingPostgres::start().unwrap();
         let scratch = Scratch::new();
