@@ -482,6 +482,33 @@ fn holders_shows_read_write_and_semaphore_layouts() {
     });
 }
 
+/// The lines `proc` prints on its (piped) stdout, as they come.
+fn stdout_lines(proc: &mut Proc) -> crossbeam_channel::Receiver<String> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let stdout = proc.child.stdout.take().expect("stdout piped");
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (with patience) for the next line of `lines` that contains `want`, skipping others.
+fn expect_line(lines: &crossbeam_channel::Receiver<String>, want: &str) {
+    let end = Instant::now() + patience();
+    loop {
+        let line = lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("never printed {want:?}"));
+        if line.contains(want) {
+            return;
+        }
+    }
+}
+
 #[test]
 fn watch_prints_a_change() {
     let server = TestingServer::start().unwrap();
@@ -491,26 +518,8 @@ fn watch_prints_a_change() {
         c.stdout(Stdio::piped());
         c
     });
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let stdout = watch.child.stdout.take().unwrap();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let expect = |want: &str| {
-        let end = Instant::now() + patience();
-        loop {
-            let line = rx
-                .recv_timeout(end.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("watch never printed {want:?}"));
-            if line.contains(want) {
-                return;
-            }
-        }
-    };
+    let out = stdout_lines(&mut watch);
+    let expect = |want: &str| expect_line(&out, want);
     expect("/cli/watch (empty, 0 nodes)");
     let mutex = InterProcessMutex::new(&zk, "/cli/watch").unwrap();
     let guard = mutex.lock().unwrap();
@@ -998,6 +1007,7 @@ mod on_redis {
 mod on_postgres {
     use super::*;
     use zklock::testing::TestingPostgres;
+    use zklock::{PgClient, PgMutex};
 
     fn zklock_pg(server: &TestingPostgres, args: &[&str]) -> Command {
         let mut c = Command::new(ZKLOCK);
@@ -1071,6 +1081,78 @@ mod on_postgres {
         );
         let out = zklock_pg(&server, &["holders", "cli"]).output().unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("no one holds or waits"));
+    }
+
+    #[test]
+    fn watch_on_postgres_shows_another_client_take_wait_for_and_release_a_lock() {
+        let server = TestingPostgres::start().unwrap();
+        let mut watch = Proc::spawn({
+            let mut c = zklock_pg(&server, &["watch", "watched"]);
+            c.stdout(Stdio::piped());
+            c
+        });
+        let out = stdout_lines(&mut watch);
+        expect_line(&out, "no one holds or waits");
+        let client = PgClient::connect(&server.url()).unwrap();
+        let mutex = PgMutex::new(&client, "watched").unwrap();
+        let guard = mutex.lock().unwrap();
+        let pid = mutex.backend_pid().unwrap();
+        expect_line(
+            &out,
+            &format!("| 0 | lock | yes | {pid} | zklock | zklock |"),
+        );
+        // A second session of the same Client queues behind the hold.
+        let waiter = thread::spawn({
+            let client = client.clone();
+            move || {
+                let mutex = PgMutex::new(&client, "watched").unwrap();
+                mutex.lock().unwrap().release().unwrap();
+            }
+        });
+        expect_line(&out, "| 1 | lock | waits |");
+        guard.release().unwrap();
+        waiter.join().unwrap();
+        expect_line(&out, "no one holds or waits");
+        watch.signal("INT");
+        watch.try_status();
+        client.close();
+    }
+
+    #[test]
+    fn holders_as_a_role_without_privileges_hides_another_roles_address() {
+        let server = TestingPostgres::start().unwrap();
+        server
+            .sql("CREATE ROLE plain LOGIN PASSWORD 'plain'")
+            .unwrap();
+        let client = PgClient::connect(&server.url()).unwrap();
+        let mutex = PgMutex::new(&client, "seen").unwrap();
+        let guard = mutex.lock().unwrap();
+        let holders = |url: &str| {
+            let out = Command::new(ZKLOCK)
+                .args(["--connect", url, "holders", "seen", "--json"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{err}");
+            json(&out.stdout)[0].clone()
+        };
+        // The plain role sees who holds, but not from where nor since when it connected.
+        let row = holders(&server.url_as("plain", "plain", "postgres"));
+        assert_eq!(row["holds"], true);
+        assert_eq!(row["backend_pid"], mutex.backend_pid().unwrap());
+        assert_eq!(row["user"], "zklock");
+        assert_eq!(row["application"], "zklock");
+        assert_eq!(row["client"], "", "{row}");
+        assert_eq!(row["connected_at"], "", "{row}");
+        // The superuser sees both.
+        let row = holders(&server.url());
+        assert!(
+            row["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{row}"
+        );
+        assert_ne!(row["connected_at"], "", "{row}");
+        guard.release().unwrap();
+        client.close();
     }
 
     #[test]

@@ -143,12 +143,18 @@ impl PgClient {
 
     /// Options for a Client of the server at `url`:
     /// `postgres://[user[:password]@]host[:port][/database][?param=value&…]` (or
-    /// `postgresql://`), with libpq's parameters as tokio-postgres reads them
-    /// (`application_name`, `options`, `connect_timeout`, …). `sslmode=require` or
-    /// `verify-full` asks for TLS with the server's certificate and host name checked,
-    /// `verify-ca` for the certificate only (feature `tls`; against the system's CAs or
-    /// [`tls_ca_pem`](PgClientBuilder::tls_ca_pem)); `disable`, `allow`, `prefer` or none
-    /// connect in the clear.
+    /// `postgresql://`), with the libpq parameters tokio-postgres reads (`application_name`,
+    /// default `zklock`; `options`, `hostaddr`, `target_session_attrs`, …); the builder's
+    /// connection timeout and the keepalives set from the session timeout replace any the URL
+    /// gives. `sslmode=require` or `verify-full` asks for TLS with the server's certificate and
+    /// host name checked, `verify-ca` for the certificate only (feature `tls`; against the
+    /// system's CAs or [`tls_ca_pem`](PgClientBuilder::tls_ca_pem)); `disable`, `allow`,
+    /// `prefer` or none connect in the clear.
+    ///
+    /// Only the URL is read: libpq's keyword/value strings (`host=… user=…`) and parameters
+    /// tokio-postgres does not know (`passfile`, `service`, …) are refused, and neither the
+    /// `PG*` environment variables nor a `.pgpass` file are consulted. Give the password in the
+    /// URL; a URL without a user connects as the operating system's user.
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
@@ -482,7 +488,7 @@ fn hide_password(url: &str) -> String {
 }
 
 /// A server too old for the lock statements is refused.
-fn check_version(version: u32) -> Result<()> {
+pub(crate) fn check_version(version: u32) -> Result<()> {
     if version < MIN_VERSION {
         return Err(Error::Postgres(format!(
             "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
@@ -651,6 +657,26 @@ mod tests {
         assert!(refused(b().session_timeout(Duration::MAX)).contains("session timeout"));
         assert!(refused(b().connect_timeout(Duration::MAX)).contains("connection timeout"));
         assert!(refused(b().operation_timeout(Duration::ZERO)).contains("operation timeout"));
+    }
+
+    #[test]
+    fn only_a_url_is_read_and_the_builder_sets_the_connection_timeout() {
+        // libpq's keyword/value form, and parameters tokio-postgres does not know.
+        let kv = refused(PgClient::builder("host=127.0.0.1 user=app dbname=app"));
+        assert!(kv.contains("postgres://"), "{kv}");
+        for param in ["passfile", "service"] {
+            let why = refused(PgClient::builder(&format!(
+                "postgres://u@127.0.0.1/db?{param}=x"
+            )));
+            assert!(why.contains(param), "{why}");
+        }
+        let (config, _, _) =
+            PgClient::builder("postgres://u@127.0.0.1/db?connect_timeout=60&application_name=app")
+                .connect_timeout(Duration::from_secs(2))
+                .check()
+                .unwrap();
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(2)));
+        assert_eq!(config.get_application_name(), Some("app"));
     }
 
     #[test]

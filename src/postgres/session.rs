@@ -9,6 +9,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::client::check_version;
 use super::sql;
 use super::tls::{refusal, Tls};
 use crate::core::connection::States;
@@ -127,8 +128,10 @@ impl Session {
         let marker_param: &(dyn ToSql + Sync) = &marker;
         let params = [(marker_param, Type::INT4)];
         let first = client.query_typed(sql::OPEN, &params);
-        let row = match limits {
-            None => within(operation_timeout, first).await?,
+        let rows = match limits {
+            None => tokio::time::timeout(operation_timeout, first)
+                .await
+                .map_err(|_| Error::Timeout)?,
             Some(limits) => {
                 let sets = set_sql(limits);
                 let (set, rows) = tokio::time::timeout(operation_timeout, async {
@@ -137,9 +140,15 @@ impl Session {
                 .await
                 .map_err(|_| Error::Timeout)?;
                 set.map_err(|e| error(&e, false))?;
-                within(operation_timeout, std::future::ready(rows)).await?
+                rows
             }
         };
+        if rows.as_ref().err().and_then(|e| e.code()) == Some(&SqlState::UNDEFINED_FUNCTION) {
+            // PostgreSQL 9.5 and older have no `current_setting(name, missing_ok)`: such a
+            // server is refused for its version, as a newer one older than 11 is.
+            refuse_if_too_old(&client, operation_timeout).await?;
+        }
+        let row = within(operation_timeout, std::future::ready(rows)).await?;
         let (pid, version) = (int(&row, 0)?, int(&row, 1)?);
         let pid = i32::try_from(pid)
             .map_err(|_| Error::Postgres(format!("a backend pid out of range: {pid}")))?;
@@ -308,6 +317,31 @@ fn not_own_session() -> String {
         .to_owned()
 }
 
+/// After the first statement failed with `undefined_function`: the server's version, read with
+/// `SHOW server_version_num` on the same connection, refused when it is older than PostgreSQL
+/// 11. `Ok` when the version cannot be read or is not too old (the statement's own error then
+/// stands).
+async fn refuse_if_too_old(client: &tokio_postgres::Client, timeout: Duration) -> Result<()> {
+    let shown =
+        match tokio::time::timeout(timeout, client.simple_query("SHOW server_version_num")).await {
+            Ok(Ok(messages)) => messages.into_iter().find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            }),
+            _ => None,
+        };
+    version_check(shown.as_deref())
+}
+
+/// `server_version_num` as the server shows it (`"90524"` for 9.5.24), checked: an error for a
+/// server older than PostgreSQL 11; `Ok` for a newer one or a value that is not a version.
+fn version_check(shown: Option<&str>) -> Result<()> {
+    match shown.and_then(|v| v.trim().parse::<u32>().ok()) {
+        Some(version) => check_version(version),
+        None => Ok(()),
+    }
+}
+
 /// The first row of a statement, within `timeout`.
 async fn within(
     timeout: Duration,
@@ -411,5 +445,18 @@ mod tests {
         assert!(get(&old, "tcp_user_timeout").is_none());
         assert_eq!(get(&old, "tcp_keepalives_interval").unwrap(), "1");
         assert!(set_sql(&l).starts_with("SET idle_in_transaction_session_timeout = 30000;"));
+    }
+
+    #[test]
+    fn a_server_without_current_setting_missing_ok_is_refused_for_its_version() {
+        let old = version_check(Some("90524")).unwrap_err().to_string();
+        assert!(
+            old.contains("PostgreSQL 9.5.24 is too old") && old.contains("11 or later"),
+            "{old}"
+        );
+        assert!(version_check(Some("150004")).is_ok());
+        // Not a version: the first statement's own error is reported instead.
+        assert!(version_check(Some("")).is_ok());
+        assert!(version_check(None).is_ok());
     }
 }

@@ -187,10 +187,16 @@ impl Latch for PgLeaderLatch {
 /// `hashtextextended($1, 0)`, taken exclusive or shared, and the semaphore's leases
 /// `hashtextextended($1, i)` for `i` up to `$2`. Holders first, then waiters in the order they
 /// began to wait (the server's queue).
+///
+/// `pg_stat_activity` shows a role without `pg_read_all_stats` the client address and the
+/// backend's start of its own roles' sessions only: for another role's session both are null
+/// (the address is null for a Unix-socket session too, shown as `local`), and both are left
+/// empty, rather than calling a hidden address `local`.
 const VIEW: &str = "\
 WITH keys AS (SELECT i AS seed, hashtextextended($1, i) AS key FROM generate_series(0, $2) AS i) \
 SELECT k.seed, l.mode, l.granted, l.pid, a.usename::text, a.application_name, \
-       coalesce(host(a.client_addr) || ':' || a.client_port, 'local'), \
+       CASE WHEN a.backend_start IS NOT NULL \
+            THEN coalesce(host(a.client_addr) || ':' || a.client_port, 'local') END, \
        to_char(a.backend_start, 'YYYY-MM-DD HH24:MI:SS'), \
        to_char(l.waitstart, 'YYYY-MM-DD HH24:MI:SS'), \
        extract(epoch FROM now() - l.waitstart)::float8 \
