@@ -99,12 +99,13 @@ pub fn children_left(client: &Client, path: &str) -> Result<Vec<String>, String>
 
 /// Waits until `path` has no children and the server holds no watch on anything below it.
 pub fn assert_clean(server_wchc: impl Fn() -> String, client: &Client, path: &str) {
-    wait_for(&format!("no children left under {path}"), || {
-        match children_left(client, path) {
+    wait_for(
+        &format!("no children left under {path}"),
+        || match children_left(client, path) {
             Ok(children) => children.is_empty(),
             Err(why) => panic!("{why}"),
-        }
-    });
+        },
+    );
     wait_for(&format!("no watch left under {path}"), || {
         !server_wchc().contains(path)
     });
