@@ -17,7 +17,8 @@
 //! start and await leadership, or connect); the time per item to close them all; the process's
 //! threads beyond what it had before (for zklock: one Client connected; for the Clients case:
 //! none); its resident memory per item (`VmRSS` of `/proc/<pid>/status`, after against before;
-//! Curator's is its JVM's, heap included); the server's watches per item (`wchs`, while the items
+//! Curator's is its JVM's, heap included); zklock's heap per item (bytes allocated and not
+//! freed, counted by this bench's global allocator: exact where RSS counts pages); the server's watches per item (`wchs`, while the items
 //! live) and those left once they are closed; and the server's requests per item (the
 //! `zk_packets_received` delta of `mntr`, which includes the sessions' pings and, for Clients,
 //! their connect requests). The last tables give how each figure grows between every two sizes
@@ -31,8 +32,10 @@
 //! `cargo test` runs this bench once too, as a short pass without Curator (it keeps the bench
 //! working; its figures mean nothing).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufRead, Write};
 use std::process::{Child, ChildStdin, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -51,6 +54,49 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 const STALL: Duration = Duration::from_secs(120);
 /// Items set up and closed again before a case is measured.
 const WARMUP: usize = 200;
+
+/// The system allocator, counting the bytes this process has allocated and not freed: the
+/// exact heap an item costs, which RSS (pages) only approximates.
+struct Counting;
+
+static HEAP: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged; only a counter is kept.
+// The crate denies unsafe code; this bench's allocator is the one exception, and measures only.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            HEAP.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            HEAP.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        HEAP.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            HEAP.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 fn main() {
     if let Err(e) = run() {
@@ -146,6 +192,8 @@ struct Cost {
     close: Duration,
     threads: i64,
     rss_kb: i64,
+    /// Heap bytes allocated and not freed (this process only: zklock's side).
+    heap: Option<i64>,
     watches: Option<i64>,
     watches_left: Option<i64>,
     requests: Option<i64>,
@@ -167,13 +215,14 @@ impl Cost {
     fn line(&self, side: &str, case: Case) -> String {
         format!(
             "{} {side} N={}: {:.3} ms/item, close {:.3} ms/item, +{} threads, {:.1} KB RSS/item, \
-             {} watches/item ({} left), {} requests/item",
+             {} heap bytes/item, {} watches/item ({} left), {} requests/item",
             case.name(),
             self.n,
             self.setup_ms(),
             self.close_ms(),
             self.threads,
             self.per(self.rss_kb),
+            opt(self.heap.map(|h| self.per(h)), 0),
             opt(self.watches.map(|w| self.per(w)), 2),
             opt(self.watches_left.map(|w| w as f64), 0),
             opt(self.requests.map(|r| self.per(r)), 2),
@@ -202,6 +251,7 @@ fn proc_status(pid: &str) -> (i64, i64) {
 struct Sample {
     threads: i64,
     rss_kb: i64,
+    heap: Option<i64>,
     watches: Option<i64>,
     packets: Option<i64>,
 }
@@ -261,6 +311,7 @@ impl Server {
         Sample {
             threads,
             rss_kb,
+            heap: (pid == "self").then(|| HEAP.load(Ordering::Relaxed)),
             watches: self.watches(),
             packets: self.packets(),
         }
@@ -392,6 +443,7 @@ fn cost(
         close,
         threads: after.threads - before.threads,
         rss_kb: after.rss_kb - before.rss_kb,
+        heap: delta(after.heap, before.heap),
         watches: delta(after.watches, before.watches),
         watches_left: left,
         requests: delta(after.packets, before.packets),
@@ -507,17 +559,19 @@ fn report(rows: &[(&str, Case, Cost)], bench: bool, took: Duration) {
         println!("\n## {}\n", case.title());
         println!(
             "| side | N | setup per item | close per item | threads added | RSS per item | \
-             server watches per item | watches left after close | requests per item |"
+             heap per item | server watches per item | watches left after close | requests per item |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (side, _, c) in rows.iter().filter(|(_, k, _)| *k == case) {
             println!(
-                "| {side} | {} | {:.3} ms | {:.3} ms | {} | {:.1} KB | {} | {} | {} |",
+                "| {side} | {} | {:.3} ms | {:.3} ms | {} | {:.1} KB | {} | {} | {} | {} |",
                 c.n,
                 c.setup_ms(),
                 c.close_ms(),
                 c.threads,
                 c.per(c.rss_kb),
+                c.heap
+                    .map_or_else(|| "-".into(), |h| format!("{:.0} B", c.per(h))),
                 opt(c.watches.map(|w| c.per(w)), 2),
                 opt(c.watches_left.map(|w| w as f64), 0),
                 opt(c.requests.map(|r| c.per(r)), 2),
