@@ -267,6 +267,11 @@ impl Wire {
 
 /// `start`: the node's data and watch, read already in this session. When the session moves
 /// to another wire client, the node is followed there (checked as after a reconnection).
+///
+/// A follower spends a hold in its wait for the next event; the steps it takes now and then (a
+/// read, a check after a reconnection, the wait after a stop) await boxed futures, so that
+/// their state is not part of the size every follower's task keeps for the whole hold (1408
+/// bytes instead of 1672 in a release build).
 async fn follow(
     shared: &Shared,
     mut wire: Wire,
@@ -339,7 +344,7 @@ async fn follow(
             let checked = future::or(async { Err(interrupt(wire.moved.clone()).await) }, async {
                 Ok(zk.check_stat(&path).await)
             });
-            match checked.await {
+            match Box::pin(checked).await {
                 Err(Ev::Stop) => return End::Stopped,
                 Err(Ev::Moved) => recheck = true,
                 Err(_) => return End::GivenUp,
@@ -371,14 +376,14 @@ async fn follow(
                     Ev::Moved
                 };
                 let gone = future::or(released, future::or(ended, moved));
-                future::or(async { Err(gone.await) }, async {
+                Box::pin(future::or(async { Err(gone.await) }, async {
                     Ok(zk
                         .get_and_watch_data(&path)
                         .await
                         .map(|(data, stat, watcher)| {
                             (data, stat.version, Box::pin(watcher.changed()) as Fired)
                         }))
-                })
+                }))
                 .await
             }
         };
@@ -420,7 +425,7 @@ async fn follow(
                 let cleared = async {
                     fired.await;
                 };
-                future::or(cleared, future::or(sleep(LINGER), ended.wait())).await;
+                Box::pin(future::or(cleared, future::or(sleep(LINGER), ended.wait()))).await;
                 return End::Stopped;
             }
             Ev::Stop => return End::Stopped,
@@ -437,7 +442,7 @@ async fn follow(
                     future::or(async { Err(interrupt(wire.moved.clone()).await) }, async {
                         Ok(zk.check_stat(&path).await)
                     });
-                match checked.await {
+                match Box::pin(checked).await {
                     Err(Ev::Stop) => return End::Stopped,
                     Err(Ev::Moved) => recheck = true,
                     Err(_) => return End::GivenUp,
