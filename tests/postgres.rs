@@ -1,5 +1,5 @@
 //! The PostgreSQL mutex against real PostgreSQL servers: exclusion checked by the fenced
-//! register, arrival order, tokens across restarts, a killed and a frozen holder (worker
+//! register, arrival order (threads, and processes), tokens across restarts, a killed and a frozen holder (worker
 //! processes: this binary run again), `psql` on the same key, a terminated backend, cancel,
 //! bad input.
 
@@ -730,4 +730,67 @@ fn an_acquire_rides_out_a_server_stop_and_is_granted_after() {
     assert!(token > 0);
     waiter.join().unwrap();
     c.close();
+}
+
+const QUEUE_WORKER: &str = "ZKLOCK_PG_QUEUE_WORKER";
+
+/// The worker: takes the lock named in its arguments, says its token, holds it a moment and
+/// lets it go.
+#[test]
+fn queue_worker() {
+    let Ok(args) = std::env::var(QUEUE_WORKER) else {
+        return; // only as a worker process
+    };
+    let (url, name) = args.split_once(' ').unwrap();
+    let client = PgClient::connect(url).unwrap();
+    let mutex = PgMutex::new(&client, name).unwrap();
+    let guard = mutex.lock().unwrap();
+    say(&format!("held {}", guard.fencing_token()));
+    thread::sleep(Duration::from_millis(20));
+    guard.release().unwrap();
+    say("released");
+    wait_to_be_killed();
+}
+
+/// Three processes queue behind a holder, one after another: the server grants them in that
+/// order (their tokens, assigned at each grant, rise in it), and a process that takes the lock
+/// after a restart of the server gets a higher token still.
+#[test]
+fn processes_are_granted_in_arrival_order_and_tokens_rise_across_a_restart() {
+    let mut server = TestingPostgres::start().unwrap();
+    let name = "fifo-processes";
+    let c = client(&server);
+    let holder = PgMutex::new(&c, name).unwrap();
+    let guard = holder.lock().unwrap();
+    let first = guard.fencing_token();
+    let args = format!("{} {name}", server.url());
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        workers.push(Worker::start("queue_worker", QUEUE_WORKER, &args));
+        // The next process starts once this one waits on the server.
+        wait_for("the process to queue", || {
+            server.advisory_lock(name).unwrap().1.len() == i + 1
+        });
+    }
+    guard.release().unwrap();
+    let tokens: Vec<u64> = workers
+        .iter()
+        .map(|w| w.expect("held").parse().unwrap())
+        .collect();
+    for w in &workers {
+        w.expect("released");
+    }
+    assert!(
+        first < tokens[0] && tokens.windows(2).all(|t| t[0] < t[1]),
+        "granted in arrival order, each with a higher token: {first} then {tokens:?}"
+    );
+    drop(workers);
+    c.close();
+    server.restart().unwrap();
+    let after = Worker::start("queue_worker", QUEUE_WORKER, &args);
+    let token: u64 = after.expect("held").parse().unwrap();
+    assert!(
+        token > tokens[2],
+        "{token} after the restart, {tokens:?} before"
+    );
 }
