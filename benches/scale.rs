@@ -1,6 +1,7 @@
 //! How zklock's cost grows with the number of locks, elections and Clients in one process,
 //! beside Curator 5 on the same server in the same run: N locks held by one thread on N fresh
-//! paths, N `LeaderLatch`es on N paths (each alone, so each leads), and N Clients.
+//! paths, N `LeaderLatch`es on N paths (each alone, so each leads), N `LeaderSelector`s on 10
+//! paths (each leading once in turn), and N Clients.
 //!
 //! ```sh
 //! cargo bench --features testing --bench scale                      # N = 100, 1000, 10,000
@@ -9,9 +10,10 @@
 //! ZK_CONNECT=host:port cargo bench --features testing --bench scale # your own server
 //! ```
 //!
-//! `ZKLOCK_SCALE_SIZES=100,1000` and `ZKLOCK_SCALE_CLIENTS=100,1000` choose the sizes. N Clients
-//! stops at 1000 unless asked: 10,000 sessions need 10,000 sockets on each side, and Curator
-//! runs 10,000 frameworks with several threads each.
+//! `ZKLOCK_SCALE_SIZES=100,1000`, `ZKLOCK_SCALE_SELECTORS=100,1000` and
+//! `ZKLOCK_SCALE_CLIENTS=100,1000` choose the sizes. N Clients stops at 1000 unless asked:
+//! 10,000 sessions need 10,000 sockets on each side, and Curator runs 10,000 frameworks with
+//! several threads each. N selectors stops at 1000 too: each side runs a thread per selector.
 //!
 //! For every case and size, each side reports: the time per item (setting up all N: acquire, or
 //! start and await leadership, or connect); the time per item to close them all; the process's
@@ -35,8 +37,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufRead, Write};
 use std::process::{Child, ChildStdin, Stdio};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -45,7 +47,7 @@ use zklock::testing::TestingServer;
 #[path = "common/curator_jvm.rs"]
 mod curator_jvm;
 use curator_jvm::CuratorJvm;
-use zklock::{Client, InterProcessMutex, LeaderLatch};
+use zklock::{Client, InterProcessMutex, LeaderLatch, LeaderSelector};
 
 type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -126,6 +128,7 @@ fn run() -> Res<()> {
         (true, false) => (&[100, 1000, 10_000], &[100, 1000]),
     };
     let items = sizes("ZKLOCK_SCALE_SIZES", items)?;
+    let selectors = sizes("ZKLOCK_SCALE_SELECTORS", clients)?;
     let clients = sizes("ZKLOCK_SCALE_CLIENTS", clients)?;
     let with_curator = bench && !std::env::args().any(|a| a == "--without-curator");
 
@@ -137,11 +140,11 @@ fn run() -> Res<()> {
     };
     let started = Instant::now();
     let mut rows = Vec::new();
-    for case in [Case::Locks, Case::Latches, Case::Clients] {
-        let ns = if case == Case::Clients {
-            &clients
-        } else {
-            &items
+    for case in Case::ALL {
+        let ns = match case {
+            Case::Clients => &clients,
+            Case::Selectors => &selectors,
+            _ => &items,
         };
         for &n in ns {
             let path = format!("/scale/{}-{n}", case.name());
@@ -163,14 +166,18 @@ fn run() -> Res<()> {
 enum Case {
     Locks,
     Latches,
+    Selectors,
     Clients,
 }
 
 impl Case {
+    const ALL: [Case; 4] = [Case::Locks, Case::Latches, Case::Selectors, Case::Clients];
+
     fn name(self) -> &'static str {
         match self {
             Case::Locks => "locks",
             Case::Latches => "latches",
+            Case::Selectors => "selectors",
             Case::Clients => "clients",
         }
     }
@@ -179,6 +186,10 @@ impl Case {
         match self {
             Case::Locks => "N locks held by one thread on N fresh paths, one Client",
             Case::Latches => "N LeaderLatches on N paths, all leading, one Client",
+            Case::Selectors => {
+                "N LeaderSelectors on 10 paths, each leading once in turn (a closure that returns \
+                 at once), one Client"
+            }
             Case::Clients => "N Clients, each connected",
         }
     }
@@ -342,6 +353,7 @@ fn delta(after: Option<i64>, before: Option<i64>) -> Option<i64> {
 enum Items {
     Locks(Vec<InterProcessMutex>),
     Latches(Vec<LeaderLatch>),
+    Selectors(Vec<LeaderSelector>),
     Clients(Vec<Client>),
 }
 
@@ -372,6 +384,28 @@ fn open(server: &Server, client: Option<&Client>, case: Case, n: usize, path: &s
             }
             Items::Latches(latches)
         }
+        Case::Selectors => {
+            let led = Arc::new(AtomicUsize::new(0));
+            let mut selectors = Vec::with_capacity(n);
+            for i in 0..n {
+                let led = led.clone();
+                let selector =
+                    LeaderSelector::new(client()?, &format!("{path}/{}", i % 10), move |_| {
+                        led.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    })?;
+                selector.start()?;
+                selectors.push(selector);
+            }
+            let end = Instant::now() + STALL;
+            while led.load(Ordering::SeqCst) < n {
+                if Instant::now() > end {
+                    return Err(format!("not every selector under {path} led in {STALL:?}").into());
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+            Items::Selectors(selectors)
+        }
         Case::Clients => {
             let mut clients = Vec::with_capacity(n);
             for _ in 0..n {
@@ -386,6 +420,7 @@ fn close(items: Items) -> Res<()> {
     match items {
         Items::Locks(locks) => locks.iter().try_for_each(|l| l.release())?,
         Items::Latches(latches) => latches.iter().try_for_each(|l| l.close())?,
+        Items::Selectors(selectors) => selectors.iter().for_each(LeaderSelector::close),
         Items::Clients(clients) => clients.iter().for_each(Client::close),
     }
     Ok(())
@@ -555,7 +590,7 @@ fn report(rows: &[(&str, Case, Cost)], bench: bool, took: Duration) {
         thread::available_parallelism().map_or(0, |n| n.get()),
         took.as_secs_f64()
     );
-    for case in [Case::Locks, Case::Latches, Case::Clients] {
+    for case in Case::ALL {
         println!("\n## {}\n", case.title());
         println!(
             "| side | N | setup per item | close per item | threads added | RSS per item | \
@@ -581,7 +616,7 @@ fn report(rows: &[(&str, Case, Cost)], bench: bool, took: Duration) {
     println!("\n## Growth with N (per item: larger N / smaller N)\n");
     println!("| case | side | N | time | RSS | requests | threads added |");
     println!("|---|---|---|---:|---:|---:|---|");
-    for case in [Case::Locks, Case::Latches, Case::Clients] {
+    for case in Case::ALL {
         for side in ["zklock", "Curator"] {
             let of: Vec<&Cost> = rows
                 .iter()

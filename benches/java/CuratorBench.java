@@ -19,6 +19,8 @@
 // latches <connect> <n> <path>: one CuratorFramework, a LeaderLatch on <path>/<i>, each alone on
 //   its path; done once every latch leads.
 // clients <connect> <n>: <n> CuratorFrameworks, each connected.
+// selectors <connect> <n> <path>: one CuratorFramework, a LeaderSelector (no auto-requeue) on
+//   <path>/<i % 10>; done once each has led once (its takeLeadership returns at once).
 import java.lang.management.ManagementFactory;
 import java.util.Arrays;
 import java.util.concurrent.CountDownLatch;
@@ -28,6 +30,8 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
@@ -77,10 +81,12 @@ public class CuratorBench {
             System.out.println("curator drain_us " + total / 1000 + " head_us " + head / 1000
                 + " tail_us " + tail / 1000 + " cpu_ms " + cpu);
             close(clients);
-        } else if (mode.equals("locks") || mode.equals("latches") || mode.equals("clients")) {
+        } else if (mode.equals("locks") || mode.equals("latches") || mode.equals("clients")
+                   || mode.equals("selectors")) {
             scale(mode, connect, Integer.parseInt(args[2]), args.length > 3 ? args[3] : "");
         } else {
-            throw new IllegalArgumentException("mode: contended, drain, locks, latches or clients");
+            throw new IllegalArgumentException(
+                "mode: contended, drain, locks, latches, selectors or clients");
         }
     }
 
@@ -109,8 +115,19 @@ public class CuratorBench {
     static Object[] scaleOpen(String mode, String connect, CuratorFramework client, int n,
                               String path) throws Exception {
         Object[] items = new Object[n];
+        final CountDownLatch led = new CountDownLatch(mode.equals("selectors") ? n : 0);
         for (int i = 0; i < n; i++) {
-            if (mode.equals("locks")) {
+            if (mode.equals("selectors")) {
+                LeaderSelector selector = new LeaderSelector(client, path + "/" + (i % 10),
+                    new LeaderSelectorListenerAdapter() {
+                        @Override
+                        public void takeLeadership(CuratorFramework c) {
+                            led.countDown();
+                        }
+                    });
+                selector.start();
+                items[i] = selector;
+            } else if (mode.equals("locks")) {
                 InterProcessMutex mutex = new InterProcessMutex(client, path + "/" + i);
                 mutex.acquire();
                 items[i] = mutex;
@@ -121,6 +138,9 @@ public class CuratorBench {
             } else {
                 items[i] = connect(connect, 1)[0];
             }
+        }
+        if (!led.await(600, java.util.concurrent.TimeUnit.SECONDS)) {
+            throw new IllegalStateException("not every selector led in 600 s");
         }
         if (mode.equals("latches")) {
             for (Object latch : items) {
@@ -138,6 +158,8 @@ public class CuratorBench {
                 ((InterProcessMutex) item).release();
             } else if (item instanceof LeaderLatch) {
                 ((LeaderLatch) item).close();
+            } else if (item instanceof LeaderSelector) {
+                ((LeaderSelector) item).close();
             } else {
                 ((CuratorFramework) item).close();
             }
