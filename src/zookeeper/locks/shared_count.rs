@@ -104,8 +104,11 @@ impl Watching {
             last: Mutex::new(None),
             follower: Mutex::new(None),
         });
-        let follower = w.follow(Duration::ZERO);
-        *w.follower.lock() = Some(follower);
+        // Held while the follower starts, so that a deletion it reports at once finds it in
+        // place and follows again (`follow_node` only spawns: it tells nothing on this thread).
+        let mut follower = w.follower.lock();
+        *follower = Some(w.follow(Duration::ZERO));
+        drop(follower);
         w
     }
 
