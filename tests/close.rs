@@ -9,16 +9,11 @@ use std::time::Duration;
 use zklock::testing::TestingServer;
 
 fn zklock_threads() -> Vec<String> {
-    let mut names = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        if let Ok(name) = std::fs::read_to_string(task.path().join("comm")) {
-            // The process's I/O thread (shared by its Clients) and each Client's watcher thread.
-            if name.trim() == "zklock-io" || name.starts_with("zklock-watch-") {
-                names.push(name.trim().to_owned());
-            }
-        }
-    }
-    names
+    // The process's I/O thread (shared by its Clients) and each Client's watcher thread.
+    common::thread_names()
+        .into_iter()
+        .filter(|name| name == "zklock-io" || name.starts_with("zklock-watch-"))
+        .collect()
 }
 
 #[test]

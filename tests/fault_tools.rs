@@ -27,17 +27,9 @@ fn proxied_client(connect: &str) -> Client {
 /// Threads of this process belonging to the proxy listening on `port` (`zkpx-<port>…`).
 fn proxy_threads(port: u16) -> usize {
     let name = format!("zkpx-{port}");
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task")
-        .flatten()
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .map(|comm| {
-                    let comm = comm.trim();
-                    comm == name || comm.starts_with(&format!("{name}-"))
-                })
-                .unwrap_or(false)
-        })
+    thread_names()
+        .iter()
+        .filter(|comm| **comm == name || comm.starts_with(&format!("{name}-")))
         .count()
 }
 

@@ -81,13 +81,11 @@ fn a_listener_sees_every_accepted_change_and_a_removed_one_nothing() {
     assert!(removed.try_recv().is_err(), "a removed listener was called");
 }
 
-/// The threads of this process whose name starts with `prefix` (as the kernel keeps it: at
-/// most 15 bytes).
+/// The threads of this process whose name starts with `prefix`.
 fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end().starts_with(prefix))
+    thread_names()
+        .iter()
+        .filter(|name| name.starts_with(prefix))
         .count()
 }
 

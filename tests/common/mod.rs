@@ -97,6 +97,16 @@ pub fn children_left(client: &Client, path: &str) -> Result<Vec<String>, String>
     }
 }
 
+/// The names of this process's threads, as the kernel keeps them (at most 15 bytes each).
+pub fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect()
+}
+
 /// Waits until `path` has no children and the server holds no watch on anything below it.
 pub fn assert_clean(server_wchc: impl Fn() -> String, client: &Client, path: &str) {
     wait_for(
