@@ -230,6 +230,9 @@ impl Shared {
         // Sent under the lock, so a listener registered under it sees exactly the later states.
         let _ = self.events.send(Message::State(conn.seq, state));
         self.conn_cv.notify_all();
+        drop(conn);
+        // Here, not on the watcher thread, so that a listener that blocks holds up nothing parked.
+        self.registry.wake_all();
     }
 }
 

@@ -1,8 +1,9 @@
 //! The watcher thread: one per Client. It receives user watches' events and connection-state
-//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::Watch), wakes
-//! everything parked on the Client on a state change, and runs state listeners in order. (The
-//! crate's own watches are told on the I/O thread itself.) Nothing here does ZooKeeper I/O, so a
-//! slow listener delays only other listeners and wake-ups, never the session (CURATOR-716).
+//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::Watch), and runs
+//! state listeners in order. (The crate's own watches are told on the I/O thread itself, and
+//! everything parked on the Client is woken there on a state change.) Nothing here does
+//! ZooKeeper I/O, so a slow listener delays only other listeners and `Watch` deliveries, never
+//! the session (CURATOR-716) nor anything parked on the Client.
 //!
 //! Listener lists are snapshotted before anything is called, so a listener may add or remove
 //! listeners. A zklock call made on this thread that would park until an event arrives fails at
@@ -33,7 +34,8 @@ pub(crate) struct Reread {
 /// Something parked on the Client that every connection-state change wakes, so that it looks
 /// again (the lock recipes' parked callers).
 pub(crate) trait Parked: Send + Sync {
-    /// Called on the watcher thread for every connection-state change; must not block.
+    /// Called on the I/O thread, right after the Client records a connection-state change;
+    /// must not block.
     fn state_changed(&self);
 }
 
@@ -123,7 +125,6 @@ impl Registry {
     }
 
     fn deliver_state(&self, seq: u64, state: ConnectionState) {
-        self.wake_all();
         self.channels
             .lock()
             .retain(|(since, tx)| seq <= *since || tx.send(state).is_ok());
@@ -216,10 +217,10 @@ mod tests {
         let registry = Arc::new(Registry::default());
         let parked = Arc::new(Count::default());
         let reg = registry.register(parked.clone());
-        registry.deliver_state(1, ConnectionState::Suspended);
+        registry.wake_all();
         assert_eq!(parked.0.load(Ordering::SeqCst), 1);
         drop(reg);
-        registry.deliver_state(2, ConnectionState::Reconnected);
+        registry.wake_all();
         assert_eq!(parked.0.load(Ordering::SeqCst), 1);
     }
 

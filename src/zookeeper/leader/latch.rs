@@ -1,14 +1,18 @@
-//! LeaderLatch: Curator's latch. One background thread per latch queues a node
-//! (`<path>/_c_<uuid>-latch-<seq10>`, data = id) through LockInternals and holds leadership
-//! while the node heads the queue, in our live session, and its health keeps to the policy.
+//! LeaderLatch: Curator's latch. It queues a node (`<path>/_c_<uuid>-latch-<seq10>`, data = id)
+//! through LockInternals and holds leadership while the node heads the queue, in our live
+//! session, and its health keeps to the policy. It has no thread of its own: its attempt parks
+//! without one and is resumed on the shared `zklock-elect` threads when woken, and its term
+//! ends on the keeper's report or the shared look at the lease.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::participant::{Candidate, Settings};
+use super::participant::{take_part, Candidate, Recipe, Settings};
+use super::pool;
+use super::term::Term;
 use super::Participant;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
@@ -38,10 +42,17 @@ pub enum CloseMode {
 /// Java `LeaderLatch`es on the same path take part in the same election.
 ///
 /// # Taking part
-/// [`start`](Self::start) returns at once; a thread the latch owns queues our node and follows
-/// it, also across reconnections and new sessions: when leadership is given up (policy, lost
-/// session, deleted node) the node goes and a new one queues. A node of an earlier session never
-/// leads (CURATOR-696). [`close`](Self::close) (or drop) deletes our node and ends the thread.
+/// [`start`](Self::start) returns at once; the latch queues our node and follows it, also
+/// across reconnections and new sessions: when leadership is given up (policy, lost session,
+/// deleted node) the node goes and a new one queues. A node of an earlier session never leads
+/// (CURATOR-696). [`close`](Self::close) (or drop) deletes our node.
+///
+/// # Threads
+/// A latch has no thread of its own, waiting or leading. Its steps (a create, a listing, a
+/// read of the node ahead, a step-down) run on up to four `zklock-elect` threads that every
+/// latch and waiting [`LeaderSelector`](crate::LeaderSelector) of the process share, started
+/// on demand and gone after 2 s without work; one `zklock-elect-timer` thread looks at every
+/// leader's local lease each 200 ms. So 10,000 latches cost a handful of threads, as 10 do.
 ///
 /// # Asking
 /// [`has_leadership`](Self::has_leadership) is computed when called, from the node's health
@@ -56,9 +67,12 @@ pub enum CloseMode {
 ///
 /// # Blocking and Drop
 /// `start`, `has_leadership`, `epoch` return at once; `await_leadership_timeout(d)` waits at
-/// most `d`; `close` waits for the latch's thread, which runs no user code (the Client's
-/// operation, else connection, timeout at most). Dropping the latch closes it in the
-/// background. Listeners run on the Client's watcher thread and must not block.
+/// most `d`; `close` waits for the latch's step in progress, which runs no user code (the
+/// Client's operation, else connection, timeout at most). Dropping the latch closes it in the
+/// background. Listeners run on the Client's watcher thread: a listener that blocks delays the
+/// later listener calls and [`Watch`](crate::Watch) deliveries of its Client, and the wake-ups
+/// of parked waiters on a connection-state change (they come through that thread); it never
+/// delays a latch's grant, its channels or another latch's step.
 ///
 /// # Example
 /// ```no_run
@@ -166,8 +180,9 @@ impl LeaderLatch {
     /// Starts taking part, in the background; returns at once. Fails if the latch was started
     /// before or closed.
     pub fn start(&self) -> Result<()> {
-        let inner = self.inner.clone();
-        self.inner.candidate.start("latch", move || inner.run())
+        self.inner.candidate.start("latch")?;
+        take_part(&self.inner);
+        Ok(())
     }
 
     /// Whether we lead now: a term is on and its node's health, computed now, keeps to the
@@ -185,8 +200,8 @@ impl LeaderLatch {
     /// Blocks until we lead.
     ///
     /// # Blocking
-    /// Without limit, until we lead or the latch is closed; no I/O of its own (the latch's
-    /// thread takes part).
+    /// Without limit, until we lead or the latch is closed; no I/O of its own (the shared
+    /// threads take part).
     ///
     /// # Errors
     /// [`Error::Closed`] if the latch is closed first (or was never started);
@@ -267,8 +282,9 @@ impl LeaderLatch {
         Receiver::new(rx)
     }
 
-    /// Calls `f` on every later change, on the Client's watcher thread (it must not block);
-    /// returns an id for [`remove_listener`](Self::remove_listener).
+    /// Calls `f` on every later change, on the Client's watcher thread (see "Blocking and
+    /// Drop" for what a listener that blocks holds up); returns an id for
+    /// [`remove_listener`](Self::remove_listener).
     pub fn on_change(&self, f: impl FnMut(LeadershipChange) + Send + 'static) -> u64 {
         self.inner.listeners.add(0, Box::new(f))
     }
@@ -279,17 +295,19 @@ impl LeaderLatch {
     }
 
     /// Stops taking part: our node is deleted, and with [`CloseMode::NotifyLeader`] a leader's
-    /// listeners hear `Lost`. Waits for the latch's thread (it runs no user code). Idempotent.
+    /// listeners hear `Lost`. Waits for the latch's step in progress (it runs no user code).
+    /// Idempotent; may be called from a listener.
     ///
     /// # Blocking
-    /// Until the latch's thread ends, which it does promptly: our node's delete is handed to
-    /// the background, which retries until it is gone.
+    /// Until the latch's step in progress ends, which it does promptly: a request in flight is
+    /// cancelled, and our node's delete is handed to the background, which retries until it
+    /// is gone.
     ///
     /// # Errors
     /// None today; the `Result` is kept for Curator's signature (its `close()` throws).
     pub fn close(&self) -> Result<()> {
         self.inner.candidate.close();
-        self.inner.candidate.join();
+        self.inner.candidate.wait_at_rest(Deadline::NEVER);
         Ok(())
     }
 }
@@ -316,25 +334,19 @@ impl Inner {
             .client
             .on_watcher_thread(move || listeners.call(u64::MAX, change));
     }
+}
 
-    /// The latch's thread: queue, lead, give up, queue again, until closed.
-    fn run(self: Arc<Self>) {
-        let mut pause = Duration::from_millis(100);
-        while !self.candidate.is_closed() {
-            if let Some(acquired) = self.candidate.attempt(&mut pause, |_| {}) {
-                self.lead(acquired);
-            }
-        }
+impl Recipe for Inner {
+    type Own = ();
+
+    fn candidate(&self) -> &Candidate<()> {
+        &self.candidate
     }
 
-    /// One term: from the grant until the term is over; then our node goes.
-    fn lead(self: &Arc<Self>, acquired: Acquired) {
-        let woken = Arc::downgrade(self);
-        let (term, state) = self.candidate.begin(acquired, move || {
-            if let Some(inner) = woken.upgrade() {
-                inner.candidate.changed.notify_all();
-            }
-        });
+    /// A term begins; it ends on close, on the keeper's report or on the look at the lease,
+    /// and then a step-down is queued.
+    fn granted(self: &Arc<Self>, acquired: Acquired) {
+        let (term, state) = self.candidate.begin(acquired);
         // Told under the lock: a channel opened once `await_leadership` returned does not
         // hear this term's Gained.
         if !term.is_over() {
@@ -344,10 +356,31 @@ impl Inner {
         }
         drop(state);
         self.candidate.changed.notify_all();
-        term.wait_over(None);
-        self.candidate.end(&term);
+        let (latch, ended) = (Arc::downgrade(self), Arc::downgrade(&term));
+        term.on_end(move || {
+            if let Some(latch) = latch.upgrade() {
+                pool::spawn(move || latch.step_down(&ended));
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// The term is over: listeners hear `Lost` (on close, only with
+    /// [`CloseMode::NotifyLeader`]), our node goes, and unless closed a new node queues.
+    fn step_down(self: &Arc<Self>, ended: &Weak<Term>) {
+        let Some(term) = ended.upgrade() else {
+            return;
+        };
+        let current = self.candidate.state.lock().term.clone();
+        if !current.is_some_and(|t| Arc::ptr_eq(&t, &term)) {
+            return;
+        }
+        // Told before the term is forgotten, so that `close` returns after it.
         if !self.candidate.is_closed() || self.close_mode == CloseMode::NotifyLeader {
             self.tell(LeadershipChange::Lost);
         }
+        self.candidate.end(&term);
+        take_part(self);
     }
 }

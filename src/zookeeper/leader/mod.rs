@@ -4,6 +4,7 @@
 mod kazoo_election;
 mod latch;
 mod participant;
+mod pool;
 mod selector;
 mod term;
 

@@ -1,20 +1,23 @@
 //! Taking part in an election, as both leader recipes do: the settings their builders collect,
-//! the lock our node queues on, the recipe's thread and current term, and the participants as
-//! read from the server.
+//! the lock our node queues on, the attempt that waits for our turn without a thread of its own
+//! (resumed on the shared `zklock-elect` threads of `pool.rs` whenever its waiter is woken), the
+//! current term, and the participants as read from the server.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::pool;
 use super::term::Term;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::zookeeper::client::{AclProvider, Client, ErrorPolicy, RecipeAcl};
-use crate::zookeeper::locks::{Acquired, Leases, LockInternals, Release, StandardDriver};
+use crate::zookeeper::locks::{
+    Acquired, Leases, LockInternals, Progress, Release, Resumable, StandardDriver,
+};
 use crate::zookeeper::path;
 
 /// A participant in an election, as read from its node (Curator's `Participant`).
@@ -93,16 +96,21 @@ impl Settings {
         Ok(Candidate {
             policy: self.policy.unwrap_or(self.client.error_policy()),
             client: self.client,
-            internals,
+            internals: Arc::new(internals),
             id,
             state: Mutex::new(State {
                 started: false,
                 term: None,
+                attempt: None,
+                resuming: false,
+                again: false,
+                scheduled: false,
+                pausing: false,
+                pause: FIRST_PAUSE,
                 own,
             }),
             changed: Condvar::new(),
             closed: AtomicBool::new(false),
-            thread: Mutex::new(None),
         })
     }
 }
@@ -146,23 +154,37 @@ fn default_id() -> String {
     format!("{host}:{}", std::process::id())
 }
 
-/// A built leader recipe's side of the election: our settings and lock, the thread that takes
-/// part, and the current term.
+/// The pause after a failed attempt; it doubles up to [`LAST_PAUSE`], and a grant resets it.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const LAST_PAUSE: Duration = Duration::from_secs(2);
+
+/// A built leader recipe's side of the election: our settings and lock, the attempt in
+/// progress, and the current term.
 pub(super) struct Candidate<X> {
     pub(super) client: Client,
-    pub(super) internals: LockInternals<Client>,
+    pub(super) internals: Arc<LockInternals<Client>>,
     pub(super) id: String,
     pub(super) policy: ErrorPolicy,
     pub(super) state: Mutex<State<X>>,
-    /// Notified when a term begins or ends, on close, and by the recipe.
+    /// Notified when a term begins or ends, when an attempt ends, on close, and by the recipe.
     pub(super) changed: Condvar,
     closed: AtomicBool,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 pub(super) struct State<X> {
     pub(super) started: bool,
     pub(super) term: Option<Arc<Term>>,
+    /// Our attempt while it is parked; taken out while a `zklock-elect` thread resumes it.
+    attempt: Option<Resumable<Client>>,
+    /// A `zklock-elect` thread is resuming our attempt or handling its end.
+    resuming: bool,
+    /// Woken while resuming: resume once more.
+    again: bool,
+    /// A resume is queued on the pool.
+    scheduled: bool,
+    /// A failed attempt's pause is on; the next attempt starts when it ends.
+    pausing: bool,
+    pause: Duration,
     pub(super) own: X,
 }
 
@@ -171,6 +193,109 @@ impl<X> State<X> {
     pub(super) fn leads(&self) -> bool {
         self.term.as_ref().is_some_and(|t| !t.is_over())
     }
+
+    /// Neither waiting for our turn nor leading: no attempt, no term, nothing running for us.
+    pub(super) fn at_rest(&self) -> bool {
+        self.attempt.is_none() && !self.resuming && self.term.is_none()
+    }
+
+    /// At rest and not pausing before the next attempt.
+    pub(super) fn idle(&self) -> bool {
+        self.at_rest() && !self.pausing
+    }
+}
+
+/// A leader recipe, as the shared threads drive it: its candidate, and what it does with a
+/// grant.
+pub(super) trait Recipe: Send + Sync + Sized + 'static {
+    type Own: Send;
+
+    fn candidate(&self) -> &Candidate<Self::Own>;
+
+    /// Our node was granted: begin the term (on a `zklock-elect` thread; must not block).
+    fn granted(self: &Arc<Self>, acquired: Acquired);
+}
+
+/// Starts an attempt to lead, unless closed or one is on (or a term). The attempt captures
+/// the lock's current cancel before the closed flag is read, so a `close` that comes later
+/// cancels it.
+pub(super) fn take_part<R: Recipe>(recipe: &Arc<R>) {
+    let candidate = recipe.candidate();
+    let weak = Arc::downgrade(recipe);
+    let attempt = Resumable::new(
+        candidate.internals.clone(),
+        Arc::new(move || {
+            if let Some(recipe) = weak.upgrade() {
+                schedule(&recipe);
+            }
+        }),
+    );
+    {
+        let mut state = candidate.state.lock();
+        if candidate.is_closed() || state.attempt.is_some() || state.term.is_some() {
+            return;
+        }
+        state.attempt = Some(attempt);
+    }
+    schedule(recipe);
+}
+
+/// Has a `zklock-elect` thread resume our attempt (once, however often it is woken).
+fn schedule<R: Recipe>(recipe: &Arc<R>) {
+    let mut state = recipe.candidate().state.lock();
+    if state.resuming {
+        state.again = true;
+        return;
+    }
+    if std::mem::replace(&mut state.scheduled, true) {
+        return;
+    }
+    drop(state);
+    let recipe = recipe.clone();
+    pool::spawn(move || resume(&recipe));
+}
+
+/// Resumes our attempt until it parks or ends, and handles its end: a grant begins a term; a
+/// failure is logged and the next attempt starts after a pause (100 ms, doubling to 2 s); a
+/// cancel (close) ends it; a closed Client closes us too.
+fn resume<R: Recipe>(recipe: &Arc<R>) {
+    let candidate = recipe.candidate();
+    loop {
+        let mut attempt = {
+            let mut state = candidate.state.lock();
+            state.scheduled = false;
+            if state.resuming {
+                state.again = true;
+                return;
+            }
+            let Some(attempt) = state.attempt.take() else {
+                return;
+            };
+            state.resuming = true;
+            state.again = false;
+            attempt
+        };
+        match attempt.resume() {
+            Progress::Parked => {
+                let mut state = candidate.state.lock();
+                state.attempt = Some(attempt);
+                state.resuming = false;
+                if !std::mem::take(&mut state.again) {
+                    return;
+                }
+            }
+            Progress::Done(result) => {
+                drop(attempt);
+                candidate.ended(recipe, result);
+                let mut state = candidate.state.lock();
+                state.resuming = false;
+                candidate.changed.notify_all();
+                if !std::mem::take(&mut state.again) || state.attempt.is_none() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 impl<X> Candidate<X> {
@@ -178,24 +303,16 @@ impl<X> Candidate<X> {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Starts the recipe's thread (`zklock-<recipe>`) running `run`; once, and not after close.
-    pub(super) fn start(&self, recipe: &str, run: impl FnOnce() + Send + 'static) -> Result<()> {
+    /// Marks the recipe started, once, and not after close.
+    pub(super) fn start(&self, recipe: &str) -> Result<()> {
         if self.is_closed() {
             return Err(Error::Closed);
         }
-        {
-            let mut state = self.state.lock();
-            if state.started {
-                return Err(Error::invalid(format!("the {recipe} was started already")));
-            }
-            state.started = true;
+        let mut state = self.state.lock();
+        if state.started {
+            return Err(Error::invalid(format!("the {recipe} was started already")));
         }
-        let name = format!("zklock-{recipe}");
-        let handle = thread::Builder::new()
-            .name(name.clone())
-            .spawn(run)
-            .map_err(|e| Error::thread_start(&name, &e))?;
-        *self.thread.lock() = Some(handle);
+        state.started = true;
         Ok(())
     }
 
@@ -212,57 +329,62 @@ impl<X> Candidate<X> {
         self.changed.notify_all();
     }
 
-    /// Waits for the recipe's thread to end, unless called on it.
-    pub(super) fn join(&self) {
-        let handle = self.thread.lock().take();
-        if let Some(handle) = handle {
-            if handle.thread().id() != thread::current().id() {
-                let _ = handle.join();
+    /// Waits until nothing runs for us (see [`State::at_rest`]), at most until `until`;
+    /// whether nothing does. After `close` that comes promptly for a latch (its work is crate
+    /// code, and our node's delete goes to the background); a selector's term waits for its
+    /// closure to return.
+    pub(super) fn wait_at_rest(&self, until: Deadline) -> bool {
+        let mut state = self.state.lock();
+        while !state.at_rest() {
+            match until.instant() {
+                Some(at) => {
+                    if self.changed.wait_until(&mut state, at).timed_out() {
+                        return state.at_rest();
+                    }
+                }
+                None => self.changed.wait(&mut state),
             }
         }
+        true
     }
 
-    /// One attempt to lead: our node's grant, or `None` when cancelled by close or after a
-    /// failure (logged; `failed` runs, then a `pause` cut short by close, after which the pause
-    /// doubles up to 2 s; a grant resets it).
-    pub(super) fn attempt(
-        &self,
-        pause: &mut Duration,
-        failed: impl FnOnce(&mut State<X>),
-    ) -> Option<Acquired> {
-        match self.internals.attempt_lock(Deadline::NEVER) {
-            Ok(Some(acquired)) => {
-                *pause = Duration::from_millis(100);
-                Some(acquired)
+    /// An attempt's end (see [`resume`]).
+    fn ended<R: Recipe<Own = X>>(&self, recipe: &Arc<R>, result: Result<Acquired>) {
+        match result {
+            Ok(acquired) => {
+                self.state.lock().pause = FIRST_PAUSE;
+                recipe.granted(acquired);
             }
-            Ok(None) | Err(Error::Cancelled) => None,
+            Err(Error::Cancelled) => {}
             // The Client is closed: nothing can be led through it any more. The participant
-            // closes too, so its thread ends and its waiters hear `Closed`.
-            Err(Error::Closed) => {
-                self.close();
-                None
-            }
+            // closes too, so its waiters hear `Closed`.
+            Err(Error::Closed) => self.close(),
             Err(e) => {
                 tracing::warn!("{}: taking part failed: {e}", self.internals.path);
-                let mut state = self.state.lock();
-                failed(&mut state);
-                if !self.is_closed() {
-                    self.changed.wait_for(&mut state, *pause);
-                }
-                *pause = (*pause * 2).min(Duration::from_secs(2));
-                None
+                let pause = {
+                    let mut state = self.state.lock();
+                    state.pausing = true;
+                    let pause = state.pause;
+                    state.pause = (pause * 2).min(LAST_PAUSE);
+                    pause
+                };
+                let weak: Weak<R> = Arc::downgrade(recipe);
+                pool::after(pause, move || {
+                    if let Some(recipe) = weak.upgrade() {
+                        recipe.candidate().state.lock().pausing = false;
+                        recipe.candidate().changed.notify_all();
+                        take_part(&recipe);
+                    }
+                });
             }
         }
     }
 
     /// Begins and records the term of a grant (over at once if we are closed); the state is
-    /// returned still locked.
-    pub(super) fn begin(
-        &self,
-        acquired: Acquired,
-        on_end: impl Fn() + Send + Sync + 'static,
-    ) -> (Arc<Term>, MutexGuard<'_, State<X>>) {
-        let term = Arc::new(Term::begin(&self.client, acquired, self.policy, on_end));
+    /// returned still locked. Its lease is looked at on the shared timer.
+    pub(super) fn begin(&self, acquired: Acquired) -> (Arc<Term>, MutexGuard<'_, State<X>>) {
+        let term = Arc::new(Term::begin(&self.client, acquired, self.policy));
+        pool::watch_lease(Arc::downgrade(&term));
         let mut state = self.state.lock();
         if self.is_closed() {
             term.end();
@@ -280,7 +402,6 @@ impl<X> Candidate<X> {
             .internals
             .release(term.node(), term.session(), Release::Background);
     }
-
     /// Every participant, the leader first. A node that goes while being read is left out.
     pub(super) fn participants(&self) -> Result<Vec<Participant>> {
         let nodes = self.internals.participant_nodes()?;

@@ -1,14 +1,16 @@
-//! LeaderSelector: Curator's selector. A thread the selector owns queues on the election's mutex
-//! (`<path>/_c_<uuid>-lock-<seq10>`, data = id) and runs the user's closure while it leads;
-//! the closure's return ends the term. `elect` is the same term on the caller's thread.
+//! LeaderSelector: Curator's selector. It queues on the election's mutex
+//! (`<path>/_c_<uuid>-lock-<seq10>`, data = id) without a thread of its own, as a latch does,
+//! and runs the user's closure on a thread of the term's own while it leads; the closure's
+//! return ends the term. `elect` is the same term on the caller's thread.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::participant::{election, Candidate, Settings};
+use super::participant::{election, take_part, Candidate, Recipe, Settings};
 use super::term::Term;
 use super::Participant;
 use crate::core::channel::Receiver;
@@ -100,9 +102,16 @@ impl std::fmt::Debug for Leadership {
 type Task = Box<dyn FnMut(&Leadership) -> Result<()> + Send>;
 
 /// Curator's `LeaderSelector`: participants queue on the election path's mutex, and the one
-/// that holds it leads by running the closure given to [`build`](LeaderSelectorBuilder::build)
-/// on a thread the selector owns. Returning from the closure gives leadership up. Java
-/// `LeaderSelector`s and `InterProcessMutex`es on the same path queue in the same line.
+/// that holds it leads by running the closure given to [`build`](LeaderSelectorBuilder::build).
+/// Returning from the closure gives leadership up. Java `LeaderSelector`s and
+/// `InterProcessMutex`es on the same path queue in the same line.
+///
+/// # Threads
+/// A selector has a thread only while its closure runs: each term starts a `zklock-selector`
+/// thread that runs the closure and ends with the term, so two terms of one selector may run
+/// on different threads (thread-locals do not carry over). While it waits for its turn, it
+/// has none: its steps run on the `zklock-elect` threads that every waiting selector and
+/// [`LeaderLatch`](crate::LeaderLatch) of the process share (see its "Threads").
 ///
 /// # Requeueing
 /// After a term the selector takes part again only if [`auto_requeue`](
@@ -166,7 +175,7 @@ struct Inner {
 
 /// The selector's part of the state.
 struct Queue {
-    /// Take part when the thread is free: from the start, and after a term when requeued.
+    /// Take part again once the current turn is over (`requeue` while waiting or leading).
     queued: bool,
 }
 
@@ -233,10 +242,12 @@ impl LeaderSelector {
         }
     }
 
-    /// Starts taking part, on the selector's own thread; returns at once.
+    /// Starts taking part; returns at once.
     pub fn start(&self) -> Result<()> {
-        let inner = self.inner.clone();
-        self.inner.candidate.start("selector", move || inner.run())
+        self.inner.candidate.start("selector")?;
+        self.inner.candidate.state.lock().own.queued = false;
+        take_part(&self.inner);
+        Ok(())
     }
 
     /// Takes part once more after the current turn (Curator's `requeue()`); whether it was not
@@ -250,9 +261,13 @@ impl LeaderSelector {
         if !state.started {
             return Err(Error::invalid("the selector was not started"));
         }
+        if state.idle() {
+            drop(state);
+            take_part(&self.inner);
+            return Ok(true);
+        }
         let fresh = !state.own.queued;
         state.own.queued = true;
-        candidate.changed.notify_all();
         Ok(fresh)
     }
 
@@ -299,30 +314,16 @@ impl LeaderSelector {
         self.inner.candidate.close();
     }
 
-    /// [`close`](Self::close), then waits up to `timeout` for the selector's thread to end
-    /// (the closure to return and our node to be deleted); whether it did.
+    /// [`close`](Self::close), then waits up to `timeout` for the selector to be done (the
+    /// closure to return and our node's delete to be handed to the background); whether it is.
     ///
     /// # Blocking
-    /// At most `timeout`; a closure that ignores its cancellation keeps the thread (and the
+    /// At most `timeout`; a closure that ignores its cancellation keeps its thread (and the
     /// node) until it returns, and `false` says so.
     pub fn close_timeout(&self, timeout: Duration) -> bool {
         let candidate = &self.inner.candidate;
         candidate.close();
-        let deadline = Deadline::after(timeout);
-        let mut state = candidate.state.lock();
-        while state.started {
-            match deadline.instant() {
-                Some(at) => {
-                    if candidate.changed.wait_until(&mut state, at).timed_out() {
-                        return !state.started;
-                    }
-                }
-                None => candidate.changed.wait(&mut state),
-            }
-        }
-        drop(state);
-        candidate.join();
-        true
+        candidate.wait_at_rest(Deadline::after(timeout))
     }
 }
 
@@ -338,36 +339,39 @@ impl std::fmt::Debug for LeaderSelector {
     }
 }
 
-impl Inner {
-    /// The selector's thread: wait to be queued, take part, lead, until closed.
-    fn run(self: Arc<Self>) {
-        let candidate = &self.candidate;
-        let mut pause = Duration::from_millis(100);
-        loop {
-            {
-                let mut state = candidate.state.lock();
-                while !state.own.queued && !candidate.is_closed() {
-                    candidate.changed.wait(&mut state);
-                }
-                if candidate.is_closed() {
-                    state.started = false;
-                    candidate.changed.notify_all();
-                    return;
-                }
-                state.own.queued = false;
-            }
-            if let Some(acquired) = candidate.attempt(&mut pause, |s| s.own.queued = true) {
-                self.lead(acquired);
-                if self.auto_requeue {
-                    candidate.state.lock().own.queued = true;
-                }
-            }
-        }
+impl Recipe for Inner {
+    type Own = Queue;
+
+    fn candidate(&self) -> &Candidate<Queue> {
+        &self.candidate
     }
 
-    fn lead(&self, acquired: Acquired) {
-        let (term, state) = self.candidate.begin(acquired, || {});
+    /// A term begins, on a thread of its own that runs the closure.
+    fn granted(self: &Arc<Self>, acquired: Acquired) {
+        let (term, state) = self.candidate.begin(acquired);
         drop(state);
+        self.candidate.changed.notify_all();
+        let inner = self.clone();
+        let running = term.clone();
+        let started = thread::Builder::new()
+            .name("zklock-selector".into())
+            .spawn(move || inner.lead(&running));
+        if let Err(e) = started {
+            tracing::error!(
+                "{}: could not start a thread for the term: {e}",
+                self.candidate.internals.path
+            );
+            self.candidate.end(&term);
+            self.candidate.state.lock().own.queued = true;
+            self.next_turn();
+        }
+    }
+}
+
+impl Inner {
+    /// The term's thread: runs the closure unless the term is already over, then ends the term
+    /// and queues again if requeued.
+    fn lead(self: &Arc<Self>, term: &Arc<Term>) {
         let leadership = Leadership {
             term: term.clone(),
             id: self.candidate.id.clone(),
@@ -376,7 +380,16 @@ impl Inner {
             let mut task = self.task.lock();
             run_term(&self.candidate.internals.path, &leadership, |l| (*task)(l));
         }
-        self.candidate.end(&term);
+        self.candidate.end(term);
+        self.next_turn();
+    }
+
+    /// After a term: takes part again with `auto_requeue` or when requeued meanwhile.
+    fn next_turn(self: &Arc<Self>) {
+        let again = std::mem::take(&mut self.candidate.state.lock().own.queued);
+        if again || self.auto_requeue {
+            take_part(self);
+        }
     }
 }
 
@@ -420,7 +433,7 @@ pub fn elect<T>(
     let acquired = internals
         .attempt_lock(Deadline::NEVER)?
         .ok_or(Error::Timeout)?;
-    let term = Arc::new(Term::begin(client, acquired, client.error_policy(), || {}));
+    let term = Arc::new(Term::begin(client, acquired, client.error_policy()));
     let leadership = Leadership {
         term: term.clone(),
         id: id.to_owned(),

@@ -35,6 +35,8 @@ struct Inner {
     over: bool,
     /// Told once when the term ends.
     waiting: Vec<Sender<()>>,
+    /// Called once when the term ends, on the thread that ends it.
+    hooks: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 impl Default for Inner {
@@ -43,20 +45,27 @@ impl Default for Inner {
             health: LockHealth::Held,
             over: false,
             waiting: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 }
 
 impl State {
     fn end(&self) {
-        let waiting = {
+        let (waiting, hooks) = {
             let mut inner = self.inner.lock();
             inner.over = true;
-            std::mem::take(&mut inner.waiting)
+            (
+                std::mem::take(&mut inner.waiting),
+                std::mem::take(&mut inner.hooks),
+            )
         };
         self.changed.notify_all();
         for tx in waiting {
             let _ = tx.send(());
+        }
+        for hook in hooks {
+            hook();
         }
     }
 }
@@ -70,14 +79,9 @@ pub(crate) fn breaks(policy: ErrorPolicy, health: LockHealth) -> bool {
 }
 
 impl Term {
-    /// Begins a term on a granted node; `on_end` runs (on the I/O thread) if the node's
-    /// health ends it.
-    pub(crate) fn begin(
-        client: &Client,
-        acquired: Acquired,
-        policy: ErrorPolicy,
-        on_end: impl Fn() + Send + Sync + 'static,
-    ) -> Term {
+    /// Begins a term on a granted node; the keeper's reports end it (on the I/O thread) when
+    /// the node's health breaks `policy`.
+    pub(crate) fn begin(client: &Client, acquired: Acquired, policy: ErrorPolicy) -> Term {
         let state = Arc::new(State::default());
         let report = {
             let state = state.clone();
@@ -93,7 +97,6 @@ impl Term {
                 if ends {
                     tracing::info!("leadership given up: the node is {health:?}");
                     state.end();
-                    on_end();
                 }
             }
         };
@@ -141,6 +144,24 @@ impl Term {
 
     pub(crate) fn end(&self) {
         self.state.end();
+    }
+
+    /// Whether [`end`](Self::end) was called (by anyone, or by the keeper's report); unlike
+    /// [`is_over`](Self::is_over), not whether the health breaks the policy now.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state.inner.lock().over
+    }
+
+    /// Runs `hook` once the term ends, on the thread that ends it (at once if it has); it must
+    /// not block.
+    pub(crate) fn on_end(&self, hook: impl FnOnce() + Send + 'static) {
+        let mut inner = self.state.inner.lock();
+        if inner.over {
+            drop(inner);
+            hook();
+        } else {
+            inner.hooks.push(Box::new(hook));
+        }
     }
 
     /// Waits until the term is over, at most `timeout` (`None`: no bound); whether it is.

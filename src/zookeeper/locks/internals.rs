@@ -289,19 +289,7 @@ impl<S: Store> LockInternals<S> {
                     primed,
                 }) => {
                     cleanup.path = None;
-                    if mark {
-                        let answered = self.store.mark_holder(&our_path, &self.current_data());
-                        let mut marking = self.marking.lock();
-                        marking.retain(|_, answered| !answered.is_set());
-                        marking.insert(our_path.clone(), answered);
-                    }
-                    let session = stat.ephemeral_owner;
-                    return Ok(Some(Acquired {
-                        path: our_path,
-                        token,
-                        session,
-                        primed,
-                    }));
+                    return Ok(Some(self.granted(our_path, &stat, token, mark, primed)));
                 }
                 Ok(Outcome::TimedOut) | Err(Error::Timeout) => return Ok(None),
                 Ok(Outcome::Restart) => {
@@ -312,6 +300,29 @@ impl<S: Store> LockInternals<S> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Our node, granted: marked when waiters may be behind us on a long queue.
+    fn granted(
+        &self,
+        our_path: String,
+        stat: &Stat,
+        token: u64,
+        mark: bool,
+        primed: Option<NodeRead>,
+    ) -> Acquired {
+        if mark {
+            let answered = self.store.mark_holder(&our_path, &self.current_data());
+            let mut marking = self.marking.lock();
+            marking.retain(|_, answered| !answered.is_set());
+            marking.insert(our_path.clone(), answered);
+        }
+        Acquired {
+            path: our_path,
+            token,
+            session: stat.ephemeral_owner,
+            primed,
         }
     }
 
@@ -582,7 +593,10 @@ impl<S: Store> LockInternals<S> {
     }
 }
 
+mod resumable;
 mod waiting;
+
+pub(crate) use self::resumable::{Progress, Resumable};
 
 #[cfg(test)]
 mod fake;

@@ -17,7 +17,7 @@ mod store;
 mod waiter;
 
 pub use self::driver::{LockDriver, LockNode, Predicate, StandardDriver, UnfairDriver};
-pub(crate) use self::internals::{Acquired, Leases, LockInternals, Release};
+pub(crate) use self::internals::{Acquired, Leases, LockInternals, Progress, Release, Resumable};
 pub use self::kazoo::KazooDriver;
 pub use self::kazoo_semaphore::{KazooLease, KazooSemaphore};
 pub use self::mutex::{InterProcessMutex, MutexGuard};

@@ -1,7 +1,8 @@
 //! A lock waiter's parking slot: where an acquiring thread parks until its watch fires, the
 //! connection state changes, or its deadline passes. The I/O thread wakes it for its watch
 //! (a wake only bumps a counter and notifies a condvar); the watcher thread wakes it for every
-//! state change.
+//! state change. A waiter with no thread parked on it (a leader latch's) has a hook instead,
+//! which every wake calls after the count is bumped.
 
 use std::sync::Arc;
 
@@ -16,7 +17,12 @@ use crate::zookeeper::client::{Parked, Reread, WatchEvent, WatchEventKind};
 pub(crate) struct Waiter {
     slot: Mutex<Slot>,
     cv: Condvar,
+    /// Called on every wake, outside the slot's lock; it must not block.
+    hook: Option<Hook>,
 }
+
+/// What a wake calls on a waiter that has no thread parked on it.
+pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
 
 #[derive(Default)]
 struct Slot {
@@ -36,6 +42,14 @@ pub(crate) struct Seen {
 }
 
 impl Waiter {
+    /// A waiter whose wakes call `hook` (on the thread that wakes it).
+    pub(crate) fn with_hook(hook: Hook) -> Waiter {
+        Waiter {
+            hook: Some(hook),
+            ..Waiter::default()
+        }
+    }
+
     pub(crate) fn epoch(&self) -> Seen {
         let slot = self.slot.lock();
         Seen {
@@ -50,6 +64,8 @@ impl Waiter {
         slot.wakes += 1;
         slot.state_changes += 1;
         self.cv.notify_all();
+        drop(slot);
+        self.call_hook();
     }
 
     /// Wakes for a fired watch.
@@ -58,6 +74,8 @@ impl Waiter {
         slot.wakes += 1;
         slot.last_watch = Some((slot.wakes, event));
         self.cv.notify_all();
+        drop(slot);
+        self.call_hook();
     }
 
     /// Wakes for a fired data watch whose node was read again at once (`reread`).
@@ -67,6 +85,19 @@ impl Waiter {
         slot.reread = Some((slot.wakes, event.path.clone(), reread));
         slot.last_watch = Some((slot.wakes, event));
         self.cv.notify_all();
+        drop(slot);
+        self.call_hook();
+    }
+
+    fn call_hook(&self) {
+        if let Some(hook) = &self.hook {
+            hook();
+        }
+    }
+
+    /// Whether it was woken after `seen`; does not park.
+    pub(crate) fn woken_since(&self, seen: Seen) -> bool {
+        self.slot.lock().wakes != seen.wakes
     }
 
     /// Parks until woken after `seen` or until the deadline; returns whether it was woken.

@@ -5,7 +5,7 @@
 //! | `Listing` | lists the children (the first listing came with the create), checks that our node is of the current session and that the sequence has not wrapped, reads a shared lease count with a watch, asks the driver | `Granted`; `Claiming` (a driver that grants by claim); `Watching` the node the driver names; `TimedOut` if the wait is over; `Restart` if our node or its parent is gone |
 //! | `Claiming` | marks our node and names it in the lock's parent with one transaction, provided no other contender holds (the last claimant, as the parent names it) and nobody claimed since the listing | `Granted` (the claim's write is the token); `Watching` the claimant; `Listing` if a node vanished or a claim came first |
 //! | `Watching` | sets a getData watch on the node ahead (or takes the read the I/O thread made after its data changed); once that node holds, reads our own node with the watch its keeper will start from | `Parked`; `TakingOver` if the node ahead is gone and held the lock; `Listing` if it is gone otherwise |
-//! | `Parked` | sleeps until a watch, a connection-state change or a cancel wakes it, or the wait is over | `Watching` again with the node as read after a data change (a mark); `TakingOver` if the node ahead was deleted and held the lock; `Listing` on anything else; `TimedOut` |
+//! | `Parked` | sleeps until a watch, a connection-state change or a cancel wakes it, or the wait is over; a resumable attempt (`resumable.rs`) returns instead and is resumed on the wake | `Watching` again with the node as read after a data change (a mark); `TakingOver` if the node ahead was deleted and held the lock; `Listing` on anything else; `TimedOut` |
 //! | `TakingOver` | makes sure our node is still there: not at all if our own read's watch has not fired, or the listing that showed our node is the last word | `Granted`; `Restart` if our node went |
 //!
 //! The node ahead *holds* when it headed our listing (nodes only join behind, with a driver
@@ -23,7 +23,9 @@ use super::{
 };
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::zookeeper::client::{Call, NodeRead, Reread, Stat, WatchEventKind, WatchGuard};
+use crate::zookeeper::client::{
+    Call, NodeRead, Registration, Reread, Stat, WatchEventKind, WatchGuard,
+};
 use crate::zookeeper::locks::driver::Predicate;
 use crate::zookeeper::locks::store::{Claim, OnChange};
 use crate::zookeeper::locks::waiter::{Seen, Waiter};
@@ -49,6 +51,8 @@ enum State {
 enum Step {
     To(State),
     Done(Outcome),
+    /// Parked without a thread: not woken since the last look (a resumable attempt only).
+    Suspend(State),
 }
 
 /// The node ahead of ours that the waiter watches, as one listing named it.
@@ -68,18 +72,14 @@ struct Ahead {
     _count: Option<WatchGuard>,
 }
 
-/// One waiter of one attempt.
-struct Waiting<'a, S: Store> {
-    lock: &'a LockInternals<S>,
-    our_path: &'a str,
-    our_name: &'a str,
-    /// Our node's creation: its session and its czxid (the token).
-    stat: &'a Stat,
-    /// The driver sorts by creation and grants by position: nodes only join behind us.
-    fifo: bool,
-    /// Holders mark their nodes on long queues (one lease, a fifo driver).
-    marks: bool,
+/// What a waiter keeps from one step to the next. It owns all of it, so that a resumable
+/// attempt can keep it while parked without a thread.
+pub(super) struct Memory {
     waiter: Arc<Waiter>,
+    /// Every connection-state change wakes the waiter while this lives.
+    _registration: Registration,
+    /// The state to run next; `None` before the first step.
+    state: Option<State>,
     /// The wakes seen so far: a wake after it ends a park.
     seen: Seen,
     /// How many other nodes the last listing held (or a marked holder's read counted).
@@ -91,6 +91,46 @@ struct Waiting<'a, S: Store> {
     unmarked: Option<(String, Vec<u8>)>,
     /// The listing that came with our create, until used.
     first_listing: Option<Vec<String>>,
+}
+
+impl Memory {
+    /// A waiter's memory for a node just created (with the listing that came with it), woken
+    /// by `waiter` and by cancels of `cancel`.
+    pub(super) fn new<S: Store>(
+        store: &S,
+        waiter: Arc<Waiter>,
+        cancel: &Cancel,
+        first_listing: Option<Vec<String>>,
+    ) -> Memory {
+        let registration = store.register(&waiter);
+        cancel.attach(&waiter);
+        Memory {
+            seen: waiter.epoch(),
+            waiter,
+            _registration: registration,
+            state: None,
+            others: 0,
+            own: None,
+            unmarked: None,
+            first_listing,
+        }
+    }
+}
+
+/// One waiter of one attempt, for one run of its steps.
+struct Waiting<'a, S: Store> {
+    lock: &'a LockInternals<S>,
+    our_path: &'a str,
+    our_name: &'a str,
+    /// Our node's creation: its session and its czxid (the token).
+    stat: &'a Stat,
+    /// The driver sorts by creation and grants by position: nodes only join behind us.
+    fifo: bool,
+    /// Holders mark their nodes on long queues (one lease, a fifo driver).
+    marks: bool,
+    /// A park that would block returns instead (`Step::Suspend`).
+    suspend: bool,
+    mem: &'a mut Memory,
     call: &'a mut Call,
     wait: Deadline,
     cancel: &'a Cancel,
@@ -108,10 +148,36 @@ impl<S: Store> LockInternals<S> {
         wait: Deadline,
         cancel: &Cancel,
     ) -> Result<Outcome> {
+        let mut mem = Memory::new(&self.store, Arc::default(), cancel, first_listing);
+        let outcome = self.run_waiter(our_path, stat, &mut mem, call, wait, cancel, false)?;
+        Ok(outcome.expect("a blocking waiter never suspends"))
+    }
+
+    /// Runs the waiter of our node from where `mem` left it, with no deadline, until it parks
+    /// (`None`: its waiter's next wake should resume it) or ends.
+    pub(super) fn resume_waiter(
+        &self,
+        our_path: &str,
+        stat: &Stat,
+        mem: &mut Memory,
+        call: &mut Call,
+        cancel: &Cancel,
+    ) -> Result<Option<Outcome>> {
+        self.run_waiter(our_path, stat, mem, call, Deadline::NEVER, cancel, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_waiter(
+        &self,
+        our_path: &str,
+        stat: &Stat,
+        mem: &mut Memory,
+        call: &mut Call,
+        wait: Deadline,
+        cancel: &Cancel,
+        suspend: bool,
+    ) -> Result<Option<Outcome>> {
         let fifo = self.driver.sorts_by_creation() && !self.driver.grant_by_claim();
-        let waiter = Arc::new(Waiter::default());
-        let _registration = self.store.register(&waiter);
-        cancel.attach(&waiter);
         let mut w = Waiting {
             lock: self,
             our_path,
@@ -121,17 +187,13 @@ impl<S: Store> LockInternals<S> {
             // With one lease, a marked node holds and so has nothing ahead of it. With more, a
             // holder may have others ahead, so marks say nothing about our turn.
             marks: self.holder_marks && fifo && self.leases == Leases::Fixed(1),
-            seen: waiter.epoch(),
-            waiter,
-            others: 0,
-            own: None,
-            unmarked: None,
-            first_listing,
+            suspend,
+            mem,
             call,
             wait,
             cancel,
         };
-        let mut state = State::Listing;
+        let mut state = w.mem.state.take().unwrap_or(State::Listing);
         loop {
             let step = match state {
                 State::Listing => w.list()?,
@@ -146,7 +208,11 @@ impl<S: Store> LockInternals<S> {
             };
             match step {
                 Step::To(next) => state = next,
-                Step::Done(outcome) => return Ok(outcome),
+                Step::Done(outcome) => return Ok(Some(outcome)),
+                Step::Suspend(parked) => {
+                    w.mem.state = Some(parked);
+                    return Ok(None);
+                }
             }
         }
     }
@@ -168,12 +234,12 @@ impl<S: Store> Waiting<'_, S> {
     /// Whether our grant should mark our node: waiters may be behind us, and the queue is
     /// long enough for a mark to pay.
     fn worth_a_mark(&self) -> bool {
-        self.marks && self.others >= self.lock.mark_from
+        self.marks && self.mem.others >= self.lock.mark_from
     }
 
     fn list(&mut self) -> Result<Step> {
         self.cancel.check()?;
-        self.seen = self.waiter.epoch();
+        self.mem.seen = self.mem.waiter.epoch();
         let claims = self.lock.driver.grant_by_claim();
         // A claim is made against the parent as of before the listing: its version, and the
         // last claimant it names.
@@ -185,7 +251,7 @@ impl<S: Store> Waiting<'_, S> {
         } else {
             (0, Claimant::Never)
         };
-        let listed = match self.first_listing.take() {
+        let listed = match self.mem.first_listing.take() {
             Some(children) => Ok(self.lock.sorted(children)),
             None => self.lock.sorted_children(self.call),
         };
@@ -198,15 +264,17 @@ impl<S: Store> Waiting<'_, S> {
             return Ok(Step::Done(Outcome::Restart));
         }
         self.lock.check_sequences(&children)?;
-        self.others = children.len().saturating_sub(1);
+        self.mem.others = children.len().saturating_sub(1);
         // A shared count is read with a watch, so that a change wakes us.
         let (max_leases, count) = match &self.lock.leases {
             Leases::Fixed(n) => (*n, None),
             Leases::Shared(count_path) => {
-                let watched =
-                    self.lock
-                        .store
-                        .watch(count_path, &self.waiter, OnChange::Wake, self.call)?;
+                let watched = self.lock.store.watch(
+                    count_path,
+                    &self.mem.waiter,
+                    OnChange::Wake,
+                    self.call,
+                )?;
                 let Some((guard, _, data)) = watched else {
                     return Err(Error::NoNode(count_path.clone()));
                 };
@@ -248,7 +316,7 @@ impl<S: Store> Waiting<'_, S> {
             && children.first() == Some(&name);
         // On a data change (a mark, typically) the Client's I/O thread reads the node again as
         // the event comes in, and when our listing was short, counts the queue too.
-        let on_change = match (self.marks, self.others < self.lock.mark_from) {
+        let on_change = match (self.marks, self.mem.others < self.lock.mark_from) {
             (false, _) => OnChange::Wake,
             (true, false) => OnChange::Reread,
             (true, true) => OnChange::RereadAndCount,
@@ -305,7 +373,7 @@ impl<S: Store> Waiting<'_, S> {
             None => self
                 .lock
                 .store
-                .watch(&ahead.path, &self.waiter, ahead.on_change, self.call)?
+                .watch(&ahead.path, &self.mem.waiter, ahead.on_change, self.call)?
                 .map(|(guard, stat, data)| {
                     ahead._watch = Some(guard);
                     (stat, data)
@@ -324,9 +392,9 @@ impl<S: Store> Waiting<'_, S> {
         // A mark is the node's own data written again, so it is told from anyone else's write
         // by the data read before it; a node first read already written is not trusted.
         if self.marks && stat.version == 0 {
-            self.unmarked = Some((ahead.path.clone(), data.clone()));
+            self.mem.unmarked = Some((ahead.path.clone(), data.clone()));
         }
-        let unmarked = match &self.unmarked {
+        let unmarked = match &self.mem.unmarked {
             Some((path, data)) if *path == ahead.path => Some(data.as_slice()),
             _ => None,
         };
@@ -335,16 +403,16 @@ impl<S: Store> Waiting<'_, S> {
         // queue as counted with the mark's read decides whether we mark in our turn, so that
         // the waiter behind us needs no listing either.
         if let (true, Some(parent)) = (marked, counted) {
-            self.others = self.others.max(parent.num_children.max(1) as usize - 1);
+            self.mem.others = self.mem.others.max(parent.num_children.max(1) as usize - 1);
         }
         ahead.holds |= marked;
         // Our own node, read with the watch its keeper will need while the holder holds: when
         // that holder goes, nothing is left to ask, and the handoff costs no round trip. (Our
         // mark, if we make one, fires that watch once: the keeper reads again, off the
         // handoff's path.)
-        if ahead.holds && self.own.is_none() {
+        if ahead.holds && self.mem.own.is_none() {
             match self.lock.store.prime_keeper(self.our_path, self.call)? {
-                Some(read) => self.own = Some(read),
+                Some(read) => self.mem.own = Some(read),
                 None => return Ok(Step::Done(Outcome::Restart)),
             }
         }
@@ -354,37 +422,45 @@ impl<S: Store> Waiting<'_, S> {
     fn park(&mut self, mut ahead: Ahead) -> Result<Step> {
         self.cancel.check()?;
         ahead.parked = true;
-        if !self.waiter.wait(self.seen, self.wait) {
+        if self.suspend {
+            if !self.mem.waiter.woken_since(self.mem.seen) {
+                return Ok(Step::Suspend(State::Parked(ahead)));
+            }
+        } else if !self.mem.waiter.wait(self.mem.seen, self.wait) {
             return Ok(Step::Done(Outcome::TimedOut));
         }
         self.cancel.check()?;
         // It may have marked itself as the holder: the I/O thread read it again as the change
         // came in (that read came before any later event of the watch it set).
-        if let Some((then, read)) = self.waiter.reread_since(self.seen, &ahead.path) {
-            self.seen = then;
+        if let Some((then, read)) = self.mem.waiter.reread_since(self.mem.seen, &ahead.path) {
+            self.mem.seen = then;
             ahead.reread = Some(read);
             return Ok(Step::To(State::Watching(ahead)));
         }
-        Ok(match self.waiter.watched_since(self.seen, &ahead.path) {
-            // The holder ahead of us went and nodes only join behind us: the lock is ours
-            // without listing again, so a drain costs O(1) per handoff where Curator lists the
-            // whole queue each time.
-            Some(WatchEventKind::NodeDeleted) if ahead.holds && self.in_our_session() => {
-                Step::To(State::TakingOver {
-                    listing_fresh: false,
-                })
-            }
-            _ => Step::To(State::Listing),
-        })
+        Ok(
+            match self.mem.waiter.watched_since(self.mem.seen, &ahead.path) {
+                // The holder ahead of us went and nodes only join behind us: the lock is ours
+                // without listing again, so a drain costs O(1) per handoff where Curator lists the
+                // whole queue each time.
+                Some(WatchEventKind::NodeDeleted) if ahead.holds && self.in_our_session() => {
+                    Step::To(State::TakingOver {
+                        listing_fresh: false,
+                    })
+                }
+                _ => Step::To(State::Listing),
+            },
+        )
     }
 
     fn take_over(&mut self, listing_fresh: bool) -> Result<Step> {
         let mark = self.worth_a_mark();
         Ok(
-            match self
-                .lock
-                .take_over(self.our_path, self.own.take(), listing_fresh, self.call)?
-            {
+            match self.lock.take_over(
+                self.our_path,
+                self.mem.own.take(),
+                listing_fresh,
+                self.call,
+            )? {
                 Some(primed) => self.granted(mark, primed),
                 None => Step::Done(Outcome::Restart),
             },
