@@ -256,3 +256,70 @@ fn a_latch_whose_node_vanishes_queues_again() {
     l.close().unwrap();
     assert_clean(|| server.four_letter("wchc").unwrap(), &c, path);
 }
+
+#[test]
+fn a_listener_that_blocks_holds_up_no_other_latch() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(30));
+    let first = LeaderLatch::builder(&c, "/blocking/a")
+        .id("first")
+        .close_mode(CloseMode::NotifyLeader)
+        .build()
+        .unwrap();
+    let (blocked_tx, blocked) = crossbeam_channel::bounded(1);
+    let (release, released) = crossbeam_channel::bounded::<()>(1);
+    first.on_change(move |change| {
+        if change == LeadershipChange::Lost {
+            let _ = blocked_tx.send(());
+            // Blocks the Client's watcher thread until released (bounded, so it cannot hang).
+            let _ = released.recv_timeout(Duration::from_secs(300));
+        }
+    });
+    first.start().unwrap();
+    assert!(first.await_leadership_timeout(patience()).unwrap());
+    let second = latch(&c, "/blocking/a", "second");
+    let changes = second.changes();
+    first.close().unwrap();
+    blocked
+        .recv_timeout(patience())
+        .expect("the first latch's listener heard Lost and blocks");
+    // With the watcher thread held, the next latch still leads and says so on its channel,
+    // and a latch on another path still leads.
+    assert!(matches!(
+        changes.recv_timeout(patience()),
+        Ok(LeadershipChange::Gained { .. })
+    ));
+    assert!(second.has_leadership());
+    let third = latch(&c, "/blocking/b", "third");
+    assert!(third.await_leadership_timeout(patience()).unwrap());
+    second.close().unwrap();
+    third.close().unwrap();
+    release.send(()).unwrap();
+    assert_clean(|| server.four_letter("wchc").unwrap(), &c, "/blocking");
+}
+
+#[test]
+fn a_latch_closed_from_its_own_listener_returns_and_leaves_nothing() {
+    init_logging();
+    let server = TestingServer::start().unwrap();
+    let c = client(&server.connect_string(), Duration::from_secs(30));
+    let l = Arc::new(
+        LeaderLatch::builder(&c, "/self-closed")
+            .id("x")
+            .build()
+            .unwrap(),
+    );
+    let (tx, closed) = crossbeam_channel::bounded(1);
+    let weak = Arc::downgrade(&l);
+    l.on_change(move |change| {
+        if let (LeadershipChange::Gained { .. }, Some(l)) = (change, weak.upgrade()) {
+            let _ = tx.send(l.close().is_ok());
+        }
+    });
+    l.start().unwrap();
+    assert_eq!(closed.recv_timeout(patience()), Ok(true));
+    assert!(!l.has_leadership());
+    assert!(l.await_leadership().is_err(), "closed");
+    assert_clean(|| server.four_letter("wchc").unwrap(), &c, "/self-closed");
+}

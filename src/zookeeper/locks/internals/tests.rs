@@ -1053,3 +1053,79 @@ fn a_wrapped_sequence_on_another_name_the_lock_queues_with_is_refused() {
         "the refused node was deleted"
     );
 }
+
+/// A resumable attempt whose hook counts its wakes.
+fn resumable(
+    l: &Arc<LockInternals<Fake>>,
+) -> (Resumable<Fake>, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let wakes = Arc::new(AtomicUsize::new(0));
+    let counted = wakes.clone();
+    let hook = Arc::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    (Resumable::new(l.clone(), hook), wakes)
+}
+
+#[test]
+fn a_resumable_attempt_parks_without_a_thread_and_is_granted_when_resumed_after_its_wake() {
+    use std::sync::atomic::Ordering;
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let holder = l.attempt_lock(forever()).unwrap().unwrap();
+    let (mut attempt, wakes) = resumable(&l);
+    assert!(
+        matches!(attempt.resume(), Progress::Parked),
+        "behind a holder it parks"
+    );
+    assert_eq!(fake.children_of(DIR).len(), 2, "our node queues");
+    assert!(
+        matches!(attempt.resume(), Progress::Parked),
+        "resumed without a wake, it parks again with no request"
+    );
+    assert_eq!(wakes.load(Ordering::SeqCst), 0);
+    l.release(&holder.path, holder.session, Release::Within(None))
+        .unwrap();
+    assert!(
+        wakes.load(Ordering::SeqCst) >= 1,
+        "the holder's delete called the hook"
+    );
+    let Progress::Done(Ok(granted)) = attempt.resume() else {
+        panic!("not granted after the holder went");
+    };
+    assert!(granted.token > holder.token);
+    assert_eq!(fake.children_of(DIR), [granted.path.clone()]);
+    drop(attempt);
+    assert_eq!(
+        fake.children_of(DIR),
+        [granted.path.clone()],
+        "a granted node is the caller's"
+    );
+}
+
+#[test]
+fn a_cancel_wakes_a_parked_resumable_attempt_which_ends_and_deletes_its_node() {
+    use std::sync::atomic::Ordering;
+    let fake = Fake::new();
+    let l = Arc::new(lock(&fake, Arc::new(StandardDriver)));
+    let holder = l.attempt_lock(forever()).unwrap().unwrap();
+    let (mut attempt, wakes) = resumable(&l);
+    assert!(matches!(attempt.resume(), Progress::Parked));
+    l.cancel_waiters();
+    assert!(
+        wakes.load(Ordering::SeqCst) >= 1,
+        "the cancel called the hook"
+    );
+    assert!(matches!(
+        attempt.resume(),
+        Progress::Done(Err(Error::Cancelled))
+    ));
+    assert_eq!(fake.children_of(DIR), [holder.path.clone()]);
+    // Dropped while parked, an attempt deletes its node too.
+    let (mut parked, _) = resumable(&l);
+    assert!(matches!(parked.resume(), Progress::Parked));
+    assert_eq!(fake.children_of(DIR).len(), 2);
+    drop(parked);
+    assert_eq!(fake.children_of(DIR), [holder.path.clone()]);
+    assert_eq!(fake.live_watches(), 0, "no watch left behind");
+}
