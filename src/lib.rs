@@ -95,10 +95,13 @@
 //! the I/O thread when it was the last Client); dropping the last clone lets them end by
 //! themselves shortly after. Host names are resolved on the process-wide thread pool of the
 //! `blocking` crate (`blocking-N` threads, which end after a second idle), and `async-io` may
-//! start one process-wide `async-io` reactor thread. A [`LeaderLatch`] runs a `zklock-latch`
-//! thread and a [`LeaderSelector`] a `zklock-selector` thread, both joined by their `close`.
-//! Nothing else is spawned for ZooKeeper, and no thread runs user code except the watcher thread
-//! (listeners) and a selector's thread (its closure). The Redis and PostgreSQL Clients run
+//! start one process-wide `async-io` reactor thread. [`LeaderLatch`]es, and
+//! [`LeaderSelector`]s while they wait, have no thread each: their steps run on up to four
+//! process-wide `zklock-elect` threads and one `zklock-elect-timer`, which end when idle. A
+//! selector's closure runs on a `zklock-selector` thread for the length of its term. Nothing
+//! else is spawned for ZooKeeper, and no thread runs user code except the watcher thread
+//! (listeners), a selector's term thread (its closure), and the thread that creates a node
+//! (ACL providers). The Redis and PostgreSQL Clients run
 //! threads of their own, listed on `RedisClient` and `PgClient`; their events threads run those
 //! backends' health callbacks.
 //!

@@ -53,9 +53,11 @@ fn a_thousand_latches_lead_on_a_few_shared_threads_and_leave_nothing_when_closed
     assert!(epochs.iter().all(|&e| e > 0));
     assert!(
         most <= before + SHARED,
-        "{n} latches took {} threads beyond the Client's {before} (at most {SHARED} expected): {:?}",
+        "{n} latches took {} threads beyond the Client's {before} (at most {SHARED} expected); \
+         now: {} zklock-latch, {} zklock-elect",
         most - before,
-        thread_names()
+        named("zklock-latch"),
+        named("zklock-elect"),
     );
     assert_eq!(named("zklock-latch"), 0);
     // Leading, they need no thread either: wait for the workers to go idle and leave.

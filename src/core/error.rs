@@ -150,7 +150,7 @@ pub enum Error {
     /// zklock could not start one of its threads (the process is out of threads or memory).
     #[error("cannot start thread {name}: {message}")]
     ThreadStart {
-        /// The thread's name (`zklock-io`, `zklock-latch`, ...).
+        /// The thread's name (`zklock-io`, `zklock-elect`, ...).
         name: String,
         /// The operating system's classification.
         kind: std::io::ErrorKind,

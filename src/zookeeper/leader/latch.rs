@@ -136,7 +136,8 @@ impl LeaderLatchBuilder {
 
     /// The ACL provider for this participant's node and the parents it creates; default: the
     /// Client's ([`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)). Other
-    /// participants read each node's id, so give them READ on it.
+    /// participants read each node's id, so give them READ on it. It is asked on a shared
+    /// `zklock-elect` thread, so it must not block.
     pub fn acl_provider(mut self, provider: impl AclProvider) -> Self {
         self.settings.acl_provider(provider);
         self

@@ -268,6 +268,15 @@ fn resume<R: Recipe>(recipe: &Arc<R>) {
                 state.again = true;
                 return;
             }
+            // Nothing can be done while the Client is disconnected: the attempt stays parked
+            // (no thread held), and the next connection-state change wakes it. A close or a
+            // closed Client runs it, to end it.
+            if !candidate.is_closed()
+                && !candidate.client.is_connected()
+                && !candidate.client.is_closed()
+            {
+                return;
+            }
             let Some(attempt) = state.attempt.take() else {
                 return;
             };

@@ -3,8 +3,10 @@
 //!
 //! It runs the steps of a blocking attempt — our node's protected create, then the waiter of
 //! `waiting.rs` — on whatever thread resumes it. Where a blocking attempt would park, it returns
-//! [`Progress::Parked`] instead, and the waiter's next wake (its watch, a connection-state
-//! change, a cancel) calls the hook it was given, whose job is to resume it. It has no
+//! [`Progress::Parked`] instead, and its waiter's next wake (a watch, a connection-state change,
+//! a cancel) calls the hook it was given, whose job is to resume it. The waiter is registered
+//! for state changes from the start, so an attempt its owner holds back while the Client is
+//! disconnected is woken when it connects again. It has no
 //! deadline: it ends granted, cancelled by `cancel_waiters`, or with an error. Whatever ends it
 //! without the lock deletes our node in the background, and so does dropping it.
 
@@ -16,7 +18,7 @@ use super::{Acquired, Cancel, LockInternals, Outcome, Store};
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;
 use crate::core::metrics;
-use crate::zookeeper::client::{Call, Doomed, Stat};
+use crate::zookeeper::client::{Call, Doomed, Registration, Stat};
 use crate::zookeeper::locks::waiter::{Hook, Waiter};
 
 /// What a resume came to.
@@ -30,7 +32,10 @@ pub(crate) enum Progress {
 /// One attempt to take a lock, resumed step by step (see the module's docs).
 pub(crate) struct Resumable<S: Store> {
     lock: Arc<LockInternals<S>>,
-    hook: Hook,
+    /// Woken by the watches of each node's waiter, by every connection-state change and by a
+    /// cancel, for the attempt's whole life: a wake calls the hook.
+    waiter: Arc<Waiter>,
+    _registration: Registration,
     cancel: Cancel,
     call: Call,
     /// Our node once created, with its waiter's memory.
@@ -51,9 +56,12 @@ impl<S: Store> Resumable<S> {
         let cancel = lock.cancel.lock().clone();
         let mut call = lock.store.new_call(Deadline::NEVER);
         call.cancel = Some(cancel.signal.clone());
+        let waiter = Arc::new(Waiter::with_hook(hook));
+        cancel.attach(&waiter);
         Resumable {
+            _registration: lock.store.register(&waiter),
+            waiter,
             lock,
-            hook,
             cancel,
             call,
             node: None,
@@ -70,8 +78,9 @@ impl<S: Store> Resumable<S> {
                 Some(node) => node,
                 None => match self.lock.create_node(&mut self.call) {
                     Ok((path, stat, listing)) => {
-                        let waiter = Arc::new(Waiter::with_hook(self.hook.clone()));
-                        let mem = Memory::new(&self.lock.store, waiter, &self.cancel, listing);
+                        let waiter = self.waiter.clone();
+                        let mem =
+                            Memory::new(&self.lock.store, waiter, true, &self.cancel, listing);
                         self.node.insert(Node { path, stat, mem })
                     }
                     Err(e) => return Progress::Done(Err(e)),

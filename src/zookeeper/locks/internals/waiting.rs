@@ -76,8 +76,9 @@ struct Ahead {
 /// attempt can keep it while parked without a thread.
 pub(super) struct Memory {
     waiter: Arc<Waiter>,
-    /// Every connection-state change wakes the waiter while this lives.
-    _registration: Registration,
+    /// Every connection-state change wakes the waiter while this lives (`None`: the owner of
+    /// the waiter registered it).
+    _registration: Option<Registration>,
     /// The state to run next; `None` before the first step.
     state: Option<State>,
     /// The wakes seen so far: a wake after it ends a park.
@@ -95,15 +96,19 @@ pub(super) struct Memory {
 
 impl Memory {
     /// A waiter's memory for a node just created (with the listing that came with it), woken
-    /// by `waiter` and by cancels of `cancel`.
+    /// through `waiter`, which is registered for state changes and cancels here unless
+    /// `registered` says its owner did.
     pub(super) fn new<S: Store>(
         store: &S,
         waiter: Arc<Waiter>,
+        registered: bool,
         cancel: &Cancel,
         first_listing: Option<Vec<String>>,
     ) -> Memory {
-        let registration = store.register(&waiter);
-        cancel.attach(&waiter);
+        let registration = (!registered).then(|| {
+            cancel.attach(&waiter);
+            store.register(&waiter)
+        });
         Memory {
             seen: waiter.epoch(),
             waiter,
@@ -148,7 +153,7 @@ impl<S: Store> LockInternals<S> {
         wait: Deadline,
         cancel: &Cancel,
     ) -> Result<Outcome> {
-        let mut mem = Memory::new(&self.store, Arc::default(), cancel, first_listing);
+        let mut mem = Memory::new(&self.store, Arc::default(), false, cancel, first_listing);
         let outcome = self.run_waiter(our_path, stat, &mut mem, call, wait, cancel, false)?;
         Ok(outcome.expect("a blocking waiter never suspends"))
     }
