@@ -13,7 +13,8 @@
 //! `ZKLOCK_SCALE_SIZES=100,1000`, `ZKLOCK_SCALE_SELECTORS=100,1000` and
 //! `ZKLOCK_SCALE_CLIENTS=100,1000` choose the sizes. N Clients stops at 1000 unless asked:
 //! 10,000 sessions need 10,000 sockets on each side, and Curator runs 10,000 frameworks with
-//! several threads each. N selectors stops at 1000 too: each side runs a thread per selector.
+//! several threads each. N selectors stops at 1000 too: Curator runs a thread per selector
+//! (zklock, one per running term).
 //!
 //! For every case and size, each side reports: the time per item (setting up all N: acquire, or
 //! start and await leadership, or connect); the time per item to close them all; the process's
