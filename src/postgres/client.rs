@@ -528,7 +528,7 @@ impl Inner {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(in_runtime());
         }
-        self.handle.block_on(f)
+        super::drive::block_on(&self.handle, f)
     }
 
     /// Starts `f` on the Client's runtime.

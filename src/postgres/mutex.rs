@@ -500,7 +500,7 @@ async fn ask(
     let sent = boot_clock();
     let lock = session.client.query_typed(key.sql.lock, &lock_params);
     // Both statements go out at once: the wait costs one round trip.
-    let both = async { tokio::join!(set, lock) };
+    let both = session.drive(async { tokio::join!(set, lock) });
     let bounded = async {
         match hard.remaining() {
             None => Ok(both.await),

@@ -2,14 +2,19 @@
 //! server-side limits that end it when it goes silent, watched so that its end is known at
 //! once, and kept alive by a heartbeat while it holds a lock.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
+use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::check_version;
+use super::drive::{Conn, Sock, Socket};
 use super::sql;
 use super::tls::{refusal, Tls};
 use crate::core::connection::States;
@@ -77,6 +82,11 @@ fn set_sql(limits: &[Limit]) -> String {
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
+    /// The connection, when zklock connected the socket itself (a URL with one host): a
+    /// caller's statement drives it on the caller's thread (`drive.rs`).
+    conn: Option<Arc<Conn>>,
+    /// Where a cancel request goes for such a session.
+    peer: Option<Peer>,
     cancel: tokio_postgres::CancelToken,
     /// How to reach the server again, to cancel.
     tls: Tls,
@@ -102,27 +112,62 @@ impl Session {
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
     ) -> Result<(Session, u32)> {
-        let (client, connection) =
-            tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
-                .await
-                .map_err(|_| Error::Io {
-                    context: "connecting to PostgreSQL".into(),
-                    kind: std::io::ErrorKind::TimedOut,
-                    message: format!("no session within {connect_timeout:?}"),
-                })?
-                .map_err(|e| error(&e, true))?;
+        let timed_out = || Error::Io {
+            context: "connecting to PostgreSQL".into(),
+            kind: std::io::ErrorKind::TimedOut,
+            message: format!("no session within {connect_timeout:?}"),
+        };
         let (ended_tx, ended) = watch::channel(false);
-        tokio::spawn(async move {
-            tokio::select! {
-                r = connection => {
-                    if let Err(e) = r {
-                        tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+        let (client, conn, peer) = match Peer::of(config) {
+            Some(peer) => {
+                let (socket, domain) = tokio::time::timeout(connect_timeout, peer.connect(config))
+                    .await
+                    .map_err(|_| timed_out())??;
+                let tls_connect =
+                    MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
+                        .map_err(|e| Error::Tls(e.to_string()))?;
+                let registration = socket.registration();
+                let (client, connection) =
+                    tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
+                        .await
+                        .map_err(|_| timed_out())?
+                        .map_err(|e| error(&e, true))?;
+                let conn = Conn::new(registration, connection);
+                let monitored = conn.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        e = monitored.monitor() => {
+                            if let Some(e) = e {
+                                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+                            }
+                        }
+                        _ = close.wait_for(|c| *c) => {}
                     }
-                }
-                _ = close.wait_for(|c| *c) => {}
+                    monitored.close();
+                    let _ = ended_tx.send(true);
+                });
+                (client, Some(conn), Some(peer))
             }
-            let _ = ended_tx.send(true);
-        });
+            None => {
+                let (client, connection) =
+                    tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
+                        .await
+                        .map_err(|_| timed_out())?
+                        .map_err(|e| error(&e, true))?;
+                tokio::spawn(async move {
+                    tokio::select! {
+                        r = connection => {
+                            if let Err(e) = r {
+                                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+                            }
+                        }
+                        _ = close.wait_for(|c| *c) => {}
+                    }
+                    let _ = ended_tx.send(true);
+                });
+                (client, None, None)
+            }
+        };
         let cancel = client.cancel_token();
         let marker = fastrand::i32(1..);
         let marker_param: &(dyn ToSql + Sync) = &marker;
@@ -161,6 +206,8 @@ impl Session {
         }
         let session = Session {
             client,
+            conn,
+            peer,
             cancel,
             tls: tls.clone(),
             pid,
@@ -196,13 +243,32 @@ impl Session {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Row> {
-        within(timeout, self.client.query_typed(sql, params)).await
+        within(timeout, self.drive(self.client.query_typed(sql, params))).await
+    }
+
+    /// Runs `f`, statements of this session: a caller in a blocking call drives the session's
+    /// socket itself meanwhile (`drive.rs`).
+    pub(crate) async fn drive<F: std::future::Future>(&self, f: F) -> F::Output {
+        match &self.conn {
+            Some(conn) => conn.drive(f).await,
+            None => f.await,
+        }
     }
 
     /// Asks the server to cancel the statement this session runs (from a connection of its
     /// own), within `timeout`.
     pub(crate) async fn cancel(&self, timeout: Duration) {
-        match tokio::time::timeout(timeout, self.cancel.cancel_query(self.tls.clone())).await {
+        let cancelled = async {
+            match &self.peer {
+                Some(peer) => peer.cancel(&self.cancel, &self.tls).await,
+                None => self
+                    .cancel
+                    .cancel_query(self.tls.clone())
+                    .await
+                    .map_err(|e| error(&e, false)),
+            }
+        };
+        match tokio::time::timeout(timeout, cancelled).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!("zklock: cancelling a PostgreSQL statement failed: {e}"),
             Err(_) => tracing::debug!("zklock: cancelling a PostgreSQL statement timed out"),
@@ -234,6 +300,141 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// Where a session zklock connects itself goes: the URL's one host.
+#[derive(Clone, Debug)]
+enum Peer {
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+impl Peer {
+    /// The one host of `config`, unless tokio-postgres's own connect is needed (several hosts,
+    /// `hostaddr`, a session kind to look for).
+    fn of(config: &tokio_postgres::Config) -> Option<Peer> {
+        use tokio_postgres::config::{LoadBalanceHosts, TargetSessionAttrs};
+        let [host] = config.get_hosts() else {
+            return None;
+        };
+        if !config.get_hostaddrs().is_empty()
+            || config.get_ports().len() > 1
+            || config.get_target_session_attrs() != TargetSessionAttrs::Any
+            || config.get_load_balance_hosts() != LoadBalanceHosts::Disable
+        {
+            return None;
+        }
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        Some(match host {
+            Host::Tcp(host) => Peer::Tcp {
+                host: host.clone(),
+                port,
+            },
+            Host::Unix(dir) => Peer::Unix(dir.join(format!(".s.PGSQL.{port}"))),
+        })
+    }
+
+    /// A socket to the server, with `config`'s keepalives, and the name TLS checks the
+    /// server's certificate for.
+    async fn connect(&self, config: &tokio_postgres::Config) -> Result<(Socket, String)> {
+        let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
+        let (sock, domain) = match self {
+            Peer::Tcp { host, port } => {
+                let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
+                    .await
+                    .map_err(|e| failed(&e))?
+                    .collect();
+                let mut last = None;
+                let mut connected = None;
+                for addr in addrs {
+                    match tokio::net::TcpStream::connect(addr).await {
+                        Ok(s) => {
+                            connected = Some(s);
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                let stream = match (connected, last) {
+                    (Some(s), _) => s,
+                    (None, Some(e)) => return Err(failed(&e)),
+                    (None, None) => {
+                        return Err(Error::Io {
+                            context: "connecting to PostgreSQL".into(),
+                            kind: std::io::ErrorKind::NotFound,
+                            message: format!("{host:?} has no address"),
+                        })
+                    }
+                };
+                let stream = stream.into_std().map_err(|e| failed(&e))?;
+                stream.set_nodelay(true).map_err(|e| failed(&e))?;
+                keepalives(&stream, config).map_err(|e| failed(&e))?;
+                (Sock::Tcp(stream), host.clone())
+            }
+            Peer::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| failed(&e))?
+                    .into_std()
+                    .map_err(|e| failed(&e))?;
+                (Sock::Unix(stream), String::new())
+            }
+        };
+        Ok((Socket::new(sock).map_err(|e| failed(&e))?, domain))
+    }
+
+    /// Sends `token`'s cancel request over a connection of its own.
+    async fn cancel(&self, token: &tokio_postgres::CancelToken, tls: &Tls) -> Result<()> {
+        let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
+        match self {
+            Peer::Tcp { host, port } => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let connect = MakeTlsConnect::<tokio::net::TcpStream>::make_tls_connect(
+                    &mut tls.clone(),
+                    host,
+                )
+                .map_err(|e| Error::Tls(e.to_string()))?;
+                token.cancel_query_raw(stream, connect).await
+            }
+            Peer::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let connect = MakeTlsConnect::<tokio::net::UnixStream>::make_tls_connect(
+                    &mut tls.clone(),
+                    "",
+                )
+                .map_err(|e| Error::Tls(e.to_string()))?;
+                token.cancel_query_raw(stream, connect).await
+            }
+        }
+        .map_err(|e| error(&e, false))
+    }
+}
+
+/// `config`'s TCP keepalives and user timeout on `stream`, as tokio-postgres sets them.
+fn keepalives(
+    stream: &std::net::TcpStream,
+    config: &tokio_postgres::Config,
+) -> std::io::Result<()> {
+    use rustix::net::sockopt;
+    if config.get_keepalives() {
+        sockopt::set_socket_keepalive(stream, true)?;
+        sockopt::set_tcp_keepidle(stream, config.get_keepalives_idle())?;
+        if let Some(interval) = config.get_keepalives_interval() {
+            sockopt::set_tcp_keepintvl(stream, interval)?;
+        }
+        if let Some(retries) = config.get_keepalives_retries() {
+            sockopt::set_tcp_keepcnt(stream, retries)?;
+        }
+    }
+    if let Some(timeout) = config.get_tcp_user_timeout() {
+        let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+        sockopt::set_tcp_user_timeout(stream, ms)?;
+    }
+    Ok(())
 }
 
 /// What a session that holds a lock reports through.
