@@ -94,12 +94,15 @@ impl Alarm {
     }
 }
 
+/// Sockets a thread in `block_on` waits on, each with what it waits for.
+type Wanted = Vec<(Arc<Sock>, PollFlags)>;
+
 thread_local! {
     /// This thread's alarm, made on its first `block_on`.
     static ALARM: RefCell<Option<Arc<Alarm>>> = const { RefCell::new(None) };
     /// The sockets the future in this thread's `block_on` found not ready while it was last
     /// polled; `None` outside `block_on`.
-    static WANTED: RefCell<Option<Vec<(Arc<Sock>, PollFlags)>>> = const { RefCell::new(None) };
+    static WANTED: RefCell<Option<Wanted>> = const { RefCell::new(None) };
 }
 
 /// Whether the calling thread is in [`block_on`], so that a socket it reads waits in its
