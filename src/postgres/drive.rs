@@ -23,14 +23,14 @@ use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Wake, Waker};
 
 use parking_lot::Mutex;
 use rustix::event::{PollFd, PollFlags};
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
 /// How a thread in [`block_on`] is woken: an eventfd, written only while the thread sleeps.
 struct Alarm {
@@ -95,7 +95,7 @@ impl Alarm {
 }
 
 /// Sockets a thread in `block_on` waits on, each with what it waits for.
-type Wanted = Vec<(Arc<Sock>, PollFlags)>;
+type Wanted = Vec<(Arc<Shared>, PollFlags)>;
 
 thread_local! {
     /// This thread's alarm, made on its first `block_on`.
@@ -112,7 +112,7 @@ fn in_block_on() -> bool {
 }
 
 /// Has the calling thread's `block_on` wait for `sock` to be ready for `flags`.
-fn want(sock: &Arc<Sock>, flags: PollFlags) {
+fn want(sock: &Arc<Shared>, flags: PollFlags) {
     WANTED.with(|w| {
         if let Some(wanted) = w.borrow_mut().as_mut() {
             wanted.push((sock.clone(), flags));
@@ -174,7 +174,13 @@ pub(crate) fn block_on<F: Future>(handle: &tokio::runtime::Handle, f: F) -> F::O
                 std::thread::yield_now();
             }
         }
+        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
         drop(fds);
+        for ((sock, _), ready) in wanted.iter().zip(ready) {
+            if ready {
+                sock.readable.store(true, Ordering::Relaxed);
+            }
+        }
         if alarm.state.swap(POLLING, Ordering::AcqRel) == RUNG {
             alarm.drain();
         }
@@ -196,18 +202,32 @@ impl AsFd for Sock {
     }
 }
 
-impl Read for &Sock {
+/// A socket and what a caller last learnt of it.
+pub(crate) struct Shared {
+    sock: Sock,
+    /// A read may find data: false after a read found none, until `poll` says otherwise (or
+    /// the monitor had the socket meanwhile). It spares a caller a read that would fail.
+    readable: AtomicBool,
+}
+
+impl AsFd for Shared {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+impl Read for &Shared {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
+        match &self.sock {
             Sock::Tcp(s) => (&*s).read(buf),
             Sock::Unix(s) => (&*s).read(buf),
         }
     }
 }
 
-impl Write for &Sock {
+impl Write for &Shared {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
+        match &self.sock {
             Sock::Tcp(s) => (&*s).write(buf),
             Sock::Unix(s) => (&*s).write(buf),
         }
@@ -219,7 +239,7 @@ impl Write for &Sock {
 }
 
 /// The socket as the runtime's reactor registers it.
-pub(crate) struct Registered(Arc<Sock>);
+pub(crate) struct Registered(Arc<Shared>);
 
 impl AsRawFd for Registered {
     fn as_raw_fd(&self) -> RawFd {
@@ -227,12 +247,16 @@ impl AsRawFd for Registered {
     }
 }
 
-/// The socket's registration with the runtime's reactor, while the monitor has it.
-pub(crate) type Registration = Arc<Mutex<Option<AsyncFd<Registered>>>>;
+/// The socket's registration with the runtime's reactor while the monitor has it, and whether
+/// it is for writability too.
+pub(crate) type Registration = Arc<Mutex<Option<(AsyncFd<Registered>, bool)>>>;
+
+/// What a [`Conn`] shares with its socket: the registration, and the socket itself.
+pub(crate) type Handle = (Registration, Arc<Shared>);
 
 /// A session's socket as tokio-postgres reads and writes it (see the module's docs).
 pub(crate) struct Socket {
-    sock: Arc<Sock>,
+    sock: Arc<Shared>,
     registration: Registration,
 }
 
@@ -244,14 +268,17 @@ impl Socket {
             Sock::Unix(s) => s.set_nonblocking(true)?,
         }
         Ok(Socket {
-            sock: Arc::new(sock),
+            sock: Arc::new(Shared {
+                sock,
+                readable: AtomicBool::new(true),
+            }),
             registration: Arc::default(),
         })
     }
 
-    /// Its registration, for the connection that reads and writes through it.
-    pub(crate) fn registration(&self) -> Registration {
-        self.registration.clone()
+    /// What the connection that reads and writes through it shares with it.
+    pub(crate) fn handle(&self) -> Handle {
+        (self.registration.clone(), self.sock.clone())
     }
 
     /// One read, write or shutdown (`io`), on a thread in `block_on` or through the reactor.
@@ -259,12 +286,20 @@ impl Socket {
         &self,
         cx: &mut Context<'_>,
         flags: PollFlags,
-        mut io: impl FnMut(&Sock) -> io::Result<T>,
+        mut io: impl FnMut(&Shared) -> io::Result<T>,
     ) -> Poll<io::Result<T>> {
+        let reading = flags.contains(PollFlags::IN);
         loop {
             if in_block_on() {
+                if reading && !self.sock.readable.load(Ordering::Relaxed) {
+                    want(&self.sock, flags);
+                    return Poll::Pending;
+                }
                 return match io(&self.sock) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if reading {
+                            self.sock.readable.store(false, Ordering::Relaxed);
+                        }
                         want(&self.sock, flags);
                         Poll::Pending
                     }
@@ -272,19 +307,39 @@ impl Socket {
                     other => Poll::Ready(other),
                 };
             }
-            let mut registration = self.registration.lock();
-            if registration.is_none() {
-                // `AsyncFd::new` is deprecated for fds that may close while registered (tokio's
-                // pull 8587); `Registered` keeps the socket open for as long as it is.
-                #[allow(deprecated)]
-                let registered = AsyncFd::new(Registered(self.sock.clone()))?;
-                *registration = Some(registered);
+            let writing = flags.contains(PollFlags::OUT);
+            if writing {
+                // A write almost always goes out at once: it registers for writability (whose
+                // first event would wake the reactor's thread) only if it cannot.
+                match io(&self.sock) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => return Poll::Ready(other),
+                }
             }
-            let fd = registration.as_ref().expect("registered above");
-            let mut guard = if flags.contains(PollFlags::IN) {
-                ready!(fd.poll_read_ready(cx))?
+            let mut registration = self.registration.lock();
+            let interest = if writing {
+                Interest::READABLE | Interest::WRITABLE
             } else {
+                Interest::READABLE
+            };
+            if registration
+                .as_ref()
+                .is_none_or(|(_, writable)| writing && !writable)
+            {
+                *registration = None;
+                // `AsyncFd::with_interest` is deprecated for fds that may close while
+                // registered (tokio's pull 8587); `Registered` keeps the socket open for as
+                // long as it is.
+                #[allow(deprecated)]
+                let registered = AsyncFd::with_interest(Registered(self.sock.clone()), interest)?;
+                *registration = Some((registered, writing));
+            }
+            let (fd, _) = registration.as_ref().expect("registered above");
+            let mut guard = if writing {
                 ready!(fd.poll_write_ready(cx))?
+            } else {
+                ready!(fd.poll_read_ready(cx))?
             };
             match guard.try_io(|r| io(&r.get_ref().0)) {
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -322,7 +377,7 @@ impl AsyncWrite for Socket {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let how = std::net::Shutdown::Write;
-        Poll::Ready(match &*self.sock {
+        Poll::Ready(match &self.sock.sock {
             Sock::Tcp(s) => s.shutdown(how),
             Sock::Unix(s) => s.shutdown(how),
         })
@@ -336,6 +391,7 @@ type Connection = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>>
 pub(crate) struct Conn {
     slot: Mutex<Slot>,
     registration: Registration,
+    sock: Arc<Shared>,
 }
 
 struct Slot {
@@ -350,9 +406,9 @@ struct Slot {
 }
 
 impl Conn {
-    /// `connection`, read and written through a socket of `registration`.
+    /// `connection`, read and written through the socket whose [`Socket::handle`] this is.
     pub(crate) fn new(
-        registration: Registration,
+        (registration, sock): Handle,
         connection: impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
     ) -> Arc<Conn> {
         Arc::new(Conn {
@@ -363,6 +419,7 @@ impl Conn {
                 closed: false,
             }),
             registration,
+            sock,
         })
     }
 
@@ -416,13 +473,19 @@ impl Conn {
             conn: self,
             connection: None,
         };
+        let mut first = true;
         poll_fn(|cx| {
+            // Polled first, the connection takes this waker for its requests, so that the
+            // request `f` queues wakes no other thread; an answer already in is taken.
             held.take();
             held.poll(cx);
             if let Poll::Ready(out) = f.as_mut().poll(cx) {
                 return Poll::Ready(out);
             }
-            // The request `f` queued goes out now, and an answer already in is taken.
+            if !std::mem::take(&mut first) {
+                return Poll::Pending;
+            }
+            // The request `f` queued goes out now.
             held.poll(cx);
             f.as_mut().poll(cx)
         })
@@ -447,6 +510,8 @@ impl Held<'_> {
         if let Some(connection) = slot.connection.take() {
             self.connection = Some(connection);
             *self.conn.registration.lock() = None;
+            // Whatever came in while the monitor had it is read at once.
+            self.conn.sock.readable.store(true, Ordering::Relaxed);
         }
     }
 
@@ -469,22 +534,34 @@ impl Held<'_> {
 }
 
 impl Drop for Held<'_> {
+    /// Hands the connection back to the monitor, polled once more here as the monitor polls
+    /// it (through the reactor, with the monitor's waker), so that the monitor wakes for what
+    /// concerns it — an answer to its heartbeat, the socket's end — and no thread is woken now.
     fn drop(&mut self) {
-        let Some(connection) = self.connection.take() else {
+        let Some(mut connection) = self.connection.take() else {
             return;
         };
-        let (monitor, dropped) = {
-            let mut slot = self.conn.slot.lock();
-            if slot.closed {
-                (None, Some(connection))
-            } else {
-                slot.connection = Some(connection);
-                (slot.monitor.clone(), None)
-            }
+        let mut slot = self.conn.slot.lock();
+        if slot.closed {
+            drop(slot);
+            drop(connection);
+            return;
+        }
+        let Some(monitor) = slot.monitor.clone() else {
+            // The monitor has not polled yet: it will.
+            slot.connection = Some(connection);
+            return;
         };
-        drop(dropped);
-        if let Some(monitor) = monitor {
-            monitor.wake();
+        let saved = WANTED.with(|w| w.borrow_mut().take());
+        let polled = connection.as_mut().poll(&mut Context::from_waker(&monitor));
+        WANTED.with(|w| *w.borrow_mut() = saved);
+        match polled {
+            Poll::Pending => slot.connection = Some(connection),
+            Poll::Ready(r) => {
+                slot.ended = Some(r.err());
+                drop(slot);
+                monitor.wake();
+            }
         }
     }
 }

@@ -4,10 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
@@ -111,6 +113,7 @@ impl Session {
         connect_timeout: Duration,
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
+        on_end: Arc<Notify>,
     ) -> Result<(Session, u32)> {
         let timed_out = || Error::Io {
             context: "connecting to PostgreSQL".into(),
@@ -126,13 +129,13 @@ impl Session {
                 let tls_connect =
                     MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
                         .map_err(|e| Error::Tls(e.to_string()))?;
-                let registration = socket.registration();
+                let handle = socket.handle();
                 let (client, connection) =
                     tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
                         .await
                         .map_err(|_| timed_out())?
                         .map_err(|e| error(&e, true))?;
-                let conn = Conn::new(registration, connection);
+                let conn = Conn::new(handle, connection);
                 let monitored = conn.clone();
                 tokio::spawn(async move {
                     tokio::select! {
@@ -145,6 +148,7 @@ impl Session {
                     }
                     monitored.close();
                     let _ = ended_tx.send(true);
+                    on_end.notify_one();
                 });
                 (client, Some(conn), Some(peer))
             }
@@ -164,6 +168,7 @@ impl Session {
                         _ = close.wait_for(|c| *c) => {}
                     }
                     let _ = ended_tx.send(true);
+                    on_end.notify_one();
                 });
                 (client, None, None)
             }
@@ -228,12 +233,6 @@ impl Session {
 
     pub(crate) fn ended(&self) -> bool {
         *self.ended.borrow()
-    }
-
-    /// Resolves when the session's connection has ended.
-    pub(crate) async fn until_ended(&self) {
-        let mut ended = self.ended.clone();
-        let _ = ended.wait_for(|e| *e).await;
     }
 
     /// One statement's first row, within `timeout`.
@@ -440,73 +439,174 @@ fn keepalives(
 /// What a session that holds a lock reports through.
 pub(crate) type Report = Arc<dyn Fn(LockHealth) + Send + Sync>;
 
-/// Stops a hold's keeper when dropped.
-pub(crate) struct Keeping(#[allow(dead_code)] oneshot::Sender<()>);
+/// Stops keeping a hold when dropped.
+pub(crate) struct Keeping(Arc<AtomicBool>);
 
-/// Keeps a holding session alive and its hold's health current, on the Client's runtime, until
-/// the returned [`Keeping`] is dropped: a heartbeat every `timeout / 3` (each acknowledged one
-/// renews `lease` from its send time), `Lost` at once when the connection ends or the session
-/// turns out not to be its own, and the lease's reading reported as time passes. Each
-/// heartbeat's outcome also goes to the Client's connection `states`.
-pub(crate) fn keep(
+impl Drop for Keeping {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The holds of one Client, kept alive by one task for all of them ([`Keeper::run`]): a
+/// heartbeat on each hold's session every third of the session timeout (each acknowledged one
+/// renews the hold's lease from its send time), `Lost` at once when a session's connection ends
+/// or a session turns out not to be its own, and each lease's reading reported as time passes.
+/// Each heartbeat's outcome also goes to the Client's connection states. Taking a hold into
+/// the keeper wakes no thread: it is looked at from the next tick on.
+pub(crate) struct Keeper {
+    holds: Mutex<Vec<Kept>>,
+    /// Notified when a session's connection ends, so that its hold reads `Lost` at once.
+    pub(crate) ended: Arc<Notify>,
+    states: Arc<States>,
+    /// How often every hold is looked at.
+    tick: Duration,
+    period: Duration,
+    /// A heartbeat waits at most a sixth of the session timeout, so that a silent server delays
+    /// the health reported by no more than that.
+    beat_timeout: Duration,
+}
+
+struct Kept {
     session: Arc<Session>,
     lease: Arc<LocalLease>,
-    states: Arc<States>,
     report: Report,
-    timeout: Duration,
-    operation_timeout: Duration,
-) -> (
-    Keeping,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (stop_tx, mut stop) = oneshot::channel::<()>();
-    let period = timeout / 3;
-    // A heartbeat waits at most a sixth of the timeout, so that a silent server delays the
-    // health reported by no more than that.
-    let beat_timeout = operation_timeout
-        .min(timeout / 6)
-        .max(Duration::from_millis(10));
-    let tick = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
-    let task = async move {
-        let mut next_beat = tokio::time::Instant::now() + period;
-        loop {
-            // Biased: a hold released at the moment its session closes is not reported lost.
-            tokio::select! {
-                biased;
-                _ = &mut stop => return,
-                () = session.until_ended() => {
-                    report(LockHealth::Lost);
-                    return;
-                }
-                () = tokio::time::sleep(tick) => {}
-            }
-            if tokio::time::Instant::now() >= next_beat {
-                next_beat = tokio::time::Instant::now() + period;
-                let beat = tokio::select! {
-                    biased;
-                    _ = &mut stop => return,
-                    b = session.beat(beat_timeout) => b,
-                };
-                match beat {
-                    Ok(sent) => {
-                        lease.heard_at(sent);
-                        states.heard(sent);
-                    }
-                    Err(Error::Postgres(why)) => {
-                        tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
-                        report(LockHealth::Lost);
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}");
-                        states.failed();
-                    }
-                }
-            }
-            report(lease.health());
+    next_beat: Instant,
+    /// Released (its `Keeping` dropped) or lost: no longer kept.
+    done: Arc<AtomicBool>,
+    /// A heartbeat is on its way.
+    beating: Arc<AtomicBool>,
+}
+
+impl Keeper {
+    /// A keeper for a Client whose sessions notify `ended` when they end.
+    pub(crate) fn new(
+        states: Arc<States>,
+        ended: Arc<Notify>,
+        timeout: Duration,
+        operation_timeout: Duration,
+    ) -> Keeper {
+        Keeper {
+            holds: Mutex::new(Vec::new()),
+            ended,
+            states,
+            tick: (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500)),
+            period: timeout / 3,
+            beat_timeout: operation_timeout
+                .min(timeout / 6)
+                .max(Duration::from_millis(10)),
         }
-    };
-    (Keeping(stop_tx), task)
+    }
+
+    /// Keeps `session`'s hold, renewing `lease` and reporting through `report`, until the
+    /// returned [`Keeping`] is dropped.
+    pub(crate) fn keep(
+        &self,
+        session: Arc<Session>,
+        lease: Arc<LocalLease>,
+        report: Report,
+    ) -> Keeping {
+        let done = Arc::new(AtomicBool::new(false));
+        let mut holds = self.holds.lock();
+        // Released holds leave at the next look; short holds in quick succession are pruned
+        // here too, at a cost that stays constant per hold.
+        if holds.len() >= 64 && holds.len().is_power_of_two() {
+            holds.retain(|kept| !kept.done.load(Ordering::SeqCst));
+        }
+        holds.push(Kept {
+            session,
+            lease,
+            report,
+            next_beat: Instant::now() + self.period,
+            done: done.clone(),
+            beating: Arc::default(),
+        });
+        Keeping(done)
+    }
+
+    /// The keeper's task, until `closed` turns true or the keeper is dropped.
+    pub(crate) async fn run(keeper: std::sync::Weak<Keeper>, mut closed: watch::Receiver<bool>) {
+        loop {
+            let Some(k) = keeper.upgrade() else {
+                return;
+            };
+            let (tick, ended) = (k.tick, k.ended.clone());
+            drop(k);
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                () = ended.notified() => {}
+                _ = closed.wait_for(|c| *c) => return,
+            }
+            match keeper.upgrade() {
+                Some(k) => k.look(),
+                None => return,
+            }
+        }
+    }
+
+    /// One look at every hold: its end, its heartbeat, its lease.
+    fn look(&self) {
+        let now = Instant::now();
+        let mut reports = Vec::new();
+        self.holds.lock().retain_mut(|kept| {
+            // A hold released at the moment its session closes is not reported lost.
+            if kept.done.load(Ordering::SeqCst) {
+                return false;
+            }
+            if kept.session.ended() {
+                kept.done.store(true, Ordering::SeqCst);
+                reports.push((kept.report.clone(), LockHealth::Lost));
+                return false;
+            }
+            if now >= kept.next_beat && !kept.beating.swap(true, Ordering::SeqCst) {
+                kept.next_beat = now + self.period;
+                tokio::spawn(beat(
+                    kept.session.clone(),
+                    kept.lease.clone(),
+                    kept.report.clone(),
+                    self.states.clone(),
+                    (kept.done.clone(), kept.beating.clone()),
+                    self.beat_timeout,
+                ));
+            }
+            reports.push((kept.report.clone(), kept.lease.health()));
+            true
+        });
+        for (report, health) in reports {
+            report(health);
+        }
+    }
+}
+
+/// One heartbeat of a kept hold (`done` and `beating` are the hold's flags).
+async fn beat(
+    session: Arc<Session>,
+    lease: Arc<LocalLease>,
+    report: Report,
+    states: Arc<States>,
+    (done, beating): (Arc<AtomicBool>, Arc<AtomicBool>),
+    timeout: Duration,
+) {
+    let beat = session.beat(timeout).await;
+    beating.store(false, Ordering::SeqCst);
+    if done.load(Ordering::SeqCst) {
+        return;
+    }
+    match beat {
+        Ok(sent) => {
+            lease.heard_at(sent);
+            states.heard(sent);
+        }
+        Err(Error::Postgres(why)) => {
+            tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
+            done.store(true, Ordering::SeqCst);
+            report(LockHealth::Lost);
+        }
+        Err(e) => {
+            tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}");
+            states.failed();
+        }
+    }
 }
 
 /// The message for a statement run on a server session that is not the session's own, or is
