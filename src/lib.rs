@@ -153,7 +153,8 @@
 //!   whose keys (`hashtextextended(name, 0)` for a mutex) any SQL client can take too, with
 //!   server-side limits that free a dead or frozen holder within the session timeout, health
 //!   and fencing tokens. Runs tokio-postgres on a small runtime of its own per Client (thread
-//!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks); no async reaches the caller. What
+//!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
+//!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests

@@ -18,7 +18,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::session::{self, Limit, Session};
+use super::session::{self, Keeper, Limit, Session};
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
@@ -57,9 +57,11 @@ pub(crate) const MIN_VERSION: u32 = 110_000;
 /// `tcp_user_timeout`) are not set: on such a server a frozen holder keeps its lock.
 ///
 /// # Threads
-/// Each Client runs `zklock-pg-io` (its sessions' sockets, heartbeats and timers, on a small
-/// tokio runtime of its own that never reaches the caller) and `zklock-pg-events` (health,
-/// leadership and connection-state callbacks).
+/// Each Client runs `zklock-pg-io` (its sessions' sockets between statements, heartbeats and
+/// timers, on a small tokio runtime of its own that never reaches the caller) and
+/// `zklock-pg-events` (health, leadership and connection-state callbacks). A thread in a
+/// blocking call drives its own session's socket while it waits for an answer, so that no
+/// other thread is woken on the way (for a URL with one host).
 ///
 /// # Connection states
 /// [`state`](Self::state) and its listeners report the core's
@@ -111,6 +113,8 @@ pub(crate) struct Inner {
     events_thread: Mutex<Option<JoinHandle<()>>>,
     /// The connection state, judged by the holds' heartbeats and the Client's own.
     pub(crate) states: Arc<States>,
+    /// Keeps the holds' sessions alive.
+    pub(crate) keeper: Arc<Keeper>,
 }
 
 /// Options of a [`PgClient`], from [`PgClient::builder`].
@@ -334,6 +338,7 @@ impl PgClientBuilder {
             .map_err(|e| Error::thread_start("zklock-pg-io", &e))?;
         let handle = runtime.handle().clone();
         let (close, _) = watch::channel(false);
+        let ended = Arc::new(tokio::sync::Notify::new());
         let sent = boot_clock();
         let probe = handle.block_on(Session::open(
             &config,
@@ -342,6 +347,7 @@ impl PgClientBuilder {
             self.connect_timeout,
             operation_timeout,
             close.subscribe(),
+            ended.clone(),
         ));
         let (probe, version) = probe.map_err(failed)?;
         check_version(version).map_err(failed)?;
@@ -363,6 +369,12 @@ impl PgClientBuilder {
             self.session_timeout,
             sent,
             dispatch,
+        ));
+        let keeper = Arc::new(Keeper::new(
+            states.clone(),
+            ended,
+            self.session_timeout,
+            operation_timeout,
         ));
         let inner = Arc::new(Inner {
             config,
@@ -387,8 +399,13 @@ impl PgClientBuilder {
             events,
             events_thread: Mutex::new(Some(events_thread)),
             states,
+            keeper,
         });
         inner.spawn(watch_connection(Arc::downgrade(&inner)));
+        inner.spawn(Keeper::run(
+            Arc::downgrade(&inner.keeper),
+            inner.close.subscribe(),
+        ));
         Ok(PgClient { inner })
     }
 
@@ -528,7 +545,7 @@ impl Inner {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(in_runtime());
         }
-        self.handle.block_on(f)
+        super::drive::block_on(&self.handle, f)
     }
 
     /// Starts `f` on the Client's runtime.
@@ -568,6 +585,7 @@ impl Inner {
             self.connect_timeout,
             self.operation_timeout,
             self.close.subscribe(),
+            self.keeper.ended.clone(),
         )
         .await?;
         Ok(Arc::new(s))

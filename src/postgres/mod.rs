@@ -3,6 +3,7 @@
 //! for what it guarantees and what it cannot.
 
 mod client;
+mod drive;
 mod latch;
 mod mutex;
 mod read_write;

@@ -9,7 +9,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
-use super::session::{error, int, keep, retryable, Keeping, Report, Session};
+use super::session::{error, int, retryable, Keeping, Report, Session};
 use super::sql::{Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -143,15 +143,9 @@ impl Holding {
         health: HealthCell,
         report: Report,
     ) -> Holding {
-        let (keeping, task) = keep(
-            grant.session.clone(),
-            lease.clone(),
-            inner.states.clone(),
-            report,
-            inner.session_timeout,
-            inner.operation_timeout,
-        );
-        inner.spawn(task);
+        let keeping = inner
+            .keeper
+            .keep(grant.session.clone(), lease.clone(), report);
         Holding {
             session: grant.session,
             token: grant.token,
@@ -500,7 +494,7 @@ async fn ask(
     let sent = boot_clock();
     let lock = session.client.query_typed(key.sql.lock, &lock_params);
     // Both statements go out at once: the wait costs one round trip.
-    let both = async { tokio::join!(set, lock) };
+    let both = session.drive(async { tokio::join!(set, lock) });
     let bounded = async {
         match hard.remaining() {
             None => Ok(both.await),

@@ -2,14 +2,21 @@
 //! server-side limits that end it when it goes silent, watched so that its end is known at
 //! once, and kept alive by a heartbeat while it holds a lock.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::check_version;
+use super::drive::{Conn, Sock, Socket};
 use super::sql;
 use super::tls::{refusal, Tls};
 use crate::core::connection::States;
@@ -77,6 +84,11 @@ fn set_sql(limits: &[Limit]) -> String {
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
+    /// The connection, when zklock connected the socket itself (a URL with one host): a
+    /// caller's statement drives it on the caller's thread (`drive.rs`).
+    conn: Option<Arc<Conn>>,
+    /// Where a cancel request goes for such a session.
+    peer: Option<Peer>,
     cancel: tokio_postgres::CancelToken,
     /// How to reach the server again, to cancel.
     tls: Tls,
@@ -101,28 +113,66 @@ impl Session {
         connect_timeout: Duration,
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
+        on_end: Arc<Notify>,
     ) -> Result<(Session, u32)> {
-        let (client, connection) =
-            tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
-                .await
-                .map_err(|_| Error::Io {
-                    context: "connecting to PostgreSQL".into(),
-                    kind: std::io::ErrorKind::TimedOut,
-                    message: format!("no session within {connect_timeout:?}"),
-                })?
-                .map_err(|e| error(&e, true))?;
+        let timed_out = || Error::Io {
+            context: "connecting to PostgreSQL".into(),
+            kind: std::io::ErrorKind::TimedOut,
+            message: format!("no session within {connect_timeout:?}"),
+        };
         let (ended_tx, ended) = watch::channel(false);
-        tokio::spawn(async move {
-            tokio::select! {
-                r = connection => {
-                    if let Err(e) = r {
-                        tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+        let (client, conn, peer) = match Peer::of(config) {
+            Some(peer) => {
+                let (socket, domain) = tokio::time::timeout(connect_timeout, peer.connect(config))
+                    .await
+                    .map_err(|_| timed_out())??;
+                let tls_connect =
+                    MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
+                        .map_err(|e| Error::Tls(e.to_string()))?;
+                let handle = socket.handle();
+                let (client, connection) =
+                    tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
+                        .await
+                        .map_err(|_| timed_out())?
+                        .map_err(|e| error(&e, true))?;
+                let conn = Conn::new(handle, connection);
+                let monitored = conn.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        e = monitored.monitor() => {
+                            if let Some(e) = e {
+                                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+                            }
+                        }
+                        _ = close.wait_for(|c| *c) => {}
                     }
-                }
-                _ = close.wait_for(|c| *c) => {}
+                    monitored.close();
+                    let _ = ended_tx.send(true);
+                    on_end.notify_one();
+                });
+                (client, Some(conn), Some(peer))
             }
-            let _ = ended_tx.send(true);
-        });
+            None => {
+                let (client, connection) =
+                    tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
+                        .await
+                        .map_err(|_| timed_out())?
+                        .map_err(|e| error(&e, true))?;
+                tokio::spawn(async move {
+                    tokio::select! {
+                        r = connection => {
+                            if let Err(e) = r {
+                                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+                            }
+                        }
+                        _ = close.wait_for(|c| *c) => {}
+                    }
+                    let _ = ended_tx.send(true);
+                    on_end.notify_one();
+                });
+                (client, None, None)
+            }
+        };
         let cancel = client.cancel_token();
         let marker = fastrand::i32(1..);
         let marker_param: &(dyn ToSql + Sync) = &marker;
@@ -161,6 +211,8 @@ impl Session {
         }
         let session = Session {
             client,
+            conn,
+            peer,
             cancel,
             tls: tls.clone(),
             pid,
@@ -183,12 +235,6 @@ impl Session {
         *self.ended.borrow()
     }
 
-    /// Resolves when the session's connection has ended.
-    pub(crate) async fn until_ended(&self) {
-        let mut ended = self.ended.clone();
-        let _ = ended.wait_for(|e| *e).await;
-    }
-
     /// One statement's first row, within `timeout`.
     pub(crate) async fn row(
         &self,
@@ -196,13 +242,32 @@ impl Session {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Row> {
-        within(timeout, self.client.query_typed(sql, params)).await
+        within(timeout, self.drive(self.client.query_typed(sql, params))).await
+    }
+
+    /// Runs `f`, statements of this session: a caller in a blocking call drives the session's
+    /// socket itself meanwhile (`drive.rs`).
+    pub(crate) async fn drive<F: std::future::Future>(&self, f: F) -> F::Output {
+        match &self.conn {
+            Some(conn) => conn.drive(f).await,
+            None => f.await,
+        }
     }
 
     /// Asks the server to cancel the statement this session runs (from a connection of its
     /// own), within `timeout`.
     pub(crate) async fn cancel(&self, timeout: Duration) {
-        match tokio::time::timeout(timeout, self.cancel.cancel_query(self.tls.clone())).await {
+        let cancelled = async {
+            match &self.peer {
+                Some(peer) => peer.cancel(&self.cancel, &self.tls).await,
+                None => self
+                    .cancel
+                    .cancel_query(self.tls.clone())
+                    .await
+                    .map_err(|e| error(&e, false)),
+            }
+        };
+        match tokio::time::timeout(timeout, cancelled).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!("zklock: cancelling a PostgreSQL statement failed: {e}"),
             Err(_) => tracing::debug!("zklock: cancelling a PostgreSQL statement timed out"),
@@ -236,76 +301,312 @@ impl Session {
     }
 }
 
+/// Where a session zklock connects itself goes: the URL's one host.
+#[derive(Clone, Debug)]
+enum Peer {
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+impl Peer {
+    /// The one host of `config`, unless tokio-postgres's own connect is needed (several hosts,
+    /// `hostaddr`, a session kind to look for).
+    fn of(config: &tokio_postgres::Config) -> Option<Peer> {
+        use tokio_postgres::config::{LoadBalanceHosts, TargetSessionAttrs};
+        let [host] = config.get_hosts() else {
+            return None;
+        };
+        if !config.get_hostaddrs().is_empty()
+            || config.get_ports().len() > 1
+            || config.get_target_session_attrs() != TargetSessionAttrs::Any
+            || config.get_load_balance_hosts() != LoadBalanceHosts::Disable
+        {
+            return None;
+        }
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        Some(match host {
+            Host::Tcp(host) => Peer::Tcp {
+                host: host.clone(),
+                port,
+            },
+            Host::Unix(dir) => Peer::Unix(dir.join(format!(".s.PGSQL.{port}"))),
+        })
+    }
+
+    /// A socket to the server, with `config`'s keepalives, and the name TLS checks the
+    /// server's certificate for.
+    async fn connect(&self, config: &tokio_postgres::Config) -> Result<(Socket, String)> {
+        let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
+        let (sock, domain) = match self {
+            Peer::Tcp { host, port } => {
+                let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
+                    .await
+                    .map_err(|e| failed(&e))?
+                    .collect();
+                let mut last = None;
+                let mut connected = None;
+                for addr in addrs {
+                    match tokio::net::TcpStream::connect(addr).await {
+                        Ok(s) => {
+                            connected = Some(s);
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                let stream = match (connected, last) {
+                    (Some(s), _) => s,
+                    (None, Some(e)) => return Err(failed(&e)),
+                    (None, None) => {
+                        return Err(Error::Io {
+                            context: "connecting to PostgreSQL".into(),
+                            kind: std::io::ErrorKind::NotFound,
+                            message: format!("{host:?} has no address"),
+                        })
+                    }
+                };
+                let stream = stream.into_std().map_err(|e| failed(&e))?;
+                stream.set_nodelay(true).map_err(|e| failed(&e))?;
+                keepalives(&stream, config).map_err(|e| failed(&e))?;
+                (Sock::Tcp(stream), host.clone())
+            }
+            Peer::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| failed(&e))?
+                    .into_std()
+                    .map_err(|e| failed(&e))?;
+                (Sock::Unix(stream), String::new())
+            }
+        };
+        Ok((Socket::new(sock).map_err(|e| failed(&e))?, domain))
+    }
+
+    /// Sends `token`'s cancel request over a connection of its own.
+    async fn cancel(&self, token: &tokio_postgres::CancelToken, tls: &Tls) -> Result<()> {
+        let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
+        match self {
+            Peer::Tcp { host, port } => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let connect = MakeTlsConnect::<tokio::net::TcpStream>::make_tls_connect(
+                    &mut tls.clone(),
+                    host,
+                )
+                .map_err(|e| Error::Tls(e.to_string()))?;
+                token.cancel_query_raw(stream, connect).await
+            }
+            Peer::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let connect = MakeTlsConnect::<tokio::net::UnixStream>::make_tls_connect(
+                    &mut tls.clone(),
+                    "",
+                )
+                .map_err(|e| Error::Tls(e.to_string()))?;
+                token.cancel_query_raw(stream, connect).await
+            }
+        }
+        .map_err(|e| error(&e, false))
+    }
+}
+
+/// `config`'s TCP keepalives and user timeout on `stream`, as tokio-postgres sets them.
+fn keepalives(
+    stream: &std::net::TcpStream,
+    config: &tokio_postgres::Config,
+) -> std::io::Result<()> {
+    use rustix::net::sockopt;
+    if config.get_keepalives() {
+        sockopt::set_socket_keepalive(stream, true)?;
+        sockopt::set_tcp_keepidle(stream, config.get_keepalives_idle())?;
+        if let Some(interval) = config.get_keepalives_interval() {
+            sockopt::set_tcp_keepintvl(stream, interval)?;
+        }
+        if let Some(retries) = config.get_keepalives_retries() {
+            sockopt::set_tcp_keepcnt(stream, retries)?;
+        }
+    }
+    if let Some(timeout) = config.get_tcp_user_timeout() {
+        let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+        sockopt::set_tcp_user_timeout(stream, ms)?;
+    }
+    Ok(())
+}
+
 /// What a session that holds a lock reports through.
 pub(crate) type Report = Arc<dyn Fn(LockHealth) + Send + Sync>;
 
-/// Stops a hold's keeper when dropped.
-pub(crate) struct Keeping(#[allow(dead_code)] oneshot::Sender<()>);
+/// Stops keeping a hold when dropped.
+pub(crate) struct Keeping(Arc<AtomicBool>);
 
-/// Keeps a holding session alive and its hold's health current, on the Client's runtime, until
-/// the returned [`Keeping`] is dropped: a heartbeat every `timeout / 3` (each acknowledged one
-/// renews `lease` from its send time), `Lost` at once when the connection ends or the session
-/// turns out not to be its own, and the lease's reading reported as time passes. Each
-/// heartbeat's outcome also goes to the Client's connection `states`.
-pub(crate) fn keep(
+impl Drop for Keeping {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The holds of one Client, kept alive by one task for all of them ([`Keeper::run`]): a
+/// heartbeat on each hold's session every third of the session timeout (each acknowledged one
+/// renews the hold's lease from its send time), `Lost` at once when a session's connection ends
+/// or a session turns out not to be its own, and each lease's reading reported as time passes.
+/// Each heartbeat's outcome also goes to the Client's connection states. Taking a hold into
+/// the keeper wakes no thread: it is looked at from the next tick on.
+pub(crate) struct Keeper {
+    holds: Mutex<Vec<Kept>>,
+    /// Notified when a session's connection ends, so that its hold reads `Lost` at once.
+    pub(crate) ended: Arc<Notify>,
+    states: Arc<States>,
+    /// How often every hold is looked at.
+    tick: Duration,
+    period: Duration,
+    /// A heartbeat waits at most a sixth of the session timeout, so that a silent server delays
+    /// the health reported by no more than that.
+    beat_timeout: Duration,
+}
+
+struct Kept {
     session: Arc<Session>,
     lease: Arc<LocalLease>,
-    states: Arc<States>,
     report: Report,
-    timeout: Duration,
-    operation_timeout: Duration,
-) -> (
-    Keeping,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (stop_tx, mut stop) = oneshot::channel::<()>();
-    let period = timeout / 3;
-    // A heartbeat waits at most a sixth of the timeout, so that a silent server delays the
-    // health reported by no more than that.
-    let beat_timeout = operation_timeout
-        .min(timeout / 6)
-        .max(Duration::from_millis(10));
-    let tick = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
-    let task = async move {
-        let mut next_beat = tokio::time::Instant::now() + period;
-        loop {
-            // Biased: a hold released at the moment its session closes is not reported lost.
-            tokio::select! {
-                biased;
-                _ = &mut stop => return,
-                () = session.until_ended() => {
-                    report(LockHealth::Lost);
-                    return;
-                }
-                () = tokio::time::sleep(tick) => {}
-            }
-            if tokio::time::Instant::now() >= next_beat {
-                next_beat = tokio::time::Instant::now() + period;
-                let beat = tokio::select! {
-                    biased;
-                    _ = &mut stop => return,
-                    b = session.beat(beat_timeout) => b,
-                };
-                match beat {
-                    Ok(sent) => {
-                        lease.heard_at(sent);
-                        states.heard(sent);
-                    }
-                    Err(Error::Postgres(why)) => {
-                        tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
-                        report(LockHealth::Lost);
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}");
-                        states.failed();
-                    }
-                }
-            }
-            report(lease.health());
+    next_beat: Instant,
+    /// Released (its `Keeping` dropped) or lost: no longer kept.
+    done: Arc<AtomicBool>,
+    /// A heartbeat is on its way.
+    beating: Arc<AtomicBool>,
+}
+
+impl Keeper {
+    /// A keeper for a Client whose sessions notify `ended` when they end.
+    pub(crate) fn new(
+        states: Arc<States>,
+        ended: Arc<Notify>,
+        timeout: Duration,
+        operation_timeout: Duration,
+    ) -> Keeper {
+        Keeper {
+            holds: Mutex::new(Vec::new()),
+            ended,
+            states,
+            tick: (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500)),
+            period: timeout / 3,
+            beat_timeout: operation_timeout
+                .min(timeout / 6)
+                .max(Duration::from_millis(10)),
         }
-    };
-    (Keeping(stop_tx), task)
+    }
+
+    /// Keeps `session`'s hold, renewing `lease` and reporting through `report`, until the
+    /// returned [`Keeping`] is dropped.
+    pub(crate) fn keep(
+        &self,
+        session: Arc<Session>,
+        lease: Arc<LocalLease>,
+        report: Report,
+    ) -> Keeping {
+        let done = Arc::new(AtomicBool::new(false));
+        let mut holds = self.holds.lock();
+        // Released holds leave at the next look; short holds in quick succession are pruned
+        // here too, at a cost that stays constant per hold.
+        if holds.len() >= 64 && holds.len().is_power_of_two() {
+            holds.retain(|kept| !kept.done.load(Ordering::SeqCst));
+        }
+        holds.push(Kept {
+            session,
+            lease,
+            report,
+            next_beat: Instant::now() + self.period,
+            done: done.clone(),
+            beating: Arc::default(),
+        });
+        Keeping(done)
+    }
+
+    /// The keeper's task, until `closed` turns true or the keeper is dropped.
+    pub(crate) async fn run(keeper: std::sync::Weak<Keeper>, mut closed: watch::Receiver<bool>) {
+        loop {
+            let Some(k) = keeper.upgrade() else {
+                return;
+            };
+            let (tick, ended) = (k.tick, k.ended.clone());
+            drop(k);
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                () = ended.notified() => {}
+                _ = closed.wait_for(|c| *c) => return,
+            }
+            match keeper.upgrade() {
+                Some(k) => k.look(),
+                None => return,
+            }
+        }
+    }
+
+    /// One look at every hold: its end, its heartbeat, its lease.
+    fn look(&self) {
+        let now = Instant::now();
+        let mut reports = Vec::new();
+        self.holds.lock().retain_mut(|kept| {
+            // A hold released at the moment its session closes is not reported lost.
+            if kept.done.load(Ordering::SeqCst) {
+                return false;
+            }
+            if kept.session.ended() {
+                kept.done.store(true, Ordering::SeqCst);
+                reports.push((kept.report.clone(), LockHealth::Lost));
+                return false;
+            }
+            if now >= kept.next_beat && !kept.beating.swap(true, Ordering::SeqCst) {
+                kept.next_beat = now + self.period;
+                tokio::spawn(beat(
+                    kept.session.clone(),
+                    kept.lease.clone(),
+                    kept.report.clone(),
+                    self.states.clone(),
+                    (kept.done.clone(), kept.beating.clone()),
+                    self.beat_timeout,
+                ));
+            }
+            reports.push((kept.report.clone(), kept.lease.health()));
+            true
+        });
+        for (report, health) in reports {
+            report(health);
+        }
+    }
+}
+
+/// One heartbeat of a kept hold (`done` and `beating` are the hold's flags).
+async fn beat(
+    session: Arc<Session>,
+    lease: Arc<LocalLease>,
+    report: Report,
+    states: Arc<States>,
+    (done, beating): (Arc<AtomicBool>, Arc<AtomicBool>),
+    timeout: Duration,
+) {
+    let beat = session.beat(timeout).await;
+    beating.store(false, Ordering::SeqCst);
+    if done.load(Ordering::SeqCst) {
+        return;
+    }
+    match beat {
+        Ok(sent) => {
+            lease.heard_at(sent);
+            states.heard(sent);
+        }
+        Err(Error::Postgres(why)) => {
+            tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
+            done.store(true, Ordering::SeqCst);
+            report(LockHealth::Lost);
+        }
+        Err(e) => {
+            tracing::debug!("zklock: a PostgreSQL heartbeat failed: {e}");
+            states.failed();
+        }
+    }
 }
 
 /// The message for a statement run on a server session that is not the session's own, or is

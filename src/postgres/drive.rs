@@ -1,0 +1,623 @@
+//! A caller's thread drives its own PostgreSQL session while it waits for a statement's answer,
+//! as the synchronous `postgres` crate does: it writes the request and reads the answer on the
+//! session's socket itself, where a task on the Client's I/O thread would take each answer and
+//! wake it (two thread wake-ups per round trip, which on a small machine take cores from the
+//! server). Between a caller's statements a session's connection is polled by its monitor, a
+//! task on the Client's runtime, which carries the heartbeats and sees a terminated backend at
+//! once.
+//!
+//! * [`block_on`] runs a blocking call's future on the calling thread: it polls the future,
+//!   then sleeps in `poll(2)` on the sockets the future found not ready and on an eventfd that
+//!   the future's waker writes (a timer, a channel, a cancel from another thread).
+//! * [`Socket`] is a session's socket, non-blocking. Read or written on a thread in `block_on`,
+//!   a socket that is not ready is added to that thread's `poll`; anywhere else (the monitor, on
+//!   the Client's runtime) it waits through the runtime's reactor, with which it is registered
+//!   only while the monitor has it.
+//! * [`Conn`] keeps a session's connection: its monitor polls it, and a caller's statement
+//!   ([`Conn::drive`]) takes it for as long as the statement waits, then hands it back.
+
+use std::cell::RefCell;
+use std::future::{poll_fn, Future};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll, Wake, Waker};
+
+use parking_lot::Mutex;
+use rustix::event::{PollFd, PollFlags};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+/// How a thread in [`block_on`] is woken: an eventfd, written only while the thread sleeps.
+struct Alarm {
+    fd: OwnedFd,
+    state: AtomicU8,
+}
+
+/// The thread polls its future: a wake needs no write, only a note to poll again.
+const POLLING: u8 = 0;
+/// Woken while polling: poll again before sleeping.
+const NOTED: u8 = 1;
+/// In `poll(2)`, or about to be: a wake writes the eventfd.
+const SLEEPING: u8 = 2;
+/// Woken while sleeping: the eventfd was written.
+const RUNG: u8 = 3;
+
+impl Wake for Alarm {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            let next = match state {
+                POLLING => NOTED,
+                SLEEPING => RUNG,
+                _ => return,
+            };
+            match self
+                .state
+                .compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if next == RUNG {
+                        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+                    }
+                    return;
+                }
+                Err(now) => state = now,
+            }
+        }
+    }
+}
+
+impl Alarm {
+    fn new() -> io::Result<Arc<Alarm>> {
+        let fd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+        )?;
+        Ok(Arc::new(Alarm {
+            fd,
+            state: AtomicU8::new(POLLING),
+        }))
+    }
+
+    fn drain(&self) {
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut buf);
+    }
+}
+
+/// Sockets a thread in `block_on` waits on, each with what it waits for.
+type Wanted = Vec<(Arc<Shared>, PollFlags)>;
+
+thread_local! {
+    /// This thread's alarm, made on its first `block_on`.
+    static ALARM: RefCell<Option<Arc<Alarm>>> = const { RefCell::new(None) };
+    /// The sockets the future in this thread's `block_on` found not ready while it was last
+    /// polled; `None` outside `block_on`.
+    static WANTED: RefCell<Option<Wanted>> = const { RefCell::new(None) };
+}
+
+/// Whether the calling thread is in [`block_on`], so that a socket it reads waits in its
+/// `poll`.
+fn in_block_on() -> bool {
+    WANTED.with(|w| w.borrow().is_some())
+}
+
+/// Has the calling thread's `block_on` wait for `sock` to be ready for `flags`.
+fn want(sock: &Arc<Shared>, flags: PollFlags) {
+    WANTED.with(|w| {
+        if let Some(wanted) = w.borrow_mut().as_mut() {
+            wanted.push((sock.clone(), flags));
+        }
+    });
+}
+
+/// Ends `block_on`'s mark on the thread, however it ends.
+struct InBlockOn;
+
+impl Drop for InBlockOn {
+    fn drop(&mut self) {
+        WANTED.with(|w| *w.borrow_mut() = None);
+    }
+}
+
+/// Runs `f` to its end on the calling thread, within `handle`'s runtime (its timers, its
+/// tasks): the thread drives the sockets of the sessions `f` waits on itself (see the module's
+/// docs). Falls back to `handle.block_on` on a thread that cannot make an eventfd, or that is
+/// in a `block_on` already.
+pub(crate) fn block_on<F: Future>(handle: &tokio::runtime::Handle, f: F) -> F::Output {
+    let alarm = ALARM.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.is_none() {
+            *a = Alarm::new().ok();
+        }
+        a.clone()
+    });
+    let Some(alarm) = alarm.filter(|_| !in_block_on()) else {
+        return handle.block_on(f);
+    };
+    let _runtime = handle.enter();
+    WANTED.with(|w| *w.borrow_mut() = Some(Vec::new()));
+    let _mark = InBlockOn;
+    let waker = Waker::from(alarm.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        alarm.state.store(POLLING, Ordering::Release);
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+        let wanted = WANTED.with(|w| std::mem::take(w.borrow_mut().as_mut().expect("marked")));
+        if alarm
+            .state
+            .compare_exchange(POLLING, SLEEPING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            continue;
+        }
+        let mut fds: Vec<PollFd<'_>> = wanted
+            .iter()
+            .map(|(sock, flags)| PollFd::new(&**sock, *flags))
+            .collect();
+        fds.push(PollFd::new(&alarm.fd, PollFlags::IN));
+        if let Err(e) = rustix::event::poll(&mut fds, None) {
+            if e != rustix::io::Errno::INTR {
+                tracing::debug!("zklock: poll failed ({e}); trying again");
+                std::thread::yield_now();
+            }
+        }
+        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+        drop(fds);
+        for ((sock, _), ready) in wanted.iter().zip(ready) {
+            if ready {
+                sock.readable.store(true, Ordering::Relaxed);
+            }
+        }
+        if alarm.state.swap(POLLING, Ordering::AcqRel) == RUNG {
+            alarm.drain();
+        }
+    }
+}
+
+/// A session's socket to the server.
+pub(crate) enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsFd for Sock {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+/// A socket and what a caller last learnt of it.
+pub(crate) struct Shared {
+    sock: Sock,
+    /// A read may find data: false after a read found none, until `poll` says otherwise (or
+    /// the monitor had the socket meanwhile). It spares a caller a read that would fail.
+    readable: AtomicBool,
+}
+
+impl AsFd for Shared {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+impl Read for &Shared {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.sock {
+            Sock::Tcp(s) => (&*s).read(buf),
+            Sock::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Shared {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &self.sock {
+            Sock::Tcp(s) => (&*s).write(buf),
+            Sock::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The socket as the runtime's reactor registers it.
+pub(crate) struct Registered(Arc<Shared>);
+
+impl AsRawFd for Registered {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// The socket's registration with the runtime's reactor while the monitor has it, and whether
+/// it is for writability too.
+pub(crate) type Registration = Arc<Mutex<Option<(AsyncFd<Registered>, bool)>>>;
+
+/// What a [`Conn`] shares with its socket: the registration, and the socket itself.
+pub(crate) type Handle = (Registration, Arc<Shared>);
+
+/// A session's socket as tokio-postgres reads and writes it (see the module's docs).
+pub(crate) struct Socket {
+    sock: Arc<Shared>,
+    registration: Registration,
+}
+
+impl Socket {
+    /// `sock`, made non-blocking.
+    pub(crate) fn new(sock: Sock) -> io::Result<Socket> {
+        match &sock {
+            Sock::Tcp(s) => s.set_nonblocking(true)?,
+            Sock::Unix(s) => s.set_nonblocking(true)?,
+        }
+        Ok(Socket {
+            sock: Arc::new(Shared {
+                sock,
+                readable: AtomicBool::new(true),
+            }),
+            registration: Arc::default(),
+        })
+    }
+
+    /// What the connection that reads and writes through it shares with it.
+    pub(crate) fn handle(&self) -> Handle {
+        (self.registration.clone(), self.sock.clone())
+    }
+
+    /// One read, write or shutdown (`io`), on a thread in `block_on` or through the reactor.
+    fn poll_io<T>(
+        &self,
+        cx: &mut Context<'_>,
+        flags: PollFlags,
+        mut io: impl FnMut(&Shared) -> io::Result<T>,
+    ) -> Poll<io::Result<T>> {
+        let reading = flags.contains(PollFlags::IN);
+        loop {
+            if in_block_on() {
+                if reading && !self.sock.readable.load(Ordering::Relaxed) {
+                    want(&self.sock, flags);
+                    return Poll::Pending;
+                }
+                return match io(&self.sock) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if reading {
+                            self.sock.readable.store(false, Ordering::Relaxed);
+                        }
+                        want(&self.sock, flags);
+                        Poll::Pending
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => Poll::Ready(other),
+                };
+            }
+            let writing = flags.contains(PollFlags::OUT);
+            if writing {
+                // A write almost always goes out at once: it registers for writability (whose
+                // first event would wake the reactor's thread) only if it cannot.
+                match io(&self.sock) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => return Poll::Ready(other),
+                }
+            }
+            let mut registration = self.registration.lock();
+            let interest = if writing {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            if registration
+                .as_ref()
+                .is_none_or(|(_, writable)| writing && !writable)
+            {
+                *registration = None;
+                // `AsyncFd::with_interest` is deprecated for fds that may close while
+                // registered (tokio's pull 8587); `Registered` keeps the socket open for as
+                // long as it is.
+                #[allow(deprecated)]
+                let registered = AsyncFd::with_interest(Registered(self.sock.clone()), interest)?;
+                *registration = Some((registered, writing));
+            }
+            let (fd, _) = registration.as_ref().expect("registered above");
+            let mut guard = if writing {
+                ready!(fd.poll_write_ready(cx))?
+            } else {
+                ready!(fd.poll_read_ready(cx))?
+            };
+            match guard.try_io(|r| io(&r.get_ref().0)) {
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(done) => return Poll::Ready(done),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let n = ready!(self.poll_io(cx, PollFlags::IN, |mut s| s.read(buf.initialize_unfilled())))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_io(cx, PollFlags::OUT, |mut s| s.write(buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let how = std::net::Shutdown::Write;
+        Poll::Ready(match &self.sock.sock {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        })
+    }
+}
+
+/// A session's connection future (tokio-postgres's `Connection`), whatever its TLS.
+type Connection = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
+
+/// A session's connection, between its monitor and the callers that drive it.
+pub(crate) struct Conn {
+    slot: Mutex<Slot>,
+    registration: Registration,
+    sock: Arc<Shared>,
+}
+
+struct Slot {
+    /// `None` while a caller drives it, or once it has ended.
+    connection: Option<Connection>,
+    /// It ended in a caller's hands, with this error if any.
+    ended: Option<Option<tokio_postgres::Error>>,
+    /// The monitor's waker, as of its last poll.
+    monitor: Option<Waker>,
+    /// The session is closed: a connection handed back is dropped, which closes its socket.
+    closed: bool,
+}
+
+impl Conn {
+    /// `connection`, read and written through the socket whose [`Socket::handle`] this is.
+    pub(crate) fn new(
+        (registration, sock): Handle,
+        connection: impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+    ) -> Arc<Conn> {
+        Arc::new(Conn {
+            slot: Mutex::new(Slot {
+                connection: Some(Box::pin(connection)),
+                ended: None,
+                monitor: None,
+                closed: false,
+            }),
+            registration,
+            sock,
+        })
+    }
+
+    /// The monitor: polls the connection whenever no caller has it, until it ends (with its
+    /// error, if any).
+    pub(crate) async fn monitor(&self) -> Option<tokio_postgres::Error> {
+        poll_fn(|cx| {
+            let mut slot = self.slot.lock();
+            if let Some(ended) = slot.ended.take() {
+                return Poll::Ready(ended);
+            }
+            // Kept whatever happens next: a caller that takes the connection wakes the monitor
+            // with it when it hands the connection back.
+            match &mut slot.monitor {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                other => *other = Some(cx.waker().clone()),
+            }
+            match slot.connection.as_mut() {
+                Some(connection) => match connection.as_mut().poll(cx) {
+                    Poll::Ready(r) => {
+                        slot.connection = None;
+                        Poll::Ready(r.err())
+                    }
+                    Poll::Pending => Poll::Pending,
+                },
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// Closes the connection: dropped now, or as soon as a caller hands it back.
+    pub(crate) fn close(&self) {
+        let dropped = {
+            let mut slot = self.slot.lock();
+            slot.closed = true;
+            slot.connection.take()
+        };
+        drop(dropped);
+        *self.registration.lock() = None;
+    }
+
+    /// Runs `f`, a statement of this session: on a thread in [`block_on`], with the connection
+    /// taken from the monitor and driven here until `f` ends; elsewhere, as it is.
+    pub(crate) async fn drive<F: Future>(&self, f: F) -> F::Output {
+        if !in_block_on() {
+            return f.await;
+        }
+        let mut f = pin!(f);
+        let mut held = Held {
+            conn: self,
+            connection: None,
+        };
+        let mut first = true;
+        poll_fn(|cx| {
+            // Polled first, the connection takes this waker for its requests, so that the
+            // request `f` queues wakes no other thread; an answer already in is taken.
+            held.take();
+            held.poll(cx);
+            if let Poll::Ready(out) = f.as_mut().poll(cx) {
+                return Poll::Ready(out);
+            }
+            if !std::mem::take(&mut first) {
+                return Poll::Pending;
+            }
+            // The request `f` queued goes out now.
+            held.poll(cx);
+            f.as_mut().poll(cx)
+        })
+        .await
+    }
+}
+
+/// The connection while a caller drives it; handed back to the monitor when dropped.
+struct Held<'a> {
+    conn: &'a Conn,
+    connection: Option<Connection>,
+}
+
+impl Held<'_> {
+    /// Takes the connection from the monitor, if it has it; the socket leaves the runtime's
+    /// reactor meanwhile, so that its answers wake no other thread.
+    fn take(&mut self) {
+        if self.connection.is_some() {
+            return;
+        }
+        let mut slot = self.conn.slot.lock();
+        if let Some(connection) = slot.connection.take() {
+            self.connection = Some(connection);
+            *self.conn.registration.lock() = None;
+            // Whatever came in while the monitor had it is read at once.
+            self.conn.sock.readable.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) {
+        let Some(connection) = self.connection.as_mut() else {
+            return;
+        };
+        if let Poll::Ready(r) = connection.as_mut().poll(cx) {
+            self.connection = None;
+            let monitor = {
+                let mut slot = self.conn.slot.lock();
+                slot.ended = Some(r.err());
+                slot.monitor.clone()
+            };
+            if let Some(monitor) = monitor {
+                monitor.wake();
+            }
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    /// Hands the connection back to the monitor, polled once more here as the monitor polls
+    /// it (through the reactor, with the monitor's waker), so that the monitor wakes for what
+    /// concerns it — an answer to its heartbeat, the socket's end — and no thread is woken now.
+    fn drop(&mut self) {
+        let Some(mut connection) = self.connection.take() else {
+            return;
+        };
+        let mut slot = self.conn.slot.lock();
+        if slot.closed {
+            drop(slot);
+            drop(connection);
+            return;
+        }
+        let Some(monitor) = slot.monitor.clone() else {
+            // The monitor has not polled yet: it will.
+            slot.connection = Some(connection);
+            return;
+        };
+        let saved = WANTED.with(|w| w.borrow_mut().take());
+        let polled = connection.as_mut().poll(&mut Context::from_waker(&monitor));
+        WANTED.with(|w| *w.borrow_mut() = saved);
+        match polled {
+            Poll::Pending => slot.connection = Some(connection),
+            Poll::Ready(r) => {
+                slot.ended = Some(r.err());
+                drop(slot);
+                monitor.wake();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A runtime that no thread drives: only a caller that polls its socket itself gets past
+    /// a read.
+    fn undriven() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_caller_in_block_on_reads_and_writes_its_socket_itself() {
+        let runtime = undriven();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut socket = Socket::new(Sock::Unix(ours)).unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut buf = [0u8; 4];
+            // A bound, so that a broken read ends (with EOF) instead of hanging.
+            theirs
+                .set_read_timeout(Some(Duration::from_secs(60)))
+                .unwrap();
+            theirs.read_exact(&mut buf).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            theirs.write_all(b"pong").unwrap();
+            buf
+        });
+        let got = block_on(runtime.handle(), async {
+            socket.write_all(b"ping").await.unwrap();
+            let mut buf = [0u8; 4];
+            let n = socket.read(&mut buf).await.unwrap();
+            buf[..n].to_vec()
+        });
+        assert_eq!(got, b"pong");
+        assert_eq!(&peer.join().unwrap(), b"ping");
+        assert!(!in_block_on(), "the mark ends with block_on");
+    }
+
+    #[test]
+    fn a_wake_from_another_thread_ends_the_wait() {
+        let runtime = undriven();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(7).unwrap();
+        });
+        assert_eq!(block_on(runtime.handle(), rx).unwrap(), 7);
+        sender.join().unwrap();
+    }
+}
