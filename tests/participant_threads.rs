@@ -19,13 +19,6 @@ static COUNTING: Mutex<()> = Mutex::new(());
 /// The shared election threads may number this many (workers and the timer).
 const SHARED: usize = 5;
 
-fn named(prefix: &str) -> usize {
-    thread_names()
-        .iter()
-        .filter(|n| n.starts_with(prefix))
-        .count()
-}
-
 #[test]
 fn a_thousand_latches_lead_on_a_few_shared_threads_and_leave_nothing_when_closed() {
     let _one = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -56,13 +49,13 @@ fn a_thousand_latches_lead_on_a_few_shared_threads_and_leave_nothing_when_closed
         "{n} latches took {} threads beyond the Client's {before} (at most {SHARED} expected); \
          now: {} zklock-latch, {} zklock-elect",
         most - before,
-        named("zklock-latch"),
-        named("zklock-elect"),
+        threads_named("zklock-latch"),
+        threads_named("zklock-elect"),
     );
-    assert_eq!(named("zklock-latch"), 0);
+    assert_eq!(threads_named("zklock-latch"), 0);
     // Leading, they need no thread either: wait for the workers to go idle and leave.
     wait_for("the shared workers to leave once idle", || {
-        named("zklock-elect") <= 1
+        threads_named("zklock-elect") <= 1
     });
     for latch in &latches {
         assert!(latch.has_leadership(), "{} stopped leading", latch.id());
@@ -93,7 +86,7 @@ fn selectors_run_a_thread_only_while_a_term_runs() {
                 .id(&format!("selector-{i}"))
                 .build(move |_| {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                    let threads = named("zklock-selector");
+                    let threads = threads_named("zklock-selector");
                     excess.fetch_max(threads.saturating_sub(now), Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(20));
                     running.fetch_sub(1, Ordering::SeqCst);
@@ -108,7 +101,7 @@ fn selectors_run_a_thread_only_while_a_term_runs() {
     let mut most_waiting = 0;
     wait_for("every selector to lead once", || {
         if running.load(Ordering::SeqCst) == 0 {
-            most_waiting = most_waiting.max(named("zklock-selector"));
+            most_waiting = most_waiting.max(threads_named("zklock-selector"));
         }
         led.load(Ordering::SeqCst) == n
     });
@@ -123,7 +116,7 @@ fn selectors_run_a_thread_only_while_a_term_runs() {
         "{most_waiting} selector threads while no closure ran"
     );
     wait_for("no selector thread once every term is over", || {
-        named("zklock-selector") == 0
+        threads_named("zklock-selector") == 0
     });
     for selector in &selectors {
         assert!(selector.close_timeout(patience()));

@@ -794,3 +794,40 @@ fn processes_are_granted_in_arrival_order_and_tokens_rise_across_a_restart() {
         "{token} after the restart, {tokens:?} before"
     );
 }
+
+/// A session zklock connects itself (one host: TCP as everywhere else here, or a Unix socket)
+/// and one tokio-postgres connects (several hosts) lock alike, and a terminated backend reads
+/// `Lost` at once on both.
+#[test]
+fn unix_socket_and_several_host_urls_lock_and_see_their_backend_end() {
+    let server = TestingPostgres::start().unwrap();
+    let dir = server.dir().display().to_string().replace('/', "%2F");
+    let urls = [
+        format!("postgres://zklock@{dir}:{}/postgres", server.port()),
+        format!(
+            "postgres://zklock:{}@127.0.0.1:1,127.0.0.1:{}/postgres",
+            server.password(),
+            server.port()
+        ),
+    ];
+    let other = client(&server);
+    for (i, url) in urls.iter().enumerate() {
+        let c = PgClient::connect(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let name = format!("reached-{i}");
+        let mutex = PgMutex::new(&c, &name).unwrap();
+        let events = mutex.health_events();
+        let guard = mutex.lock().unwrap();
+        let pid = mutex.backend_pid().unwrap();
+        assert_eq!(server.advisory_lock(&name).unwrap().0, vec![pid], "{url}");
+        let theirs = PgMutex::new(&other, &name).unwrap();
+        assert!(theirs.try_lock().unwrap().is_none(), "{url}: held");
+        guard.release().unwrap();
+        assert!(theirs.try_lock().unwrap().is_some(), "{url}: released");
+        let guard = mutex.lock().unwrap();
+        let pid = mutex.backend_pid().unwrap();
+        assert!(server.terminate_backend(pid).unwrap());
+        let event = events.recv_timeout(patience()).expect("a health event");
+        assert_eq!(event, LockHealth::Lost, "{url}");
+        assert!(matches!(guard.release(), Err(Error::LockLost)));
+    }
+}

@@ -81,14 +81,6 @@ fn a_listener_sees_every_accepted_change_and_a_removed_one_nothing() {
     assert!(removed.try_recv().is_err(), "a removed listener was called");
 }
 
-/// The threads of this process whose name starts with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    thread_names()
-        .iter()
-        .filter(|name| name.starts_with(prefix))
-        .count()
-}
-
 #[test]
 fn listeners_take_no_thread_and_leave_no_watch_once_dropped() {
     init_logging();

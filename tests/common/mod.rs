@@ -107,6 +107,14 @@ pub fn thread_names() -> Vec<String> {
         .collect()
 }
 
+/// How many of this process's threads have a name that starts with `prefix`.
+pub fn threads_named(prefix: &str) -> usize {
+    thread_names()
+        .iter()
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
 /// Waits until `path` has no children and the server holds no watch on anything below it.
 pub fn assert_clean(server_wchc: impl Fn() -> String, client: &Client, path: &str) {
     wait_for(
