@@ -27,11 +27,11 @@ use super::term::Term;
 
 /// The most `zklock-elect` threads at once. A step is a round trip or two, so a few threads
 /// keep thousands of participants moving.
-pub(super) const WORKERS: usize = 4;
+const WORKERS: usize = 4;
 /// How long a thread waits for work before it leaves.
 const IDLE: Duration = Duration::from_secs(2);
 /// How often leaders' local leases are looked at.
-pub(super) const LEASE_LOOK: Duration = Duration::from_millis(200);
+const LEASE_LOOK: Duration = Duration::from_millis(200);
 
 type Job = Box<dyn FnOnce() + Send>;
 
