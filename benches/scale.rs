@@ -18,11 +18,12 @@
 //!
 //! For every case and size, each side reports: the time per item (setting up all N: acquire, or
 //! start and await leadership, or connect); the time per item to close them all; the process's
-//! threads beyond what it had before (for zklock: one Client connected; for the Clients case:
-//! none); its resident memory per item (`VmRSS` of `/proc/<pid>/status`, after against before;
-//! Curator's is its JVM's, heap included); zklock's heap per item (bytes allocated and not
-//! freed, counted by this bench's global allocator: exact where RSS counts pages); the server's watches per item (`wchs`, while the items
-//! live) and those left once they are closed; and the server's requests per item (the
+//! threads beyond what it had before (for zklock: one Client connected alone, before the
+//! warm-up; for the Clients case: none); its resident memory per item (`VmRSS` of
+//! `/proc/<pid>/status`, after against before; Curator's is its JVM's, heap included); zklock's
+//! heap per item (bytes allocated and not freed, counted by this bench's global allocator:
+//! exact where RSS counts pages); the server's watches per item (`wchs`, while the items live)
+//! and those left once they are closed; and the server's requests per item (the
 //! `zk_packets_received` delta of `mntr`, which includes the sessions' pings and, for Clients,
 //! their connect requests). The last tables give how each figure grows between every two sizes
 //! (from N = 100 to N = 10,000 among them), and zklock's time per item against Curator's at
@@ -432,6 +433,9 @@ fn close(items: Items) -> Res<()> {
 fn zklock_case(server: &Server, case: Case, n: usize, path: &str) -> Res<Cost> {
     let baseline = settled_watches(server);
     let client = server.client()?;
+    // Threads are counted against this Client alone, before the warm-up starts any shared
+    // thread (the leader recipes' `zklock-elect` workers and timer).
+    let alone = proc_status("self").0;
     let warmup = if case == Case::Clients { 20 } else { WARMUP };
     close(open(
         server,
@@ -461,7 +465,11 @@ fn zklock_case(server: &Server, case: Case, n: usize, path: &str) -> Res<Cost> {
     }
     let close = closing.elapsed();
     let left = delta(settled_watches(server), baseline);
-    Ok(cost(n, setup, close, before, after, left))
+    let mut cost = cost(n, setup, close, before, after, left);
+    if case != Case::Clients {
+        cost.threads = after.threads - alone;
+    }
+    Ok(cost)
 }
 
 fn cost(

@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::core::health::LockHealth;
-use crate::zookeeper::client::{Client, ErrorPolicy};
+use crate::zookeeper::client::{Client, ConnectionState, ErrorPolicy, Parked, Registration};
 use crate::zookeeper::locks::keeper::{keep_node, vouch, KeeperGuard};
 use crate::zookeeper::locks::Acquired;
 
@@ -21,6 +21,33 @@ pub(crate) struct Term {
     policy: ErrorPolicy,
     state: Arc<State>,
     _keeper: KeeperGuard,
+    /// Every connection-state change is looked at while the term lasts.
+    _states: (Arc<OnState>, Registration),
+}
+
+/// Ends a term on a connection state that breaks its policy (`Suspended` under `Standard`,
+/// `Lost` always), however short: the keeper reports what it sees of the node, and a
+/// disconnection over before the keeper looked would not reach it (Curator's latch gives
+/// leadership up on every `SUSPENDED`). Called on the I/O thread right after the Client records
+/// the state.
+struct OnState {
+    client: Client,
+    policy: ErrorPolicy,
+    state: Arc<State>,
+}
+
+impl Parked for OnState {
+    fn state_changed(&self) {
+        let health = match self.client.state() {
+            Some(ConnectionState::Suspended) => LockHealth::Suspended,
+            Some(ConnectionState::Lost) => LockHealth::Lost,
+            _ => return,
+        };
+        if breaks(self.policy, health) && !self.state.inner.lock().over {
+            tracing::info!("leadership given up: the connection is {health:?}");
+            self.state.end();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -108,12 +135,18 @@ impl Term {
             None,
             acquired.primed,
         );
+        let on_state = Arc::new(OnState {
+            client: client.clone(),
+            policy,
+            state: state.clone(),
+        });
         Term {
             client: client.clone(),
             node: acquired.path,
             epoch: acquired.token,
             session: acquired.session,
             policy,
+            _states: (on_state.clone(), client.park(on_state)),
             state,
             _keeper: keeper,
         }
