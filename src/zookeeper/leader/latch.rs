@@ -302,7 +302,9 @@ impl LeaderLatch {
     /// # Blocking
     /// Until the latch's step in progress ends, which it does promptly: a request in flight is
     /// cancelled, and our node's delete is handed to the background, which retries until it
-    /// is gone.
+    /// is gone. When all four shared threads are busy, the step that ends the latch first
+    /// waits for one of them: at most the time another latch's step takes, each bounded by
+    /// its Client's retry policy (steps are not started while their Client is disconnected).
     ///
     /// # Errors
     /// None today; the `Result` is kept for Curator's signature (its `close()` throws).
