@@ -30,6 +30,12 @@ fn one_leader_at_a_time_and_closing_it_elects_the_next() {
         .enumerate()
         .map(|(i, c)| Some(latch(c, path, &format!("p{i}"))))
         .collect();
+    // `start` returns before the latch's node is queued: wait until all three are.
+    wait_for("three participants", || {
+        latches[0]
+            .as_ref()
+            .is_some_and(|l| l.participants().is_ok_and(|p| p.len() == 3))
+    });
     let mut epochs = Vec::new();
     let mut led = Vec::new();
     for round in 0..3 {
