@@ -18,6 +18,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use super::drive::Watch;
 use super::session::{self, Keeper, Limit, Session};
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
@@ -115,6 +116,8 @@ pub(crate) struct Inner {
     pub(crate) states: Arc<States>,
     /// Keeps the holds' sessions alive.
     pub(crate) keeper: Arc<Keeper>,
+    /// The sessions' sockets while no caller drives them.
+    sockets: Arc<Watch>,
 }
 
 /// Options of a [`PgClient`], from [`PgClient::builder`].
@@ -337,6 +340,8 @@ impl PgClientBuilder {
             .build()
             .map_err(|e| Error::thread_start("zklock-pg-io", &e))?;
         let handle = runtime.handle().clone();
+        let sockets = Watch::start(&handle)
+            .map_err(|e| Error::io("starting the PostgreSQL sockets' watch", &e))?;
         let (close, _) = watch::channel(false);
         let ended = Arc::new(tokio::sync::Notify::new());
         let sent = boot_clock();
@@ -348,6 +353,7 @@ impl PgClientBuilder {
             operation_timeout,
             close.subscribe(),
             ended.clone(),
+            &sockets,
         ));
         let (probe, version) = probe.map_err(failed)?;
         check_version(version).map_err(failed)?;
@@ -400,6 +406,7 @@ impl PgClientBuilder {
             events_thread: Mutex::new(Some(events_thread)),
             states,
             keeper,
+            sockets,
         });
         inner.spawn(watch_connection(Arc::downgrade(&inner)));
         inner.spawn(Keeper::run(
@@ -586,6 +593,7 @@ impl Inner {
             self.operation_timeout,
             self.close.subscribe(),
             self.keeper.ended.clone(),
+            &self.sockets,
         )
         .await?;
         Ok(Arc::new(s))

@@ -11,23 +11,30 @@
 //!   the future's waker writes (a timer, a channel, a cancel from another thread).
 //! * [`Socket`] is a session's socket, non-blocking. Read or written on a thread in `block_on`,
 //!   a socket that is not ready is added to that thread's `poll`; anywhere else (the monitor, on
-//!   the Client's runtime) it waits through the runtime's reactor, with which it is registered
-//!   only while the monitor has it.
+//!   the Client's runtime) it waits in the Client's [`Watch`], armed only while the monitor has
+//!   it.
+//! * [`Watch`] is one epoll set per Client, itself registered once with the runtime's reactor.
+//!   Arming a socket there when the monitor gets it back, and disarming it when a caller takes
+//!   it, is one `epoll_ctl` each way, where registering the socket itself with the reactor and
+//!   taking it out again would be two each way, with the reactor's own bookkeeping, and would
+//!   wake the reactor's thread every sixteenth time to free a slot.
 //! * [`Conn`] keeps a session's connection: its monitor polls it, and a caller's statement
 //!   ([`Conn::drive`]) takes it for as long as the statement waits, then hands it back.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll, Wake, Waker};
 
 use parking_lot::Mutex;
+use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{PollFd, PollFlags};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -208,6 +215,172 @@ pub(crate) struct Shared {
     /// A read may find data: false after a read found none, until `poll` says otherwise (or
     /// the monitor had the socket meanwhile). It spares a caller a read that would fail.
     readable: AtomicBool,
+    /// The Client's watch, and this socket's number in it.
+    watch: Arc<Watch>,
+    id: u64,
+    /// What the socket is armed for in the watch (`EventFlags` bits), 0 when disarmed: the
+    /// watch fired, a caller took the socket, or the session closed.
+    armed: AtomicU32,
+    /// Woken when the watch fires: the monitor's waker, as of its last wait.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Shared {
+    /// Has the watch wake `cx` once the socket is ready for `flags` (or whatever it was armed
+    /// for already). Readiness that came before is reported at once: `epoll_ctl` looks.
+    fn arm(&self, cx: &Context<'_>, flags: EventFlags) -> io::Result<()> {
+        {
+            let mut waker = self.waker.lock();
+            match &mut *waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                other => *other = Some(cx.waker().clone()),
+            }
+        }
+        let before = self.armed.fetch_or(flags.bits(), Ordering::AcqRel);
+        if before & flags.bits() == flags.bits() {
+            // Armed for it already, and the watch clears `armed` before it wakes.
+            return Ok(());
+        }
+        let wanted = EventFlags::from_bits_retain(before | flags.bits())
+            | EventFlags::RDHUP
+            | EventFlags::ONESHOT;
+        epoll::modify(
+            &self.watch.epoll,
+            &self.sock,
+            EventData::new_u64(self.id),
+            wanted,
+        )
+        .map_err(io::Error::from)
+    }
+
+    /// Takes the socket out of the watch: its readiness wakes no one until it is armed again.
+    fn disarm(&self) {
+        if self.armed.swap(0, Ordering::AcqRel) != 0 {
+            let off = EventFlags::ONESHOT;
+            if let Err(e) = epoll::modify(
+                &self.watch.epoll,
+                &self.sock,
+                EventData::new_u64(self.id),
+                off,
+            ) {
+                tracing::debug!("zklock: disarming a PostgreSQL socket failed: {e}");
+            }
+        }
+    }
+
+    /// The watch saw the socket ready: the monitor is woken, unless a caller took the socket
+    /// meanwhile.
+    fn fire(&self) {
+        if self.armed.swap(0, Ordering::AcqRel) == 0 {
+            return;
+        }
+        self.readable.store(true, Ordering::Relaxed);
+        let waker = self.waker.lock().clone();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Closing the socket takes it out of the epoll set.
+        self.watch.sockets.lock().remove(&self.id);
+    }
+}
+
+/// The sockets of a Client's sessions while no caller drives them (see the module's docs).
+pub(crate) struct Watch {
+    epoll: OwnedFd,
+    sockets: Mutex<HashMap<u64, Weak<Shared>>>,
+    next: AtomicU64,
+}
+
+/// The epoll set as the runtime's reactor registers it.
+struct WatchFd(Arc<Watch>);
+
+impl AsRawFd for WatchFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.epoll.as_raw_fd()
+    }
+}
+
+impl Watch {
+    /// A watch whose events are read by a task on `handle`'s runtime, until the runtime ends.
+    pub(crate) fn start(handle: &tokio::runtime::Handle) -> io::Result<Arc<Watch>> {
+        let watch = Arc::new(Watch {
+            epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            sockets: Mutex::default(),
+            next: AtomicU64::new(0),
+        });
+        let _runtime = handle.enter();
+        // `AsyncFd::with_interest` is deprecated for fds that may close while registered
+        // (tokio's pull 8587); `WatchFd` keeps the epoll set open for as long as it is.
+        #[allow(deprecated)]
+        let fd = AsyncFd::with_interest(WatchFd(watch.clone()), Interest::READABLE)?;
+        handle.spawn(Watch::run(fd));
+        Ok(watch)
+    }
+
+    /// Wakes the monitor of each socket found ready.
+    async fn run(fd: AsyncFd<WatchFd>) {
+        loop {
+            let Ok(mut ready) = fd.readable().await else {
+                return;
+            };
+            let watch = &fd.get_ref().0;
+            match watch.ready() {
+                Ok((found, all)) => {
+                    if all {
+                        ready.clear_ready();
+                    }
+                    found.iter().for_each(|s| s.fire());
+                }
+                Err(e) if e == rustix::io::Errno::INTR => {}
+                Err(e) => {
+                    tracing::debug!("zklock: reading the PostgreSQL sockets' watch failed: {e}");
+                    ready.clear_ready();
+                }
+            }
+        }
+    }
+
+    /// The sockets found ready now, and whether that is all of them.
+    fn ready(&self) -> rustix::io::Result<(Vec<Arc<Shared>>, bool)> {
+        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 64];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let (events, _) = epoll::wait(&self.epoll, &mut events[..], Some(&zero))?;
+        let sockets = self.sockets.lock();
+        let found = events
+            .iter()
+            .filter_map(|e| sockets.get(&e.data.u64()).and_then(Weak::upgrade))
+            .collect();
+        Ok((found, events.len() < 64))
+    }
+
+    /// Adds `sock`, disarmed.
+    fn add(self: &Arc<Watch>, sock: Sock) -> io::Result<Arc<Shared>> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        epoll::add(
+            &self.epoll,
+            &sock,
+            EventData::new_u64(id),
+            EventFlags::ONESHOT,
+        )?;
+        let shared = Arc::new(Shared {
+            sock,
+            readable: AtomicBool::new(true),
+            watch: self.clone(),
+            id,
+            armed: AtomicU32::new(0),
+            waker: Mutex::new(None),
+        });
+        self.sockets.lock().insert(id, Arc::downgrade(&shared));
+        Ok(shared)
+    }
 }
 
 impl AsFd for Shared {
@@ -238,50 +411,29 @@ impl Write for &Shared {
     }
 }
 
-/// The socket as the runtime's reactor registers it.
-pub(crate) struct Registered(Arc<Shared>);
-
-impl AsRawFd for Registered {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
-/// The socket's registration with the runtime's reactor while the monitor has it, and whether
-/// it is for writability too.
-pub(crate) type Registration = Arc<Mutex<Option<(AsyncFd<Registered>, bool)>>>;
-
-/// What a [`Conn`] shares with its socket: the registration, and the socket itself.
-pub(crate) type Handle = (Registration, Arc<Shared>);
-
 /// A session's socket as tokio-postgres reads and writes it (see the module's docs).
 pub(crate) struct Socket {
     sock: Arc<Shared>,
-    registration: Registration,
 }
 
 impl Socket {
-    /// `sock`, made non-blocking.
-    pub(crate) fn new(sock: Sock) -> io::Result<Socket> {
+    /// `sock`, made non-blocking and added to `watch`.
+    pub(crate) fn new(sock: Sock, watch: &Arc<Watch>) -> io::Result<Socket> {
         match &sock {
             Sock::Tcp(s) => s.set_nonblocking(true)?,
             Sock::Unix(s) => s.set_nonblocking(true)?,
         }
         Ok(Socket {
-            sock: Arc::new(Shared {
-                sock,
-                readable: AtomicBool::new(true),
-            }),
-            registration: Arc::default(),
+            sock: watch.add(sock)?,
         })
     }
 
     /// What the connection that reads and writes through it shares with it.
-    pub(crate) fn handle(&self) -> Handle {
-        (self.registration.clone(), self.sock.clone())
+    pub(crate) fn handle(&self) -> Arc<Shared> {
+        self.sock.clone()
     }
 
-    /// One read, write or shutdown (`io`), on a thread in `block_on` or through the reactor.
+    /// One read, write or shutdown (`io`), on a thread in `block_on` or through the watch.
     fn poll_io<T>(
         &self,
         cx: &mut Context<'_>,
@@ -290,62 +442,29 @@ impl Socket {
     ) -> Poll<io::Result<T>> {
         let reading = flags.contains(PollFlags::IN);
         loop {
+            if reading && in_block_on() && !self.sock.readable.load(Ordering::Relaxed) {
+                want(&self.sock, flags);
+                return Poll::Pending;
+            }
+            match io(&self.sock) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return Poll::Ready(other),
+            }
+            if reading {
+                self.sock.readable.store(false, Ordering::Relaxed);
+            }
             if in_block_on() {
-                if reading && !self.sock.readable.load(Ordering::Relaxed) {
-                    want(&self.sock, flags);
-                    return Poll::Pending;
-                }
-                return match io(&self.sock) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if reading {
-                            self.sock.readable.store(false, Ordering::Relaxed);
-                        }
-                        want(&self.sock, flags);
-                        Poll::Pending
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    other => Poll::Ready(other),
+                want(&self.sock, flags);
+            } else {
+                let wanted = if reading {
+                    EventFlags::IN
+                } else {
+                    EventFlags::OUT
                 };
+                self.sock.arm(cx, wanted)?;
             }
-            let writing = flags.contains(PollFlags::OUT);
-            if writing {
-                // A write almost always goes out at once: it registers for writability (whose
-                // first event would wake the reactor's thread) only if it cannot.
-                match io(&self.sock) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    other => return Poll::Ready(other),
-                }
-            }
-            let mut registration = self.registration.lock();
-            let interest = if writing {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            if registration
-                .as_ref()
-                .is_none_or(|(_, writable)| writing && !writable)
-            {
-                *registration = None;
-                // `AsyncFd::with_interest` is deprecated for fds that may close while
-                // registered (tokio's pull 8587); `Registered` keeps the socket open for as
-                // long as it is.
-                #[allow(deprecated)]
-                let registered = AsyncFd::with_interest(Registered(self.sock.clone()), interest)?;
-                *registration = Some((registered, writing));
-            }
-            let (fd, _) = registration.as_ref().expect("registered above");
-            let mut guard = if writing {
-                ready!(fd.poll_write_ready(cx))?
-            } else {
-                ready!(fd.poll_read_ready(cx))?
-            };
-            match guard.try_io(|r| io(&r.get_ref().0)) {
-                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok(done) => return Poll::Ready(done),
-                Err(_would_block) => continue,
-            }
+            return Poll::Pending;
         }
     }
 }
@@ -390,7 +509,6 @@ type Connection = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>>
 /// A session's connection, between its monitor and the callers that drive it.
 pub(crate) struct Conn {
     slot: Mutex<Slot>,
-    registration: Registration,
     sock: Arc<Shared>,
 }
 
@@ -408,7 +526,7 @@ struct Slot {
 impl Conn {
     /// `connection`, read and written through the socket whose [`Socket::handle`] this is.
     pub(crate) fn new(
-        (registration, sock): Handle,
+        sock: Arc<Shared>,
         connection: impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
     ) -> Arc<Conn> {
         Arc::new(Conn {
@@ -418,7 +536,6 @@ impl Conn {
                 monitor: None,
                 closed: false,
             }),
-            registration,
             sock,
         })
     }
@@ -459,7 +576,7 @@ impl Conn {
             slot.connection.take()
         };
         drop(dropped);
-        *self.registration.lock() = None;
+        self.sock.disarm();
     }
 
     /// Runs `f`, a statement of this session: on a thread in [`block_on`], with the connection
@@ -500,8 +617,8 @@ struct Held<'a> {
 }
 
 impl Held<'_> {
-    /// Takes the connection from the monitor, if it has it; the socket leaves the runtime's
-    /// reactor meanwhile, so that its answers wake no other thread.
+    /// Takes the connection from the monitor, if it has it; the socket is disarmed in the
+    /// watch meanwhile, so that its answers wake no other thread.
     fn take(&mut self) {
         if self.connection.is_some() {
             return;
@@ -509,7 +626,7 @@ impl Held<'_> {
         let mut slot = self.conn.slot.lock();
         if let Some(connection) = slot.connection.take() {
             self.connection = Some(connection);
-            *self.conn.registration.lock() = None;
+            self.conn.sock.disarm();
             // Whatever came in while the monitor had it is read at once.
             self.conn.sock.readable.store(true, Ordering::Relaxed);
         }
@@ -535,7 +652,7 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     /// Hands the connection back to the monitor, polled once more here as the monitor polls
-    /// it (through the reactor, with the monitor's waker), so that the monitor wakes for what
+    /// it (through the watch, with the monitor's waker), so that the monitor wakes for what
     /// concerns it — an answer to its heartbeat, the socket's end — and no thread is woken now.
     fn drop(&mut self) {
         let Some(mut connection) = self.connection.take() else {
@@ -585,7 +702,8 @@ mod tests {
     fn a_caller_in_block_on_reads_and_writes_its_socket_itself() {
         let runtime = undriven();
         let (ours, theirs) = UnixStream::pair().unwrap();
-        let mut socket = Socket::new(Sock::Unix(ours)).unwrap();
+        let watch = Watch::start(runtime.handle()).unwrap();
+        let mut socket = Socket::new(Sock::Unix(ours), &watch).unwrap();
         let peer = std::thread::spawn(move || {
             let mut theirs = theirs;
             let mut buf = [0u8; 4];

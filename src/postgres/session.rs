@@ -16,7 +16,7 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::check_version;
-use super::drive::{Conn, Sock, Socket};
+use super::drive::{Conn, Sock, Socket, Watch};
 use super::sql;
 use super::tls::{refusal, Tls};
 use crate::core::connection::States;
@@ -114,6 +114,7 @@ impl Session {
         operation_timeout: Duration,
         mut close: watch::Receiver<bool>,
         on_end: Arc<Notify>,
+        sockets: &Arc<Watch>,
     ) -> Result<(Session, u32)> {
         let timed_out = || Error::Io {
             context: "connecting to PostgreSQL".into(),
@@ -123,9 +124,10 @@ impl Session {
         let (ended_tx, ended) = watch::channel(false);
         let (client, conn, peer) = match Peer::of(config) {
             Some(peer) => {
-                let (socket, domain) = tokio::time::timeout(connect_timeout, peer.connect(config))
-                    .await
-                    .map_err(|_| timed_out())??;
+                let (socket, domain) =
+                    tokio::time::timeout(connect_timeout, peer.connect(config, sockets))
+                        .await
+                        .map_err(|_| timed_out())??;
                 let tls_connect =
                     MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
                         .map_err(|e| Error::Tls(e.to_string()))?;
@@ -335,7 +337,11 @@ impl Peer {
 
     /// A socket to the server, with `config`'s keepalives, and the name TLS checks the
     /// server's certificate for.
-    async fn connect(&self, config: &tokio_postgres::Config) -> Result<(Socket, String)> {
+    async fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+        sockets: &Arc<Watch>,
+    ) -> Result<(Socket, String)> {
         let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
         let (sock, domain) = match self {
             Peer::Tcp { host, port } => {
@@ -379,7 +385,7 @@ impl Peer {
                 (Sock::Unix(stream), String::new())
             }
         };
-        Ok((Socket::new(sock).map_err(|e| failed(&e))?, domain))
+        Ok((Socket::new(sock, sockets).map_err(|e| failed(&e))?, domain))
     }
 
     /// Sends `token`'s cancel request over a connection of its own.
