@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::drive::Watch;
-use super::session::{self, Keeper, Limit, Session};
+use super::session::{self, Keeper, Limit, Session, Ties};
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
@@ -351,9 +351,11 @@ impl PgClientBuilder {
             None,
             self.connect_timeout,
             operation_timeout,
-            close.subscribe(),
-            ended.clone(),
-            &sockets,
+            Ties {
+                close: close.subscribe(),
+                on_end: ended.clone(),
+                sockets: sockets.clone(),
+            },
         ));
         let (probe, version) = probe.map_err(failed)?;
         check_version(version).map_err(failed)?;
@@ -552,7 +554,9 @@ impl Inner {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(in_runtime());
         }
-        super::drive::block_on(&self.handle, f)
+        // Boxed: a statement's future is a few kilobytes, which would be copied on every
+        // move below.
+        super::drive::block_on(&self.handle, Box::pin(f))
     }
 
     /// Starts `f` on the Client's runtime.
@@ -585,16 +589,20 @@ impl Inner {
         if self.closed() {
             return Err(Error::Closed);
         }
-        let (s, _) = Session::open(
+        // Boxed: opening is rare, and its future is large, which would make every caller's
+        // future as large (and copied as often).
+        let (s, _) = Box::pin(Session::open(
             &self.config,
             &self.tls,
             Some(&self.limits),
             self.connect_timeout,
             self.operation_timeout,
-            self.close.subscribe(),
-            self.keeper.ended.clone(),
-            &self.sockets,
-        )
+            Ties {
+                close: self.close.subscribe(),
+                on_end: self.keeper.ended.clone(),
+                sockets: self.sockets.clone(),
+            },
+        ))
         .await?;
         Ok(Arc::new(s))
     }

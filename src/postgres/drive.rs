@@ -580,12 +580,13 @@ impl Conn {
     }
 
     /// Runs `f`, a statement of this session: on a thread in [`block_on`], with the connection
-    /// taken from the monitor and driven here until `f` ends; elsewhere, as it is.
-    pub(crate) async fn drive<F: Future>(&self, f: F) -> F::Output {
+    /// taken from the monitor and driven here until `f` ends; elsewhere, as it is. `f` is
+    /// pinned where it was made, so that it is not copied into this future's state (a
+    /// statement's future is a kilobyte and more).
+    pub(crate) async fn drive<F: Future>(&self, mut f: Pin<&mut F>) -> F::Output {
         if !in_block_on() {
             return f.await;
         }
-        let mut f = pin!(f);
         let mut held = Held {
             conn: self,
             connection: None,

@@ -1,6 +1,7 @@
 //! [`PgMutex`]: a re-entrant mutex on a PostgreSQL session-level advisory lock, with health
 //! and fencing.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -469,7 +470,8 @@ async fn ask(
         _ = cancelled.changed() => return Err(Error::Cancelled),
     };
     if deadline.expired() {
-        return match try_on(inner, name, key, session).await? {
+        // Boxed, as the heartbeat below: rare paths that would double this future's size.
+        return match Box::pin(try_on(inner, name, key, session)).await? {
             Ok(grant) => Ok(Some(grant)),
             Err(session) => {
                 inner.give_back(session);
@@ -485,36 +487,41 @@ async fn ask(
         |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
     );
     let hard = inner.statement_deadline(deadline);
-    let limit_param: &(dyn ToSql + Sync) = &limit;
-    let set_params = [(limit_param, Type::TEXT)];
-    let marker: &(dyn ToSql + Sync) = &session.marker;
-    let seed: &(dyn ToSql + Sync) = &key.seed;
-    let lock_params = [(name, Type::TEXT), (marker, Type::INT8), (seed, Type::INT8)];
-    let set = session.client.query_typed(SET_LOCK_TIMEOUT, &set_params);
+    // The lease starts no later than the lock statement is sent.
     let sent = boot_clock();
-    let lock = session.client.query_typed(key.sql.lock, &lock_params);
-    // Both statements go out at once: the wait costs one round trip.
-    let both = session.drive(async { tokio::join!(set, lock) });
-    let bounded = async {
-        match hard.remaining() {
-            None => Ok(both.await),
-            Some(left) => tokio::time::timeout(left, both).await,
-        }
-    };
-    // Cancelled, or silent past the deadline: the server is asked to cancel the wait
-    // (the session's own socket is busy with it), and the session is closed as it is
-    // dropped, which frees a grant that may come meanwhile.
-    let (set, rows) = tokio::select! {
-        waited = bounded => match waited {
-            Ok(answers) => answers,
-            Err(_) => {
-                session.cancel(inner.operation_timeout).await;
-                return Ok(None);
+    // The statements' futures borrow the session until the answers are in.
+    let (set, rows) = {
+        let limit_param: &(dyn ToSql + Sync) = &limit;
+        let set_params = [(limit_param, Type::TEXT)];
+        let marker: &(dyn ToSql + Sync) = &session.marker;
+        let seed: &(dyn ToSql + Sync) = &key.seed;
+        let lock_params = [(name, Type::TEXT), (marker, Type::INT8), (seed, Type::INT8)];
+        let set = pin!(session.client.query_typed(SET_LOCK_TIMEOUT, &set_params));
+        let lock = pin!(session.client.query_typed(key.sql.lock, &lock_params));
+        // Both statements go out at once: the wait costs one round trip.
+        let both = pin!(async { tokio::join!(set, lock) });
+        let both = session.drive(both);
+        let bounded = async {
+            match hard.remaining() {
+                None => Ok(both.await),
+                Some(left) => tokio::time::timeout(left, both).await,
             }
-        },
-        _ = cancelled.changed() => {
-            session.cancel(inner.operation_timeout).await;
-            return Err(Error::Cancelled);
+        };
+        // Cancelled, or silent past the deadline: the server is asked to cancel the wait
+        // (the session's own socket is busy with it), and the session is closed as it is
+        // dropped, which frees a grant that may come meanwhile.
+        tokio::select! {
+            waited = bounded => match waited {
+                Ok(answers) => answers,
+                Err(_) => {
+                    session.cancel(inner.operation_timeout).await;
+                    return Ok(None);
+                }
+            },
+            _ = cancelled.changed() => {
+                session.cancel(inner.operation_timeout).await;
+                return Err(Error::Cancelled);
+            }
         }
     };
     set.map_err(|e| error(&e, false))?;
@@ -533,7 +540,7 @@ async fn ask(
     // After a long wait, the send time says little about when the server's idle timer
     // restarted: a heartbeat gives the lease a recent start.
     if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
-        grant.sent = grant.session.beat(inner.operation_timeout).await?;
+        grant.sent = Box::pin(grant.session.beat(inner.operation_timeout)).await?;
     }
     Ok(Some(grant))
 }

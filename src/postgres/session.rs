@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,6 +82,16 @@ fn set_sql(limits: &[Limit]) -> String {
         .collect()
 }
 
+/// What ties a session to its Client.
+pub(crate) struct Ties {
+    /// Turns true when the Client closes: the session's connection ends.
+    pub(crate) close: watch::Receiver<bool>,
+    /// Notified when the session's connection ends.
+    pub(crate) on_end: Arc<Notify>,
+    /// Where the session's socket waits while no caller drives it.
+    pub(crate) sockets: Arc<Watch>,
+}
+
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
@@ -105,17 +116,21 @@ pub(crate) struct Session {
 impl Session {
     /// Opens a session, sets `limits` on it (sent with its first statement: no round trip
     /// more), adds its marker and learns its backend pid and the server's version, within
-    /// `connect_timeout` and `operation_timeout`. The connection ends when `close` turns true.
+    /// `connect_timeout` and `operation_timeout`. The connection ends when `ties.close` turns
+    /// true.
     pub(crate) async fn open(
         config: &tokio_postgres::Config,
         tls: &Tls,
         limits: Option<&[Limit]>,
         connect_timeout: Duration,
         operation_timeout: Duration,
-        mut close: watch::Receiver<bool>,
-        on_end: Arc<Notify>,
-        sockets: &Arc<Watch>,
+        ties: Ties,
     ) -> Result<(Session, u32)> {
+        let Ties {
+            mut close,
+            on_end,
+            sockets,
+        } = ties;
         let timed_out = || Error::Io {
             context: "connecting to PostgreSQL".into(),
             kind: std::io::ErrorKind::TimedOut,
@@ -125,7 +140,7 @@ impl Session {
         let (client, conn, peer) = match Peer::of(config) {
             Some(peer) => {
                 let (socket, domain) =
-                    tokio::time::timeout(connect_timeout, peer.connect(config, sockets))
+                    tokio::time::timeout(connect_timeout, peer.connect(config, &sockets))
                         .await
                         .map_err(|_| timed_out())??;
                 let tls_connect =
@@ -244,12 +259,13 @@ impl Session {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Row> {
-        within(timeout, self.drive(self.client.query_typed(sql, params))).await
+        let rows = pin!(self.client.query_typed(sql, params));
+        within(timeout, self.drive(rows)).await
     }
 
     /// Runs `f`, statements of this session: a caller in a blocking call drives the session's
     /// socket itself meanwhile (`drive.rs`).
-    pub(crate) async fn drive<F: std::future::Future>(&self, f: F) -> F::Output {
+    pub(crate) async fn drive<F: std::future::Future>(&self, f: Pin<&mut F>) -> F::Output {
         match &self.conn {
             Some(conn) => conn.drive(f).await,
             None => f.await,
@@ -269,7 +285,9 @@ impl Session {
                     .map_err(|e| error(&e, false)),
             }
         };
-        match tokio::time::timeout(timeout, cancelled).await {
+        // Boxed: a cancel is rare, and its future (a connection of its own) is large, which
+        // would make every statement's future that can cancel as large.
+        match tokio::time::timeout(timeout, Box::pin(cancelled)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!("zklock: cancelling a PostgreSQL statement failed: {e}"),
             Err(_) => tracing::debug!("zklock: cancelling a PostgreSQL statement timed out"),
