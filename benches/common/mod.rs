@@ -125,6 +125,16 @@ impl Python {
         Ok(())
     }
 
+    /// Its next line.
+    pub fn line(&mut self) -> Res<String> {
+        Ok(self.lines.next().ok_or("the Python peer said nothing")??)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts it if not yet, and returns its result line, split.
     pub fn finish(&mut self) -> Res<Vec<String>> {
         if !self.started {

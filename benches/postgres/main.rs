@@ -2,7 +2,8 @@
 //! psycopg2 doing `pg_advisory_lock`, in the same run on the same server: uncontended latency,
 //! contended handoffs/s with 2 and 8 sessions, and the connections a held lock and a waiting
 //! thread use — each with the statements per acquisition the server counted, the client CPU,
-//! threads and memory it took.
+//! threads and memory it took — and how long the next holder waits when a holder process is
+//! killed or frozen, with zklock's limits and with the server's defaults.
 //!
 //! ```sh
 //! cargo bench --features testing,postgres --bench postgres
@@ -23,6 +24,9 @@
 //! * **psycopg2**: the plain statements from Python (`benches/python/psycopg2_bench.py`,
 //!   Debian's `python3-psycopg2`), one process per session.
 //!
+//! The contended rows take turns of at most half a second each, so that a drift of the
+//! machine's speed falls on every row alike; a row's figures are the sums over its turns.
+//!
 //! A handoff is an acquisition by another session than the last (in-process for the Rust rows,
 //! through a file for psycopg2's processes); "spread" is the fewest and most acquisitions of
 //! one session. "wait" is the time `lock` took, p50 and p99. Statements are the server's count
@@ -32,6 +36,11 @@
 //! statements pipelined), the unlock one. Client CPU is this process's for the Rust rows and
 //! the Python processes' own for psycopg2; threads are this process's beyond the bench's own,
 //! sampled half-way; connections are the server's client backends, sampled half-way.
+//!
+//! Takeover (`--only=takeover`): a holder process (this bench run again, a PgClient with a
+//! session timeout T of 3 s; or psycopg2 on the server's defaults) takes a lock, gets `kill -9`
+//! or SIGSTOP, and a PgMutex in this process waits for the lock: the time from the signal to
+//! the grant, over 5 trials.
 //!
 //! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
 //! figures mean nothing).
@@ -43,6 +52,7 @@ mod floor;
 #[allow(dead_code, unused_imports, unused_macros, unreachable_pub)]
 mod sql;
 
+use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -91,6 +101,9 @@ impl Plan {
 }
 
 fn main() -> Res<()> {
+    if let Ok(args) = std::env::var(HOLDER) {
+        return holder(&args);
+    }
     let plan = Plan::from_args();
     let server = TestingPostgres::start()?;
     if plan.short {
@@ -110,6 +123,9 @@ fn main() -> Res<()> {
     }
     if plan.runs("connections") {
         connections(&server)?;
+    }
+    if plan.runs("takeover") {
+        takeover(&plan, &server)?;
     }
     Ok(())
 }
@@ -274,8 +290,9 @@ struct Run {
 
 fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
     println!(
-        "## contended: S sessions, lock + release in a loop, {:?} each\n",
-        plan.contended
+        "## contended: S sessions, lock + release in a loop, {:?} each, in turns of {:?}\n",
+        plan.contended,
+        plan.contended / turns(plan.contended)
     );
     println!(
         "| S | | acquisitions/s | handoffs/s | spread | wait p50 / p99 | per acquisition | \
@@ -283,19 +300,35 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
          |---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for s in SESSIONS {
+        let turns = turns(plan.contended);
+        let d = plan.contended / turns;
+        let mut rows: Vec<Option<(Run, Cost)>> = (0..5).map(|_| None).collect();
+        for _ in 0..turns {
+            let floor = |sql, driven| {
+                measure(server, || {
+                    Ok((floor_contended(server, s, d, sql, driven)?, Duration::ZERO))
+                })
+            };
+            let turn = [
+                measure(server, || {
+                    Ok((zklock_contended(server, s, d)?, Duration::ZERO))
+                })?,
+                floor(floor::Sql::Same, floor::Driven::Here)?,
+                floor(floor::Sql::Same, floor::Driven::IoThread)?,
+                floor(floor::Sql::Plain, floor::Driven::Here)?,
+                measure(server, || python_contended(server, s, d))?,
+            ];
+            for (row, more) in rows.iter_mut().zip(turn) {
+                *row = Some(match row.take() {
+                    None => more,
+                    Some(so_far) => add(so_far, more)?,
+                });
+            }
+        }
+        let mut rows = rows.into_iter().map(|r| r.expect("at least one turn"));
+        let [(zk, zk_cost), (fl, fl_cost), (io, io_cost), (pl, pl_cost), (py, py_cost)] =
+            std::array::from_fn(|_| rows.next().expect("five rows"));
         let d = plan.contended;
-        let (zk, zk_cost) = measure(server, || {
-            Ok((zklock_contended(server, s, d)?, Duration::ZERO))
-        })?;
-        let floor = |sql, driven| {
-            measure(server, || {
-                Ok((floor_contended(server, s, d, sql, driven)?, Duration::ZERO))
-            })
-        };
-        let (fl, fl_cost) = floor(floor::Sql::Same, floor::Driven::Here)?;
-        let (io, io_cost) = floor(floor::Sql::Same, floor::Driven::IoThread)?;
-        let (pl, pl_cost) = floor(floor::Sql::Plain, floor::Driven::Here)?;
-        let (py, py_cost) = measure(server, || python_contended(server, s, d))?;
         let total = |r: &Run| r.counts.iter().map(|c| c.n).sum::<u64>();
         let handoffs = |r: &Run| r.counts.iter().map(|c| c.handoffs).sum::<u64>();
         let rate = |n: u64| n as f64 / d.as_secs_f64();
@@ -339,6 +372,32 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
     }
     println!();
     Ok(())
+}
+
+/// The longest turn of a contended row: the rows take turns, so that a drift of the machine's
+/// speed (other load, the host) falls on all of them alike.
+const TURN: Duration = Duration::from_millis(500);
+
+/// How many turns each row of a contended case takes in `d`.
+fn turns(d: Duration) -> u32 {
+    (d.as_secs_f64() / TURN.as_secs_f64())
+        .ceil()
+        .clamp(1.0, 1000.0) as u32
+}
+
+/// One row's turns together: counts summed session by session, costs summed, the most used.
+fn add((mut run, mut cost): (Run, Cost), (more, more_cost): (Run, Cost)) -> Res<(Run, Cost)> {
+    for (c, m) in run.counts.iter_mut().zip(more.counts) {
+        c.n += m.n;
+        c.handoffs += m.handoffs;
+        c.waits.add(&m.waits)?;
+    }
+    run.used.threads = run.used.threads.max(more.used.threads);
+    run.used.rss = run.used.rss.max(more.used.rss);
+    run.used.connections = run.used.connections.max(more.used.connections);
+    cost.statements += more_cost.statements;
+    cost.cpu += more_cost.cpu;
+    Ok((run, cost))
 }
 
 /// Runs `session` on `s` threads for `d`, sampling what the run uses half-way: threads beyond
@@ -535,5 +594,191 @@ fn connections(server: &TestingPostgres) -> Res<()> {
         two - one,
         (waiting - two) as f64 / WAITERS as f64
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Takeover: the next holder after its holder process is killed or frozen.
+// ---------------------------------------------------------------------------
+
+/// Set for a holder process of the takeover case (this bench, run again): "URL NAME MS".
+const HOLDER: &str = "ZKLOCK_PG_BENCH_HOLDER";
+
+/// A holder process: a PgClient with a session timeout of MS takes NAME, says "held", and
+/// holds it until it is killed or its stdin closes.
+fn holder(args: &str) -> Res<()> {
+    let [url, name, ms] = args.split(' ').collect::<Vec<_>>()[..] else {
+        return Err(format!("{HOLDER}: URL NAME MS, not {args:?}").into());
+    };
+    let client = PgClient::builder(url)
+        .session_timeout(Duration::from_millis(ms.parse()?))
+        .connect()?;
+    let mutex = PgMutex::new(&client, name)?;
+    let _held = mutex.lock()?;
+    println!("held");
+    std::io::stdout().flush()?;
+    let _ = std::io::stdin().read_line(&mut String::new());
+    Ok(())
+}
+
+/// A holder process: zklock's (this bench run as [`holder`]) or psycopg2's.
+enum Holder {
+    Zklock(std::process::Child),
+    Psycopg2(common::Python),
+}
+
+impl Holder {
+    /// A zklock holder of `name` with session timeout `t`, once it holds.
+    fn zklock(server: &TestingPostgres, name: &str, t: Duration) -> Res<Holder> {
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .env(HOLDER, format!("{} {name} {}", server.url(), t.as_millis()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        if line.trim() != "held" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("the holder process said {line:?}, not \"held\"").into());
+        }
+        Ok(Holder::Zklock(child))
+    }
+
+    /// A psycopg2 holder of `name` (the server's defaults: no limit of zklock's), once it holds.
+    fn psycopg2(server: &TestingPostgres, name: &str) -> Res<Holder> {
+        let mut py = psycopg2(server, "hold", name, None)?;
+        py.go()?;
+        match py.line()?.as_str() {
+            "held" => Ok(Holder::Psycopg2(py)),
+            other => Err(format!("the psycopg2 holder said {other:?}, not \"held\"").into()),
+        }
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) -> Res<()> {
+        let pid = match self {
+            Holder::Zklock(child) => child.id(),
+            Holder::Psycopg2(py) => py.pid(),
+        };
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid)?).ok_or("pid 0")?;
+        rustix::process::kill_process(pid, signal)?;
+        Ok(())
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.signal(rustix::process::Signal::CONT);
+        if let Holder::Zklock(child) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// kill -9 and SIGSTOP of a holder process, zklock's (session timeout T) and psycopg2's (the
+/// server's defaults): how long until a PgMutex in this process holds the lock.
+fn takeover(plan: &Plan, server: &TestingPostgres) -> Res<()> {
+    use rustix::process::Signal;
+    let (t, trials) = if plan.short {
+        (Duration::from_secs(1), 1)
+    } else {
+        (Duration::from_secs(3), 5)
+    };
+    let bound = t + Duration::from_secs(2);
+    println!("## takeover: the next holder after a holder process is killed or frozen\n");
+    println!(
+        "| holder | fault | taken over after: min / median / max ({trials} trials) | within T + 2 s |\n\
+         |---|---|---|---|"
+    );
+    let client = client(server)?;
+    for (fault, signal, key) in [
+        ("kill -9", Signal::KILL, "kill"),
+        ("SIGSTOP", Signal::STOP, "stop"),
+    ] {
+        let mut took = Vec::new();
+        for i in 0..trials {
+            let name = format!("bench-takeover-{key}-{i}");
+            let holder = Holder::zklock(server, &name, t)?;
+            let mutex = PgMutex::new(&client, &name)?;
+            // At a different point of the holder's heartbeat period each trial.
+            thread::sleep(t * i / trials);
+            let started = Instant::now();
+            holder.signal(signal)?;
+            let guard = mutex
+                .try_lock_for(t * 4 + Duration::from_secs(10))?
+                .ok_or("not taken over within 4T + 10 s")?;
+            took.push(started.elapsed());
+            guard.release()?;
+        }
+        took.sort();
+        println!(
+            "| zklock, T = {t:?} | {fault} | {:.1?} / {:.1?} / {:.1?} | {} |",
+            took[0],
+            took[took.len() / 2],
+            took[took.len() - 1],
+            if took.iter().all(|d| *d <= bound) {
+                "yes"
+            } else {
+                "no"
+            }
+        );
+    }
+    // The server's defaults: a killed holder's kernel closes its connection; a frozen one's
+    // keeps answering the keepalives, and nothing else ends its session.
+    let name = "bench-takeover-psycopg2-kill";
+    let holder = Holder::psycopg2(server, name)?;
+    let mutex = PgMutex::new(&client, name)?;
+    let started = Instant::now();
+    holder.signal(Signal::KILL)?;
+    let guard = mutex
+        .try_lock_for(Duration::from_secs(60))?
+        .ok_or("not taken over from a killed psycopg2 within 60 s")?;
+    println!(
+        "| psycopg2, the server's defaults | kill -9 | {:.1?} (1 trial) | yes |",
+        started.elapsed()
+    );
+    guard.release()?;
+    drop(holder);
+    let name = "bench-takeover-psycopg2-stop";
+    let holder = Holder::psycopg2(server, name)?;
+    let mutex = PgMutex::new(&client, name)?;
+    holder.signal(Signal::STOP)?;
+    let waited = t * 3;
+    let got = mutex.try_lock_for(waited)?;
+    println!(
+        "| psycopg2, the server's defaults | SIGSTOP | {} | {} |",
+        if got.is_some() {
+            format!("within {waited:?}")
+        } else {
+            format!("still held after {waited:?}")
+        },
+        if got.is_some() { "yes" } else { "no" },
+    );
+    drop(got);
+    drop(holder);
+    // What the server does with a vanished machine's session without zklock's limits: its
+    // keepalives, as it reports them for a TCP session (the system's defaults, unless set).
+    let setting = |name: &str| -> Res<u64> {
+        let value = cell(&server.sql(&format!("SHOW {name}"))?);
+        Ok(value.trim_end_matches('s').parse()?)
+    };
+    let (idle, interval, count) = (
+        setting("tcp_keepalives_idle")?,
+        setting("tcp_keepalives_interval")?,
+        setting("tcp_keepalives_count")?,
+    );
+    let gone = idle + interval * count;
+    println!(
+        "\nA holder whose machine vanished (not measured: this machine cannot cut its own \
+         loopback): with zklock's limits the server ends its session within T (keepalives \
+         after T/3, 3 probes T/9 apart; idle_session_timeout T); with this server's keepalives \
+         (tcp_keepalives_idle {idle} s, then {count} probes {interval} s apart) after {} h {} \
+         min.\n",
+        gone / 3600,
+        gone % 3600 / 60,
+    );
+    client.close();
     Ok(())
 }

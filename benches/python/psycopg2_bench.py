@@ -3,6 +3,8 @@
 usage:
   psycopg2_bench.py URL cycle N               uncontended: N lock+unlock, latencies in µs
   psycopg2_bench.py URL contend SECONDS FILE  lock+unlock in a loop; FILE records the last holder
+  psycopg2_bench.py URL hold NAME             takes the lock NAME, prints "held", then holds it
+                                              until killed or its stdin closes
 
 The lock is the one a PgMutex of the same name takes, pg_advisory_lock(hashtextextended(name, 0)),
 on one connection in autocommit mode: what a Python service would write.
@@ -39,6 +41,10 @@ if mode == "cycle":
         lat.append((time.perf_counter() - t) * 1e6)
     lat.sort()
     print("cycle", lat[len(lat) // 2], lat[int(len(lat) * 0.99)], time.process_time(), rss_mib(), flush=True)
+elif mode == "hold":
+    cur.execute(LOCK, (arg,))
+    print("held", flush=True)
+    sys.stdin.readline()
 elif mode == "contend":
     me = os.getpid().to_bytes(8, "little")
     last = os.open(sys.argv[4], os.O_RDWR | os.O_CREAT, 0o600)
