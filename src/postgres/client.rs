@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -25,7 +24,7 @@ use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
-use crate::core::listeners::{start_events_thread, Dispatch, Event};
+use crate::core::listeners::{start_events_thread, Dispatch};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 
 /// The oldest PostgreSQL with `hashtextextended` (the lock key's function): 11.
@@ -110,7 +109,8 @@ pub(crate) struct Inner {
     closed: Arc<AtomicBool>,
     /// Set at close: every session's connection ends.
     close: watch::Sender<bool>,
-    events: Sender<Event>,
+    /// Runs callbacks on the Client's events thread.
+    dispatch: Dispatch,
     events_thread: Mutex<Option<JoinHandle<()>>>,
     /// The connection state, judged by the holds' heartbeats and the Client's own.
     pub(crate) states: Arc<States>,
@@ -376,7 +376,7 @@ impl PgClientBuilder {
             "PostgreSQL",
             self.session_timeout,
             sent,
-            dispatch,
+            dispatch.clone(),
         ));
         let keeper = Arc::new(Keeper::new(
             states.clone(),
@@ -404,7 +404,7 @@ impl PgClientBuilder {
             pool: Mutex::new(vec![(Arc::new(probe), Instant::now())]),
             closed,
             close,
-            events,
+            dispatch,
             events_thread: Mutex::new(Some(events_thread)),
             states,
             keeper,
@@ -566,10 +566,7 @@ impl Inner {
 
     /// Runs callbacks on the Client's events thread.
     pub(crate) fn dispatch(&self) -> Dispatch {
-        let events = self.events.clone();
-        Arc::new(move |f| {
-            let _ = events.send(f);
-        })
+        self.dispatch.clone()
     }
 
     /// A session from the pool, or a new one. A pooled session is used if it is open and was

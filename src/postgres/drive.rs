@@ -157,42 +157,68 @@ pub(crate) fn block_on<F: Future>(handle: &tokio::runtime::Handle, f: F) -> F::O
     let waker = Waker::from(alarm.clone());
     let mut cx = Context::from_waker(&waker);
     let mut f = pin!(f);
+    // Kept across the waits, so that a wait allocates nothing.
+    let mut wanted = Vec::new();
     loop {
         alarm.state.store(POLLING, Ordering::Release);
         if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
             return out;
         }
-        let wanted = WANTED.with(|w| std::mem::take(w.borrow_mut().as_mut().expect("marked")));
+        WANTED.with(|w| std::mem::swap(&mut wanted, w.borrow_mut().as_mut().expect("marked")));
         if alarm
             .state
             .compare_exchange(POLLING, SLEEPING, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
+            wanted.clear();
             continue;
         }
-        let mut fds: Vec<PollFd<'_>> = wanted
-            .iter()
-            .map(|(sock, flags)| PollFd::new(&**sock, *flags))
-            .collect();
-        fds.push(PollFd::new(&alarm.fd, PollFlags::IN));
-        if let Err(e) = rustix::event::poll(&mut fds, None) {
-            if e != rustix::io::Errno::INTR {
-                tracing::debug!("zklock: poll failed ({e}); trying again");
-                std::thread::yield_now();
+        match wanted.as_slice() {
+            // The usual wait: one socket, whose fds need no allocation.
+            [(sock, flags)] => {
+                let mut fds = [
+                    PollFd::new(&**sock, *flags),
+                    PollFd::new(&alarm.fd, PollFlags::IN),
+                ];
+                sleep(&mut fds);
+                if !fds[0].revents().is_empty() {
+                    sock.readable.store(true, Ordering::Relaxed);
+                }
+            }
+            _ => {
+                let mut fds: Vec<PollFd<'_>> = wanted
+                    .iter()
+                    .map(|(sock, flags)| PollFd::new(&**sock, *flags))
+                    .chain([PollFd::new(&alarm.fd, PollFlags::IN)])
+                    .collect();
+                sleep(&mut fds);
+                for (fd, (sock, _)) in fds.iter().zip(&wanted) {
+                    if !fd.revents().is_empty() {
+                        sock.readable.store(true, Ordering::Relaxed);
+                    }
+                }
             }
         }
-        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
-        drop(fds);
-        for ((sock, _), ready) in wanted.iter().zip(ready) {
-            if ready {
-                sock.readable.store(true, Ordering::Relaxed);
-            }
-        }
+        wanted.clear();
         if alarm.state.swap(POLLING, Ordering::AcqRel) == RUNG {
             alarm.drain();
         }
     }
 }
+
+/// `poll(2)` on `fds` until one is ready (or a signal).
+fn sleep(fds: &mut [PollFd<'_>]) {
+    if let Err(e) = rustix::event::poll(fds, None) {
+        if e != rustix::io::Errno::INTR {
+            tracing::debug!("zklock: poll failed ({e}); trying again");
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The most one read takes: the buffer tokio-postgres hands over is 8 KB, and zeroing all of
+/// it for every read of an answer of a few hundred bytes costs more than the read.
+const READ_CHUNK: usize = 2048;
 
 /// A session's socket to the server.
 pub(crate) enum Sock {
@@ -212,8 +238,9 @@ impl AsFd for Sock {
 /// A socket and what a caller last learnt of it.
 pub(crate) struct Shared {
     sock: Sock,
-    /// A read may find data: false after a read found none, until `poll` says otherwise (or
-    /// the monitor had the socket meanwhile). It spares a caller a read that would fail.
+    /// A read may find data: false after a read found none, until a caller's `poll` or the
+    /// watch says otherwise, or a caller takes the socket from the monitor. It spares a read
+    /// that would fail.
     readable: AtomicBool,
     /// The Client's watch, and this socket's number in it.
     watch: Arc<Watch>,
@@ -442,17 +469,17 @@ impl Socket {
     ) -> Poll<io::Result<T>> {
         let reading = flags.contains(PollFlags::IN);
         loop {
-            if reading && in_block_on() && !self.sock.readable.load(Ordering::Relaxed) {
-                want(&self.sock, flags);
-                return Poll::Pending;
-            }
-            match io(&self.sock) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return Poll::Ready(other),
-            }
-            if reading {
-                self.sock.readable.store(false, Ordering::Relaxed);
+            // A read that the last one (or `poll`) says would fail is not made: the socket's
+            // wait reports it readable if it is.
+            if !reading || self.sock.readable.load(Ordering::Relaxed) {
+                match io(&self.sock) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => return Poll::Ready(other),
+                }
+                if reading {
+                    self.sock.readable.store(false, Ordering::Relaxed);
+                }
             }
             if in_block_on() {
                 want(&self.sock, flags);
@@ -462,6 +489,7 @@ impl Socket {
                 } else {
                     EventFlags::OUT
                 };
+                // Arming looks at the socket: readiness that came before wakes at once.
                 self.sock.arm(cx, wanted)?;
             }
             return Poll::Pending;
@@ -475,7 +503,11 @@ impl AsyncRead for Socket {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let n = ready!(self.poll_io(cx, PollFlags::IN, |mut s| s.read(buf.initialize_unfilled())))?;
+        // Only what an answer usually needs is zeroed first (safe code cannot read into
+        // memory that is not initialised): a larger one takes more reads.
+        let n = buf.remaining().min(READ_CHUNK);
+        let n = ready!(self.poll_io(cx, PollFlags::IN, |mut s| s
+            .read(buf.initialize_unfilled_to(n))))?;
         buf.advance(n);
         Poll::Ready(Ok(()))
     }
@@ -596,6 +628,9 @@ impl Conn {
             // Polled first, the connection takes this waker for its requests, so that the
             // request `f` queues wakes no other thread; an answer already in is taken.
             held.take();
+            if !first {
+                held.conn.sock.disarm();
+            }
             held.poll(cx);
             if let Poll::Ready(out) = f.as_mut().poll(cx) {
                 return Poll::Ready(out);
@@ -603,9 +638,13 @@ impl Conn {
             if !std::mem::take(&mut first) {
                 return Poll::Pending;
             }
-            // The request `f` queued goes out now.
+            // The request `f` queued goes out now; the socket leaves the watch after it, while
+            // the server works, rather than between the caller and the server. An answer
+            // that came before would only wake the monitor, which finds the connection gone.
             held.poll(cx);
-            f.as_mut().poll(cx)
+            let out = f.as_mut().poll(cx);
+            held.conn.sock.disarm();
+            out
         })
         .await
     }
@@ -618,8 +657,8 @@ struct Held<'a> {
 }
 
 impl Held<'_> {
-    /// Takes the connection from the monitor, if it has it; the socket is disarmed in the
-    /// watch meanwhile, so that its answers wake no other thread.
+    /// Takes the connection from the monitor, if it has it. The caller disarms the socket in
+    /// the watch too, so that its answers wake no other thread.
     fn take(&mut self) {
         if self.connection.is_some() {
             return;
@@ -627,7 +666,6 @@ impl Held<'_> {
         let mut slot = self.conn.slot.lock();
         if let Some(connection) = slot.connection.take() {
             self.connection = Some(connection);
-            self.conn.sock.disarm();
             // Whatever came in while the monitor had it is read at once.
             self.conn.sock.readable.store(true, Ordering::Relaxed);
         }
