@@ -628,9 +628,6 @@ impl Conn {
             // Polled first, the connection takes this waker for its requests, so that the
             // request `f` queues wakes no other thread; an answer already in is taken.
             held.take();
-            if !first {
-                held.conn.sock.disarm();
-            }
             held.poll(cx);
             if let Poll::Ready(out) = f.as_mut().poll(cx) {
                 return Poll::Ready(out);
@@ -638,13 +635,9 @@ impl Conn {
             if !std::mem::take(&mut first) {
                 return Poll::Pending;
             }
-            // The request `f` queued goes out now; the socket leaves the watch after it, while
-            // the server works, rather than between the caller and the server. An answer
-            // that came before would only wake the monitor, which finds the connection gone.
+            // The request `f` queued goes out now.
             held.poll(cx);
-            let out = f.as_mut().poll(cx);
-            held.conn.sock.disarm();
-            out
+            f.as_mut().poll(cx)
         })
         .await
     }
@@ -657,8 +650,9 @@ struct Held<'a> {
 }
 
 impl Held<'_> {
-    /// Takes the connection from the monitor, if it has it. The caller disarms the socket in
-    /// the watch too, so that its answers wake no other thread.
+    /// Takes the connection from the monitor, if it has it; the socket is disarmed in the
+    /// watch before any request goes out, so that no answer wakes another thread (on two
+    /// cores the server often answers before the sending thread runs again).
     fn take(&mut self) {
         if self.connection.is_some() {
             return;
@@ -666,6 +660,7 @@ impl Held<'_> {
         let mut slot = self.conn.slot.lock();
         if let Some(connection) = slot.connection.take() {
             self.connection = Some(connection);
+            self.conn.sock.disarm();
             // Whatever came in while the monitor had it is read at once.
             self.conn.sock.readable.store(true, Ordering::Relaxed);
         }
