@@ -268,28 +268,26 @@ impl Shared {
             // Armed for it already, and the watch clears `armed` before it wakes.
             return Ok(());
         }
-        let wanted = EventFlags::from_bits_retain(before | flags.bits())
-            | EventFlags::RDHUP
-            | EventFlags::ONESHOT;
+        self.set(EventFlags::from_bits_retain(before | flags.bits()) | EventFlags::RDHUP)
+            .map_err(io::Error::from)
+    }
+
+    /// What the watch waits for on this socket, once (`EPOLLONESHOT`); nothing if `flags` is
+    /// empty.
+    fn set(&self, flags: EventFlags) -> rustix::io::Result<()> {
+        let once = flags | EventFlags::ONESHOT;
         epoll::modify(
             &self.watch.epoll,
             &self.sock,
             EventData::new_u64(self.id),
-            wanted,
+            once,
         )
-        .map_err(io::Error::from)
     }
 
     /// Takes the socket out of the watch: its readiness wakes no one until it is armed again.
     fn disarm(&self) {
         if self.armed.swap(0, Ordering::AcqRel) != 0 {
-            let off = EventFlags::ONESHOT;
-            if let Err(e) = epoll::modify(
-                &self.watch.epoll,
-                &self.sock,
-                EventData::new_u64(self.id),
-                off,
-            ) {
+            if let Err(e) = self.set(EventFlags::empty()) {
                 tracing::debug!("zklock: disarming a PostgreSQL socket failed: {e}");
             }
         }

@@ -470,7 +470,8 @@ async fn ask(
         _ = cancelled.changed() => return Err(Error::Cancelled),
     };
     if deadline.expired() {
-        // Boxed, as the heartbeat below: rare paths that would double this future's size.
+        // Boxed, as the heartbeat below: rare paths that would make this future a third
+        // larger (4.5 KB, not 3.3).
         return match Box::pin(try_on(inner, name, key, session)).await? {
             Ok(grant) => Ok(Some(grant)),
             Err(session) => {
