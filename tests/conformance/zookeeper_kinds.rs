@@ -1,14 +1,12 @@
-//! One conformance suite over every exclusive lock type: the same scenarios, each against a
-//! real ZooKeeper.
-
-mod common;
+//! ZooKeeper's exclusive lock kinds under the same scenarios: container parents reaped, a
+//! restart, an expired session, a namespace.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use zklock::testing::{expire_session, TestingServer};
 use zklock::{
     Client, Error, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,

@@ -1,0 +1,95 @@
+//! The conformance suite: every scenario written once (`scenarios.rs`) and run on every backend
+//! (`backends.rs`); a test's name says which, as in `redis::hand_off_after_500ms_hold`. The
+//! ZooKeeper lock kinds' own scenarios are in `zookeeper_kinds.rs`.
+//!
+//! Each test starts its own throwaway server.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod backends;
+mod checker;
+mod scenarios;
+mod zookeeper_kinds;
+
+use std::time::Duration;
+
+/// The scenarios for one backend, in a module named after it.
+macro_rules! backend {
+    ($name:ident => $backend:expr) => {
+        mod $name {
+            use super::*;
+            use crate::scenarios as s;
+
+            const B: &dyn backends::Backend = &$backend;
+
+            #[test]
+            fn exclusion_across_clients() {
+                s::exclusion(B)
+            }
+            #[test]
+            fn fifo_order() {
+                s::fifo(B)
+            }
+            #[test]
+            fn reentrancy_and_not_owner() {
+                s::reentrancy_and_not_owner(B)
+            }
+            #[test]
+            fn hand_off_after_0ms_hold() {
+                s::hand_off(B, Duration::ZERO)
+            }
+            #[test]
+            fn hand_off_after_50ms_hold() {
+                s::hand_off(B, Duration::from_millis(50))
+            }
+            #[test]
+            fn hand_off_after_500ms_hold() {
+                s::hand_off(B, Duration::from_millis(500))
+            }
+            #[test]
+            fn try_and_timeout_bounds() {
+                s::try_and_timeout(B)
+            }
+            #[test]
+            fn cancel_waiters() {
+                s::cancel_waiters(B)
+            }
+            #[test]
+            fn close_while_waiting() {
+                s::close_while_waiting(B)
+            }
+            #[test]
+            fn close_while_holding() {
+                s::close_while_holding(B)
+            }
+            #[test]
+            fn frozen_server_bounds() {
+                s::frozen_server(B)
+            }
+            #[test]
+            fn bad_input_refused() {
+                s::bad_input(B)
+            }
+            #[test]
+            fn semaphore_at_most_n() {
+                s::semaphore_at_most_n(B)
+            }
+            #[test]
+            fn read_write_exclusion_and_writer_preference() {
+                s::read_write(B)
+            }
+            #[test]
+            fn leader_latch_one_leader_rising_epochs() {
+                s::leader_latch(B)
+            }
+        }
+    };
+}
+
+// The backends: one line each.
+backend!(zookeeper => backends::zookeeper::ZooKeeper);
+#[cfg(feature = "redis")]
+backend!(redis => backends::redis::Redis);
+#[cfg(feature = "postgres")]
+backend!(postgres => backends::postgres::Postgres);

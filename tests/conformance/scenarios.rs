@@ -1,0 +1,508 @@
+//! The scenarios, each written once over [`Backend`]: what every backend promises.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::backends::{Backend, Conn, Opts};
+use crate::checker::{Access, Log};
+use crate::common::{patience, wait_for};
+use zklock::{Error, Lock, LockHealth};
+
+/// Far above a wake-up on a loaded machine, far below every backend's re-check period with the
+/// default session timeout (a third of 30 s): a hand-off that waits for a re-check fails.
+const HAND_OFF_BOUND: Duration = Duration::from_secs(2);
+
+/// Slack for a loaded 2-core machine on top of a documented bound.
+const SLACK: Duration = Duration::from_secs(1);
+
+fn connect(b: &dyn Backend, address: &str) -> Box<dyn Conn> {
+    b.connect(address, Opts::default())
+}
+
+/// Two Clients, three threads each on one lock object per Client, 60 sections in all: the log
+/// shows no two inside at once.
+pub fn exclusion(b: &dyn Backend) {
+    let server = b.start();
+    let log = Arc::new(Log::default());
+    let sections = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    let conns: Vec<_> = (0..2).map(|_| connect(b, &server.address())).collect();
+    for (c, conn) in conns.iter().enumerate() {
+        let lock = conn.mutex("exclusion").unwrap();
+        for t in 0..3 {
+            let (lock, log, sections) = (lock.clone(), log.clone(), sections.clone());
+            threads.push(thread::spawn(move || {
+                let who = c * 10 + t;
+                for _ in 0..10 {
+                    lock.acquire().unwrap();
+                    log.enter(who, Access::Write);
+                    thread::sleep(Duration::from_millis(2));
+                    log.exit(who, Access::Write);
+                    lock.release().unwrap();
+                    sections.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(log.sections(), 60);
+    assert_eq!(log.check(1), Ok(1));
+}
+
+/// Waiters of three Clients queued one after another are granted in that order.
+pub fn fifo(b: &dyn Backend) {
+    if !b.fifo() {
+        return;
+    }
+    let server = b.start();
+    let holder = connect(b, &server.address());
+    let lock = holder.mutex("fifo").unwrap();
+    lock.acquire().unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    let mut conns = Vec::new();
+    for i in 0..3 {
+        let conn: Arc<dyn Conn> = Arc::from(connect(b, &server.address()));
+        conns.push(conn.clone());
+        let order = order.clone();
+        waiters.push(thread::spawn(move || {
+            let lock = conn.mutex("fifo").unwrap();
+            assert!(lock.acquire_timeout(patience()).unwrap());
+            order.lock().push(i);
+            lock.release().unwrap();
+        }));
+        // Time to queue: the order of arrival is what is checked.
+        thread::sleep(Duration::from_millis(500));
+    }
+    lock.release().unwrap();
+    waiters.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(*order.lock(), vec![0, 1, 2]);
+}
+
+/// A thread re-enters its hold; the lock is free only after as many releases; another thread
+/// cannot release it.
+pub fn reentrancy_and_not_owner(b: &dyn Backend) {
+    let server = b.start();
+    let (a, other) = (connect(b, &server.address()), connect(b, &server.address()));
+    let lock = a.mutex("reentrant").unwrap();
+    let theirs = other.mutex("reentrant").unwrap();
+    assert_eq!(lock.release(), Err(Error::NotOwner));
+    lock.acquire().unwrap();
+    assert!(lock.acquire_timeout(Duration::ZERO).unwrap(), "re-entry");
+    let token = lock.fencing_token().unwrap();
+    {
+        let lock = lock.clone();
+        let r = thread::spawn(move || lock.release()).join().unwrap();
+        assert_eq!(r, Err(Error::NotOwner), "another thread released it");
+    }
+    lock.release().unwrap();
+    assert_eq!(lock.health(), Some(LockHealth::Held), "one hold is left");
+    assert!(
+        !theirs.acquire_timeout(Duration::ZERO).unwrap(),
+        "free too soon"
+    );
+    lock.release().unwrap();
+    assert_eq!(lock.health(), None);
+    assert_eq!(lock.release(), Err(Error::NotOwner));
+    assert!(theirs.acquire_timeout(patience()).unwrap());
+    assert!(theirs.fencing_token().unwrap() > token, "tokens rise");
+    theirs.release().unwrap();
+}
+
+/// A waiter on another Client is granted within [`HAND_OFF_BOUND`] of the release, after holds
+/// of `hold`, three times.
+pub fn hand_off(b: &dyn Backend, hold: Duration) {
+    let server = b.start();
+    let (a, w) = (connect(b, &server.address()), connect(b, &server.address()));
+    let name = format!("hand-off-{}", hold.as_millis());
+    let lock = a.mutex(&name).unwrap();
+    let waiter = w.mutex(&name).unwrap();
+    for round in 0..3 {
+        lock.acquire().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let t = {
+            let waiter = waiter.clone();
+            thread::spawn(move || {
+                assert!(waiter.acquire_timeout(patience()).unwrap());
+                tx.send(Instant::now()).unwrap();
+                waiter.release().unwrap();
+            })
+        };
+        thread::sleep(hold);
+        let released = Instant::now();
+        lock.release().unwrap();
+        let granted = rx.recv_timeout(patience()).expect("the waiter was served");
+        let gap = granted.saturating_duration_since(released);
+        println!(
+            "{}: hand-off after a {hold:?} hold, round {round}: {gap:?}",
+            b.name()
+        );
+        assert!(
+            gap < HAND_OFF_BOUND,
+            "hand-off after a {hold:?} hold took {gap:?}"
+        );
+        t.join().unwrap();
+    }
+}
+
+/// Against a held lock: `try_lock` answers at once, `acquire_timeout(d)` after about `d`, and
+/// neither leaves anything that delays the next holder.
+pub fn try_and_timeout(b: &dyn Backend) {
+    let server = b.start();
+    let (a, w) = (connect(b, &server.address()), connect(b, &server.address()));
+    let lock = a.mutex("busy").unwrap();
+    let other = w.mutex("busy").unwrap();
+    lock.acquire().unwrap();
+    let t = Instant::now();
+    assert!(!other.acquire_timeout(Duration::ZERO).unwrap());
+    let tried = t.elapsed();
+    let t = Instant::now();
+    assert!(!other.acquire_timeout(Duration::from_millis(300)).unwrap());
+    let waited = t.elapsed();
+    println!("{}: try {tried:?}, timeout of 300 ms {waited:?}", b.name());
+    assert!(tried < SLACK, "try_lock took {tried:?}");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "returned early: {waited:?}"
+    );
+    assert!(waited < Duration::from_millis(300) + SLACK, "{waited:?}");
+    lock.release().unwrap();
+    let t = Instant::now();
+    assert!(other.acquire_timeout(patience()).unwrap());
+    let next = t.elapsed();
+    assert!(
+        next < HAND_OFF_BOUND,
+        "a timed-out waiter's trace delayed the lock: {next:?}"
+    );
+    other.release().unwrap();
+}
+
+/// `cancel_waiters` ends a waiting thread with `Cancelled` at once, and leaves no queue entry:
+/// the next waiter is served as soon as the holder lets go.
+pub fn cancel_waiters(b: &dyn Backend) {
+    let server = b.start();
+    let (a, w, n) = (
+        connect(b, &server.address()),
+        connect(b, &server.address()),
+        connect(b, &server.address()),
+    );
+    let lock = a.mutex("cancel").unwrap();
+    let waiter = w.mutex("cancel").unwrap();
+    lock.acquire().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = {
+        let waiter = waiter.clone();
+        thread::spawn(move || {
+            let r = waiter.acquire_timeout(patience());
+            tx.send(Instant::now()).unwrap();
+            r
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let cancelled = Instant::now();
+    waiter.cancel_waiters();
+    let ended = rx.recv_timeout(patience()).expect("the waiter ended");
+    assert_eq!(t.join().unwrap(), Err(Error::Cancelled));
+    let took = ended.saturating_duration_since(cancelled);
+    println!("{}: cancelled in {took:?}", b.name());
+    assert!(took < HAND_OFF_BOUND, "cancel took {took:?}");
+    let next = n.mutex("cancel").unwrap();
+    let t = {
+        let next = next.clone();
+        thread::spawn(move || {
+            assert!(next.acquire_timeout(patience()).unwrap());
+            let at = Instant::now();
+            next.release().unwrap();
+            at
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    lock.release().unwrap();
+    let gap = t.join().unwrap().saturating_duration_since(released);
+    assert!(
+        gap < HAND_OFF_BOUND,
+        "the cancelled entry delayed the next: {gap:?}"
+    );
+}
+
+/// `close()` on a Client with a waiting thread: the waiter ends with `Closed` at once, and a
+/// waiter of another Client queued behind it is served as soon as the holder lets go.
+pub fn close_while_waiting(b: &dyn Backend) {
+    let server = b.start();
+    let (a, w, n) = (
+        connect(b, &server.address()),
+        connect(b, &server.address()),
+        connect(b, &server.address()),
+    );
+    let lock = a.mutex("close-waiting").unwrap();
+    lock.acquire().unwrap();
+    let waiter = w.mutex("close-waiting").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = thread::spawn(move || {
+        let r = waiter.acquire_timeout(patience());
+        tx.send(Instant::now()).unwrap();
+        r
+    });
+    thread::sleep(Duration::from_millis(300));
+    let next = n.mutex("close-waiting").unwrap();
+    let behind = {
+        let next = next.clone();
+        thread::spawn(move || {
+            assert!(next.acquire_timeout(patience()).unwrap());
+            let at = Instant::now();
+            next.release().unwrap();
+            at
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let closed = Instant::now();
+    w.close();
+    let ended = rx.recv_timeout(patience()).expect("the waiter ended");
+    let took = ended.saturating_duration_since(closed);
+    let r = t.join().unwrap();
+    println!("{}: waiter ended {took:?} after close: {r:?}", b.name());
+    assert_eq!(r, Err(Error::Closed));
+    assert!(
+        took < HAND_OFF_BOUND,
+        "the waiter ended {took:?} after close"
+    );
+    let released = Instant::now();
+    lock.release().unwrap();
+    let gap = behind.join().unwrap().saturating_duration_since(released);
+    println!("{}: the waiter behind served in {gap:?}", b.name());
+    assert!(
+        gap < HAND_OFF_BOUND,
+        "the closed Client's entry delayed the next: {gap:?}"
+    );
+}
+
+/// `close()` on a Client with holds: they read `Lost` when it returns, and another Client
+/// takes the lock at once.
+pub fn close_while_holding(b: &dyn Backend) {
+    let server = b.start();
+    let (a, w) = (connect(b, &server.address()), connect(b, &server.address()));
+    let lock = a.mutex("close-holding").unwrap();
+    lock.acquire().unwrap();
+    let other = w.mutex("close-holding").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = thread::spawn(move || {
+        assert!(other.acquire_timeout(patience()).unwrap());
+        tx.send(Instant::now()).unwrap();
+        other.release().unwrap();
+    });
+    thread::sleep(Duration::from_millis(300));
+    let closed = Instant::now();
+    a.close();
+    let health = lock.health();
+    let granted = rx
+        .recv_timeout(patience())
+        .expect("the other Client took it");
+    t.join().unwrap();
+    let gap = granted.saturating_duration_since(closed);
+    println!(
+        "{}: after close: {health:?}, taken over in {gap:?}",
+        b.name()
+    );
+    assert_eq!(health, Some(LockHealth::Lost), "a hold after close");
+    assert!(
+        gap < HAND_OFF_BOUND,
+        "the closed Client's hold lasted {gap:?}"
+    );
+    assert_eq!(lock.release(), Err(Error::LockLost));
+}
+
+/// With the server frozen (SIGSTOP), every call returns within its documented bound: a try or
+/// a release within a few round trips' timeouts, a timed wait within its timeout plus those.
+pub fn frozen_server(b: &dyn Backend) {
+    let server = b.start();
+    let op = Duration::from_secs(1);
+    let opts = Opts {
+        op,
+        ..Opts::default()
+    };
+    let a = b.connect(&server.address(), opts);
+    let held = a.mutex("frozen-held").unwrap();
+    let free = a.mutex("frozen-free").unwrap();
+    held.acquire().unwrap();
+    server.pause();
+    let measure = |what: &str, bound: Duration, f: &dyn Fn()| {
+        let t = Instant::now();
+        f();
+        let took = t.elapsed();
+        println!(
+            "{}: {what} against a frozen server: {took:?} (bound {bound:?})",
+            b.name()
+        );
+        took < bound + SLACK
+    };
+    let results = [
+        measure("try_lock", 2 * op, &|| {
+            let _ = free.acquire_timeout(Duration::ZERO);
+        }),
+        measure("acquire_timeout(1 s)", op + 2 * op, &|| {
+            let _ = free.acquire_timeout(op);
+        }),
+        measure("release", op, &|| {
+            let _ = held.release();
+        }),
+        measure("close", 2 * op, &|| a.close()),
+    ];
+    server.resume();
+    assert_eq!(results, [true; 4], "calls overran their bounds (see above)");
+}
+
+/// Names and durations that cannot work are refused before any I/O, and none panics.
+pub fn bad_input(b: &dyn Backend) {
+    let server = b.start();
+    let a = connect(b, &server.address());
+    match a.mutex("") {
+        Err(Error::InvalidArgument(_) | Error::InvalidPath { .. }) => {}
+        other => panic!("an empty name: {:?}", other.map(|_| ())),
+    }
+    // A long name is refused before I/O or works; either way nothing panics.
+    match a.mutex(&"x".repeat(100_000)) {
+        Err(Error::InvalidArgument(_) | Error::InvalidPath { .. }) => {}
+        Err(e) => panic!("a long name: {e:?}"),
+        Ok(lock) => {
+            if lock.acquire_timeout(Duration::ZERO).unwrap() {
+                lock.release().unwrap();
+            }
+        }
+    }
+    assert!(
+        a.semaphore("zero-leases", 0).is_err(),
+        "a semaphore of no lease"
+    );
+    let lock = a.mutex("durations").unwrap();
+    assert!(lock.acquire_timeout(Duration::MAX).unwrap());
+    assert!(lock.release_timeout(Duration::MAX).is_ok());
+}
+
+/// Six threads on three Clients share a semaphore of two leases: never three inside, two
+/// often.
+pub fn semaphore_at_most_n(b: &dyn Backend) {
+    let server = b.start();
+    let log = Arc::new(Log::default());
+    let mut threads = Vec::new();
+    let conns: Vec<Arc<dyn Conn>> = (0..3)
+        .map(|_| Arc::from(connect(b, &server.address())))
+        .collect();
+    for (c, conn) in conns.iter().enumerate() {
+        let sem: Arc<dyn crate::backends::Semaphore> = Arc::from(conn.semaphore("sem", 2).unwrap());
+        for t in 0..2 {
+            let (sem, log) = (sem.clone(), log.clone());
+            threads.push(thread::spawn(move || {
+                let who = c * 10 + t;
+                for _ in 0..8 {
+                    let lease = sem.acquire_timeout(patience()).unwrap().unwrap();
+                    assert_eq!(lease.health(), LockHealth::Held);
+                    log.enter(who, Access::Write);
+                    thread::sleep(Duration::from_millis(5));
+                    log.exit(who, Access::Write);
+                    lease.release().unwrap();
+                }
+            }));
+        }
+    }
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(log.check(2), Ok(2));
+}
+
+/// Readers share, a writer is alone, and a writer that waits goes before readers that came
+/// after it.
+pub fn read_write(b: &dyn Backend) {
+    let server = b.start();
+    let log = Arc::new(Log::default());
+    let conns: Vec<Arc<dyn Conn>> = (0..2)
+        .map(|_| Arc::from(connect(b, &server.address())))
+        .collect();
+    let mut threads = Vec::new();
+    for (c, conn) in conns.iter().enumerate() {
+        let rw: Arc<dyn crate::backends::ReadWrite> = Arc::from(conn.read_write("rw").unwrap());
+        for t in 0..3 {
+            let (rw, log) = (rw.clone(), log.clone());
+            threads.push(thread::spawn(move || {
+                let who = c * 10 + t;
+                for i in 0..6 {
+                    let (lock, access) = if (i + t) % 3 == 0 {
+                        (rw.write(), Access::Write)
+                    } else {
+                        (rw.read(), Access::Read)
+                    };
+                    lock.acquire().unwrap();
+                    log.enter(who, access);
+                    thread::sleep(Duration::from_millis(3));
+                    log.exit(who, access);
+                    lock.release().unwrap();
+                }
+            }));
+        }
+    }
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(log.check(1), Ok(1));
+
+    // Writer preference: a reader holds, a writer queues, a later reader waits for the writer.
+    let (a, w, r) = (&conns[0], &conns[1], connect(b, &server.address()));
+    let first = a.read_write("pref").unwrap();
+    first.read().acquire().unwrap();
+    let writer = w.read_write("pref").unwrap();
+    let writer = thread::spawn(move || {
+        assert!(writer.write().acquire_timeout(patience()).unwrap());
+        let at = Instant::now();
+        writer.write().release().unwrap();
+        at
+    });
+    thread::sleep(Duration::from_millis(500));
+    let late = r.read_write("pref").unwrap();
+    assert!(
+        !late
+            .read()
+            .acquire_timeout(Duration::from_millis(300))
+            .unwrap(),
+        "a reader went ahead of a waiting writer"
+    );
+    first.read().release().unwrap();
+    writer.join().unwrap();
+    assert!(late.read().acquire_timeout(patience()).unwrap());
+    late.read().release().unwrap();
+}
+
+/// Three latches on three Clients: one leader at a time; when it leaves another leads, with a
+/// higher epoch.
+pub fn leader_latch(b: &dyn Backend) {
+    let server = b.start();
+    let conns: Vec<_> = (0..3).map(|_| connect(b, &server.address())).collect();
+    let mut latches: Vec<_> = conns
+        .iter()
+        .map(|c| Some(c.latch("election").unwrap()))
+        .collect();
+    assert!(latches[0]
+        .as_ref()
+        .unwrap()
+        .await_leadership_timeout(Duration::ZERO)
+        .is_ok());
+    let mut last_epoch = 0;
+    for _ in 0..3 {
+        wait_for("one leader", || {
+            latches
+                .iter()
+                .flatten()
+                .filter(|l| l.has_leadership())
+                .count()
+                == 1
+        });
+        thread::sleep(Duration::from_millis(200));
+        let leaders: Vec<usize> = (0..latches.len())
+            .filter(|&i| latches[i].as_ref().is_some_and(|l| l.has_leadership()))
+            .collect();
+        assert_eq!(leaders.len(), 1, "leaders: {leaders:?}");
+        let leader = latches[leaders[0]].take().unwrap();
+        let epoch = leader.epoch().expect("a leader's epoch");
+        assert!(epoch > last_epoch, "epoch {epoch} after {last_epoch}");
+        last_epoch = epoch;
+        leader.close();
+    }
+}
