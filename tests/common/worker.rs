@@ -2,7 +2,7 @@
 //! from an environment variable and reports on its standard output in lines that start with
 //! `worker: `. The test signals it (`kill -9`, SIGSTOP) and reads what it says.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -66,6 +66,11 @@ impl Worker {
                 return rest.trim().to_owned();
             }
         }
+    }
+
+    /// Writes `line` to the worker's standard input.
+    pub fn tell(&mut self, line: &str) {
+        writeln!(self._stdin, "{line}").expect("write to the worker");
     }
 
     /// `kill SIG PID` of the worker.

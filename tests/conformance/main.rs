@@ -80,6 +80,19 @@ macro_rules! backend {
                 s::read_write(B)
             }
             #[test]
+            fn holder_killed_is_replaced() {
+                s::silent_holder(B, "-KILL")
+            }
+            #[test]
+            fn holder_frozen_is_replaced_and_reads_lost() {
+                s::silent_holder(B, "-STOP")
+            }
+            /// Not a scenario: the holder process of the two above.
+            #[test]
+            fn holder_worker() {
+                s::holder_worker(B)
+            }
+            #[test]
             fn leader_latch_one_leader_rising_epochs() {
                 s::leader_latch(B)
             }

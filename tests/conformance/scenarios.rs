@@ -506,3 +506,70 @@ pub fn leader_latch(b: &dyn Backend) {
         leader.close();
     }
 }
+
+/// The session timeout of a holder process: short, so that the server frees a silent holder
+/// soon.
+const WORKER_SESSION: Duration = Duration::from_secs(4);
+
+/// How long after a holder falls silent every backend's server has freed its lock: the session
+/// timeout, then as long again for the server's timer to run and the waiter to look.
+fn takeover_bound() -> Duration {
+    2 * WORKER_SESSION + HAND_OFF_BOUND
+}
+
+/// The environment variable that makes this test binary a holder process:
+/// `ADDRESS NAME` of the lock to hold.
+pub const WORKER: &str = "ZKLOCK_CONFORMANCE_WORKER";
+
+/// A holder process (this binary run again as `BACKEND::holder_worker`): holds the lock, says
+/// `held TOKEN`, then answers each line on its standard input with `health HEALTH`.
+pub fn holder_worker(b: &dyn Backend) {
+    let Ok(args) = std::env::var(WORKER) else {
+        return; // only as a worker process
+    };
+    let (address, name) = args.split_once(' ').unwrap();
+    let opts = Opts {
+        session: WORKER_SESSION,
+        ..Opts::default()
+    };
+    let conn = b.connect(address, opts);
+    let lock = conn.mutex(name).unwrap();
+    lock.acquire().unwrap();
+    crate::common::worker::say(&format!("held {}", lock.fencing_token().unwrap()));
+    for _ in std::io::stdin().lines() {
+        crate::common::worker::say(&format!("health {:?}", lock.health()));
+    }
+}
+
+/// A holder process killed (`kill -9`) or frozen (SIGSTOP) is replaced within the server's
+/// stated bound; the frozen one reads `Lost` on waking, and the next token is higher.
+pub fn silent_holder(b: &dyn Backend, signal: &str) {
+    let server = b.start();
+    let name = format!("silent{}", signal.to_lowercase());
+    let test = format!("{}::holder_worker", b.name());
+    let mut worker = crate::common::worker::Worker::start(
+        &test,
+        WORKER,
+        &format!("{} {name}", server.address()),
+    );
+    let token: u64 = worker.expect("held ").parse().unwrap();
+    let conn = connect(b, &server.address());
+    let lock = conn.mutex(&name).unwrap();
+    let silent = Instant::now();
+    worker.signal(signal);
+    assert!(lock.acquire_timeout(patience()).unwrap());
+    let took = silent.elapsed();
+    println!(
+        "{}: the holder's {signal}, taken over in {took:?}",
+        b.name()
+    );
+    assert!(took < takeover_bound(), "taken over after {took:?}");
+    assert!(lock.fencing_token().unwrap() > token, "tokens rise");
+    if signal == "-STOP" {
+        worker.signal("-CONT");
+        worker.tell("health?");
+        let health = worker.expect("health ");
+        assert_eq!(health, "Some(Lost)", "the frozen holder on waking");
+    }
+    lock.release().unwrap();
+}
