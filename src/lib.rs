@@ -230,6 +230,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod any;
 mod core;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -241,6 +242,10 @@ pub mod testing;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
+pub use crate::any::{
+    connect, AnyClient, AnyClientBuilder, AnyLeaderLatch, AnyLease, AnyReadWriteLock, AnySemaphore,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT,
+};
 pub use crate::core::channel::Receiver;
 pub use crate::core::connection::ConnectionState;
 pub use crate::core::error::{Error, Result};

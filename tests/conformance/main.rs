@@ -101,8 +101,8 @@ macro_rules! backend {
 }
 
 // The backends: one line each.
-backend!(zookeeper => backends::zookeeper::ZooKeeper);
+backend!(zookeeper => backends::ZooKeeper);
 #[cfg(feature = "redis")]
-backend!(redis => backends::redis::Redis);
+backend!(redis => backends::Redis);
 #[cfg(feature = "postgres")]
-backend!(postgres => backends::postgres::Postgres);
+backend!(postgres => backends::Postgres);

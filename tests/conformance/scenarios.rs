@@ -5,10 +5,10 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::backends::{Backend, Conn, Opts};
+use crate::backends::{Backend, Opts};
 use crate::checker::{Access, Log};
 use crate::common::{patience, wait_for};
-use zklock::{Error, Lock, LockHealth};
+use zklock::{AnyClient, Error, Lock, LockHealth};
 
 /// Far above a wake-up on a loaded machine, far below every backend's re-check period with the
 /// default session timeout (a third of 30 s): a hand-off that waits for a re-check fails.
@@ -17,8 +17,8 @@ const HAND_OFF_BOUND: Duration = Duration::from_secs(2);
 /// Slack for a loaded 2-core machine on top of a documented bound.
 const SLACK: Duration = Duration::from_secs(1);
 
-fn connect(b: &dyn Backend, address: &str) -> Box<dyn Conn> {
-    b.connect(address, Opts::default())
+fn connect(b: &dyn Backend, url: &str) -> AnyClient {
+    b.connect(url, Opts::default())
 }
 
 /// Two Clients, three threads each on one lock object per Client, 60 sections in all: the log
@@ -28,7 +28,7 @@ pub fn exclusion(b: &dyn Backend) {
     let log = Arc::new(Log::default());
     let sections = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
-    let conns: Vec<_> = (0..2).map(|_| connect(b, &server.address())).collect();
+    let conns: Vec<_> = (0..2).map(|_| connect(b, &server.url())).collect();
     for (c, conn) in conns.iter().enumerate() {
         let lock = conn.mutex("exclusion").unwrap();
         for t in 0..3 {
@@ -57,14 +57,14 @@ pub fn fifo(b: &dyn Backend) {
         return;
     }
     let server = b.start();
-    let holder = connect(b, &server.address());
+    let holder = connect(b, &server.url());
     let lock = holder.mutex("fifo").unwrap();
     lock.acquire().unwrap();
     let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     let mut conns = Vec::new();
     for i in 0..3 {
-        let conn: Arc<dyn Conn> = Arc::from(connect(b, &server.address()));
+        let conn = connect(b, &server.url());
         conns.push(conn.clone());
         let order = order.clone();
         waiters.push(thread::spawn(move || {
@@ -85,7 +85,7 @@ pub fn fifo(b: &dyn Backend) {
 /// cannot release it.
 pub fn reentrancy_and_not_owner(b: &dyn Backend) {
     let server = b.start();
-    let (a, other) = (connect(b, &server.address()), connect(b, &server.address()));
+    let (a, other) = (connect(b, &server.url()), connect(b, &server.url()));
     let lock = a.mutex("reentrant").unwrap();
     let theirs = other.mutex("reentrant").unwrap();
     assert_eq!(lock.release(), Err(Error::NotOwner));
@@ -115,7 +115,7 @@ pub fn reentrancy_and_not_owner(b: &dyn Backend) {
 /// of `hold`, three times.
 pub fn hand_off(b: &dyn Backend, hold: Duration) {
     let server = b.start();
-    let (a, w) = (connect(b, &server.address()), connect(b, &server.address()));
+    let (a, w) = (connect(b, &server.url()), connect(b, &server.url()));
     let name = format!("hand-off-{}", hold.as_millis());
     let lock = a.mutex(&name).unwrap();
     let waiter = w.mutex(&name).unwrap();
@@ -151,7 +151,7 @@ pub fn hand_off(b: &dyn Backend, hold: Duration) {
 /// neither leaves anything that delays the next holder.
 pub fn try_and_timeout(b: &dyn Backend) {
     let server = b.start();
-    let (a, w) = (connect(b, &server.address()), connect(b, &server.address()));
+    let (a, w) = (connect(b, &server.url()), connect(b, &server.url()));
     let lock = a.mutex("busy").unwrap();
     let other = w.mutex("busy").unwrap();
     lock.acquire().unwrap();
@@ -184,9 +184,9 @@ pub fn try_and_timeout(b: &dyn Backend) {
 pub fn cancel_waiters(b: &dyn Backend) {
     let server = b.start();
     let (a, w, n) = (
-        connect(b, &server.address()),
-        connect(b, &server.address()),
-        connect(b, &server.address()),
+        connect(b, &server.url()),
+        connect(b, &server.url()),
+        connect(b, &server.url()),
     );
     let lock = a.mutex("cancel").unwrap();
     let waiter = w.mutex("cancel").unwrap();
@@ -233,9 +233,9 @@ pub fn cancel_waiters(b: &dyn Backend) {
 pub fn close_while_waiting(b: &dyn Backend) {
     let server = b.start();
     let (a, w, n) = (
-        connect(b, &server.address()),
-        connect(b, &server.address()),
-        connect(b, &server.address()),
+        connect(b, &server.url()),
+        connect(b, &server.url()),
+        connect(b, &server.url()),
     );
     let lock = a.mutex("close-waiting").unwrap();
     lock.acquire().unwrap();
@@ -283,7 +283,7 @@ pub fn close_while_waiting(b: &dyn Backend) {
 /// takes the lock at once.
 pub fn close_while_holding(b: &dyn Backend) {
     let server = b.start();
-    let (a, w) = (connect(b, &server.address()), connect(b, &server.address()));
+    let (a, w) = (connect(b, &server.url()), connect(b, &server.url()));
     let lock = a.mutex("close-holding").unwrap();
     lock.acquire().unwrap();
     let other = w.mutex("close-holding").unwrap();
@@ -323,7 +323,7 @@ pub fn frozen_server(b: &dyn Backend) {
         op,
         ..Opts::default()
     };
-    let a = b.connect(&server.address(), opts);
+    let a = b.connect(&server.url(), opts);
     let held = a.mutex("frozen-held").unwrap();
     let free = a.mutex("frozen-free").unwrap();
     held.acquire().unwrap();
@@ -357,7 +357,7 @@ pub fn frozen_server(b: &dyn Backend) {
 /// Names and durations that cannot work are refused before any I/O, and none panics.
 pub fn bad_input(b: &dyn Backend) {
     let server = b.start();
-    let a = connect(b, &server.address());
+    let a = connect(b, &server.url());
     match a.mutex("") {
         Err(Error::InvalidArgument(_) | Error::InvalidPath { .. }) => {}
         other => panic!("an empty name: {:?}", other.map(|_| ())),
@@ -387,11 +387,9 @@ pub fn semaphore_at_most_n(b: &dyn Backend) {
     let server = b.start();
     let log = Arc::new(Log::default());
     let mut threads = Vec::new();
-    let conns: Vec<Arc<dyn Conn>> = (0..3)
-        .map(|_| Arc::from(connect(b, &server.address())))
-        .collect();
+    let conns: Vec<AnyClient> = (0..3).map(|_| connect(b, &server.url())).collect();
     for (c, conn) in conns.iter().enumerate() {
-        let sem: Arc<dyn crate::backends::Semaphore> = Arc::from(conn.semaphore("sem", 2).unwrap());
+        let sem = Arc::new(conn.semaphore("sem", 2).unwrap());
         for t in 0..2 {
             let (sem, log) = (sem.clone(), log.clone());
             threads.push(thread::spawn(move || {
@@ -416,21 +414,19 @@ pub fn semaphore_at_most_n(b: &dyn Backend) {
 pub fn read_write(b: &dyn Backend) {
     let server = b.start();
     let log = Arc::new(Log::default());
-    let conns: Vec<Arc<dyn Conn>> = (0..2)
-        .map(|_| Arc::from(connect(b, &server.address())))
-        .collect();
+    let conns: Vec<AnyClient> = (0..2).map(|_| connect(b, &server.url())).collect();
     let mut threads = Vec::new();
     for (c, conn) in conns.iter().enumerate() {
-        let rw: Arc<dyn crate::backends::ReadWrite> = Arc::from(conn.read_write("rw").unwrap());
+        let rw = Arc::new(conn.read_write_lock("rw").unwrap());
         for t in 0..3 {
             let (rw, log) = (rw.clone(), log.clone());
             threads.push(thread::spawn(move || {
                 let who = c * 10 + t;
                 for i in 0..6 {
                     let (lock, access) = if (i + t) % 3 == 0 {
-                        (rw.write(), Access::Write)
+                        (rw.write_lock(), Access::Write)
                     } else {
-                        (rw.read(), Access::Read)
+                        (rw.read_lock(), Access::Read)
                     };
                     lock.acquire().unwrap();
                     log.enter(who, access);
@@ -445,39 +441,39 @@ pub fn read_write(b: &dyn Backend) {
     assert_eq!(log.check(1), Ok(1));
 
     // Writer preference: a reader holds, a writer queues, a later reader waits for the writer.
-    let (a, w, r) = (&conns[0], &conns[1], connect(b, &server.address()));
-    let first = a.read_write("pref").unwrap();
-    first.read().acquire().unwrap();
-    let writer = w.read_write("pref").unwrap();
+    let (a, w, r) = (&conns[0], &conns[1], connect(b, &server.url()));
+    let first = a.read_write_lock("pref").unwrap();
+    first.read_lock().acquire().unwrap();
+    let writer = w.read_write_lock("pref").unwrap();
     let writer = thread::spawn(move || {
-        assert!(writer.write().acquire_timeout(patience()).unwrap());
+        assert!(writer.write_lock().acquire_timeout(patience()).unwrap());
         let at = Instant::now();
-        writer.write().release().unwrap();
+        writer.write_lock().release().unwrap();
         at
     });
     thread::sleep(Duration::from_millis(500));
-    let late = r.read_write("pref").unwrap();
+    let late = r.read_write_lock("pref").unwrap();
     assert!(
         !late
-            .read()
+            .read_lock()
             .acquire_timeout(Duration::from_millis(300))
             .unwrap(),
         "a reader went ahead of a waiting writer"
     );
-    first.read().release().unwrap();
+    first.read_lock().release().unwrap();
     writer.join().unwrap();
-    assert!(late.read().acquire_timeout(patience()).unwrap());
-    late.read().release().unwrap();
+    assert!(late.read_lock().acquire_timeout(patience()).unwrap());
+    late.read_lock().release().unwrap();
 }
 
 /// Three latches on three Clients: one leader at a time; when it leaves another leads, with a
 /// higher epoch.
 pub fn leader_latch(b: &dyn Backend) {
     let server = b.start();
-    let conns: Vec<_> = (0..3).map(|_| connect(b, &server.address())).collect();
+    let conns: Vec<_> = (0..3).map(|_| connect(b, &server.url())).collect();
     let mut latches: Vec<_> = conns
         .iter()
-        .map(|c| Some(c.latch("election").unwrap()))
+        .map(|c| Some(c.leader_latch("election").unwrap()))
         .collect();
     assert!(latches[0]
         .as_ref()
@@ -518,7 +514,7 @@ fn takeover_bound() -> Duration {
 }
 
 /// The environment variable that makes this test binary a holder process:
-/// `ADDRESS NAME` of the lock to hold.
+/// `URL NAME` of the lock to hold.
 pub const WORKER: &str = "ZKLOCK_CONFORMANCE_WORKER";
 
 /// A holder process (this binary run again as `BACKEND::holder_worker`): holds the lock, says
@@ -527,12 +523,12 @@ pub fn holder_worker(b: &dyn Backend) {
     let Ok(args) = std::env::var(WORKER) else {
         return; // only as a worker process
     };
-    let (address, name) = args.split_once(' ').unwrap();
+    let (url, name) = args.split_once(' ').unwrap();
     let opts = Opts {
         session: WORKER_SESSION,
         ..Opts::default()
     };
-    let conn = b.connect(address, opts);
+    let conn = b.connect(url, opts);
     let lock = conn.mutex(name).unwrap();
     lock.acquire().unwrap();
     crate::common::worker::say(&format!("held {}", lock.fencing_token().unwrap()));
@@ -547,13 +543,10 @@ pub fn silent_holder(b: &dyn Backend, signal: &str) {
     let server = b.start();
     let name = format!("silent{}", signal.to_lowercase());
     let test = format!("{}::holder_worker", b.name());
-    let mut worker = crate::common::worker::Worker::start(
-        &test,
-        WORKER,
-        &format!("{} {name}", server.address()),
-    );
+    let mut worker =
+        crate::common::worker::Worker::start(&test, WORKER, &format!("{} {name}", server.url()));
     let token: u64 = worker.expect("held ").parse().unwrap();
-    let conn = connect(b, &server.address());
+    let conn = connect(b, &server.url());
     let lock = conn.mutex(&name).unwrap();
     let silent = Instant::now();
     worker.signal(signal);
