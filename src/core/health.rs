@@ -164,14 +164,15 @@ impl HealthFeed {
 }
 
 /// `health_events`, `on_health` and `remove_health_listener` for a lock type whose
-/// [`HealthFeed`] is the field `$feed`; `$thread` says where callbacks run.
+/// [`HealthFeed`] is at `self.$feed` (a field, or a path of fields); `$thread` says where
+/// callbacks run.
 macro_rules! forward_health_api {
-    ($ty:ty, $feed:ident, $thread:literal) => {
+    ($ty:ty, $($feed:ident).+, $thread:literal) => {
         impl $ty {
             /// A channel of every later health change of the holds through this object, each
             /// naming its hold and fencing token (see [`HealthEvent`](crate::HealthEvent)).
             pub fn health_events(&self) -> $crate::Receiver<$crate::HealthEvent> {
-                self.$feed.channel()
+                self.$($feed).+.channel()
             }
 
             #[doc = concat!(
@@ -183,13 +184,13 @@ macro_rules! forward_health_api {
                 &self,
                 f: impl FnMut($crate::HealthEvent) + Send + 'static,
             ) -> u64 {
-                self.$feed.on_health(f)
+                self.$($feed).+.on_health(f)
             }
 
             /// Removes a callback of [`on_health`](Self::on_health); `false` if it was not
             /// there.
             pub fn remove_health_listener(&self, id: u64) -> bool {
-                self.$feed.remove(id)
+                self.$($feed).+.remove(id)
             }
         }
     };

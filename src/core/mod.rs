@@ -15,6 +15,7 @@ pub(crate) mod connection;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod health;
+pub(crate) mod hold;
 pub(crate) mod leadership;
 pub(crate) mod lease;
 pub(crate) mod listeners;

@@ -10,10 +10,11 @@ use super::scripts::{invocation, Keys, Layout};
 use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
+use crate::core::health::{worst, LockHealth};
+use crate::core::hold::{Granted, RawLock, Reentrant, Report};
 use crate::core::lease::LocalLease;
+use crate::core::listeners::Dispatch;
 use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
-use crate::core::reentrant::{Detached, ThreadHolds};
 
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
@@ -54,14 +55,15 @@ pub(crate) const TOKEN_KEEP_TTLS: u32 = 10;
 /// # Ok(()) }
 /// ```
 pub struct RedisMutex {
+    lock: Reentrant<Raw>,
+}
+
+/// The mutex without re-entrancy: one name's keys and the wait loop on them.
+struct Raw {
     client: RedisClient,
     name: String,
     keys: Keys,
     mode: Mode,
-    holders: Arc<ThreadHolds<Holding>>,
-    /// A read-write lock's other half's holds (a downgrade, a refused upgrade).
-    partner: Option<Arc<ThreadHolds<Holding>>>,
-    feed: Arc<HealthFeed>,
     waiters: Waiters,
 }
 
@@ -80,20 +82,12 @@ enum Mode {
     Write,
 }
 
-/// One thread's hold.
-struct Holding {
+/// One thread's hold: the owner id its key holds, the local lease its renewals extend, and
+/// its place in the keeper's list (`None` until kept).
+struct Grant {
     owner: String,
-    token: u64,
-    health: HealthCell,
     lease: Arc<LocalLease>,
-    kept: u64,
-    since: Instant,
-}
-
-impl Holding {
-    fn health(&self) -> LockHealth {
-        worst(*self.health.lock(), self.lease.health())
-    }
+    kept: Option<u64>,
 }
 
 impl RedisMutex {
@@ -102,7 +96,9 @@ impl RedisMutex {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
     pub fn new(client: &RedisClient, name: &str) -> Result<RedisMutex> {
-        RedisMutex::build(client, name, Mode::Fair)
+        Ok(RedisMutex {
+            lock: Reentrant::new(Raw::new(client, name, Mode::Fair)?),
+        })
     }
 
     /// A mutex that grants a free lock to whoever asks first, ahead of the queue (waiters are
@@ -111,7 +107,9 @@ impl RedisMutex {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn barging(client: &RedisClient, name: &str) -> Result<RedisMutex> {
-        RedisMutex::build(client, name, Mode::Barging)
+        Ok(RedisMutex {
+            lock: Reentrant::new(Raw::new(client, name, Mode::Barging)?),
+        })
     }
 
     /// A mutex on redis-py's `Lock` layout, so that Python services using
@@ -139,50 +137,30 @@ impl RedisMutex {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn redis_py(client: &RedisClient, name: &str) -> Result<RedisMutex> {
-        RedisMutex::build(client, name, Mode::RedisPy)
-    }
-
-    fn build(client: &RedisClient, name: &str, mode: Mode) -> Result<RedisMutex> {
-        check_name(name)?;
-        let layout = match mode {
-            Mode::Fair | Mode::Barging => Layout::Queue,
-            Mode::RedisPy => Layout::RedisPy,
-            Mode::Read | Mode::Write => Layout::ReadWrite,
-        };
         Ok(RedisMutex {
-            client: client.clone(),
-            name: name.to_owned(),
-            keys: Keys::new(name, layout),
-            mode,
-            holders: Arc::default(),
-            partner: None,
-            feed: Arc::default(),
-            waiters: Waiters::default(),
+            lock: Reentrant::new(Raw::new(client, name, Mode::RedisPy)?),
         })
     }
 
     /// The read and the write half of the read-write lock `name`.
     pub(crate) fn read_write(client: &RedisClient, name: &str) -> Result<[RedisMutex; 2]> {
-        let mut read = RedisMutex::build(client, name, Mode::Read)?;
-        let mut write = RedisMutex::build(client, name, Mode::Write)?;
-        read.partner = Some(write.holders.clone());
-        write.partner = Some(read.holders.clone());
-        Ok([read, write])
+        let [read, write] = Reentrant::pair(
+            Raw::new(client, name, Mode::Read)?,
+            Raw::new(client, name, Mode::Write)?,
+        );
+        Ok([RedisMutex { lock: read }, RedisMutex { lock: write }])
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.lock.raw.name
     }
 
     /// The key that holds the lock (`zklock:{NAME}`; the name itself on redis-py's layout;
     /// `zklock:rw:{NAME}`, a sorted set, for a read lock and `zklock:rw:{NAME}:writer` for a
     /// write lock).
     pub fn key(&self) -> &str {
-        match self.mode {
-            Mode::Write => &self.keys.writer,
-            _ => &self.keys.holder,
-        }
+        self.lock.raw.key()
     }
 
     /// Who holds the lock and who waits, in that order (a read-write lock's half: the writer,
@@ -191,57 +169,93 @@ impl RedisMutex {
     /// # Errors
     /// A connection error if the server does not answer within the operation timeout.
     pub fn participants(&self) -> Result<Vec<RedisParticipant>> {
-        super::participants::read(self.client.inner(), &self.keys)
+        let raw = &self.lock.raw;
+        super::participants::read(raw.client.inner(), &raw.keys)
     }
 
     /// Whether any thread of this process holds the lock through this object.
     pub fn is_acquired_in_this_process(&self) -> bool {
-        self.holders.any()
+        self.lock.is_acquired_in_this_process()
     }
 
     /// Whether the calling thread holds the lock through this object.
     pub fn is_owned_by_current_thread(&self) -> bool {
-        self.holders.mine_exists()
+        self.lock.is_owned_by_current_thread()
     }
 
     /// The calling thread's fencing token, if it holds the lock.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.holders.mine(|h| h.token)
+        self.lock.fencing_token()
     }
 
     /// The health of the calling thread's hold, if it holds the lock, computed now.
     pub fn health(&self) -> Option<LockHealth> {
-        self.holders.mine(Holding::health)
+        self.lock.health()
+    }
+}
+
+impl Raw {
+    fn new(client: &RedisClient, name: &str, mode: Mode) -> Result<Raw> {
+        check_name(name)?;
+        let layout = match mode {
+            Mode::Fair | Mode::Barging => Layout::Queue,
+            Mode::RedisPy => Layout::RedisPy,
+            Mode::Read | Mode::Write => Layout::ReadWrite,
+        };
+        Ok(Raw {
+            client: client.clone(),
+            name: name.to_owned(),
+            keys: Keys::new(name, layout),
+            mode,
+            waiters: Waiters::default(),
+        })
     }
 
-    fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
+    fn key(&self) -> &str {
+        match self.mode {
+            Mode::Write => &self.keys.writer,
+            _ => &self.keys.holder,
+        }
+    }
+}
+
+impl RawLock for Raw {
+    type Grant = Grant;
+    /// The owner id the same thread's write hold has: a read lock asked by the writer is
+    /// granted at once (a downgrade).
+    type Shared = String;
+
+    fn share(grant: &Grant) -> String {
+        grant.owner.clone()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn closed(&self) -> bool {
+        self.client.inner().closed()
+    }
+
+    fn dispatch(&self) -> Dispatch {
+        self.client.inner().dispatch()
+    }
+
+    fn acquire(
+        &self,
+        deadline: Deadline,
+        partner: Option<String>,
+    ) -> Result<Option<Granted<Grant>>> {
         let inner = self.client.inner();
-        if inner.closed() {
-            return Err(Error::Closed);
-        }
-        if self.health() == Some(LockHealth::Lost) {
-            return Err(Error::LockLost);
-        }
-        if self.holders.reenter() {
-            return Ok(true);
-        }
-        let partner = self.partner.as_deref();
-        if self.mode == Mode::Write && partner.is_some_and(ThreadHolds::mine_exists) {
-            // The readers ahead would include ourselves: we would wait for ever.
-            return Err(Error::WouldDeadlock);
-        }
-        // A read lock's thread that holds the write lock reads at once (a downgrade).
         let own_writer = match self.mode {
-            Mode::Read => partner.and_then(|w| w.mine(|h| h.owner.clone())),
+            Mode::Read => partner,
             _ => None,
         };
-        let started = Instant::now();
         let suffix = match self.mode {
             Mode::Read => "r",
             Mode::Write => "w",
             _ => "",
         };
-        let _waiting = crate::core::metrics::Waiting::new(&self.name);
         let ttl = inner.ttl();
         let poll = if self.mode == Mode::RedisPy {
             PY_POLL
@@ -273,50 +287,49 @@ impl RedisMutex {
             poll,
         };
         let granted = (self.waiters).wait(inner, &self.keys, how, deadline, attempt)?;
-        match granted {
-            Some(((token, sent), owner)) => {
-                crate::core::metrics::acquired(&self.name, started.elapsed());
-                self.hold(owner, token, sent);
-                Ok(true)
+        Ok(granted.map(|((token, sent), owner)| Granted {
+            grant: Grant {
+                owner,
+                lease: inner.keeper.lease(sent),
+                kept: None,
+            },
+            token,
+            node: self.key().to_owned(),
+        }))
+    }
+
+    fn keep(&self, grant: &mut Grant, report: Report) {
+        let inner = self.client.inner();
+        let kept = (inner.keeper).keep(&self.keys, &grant.owner, grant.lease.clone(), report);
+        grant.kept = Some(kept);
+    }
+
+    fn health(&self, grant: &Grant, reported: LockHealth) -> LockHealth {
+        worst(reported, grant.lease.health())
+    }
+
+    fn release(
+        &self,
+        grant: Grant,
+        how: Release,
+        lost: bool,
+        _partner: Option<String>,
+    ) -> Result<()> {
+        let inner = self.client.inner();
+        if let Some(kept) = grant.kept {
+            inner.keeper.forget(kept);
+        }
+        match how {
+            Release::Background => {
+                inner.keeper.release_later(&self.keys, &grant.owner);
+                Ok(())
             }
-            None => {
-                crate::core::metrics::timed_out(&self.name);
-                Ok(false)
-            }
+            Release::Within(until) => inner.release_within(&self.keys, &grant.owner, until, lost),
         }
     }
 
-    fn hold(&self, owner: String, token: u64, sent: Duration) {
-        let inner = self.client.inner();
-        let lease = inner.keeper.lease(sent);
-        let (health, report) = self
-            .feed
-            .hold(inner.dispatch(), &self.name, self.key(), token);
-        let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
-        self.holders.insert(Holding {
-            owner,
-            token,
-            health,
-            lease,
-            kept,
-            since: Instant::now(),
-        });
-    }
-
-    /// Lets go of a released hold as `how` says; [`Error::LockLost`] if it had been lost.
-    fn finish(&self, holding: Holding, how: Release) -> Result<()> {
-        let inner = self.client.inner();
-        inner.keeper.forget(holding.kept);
-        crate::core::metrics::released(&self.name, holding.since.elapsed());
-        let lost = holding.health() == LockHealth::Lost;
-        let until = match how {
-            Release::Background => {
-                inner.keeper.release_later(&self.keys, &holding.owner);
-                return if lost { Err(Error::LockLost) } else { Ok(()) };
-            }
-            Release::Within(until) => until,
-        };
-        inner.release_within(&self.keys, &holding.owner, until, lost)
+    fn cancel_waiters(&self) {
+        self.waiters.cancel();
     }
 }
 
@@ -336,22 +349,19 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 impl Sealed for RedisMutex {
     fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        self.acquire_by(Deadline::until(until))
+        self.lock.acquire(Deadline::until(until))
     }
 
     fn release_as(&self, how: Release) -> Result<()> {
-        match self.holders.detach()? {
-            Detached::StillHeld => Ok(()),
-            Detached::Released(holding) => self.finish(holding, how),
-        }
+        self.lock.release(how)
     }
 
     fn cancel(&self) {
-        self.waiters.cancel();
+        self.lock.cancel_waiters();
     }
 
     fn acquired_here(&self) -> bool {
-        self.holders.any()
+        self.lock.is_acquired_in_this_process()
     }
 }
 
@@ -366,24 +376,14 @@ impl Lock for RedisMutex {
 }
 
 forward_lock_api!(RedisMutex);
-crate::core::health::forward_health_api!(RedisMutex, feed, "the Client's events thread");
-
-impl Drop for RedisMutex {
-    fn drop(&mut self) {
-        let inner = self.client.inner();
-        for holding in self.holders.drain() {
-            inner.keeper.forget(holding.kept);
-            inner.keeper.release_later(&self.keys, &holding.owner);
-        }
-    }
-}
+crate::core::health::forward_health_api!(RedisMutex, lock.feed, "the Client's events thread");
 
 impl std::fmt::Debug for RedisMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisMutex")
-            .field("name", &self.name)
-            .field("mode", &self.mode)
-            .field("held_here", &self.holders.any())
+            .field("name", &self.lock.raw.name)
+            .field("mode", &self.lock.raw.mode)
+            .field("held_here", &self.lock.is_acquired_in_this_process())
             .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,244 @@
+//! The re-entrant shell every backend's mutex runs in (as parking_lot's `lock_api` writes
+//! re-entrancy once over any raw mutex): the backend provides one algorithm behind [`RawLock`]
+//! — acquire with a deadline, keep a grant, release it, cancel waiters — and [`Reentrant`]
+//! owns the sequence around it: closed → lost hold → re-entry → `WouldDeadlock` → metrics →
+//! acquire → the hold record and its health → release → `Drop`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::deadline::Deadline;
+use super::error::{Error, Result};
+use super::health::{HealthCell, HealthFeed, LockHealth};
+use super::listeners::Dispatch;
+use super::lock::Release;
+use super::reentrant::{Detached, ThreadHolds};
+
+/// The function a hold's keeper reports the server's view of the hold to.
+pub(crate) type Report = Arc<dyn Fn(LockHealth) + Send + Sync>;
+
+/// Which lock a [`Reentrant`] is, for the rules between a read-write lock's halves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Half {
+    /// A lock alone.
+    Whole,
+    /// A read-write lock's read half: its thread may also hold the write half (a downgrade).
+    Read,
+    /// A read-write lock's write half: a thread that holds the read half cannot wait for it.
+    Write,
+}
+
+/// A backend's lock, without re-entrancy.
+pub(crate) trait RawLock: Send + Sync {
+    /// What the backend keeps of one hold: what releasing and renewing it need (an owner id,
+    /// a session, a node), its keeper handle among them.
+    type Grant: Send;
+
+    /// What the other half of a read-write lock needs of the same thread's hold (its owner id,
+    /// its session): cheap to clone, taken out without holding any lock while it is used.
+    type Shared;
+
+    /// The [`Shared`](Self::Shared) part of `grant`.
+    fn share(grant: &Self::Grant) -> Self::Shared;
+
+    /// The lock's name, in metrics and health events.
+    fn name(&self) -> &str;
+
+    /// Whether the Client is closed: every call then fails with [`Error::Closed`].
+    fn closed(&self) -> bool;
+
+    /// Where health callbacks run.
+    fn dispatch(&self) -> Dispatch;
+
+    /// Waits until `deadline` (one attempt once it has passed) for the lock; `None` when out
+    /// of time. `partner` is the calling thread's hold of the read-write lock's other half.
+    /// Ends with [`Error::Cancelled`] once [`cancel_waiters`](Self::cancel_waiters) is called
+    /// and with [`Error::Closed`] once the Client closes, leaving nothing behind.
+    fn acquire(
+        &self,
+        deadline: Deadline,
+        partner: Option<Self::Shared>,
+    ) -> Result<Option<Granted<Self::Grant>>>;
+
+    /// Starts keeping a fresh grant alive (renewal), its health going to `report`.
+    fn keep(&self, grant: &mut Self::Grant, report: Report);
+
+    /// The hold's health now: `reported` (the keeper's last report) made worse by what the
+    /// backend knows locally (its lease, its connection).
+    fn health(&self, grant: &Self::Grant, reported: LockHealth) -> LockHealth;
+
+    /// Lets go of a released hold as `how` says; `lost` says the hold had been lost (the
+    /// shell then answers [`Error::LockLost`] whatever this returns). `partner` is the same
+    /// thread's hold of the other half, if any.
+    fn release(
+        &self,
+        grant: Self::Grant,
+        how: Release,
+        lost: bool,
+        partner: Option<Self::Shared>,
+    ) -> Result<()>;
+
+    /// Ends every acquisition waiting now with [`Error::Cancelled`].
+    fn cancel_waiters(&self);
+}
+
+/// What [`RawLock::acquire`] grants.
+pub(crate) struct Granted<G> {
+    pub(crate) grant: G,
+    pub(crate) token: u64,
+    /// What health events name as the hold (a node's path, a key, a session).
+    pub(crate) node: String,
+}
+
+/// One thread's hold: the backend's grant and what the core tracks of it.
+pub(crate) struct Hold<G> {
+    pub(crate) grant: G,
+    pub(crate) token: u64,
+    health: HealthCell,
+    since: Instant,
+}
+
+/// Re-entrancy per thread over a [`RawLock`], with health and fencing.
+pub(crate) struct Reentrant<R: RawLock> {
+    pub(crate) raw: R,
+    half: Half,
+    holders: Arc<ThreadHolds<Hold<R::Grant>>>,
+    /// A read-write lock's other half's holds.
+    partner: Option<Arc<ThreadHolds<Hold<R::Grant>>>>,
+    pub(crate) feed: Arc<HealthFeed>,
+}
+
+impl<R: RawLock> Reentrant<R> {
+    pub(crate) fn new(raw: R) -> Reentrant<R> {
+        Reentrant {
+            raw,
+            half: Half::Whole,
+            holders: Arc::default(),
+            partner: None,
+            feed: Arc::default(),
+        }
+    }
+
+    /// The two halves of a read-write lock over `read` and `write`.
+    pub(crate) fn pair(read: R, write: R) -> [Reentrant<R>; 2] {
+        let mut read = Reentrant::new(read);
+        let mut write = Reentrant::new(write);
+        read.half = Half::Read;
+        write.half = Half::Write;
+        read.partner = Some(write.holders.clone());
+        write.partner = Some(read.holders.clone());
+        [read, write]
+    }
+
+    pub(crate) fn acquire(&self, deadline: Deadline) -> Result<bool> {
+        if self.raw.closed() {
+            return Err(Error::Closed);
+        }
+        // A lost hold is not entered again: what it protected may have been touched by
+        // another holder, and the caller must hear it (release it, then acquire anew).
+        if self.health() == Some(LockHealth::Lost) {
+            return Err(Error::LockLost);
+        }
+        if self.holders.reenter() {
+            return Ok(true);
+        }
+        let partner = self.partner_shared();
+        if self.half == Half::Write && partner.is_some() {
+            // The readers ahead would include ourselves: we would wait for ever.
+            return Err(Error::WouldDeadlock);
+        }
+        let name = self.raw.name();
+        let started = Instant::now();
+        let _waiting = super::metrics::Waiting::new(name);
+        let granted = self.raw.acquire(deadline, partner)?;
+        let Some(Granted {
+            mut grant,
+            token,
+            node,
+        }) = granted
+        else {
+            super::metrics::timed_out(name);
+            return Ok(false);
+        };
+        super::metrics::acquired(name, started.elapsed());
+        let (health, report) = self.feed.hold(self.raw.dispatch(), name, &node, token);
+        self.raw.keep(&mut grant, report);
+        self.holders.insert(Hold {
+            grant,
+            token,
+            health,
+            since: Instant::now(),
+        });
+        Ok(true)
+    }
+
+    pub(crate) fn release(&self, how: Release) -> Result<()> {
+        match self.holders.detach()? {
+            Detached::StillHeld => Ok(()),
+            Detached::Released(hold) => self.finish(hold, how),
+        }
+    }
+
+    fn finish(&self, hold: Hold<R::Grant>, how: Release) -> Result<()> {
+        super::metrics::released(self.raw.name(), hold.since.elapsed());
+        let lost = self.raw.health(&hold.grant, *hold.health.lock()) == LockHealth::Lost;
+        let released = self
+            .raw
+            .release(hold.grant, how, lost, self.partner_shared());
+        if lost {
+            return Err(Error::LockLost);
+        }
+        released
+    }
+
+    /// The calling thread's hold of the other half, if any.
+    fn partner_shared(&self) -> Option<R::Shared> {
+        self.partner
+            .as_deref()
+            .and_then(|p| p.mine(|h| R::share(&h.grant)))
+    }
+
+    pub(crate) fn cancel_waiters(&self) {
+        self.raw.cancel_waiters()
+    }
+
+    pub(crate) fn is_acquired_in_this_process(&self) -> bool {
+        self.holders.any()
+    }
+
+    pub(crate) fn is_owned_by_current_thread(&self) -> bool {
+        self.holders.mine_exists()
+    }
+
+    /// `f` of the calling thread's hold, if it holds.
+    pub(crate) fn mine<T>(&self, f: impl FnOnce(&Hold<R::Grant>) -> T) -> Option<T> {
+        self.holders.mine(f)
+    }
+
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        self.mine(|h| h.token)
+    }
+
+    /// The calling thread's hold's health, computed now.
+    pub(crate) fn health(&self) -> Option<LockHealth> {
+        self.mine(|h| self.raw.health(&h.grant, *h.health.lock()))
+    }
+}
+
+impl<R: RawLock> Drop for Reentrant<R> {
+    fn drop(&mut self) {
+        for hold in self.holders.drain() {
+            let _ = self.finish(hold, Release::Background);
+        }
+    }
+}
+
+impl<R: RawLock> std::fmt::Debug for Reentrant<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reentrant")
+            .field("name", &self.raw.name())
+            .field("half", &self.half)
+            .field("held_here", &self.holders.any())
+            .finish_non_exhaustive()
+    }
+}
