@@ -11,7 +11,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
 use super::session::{error, int, retryable, Keeping, Report, Session};
-use super::sql::{Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
+use super::sql::{self, Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -293,13 +293,14 @@ impl PgMutex {
     }
 
     /// The SQL that takes the same lock from any client: `SELECT
-    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted
-    /// (`pg_advisory_lock_shared` for a read-write lock's read half).
+    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted so that it reads
+    /// the same under every setting (`'` doubled; a name with a backslash as `E'…'`, each
+    /// backslash doubled), and `pg_advisory_lock_shared` for a read-write lock's read half.
     pub fn lock_sql(&self) -> String {
         format!(
-            "SELECT {}(hashtextextended('{}', 0))",
+            "SELECT {}(hashtextextended({}, 0))",
             self.key.sql.function,
-            self.name.replace('\'', "''")
+            sql::literal(&self.name)
         )
     }
 

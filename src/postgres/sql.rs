@@ -96,3 +96,28 @@ macro_rules! statements {
 
 pub(crate) const EXCLUSIVE: Statements = statements!("");
 pub(crate) const SHARED: Statements = statements!("_shared");
+
+/// `text` as an SQL string literal that reads as `text` under every setting: `'…'` with each
+/// `'` doubled; or, when it holds a backslash, `E'…'` with each `\` doubled too (in a plain
+/// literal a backslash is an escape when `standard_conforming_strings` is off and text when it
+/// is on; in an `E''` literal it is an escape under both).
+pub(crate) fn literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', r"\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_double_quotes_and_escape_backslashes_in_the_e_form() {
+        assert_eq!(literal("ledger"), "'ledger'");
+        assert_eq!(literal("it's"), "'it''s'");
+        assert_eq!(literal(r"a\b 'c'"), r"E'a\\b ''c'''");
+    }
+}
