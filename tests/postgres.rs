@@ -373,6 +373,15 @@ fn bad_input_is_refused_with_its_cause() {
         matches!(&e, Error::AuthFailed(why) if why.contains("28P01")),
         "{e:?}"
     );
+    // No password in the URL, for a server that asks for one.
+    let e = cause(&format!(
+        "postgres://zklock@127.0.0.1:{}/postgres",
+        server.port()
+    ));
+    assert!(
+        matches!(&e, Error::AuthFailed(why) if why.contains("password missing") && why.contains("zklock")),
+        "{e:?}"
+    );
     let e = cause(&server.url_as("zklock", server.password(), "nosuchdb"));
     assert!(
         matches!(&e, Error::Postgres(why) if why.contains("3D000") && why.contains("nosuchdb")),

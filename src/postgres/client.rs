@@ -335,7 +335,8 @@ impl PgClientBuilder {
     /// a timeout out of range. Then [`Error::ConnectFailed`] with the cause: [`Error::Io`] for
     /// a refused, unreachable or silent server, [`Error::Tls`] for a refused handshake (the
     /// server's certificate not trusted or not for the host, a server without TLS),
-    /// [`Error::AuthFailed`] for a refused password or user,
+    /// [`Error::AuthFailed`] for a refused password or user, or a password the server asks
+    /// for that the URL does not give,
     /// [`Error::Postgres`] for an unknown database or a server older than PostgreSQL 11.
     pub fn connect(self) -> Result<PgClient> {
         let (mut config, tls, shown) = self.check()?;

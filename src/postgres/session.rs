@@ -199,7 +199,7 @@ impl Session {
                     tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
                         .await
                         .map_err(|_| timed_out())?
-                        .map_err(|e| error(&e, true))?;
+                        .map_err(|e| open_error(&e, config))?;
                 let conn = Conn::new(handle, connection);
                 let monitored = conn.clone();
                 let one = live.one();
@@ -226,7 +226,7 @@ impl Session {
                     tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
                         .await
                         .map_err(|_| timed_out())?
-                        .map_err(|e| error(&e, true))?;
+                        .map_err(|e| open_error(&e, config))?;
                 let one = live.one();
                 tokio::spawn(async move {
                     // Each way out drops the connection, which closes its socket.
@@ -857,13 +857,33 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
         return Error::ConnectionLoss;
     }
     if connecting {
+        // The cause, if any, says what: "invalid configuration: …".
+        let message = match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        };
         return Error::Io {
             context: "connecting to PostgreSQL".into(),
             kind: std::io::ErrorKind::Other,
-            message: e.to_string(),
+            message,
         };
     }
     Error::Postgres(e.to_string())
+}
+
+/// A failure to open a session, as [`error`] says; and a password the server asks for that the
+/// URL does not give is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
+/// configuration error, "password missing").
+fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Error {
+    let missing = e.as_db_error().is_none()
+        && std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
+    if missing {
+        return Error::AuthFailed(format!(
+            "password missing: the server asks for user {:?}'s password and the URL gives none",
+            config.get_user().unwrap_or_default()
+        ));
+    }
+    error(e, true)
 }
 
 /// Whether the retry policy may try again after `e`: a session lost, or one that could not be
