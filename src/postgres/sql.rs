@@ -120,4 +120,17 @@ mod tests {
         assert_eq!(literal("it's"), "'it''s'");
         assert_eq!(literal(r"a\b 'c'"), r"E'a\\b ''c'''");
     }
+
+    /// `docs/postgres.md`'s table of statements shows how a session marks its server session.
+    #[test]
+    fn the_docs_show_the_marker_a_session_opens_with() {
+        let docs = include_str!("../../docs/postgres.md");
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with("| open a session |"))
+            .expect("the docs' row for opening a session");
+        assert!(OPEN.contains("set_config('zklock.marker'"));
+        assert!(row.contains("set_config('zklock.marker'"), "{row}");
+        assert!(!row.contains("pg_try_advisory_lock"), "{row}");
+    }
 }
