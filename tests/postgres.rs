@@ -332,6 +332,28 @@ fn psql_and_the_mutex_exclude_each_other_on_the_documented_key() {
     assert_eq!(psql_once(&server, try_sql), "t");
 }
 
+/// A name with a backslash and quotes: `lock_sql()` takes zklock's key whether the session
+/// reads backslashes in plain literals as escapes (`standard_conforming_strings = off`) or not.
+#[test]
+fn lock_sql_takes_the_same_key_under_every_string_setting() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let name = r"back\slash 'quoted' \\n";
+    let mutex = PgMutex::new(&c, name).unwrap();
+    let mut psql = Psql::start(&server);
+    for setting in ["off", "on"] {
+        psql.run(&format!("SET standard_conforming_strings = {setting}"));
+        psql.run(&mutex.lock_sql());
+        assert!(
+            mutex.try_lock().unwrap().is_none(),
+            "standard_conforming_strings = {setting}: {} took another key",
+            mutex.lock_sql()
+        );
+        psql.run("SELECT pg_advisory_unlock_all()");
+        assert!(mutex.try_lock().unwrap().is_some(), "psql let go");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Bad input.
 // ---------------------------------------------------------------------------
@@ -349,6 +371,15 @@ fn bad_input_is_refused_with_its_cause() {
     let e = cause(&server.url_as("zklock", "wrong", "postgres"));
     assert!(
         matches!(&e, Error::AuthFailed(why) if why.contains("28P01")),
+        "{e:?}"
+    );
+    // No password in the URL, for a server that asks for one.
+    let e = cause(&format!(
+        "postgres://zklock@127.0.0.1:{}/postgres",
+        server.port()
+    ));
+    assert!(
+        matches!(&e, Error::AuthFailed(why) if why.contains("password missing") && why.contains("zklock")),
         "{e:?}"
     );
     let e = cause(&server.url_as("zklock", server.password(), "nosuchdb"));

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::drive::Watch;
-use super::session::{self, Keeper, Limit, Session, Ties};
+use super::session::{self, Keeper, Limit, Live, Session, Ties};
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
@@ -118,6 +118,8 @@ pub(crate) struct Inner {
     pub(crate) keeper: Arc<Keeper>,
     /// The sessions' sockets while no caller drives them.
     sockets: Arc<Watch>,
+    /// The sessions whose connection has not ended.
+    live: Arc<Live>,
 }
 
 /// Options of a [`PgClient`], from [`PgClient::builder`].
@@ -184,16 +186,29 @@ impl PgClient {
         self.inner.version
     }
 
-    /// Ends every session of this Client: its holds are freed by the server and read `Lost`,
-    /// its waiters end with [`Error::Closed`]; later calls fail with [`Error::Closed`].
+    /// Ends every session of this Client: when it returns, each hold reads `Lost` and its
+    /// session's connection has ended (the server frees its lock as it reads the end, without
+    /// waiting for any timeout); each waiter ends with [`Error::Closed`] at once, its wait
+    /// cancelled on the server. Later calls fail with [`Error::Closed`].
     ///
     /// # Blocking
-    /// At most about a quarter second (the events thread's poll).
+    /// Until every session's connection has ended (a few milliseconds: a socket zklock
+    /// connected is shut down on the calling thread, one tokio-postgres connected, for a URL
+    /// with several hosts, on the Client's I/O thread), at most the operation timeout; then
+    /// at most about a quarter second more (the events thread's poll).
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.close.send_replace(true);
-        self.inner.pool.lock().clear();
-        if let Some(t) = self.inner.events_thread.lock().take() {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::Release);
+        inner.close.send_replace(true);
+        inner.keeper.close();
+        inner.pool.lock().clear();
+        if !inner.live.wait_none(inner.operation_timeout) {
+            tracing::debug!(
+                "zklock: a PostgreSQL session's connection had not ended within {:?} of close",
+                inner.operation_timeout
+            );
+        }
+        if let Some(t) = inner.events_thread.lock().take() {
             let _ = t.join();
         }
     }
@@ -242,7 +257,7 @@ async fn watch_connection(inner: std::sync::Weak<Inner>) {
             .min(timeout / 6)
             .max(Duration::from_millis(10));
         let beat = tokio::time::timeout(limit, async {
-            let session = inner.session().await?;
+            let (session, _) = inner.session().await?;
             let sent = session.beat(limit).await?;
             inner.give_back(session);
             Ok::<_, Error>(sent)
@@ -320,7 +335,8 @@ impl PgClientBuilder {
     /// a timeout out of range. Then [`Error::ConnectFailed`] with the cause: [`Error::Io`] for
     /// a refused, unreachable or silent server, [`Error::Tls`] for a refused handshake (the
     /// server's certificate not trusted or not for the host, a server without TLS),
-    /// [`Error::AuthFailed`] for a refused password or user,
+    /// [`Error::AuthFailed`] for a refused password or user, or a password the server asks
+    /// for that the URL does not give,
     /// [`Error::Postgres`] for an unknown database or a server older than PostgreSQL 11.
     pub fn connect(self) -> Result<PgClient> {
         let (mut config, tls, shown) = self.check()?;
@@ -344,6 +360,7 @@ impl PgClientBuilder {
             .map_err(|e| Error::io("starting the PostgreSQL sockets' watch", &e))?;
         let (close, _) = watch::channel(false);
         let ended = Arc::new(tokio::sync::Notify::new());
+        let live = Arc::new(Live::default());
         let sent = boot_clock();
         let probe = handle.block_on(Session::open(
             &config,
@@ -355,6 +372,7 @@ impl PgClientBuilder {
                 close: close.subscribe(),
                 on_end: ended.clone(),
                 sockets: sockets.clone(),
+                live: live.clone(),
             },
         ));
         let (probe, version) = probe.map_err(failed)?;
@@ -409,6 +427,7 @@ impl PgClientBuilder {
             states,
             keeper,
             sockets,
+            live,
         });
         inner.spawn(watch_connection(Arc::downgrade(&inner)));
         inner.spawn(Keeper::run(
@@ -546,6 +565,12 @@ impl Inner {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Ready once the Client is closed.
+    pub(crate) async fn closing(&self) {
+        let mut close = self.close.subscribe();
+        let _ = close.wait_for(|c| *c).await;
+    }
+
     /// Runs `f` to completion on the Client's runtime, blocking the calling thread.
     pub(crate) fn block_on<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
         if self.closed() {
@@ -569,15 +594,17 @@ impl Inner {
         self.dispatch.clone()
     }
 
-    /// A session from the pool, or a new one. A pooled session is used if it is open and was
-    /// used within half the session timeout (an older one may have been ended by the
-    /// server's idle limit).
-    pub(crate) async fn session(&self) -> Result<Arc<Session>> {
+    /// A session from the pool, or a new one, and whether it came from the pool. A pooled
+    /// session is used if it is open and was used within half the session timeout (an older
+    /// one may have been ended by the server's idle limit). A pooled session may still turn
+    /// out to be ended (its backend terminated a moment ago): a statement on it fails with
+    /// [`Error::ConnectionLoss`], and the caller tries again on another.
+    pub(crate) async fn session(&self) -> Result<(Arc<Session>, bool)> {
         loop {
             let pooled = self.pool.lock().pop();
             match pooled {
                 Some((s, used)) if !s.ended() && used.elapsed() < self.session_timeout / 2 => {
-                    return Ok(s)
+                    return Ok((s, true))
                 }
                 Some(_) => continue,
                 None => break,
@@ -598,10 +625,11 @@ impl Inner {
                 close: self.close.subscribe(),
                 on_end: self.keeper.ended.clone(),
                 sockets: self.sockets.clone(),
+                live: self.live.clone(),
             },
         ))
         .await?;
-        Ok(Arc::new(s))
+        Ok((Arc::new(s), false))
     }
 
     /// Keeps a session that holds nothing for the next acquisition.

@@ -284,6 +284,21 @@ impl Shared {
         )
     }
 
+    /// Shuts the socket down both ways: the server reads its end, and every read or write of
+    /// it fails from now on.
+    fn shutdown(&self) {
+        let how = std::net::Shutdown::Both;
+        let shut = match &self.sock {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        };
+        if let Err(e) = shut {
+            if e.kind() != io::ErrorKind::NotConnected {
+                tracing::debug!("zklock: shutting a PostgreSQL socket down failed: {e}");
+            }
+        }
+    }
+
     /// Takes the socket out of the watch: its readiness wakes no one until it is armed again.
     fn disarm(&self) {
         if self.armed.swap(0, Ordering::AcqRel) != 0 {
@@ -598,15 +613,28 @@ impl Conn {
         .await
     }
 
-    /// Closes the connection: dropped now, or as soon as a caller hands it back.
+    /// Ends the session now, on the calling thread: the socket is shut down both ways (the
+    /// server reads its end at once and frees the session's locks, though the connection's
+    /// future or a caller may still hold the socket), the connection is dropped now or as soon
+    /// as a caller hands it back, and the monitor returns.
     pub(crate) fn close(&self) {
-        let dropped = {
+        let (dropped, monitor) = {
             let mut slot = self.slot.lock();
+            if slot.closed {
+                return;
+            }
             slot.closed = true;
-            slot.connection.take()
+            if slot.ended.is_none() {
+                slot.ended = Some(None);
+            }
+            (slot.connection.take(), slot.monitor.take())
         };
+        self.sock.shutdown();
         drop(dropped);
         self.sock.disarm();
+        if let Some(monitor) = monitor {
+            monitor.wake();
+        }
     }
 
     /// Runs `f`, a statement of this session: on a thread in [`block_on`], with the connection

@@ -144,17 +144,19 @@ async fn contend(
         let grant = match attempt(inner, &name, key, Deadline::NEVER, &mut closing).await {
             Ok(Some(grant)) => grant,
             Ok(None) | Err(Error::Cancelled) => continue,
+            Err(_) if inner.closed() => break,
             Err(e) => {
                 tracing::debug!("zklock: latch {name:?} could not queue ({e}); again soon");
                 tokio::select! {
                     () = tokio::time::sleep(AGAIN_AFTER) => {}
                     _ = closing.changed() => {}
+                    () = inner.closing() => {}
                 }
                 continue;
             }
         };
-        if election.is_closed() {
-            // Closed while the grant was on its way: dropping it closes its session.
+        if election.is_closed() || inner.closed() {
+            // Closed while the grant was on its way: dropping it ends its session.
             break;
         }
         let lease = Holding::lease(inner, &grant);

@@ -11,7 +11,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
 use super::session::{error, int, retryable, Keeping, Report, Session};
-use super::sql::{Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
+use super::sql::{self, Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -192,8 +192,14 @@ impl Holding {
                 });
                 return Ok(());
             }
-            // Dropping the session closes it: the server frees the lock.
-            Release::Background => return if lost { Err(Error::LockLost) } else { Ok(()) },
+            // The session is ended here, on the calling thread, whoever else holds it (a
+            // heartbeat on its way): the server frees the lock as it reads the end.
+            Release::Background => {
+                if !shared {
+                    session.end();
+                }
+                return if lost { Err(Error::LockLost) } else { Ok(()) };
+            }
             Release::Within(until) => until,
         };
         if lost {
@@ -225,8 +231,15 @@ impl Holding {
             }
             // The server did not have it: the session was not the one that took it.
             Ok(false) => Err(Error::LockLost),
-            // The session is closed as it is dropped: that frees the lock.
-            Err(e) => Err(e),
+            // Not confirmed in time: the session is ended now (unless the other half of a
+            // downgraded lock holds on it), so the server frees the lock as it reads the end,
+            // with nothing left for the background.
+            Err(e) => {
+                if !shared {
+                    session.end();
+                }
+                Err(e)
+            }
         }
     }
 }
@@ -280,13 +293,14 @@ impl PgMutex {
     }
 
     /// The SQL that takes the same lock from any client: `SELECT
-    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted
-    /// (`pg_advisory_lock_shared` for a read-write lock's read half).
+    /// pg_advisory_lock(hashtextextended('NAME', 0))`, with the name quoted so that it reads
+    /// the same under every setting (`'` doubled; a name with a backslash as `E'…'`, each
+    /// backslash doubled), and `pg_advisory_lock_shared` for a read-write lock's read half.
     pub fn lock_sql(&self) -> String {
         format!(
-            "SELECT {}(hashtextextended('{}', 0))",
+            "SELECT {}(hashtextextended({}, 0))",
             self.key.sql.function,
-            self.name.replace('\'', "''")
+            sql::literal(&self.name)
         )
     }
 
@@ -365,6 +379,11 @@ impl PgMutex {
             )),
         };
         match asked {
+            Ok(Some(grant)) if inner.closed() => {
+                // Granted as the Client closed: dropping the grant ends its session.
+                drop(grant);
+                Err(Error::Closed)
+            }
             Ok(Some(grant)) => {
                 crate::core::metrics::acquired(&self.name, started.elapsed());
                 self.hold(grant);
@@ -398,8 +417,10 @@ impl PgMutex {
 }
 
 /// Asks for `key` of `name` until granted, out of time (`None`), or an error; a session lost or
-/// not opened is retried through the retry policy. A session that may hold anything on an
-/// error is dropped, which closes it and frees whatever it held.
+/// not opened is retried through the retry policy, and a pooled session found ended is
+/// replaced at once (even for a try without time left: the server did not refuse the lock).
+/// A session that may hold anything on an error is dropped, which closes it and frees
+/// whatever it held. The Client's close ends it with [`Error::Closed`].
 pub(crate) async fn attempt(
     inner: &Inner,
     name: &str,
@@ -409,7 +430,12 @@ pub(crate) async fn attempt(
 ) -> Result<Option<Grant>> {
     let mut budget = RetryBudget::new(inner.retry.clone());
     loop {
-        match ask(inner, name, key, deadline, cancelled).await {
+        let mut pooled = false;
+        match ask(inner, name, key, deadline, cancelled, &mut pooled).await {
+            // Each such session is dropped, so this ends with the pool.
+            Err(e) if retryable(&e) && pooled && !inner.closed() => {
+                tracing::debug!("zklock: a pooled PostgreSQL session had ended ({e}); another");
+            }
             Err(e) if retryable(&e) => {
                 // A try without time left reports the error rather than "not granted".
                 let Some(sleep) = budget.next_sleep().filter(|_| !deadline.expired()) else {
@@ -422,6 +448,7 @@ pub(crate) async fn attempt(
                 tokio::select! {
                     () = tokio::time::sleep(sleep) => {}
                     _ = cancelled.changed() => return Err(Error::Cancelled),
+                    () = inner.closing() => return Err(Error::Closed),
                 }
             }
             other => return other,
@@ -457,17 +484,23 @@ pub(crate) async fn try_on(
     granted(session, &row, sent).map(Ok)
 }
 
-/// One attempt on one session.
+/// One attempt on one session; `pooled` says whether the session came from the pool.
 async fn ask(
     inner: &Inner,
     name: &str,
     key: Key,
     deadline: Deadline,
     cancelled: &mut watch::Receiver<u64>,
+    pooled: &mut bool,
 ) -> Result<Option<Grant>> {
     let session = tokio::select! {
         s = inner.session() => s?,
         _ = cancelled.changed() => return Err(Error::Cancelled),
+        () = inner.closing() => return Err(Error::Closed),
+    };
+    let session = {
+        *pooled = session.1;
+        session.0
     };
     if deadline.expired() {
         // Boxed, as the heartbeat below: rare paths that would make this future a third
@@ -508,10 +541,16 @@ async fn ask(
                 Some(left) => tokio::time::timeout(left, both).await,
             }
         };
-        // Cancelled, or silent past the deadline: the server is asked to cancel the wait
-        // (the session's own socket is busy with it), and the session is closed as it is
-        // dropped, which frees a grant that may come meanwhile.
+        // Cancelled, the Client closed, or silent past the deadline: the server is asked to
+        // cancel the wait (the session's own socket is busy with it), and the session is
+        // closed as it is dropped, which frees a grant that may come meanwhile. The close is
+        // looked at first: closing shuts the socket down, which ends the statements too.
         tokio::select! {
+            biased;
+            () = inner.closing() => {
+                session.cancel(inner.operation_timeout).await;
+                return Err(Error::Closed);
+            }
             waited = bounded => match waited {
                 Ok(answers) => answers,
                 Err(_) => {
@@ -525,6 +564,14 @@ async fn ask(
             }
         }
     };
+    if inner.closed() {
+        // The close shut the socket down as the answers came (it sets the flag first): the
+        // wait may still be on the server.
+        if set.is_err() || rows.is_err() {
+            session.cancel(inner.operation_timeout).await;
+        }
+        return Err(Error::Closed);
+    }
     set.map_err(|e| error(&e, false))?;
     let rows = match rows {
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {

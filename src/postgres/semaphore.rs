@@ -10,7 +10,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
 use super::mutex::{attempt, check_name, granted, Grant, Holding, Key};
-use super::session::{int, retryable};
+use super::session::{int, retryable, Session};
 use super::sql::own;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -173,6 +173,10 @@ impl PgSemaphore {
         let _waiting = crate::core::metrics::Waiting::new(&self.name);
         let asked = inner.block_on(self.attempt(inner, deadline, &mut cancelled));
         let (grant, index) = match asked {
+            Ok(Some(_)) if inner.closed() => {
+                // Granted as the Client closed: dropping the grant ends its session.
+                return Err(Error::Closed);
+            }
             Ok(Some(granted)) => granted,
             Ok(None) => {
                 crate::core::metrics::timed_out(&self.name);
@@ -229,16 +233,34 @@ impl PgSemaphore {
         }
     }
 
-    /// One statement that takes the first free key, if any.
+    /// One statement that takes the first free key, if any; a pooled session found ended is
+    /// replaced at once (each is dropped, so this ends with the pool).
     async fn try_any(
         &self,
         inner: &Inner,
         cancelled: &mut watch::Receiver<u64>,
     ) -> Result<Option<(Grant, u32)>> {
-        let session = tokio::select! {
-            s = inner.session() => s?,
-            _ = cancelled.changed() => return Err(Error::Cancelled),
-        };
+        loop {
+            let (session, pooled) = tokio::select! {
+                s = inner.session() => s?,
+                _ = cancelled.changed() => return Err(Error::Cancelled),
+                () = inner.closing() => return Err(Error::Closed),
+            };
+            match self.try_any_on(inner, session).await {
+                Err(e) if retryable(&e) && pooled && !inner.closed() => {
+                    tracing::debug!("zklock: a pooled PostgreSQL session had ended ({e}); another");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// [`try_any`](Self::try_any) on `session`.
+    async fn try_any_on(
+        &self,
+        inner: &Inner,
+        session: Arc<Session>,
+    ) -> Result<Option<(Grant, u32)>> {
         let name: &(dyn ToSql + Sync) = &self.name;
         let n = i64::from(self.max_leases);
         let sent = boot_clock();

@@ -90,6 +90,49 @@ pub(crate) struct Ties {
     pub(crate) on_end: Arc<Notify>,
     /// Where the session's socket waits while no caller drives it.
     pub(crate) sockets: Arc<Watch>,
+    /// Counts the Client's sessions whose connection has not ended.
+    pub(crate) live: Arc<Live>,
+}
+
+/// The number of a Client's sessions whose connection has not ended, so that closing the
+/// Client can wait until every one has.
+#[derive(Default)]
+pub(crate) struct Live {
+    count: Mutex<usize>,
+    none: parking_lot::Condvar,
+}
+
+impl Live {
+    /// Counts one more session until the returned guard is dropped.
+    fn one(self: &Arc<Live>) -> LiveOne {
+        *self.count.lock() += 1;
+        LiveOne(self.clone())
+    }
+
+    /// Waits until no session's connection is left, for at most `timeout`; whether none is.
+    pub(crate) fn wait_none(&self, timeout: Duration) -> bool {
+        let mut count = self.count.lock();
+        let end = Instant::now() + timeout;
+        while *count > 0 {
+            if self.none.wait_until(&mut count, end).timed_out() {
+                return *count == 0;
+            }
+        }
+        true
+    }
+}
+
+/// One session counted in [`Live`].
+struct LiveOne(Arc<Live>);
+
+impl Drop for LiveOne {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock();
+        *count -= 1;
+        if *count == 0 {
+            self.0.none.notify_all();
+        }
+    }
 }
 
 /// One server session.
@@ -108,9 +151,11 @@ pub(crate) struct Session {
     /// This session's marker, added to the server session's `zklock.marker` when it opened:
     /// what tells its own server session from one a pooler hands it.
     pub(crate) marker: i64,
-    /// Becomes true when the connection ends (closed by either side, broken, or the Client
-    /// closed).
+    /// Becomes true when the connection ends (closed by either side, broken, ended, or the
+    /// Client closed).
     ended: watch::Receiver<bool>,
+    /// Notified by [`Session::end`]: the connection's task drops the connection.
+    stop: Arc<Notify>,
 }
 
 impl Session {
@@ -130,7 +175,10 @@ impl Session {
             mut close,
             on_end,
             sockets,
+            live,
         } = ties;
+        let stop = Arc::new(Notify::new());
+        let stopped = stop.clone();
         let timed_out = || Error::Io {
             context: "connecting to PostgreSQL".into(),
             kind: std::io::ErrorKind::TimedOut,
@@ -151,9 +199,10 @@ impl Session {
                     tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
                         .await
                         .map_err(|_| timed_out())?
-                        .map_err(|e| error(&e, true))?;
+                        .map_err(|e| open_error(&e, config))?;
                 let conn = Conn::new(handle, connection);
                 let monitored = conn.clone();
+                let one = live.one();
                 tokio::spawn(async move {
                     tokio::select! {
                         e = monitored.monitor() => {
@@ -162,9 +211,12 @@ impl Session {
                             }
                         }
                         _ = close.wait_for(|c| *c) => {}
+                        () = stopped.notified() => {}
                     }
                     monitored.close();
+                    drop(monitored);
                     let _ = ended_tx.send(true);
+                    drop(one);
                     on_end.notify_one();
                 });
                 (client, Some(conn), Some(peer))
@@ -174,8 +226,10 @@ impl Session {
                     tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
                         .await
                         .map_err(|_| timed_out())?
-                        .map_err(|e| error(&e, true))?;
+                        .map_err(|e| open_error(&e, config))?;
+                let one = live.one();
                 tokio::spawn(async move {
+                    // Each way out drops the connection, which closes its socket.
                     tokio::select! {
                         r = connection => {
                             if let Err(e) = r {
@@ -183,8 +237,10 @@ impl Session {
                             }
                         }
                         _ = close.wait_for(|c| *c) => {}
+                        () = stopped.notified() => {}
                     }
                     let _ = ended_tx.send(true);
+                    drop(one);
                     on_end.notify_one();
                 });
                 (client, None, None)
@@ -235,6 +291,7 @@ impl Session {
             pid,
             marker: i64::from(marker),
             ended,
+            stop,
         };
         Ok((session, u32::try_from(version).unwrap_or(0)))
     }
@@ -250,6 +307,18 @@ impl Session {
 
     pub(crate) fn ended(&self) -> bool {
         *self.ended.borrow()
+    }
+
+    /// Ends the session's connection without waiting for anything, so that the server frees
+    /// whatever it holds: a socket zklock connected is shut down here, on the calling thread
+    /// (the server reads its end at once); one tokio-postgres connected is closed by the
+    /// connection's task on the Client's I/O thread, which this wakes. Dropping the session
+    /// does the same.
+    pub(crate) fn end(&self) {
+        if let Some(conn) = &self.conn {
+            conn.close();
+        }
+        self.stop.notify_one();
     }
 
     /// One statement's first row, within `timeout`.
@@ -318,6 +387,12 @@ impl Session {
             return Err(Error::Postgres(not_own_session()));
         }
         Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -479,7 +554,7 @@ impl Drop for Keeping {
 /// Each heartbeat's outcome also goes to the Client's connection states. Taking a hold into
 /// the keeper wakes no thread: it is looked at from the next tick on.
 pub(crate) struct Keeper {
-    holds: Mutex<Vec<Kept>>,
+    holds: Mutex<Holds>,
     /// Notified when a session's connection ends, so that its hold reads `Lost` at once.
     pub(crate) ended: Arc<Notify>,
     states: Arc<States>,
@@ -491,8 +566,16 @@ pub(crate) struct Keeper {
     beat_timeout: Duration,
 }
 
+#[derive(Default)]
+struct Holds {
+    kept: Vec<Kept>,
+    /// The Client closed: every hold was reported lost, and a hold taken now is at once.
+    closed: bool,
+}
+
 struct Kept {
-    session: Arc<Session>,
+    /// Not kept alive by the keeper: a hold let go of ends its session at once.
+    session: std::sync::Weak<Session>,
     lease: Arc<LocalLease>,
     report: Report,
     next_beat: Instant,
@@ -511,7 +594,7 @@ impl Keeper {
         operation_timeout: Duration,
     ) -> Keeper {
         Keeper {
-            holds: Mutex::new(Vec::new()),
+            holds: Mutex::default(),
             ended,
             states,
             tick: (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500)),
@@ -532,13 +615,21 @@ impl Keeper {
     ) -> Keeping {
         let done = Arc::new(AtomicBool::new(false));
         let mut holds = self.holds.lock();
+        if holds.closed {
+            drop(holds);
+            done.store(true, Ordering::SeqCst);
+            session.end();
+            report(LockHealth::Lost);
+            return Keeping(done);
+        }
+        let kept = &mut holds.kept;
         // Released holds leave at the next look; short holds in quick succession are pruned
         // here too, at a cost that stays constant per hold.
-        if holds.len() >= 64 && holds.len().is_power_of_two() {
-            holds.retain(|kept| !kept.done.load(Ordering::SeqCst));
+        if kept.len() >= 64 && kept.len().is_power_of_two() {
+            kept.retain(|kept| !kept.done.load(Ordering::SeqCst));
         }
-        holds.push(Kept {
-            session,
+        kept.push(Kept {
+            session: Arc::downgrade(&session),
             lease,
             report,
             next_beat: Instant::now() + self.period,
@@ -546,6 +637,25 @@ impl Keeper {
             beating: Arc::default(),
         });
         Keeping(done)
+    }
+
+    /// The Client closes: every hold's session ends now and the hold reads `Lost` when this
+    /// returns; a hold taken later reads `Lost` at once.
+    pub(crate) fn close(&self) {
+        let kept = {
+            let mut holds = self.holds.lock();
+            holds.closed = true;
+            std::mem::take(&mut holds.kept)
+        };
+        for kept in kept {
+            if kept.done.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            if let Some(session) = kept.session.upgrade() {
+                session.end();
+            }
+            (kept.report)(LockHealth::Lost);
+        }
     }
 
     /// The keeper's task, until `closed` turns true or the keeper is dropped.
@@ -559,7 +669,13 @@ impl Keeper {
             tokio::select! {
                 () = tokio::time::sleep(tick) => {}
                 () = ended.notified() => {}
-                _ = closed.wait_for(|c| *c) => return,
+                _ = closed.wait_for(|c| *c) => {
+                    // `PgClient::close` has done this already; a Client dropped has no hold.
+                    if let Some(k) = keeper.upgrade() {
+                        k.close();
+                    }
+                    return;
+                }
             }
             match keeper.upgrade() {
                 Some(k) => k.look(),
@@ -572,12 +688,16 @@ impl Keeper {
     fn look(&self) {
         let now = Instant::now();
         let mut reports = Vec::new();
-        self.holds.lock().retain_mut(|kept| {
+        self.holds.lock().kept.retain_mut(|kept| {
             // A hold released at the moment its session closes is not reported lost.
             if kept.done.load(Ordering::SeqCst) {
                 return false;
             }
-            if kept.session.ended() {
+            let Some(session) = kept.session.upgrade() else {
+                // Let go of (its session dropped before its `Keeping`).
+                return false;
+            };
+            if session.ended() {
                 kept.done.store(true, Ordering::SeqCst);
                 reports.push((kept.report.clone(), LockHealth::Lost));
                 return false;
@@ -585,7 +705,7 @@ impl Keeper {
             if now >= kept.next_beat && !kept.beating.swap(true, Ordering::SeqCst) {
                 kept.next_beat = now + self.period;
                 tokio::spawn(beat(
-                    kept.session.clone(),
+                    session,
                     kept.lease.clone(),
                     kept.report.clone(),
                     self.states.clone(),
@@ -737,13 +857,33 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
         return Error::ConnectionLoss;
     }
     if connecting {
+        // The cause, if any, says what: "invalid configuration: …".
+        let message = match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        };
         return Error::Io {
             context: "connecting to PostgreSQL".into(),
             kind: std::io::ErrorKind::Other,
-            message: e.to_string(),
+            message,
         };
     }
     Error::Postgres(e.to_string())
+}
+
+/// A failure to open a session, as [`error`] says; and a password the server asks for that the
+/// URL does not give is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
+/// configuration error, "password missing").
+fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Error {
+    let missing = e.as_db_error().is_none()
+        && std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
+    if missing {
+        return Error::AuthFailed(format!(
+            "password missing: the server asks for user {:?}'s password and the URL gives none",
+            config.get_user().unwrap_or_default()
+        ));
+    }
+    error(e, true)
 }
 
 /// Whether the retry policy may try again after `e`: a session lost, or one that could not be

@@ -96,3 +96,41 @@ macro_rules! statements {
 
 pub(crate) const EXCLUSIVE: Statements = statements!("");
 pub(crate) const SHARED: Statements = statements!("_shared");
+
+/// `text` as an SQL string literal that reads as `text` under every setting: `'…'` with each
+/// `'` doubled; or, when it holds a backslash, `E'…'` with each `\` doubled too (in a plain
+/// literal a backslash is an escape when `standard_conforming_strings` is off and text when it
+/// is on; in an `E''` literal it is an escape under both).
+pub(crate) fn literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', r"\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_double_quotes_and_escape_backslashes_in_the_e_form() {
+        assert_eq!(literal("ledger"), "'ledger'");
+        assert_eq!(literal("it's"), "'it''s'");
+        assert_eq!(literal(r"a\b 'c'"), r"E'a\\b ''c'''");
+    }
+
+    /// `docs/postgres.md`'s table of statements shows how a session marks its server session.
+    #[test]
+    fn the_docs_show_the_marker_a_session_opens_with() {
+        let docs = include_str!("../../docs/postgres.md");
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with("| open a session |"))
+            .expect("the docs' row for opening a session");
+        assert!(OPEN.contains("set_config('zklock.marker'"));
+        assert!(row.contains("set_config('zklock.marker'"), "{row}");
+        assert!(!row.contains("pg_try_advisory_lock"), "{row}");
+    }
+}
