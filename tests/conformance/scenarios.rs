@@ -163,8 +163,10 @@ pub fn try_and_timeout(b: &dyn Backend) {
     let waited = t.elapsed();
     println!("{}: try {tried:?}, timeout of 300 ms {waited:?}", b.name());
     assert!(tried < SLACK, "try_lock took {tried:?}");
+    // PostgreSQL's wait ends by the server's `lock_timeout`, timed on the server's clock in
+    // milliseconds: a few microseconds short of the client's measure.
     assert!(
-        waited >= Duration::from_millis(300),
+        waited >= Duration::from_millis(295),
         "returned early: {waited:?}"
     );
     assert!(waited < Duration::from_millis(300) + SLACK, "{waited:?}");
