@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 use super::client::PgClient;
-use super::mutex::{attempt, check_name, Holding, Key};
+use super::hold::Holding;
+use super::mutex::{attempt, check_name, Key};
 use super::session::Report;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};

@@ -4,6 +4,7 @@
 
 mod client;
 mod drive;
+mod hold;
 mod latch;
 mod mutex;
 mod read_write;

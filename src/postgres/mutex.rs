@@ -10,14 +10,16 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
+use super::hold::{self, Grant};
 use super::session::{error, int, retryable, Keeping, Report, Session};
 use super::sql::{self, Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
+use crate::core::health::{worst, LockHealth};
+use crate::core::hold::{Granted, RawLock, Reentrant};
 use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::listeners::Dispatch;
 use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
-use crate::core::reentrant::{Detached, ThreadHolds};
 use crate::core::retry::RetryBudget;
 
 /// The longest lock name, in bytes.
@@ -27,7 +29,7 @@ const MAX_NAME: usize = 1024;
 #[derive(Clone, Copy)]
 pub(crate) struct Key {
     pub(crate) seed: i64,
-    sql: &'static Statements,
+    pub(crate) sql: &'static Statements,
 }
 
 impl Key {
@@ -105,150 +107,24 @@ enum Mode {
 /// # Ok(()) }
 /// ```
 pub struct PgMutex {
+    lock: Reentrant<Raw>,
+}
+
+/// The mutex without re-entrancy: one name's advisory lock, asked for on a session.
+struct Raw {
     client: PgClient,
     name: String,
     key: Key,
-    mode: Mode,
-    holders: Arc<ThreadHolds<Holding>>,
-    /// A read-write lock's other half.
-    partner: Option<Arc<ThreadHolds<Holding>>>,
-    feed: Arc<HealthFeed>,
     /// Counts `cancel_waiters` calls; a waiter ends when it changes.
     cancelled: watch::Sender<u64>,
 }
 
-/// One hold of an advisory lock on a session, kept alive by the session's heartbeat.
-pub(crate) struct Holding {
-    pub(crate) session: Arc<Session>,
-    pub(crate) token: u64,
-    health: HealthCell,
+/// One thread's hold: its session, the local lease its heartbeats extend, and the heartbeat
+/// (`None` until kept).
+struct Kept {
+    session: Arc<Session>,
     lease: Arc<LocalLease>,
-    keeping: Keeping,
-    since: Instant,
-}
-
-impl Holding {
-    /// The local lease of `grant`'s hold, from the send time of the statement that took it.
-    pub(crate) fn lease(inner: &Inner, grant: &Grant) -> Arc<LocalLease> {
-        let lease = LocalLease::new();
-        lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
-        Arc::new(lease)
-    }
-
-    /// Starts keeping `grant`'s session alive, renewing `lease` (from [`Holding::lease`]); its
-    /// health goes to `health` and `report`.
-    pub(crate) fn start(
-        inner: &Inner,
-        grant: Grant,
-        lease: Arc<LocalLease>,
-        health: HealthCell,
-        report: Report,
-    ) -> Holding {
-        let keeping = inner
-            .keeper
-            .keep(grant.session.clone(), lease.clone(), report);
-        Holding {
-            session: grant.session,
-            token: grant.token,
-            health,
-            lease,
-            keeping,
-            since: Instant::now(),
-        }
-    }
-
-    pub(crate) fn health(&self) -> LockHealth {
-        worst(*self.health.lock(), self.lease.health())
-    }
-
-    /// Lets go of the hold of `key` on `name` as `how` says; [`Error::LockLost`] if it had been
-    /// lost. `shared` says that another hold uses the same session (a downgraded read-write
-    /// lock): the session is then neither closed nor pooled, and a background release unlocks.
-    pub(crate) fn let_go(
-        self,
-        inner: &Inner,
-        name: &str,
-        key: Key,
-        how: Release,
-        shared: bool,
-    ) -> Result<()> {
-        crate::core::metrics::released(name, self.since.elapsed());
-        let lost = self.health() == LockHealth::Lost;
-        let Holding {
-            session, keeping, ..
-        } = self;
-        // The heartbeat stops.
-        drop(keeping);
-        let until = match how {
-            Release::Background if shared && !lost => {
-                let (name, timeout) = (name.to_owned(), inner.operation_timeout);
-                inner.spawn(async move {
-                    let seed: &(dyn ToSql + Sync) = &key.seed;
-                    let name: &(dyn ToSql + Sync) = &name;
-                    let params = [(name, Type::TEXT), (seed, Type::INT8)];
-                    if let Err(e) = session.row(timeout, key.sql.unlock, &params).await {
-                        tracing::debug!("zklock: a background PostgreSQL unlock failed: {e}");
-                    }
-                });
-                return Ok(());
-            }
-            // The session is ended here, on the calling thread, whoever else holds it (a
-            // heartbeat on its way): the server frees the lock as it reads the end.
-            Release::Background => {
-                if !shared {
-                    session.end();
-                }
-                return if lost { Err(Error::LockLost) } else { Ok(()) };
-            }
-            Release::Within(until) => until,
-        };
-        if lost {
-            return Err(Error::LockLost);
-        }
-        let deadline = until.map_or(Deadline::after(inner.operation_timeout), Deadline::at);
-        let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
-        let name: &(dyn ToSql + Sync) = &name;
-        let seed: &(dyn ToSql + Sync) = &key.seed;
-        let unlocked = inner.block_on(async {
-            let row = session
-                .row(
-                    timeout,
-                    key.sql.unlock,
-                    &[(name, Type::TEXT), (seed, Type::INT8)],
-                )
-                .await;
-            row.and_then(|r| {
-                r.try_get::<_, bool>(0)
-                    .map_err(|e| Error::Postgres(format!("unexpected answer to unlock: {e}")))
-            })
-        });
-        match unlocked {
-            Ok(true) => {
-                if !shared {
-                    inner.give_back(session);
-                }
-                Ok(())
-            }
-            // The server did not have it: the session was not the one that took it.
-            Ok(false) => Err(Error::LockLost),
-            // Not confirmed in time: the session is ended now (unless the other half of a
-            // downgraded lock holds on it), so the server frees the lock as it reads the end,
-            // with nothing left for the background.
-            Err(e) => {
-                if !shared {
-                    session.end();
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-/// A grant: the session that holds, the token, when the lease starts.
-pub(crate) struct Grant {
-    pub(crate) session: Arc<Session>,
-    pub(crate) token: u64,
-    sent: Duration,
+    keeping: Option<Keeping>,
 }
 
 impl PgMutex {
@@ -258,38 +134,23 @@ impl PgMutex {
     /// [`Error::InvalidArgument`] for an empty or over-long name or one with a NUL character
     /// (PostgreSQL's text cannot hold it); nothing is sent.
     pub fn new(client: &PgClient, name: &str) -> Result<PgMutex> {
-        PgMutex::build(client, name, Mode::Mutex)
-    }
-
-    fn build(client: &PgClient, name: &str, mode: Mode) -> Result<PgMutex> {
-        check_name(name)?;
         Ok(PgMutex {
-            client: client.clone(),
-            name: name.to_owned(),
-            key: match mode {
-                Mode::Read => Key::shared(0),
-                Mode::Mutex | Mode::Write => Key::exclusive(0),
-            },
-            mode,
-            holders: Arc::default(),
-            partner: None,
-            feed: Arc::default(),
-            cancelled: watch::Sender::new(0),
+            lock: Reentrant::new(Raw::new(client, name, Mode::Mutex)?),
         })
     }
 
     /// The read and the write half of the read-write lock `name`.
     pub(crate) fn read_write(client: &PgClient, name: &str) -> Result<[PgMutex; 2]> {
-        let mut read = PgMutex::build(client, name, Mode::Read)?;
-        let mut write = PgMutex::build(client, name, Mode::Write)?;
-        read.partner = Some(write.holders.clone());
-        write.partner = Some(read.holders.clone());
-        Ok([read, write])
+        let [read, write] = Reentrant::pair(
+            Raw::new(client, name, Mode::Read)?,
+            Raw::new(client, name, Mode::Write)?,
+        );
+        Ok([PgMutex { lock: read }, PgMutex { lock: write }])
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.lock.raw.name
     }
 
     /// The SQL that takes the same lock from any client: `SELECT
@@ -299,64 +160,83 @@ impl PgMutex {
     pub fn lock_sql(&self) -> String {
         format!(
             "SELECT {}(hashtextextended({}, 0))",
-            self.key.sql.function,
-            sql::literal(&self.name)
+            self.lock.raw.key.sql.function,
+            sql::literal(&self.lock.raw.name)
         )
     }
 
     /// Whether any thread of this process holds the lock through this object.
     pub fn is_acquired_in_this_process(&self) -> bool {
-        self.holders.any()
+        self.lock.is_acquired_in_this_process()
     }
 
     /// Whether the calling thread holds the lock through this object.
     pub fn is_owned_by_current_thread(&self) -> bool {
-        self.holders.mine_exists()
+        self.lock.is_owned_by_current_thread()
     }
 
     /// The calling thread's fencing token, if it holds the lock.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.holders.mine(|h| h.token)
+        self.lock.fencing_token()
     }
 
     /// The health of the calling thread's hold, if it holds the lock, computed now.
     pub fn health(&self) -> Option<LockHealth> {
-        self.holders.mine(Holding::health)
+        self.lock.health()
     }
 
     /// The server process (`pg_backend_pid()`) of the calling thread's holding session, if it
     /// holds the lock: what `pg_locks` and `pg_stat_activity` show for it.
     pub fn backend_pid(&self) -> Option<i32> {
-        self.holders.mine(|h| h.session.pid)
+        self.lock.mine(|h| h.grant.session.pid)
+    }
+}
+
+impl Raw {
+    fn new(client: &PgClient, name: &str, mode: Mode) -> Result<Raw> {
+        check_name(name)?;
+        Ok(Raw {
+            client: client.clone(),
+            name: name.to_owned(),
+            key: match mode {
+                Mode::Read => Key::shared(0),
+                Mode::Mutex | Mode::Write => Key::exclusive(0),
+            },
+            cancelled: watch::Sender::new(0),
+        })
+    }
+}
+
+impl RawLock for Raw {
+    type Grant = Kept;
+    /// The session of the same thread's hold of the other half: a downgrade takes the shared
+    /// lock on it.
+    type Shared = Arc<Session>;
+
+    fn share(grant: &Kept) -> Arc<Session> {
+        grant.session.clone()
     }
 
-    /// The session of the calling thread's hold of the other half, if any.
-    fn partner_session(&self) -> Option<Arc<Session>> {
-        self.partner
-            .as_deref()
-            .and_then(|p| p.mine(|h| h.session.clone()))
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    fn acquire_by(&self, deadline: Deadline) -> Result<bool> {
+    fn closed(&self) -> bool {
+        self.client.inner().closed()
+    }
+
+    fn dispatch(&self) -> Dispatch {
+        self.client.inner().dispatch()
+    }
+
+    fn acquire(
+        &self,
+        deadline: Deadline,
+        own_session: Option<Arc<Session>>,
+    ) -> Result<Option<Granted<Kept>>> {
         let inner = self.client.inner();
-        if inner.closed() {
-            return Err(Error::Closed);
-        }
-        if self.health() == Some(LockHealth::Lost) {
-            return Err(Error::LockLost);
-        }
-        if self.holders.reenter() {
-            return Ok(true);
-        }
-        let own_session = self.partner_session();
-        if self.mode == Mode::Write && own_session.is_some() {
-            // Another session of ours would wait for our own read lock for ever.
-            return Err(Error::WouldDeadlock);
-        }
-        let started = Instant::now();
         let mut cancelled = self.cancelled.subscribe();
         cancelled.mark_unchanged();
-        let _waiting = crate::core::metrics::Waiting::new(&self.name);
         let asked = match own_session {
             // A downgrade: the write lock's session takes the shared lock too, at once (a
             // session's own locks never conflict with its requests).
@@ -384,15 +264,19 @@ impl PgMutex {
                 drop(grant);
                 Err(Error::Closed)
             }
-            Ok(Some(grant)) => {
-                crate::core::metrics::acquired(&self.name, started.elapsed());
-                self.hold(grant);
-                Ok(true)
-            }
-            Ok(None) => {
-                crate::core::metrics::timed_out(&self.name);
-                Ok(false)
-            }
+            Ok(Some(grant)) => Ok(Some(Granted {
+                node: format!(
+                    "advisory lock {:?} (backend {})",
+                    self.name, grant.session.pid
+                ),
+                token: grant.token,
+                grant: Kept {
+                    lease: hold::lease(inner, &grant),
+                    session: grant.session,
+                    keeping: None,
+                },
+            })),
+            Ok(None) => Ok(None),
             Err(e) if inner.closed() => {
                 tracing::debug!("zklock: acquiring {:?} ended by close: {e}", self.name);
                 Err(Error::Closed)
@@ -401,18 +285,41 @@ impl PgMutex {
         }
     }
 
-    fn hold(&self, grant: Grant) {
+    fn keep(&self, grant: &mut Kept, report: Report) {
         let inner = self.client.inner();
-        let node = format!(
-            "advisory lock {:?} (backend {})",
-            self.name, grant.session.pid
-        );
-        let (health, report) = self
-            .feed
-            .hold(inner.dispatch(), &self.name, &node, grant.token);
-        let lease = Holding::lease(inner, &grant);
-        self.holders
-            .insert(Holding::start(inner, grant, lease, health, report));
+        let keeping = (inner.keeper).keep(grant.session.clone(), grant.lease.clone(), report);
+        grant.keeping = Some(keeping);
+    }
+
+    fn health(&self, grant: &Kept, reported: LockHealth) -> LockHealth {
+        worst(reported, grant.lease.health())
+    }
+
+    fn release(
+        &self,
+        grant: Kept,
+        how: Release,
+        lost: bool,
+        partner: Option<Arc<Session>>,
+    ) -> Result<()> {
+        // A downgraded lock's halves hold on one session.
+        let shared = partner.is_some_and(|s| Arc::ptr_eq(&s, &grant.session));
+        // The heartbeat stops.
+        drop(grant.keeping);
+        let inner = self.client.inner();
+        hold::let_go(
+            inner,
+            &self.name,
+            self.key,
+            grant.session,
+            how,
+            lost,
+            shared,
+        )
+    }
+
+    fn cancel_waiters(&self) {
+        self.cancelled.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -630,28 +537,19 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 impl Sealed for PgMutex {
     fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        self.acquire_by(Deadline::until(until))
+        self.lock.acquire(Deadline::until(until))
     }
 
     fn release_as(&self, how: Release) -> Result<()> {
-        match self.holders.detach()? {
-            Detached::StillHeld => Ok(()),
-            Detached::Released(holding) => {
-                // A downgraded lock's halves hold on one session.
-                let shared = self
-                    .partner_session()
-                    .is_some_and(|s| Arc::ptr_eq(&s, &holding.session));
-                holding.let_go(self.client.inner(), &self.name, self.key, how, shared)
-            }
-        }
+        self.lock.release(how)
     }
 
     fn cancel(&self) {
-        self.cancelled.send_modify(|n| *n = n.wrapping_add(1));
+        self.lock.cancel_waiters();
     }
 
     fn acquired_here(&self) -> bool {
-        self.holders.any()
+        self.lock.is_acquired_in_this_process()
     }
 }
 
@@ -666,20 +564,13 @@ impl Lock for PgMutex {
 }
 
 forward_lock_api!(PgMutex);
-crate::core::health::forward_health_api!(PgMutex, feed, "the Client's events thread");
-
-impl Drop for PgMutex {
-    fn drop(&mut self) {
-        // Each holding session is closed as it is dropped: the server frees its lock.
-        drop(self.holders.drain());
-    }
-}
+crate::core::health::forward_health_api!(PgMutex, lock.feed, "the Client's events thread");
 
 impl std::fmt::Debug for PgMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgMutex")
-            .field("name", &self.name)
-            .field("held_here", &self.holders.any())
+            .field("name", &self.lock.raw.name)
+            .field("held_here", &self.lock.is_acquired_in_this_process())
             .finish_non_exhaustive()
     }
 }

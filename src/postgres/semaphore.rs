@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
-use super::mutex::{attempt, check_name, granted, Grant, Holding, Key};
+use super::hold::{Grant, Holding};
+use super::mutex::{attempt, check_name, granted, Key};
 use super::session::{int, retryable, Session};
 use super::sql::own;
 use crate::core::deadline::Deadline;
