@@ -412,7 +412,8 @@ fn run_term<T>(path: &str, leadership: &Leadership, f: impl FnOnce(&Leadership) 
 /// Blocks like [`Lock::acquire`](crate::Lock::acquire) until elected (and, like it, fails at
 /// once with [`Error::OnWatcherThread`] from a listener); the term's [`Leadership`] is
 /// cancelled as a selector's is (by the Client's [`ErrorPolicy`]). However `f` ends, a panic
-/// included, leadership is given up: our node is deleted in the background.
+/// included, leadership is given up: our node is deleted before this returns (within 1 s, or
+/// the Client's operation timeout if shorter; the rest in the background).
 ///
 /// # Example
 /// ```no_run
@@ -439,16 +440,18 @@ pub fn elect<T>(
         term: term.clone(),
         id: id.to_owned(),
     };
-    // Deletes our node however `f` ends, a panic included.
-    struct StepDown<'a>(&'a LockInternals<Client>, &'a Term);
+    // Deletes our node however `f` ends, a panic included: in this thread within a drop's
+    // bound, so that the next leader can take over as this returns; the rest in the background.
+    struct StepDown<'a>(&'a LockInternals<Client>, &'a Term, std::time::Duration);
     impl Drop for StepDown<'_> {
         fn drop(&mut self) {
             self.1.end();
+            let by = crate::core::deadline::instant_after(self.2);
             let _ = self
                 .0
-                .release(self.1.node(), self.1.session(), Release::Background);
+                .release(self.1.node(), self.1.session(), Release::Within(Some(by)));
         }
     }
-    let _step_down = StepDown(&internals, &term);
+    let _step_down = StepDown(&internals, &term, client.drop_bound());
     Ok(f(&leadership))
 }
