@@ -11,11 +11,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::worker::{say, Worker};
 use common::{patience, wait_for};
 use zklock::testing::{FaultProxy, TestingServer};
-use zklock::{Client, CreateMode, InterProcessMutex};
+use zklock::{Client, CreateMode, InterProcessMutex, LeaderLatch};
 
 const WORKER: &str = "ZKLOCK_EXIT_WORKER";
 const LOCK: &str = "/exit/lock";
 const NODE: &str = "/exit-node";
+const LATCH: &str = "/exit/latch";
 
 /// Milliseconds since the epoch: the clock both processes read.
 fn unix_ms() -> i128 {
@@ -57,6 +58,17 @@ fn client_dropped_first(connect: &str) -> zklock::Result<()> {
     Ok(())
 }
 
+/// A leader latch that leads, then `main` returns: the latch's node must go with the process.
+fn latch(connect: &str) -> zklock::Result<()> {
+    let client = Client::connect(connect)?;
+    client.create(NODE).mode(CreateMode::Ephemeral).call()?;
+    let latch = LeaderLatch::new(&client, LATCH)?;
+    latch.start()?;
+    latch.await_leadership()?;
+    say("held");
+    Ok(())
+}
+
 /// Not a test: the worker process's body, run when [`WORKER`] is set. The process ends as the
 /// program returns, as it does at the end of `main` (`process::exit` is what `main`'s return
 /// comes to: the standard output flushed, every other thread gone with the process), not after
@@ -71,6 +83,7 @@ fn exit_worker() {
         "idiomatic" => idiomatic(connect),
         "ephemeral" => ephemeral(connect),
         "client-dropped-first" => client_dropped_first(connect),
+        "latch" => latch(connect),
         other => panic!("no program {other}"),
     };
     std::process::exit(match outcome {
@@ -132,7 +145,7 @@ fn the_idiomatic_program_run_twice_in_a_row_frees_the_lock_at_exit() {
 fn returning_from_main_closes_the_session() {
     let server = TestingServer::start().unwrap();
     let observer = common::client(&server.connect_string(), Duration::from_secs(20));
-    for program in ["ephemeral", "client-dropped-first"] {
+    for program in ["ephemeral", "client-dropped-first", "latch"] {
         let worker = run(program, &server);
         worker.expect(if program == "ephemeral" {
             "created"
@@ -147,6 +160,7 @@ fn returning_from_main_closes_the_session() {
         println!("{program}: its session's ephemeral node was gone {gap} ms after exit");
         assert!(gap < bound(), "{program}: {gap} ms");
         assert!(observer.children(LOCK).unwrap_or_default().is_empty());
+        assert!(observer.children(LATCH).unwrap_or_default().is_empty());
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::participant::{election, take_part, Candidate, Recipe, Settings};
+use super::participant::{close_on_drop, election, take_part, Candidate, Recipe, Settings};
 use super::term::Term;
 use super::Participant;
 use crate::core::channel::Receiver;
@@ -125,7 +125,8 @@ type Task = Box<dyn FnMut(&Leadership) -> Result<()> + Send>;
 ///
 /// # Blocking and Drop
 /// `start`, `requeue`, `interrupt_leadership` and `close` return at once; after `close` the
-/// node goes as soon as the closure (if running) returns. Dropping the selector closes it.
+/// node goes as soon as the closure (if running) returns. Dropping the selector closes it and
+/// waits at most 1 s (or the Client's operation timeout, if shorter) for the closure to return.
 ///
 /// # Example
 /// ```no_run
@@ -329,8 +330,12 @@ impl LeaderSelector {
 }
 
 impl Drop for LeaderSelector {
+    /// Closes, waiting at most 1 s (or the Client's operation timeout, if shorter) for the
+    /// closure to return and the selector to be done (as [`close_timeout`](Self::close_timeout)
+    /// with that bound); a closure that ignores its cancellation keeps its thread and the node
+    /// past the drop.
     fn drop(&mut self) {
-        self.inner.candidate.close();
+        close_on_drop(&self.inner);
     }
 }
 
