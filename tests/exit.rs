@@ -11,12 +11,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::worker::{say, Worker};
 use common::{patience, wait_for};
 use zklock::testing::{FaultProxy, TestingServer};
-use zklock::{Client, CreateMode, InterProcessMutex, LeaderLatch};
+use zklock::{Client, CreateMode, InterProcessMutex, InterProcessSemaphoreV2, LeaderLatch};
 
 const WORKER: &str = "ZKLOCK_EXIT_WORKER";
 const LOCK: &str = "/exit/lock";
 const NODE: &str = "/exit-node";
 const LATCH: &str = "/exit/latch";
+const SEMAPHORE: &str = "/exit/semaphore";
 
 /// Milliseconds since the epoch: the clock both processes read.
 fn unix_ms() -> i128 {
@@ -197,6 +198,20 @@ fn drop_then_try_lock_from_another_client_is_granted_20_of_20() {
     proxy.delay(Duration::from_millis(30));
     let granted = drop_then_try_lock(&holder, &taker);
     println!("holder's link 30 ms slower: granted {granted} of 20");
+    assert_eq!(granted, 20);
+
+    // A semaphore's lease, dropped the same way.
+    let mine = InterProcessSemaphoreV2::new(&holder, SEMAPHORE, 1).unwrap();
+    let theirs = InterProcessSemaphoreV2::new(&taker, SEMAPHORE, 1).unwrap();
+    let mut granted = 0;
+    for _ in 0..20 {
+        drop(mine.acquire().unwrap());
+        if let Some(lease) = theirs.try_acquire().unwrap() {
+            granted += 1;
+            lease.return_lease().unwrap();
+        }
+    }
+    println!("a lease, holder's link 30 ms slower: granted {granted} of 20");
     assert_eq!(granted, 20);
     holder.close();
 }
