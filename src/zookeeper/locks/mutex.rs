@@ -44,9 +44,11 @@ const LOCK_NAME: &str = "lock-";
 /// that it can refuse a stale holder.
 ///
 /// # Blocking and Drop
-/// See [`Lock`] for how long each acquire may block. Dropping a [`MutexGuard`] returns at once:
-/// the delete goes to the background. [`release`](InterProcessMutex::release) reports errors
-/// and is bounded by the Client's operation (else connection) timeout;
+/// See [`Lock`] for how long each acquire may block. Dropping a [`MutexGuard`] deletes the node
+/// in the calling thread within 1 s (or the Client's operation timeout, if shorter), the rest
+/// in the background (see [`LockGuard`](crate::LockGuard)).
+/// [`release`](InterProcessMutex::release) reports errors and is bounded by the Client's
+/// operation (else connection) timeout;
 /// [`release_timeout`](InterProcessMutex::release_timeout) takes a bound of its own.
 /// [`cancel_waiters`](InterProcessMutex::cancel_waiters) ends the waits of other threads.
 ///
@@ -234,6 +236,10 @@ impl Sealed for InterProcessMutex {
 
     fn acquired_here(&self) -> bool {
         self.core.is_acquired_in_this_process()
+    }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.core.drop_bound()
     }
 }
 

@@ -454,6 +454,10 @@ impl Sealed for ReadLock {
     fn acquired_here(&self) -> bool {
         self.inner.read.is_acquired_in_this_process()
     }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.inner.read.drop_bound()
+    }
 }
 
 impl Sealed for WriteLock {
@@ -471,6 +475,10 @@ impl Sealed for WriteLock {
 
     fn acquired_here(&self) -> bool {
         self.inner.write.is_acquired_in_this_process()
+    }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.inner.write.drop_bound()
     }
 }
 

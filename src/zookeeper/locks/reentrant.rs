@@ -103,13 +103,15 @@ impl Reentrant {
             acquired.token,
         );
         // Curator's revocation request is a data write into the held node; told once.
+        // Runs in the keeper's follower: it holds the watcher thread's queue, not the Client
+        // (which would keep the session open as long as the follower lingers).
         let on_revoke = self.revocable.lock().clone().map(|listener| {
-            let client = self.client.clone();
+            let dispatch = self.client.dispatch();
             let told = AtomicBool::new(false);
             Arc::new(move |data: &[u8]| {
                 if data == REVOKE_MESSAGE && !told.swap(true, Ordering::SeqCst) {
                     let listener = listener.clone();
-                    client.on_watcher_thread(move || listener());
+                    dispatch(Box::new(move || listener()));
                 }
             }) as OnData
         });
@@ -158,6 +160,11 @@ impl Reentrant {
 
     pub(crate) fn cancel_waiters(&self) {
         self.internals.cancel_waiters();
+    }
+
+    /// How long a guard's drop waits for the delete (see [`Client::drop_bound`]).
+    pub(crate) fn drop_bound(&self) -> std::time::Duration {
+        self.client.drop_bound()
     }
 
     pub(crate) fn is_acquired_in_this_process(&self) -> bool {
@@ -211,9 +218,12 @@ impl Holding {
 }
 
 impl Drop for Reentrant {
+    /// Holds never released (a guard forgotten, `acquire()` without `release()`) go as a
+    /// guard's do: within one drop bound for all of them, the rest in the background.
     fn drop(&mut self) {
+        let by = crate::core::deadline::instant_after(self.drop_bound());
         for holding in self.holders.drain() {
-            let _ = self.finish(holding, Release::Background);
+            let _ = self.finish(holding, Release::Within(Some(by)));
         }
     }
 }
