@@ -5,7 +5,7 @@
 //! acquire → the hold record and its health → release → `Drop`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::deadline::Deadline;
 use super::error::{Error, Result};
@@ -80,6 +80,12 @@ pub(crate) trait RawLock: Send + Sync {
 
     /// Ends every acquisition waiting now with [`Error::Cancelled`].
     fn cancel_waiters(&self);
+
+    /// How long a drop waits for a release in the caller before the rest goes to the
+    /// background (see [`Sealed::drop_bound`](super::lock::Sealed::drop_bound)).
+    fn drop_bound(&self) -> Duration {
+        super::lock::DROP_BOUND
+    }
 }
 
 /// What [`RawLock::acquire`] grants.
@@ -202,6 +208,10 @@ impl<R: RawLock> Reentrant<R> {
         self.raw.cancel_waiters()
     }
 
+    pub(crate) fn drop_bound(&self) -> Duration {
+        self.raw.drop_bound()
+    }
+
     pub(crate) fn is_acquired_in_this_process(&self) -> bool {
         self.holders.any()
     }
@@ -226,9 +236,12 @@ impl<R: RawLock> Reentrant<R> {
 }
 
 impl<R: RawLock> Drop for Reentrant<R> {
+    /// Holds never released (a guard forgotten, `acquire()` without `release()`) go as a
+    /// guard's do: within one drop bound for all of them, the rest in the background.
     fn drop(&mut self) {
+        let by = super::deadline::instant_after(self.raw.drop_bound());
         for hold in self.holders.drain() {
-            let _ = self.finish(hold, Release::Background);
+            let _ = self.finish(hold, Release::Within(Some(by)));
         }
     }
 }

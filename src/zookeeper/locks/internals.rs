@@ -252,19 +252,25 @@ impl<S: Store> LockInternals<S> {
     /// Tries to take the lock, waiting until `wait`: `None` when it is not ours by then, with
     /// our node deleted. An expired `wait` makes one attempt without waiting (`try_lock`).
     pub(crate) fn attempt_lock(&self, wait: Deadline) -> Result<Option<Acquired>> {
-        if !wait.expired() && is_watcher_thread() {
-            return Err(Error::OnWatcherThread);
-        }
-        let cancel = self.cancel.lock().clone();
         let started = std::time::Instant::now();
         let _waiting = metrics::Waiting::new(&self.path);
-        let outcome = self.attempt(wait, &cancel);
+        let outcome = self.attempt_unmetered(wait);
         match &outcome {
             Ok(Some(_)) => metrics::acquired(&self.path, started.elapsed()),
             Ok(None) => metrics::timed_out(&self.path),
             Err(_) => {}
         }
         outcome
+    }
+
+    /// [`attempt_lock`](Self::attempt_lock) for a caller that counts its own metrics (the
+    /// core's re-entrant shell).
+    pub(crate) fn attempt_unmetered(&self, wait: Deadline) -> Result<Option<Acquired>> {
+        if !wait.expired() && is_watcher_thread() {
+            return Err(Error::OnWatcherThread);
+        }
+        let cancel = self.cancel.lock().clone();
+        self.attempt(wait, &cancel)
     }
 
     fn attempt(&self, wait: Deadline, cancel: &Cancel) -> Result<Option<Acquired>> {
