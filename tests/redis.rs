@@ -99,6 +99,44 @@ fn waiters_are_granted_in_arrival_order() {
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
 }
 
+/// A waiter that has waited longer than one read of its waiting slot still hears its wake-up:
+/// after a hold of 150 ms and of 500 ms the lock passes to the waiter at once, not at its
+/// re-check a third of the TTL (10 s with the default 30 s) later.
+#[test]
+fn a_waiter_hears_its_wake_up_after_a_long_hold() {
+    let server = TestingRedis::start().unwrap();
+    let a = RedisClient::connect(&server.url()).unwrap();
+    let b = RedisClient::connect(&server.url()).unwrap();
+    let held = RedisMutex::new(&a, "handoff").unwrap();
+    let waiting = RedisMutex::new(&b, "handoff").unwrap();
+    for hold in [Duration::from_millis(500), Duration::from_millis(150)] {
+        let guard = held.lock().unwrap();
+        let gap = thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let granted = waiting
+                    .try_lock_for(Duration::from_secs(30))
+                    .unwrap()
+                    .expect("granted");
+                let at = Instant::now();
+                granted.release().unwrap();
+                at
+            });
+            wait_for("the waiter to queue", || {
+                server.command(&["LLEN", "zklock:{handoff}:queue"]).unwrap() == "1"
+            });
+            thread::sleep(hold);
+            let released = Instant::now();
+            guard.release().unwrap();
+            waiter.join().unwrap().duration_since(released)
+        });
+        println!("hand-off after a hold of {hold:?}: {gap:?}");
+        assert!(
+            gap < Duration::from_secs(2),
+            "the waiter missed its wake-up: {gap:?} after the release"
+        );
+    }
+}
+
 #[test]
 fn a_barging_mutex_takes_a_free_lock_ahead_of_the_queue() {
     let server = TestingRedis::start().unwrap();
