@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::server::Server;
+
 /// How many threads of one Client wait on slots of their own at once.
 const MAX_SLOTS: usize = 4;
 
@@ -22,7 +24,7 @@ const SLICE: Duration = Duration::from_millis(100);
 
 /// The Client's slots.
 pub(crate) struct Slots {
-    redis: redis::Client,
+    redis: Server,
     client_id: String,
     connect_timeout: Duration,
     idle: Mutex<Vec<Slot>>,
@@ -39,7 +41,7 @@ pub(crate) struct Slot {
 }
 
 impl Slots {
-    pub(crate) fn new(redis: redis::Client, client_id: &str, connect_timeout: Duration) -> Slots {
+    pub(crate) fn new(redis: Server, client_id: &str, connect_timeout: Duration) -> Slots {
         Slots {
             redis,
             client_id: client_id.to_owned(),
@@ -99,9 +101,7 @@ impl Slots {
     }
 
     fn subscribe(&self, prefix: String, timeout: Duration) -> redis::RedisResult<Slot> {
-        let mut conn = self.redis.get_connection_with_timeout(timeout)?;
-        conn.set_write_timeout(Some(timeout))?;
-        conn.set_read_timeout(Some(timeout))?;
+        let mut conn = self.redis.connect(timeout, timeout)?;
         let subscribe = redis::cmd("SUBSCRIBE")
             .arg(super::scripts::wake_channel(&prefix))
             .get_packed_command();
