@@ -917,6 +917,30 @@ fn calls_against_a_frozen_server_return_within_their_bounds() {
     drop(guards);
 }
 
+/// A release with a deadline (`release_timeout`, or the deadline a guard's drop gives) returns
+/// by it against a frozen server, shorter than the operation timeout, and the release goes on
+/// in the background: once the server runs again the lock is free without waiting for its TTL.
+#[test]
+fn a_release_with_a_deadline_keeps_to_it_and_finishes_in_the_background() {
+    let server = TestingRedis::start().unwrap();
+    let c = RedisClient::builder(&server.url())
+        .operation_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let mutex = RedisMutex::new(&c, "deadline").unwrap();
+    let guard = mutex.lock().unwrap();
+    server.pause().unwrap();
+    let started = Instant::now();
+    assert!(guard.release_timeout(Duration::from_millis(200)).is_err());
+    let took = started.elapsed();
+    println!("release_timeout(200 ms) against a frozen server: {took:?} (operation timeout 2 s)");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    server.resume().unwrap();
+    wait_for("the background release", || {
+        server.command(&["EXISTS", "zklock:{deadline}"]).unwrap() == "0"
+    });
+}
+
 /// The Client's connection state follows the server: `Suspended` and then `Lost` while it is
 /// frozen past the TTL, `Reconnected` when it answers again, told to channels and listeners in
 /// order.
