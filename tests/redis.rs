@@ -187,6 +187,50 @@ fn tokens_rise_across_a_restart_that_lost_every_key() {
     );
 }
 
+/// After a restart that lost every key, the holder reads `Lost` at the keeper's next renewal
+/// (a third of the TTL), not a period later: the renewal that finds its connection closed by the
+/// restart is sent again at once on a new one. The restart comes just after a renewal, so the
+/// next one is a whole period away.
+#[test]
+fn a_restart_that_lost_the_key_reads_lost_at_the_next_renewal() {
+    let ttl = Duration::from_secs(3);
+    let period = ttl / 3;
+    let mut server = TestingRedis::start().unwrap();
+    let c = client(&server, ttl);
+    let mutex = RedisMutex::new(&c, "restarted").unwrap();
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    let pttl = || {
+        server
+            .command(&["PTTL", "zklock:{restarted}"])
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    // A renewal sets the key's TTL back to the whole TTL.
+    let mut last = pttl();
+    loop {
+        let now = pttl();
+        if now > last {
+            break;
+        }
+        last = now;
+        thread::sleep(Duration::from_millis(5));
+    }
+    server.restart().unwrap();
+    let restarted = Instant::now();
+    loop {
+        let e = events.recv_timeout(patience()).expect("a health event");
+        if e.health == LockHealth::Lost {
+            break;
+        }
+    }
+    let took = restarted.elapsed();
+    println!("Lost {took:?} after the restart (renewal period {period:?})");
+    assert!(took < period + Duration::from_millis(500), "{took:?}");
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+}
+
 #[test]
 fn reentrant_per_thread_and_owned_by_the_thread() {
     let server = TestingRedis::start().unwrap();
