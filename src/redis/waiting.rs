@@ -132,7 +132,8 @@ impl Waiters {
                 if turns.queued {
                     let by = deadline
                         .instant()
-                        .map_or(within, |at| Deadline::at(at + inner.operation_timeout()));
+                        .and_then(|at| at.checked_add(inner.operation_timeout()))
+                        .map_or(within, Deadline::at);
                     leave(inner, keys, &owner, by);
                 }
                 Ok(None)
