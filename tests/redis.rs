@@ -904,9 +904,9 @@ fn a_frozen_server_makes_a_holder_lost_and_nothing_hangs() {
 
 /// Against a frozen server (SIGSTOP: connections are accepted by the kernel, nothing is
 /// answered) every call returns within the bound that `docs/redis.md` states, with an
-/// operation timeout T of 1 s: `try_lock` T, `acquire_timeout(d)` d + T, `release` T,
-/// `close()` with holds T + 0.25 s. The test prints what it measured and allows a quarter of
-/// the bound plus half a second more.
+/// operation timeout T of 1 s: `RedisClient::connect` (connection timeout T) 2T, `try_lock` T,
+/// `acquire_timeout(d)` d + T, `release` T, `close()` with holds T + 0.25 s. The test prints
+/// what it measured and allows a quarter of the bound plus half a second more.
 #[test]
 fn calls_against_a_frozen_server_return_within_their_bounds() {
     const T: Duration = Duration::from_secs(1);
@@ -936,6 +936,12 @@ fn calls_against_a_frozen_server_return_within_their_bounds() {
             "{what} took {took:?}, bound {bound:?}"
         );
     };
+    timed("RedisClient::connect", T + T, &mut || {
+        let connected = RedisClient::builder(&server.url())
+            .connect_timeout(T)
+            .connect();
+        assert!(connected.is_err(), "no answer from a frozen server");
+    });
     timed("try_lock", T, &mut || {
         assert!(wanted.try_lock().is_err(), "no answer from a frozen server");
     });
