@@ -12,8 +12,8 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// `redis` with the connection setup that the bounds below rely on: no `CLIENT SETINFO`
-    /// (two more replies to wait for on every connection).
+    /// The server `info` names, its client made by `open`, with new connections that send no
+    /// `CLIENT SETINFO` (two more replies to wait for on each).
     pub(crate) fn new(
         info: redis::ConnectionInfo,
         open: impl FnOnce(redis::ConnectionInfo) -> redis::RedisResult<redis::Client>,
@@ -60,5 +60,25 @@ impl Server {
             )));
         }
         self.connect(left, left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_waits_for_one_setup_reply_per_command_the_url_asks_for() {
+        let replies = |url: &str| {
+            let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
+            Server::new(info, redis::Client::open)
+                .unwrap()
+                .setup_replies
+        };
+        assert_eq!(replies("redis://127.0.0.1:6379"), 0);
+        assert_eq!(replies("redis://127.0.0.1:6379/3"), 1);
+        assert_eq!(replies("redis://:pw@127.0.0.1:6379"), 1);
+        assert_eq!(replies("redis://user:pw@127.0.0.1:6379/2"), 2);
+        assert_eq!(replies("redis://127.0.0.1:6379/?protocol=resp3"), 1);
     }
 }
