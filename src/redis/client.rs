@@ -445,6 +445,28 @@ impl Inner {
         }
     }
 
+    /// A grant just handed to the keeper as `kept`: if the Client began to close meanwhile, the
+    /// closing keeper may have released its holds before this one was added, so it is
+    /// released here (within the operation timeout) and the acquire fails with
+    /// [`Error::Closed`]. The keeper adds a hold before this looks at the close flag, and
+    /// looks at its holds only after the flag is set: one of the two releases it.
+    pub(crate) fn keep_unless_closed(&self, keys: &Keys, owner: &str, kept: u64) -> Result<()> {
+        if !self.closed() {
+            return Ok(());
+        }
+        self.keeper.forget(kept);
+        let within = Deadline::after(self.operation_timeout);
+        let released = self.call_by(within, Calling::Closing, |c| {
+            let mut call = invocation(self.scripts.release(keys.layout), keys);
+            call.arg(owner);
+            call.invoke::<i64>(c)
+        });
+        if let Err(e) = released {
+            tracing::debug!("zklock: a Redis grant that came in at close was not released: {e}");
+        }
+        Err(Error::Closed)
+    }
+
     /// Runs callbacks on the Client's events thread.
     pub(crate) fn dispatch(&self) -> Dispatch {
         dispatch(&self.events)

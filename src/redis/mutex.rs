@@ -276,7 +276,7 @@ impl RedisMutex {
         match granted {
             Some(((token, sent), owner)) => {
                 crate::core::metrics::acquired(&self.name, started.elapsed());
-                self.hold(owner, token, sent);
+                self.hold(owner, token, sent)?;
                 Ok(true)
             }
             None => {
@@ -286,13 +286,14 @@ impl RedisMutex {
         }
     }
 
-    fn hold(&self, owner: String, token: u64, sent: Duration) {
+    fn hold(&self, owner: String, token: u64, sent: Duration) -> Result<()> {
         let inner = self.client.inner();
         let lease = inner.keeper.lease(sent);
         let (health, report) = self
             .feed
             .hold(inner.dispatch(), &self.name, self.key(), token);
         let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
+        inner.keep_unless_closed(&self.keys, &owner, kept)?;
         self.holders.insert(Holding {
             owner,
             token,
@@ -301,6 +302,7 @@ impl RedisMutex {
             kept,
             since: Instant::now(),
         });
+        Ok(())
     }
 
     /// Lets go of a released hold as `how` says; [`Error::LockLost`] if it had been lost.

@@ -161,6 +161,7 @@ impl RedisSemaphore {
             self.feed
                 .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
         let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
+        inner.keep_unless_closed(&self.keys, &owner, kept)?;
         Ok(Some(RedisLease {
             client: self.client.clone(),
             name: self.name.clone(),
