@@ -572,7 +572,16 @@ impl Inner {
         let give_up = Instant::now() + self.operation_timeout;
         self.closed.store(true, Ordering::Release);
         self.wakes.wake_all();
-        self.keeper.stop(give_up);
+        // The threads that read a wake-up channel (the subscriber, waiters on slots) see the
+        // close at once when a message comes; only close() waits for them.
+        let wake = if all {
+            let mut wake = self.slots.prefixes();
+            wake.push(self.id.clone());
+            wake
+        } else {
+            Vec::new()
+        };
+        self.keeper.stop(give_up, wake);
         if all {
             let until = give_up + THREADS_GRACE;
             for t in self.threads.lock().drain(..) {

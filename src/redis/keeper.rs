@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::latch::Contest;
 use super::mutex::TOKEN_KEEP_TTLS;
-use super::scripts::{invocation, Keys, Layout, Scripts};
+use super::scripts::{invocation, wake_channel, Keys, Layout, Scripts};
 use super::server::Server;
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
@@ -64,6 +64,9 @@ struct Shared {
     queued: Mutex<HashMap<String, Keys>>,
     /// When a close gives up on what it still owes (set by the close).
     give_up: Mutex<Option<Instant>>,
+    /// The wake-up channels a close publishes on, so that the threads reading them see the
+    /// close at once (set by the close).
+    closing_wakes: Mutex<Vec<String>>,
     /// Latches started since the keeper last looked.
     contests: Mutex<Vec<Arc<Contest>>>,
     next: AtomicU64,
@@ -182,11 +185,14 @@ impl Keeper {
     /// Tells the thread to finish — release what the Client holds, take its waiters out of
     /// their queues, pay what it owes, giving up at `give_up` — and waits for it until then
     /// (the thread's last call may need until `give_up` too).
-    pub(crate) fn stop(&self, give_up: Instant) {
+    /// `wake`: the clients (`CLIENT` or `CLIENT/N`) whose wake-up channels get an empty
+    /// message in the same round trip.
+    pub(crate) fn stop(&self, give_up: Instant, wake: Vec<String>) {
         {
             let mut at = self.shared.give_up.lock();
             *at = Some(at.map_or(give_up, |earlier| earlier.min(give_up)));
         }
+        self.shared.closing_wakes.lock().extend(wake);
         self.shared.wake();
         if let Some(t) = self.thread.lock().take() {
             super::client::join_by(t, give_up + Duration::from_millis(50));
@@ -424,14 +430,24 @@ impl Run {
 
     /// Pays what is owed, every release and queue exit in one pipeline; what fails stays owed
     /// until its own give-up time. With `by` (a close), waits for the connection and the
-    /// answer until then at most.
+    /// answer until then at most, and publishes the close's wake-ups in the same pipeline.
     fn pay_owed(&mut self, by: Option<Instant>) {
         let owed = std::mem::take(&mut *self.shared.owed.lock());
-        if owed.is_empty() {
+        let wakes = match by {
+            Some(_) => std::mem::take(&mut *self.shared.closing_wakes.lock()),
+            None => Vec::new(),
+        };
+        if owed.is_empty() && wakes.is_empty() {
             return;
         }
         let scripts = self.scripts.clone();
         let mut pipe = redis::pipe();
+        for client in &wakes {
+            pipe.cmd("PUBLISH")
+                .arg(wake_channel(client))
+                .arg("")
+                .ignore();
+        }
         let mut used = Vec::new();
         let mut paying = Vec::new();
         for o in owed {
@@ -446,7 +462,7 @@ impl Run {
             used.push(script);
             paying.push(o);
         }
-        if paying.is_empty() {
+        if paying.is_empty() && wakes.is_empty() {
             return;
         }
         let mut sent = Duration::ZERO;

@@ -5,7 +5,8 @@
 //! as a leader latch always is.
 //!
 //! A waiter on a slot reads in slices of at most [`SLICE`], so that a cancel, a close or a
-//! wake of every waiter (the shared subscriber reconnected) reaches it within one slice.
+//! wake of every waiter (the shared subscriber reconnected) reaches it within one slice; a
+//! close also publishes on every slot's channel, which reaches it at once.
 //! Messages left on a slot for an earlier waiter are skipped: each names its waiter.
 
 use std::mem::ManuallyDrop;
@@ -30,6 +31,8 @@ pub(crate) struct Slots {
     idle: Mutex<Vec<Slot>>,
     /// Slots that exist (idle or in use).
     made: AtomicUsize,
+    /// The prefixes of the slots that exist.
+    live: Mutex<Vec<String>>,
     next: AtomicU64,
 }
 
@@ -48,6 +51,7 @@ impl Slots {
             connect_timeout,
             idle: Mutex::new(Vec::new()),
             made: AtomicUsize::new(0),
+            live: Mutex::new(Vec::new()),
             next: AtomicU64::new(1),
         }
     }
@@ -65,7 +69,10 @@ impl Slots {
             return None;
         }
         match self.open(within) {
-            Ok(slot) => Some(slot),
+            Ok(slot) => {
+                self.live.lock().push(slot.prefix.clone());
+                Some(slot)
+            }
             Err(e) => {
                 self.made.fetch_sub(1, Ordering::AcqRel);
                 tracing::debug!("zklock: a Redis waiting slot cannot be opened: {e}");
@@ -93,6 +100,7 @@ impl Slots {
             Ok(slot) => Some(slot),
             Err(e) => {
                 tracing::debug!("zklock: a Redis waiting slot cannot be opened again: {e}");
+                self.live.lock().retain(|p| *p != broken.prefix);
                 drop(broken);
                 self.made.fetch_sub(1, Ordering::AcqRel);
                 None
@@ -114,6 +122,11 @@ impl Slots {
     /// Gives a slot back for the next waiter.
     pub(crate) fn give_back(&self, slot: Slot) {
         self.idle.lock().push(slot);
+    }
+
+    /// The prefixes of the slots that exist, idle or in use (for a close to publish on).
+    pub(crate) fn prefixes(&self) -> Vec<String> {
+        self.live.lock().clone()
     }
 
     /// Closes the idle slots (the Client is closing; a slot in use closes when its waiter,
@@ -157,7 +170,8 @@ impl Slot {
             reader.set_read_timeout(Some(left.min(SLICE).max(Duration::from_millis(1))))?;
             match reader.get_message() {
                 Ok(message) => {
-                    if message.get_payload_bytes() == waiter.as_bytes() {
+                    // Another waiter's, or a close's (which is an interruption).
+                    if message.get_payload_bytes() == waiter.as_bytes() || interrupted() {
                         return Ok(true);
                     }
                 }
