@@ -422,6 +422,32 @@ fn a_program_that_ends_holding_a_lock_leaves_it_free() {
     drop(guard);
 }
 
+/// A lock object dropped while it still holds (acquired without a guard) releases in the
+/// caller: once the drop returns, another Client takes the lock at once, every time.
+#[test]
+fn a_lock_object_dropped_while_holding_is_free_for_another_client_at_once() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let b = client(&server, Duration::from_secs(30));
+    let theirs = RedisMutex::new(&b, "dropped").unwrap();
+    let mut granted = 0;
+    for _ in 0..20 {
+        let mine = RedisMutex::new(&a, "dropped").unwrap();
+        assert!(mine.acquire().is_ok());
+        drop(mine);
+        if let Some(guard) = theirs.try_lock().unwrap() {
+            granted += 1;
+            guard.release().unwrap();
+        } else {
+            wait_for("the lock to be free", || {
+                server.command(&["EXISTS", "zklock:{dropped}"]).unwrap() == "0"
+            });
+        }
+    }
+    println!("granted {granted} of 20 at once after the drop");
+    assert_eq!(granted, 20);
+}
+
 #[test]
 fn an_idle_waiter_sends_nothing_between_wake_ups() {
     let server = TestingRedis::start().unwrap();

@@ -467,6 +467,12 @@ impl Inner {
         Err(Error::Closed)
     }
 
+    /// When a drop that releases gives what is left to the background: [`DROP_BOUND`] from
+    /// now, or the operation timeout if that is shorter.
+    pub(crate) fn drop_deadline(&self) -> Instant {
+        Instant::now() + DROP_BOUND.min(self.operation_timeout)
+    }
+
     /// Runs callbacks on the Client's events thread.
     pub(crate) fn dispatch(&self) -> Dispatch {
         dispatch(&self.events)
@@ -600,6 +606,11 @@ pub(crate) enum Calling {
     /// Yes: a closing Client's waiter cleans up after an answer that came in after the close.
     Closing,
 }
+
+/// How long a drop that releases (a lease's, a lock object's with holds left) waits for the
+/// release in the caller at most, as a guard's drop does; what is not done by then goes on in
+/// the background.
+const DROP_BOUND: Duration = Duration::from_secs(1);
 
 /// How long `close()` waits for its other threads after the keeper: the subscriber's and the
 /// events thread's poll.

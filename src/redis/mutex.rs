@@ -372,10 +372,15 @@ crate::core::health::forward_health_api!(RedisMutex, feed, "the Client's events 
 
 impl Drop for RedisMutex {
     fn drop(&mut self) {
+        // Holds left (guards forgotten, or released through another object): released in the
+        // caller as a guard's drop does, what is not done in time in the background.
         let inner = self.client.inner();
+        let by = inner.drop_deadline();
         for holding in self.holders.drain() {
             inner.keeper.forget(holding.kept);
-            inner.keeper.release_later(&self.keys, &holding.owner);
+            if let Err(e) = inner.release_within(&self.keys, &holding.owner, Some(by), false) {
+                tracing::warn!("zklock: releasing Redis lock {:?} on drop: {e}", self.name);
+            }
         }
     }
 }
