@@ -409,12 +409,12 @@ fn close_takes_its_waiters_out_of_every_queue() {
 fn a_program_that_ends_holding_a_lock_leaves_it_free() {
     let server = TestingRedis::start().unwrap();
     let register = FencedRegister::start().unwrap();
+    let c = RedisClient::connect(&server.url()).unwrap();
+    let mutex = RedisMutex::new(&c, "worker").unwrap();
     let mut worker = start_worker(&server, &register, "exit");
     worker.expect("held");
     assert!(worker.child.wait().unwrap().success());
     let exited = Instant::now();
-    let c = RedisClient::connect(&server.url()).unwrap();
-    let mutex = RedisMutex::new(&c, "worker").unwrap();
     let guard = mutex.try_lock_for(patience()).unwrap().expect("granted");
     let gap = exited.elapsed();
     println!("the lock was taken {gap:?} after the holder's process exited");
