@@ -422,6 +422,59 @@ fn a_program_that_ends_holding_a_lock_leaves_it_free() {
     drop(guard);
 }
 
+/// A close while the Client's waiters come and go — attempts in flight, grants coming in,
+/// guards dropped — leaves nothing of the Client on the server: no hold, no queue entry.
+/// Each round closes a new Client after a different time.
+#[test]
+fn a_close_amid_attempts_leaves_no_hold_and_no_queue_entry() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = TestingRedis::start().unwrap();
+    let other = client(&server, Duration::from_secs(30));
+    let theirs = RedisMutex::barging(&other, "churn").unwrap();
+    let stop = AtomicBool::new(false);
+    for round in 0..15 {
+        let closing = client(&server, Duration::from_secs(30));
+        let id = closing.id().to_owned();
+        thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(Some(guard)) = theirs.try_lock_for(Duration::from_millis(50)) {
+                        thread::sleep(Duration::from_micros(200));
+                        drop(guard);
+                    }
+                }
+            });
+            let waiters: Vec<_> = (0..6)
+                .map(|_| {
+                    let mutex = RedisMutex::new(&closing, "churn").unwrap();
+                    s.spawn(move || loop {
+                        match mutex.try_lock_for(Duration::from_millis(30)) {
+                            Ok(guard) => drop(guard),
+                            Err(e) => return e,
+                        }
+                    })
+                })
+                .collect();
+            thread::sleep(Duration::from_millis(100 + round * 7));
+            closing.close();
+            for w in waiters {
+                assert!(matches!(w.join().unwrap(), Error::Closed));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        stop.store(false, Ordering::Relaxed);
+        let queue = server
+            .command(&["LRANGE", "zklock:{churn}:queue", "0", "-1"])
+            .unwrap();
+        let holder = server.command(&["GET", "zklock:{churn}"]).unwrap();
+        let left: Vec<_> = queue.lines().filter(|w| w.starts_with(&id)).collect();
+        assert!(
+            left.is_empty() && !holder.starts_with(&id),
+            "round {round}: queue entries {left:?}, holder {holder:?}"
+        );
+    }
+}
+
 /// A lock object dropped while it still holds (acquired without a guard) releases in the
 /// caller: once the drop returns, another Client takes the lock at once, every time.
 #[test]

@@ -430,7 +430,9 @@ impl Inner {
         lost: bool,
     ) -> Result<()> {
         let by = until.map_or(Deadline::after(self.operation_timeout), Deadline::at);
-        let released = self.call_by(by, Calling::Open, |c| {
+        // A release only frees what the server holds for this Client: it is sent after a
+        // close too (the closing keeper may have missed a hold given up at that moment).
+        let released = self.call_by(by, Calling::Closing, |c| {
             let mut call = invocation(self.scripts.release(keys.layout), keys);
             call.arg(owner);
             call.invoke::<i64>(c)
@@ -442,6 +444,14 @@ impl Inner {
                 self.keeper.release_later(keys, owner);
                 Err(e)
             }
+        }
+    }
+
+    /// Releases `owner`'s hold in the background; once the Client is closing (its keeper may be
+    /// done), here, within the operation timeout.
+    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) {
+        if !self.keeper.release_later(keys, owner) {
+            let _ = self.release_within(keys, owner, None, false);
         }
     }
 
@@ -576,8 +586,6 @@ impl Inner {
     /// not done by then (a callback that blocks, a subscriber in a reconnect) ends by itself.
     fn shut_down(&self, all: bool) {
         let give_up = Instant::now() + self.operation_timeout;
-        self.closed.store(true, Ordering::Release);
-        self.wakes.wake_all();
         // The threads that read a wake-up channel (the subscriber, waiters on slots) see the
         // close at once when a message comes; only close() waits for them.
         let wake = if all {
@@ -587,7 +595,10 @@ impl Inner {
         } else {
             Vec::new()
         };
-        self.keeper.stop(give_up, wake);
+        self.keeper.closing(give_up, wake);
+        self.closed.store(true, Ordering::Release);
+        self.wakes.wake_all();
+        self.keeper.stop(give_up);
         if all {
             let until = give_up + THREADS_GRACE;
             for t in self.threads.lock().drain(..) {

@@ -153,11 +153,13 @@ impl Keeper {
     }
 
     /// Releases a hold in the background, retrying until it is done or its key has expired
-    /// by itself (a TTL from now).
-    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) {
+    /// by itself (a TTL from now). `false` once the Client is closing: the keeper may have
+    /// paid its last debts already, and the caller should release it itself.
+    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) -> bool {
         self.shared
             .owe(keys, owner, Instant::now() + self.ttl, false);
         self.shared.wake();
+        self.shared.give_up.lock().is_none()
     }
 
     /// Takes a waiter out of its queue in the background, retrying until it is done or its
@@ -182,17 +184,22 @@ impl Keeper {
         self.shared.queued.lock().remove(owner);
     }
 
-    /// Tells the thread to finish — release what the Client holds, take its waiters out of
-    /// their queues, pay what it owes, giving up at `give_up` — and waits for it until then
-    /// (the thread's last call may need until `give_up` too).
-    /// `wake`: the clients (`CLIENT` or `CLIENT/N`) whose wake-up channels get an empty
-    /// message in the same round trip.
-    pub(crate) fn stop(&self, give_up: Instant, wake: Vec<String>) {
+    /// The Client is about to close (called before its close flag is set, so that a release
+    /// handed over after the keeper's last round is seen by its caller as not taken): the
+    /// keeper will give up at `give_up`, and publish an empty message on the wake-up channels
+    /// of `wake` (`CLIENT` or `CLIENT/N`) in its last round trip.
+    pub(crate) fn closing(&self, give_up: Instant, wake: Vec<String>) {
         {
             let mut at = self.shared.give_up.lock();
             *at = Some(at.map_or(give_up, |earlier| earlier.min(give_up)));
         }
         self.shared.closing_wakes.lock().extend(wake);
+    }
+
+    /// Tells the thread to finish — release what the Client holds, take its waiters out of
+    /// their queues, pay what it owes, giving up at `give_up` — and waits for it until then
+    /// (the thread's last call may need until `give_up` too).
+    pub(crate) fn stop(&self, give_up: Instant) {
         self.shared.wake();
         if let Some(t) = self.thread.lock().take() {
             super::client::join_by(t, give_up + Duration::from_millis(50));

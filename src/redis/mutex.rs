@@ -313,7 +313,7 @@ impl RedisMutex {
         let lost = holding.health() == LockHealth::Lost;
         let until = match how {
             Release::Background => {
-                inner.keeper.release_later(&self.keys, &holding.owner);
+                inner.release_later(&self.keys, &holding.owner);
                 return if lost { Err(Error::LockLost) } else { Ok(()) };
             }
             Release::Within(until) => until,

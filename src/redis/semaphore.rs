@@ -263,7 +263,7 @@ impl RedisLease {
         let lost = self.health() == LockHealth::Lost;
         let until = match how {
             Release::Background => {
-                inner.keeper.release_later(&self.keys, &self.owner);
+                inner.release_later(&self.keys, &self.owner);
                 return Ok(());
             }
             Release::Within(until) => until,

@@ -104,9 +104,10 @@ impl Waiters {
             // An answer came in after the Client began to close: the keeper may have taken
             // this waiter out of the queue before its attempt put it back, and knows nothing
             // of a grant.
-            let (script, what) = match &outcome {
-                Ok(Some(_)) => (Some(inner.scripts.release(keys.layout)), "release"),
-                _ => (inner.scripts.leave(keys.layout), "leave the queue"),
+            let (script, what) = if turns.late_grant {
+                (Some(inner.scripts.release(keys.layout)), "release")
+            } else {
+                (inner.scripts.leave(keys.layout), "leave the queue")
             };
             if let Some(script) = script {
                 let done = inner.call_by(within, Calling::Closing, |c| {
@@ -148,7 +149,7 @@ impl Waiters {
                     leave(inner, keys, &owner, within);
                 }
                 if e.outcome_unknown() {
-                    inner.keeper.release_later(keys, &owner);
+                    let _ = inner.keeper.release_later(keys, &owner);
                 }
                 Err(e)
             }
@@ -191,6 +192,7 @@ impl Waiters {
             }
             if inner.closed() {
                 turns.late = true;
+                turns.late_grant = granted == 1;
                 return Err(Error::Closed);
             }
             if granted == 1 {
@@ -263,6 +265,8 @@ struct Turns {
     queued: bool,
     /// An answer came in after the Client began to close.
     late: bool,
+    /// That answer was a grant.
+    late_grant: bool,
 }
 
 /// Takes `owner` out of the queue by `by`; if that fails, in the background (until its entry
