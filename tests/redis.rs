@@ -1046,6 +1046,39 @@ fn calls_against_a_frozen_server_return_within_their_bounds() {
     drop(guards);
 }
 
+/// `close()` keeps its bound (T + 0.25 s) while the Client's subscriber is reconnecting to a
+/// server that does not answer: the subscriber's connection is killed and every client paused
+/// (`CLIENT PAUSE ALL`) in one transaction, so the subscriber reconnects into the pause.
+#[test]
+fn close_keeps_its_bound_while_the_subscriber_reconnects() {
+    const T: Duration = Duration::from_millis(500);
+    let server = TestingRedis::start().unwrap();
+    let c = RedisClient::builder(&server.url())
+        .connect_timeout(Duration::from_secs(2))
+        .operation_timeout(T)
+        .connect()
+        .unwrap();
+    server
+        .commands(&[
+            &["MULTI"],
+            &["CLIENT", "KILL", "TYPE", "pubsub"],
+            &["CLIENT", "PAUSE", "4000", "ALL"],
+            &["EXEC"],
+        ])
+        .unwrap();
+    // The subscriber sees its connection closed and reconnects into the pause.
+    thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    c.close();
+    let took = started.elapsed();
+    let bound = T + Duration::from_millis(250);
+    println!("close() while the subscriber reconnects: {took:?} (bound {bound:?})");
+    assert!(
+        took <= bound + bound / 4 + Duration::from_millis(500),
+        "{took:?}"
+    );
+}
+
 /// A release with a deadline (`release_timeout`, or the deadline a guard's drop gives) returns
 /// by it against a frozen server, shorter than the operation timeout, and the release goes on
 /// in the background: once the server runs again the lock is free without waiting for its TTL.
