@@ -60,8 +60,10 @@ pub(crate) trait RawLock: Send + Sync {
         partner: Option<Self::Shared>,
     ) -> Result<Option<Granted<Self::Grant>>>;
 
-    /// Starts keeping a fresh grant alive (renewal), its health going to `report`.
-    fn keep(&self, grant: &mut Self::Grant, report: Report);
+    /// Starts keeping a fresh grant alive (renewal), its health going to `report`. An error
+    /// (the Client closed as the grant came in) means the backend let go of the grant: the
+    /// acquire fails with it.
+    fn keep(&self, grant: &mut Self::Grant, report: Report) -> Result<()>;
 
     /// The hold's health now: `reported` (the keeper's last report) made worse by what the
     /// backend knows locally (its lease, its connection).
@@ -168,7 +170,7 @@ impl<R: RawLock> Reentrant<R> {
         };
         super::metrics::acquired(name, started.elapsed());
         let (health, report) = self.feed.hold(self.raw.dispatch(), name, &node, token);
-        self.raw.keep(&mut grant, report);
+        self.raw.keep(&mut grant, report)?;
         self.holders.insert(Hold {
             grant,
             token,

@@ -17,7 +17,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::latch::Contest;
 use super::mutex::TOKEN_KEEP_TTLS;
-use super::scripts::{invocation, Keys, Layout, Scripts};
+use super::scripts::{invocation, wake_channel, Keys, Layout, Scripts};
+use super::server::Server;
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
@@ -58,6 +59,14 @@ struct Contending {
 struct Shared {
     holds: Mutex<HashMap<u64, Kept>>,
     owed: Mutex<Vec<Owed>>,
+    /// The queue entries of this Client's waiters now parked (waiter id → its lock's keys):
+    /// what a close takes out of the queues.
+    queued: Mutex<HashMap<String, Keys>>,
+    /// When a close gives up on what it still owes (set by the close).
+    give_up: Mutex<Option<Instant>>,
+    /// The wake-up channels a close publishes on, so that the threads reading them see the
+    /// close at once (set by the close).
+    closing_wakes: Mutex<Vec<String>>,
     /// Latches started since the keeper last looked.
     contests: Mutex<Vec<Arc<Contest>>>,
     next: AtomicU64,
@@ -74,7 +83,7 @@ pub(crate) struct Keeper {
 
 impl Keeper {
     pub(crate) fn start(
-        client: redis::Client,
+        server: Server,
         scripts: Arc<Scripts>,
         ttl: Duration,
         operation_timeout: Duration,
@@ -84,7 +93,7 @@ impl Keeper {
         let shared = Arc::new(Shared::default());
         let run = Run {
             shared: shared.clone(),
-            client,
+            server,
             scripts,
             ttl,
             operation_timeout,
@@ -144,23 +153,60 @@ impl Keeper {
     }
 
     /// Releases a hold in the background, retrying until it is done or its key has expired
-    /// by itself (a TTL from now).
-    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) {
+    /// by itself (a TTL from now). `false` once the Client is closing: the keeper may have
+    /// paid its last debts already, and the caller should release it itself.
+    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) -> bool {
         self.shared
             .owe(keys, owner, Instant::now() + self.ttl, false);
         self.shared.wake();
+        self.shared.give_up.lock().is_none()
     }
 
-    /// Tells the thread to finish (it releases what it holds and owes, within the operation
-    /// timeout) and waits for it.
-    pub(crate) fn join(&self) {
+    /// Takes a waiter out of its queue in the background, retrying until it is done or its
+    /// entry has expired by itself (a TTL from now).
+    pub(crate) fn leave_later(&self, keys: &Keys, owner: &str) {
+        self.shared.queued.lock().remove(owner);
+        self.shared
+            .owe(keys, owner, Instant::now() + self.ttl, true);
+        self.shared.wake();
+    }
+
+    /// A waiter has an entry in the queue of the lock with `keys`: a close takes it out.
+    pub(crate) fn queued(&self, keys: &Keys, owner: &str) {
+        self.shared
+            .queued
+            .lock()
+            .insert(owner.to_owned(), keys.clone());
+    }
+
+    /// The waiter's entry is gone (granted, or it left), or is the caller's to remove.
+    pub(crate) fn unqueued(&self, owner: &str) {
+        self.shared.queued.lock().remove(owner);
+    }
+
+    /// The Client is about to close (called before its close flag is set, so that a release
+    /// handed over after the keeper's last round is seen by its caller as not taken): the
+    /// keeper will give up at `give_up`, and publish an empty message on the wake-up channels
+    /// of `wake` (`CLIENT` or `CLIENT/N`) in its last round trip.
+    pub(crate) fn closing(&self, give_up: Instant, wake: Vec<String>) {
+        {
+            let mut at = self.shared.give_up.lock();
+            *at = Some(at.map_or(give_up, |earlier| earlier.min(give_up)));
+        }
+        self.shared.closing_wakes.lock().extend(wake);
+    }
+
+    /// Tells the thread to finish — release what the Client holds, take its waiters out of
+    /// their queues, pay what it owes, giving up at `give_up` — and waits for it until then
+    /// (the thread's last call may need until `give_up` too).
+    pub(crate) fn stop(&self, give_up: Instant) {
         self.shared.wake();
         if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
+            super::client::join_by(t, give_up + Duration::from_millis(50));
         }
     }
 
-    /// Wakes the thread without waiting for it (the Client is dropped).
+    /// Wakes the thread (a latch closed).
     pub(crate) fn wake(&self) {
         self.shared.wake();
     }
@@ -192,7 +238,7 @@ impl Shared {
 
 struct Run {
     shared: Arc<Shared>,
-    client: redis::Client,
+    server: Server,
     scripts: Arc<Scripts>,
     ttl: Duration,
     operation_timeout: Duration,
@@ -215,7 +261,7 @@ impl Run {
             if self.closed.load(Ordering::Acquire) {
                 break;
             }
-            self.pay_owed();
+            self.pay_owed(None);
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + period;
                 self.renew();
@@ -227,28 +273,78 @@ impl Run {
         self.finish();
     }
 
-    /// The keeper's connection, opened when missing. Its calls wait at most a sixth of the TTL
-    /// (or the operation timeout if shorter), so that a silent server delays the health the
-    /// keeper reports by no more than that.
-    fn conn(&mut self) -> Option<&mut redis::Connection> {
+    /// How long the keeper's calls wait: at most a sixth of the TTL (or the operation timeout
+    /// if shorter), so that a silent server delays the health the keeper reports by no more
+    /// than that.
+    fn timeout(&self) -> Duration {
+        self.operation_timeout
+            .min(self.ttl / 6)
+            .max(Duration::from_millis(10))
+    }
+
+    /// The keeper's connection, opened when missing; with `by`, opened and answering by then.
+    fn conn_by(&mut self, by: Option<Instant>) -> Option<&mut redis::Connection> {
+        let timeout = self.timeout();
         if self.conn.is_none() {
-            let timeout = self
-                .operation_timeout
-                .min(self.ttl / 6)
-                .max(Duration::from_millis(10));
-            match self
-                .client
-                .get_connection_with_timeout(timeout)
-                .and_then(|c| {
-                    c.set_read_timeout(Some(timeout))?;
-                    c.set_write_timeout(Some(timeout))?;
-                    Ok(c)
-                }) {
+            let opened = match by {
+                Some(by) => self.server.connect_by(by, timeout),
+                None => self.server.connect(timeout, timeout),
+            };
+            match opened {
                 Ok(c) => self.conn = Some(c),
                 Err(e) => tracing::debug!("zklock: Redis keeper cannot connect: {e}"),
             }
+        } else if let Some(by) = by {
+            let left = by.saturating_duration_since(Instant::now()).min(timeout);
+            let conn = self.conn.as_ref()?;
+            if left.is_zero()
+                || conn.set_read_timeout(Some(left)).is_err()
+                || conn.set_write_timeout(Some(left)).is_err()
+            {
+                return None;
+            }
         }
         self.conn.as_mut()
+    }
+
+    fn conn(&mut self) -> Option<&mut redis::Connection> {
+        self.conn_by(None)
+    }
+
+    /// Sends `pipe` (script calls of `scripts`) on the keeper's connection, loading the
+    /// scripts and sending it again if the server forgot them (a restart, `SCRIPT FLUSH`).
+    /// `sent` is set to the lease clock's reading when the answered pipeline was sent. A
+    /// connection found broken is dropped.
+    fn query<T: redis::FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+        scripts: &[&redis::Script],
+        by: Option<Instant>,
+        sent: &mut Duration,
+    ) -> redis::RedisResult<T> {
+        let Some(conn) = self.conn_by(by) else {
+            return Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the keeper cannot connect",
+            )));
+        };
+        *sent = boot_clock();
+        let answers = match pipe.query(conn) {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                for script in scripts {
+                    let _ = script.prepare_invoke().load(conn);
+                }
+                *sent = boot_clock();
+                pipe.query(conn)
+            }
+            other => other,
+        };
+        if let Err(e) = &answers {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                self.conn = None;
+            }
+        }
+        answers
     }
 
     fn renew(&mut self) {
@@ -266,29 +362,24 @@ impl Run {
             self.ping();
             return;
         }
-        let ttl_ms = ms(self.ttl);
+        let ttl_ms = ms(self.ttl).to_string();
         let scripts = self.scripts.clone();
-        let Some(conn) = self.conn() else {
-            self.states.failed();
-            return;
-        };
         let mut pipe = redis::pipe();
+        let mut used = Vec::new();
         for (_, keys, owner, _, _) in &batch {
             let renew = scripts.renew(keys.layout);
-            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms.to_string()]));
+            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms]));
+            used.push(renew);
         }
-        let sent = boot_clock();
-        let answers: redis::RedisResult<Vec<i64>> = pipe.query(conn);
-        let answers = match answers {
-            // The server forgot the scripts (a restart, SCRIPT FLUSH): load them, send again.
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                for (_, keys, _, _, _) in &batch {
-                    let _ = scripts.renew(keys.layout).prepare_invoke().load(conn);
-                }
-                pipe.query(conn)
-            }
-            other => other,
-        };
+        let mut sent = Duration::ZERO;
+        let mut answers: redis::RedisResult<Vec<i64>> = self.query(&pipe, &used, None, &mut sent);
+        if matches!(&answers, Err(e) if !e.is_timeout() && (e.is_io_error() || e.is_connection_dropped()))
+        {
+            // The connection was found closed (the server restarted, or dropped it): renew at
+            // once on a new one, so that a hold the server forgot reads Lost now rather than
+            // a period later. A server that does not answer is not asked twice.
+            answers = self.query(&pipe, &used, None, &mut sent);
+        }
         match answers {
             Ok(answers) => {
                 self.states.heard(sent);
@@ -307,7 +398,6 @@ impl Run {
             Err(e) => {
                 tracing::debug!("zklock: Redis renewal failed: {e}");
                 if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                    self.conn = None;
                     self.states.failed();
                 }
             }
@@ -345,40 +435,58 @@ impl Run {
         }
     }
 
-    fn pay_owed(&mut self) {
+    /// Pays what is owed, every release and queue exit in one pipeline; what fails stays owed
+    /// until its own give-up time. With `by` (a close), waits for the connection and the
+    /// answer until then at most, and publishes the close's wake-ups in the same pipeline.
+    fn pay_owed(&mut self, by: Option<Instant>) {
         let owed = std::mem::take(&mut *self.shared.owed.lock());
-        if owed.is_empty() {
+        let wakes = match by {
+            Some(_) => std::mem::take(&mut *self.shared.closing_wakes.lock()),
+            None => Vec::new(),
+        };
+        if owed.is_empty() && wakes.is_empty() {
             return;
         }
         let scripts = self.scripts.clone();
-        let mut left = Vec::new();
+        let mut pipe = redis::pipe();
+        for client in &wakes {
+            pipe.cmd("PUBLISH")
+                .arg(wake_channel(client))
+                .arg("")
+                .ignore();
+        }
+        let mut used = Vec::new();
+        let mut paying = Vec::new();
         for o in owed {
-            let done = match self.conn() {
-                Some(conn) => {
-                    let script = if o.leave {
-                        scripts.leave(o.keys.layout)
-                    } else {
-                        Some(scripts.release(o.keys.layout))
-                    };
-                    let Some(script) = script else { continue };
-                    let mut call = invocation(script, &o.keys);
-                    call.arg(&o.owner);
-                    match call.invoke::<i64>(conn) {
-                        Ok(_) => true,
-                        Err(e) => {
-                            tracing::debug!("zklock: Redis release failed, will retry: {e}");
-                            self.conn = None;
-                            false
-                        }
-                    }
-                }
-                None => false,
+            let script = if o.leave {
+                scripts.leave(o.keys.layout)
+            } else {
+                Some(scripts.release(o.keys.layout))
             };
-            if !done && Instant::now() < o.give_up {
-                left.push(o);
+            // A layout without a queue has nothing to leave.
+            let Some(script) = script else { continue };
+            pipe.add_command(evalsha(script, &o.keys, &[&o.owner]));
+            used.push(script);
+            paying.push(o);
+        }
+        if paying.is_empty() && wakes.is_empty() {
+            return;
+        }
+        let mut sent = Duration::ZERO;
+        let paid: redis::RedisResult<Vec<redis::Value>> = self.query(&pipe, &used, by, &mut sent);
+        match paid {
+            Ok(_) => {}
+            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => {
+                // Sending it again would not help.
+                tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
+            }
+            Err(e) => {
+                tracing::debug!("zklock: Redis release failed, will retry: {e}");
+                let now = Instant::now();
+                paying.retain(|o| now < o.give_up);
+                self.shared.owed.lock().extend(paying);
             }
         }
-        self.shared.owed.lock().extend(left);
     }
 
     fn contests_arrive(&mut self) {
@@ -482,16 +590,21 @@ impl Run {
         true
     }
 
-    /// The Client is closing: what it holds is released, what it owes paid, within the
-    /// operation timeout.
+    /// The Client is closing: what it holds is released, its waiters' queue entries taken
+    /// out, what it owes paid, all in one pipeline, giving up at the close's give-up time.
     fn finish(&mut self) {
-        let give_up = Instant::now() + self.operation_timeout;
+        let give_up = (*self.shared.give_up.lock())
+            .unwrap_or_else(|| Instant::now() + self.operation_timeout);
         self.contests_arrive();
         for c in std::mem::take(&mut self.contending) {
             c.contest.close();
             if let Some((owner, _)) = c.waiting {
                 self.shared.owe(&c.contest.keys, &owner, give_up, true);
             }
+        }
+        let queued: Vec<(String, Keys)> = self.shared.queued.lock().drain().collect();
+        for (owner, keys) in &queued {
+            self.shared.owe(keys, owner, give_up, true);
         }
         let holds: Vec<Kept> = self.shared.holds.lock().drain().map(|(_, k)| k).collect();
         for k in &holds {
@@ -500,16 +613,19 @@ impl Run {
         for k in holds {
             (k.report)(LockHealth::Lost);
         }
-        while !self.shared.owed.lock().is_empty() && Instant::now() < give_up {
-            self.pay_owed();
-            if !self.shared.owed.lock().is_empty() {
-                std::thread::sleep(Duration::from_millis(20));
+        loop {
+            self.pay_owed(Some(give_up));
+            let now = Instant::now();
+            if self.shared.owed.lock().is_empty() || now >= give_up {
+                break;
             }
+            std::thread::sleep((give_up - now).min(Duration::from_millis(20)));
         }
         let left = self.shared.owed.lock().len();
         if left > 0 {
             tracing::warn!(
-                "zklock: {left} Redis lock(s) not released at close: they expire by their TTL"
+                "zklock: {left} Redis release(s) or queue exit(s) not done at close: they expire \
+                 by their TTL"
             );
         }
     }

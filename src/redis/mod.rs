@@ -10,6 +10,7 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
+mod server;
 mod slots;
 mod waiting;
 mod wake;

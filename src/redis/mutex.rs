@@ -298,10 +298,11 @@ impl RawLock for Raw {
         }))
     }
 
-    fn keep(&self, grant: &mut Grant, report: Report) {
+    fn keep(&self, grant: &mut Grant, report: Report) -> Result<()> {
         let inner = self.client.inner();
         let kept = (inner.keeper).keep(&self.keys, &grant.owner, grant.lease.clone(), report);
         grant.kept = Some(kept);
+        inner.keep_unless_closed(&self.keys, &grant.owner, kept)
     }
 
     fn health(&self, grant: &Grant, reported: LockHealth) -> LockHealth {
@@ -321,7 +322,7 @@ impl RawLock for Raw {
         }
         match how {
             Release::Background => {
-                inner.keeper.release_later(&self.keys, &grant.owner);
+                inner.release_later(&self.keys, &grant.owner);
                 Ok(())
             }
             Release::Within(until) => inner.release_within(&self.keys, &grant.owner, until, lost),
@@ -330,6 +331,10 @@ impl RawLock for Raw {
 
     fn cancel_waiters(&self) {
         self.waiters.cancel();
+    }
+
+    fn drop_bound(&self) -> Duration {
+        self.client.inner().drop_bound()
     }
 }
 
@@ -362,6 +367,10 @@ impl Sealed for RedisMutex {
 
     fn acquired_here(&self) -> bool {
         self.lock.is_acquired_in_this_process()
+    }
+
+    fn drop_bound(&self) -> Duration {
+        self.lock.drop_bound()
     }
 }
 

@@ -135,7 +135,7 @@ impl RawLock for NodeLock {
         }))
     }
 
-    fn keep(&self, grant: &mut NodeGrant, report: Report) {
+    fn keep(&self, grant: &mut NodeGrant, report: Report) -> Result<()> {
         // Curator's revocation request is a data write into the held node; told once. Runs in
         // the keeper's follower: it holds the watcher thread's queue, not the Client (which
         // would keep the session open as long as the follower lingers).
@@ -157,6 +157,7 @@ impl RawLock for NodeLock {
             on_revoke,
             grant.primed.take(),
         ));
+        Ok(())
     }
 
     /// The keeper's last report, made worse by the Client's local lease on the session: a
