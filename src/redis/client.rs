@@ -625,10 +625,6 @@ pub(crate) enum Calling {
     Closing,
 }
 
-/// How long a drop that releases (a lease's, a lock object's with holds left) waits for the
-/// release in the caller at most, as a guard's drop does; what is not done by then goes on in
-/// the background.
-
 /// How long `close()` waits for its other threads after the keeper: the subscriber's and the
 /// events thread's poll.
 const THREADS_GRACE: Duration = Duration::from_millis(250);
