@@ -281,14 +281,14 @@
 mod any;
 mod core;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub mod postgres;
 #[cfg(feature = "redis")]
-mod redis;
+pub mod redis;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 #[cfg(feature = "zookeeper")]
-mod zookeeper;
+pub mod zookeeper;
 
 pub use crate::any::{
     connect, AnyClient, AnyClientBuilder, AnyLeaderLatch, AnyLease, AnyReadWriteLock, AnySemaphore,

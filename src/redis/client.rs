@@ -134,6 +134,11 @@ impl RedisClient {
         self.inner.ttl
     }
 
+    /// [`ttl`](Self::ttl) under the name every backend's Client uses.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.ttl
+    }
+
     /// This Client's id, the first part of every hold and waiter id it writes.
     pub fn id(&self) -> &str {
         &self.inner.id
@@ -174,6 +179,12 @@ impl RedisClientBuilder {
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
+    }
+
+    /// [`ttl`](Self::ttl) under the name every backend's builder uses for the server-side
+    /// silence limit.
+    pub fn session_timeout(self, timeout: Duration) -> Self {
+        self.ttl(timeout)
     }
 
     /// How long opening a connection may take (default 5 s).

@@ -143,6 +143,12 @@ impl ClientBuilder {
         self
     }
 
+    /// [`connection_timeout`](Self::connection_timeout) under the name every backend's builder
+    /// uses.
+    pub fn connect_timeout(self, d: Duration) -> Self {
+        self.connection_timeout(d)
+    }
+
     /// A deadline for every operation of the Client's own API (none by default: the retry policy
     /// bounds them). Recipes pass their own deadlines. More than a day (`Duration::MAX`, say)
     /// means no deadline; zero is refused.

@@ -400,6 +400,23 @@ impl Lease {
         self.return_as(Release::Within(Instant::now().checked_add(timeout)))
     }
 
+    /// [`return_lease`](Self::return_lease) under the name every backend's lease uses.
+    ///
+    /// # Blocking and errors
+    /// As [`return_lease`](Self::return_lease).
+    pub fn release(self) -> Result<()> {
+        self.return_lease()
+    }
+
+    /// [`return_lease_timeout`](Self::return_lease_timeout) under the name every backend's
+    /// lease uses.
+    ///
+    /// # Blocking and errors
+    /// As [`return_lease_timeout`](Self::return_lease_timeout).
+    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
+        self.return_lease_timeout(timeout)
+    }
+
     pub(crate) fn return_as(&mut self, how: Release) -> Result<()> {
         self.returned = true;
         self.keeper.take();
