@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::latch::Contest;
-use super::mutex::TOKEN_KEEP_TTLS;
-use super::scripts::{invocation, wake_channel, Keys, Layout, Scripts};
+use super::scripts::{invocation, wake_channel, Keys, Layout, Scripts, TOKEN_KEEP_TTLS};
 use super::server::Server;
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::client::RedisClient;
 use super::keeper::ms;
 use super::participants::RedisParticipant;
-use super::scripts::{invocation, Keys, Layout};
+use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
 use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -21,10 +21,6 @@ const MAX_NAME: usize = 1024;
 
 /// How often a waiter on a lock in redis-py's layout looks again (redis-py's own default).
 const PY_POLL: Duration = Duration::from_millis(100);
-
-/// How long a token is remembered after its grant, in hold TTLs: a grant within that time of
-/// the last one counts up from it even if the server's clock stepped back.
-pub(crate) const TOKEN_KEEP_TTLS: u32 = 10;
 
 /// A mutex on Redis: one holder at a time among every process using the same name, re-entrant
 /// per thread (through this object), with [`LockHealth`] and fencing tokens. Fair by default:

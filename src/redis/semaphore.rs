@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::client::RedisClient;
 use super::keeper::ms;
-use super::mutex::{check_name, TOKEN_KEEP_TTLS};
+use super::mutex::check_name;
 use super::participants::RedisParticipant;
-use super::scripts::{invocation, Keys, Layout};
+use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
 use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};

@@ -5,6 +5,7 @@ mod backoff;
 mod builder;
 mod call;
 mod cleanup;
+mod config;
 mod create;
 mod ensemble;
 mod follow;
@@ -158,7 +159,7 @@ impl Inner {
 /// How long a drop waits for the server: [`DROP_BOUND`](crate::core::lock::DROP_BOUND) (1 s),
 /// or the operation timeout (default: the connection timeout) if that is shorter.
 fn drop_bound(shared: &Shared) -> Duration {
-    let b = &shared.config.builder;
+    let b = &shared.config;
     let io_grace = b.operation_timeout.unwrap_or(b.connection_timeout);
     io_grace.min(crate::core::lock::DROP_BOUND)
 }
@@ -198,7 +199,7 @@ impl Client {
         Client::builder(connect_string).connect()
     }
 
-    fn start(config: builder::Config) -> Result<Client> {
+    fn start(config: config::Config) -> Result<Client> {
         let id = CLIENT_IDS.fetch_add(1, Ordering::Relaxed);
         let registry = Arc::new(Registry::default());
         let watch_name = format!("zklock-watch-{id}");
@@ -227,7 +228,7 @@ impl Client {
 
     /// The error policy leader recipes use unless told otherwise.
     pub(crate) fn error_policy(&self) -> ErrorPolicy {
-        self.shared().config.builder.error_policy
+        self.shared().config.error_policy
     }
 
     /// Why the last attempt to open a session failed, if it did.
@@ -316,7 +317,7 @@ impl Client {
     /// How long one ZooKeeper step of a lock attempt may take beyond the caller's wait: the
     /// operation timeout, else the connection timeout.
     pub(crate) fn io_grace(&self) -> Duration {
-        let b = &self.shared().config.builder;
+        let b = &self.shared().config;
         b.operation_timeout.unwrap_or(b.connection_timeout)
     }
 
