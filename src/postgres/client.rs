@@ -155,7 +155,7 @@ impl PgClient {
     /// connection timeout and the keepalives set from the session timeout replace any the URL
     /// gives. `sslmode=require` or `verify-full` asks for TLS with the server's certificate and
     /// host name checked, `verify-ca` for the certificate only (feature `tls`; against the
-    /// system's CAs or [`tls_ca_pem`](PgClientBuilder::tls_ca_pem)); `disable`, `allow`,
+    /// system's CAs or `PgClientBuilder::tls_ca_pem`); `disable`, `allow`,
     /// `prefer` or none connect in the clear.
     ///
     /// Only the URL is read: libpq's keyword/value strings (`host=… user=…`) and parameters

@@ -116,7 +116,7 @@ impl RedisClient {
 
     /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`,
     /// or `rediss://…` for TLS (feature `tls`; the server's certificate is checked against
-    /// the system's CAs, or [`tls_ca_pem`](RedisClientBuilder::tls_ca_pem)).
+    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`).
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
