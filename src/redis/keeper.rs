@@ -1,8 +1,9 @@
 //! The keeper: one thread per Client (`zklock-redis-keeper`) that renews every hold of the
 //! Client in one pipeline at a third of the hold TTL, keeps each hold's local lease, reports
 //! each hold's health as it changes, and finishes the releases that could not be done in the
-//! caller's time (a guard's drop, a release whose bound ran out). It also keeps each leader
-//! latch's place in its queue: a latch has no thread of its own.
+//! caller's time (a guard's drop, a release whose bound ran out). A recipe without a thread of
+//! its own runs its steps here through the [`Tick`] hook (a leader latch keeps its place in its
+//! queue that way); the keeper knows no recipe.
 //!
 //! A hold's lease counts from the *send* time of its last acknowledged renewal (or of the grant):
 //! the key's TTL restarted no earlier than that, so the lease runs out no later than the key.
@@ -15,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::latch::Contest;
-use super::scripts::{invocation, wake_channel, Keys, Layout, Scripts, TOKEN_KEEP_TTLS};
+use super::scripts::{wake_channel, Keys, Scripts};
 use super::server::Server;
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
@@ -44,14 +44,14 @@ struct Owed {
     leave: bool,
 }
 
-/// A latch whose place the keeper keeps.
-struct Contending {
-    contest: Arc<Contest>,
-    /// The queue id of the current attempt, registered for its wake-up.
-    waiting: Option<(String, Registered)>,
-    /// The hold of the term on, if any: (queue id, kept id).
-    holding: Option<(String, u64)>,
-    next_try: Instant,
+/// Work the keeper does on its thread at every tick, for a recipe that has no thread of its
+/// own: a leader latch keeps its place in its queue, and its term's hold, this way.
+pub(crate) trait Tick: Send {
+    /// One step; `false` once it takes no more part.
+    fn tick(&mut self, k: &mut Keeping<'_>) -> bool;
+    /// The Client closes: let go of what it holds or queued (through [`Keeping::owe`], paid in
+    /// the keeper's last round).
+    fn finish(&mut self, k: &mut Keeping<'_>);
 }
 
 #[derive(Default)]
@@ -66,8 +66,8 @@ struct Shared {
     /// The wake-up channels a close publishes on, so that the threads reading them see the
     /// close at once (set by the close).
     closing_wakes: Mutex<Vec<String>>,
-    /// Latches started since the keeper last looked.
-    contests: Mutex<Vec<Arc<Contest>>>,
+    /// Ticks started since the keeper last looked.
+    arriving: Mutex<Vec<Box<dyn Tick>>>,
     next: AtomicU64,
     signalled: Mutex<bool>,
     signal: Condvar,
@@ -101,8 +101,8 @@ impl Keeper {
             wakes,
             client_id,
             states,
-            contending: Vec::new(),
-            next_latch: 0,
+            ticking: Vec::new(),
+            next_owner: 0,
         };
         let thread = std::thread::Builder::new()
             .name("zklock-redis-keeper".into())
@@ -120,9 +120,10 @@ impl Keeper {
         open_lease(self.ttl, sent)
     }
 
-    /// Keeps a latch's place in its queue, and its hold while it leads, until it closes.
-    pub(crate) fn contend(&self, contest: Arc<Contest>) {
-        self.shared.contests.lock().push(contest);
+    /// Runs `tick` at every tick of the keeper's thread until it says it is done, and its
+    /// `finish` when the Client closes.
+    pub(crate) fn tick_with(&self, tick: Box<dyn Tick>) {
+        self.shared.arriving.lock().push(tick);
         self.shared.wake();
     }
 
@@ -134,17 +135,7 @@ impl Keeper {
         lease: Arc<LocalLease>,
         report: Report,
     ) -> u64 {
-        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
-        self.shared.holds.lock().insert(
-            id,
-            Kept {
-                keys: keys.clone(),
-                owner: owner.to_owned(),
-                lease,
-                report,
-            },
-        );
-        id
+        self.shared.keep(keys, owner, lease, report)
     }
 
     pub(crate) fn forget(&self, id: u64) {
@@ -212,6 +203,20 @@ impl Keeper {
 }
 
 impl Shared {
+    fn keep(&self, keys: &Keys, owner: &str, lease: Arc<LocalLease>, report: Report) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.holds.lock().insert(
+            id,
+            Kept {
+                keys: keys.clone(),
+                owner: owner.to_owned(),
+                lease,
+                report,
+            },
+        );
+        id
+    }
+
     fn owe(&self, keys: &Keys, owner: &str, give_up: Instant, leave: bool) {
         self.owed.lock().push(Owed {
             keys: keys.clone(),
@@ -246,8 +251,8 @@ struct Run {
     wakes: Arc<Wakes>,
     client_id: String,
     states: Arc<States>,
-    contending: Vec<Contending>,
-    next_latch: u64,
+    ticking: Vec<Box<dyn Tick>>,
+    next_owner: u64,
 }
 
 impl Run {
@@ -267,7 +272,7 @@ impl Run {
             }
             self.report();
             self.states.judge();
-            self.contend();
+            self.tick_all();
         }
         self.finish();
     }
@@ -488,105 +493,17 @@ impl Run {
         }
     }
 
-    fn contests_arrive(&mut self) {
-        let now = Instant::now();
-        for contest in std::mem::take(&mut *self.shared.contests.lock()) {
-            self.contending.push(Contending {
-                contest,
-                waiting: None,
-                holding: None,
-                next_try: now,
-            });
-        }
+    /// Every [`Tick`]'s step.
+    fn tick_all(&mut self) {
+        self.ticks_arrive();
+        let mut ticking = std::mem::take(&mut self.ticking);
+        ticking.retain_mut(|t| t.tick(&mut Keeping { run: self }));
+        self.ticking = ticking;
     }
 
-    /// Each latch: lets go of a term that ended, leaves the queue once closed, queues with a
-    /// new id when it has none, and tries its turn when woken or due.
-    fn contend(&mut self) {
-        self.contests_arrive();
-        let mut contending = std::mem::take(&mut self.contending);
-        contending.retain_mut(|c| self.contend_one(c));
-        self.contending = contending;
-    }
-
-    /// One latch's step; whether it goes on taking part.
-    fn contend_one(&mut self, c: &mut Contending) -> bool {
-        let give_up = Instant::now() + self.ttl;
-        if c.contest.term_ended() || c.contest.is_closed() {
-            if let Some((owner, kept)) = c.holding.take() {
-                self.shared.holds.lock().remove(&kept);
-                self.shared.owe(&c.contest.keys, &owner, give_up, false);
-            }
-            c.contest.let_go();
-        }
-        if c.contest.is_closed() {
-            if let Some((owner, _)) = c.waiting.take() {
-                self.shared.owe(&c.contest.keys, &owner, give_up, true);
-            }
-            return false;
-        }
-        if c.holding.is_some() {
-            return true;
-        }
-        let (owner, registered) = c.waiting.get_or_insert_with(|| {
-            self.next_latch += 1;
-            let owner = format!("{}:latch{}", self.client_id, self.next_latch);
-            let shared = self.shared.clone();
-            let hook = Arc::new(move || shared.wake());
-            let registered = self.wakes.register_with(&owner, Some(hook));
-            (owner, registered)
-        });
-        let woken = registered.parker.take_wake();
-        if !woken && Instant::now() < c.next_try {
-            return true;
-        }
-        let owner = owner.clone();
-        let (ttl, keys, scripts) = (self.ttl, c.contest.keys.clone(), self.scripts.clone());
-        let Some(conn) = self.conn() else {
-            c.next_try = Instant::now() + ttl / 20;
-            return true;
-        };
-        let sent = boot_clock();
-        let mut call = invocation(scripts.acquire(Layout::Queue), &keys);
-        call.arg(&owner)
-            .arg(ms(ttl))
-            .arg(ms(ttl))
-            .arg("1")
-            .arg(ms(ttl * TOKEN_KEEP_TTLS));
-        match call.invoke::<(i64, i64)>(conn) {
-            Ok((1, token)) => {
-                let lease = open_lease(ttl, sent);
-                let report = c
-                    .contest
-                    .gained(u64::try_from(token).unwrap_or(0), lease.clone());
-                let kept = self.shared.next.fetch_add(1, Ordering::Relaxed);
-                self.shared.holds.lock().insert(
-                    kept,
-                    Kept {
-                        keys,
-                        owner: owner.clone(),
-                        lease,
-                        report,
-                    },
-                );
-                c.waiting = None;
-                c.holding = Some((owner, kept));
-            }
-            Ok((_, ahead)) => {
-                // Look again at the latest when the one ahead would expire unrenewed.
-                let expiry = u64::try_from(ahead)
-                    .map_or(ttl / 3, |ms| Duration::from_millis(ms.saturating_add(2)));
-                c.next_try = Instant::now() + expiry.min(ttl / 3);
-            }
-            Err(e) => {
-                tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                    self.conn = None;
-                }
-                c.next_try = Instant::now() + ttl / 20;
-            }
-        }
-        true
+    fn ticks_arrive(&mut self) {
+        let arriving = std::mem::take(&mut *self.shared.arriving.lock());
+        self.ticking.extend(arriving);
     }
 
     /// The Client is closing: what it holds is released, its waiters' queue entries taken
@@ -594,12 +511,9 @@ impl Run {
     fn finish(&mut self) {
         let give_up = (*self.shared.give_up.lock())
             .unwrap_or_else(|| Instant::now() + self.operation_timeout);
-        self.contests_arrive();
-        for c in std::mem::take(&mut self.contending) {
-            c.contest.close();
-            if let Some((owner, _)) = c.waiting {
-                self.shared.owe(&c.contest.keys, &owner, give_up, true);
-            }
+        self.ticks_arrive();
+        for mut t in std::mem::take(&mut self.ticking) {
+            t.finish(&mut Keeping { run: self });
         }
         let queued: Vec<(String, Keys)> = self.shared.queued.lock().drain().collect();
         for (owner, keys) in &queued {
@@ -652,6 +566,74 @@ fn open_lease(ttl: Duration, sent: Duration) -> Arc<LocalLease> {
 
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What a [`Tick`] may use of the keeper while it runs on the keeper's thread.
+pub(crate) struct Keeping<'a> {
+    run: &'a mut Run,
+}
+
+impl Keeping<'_> {
+    /// The Client's hold TTL.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.run.ttl
+    }
+
+    /// The Client's scripts.
+    pub(crate) fn scripts(&self) -> Arc<Scripts> {
+        self.run.scripts.clone()
+    }
+
+    /// The keeper's connection, opened when missing; `None` while the server cannot be
+    /// reached.
+    pub(crate) fn conn(&mut self) -> Option<&mut redis::Connection> {
+        self.run.conn()
+    }
+
+    /// Drops the keeper's connection (found broken); the next call opens another.
+    pub(crate) fn drop_conn(&mut self) {
+        self.run.conn = None;
+    }
+
+    /// A new owner id of this Client for `what` (`latch` → `CLIENT:latchN`), registered for
+    /// its wake-up message, which wakes the keeper.
+    pub(crate) fn new_owner(&mut self, what: &str) -> (String, Registered) {
+        self.run.next_owner += 1;
+        let owner = format!("{}:{what}{}", self.run.client_id, self.run.next_owner);
+        let shared = self.run.shared.clone();
+        let hook = Arc::new(move || shared.wake());
+        let registered = self.run.wakes.register_with(&owner, Some(hook));
+        (owner, registered)
+    }
+
+    /// Renews a hold from now on, until [`forget`](Self::forget): as [`Keeper::keep`].
+    pub(crate) fn keep(
+        &mut self,
+        keys: &Keys,
+        owner: &str,
+        lease: Arc<LocalLease>,
+        report: Report,
+    ) -> u64 {
+        self.run.shared.keep(keys, owner, lease, report)
+    }
+
+    /// A new hold's lease, opened at `sent` (when the granting call was sent).
+    pub(crate) fn lease(&self, sent: Duration) -> Arc<LocalLease> {
+        open_lease(self.run.ttl, sent)
+    }
+
+    /// Stops renewing a hold.
+    pub(crate) fn forget(&mut self, id: u64) {
+        self.run.shared.holds.lock().remove(&id);
+    }
+
+    /// A release (`leave`: a queue exit) the keeper pays in the background, retrying until
+    /// done or a TTL from now — or, once the Client closes, by the close's give-up time.
+    pub(crate) fn owe(&mut self, keys: &Keys, owner: &str, leave: bool) {
+        let give_up =
+            (*self.run.shared.give_up.lock()).unwrap_or_else(|| Instant::now() + self.run.ttl);
+        self.run.shared.owe(keys, owner, give_up, leave);
+    }
 }
 
 #[cfg(test)]
