@@ -328,6 +328,12 @@ pub struct AnyLease {
 }
 
 impl AnyLease {
+    /// The lease's identity: its node's path on ZooKeeper, its id in the semaphore's set on
+    /// Redis, `NAME:INDEX` on PostgreSQL.
+    pub fn id(&self) -> &str {
+        self.inner.id()
+    }
+
     /// A number that rises across successive holders of the lease's slot.
     pub fn fencing_token(&self) -> u64 {
         self.inner.fencing_token()
@@ -434,6 +440,7 @@ trait Semaphore: Send + Sync {
 }
 
 trait Lease: Send + Sync {
+    fn id(&self) -> &str;
     fn fencing_token(&self) -> u64;
     fn health(&self) -> LockHealth;
     fn release(self: Box<Self>) -> Result<()>;
@@ -472,6 +479,9 @@ macro_rules! adapters {
             }
         }
         impl Lease for $lease {
+            fn id(&self) -> &str {
+                <$lease>::id(self)
+            }
             fn fencing_token(&self) -> u64 {
                 <$lease>::fencing_token(self)
             }

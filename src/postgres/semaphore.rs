@@ -201,6 +201,7 @@ impl PgSemaphore {
         Ok(Some(PgLease {
             client: self.client.clone(),
             name: self.name.clone(),
+            id: format!("{}:{index}", self.name),
             index,
             holding: Some(Holding::start(inner, grant, lease, health, report)),
         }))
@@ -318,12 +319,20 @@ impl std::fmt::Debug for PgSemaphore {
 pub struct PgLease {
     client: PgClient,
     name: String,
+    /// `NAME:INDEX`.
+    id: String,
     index: u32,
     /// Taken when the lease is returned.
     holding: Option<Holding>,
 }
 
 impl PgLease {
+    /// The lease's identity, `NAME:INDEX` (its advisory lock is
+    /// `hashtextextended(NAME, INDEX)`): what a lease's `id()` is on every backend.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// Which of the semaphore's keys this lease holds (1 to N): its advisory lock is
     /// `hashtextextended(NAME, index)`.
     pub fn index(&self) -> u32 {

@@ -399,6 +399,7 @@ pub fn semaphore_at_most_n(b: &dyn Backend) {
                 for _ in 0..8 {
                     let lease = sem.acquire_timeout(patience()).unwrap().unwrap();
                     assert_eq!(lease.health(), LockHealth::Held);
+                    assert!(!lease.id().is_empty(), "a lease's identity");
                     log.enter(who, Access::Write);
                     thread::sleep(Duration::from_millis(5));
                     log.exit(who, Access::Write);

@@ -345,6 +345,11 @@ impl KazooLease {
         &self.path
     }
 
+    /// [`path`](Self::path) under the name every backend's lease uses for its identity.
+    pub fn id(&self) -> &str {
+        &self.path
+    }
+
     /// The lease node's creation zxid: it rises with every lease taken on the ensemble.
     pub fn fencing_token(&self) -> u64 {
         self.token

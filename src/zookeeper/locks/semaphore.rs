@@ -362,6 +362,11 @@ impl Lease {
         &self.path
     }
 
+    /// [`path`](Self::path) under the name every backend's lease uses for its identity.
+    pub fn id(&self) -> &str {
+        &self.path
+    }
+
     /// The lease node's data.
     pub fn data(&self) -> Result<Vec<u8>> {
         self.client.data(&self.path).map(|(d, _)| d)
