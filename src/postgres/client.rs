@@ -18,7 +18,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::drive::Watch;
-use super::session::{self, Keeper, Limit, Live, Session, Ties};
+use super::keeper::Keeper;
+use super::session::{self, Limit, Live, Session, Ties};
 use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};

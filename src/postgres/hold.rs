@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::Inner;
+use super::keeper::{Keeping, Report};
 use super::mutex::Key;
-use super::session::{Keeping, Report, Session};
+use super::session::Session;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, LockHealth};

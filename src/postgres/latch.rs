@@ -9,8 +9,8 @@ use tokio::sync::{watch, Notify};
 
 use super::client::PgClient;
 use super::hold::Holding;
+use super::keeper::Report;
 use super::mutex::{attempt, check_name, Key};
-use super::session::Report;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthCell, LockHealth};

@@ -17,6 +17,7 @@
 mod client;
 mod drive;
 mod hold;
+mod keeper;
 mod latch;
 mod mutex;
 mod read_write;

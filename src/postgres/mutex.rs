@@ -11,7 +11,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Inner, PgClient};
 use super::hold::{self, Grant};
-use super::session::{error, int, retryable, Keeping, Report, Session};
+use super::keeper::{Keeping, Report};
+use super::session::{error, int, retryable, Session};
 use super::sql::{self, Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
