@@ -1,8 +1,10 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `zk://`, `redis://`, `rediss://`, `postgres://` and `postgresql://` URLs give the same
-//! recipes with the same options and defaults (sqlx's `AnyPool` is the model).
+//! `zk://`, `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` and
+//! `mariadb://` URLs give the same recipes with the same options and defaults (sqlx's
+//! `AnyPool` is the model). On MySQL / MariaDB only the mutex exists yet: the read-write lock,
+//! the semaphore and the leader latch are refused with [`Error::InvalidArgument`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,8 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The URL schemes [`connect`] takes in this build.
-const SCHEMES: &str = "zk://, redis://, rediss://, postgres://, postgresql://";
+const SCHEMES: &str =
+    "zk://, redis://, rediss://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///
@@ -100,7 +103,7 @@ impl AnyClient {
         }
     }
 
-    /// Which backend the URL named: `"zookeeper"`, `"redis"` or `"postgres"`.
+    /// Which backend the URL named: `"zookeeper"`, `"redis"`, `"postgres"` or `"mysql"`.
     pub fn backend(&self) -> &'static str {
         self.inner.name()
     }
@@ -191,8 +194,9 @@ impl AnyClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a scheme that is not one of `zk://`, `redis://`,
-    /// `rediss://`, `postgres://`, `postgresql://`, or whose backend this build left out (its
-    /// cargo feature), before any I/O; otherwise as the backend's own `connect`.
+    /// `rediss://`, `postgres://`, `postgresql://`, `mysql://`, `mariadb://`, or whose backend
+    /// this build left out (its cargo feature), before any I/O; otherwise as the backend's own
+    /// `connect`.
     pub fn connect(self) -> Result<AnyClient> {
         let Some((scheme, _)) = self.url.split_once("://") else {
             return Err(Error::invalid(format!(
@@ -205,6 +209,7 @@ impl AnyClientBuilder {
             "zk" => zookeeper::connect(&self, op)?,
             "redis" | "rediss" => redis::connect(&self, op)?,
             "postgres" | "postgresql" => postgres::connect(&self, op)?,
+            "mysql" | "mariadb" => mysql::connect(&self, op)?,
             other => {
                 return Err(Error::invalid(format!(
                     "unknown lock URL scheme {other}://: use one of {SCHEMES}"
@@ -699,6 +704,61 @@ mod postgres {
         release,
         PgLeaderLatch
     );
+}
+
+mod mysql {
+    use super::*;
+
+    #[cfg(not(feature = "mysql"))]
+    pub(super) fn connect(_: &AnyClientBuilder, _: Duration) -> Result<Arc<dyn Backend>> {
+        Err(not_built("mysql"))
+    }
+
+    #[cfg(feature = "mysql")]
+    pub(super) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
+        let client = MySqlClient::builder(&b.url)
+            .session_timeout(b.session_timeout)
+            .connect_timeout(b.connect_timeout)
+            .operation_timeout(op)
+            .connect()?;
+        Ok(Arc::new(client))
+    }
+
+    #[cfg(feature = "mysql")]
+    use crate::mysql::{MySqlClient, MySqlMutex};
+
+    /// The refusal of a recipe the MySQL backend does not have yet.
+    #[cfg(feature = "mysql")]
+    fn not_yet(recipe: &str) -> Error {
+        Error::invalid(format!(
+            "{recipe} is not yet on MySQL: only the mutex is (see docs/mysql.md)"
+        ))
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Backend for MySqlClient {
+        fn name(&self) -> &'static str {
+            "mysql"
+        }
+        fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
+            Ok(Arc::new(MySqlMutex::new(self, name)?))
+        }
+        fn read_write(&self, _: &str) -> Result<Box<dyn ReadWrite>> {
+            Err(not_yet("a read-write lock"))
+        }
+        fn semaphore(&self, _: &str, _: u32) -> Result<Box<dyn Semaphore>> {
+            Err(not_yet("a semaphore"))
+        }
+        fn latch(&self, _: &str) -> Result<Box<dyn Latch>> {
+            Err(not_yet("a leader latch"))
+        }
+        fn state(&self) -> ConnectionState {
+            MySqlClient::state(self)
+        }
+        fn close(&self) {
+            MySqlClient::close(self)
+        }
+    }
 }
 
 #[cfg(test)]

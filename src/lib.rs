@@ -156,9 +156,14 @@
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
 //!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
+//! * `mysql` — the MySQL / MariaDB backend: `MySqlClient` and `MySqlMutex` on `GET_LOCK`, a
+//!   connection per hold and per waiting thread, with `wait_timeout` set from the session
+//!   timeout so the server frees a silent holder, health and fencing tokens from a counter
+//!   table. On the `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
-//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`). Pulls in `tempfile`
+//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`; with `mysql`, a
+//!   MariaDB server: `TestingMariaDb`). Pulls in `tempfile`
 //!   and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
@@ -232,6 +237,8 @@
 
 mod any;
 mod core;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
@@ -257,6 +264,9 @@ pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use crate::mysql::{MySqlClient, MySqlClientBuilder, MySqlMutex};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::{

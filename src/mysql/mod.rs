@@ -1,0 +1,10 @@
+//! The MySQL / MariaDB backend (feature `mysql`): [`MySqlClient`](client::MySqlClient) and
+//! [`MySqlMutex`](mutex::MySqlMutex), on `GET_LOCK`. See `docs/mysql.md` in the repository
+//! for what it guarantees and what it cannot.
+
+mod client;
+mod mutex;
+mod session;
+
+pub use client::{MySqlClient, MySqlClientBuilder};
+pub use mutex::MySqlMutex;

@@ -1,0 +1,486 @@
+//! [`MySqlMutex`]: a re-entrant mutex on MySQL's and MariaDB's `GET_LOCK`, with health and
+//! fencing.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+
+use super::client::{Inner, MySqlClient, Waiter, TOKENS};
+use super::session::Session;
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::health::{worst, LockHealth};
+use crate::core::hold::{Granted, RawLock, Reentrant, Report};
+use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::listeners::Dispatch;
+use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::core::retry::RetryBudget;
+
+/// The longest lock name, in bytes.
+const MAX_NAME: usize = 1024;
+
+/// The longest `GET_LOCK` name, in characters: longer names are hashed.
+const MAX_KEY: usize = 64;
+
+/// The `GET_LOCK` timeout of a wait without limit, in seconds (a year; the wait is asked for
+/// again if it ends).
+const FOREVER: u64 = 365 * 86_400;
+
+/// A mutex on MySQL or MariaDB: one holder at a time among every session that takes the same
+/// `GET_LOCK` name, re-entrant per thread (through this object), with [`LockHealth`] and
+/// fencing tokens.
+///
+/// # The name
+/// A name of up to 64 characters is the `GET_LOCK` name itself; a longer one (servers refuse
+/// those) is `SHA2(NAME, 256)`, its 64 hex digits, computed by the server. Any SQL client
+/// takes the same lock with the SQL [`lock_sql`](Self::lock_sql) gives (`SELECT
+/// GET_LOCK('NAME', TIMEOUT)`, then `SELECT RELEASE_LOCK('NAME')`), so a `mysql` script or a
+/// Python or Java service excludes zklock and is excluded by it.
+///
+/// # Fairness
+/// Waiters queue in the server's metadata lock manager: measured on MariaDB 10.11, granted in
+/// the order they asked. (Not measured on MySQL 8.) [`try_lock`](Self::try_lock) takes a free
+/// lock without queueing.
+///
+/// # Sessions
+/// Each holding thread holds on a connection of its own, and each waiting thread waits on one:
+/// see [`MySqlClient`]. Ending that connection frees the lock, which is how a guard's drop and
+/// every failure let go; [`cancel_waiters`](Lock::cancel_waiters) and the Client's close end a
+/// wait by `KILL CONNECTION` of the waiting session from the Client's own.
+///
+/// # Health
+/// The holding session sends a heartbeat (`COM_PING`) at a third of the Client's session
+/// timeout. `health()` reads `Suspended` once half the session timeout has passed since the
+/// last acknowledged heartbeat was sent, `Lost` once all of it has (the server has ended the
+/// session by its `wait_timeout`, or will when it next looks), and `Lost` once a heartbeat
+/// fails (`KILL`, a server restart, a broken connection: found at the next heartbeat).
+///
+/// # Fencing
+/// The token is a counter in the table `zklock_tokens`, one row per `GET_LOCK` name, bumped by
+/// the grant's own round trip (`GET_LOCK`, then `INSERT … ON DUPLICATE KEY UPDATE token =
+/// token + 1` only if granted, in one multi-statement request) and committed (autocommit,
+/// InnoDB) before the answer comes back: it rises across successive holders that go through
+/// zklock, also across a restart or a kill -9 of the server with InnoDB's default
+/// `innodb_flush_log_at_trx_commit = 1` (with 2, across a kill of the server but not a crash
+/// of its machine). A holder that took the lock with plain SQL bumps nothing.
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
+/// let mutex = zklock::MySqlMutex::new(&client, "ledger")?;
+/// if let Some(guard) = mutex.try_lock_for(std::time::Duration::from_secs(5))? {
+///     if guard.health() == zklock::LockHealth::Held {
+///         println!("write with token {}", guard.fencing_token());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct MySqlMutex {
+    lock: Reentrant<Raw>,
+}
+
+/// The mutex without re-entrancy: one name's `GET_LOCK`, asked for on a session.
+struct Raw {
+    client: MySqlClient,
+    name: String,
+    /// The `GET_LOCK` name as an SQL expression.
+    key: String,
+    /// What `cancel_waiters` calls name this lock by.
+    id: usize,
+    /// Counts `cancel_waiters` calls; a waiter that sees it change ends.
+    cancelled: AtomicU64,
+}
+
+/// One thread's hold: its session, the local lease its heartbeats extend, and its place in
+/// the keeper's list (`None` until kept).
+struct Kept {
+    session: Arc<Session>,
+    lease: Arc<LocalLease>,
+    kept: Option<u64>,
+}
+
+impl MySqlMutex {
+    /// A mutex named `name` (any text of 1 to 1024 bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
+    pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlMutex> {
+        check_name(name)?;
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        Ok(MySqlMutex {
+            lock: Reentrant::new(Raw {
+                client: client.clone(),
+                name: name.to_owned(),
+                key: key_sql(name),
+                id: IDS.fetch_add(1, Ordering::Relaxed) as usize,
+                cancelled: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.lock.raw.name
+    }
+
+    /// The SQL that takes the same lock from any client, waiting up to a year: `SELECT
+    /// GET_LOCK('NAME', 31536000)` for a name of up to 64 characters, `SELECT
+    /// GET_LOCK(SHA2('NAME', 256), 31536000)` for a longer one. The name is quoted so that it
+    /// reads the same under every `sql_mode`: `'…'` with `'` doubled, or, for a name with a
+    /// quote or a backslash, `CONVERT(X'…' USING utf8mb4)`. Release it with `SELECT
+    /// RELEASE_LOCK(…)` of the same expression, or by closing the connection.
+    pub fn lock_sql(&self) -> String {
+        format!("SELECT GET_LOCK({}, {FOREVER})", self.lock.raw.key)
+    }
+
+    /// Whether any thread of this process holds the lock through this object.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.lock.is_acquired_in_this_process()
+    }
+
+    /// Whether the calling thread holds the lock through this object.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.lock.is_owned_by_current_thread()
+    }
+
+    /// The calling thread's fencing token, if it holds the lock.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lock.fencing_token()
+    }
+
+    /// The health of the calling thread's hold, if it holds the lock, computed now.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.lock.health()
+    }
+
+    /// The server session (`CONNECTION_ID()`) of the calling thread's hold, if it holds the
+    /// lock: what `IS_USED_LOCK` and `SHOW PROCESSLIST` show for it.
+    pub fn connection_id(&self) -> Option<u32> {
+        self.lock.mine(|h| h.grant.session.id)
+    }
+}
+
+impl Raw {
+    /// One attempt on a new session: granted (with the token), not granted by the deadline,
+    /// or an error; the session is closed unless granted.
+    fn attempt(
+        &self,
+        inner: &Inner,
+        deadline: Deadline,
+        gen: u64,
+    ) -> Result<Option<Granted<Kept>>> {
+        let session = Arc::new(inner.session()?);
+        let done = Arc::new(AtomicBool::new(false));
+        inner.add_waiter(Waiter {
+            owner: self.id,
+            session: session.clone(),
+            done: done.clone(),
+        });
+        let op = inner.operation_timeout;
+        // The server ends the wait at the deadline (GET_LOCK's timeout, in seconds with
+        // fractions on MariaDB); the client gives up an operation timeout later.
+        let (wait, read) = match deadline.remaining() {
+            None => (FOREVER as f64, None),
+            Some(left) => (left.as_secs_f64(), Some(left + op)),
+        };
+        let sql = format!(
+            "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK(@zklock_key, {wait:.3}); \
+             INSERT INTO {TOKENS} (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) FROM DUAL \
+             WHERE @zklock_got = 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
+             SELECT @zklock_got, IF(@zklock_got = 1, LAST_INSERT_ID(), NULL)",
+            key = self.key
+        );
+        // The lease starts no later than the lock statement is sent.
+        let sent = boot_clock();
+        let answer = if self.cancelled.load(Ordering::SeqCst) != gen || inner.closed() {
+            Err(Error::Cancelled)
+        } else {
+            session.with(read, op, |c| {
+                let mut last = None;
+                let mut result = c.query_iter(&sql)?;
+                while let Some(set) = result.iter() {
+                    for row in set {
+                        last = Some(row?);
+                    }
+                }
+                Ok(last.map(mysql::from_row::<(Option<i64>, Option<u64>)>))
+            })
+        };
+        // From here the session is not killed by a cancel (it may hold): a cancel that came
+        // first is seen below.
+        done.store(true, Ordering::SeqCst);
+        let cancelled = self.cancelled.load(Ordering::SeqCst) != gen;
+        inner.forget_waiter(&session);
+        if inner.closed() {
+            session.close();
+            return Err(Error::Closed);
+        }
+        if cancelled {
+            session.close();
+            return Err(Error::Cancelled);
+        }
+        let (got, token) = match answer {
+            Ok(Some(row)) => row,
+            Ok(None) => {
+                session.close();
+                return Err(Error::MySql("the lock statement returned no row".into()));
+            }
+            Err(e) => {
+                session.close();
+                return Err(e);
+            }
+        };
+        match (got, token) {
+            (Some(1), Some(token)) => {
+                let lease = LocalLease::new();
+                lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
+                // After a long wait, the send time says little about when the server's idle
+                // timer restarted: a heartbeat gives the lease a recent start.
+                if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
+                    let sent = boot_clock();
+                    if let Err(e) = session.ping(op) {
+                        session.close();
+                        return Err(e);
+                    }
+                    lease.heard_at(sent);
+                }
+                Ok(Some(Granted {
+                    node: format!("GET_LOCK {} (connection {})", self.key, session.id),
+                    token,
+                    grant: Kept {
+                        session,
+                        lease: Arc::new(lease),
+                        kept: None,
+                    },
+                }))
+            }
+            (Some(1), None) => {
+                session.close();
+                Err(Error::MySql(format!(
+                    "granted, but no fencing token came from {TOKENS}"
+                )))
+            }
+            (Some(_), _) => {
+                session.close();
+                Ok(None)
+            }
+            (None, _) => {
+                session.close();
+                Err(Error::MySql(
+                    "GET_LOCK answered NULL (the wait was killed or failed)".into(),
+                ))
+            }
+        }
+    }
+}
+
+impl RawLock for Raw {
+    type Grant = Kept;
+    type Shared = ();
+
+    fn share(_: &Kept) {}
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn closed(&self) -> bool {
+        self.client.inner().closed()
+    }
+
+    fn dispatch(&self) -> Dispatch {
+        self.client.inner().dispatch()
+    }
+
+    fn acquire(&self, deadline: Deadline, _: Option<()>) -> Result<Option<Granted<Kept>>> {
+        let inner = self.client.inner();
+        let gen = self.cancelled.load(Ordering::SeqCst);
+        let mut budget = RetryBudget::new(inner.retry.clone());
+        loop {
+            match self.attempt(inner, deadline, gen) {
+                Err(e) if e.is_retryable() && !inner.closed() => {
+                    // A try without time left reports the error rather than "not granted".
+                    let Some(sleep) = budget.next_sleep().filter(|_| !deadline.expired()) else {
+                        return Err(e);
+                    };
+                    if deadline.remaining().is_some_and(|left| left <= sleep) {
+                        return Ok(None);
+                    }
+                    tracing::debug!("zklock: MySQL session lost ({e}), retrying in {sleep:?}");
+                    let until = Instant::now() + sleep;
+                    while Instant::now() < until {
+                        if inner.closed() {
+                            return Err(Error::Closed);
+                        }
+                        if self.cancelled.load(Ordering::SeqCst) != gen {
+                            return Err(Error::Cancelled);
+                        }
+                        std::thread::sleep(Duration::from_millis(10).min(sleep));
+                    }
+                }
+                // A wait without limit that the server ended (after a year) is asked again.
+                Ok(None) if deadline.remaining().is_none() => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn keep(&self, grant: &mut Kept, report: Report) {
+        let inner = self.client.inner();
+        grant.kept = Some(inner.keep(grant.session.clone(), grant.lease.clone(), report));
+    }
+
+    fn health(&self, grant: &Kept, reported: LockHealth) -> LockHealth {
+        let ended = if grant.session.ended() {
+            LockHealth::Lost
+        } else {
+            LockHealth::Held
+        };
+        worst(worst(reported, grant.lease.health()), ended)
+    }
+
+    fn release(&self, grant: Kept, how: Release, lost: bool, _: Option<()>) -> Result<()> {
+        let inner = self.client.inner();
+        if let Some(kept) = grant.kept {
+            inner.forget(kept);
+        }
+        let session = grant.session;
+        let until = match how {
+            // Closing the connection frees the lock as the server reads the end.
+            Release::Background => {
+                session.close();
+                return if lost { Err(Error::LockLost) } else { Ok(()) };
+            }
+            Release::Within(until) => until,
+        };
+        if lost {
+            session.close();
+            return Err(Error::LockLost);
+        }
+        let op = inner.operation_timeout;
+        let timeout = until
+            .map(|u| u.saturating_duration_since(Instant::now()))
+            .map_or(op, |left| left.min(op))
+            .max(Duration::from_millis(1));
+        let released = session.with(Some(timeout), op, |c| {
+            c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({})", self.key))
+        });
+        session.close();
+        match released {
+            Ok(Some(Some(1))) => Ok(()),
+            // The server did not have it as ours: the session was not the one that took it.
+            Ok(_) => Err(Error::LockLost),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn cancel_waiters(&self) {
+        self.cancelled.fetch_add(1, Ordering::SeqCst);
+        self.client.inner().cancel_waiters(self.id);
+    }
+}
+
+/// The `GET_LOCK` name of `name` as an SQL expression: the quoted name up to 64 characters,
+/// `SHA2(…, 256)` of it beyond.
+fn key_sql(name: &str) -> String {
+    let literal = literal(name);
+    if name.chars().count() <= MAX_KEY {
+        literal
+    } else {
+        format!("SHA2({literal}, 256)")
+    }
+}
+
+/// `s` as an SQL string that reads the same under every `sql_mode`: `'…'` with `'` doubled,
+/// or `CONVERT(X'…' USING utf8mb4)` for text with a quote or backslash (whose escaping
+/// depends on `NO_BACKSLASH_ESCAPES`).
+fn literal(s: &str) -> String {
+    if s.contains(['\'', '\\']) || s.chars().any(char::is_control) {
+        let hex: String = s.bytes().map(|b| format!("{b:02X}")).collect();
+        format!("CONVERT(X'{hex}' USING utf8mb4)")
+    } else {
+        format!("'{s}'")
+    }
+}
+
+/// A name is any text of 1 to [`MAX_NAME`] bytes.
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("a MySQL lock name must not be empty"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(Error::invalid(format!(
+            "a MySQL lock name is at most {MAX_NAME} bytes, not {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Sealed for MySqlMutex {
+    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
+        self.lock.acquire(Deadline::until(until))
+    }
+
+    fn release_as(&self, how: Release) -> Result<()> {
+        self.lock.release(how)
+    }
+
+    fn cancel(&self) {
+        self.lock.cancel_waiters();
+    }
+
+    fn acquired_here(&self) -> bool {
+        self.lock.is_acquired_in_this_process()
+    }
+}
+
+impl Lock for MySqlMutex {
+    fn fencing_token(&self) -> Option<u64> {
+        MySqlMutex::fencing_token(self)
+    }
+
+    fn health(&self) -> Option<LockHealth> {
+        MySqlMutex::health(self)
+    }
+}
+
+forward_lock_api!(MySqlMutex);
+crate::core::health::forward_health_api!(MySqlMutex, lock.feed, "the Client's events thread");
+
+impl std::fmt::Debug for MySqlMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlMutex")
+            .field("name", &self.lock.raw.name)
+            .field("held_here", &self.lock.is_acquired_in_this_process())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("").is_err());
+        assert!(check_name(&"x".repeat(MAX_NAME + 1)).is_err());
+        assert!(check_name(&"x".repeat(MAX_NAME)).is_ok());
+        assert!(check_name("it's ✓").is_ok());
+    }
+
+    #[test]
+    fn keys_are_the_name_or_its_sha2() {
+        assert_eq!(key_sql("ledger"), "'ledger'");
+        assert_eq!(key_sql(&"é".repeat(64)), format!("'{}'", "é".repeat(64)));
+        assert_eq!(
+            key_sql(&"x".repeat(65)),
+            format!("SHA2('{}', 256)", "x".repeat(65))
+        );
+        assert_eq!(key_sql("it's"), "CONVERT(X'69742773' USING utf8mb4)");
+        assert_eq!(key_sql("a\\b"), "CONVERT(X'615C62' USING utf8mb4)");
+    }
+}
