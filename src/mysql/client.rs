@@ -568,6 +568,27 @@ impl Inner {
         self.holds.lock().retain(|k| k.id != id);
     }
 
+    /// Looks at every idle held session's socket: one the server has ended (`KILL`, a
+    /// shutdown, a restart) makes its hold `Lost` now rather than at its next heartbeat.
+    fn watch(&self) {
+        let ended: Vec<(u64, Arc<Session>, Report)> = self
+            .holds
+            .lock()
+            .iter()
+            .filter(|k| k.session.ended_by_server())
+            .map(|k| (k.id, k.session.clone(), k.report.clone()))
+            .collect();
+        for (id, session, report) in ended {
+            tracing::debug!(
+                "zklock: the server ended MySQL session {} of a hold",
+                session.id
+            );
+            session.end();
+            self.forget(id);
+            report(LockHealth::Lost);
+        }
+    }
+
     /// One round of heartbeats: each hold's, or the Client's own when nothing is held.
     fn beat(&self) {
         let op = self
@@ -645,6 +666,7 @@ fn keep_alive(inner: std::sync::Weak<Inner>) {
             last = boot_clock();
             inner.beat();
         } else {
+            inner.watch();
             inner.states.judge();
         }
         let mut keeper = inner.keeper.lock();

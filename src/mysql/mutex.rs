@@ -54,8 +54,9 @@ const FOREVER: u64 = 365 * 86_400;
 /// The holding session sends a heartbeat (`COM_PING`) at a third of the Client's session
 /// timeout. `health()` reads `Suspended` once half the session timeout has passed since the
 /// last acknowledged heartbeat was sent, `Lost` once all of it has (the server has ended the
-/// session by its `wait_timeout`, or will when it next looks), and `Lost` once a heartbeat
-/// fails (`KILL`, a server restart, a broken connection: found at the next heartbeat).
+/// session by its `wait_timeout`, or will when it next looks), and `Lost` once the server ends
+/// the session (`KILL`, a restart: the Client looks at idle holds' sockets every twentieth of
+/// the session timeout, at most every 500 ms) or a heartbeat fails.
 ///
 /// # Fencing
 /// The token is a counter in the table `zklock_tokens`, one row per `GET_LOCK` name, bumped by

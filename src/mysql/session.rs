@@ -86,6 +86,33 @@ impl Session {
         self.with(Some(op), op, |c| c.ping())
     }
 
+    /// Whether the server has ended this idle session: its socket has something to read (an
+    /// error packet, the end of the stream) while no request is out. `false` while another
+    /// thread uses the connection.
+    pub(crate) fn ended_by_server(&self) -> bool {
+        let Some(conn) = self.conn.try_lock() else {
+            return false;
+        };
+        if conn.is_none() || self.ended() {
+            return true;
+        }
+        let mut readable = false;
+        with_fd(self.fd, |fd| {
+            use rustix::event::{poll, PollFd, PollFlags};
+            let mut fds = [PollFd::from_borrowed_fd(
+                fd,
+                PollFlags::IN | PollFlags::RDHUP,
+            )];
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            readable = poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0);
+        });
+        drop(conn);
+        readable
+    }
+
     /// Ends the session from any thread, at once: its socket is shut down, so a thread reading
     /// an answer on it wakes with an error, and the server, reading the end, frees what the
     /// session held (at once if it was idle, as a holder is).
