@@ -3,8 +3,8 @@
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
 //! `zk://`, `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` and
 //! `mariadb://` URLs give the same recipes with the same options and defaults (sqlx's
-//! `AnyPool` is the model). On MySQL / MariaDB only the mutex exists yet: the read-write lock,
-//! the semaphore and the leader latch are refused with [`Error::InvalidArgument`].
+//! `AnyPool` is the model). On MySQL / MariaDB the read-write lock and the leader latch do not
+//! exist yet: they are refused with [`Error::InvalidArgument`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -725,13 +725,13 @@ mod mysql {
     }
 
     #[cfg(feature = "mysql")]
-    use crate::mysql::{MySqlClient, MySqlMutex};
+    use crate::mysql::{MySqlClient, MySqlLease, MySqlMutex, MySqlSemaphore};
 
     /// The refusal of a recipe the MySQL backend does not have yet.
     #[cfg(feature = "mysql")]
     fn not_yet(recipe: &str) -> Error {
         Error::invalid(format!(
-            "{recipe} is not yet on MySQL: only the mutex is (see docs/mysql.md)"
+            "{recipe} is not yet on MySQL: the mutex and the semaphore are (see docs/mysql.md)"
         ))
     }
 
@@ -746,8 +746,8 @@ mod mysql {
         fn read_write(&self, _: &str) -> Result<Box<dyn ReadWrite>> {
             Err(not_yet("a read-write lock"))
         }
-        fn semaphore(&self, _: &str, _: u32) -> Result<Box<dyn Semaphore>> {
-            Err(not_yet("a semaphore"))
+        fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
+            Ok(Box::new(MySqlSemaphore::new(self, name, max_leases)?))
         }
         fn latch(&self, _: &str) -> Result<Box<dyn Latch>> {
             Err(not_yet("a leader latch"))
@@ -757,6 +757,33 @@ mod mysql {
         }
         fn close(&self) {
             MySqlClient::close(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Semaphore for MySqlSemaphore {
+        fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>> {
+            let lease = match timeout {
+                None => Some(MySqlSemaphore::acquire(self)?),
+                Some(t) => MySqlSemaphore::acquire_timeout(self, t)?,
+            };
+            Ok(lease.map(|l| AnyLease { inner: Box::new(l) }))
+        }
+        fn cancel_waiters(&self) {
+            MySqlSemaphore::cancel_waiters(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Lease for MySqlLease {
+        fn fencing_token(&self) -> u64 {
+            MySqlLease::fencing_token(self)
+        }
+        fn health(&self) -> LockHealth {
+            MySqlLease::health(self)
+        }
+        fn release(self: Box<Self>) -> Result<()> {
+            (*self).release()
         }
     }
 }

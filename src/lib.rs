@@ -266,7 +266,7 @@ pub use crate::core::retry::{
 };
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub use crate::mysql::{MySqlClient, MySqlClientBuilder, MySqlMutex};
+pub use crate::mysql::{MySqlClient, MySqlClientBuilder, MySqlLease, MySqlMutex, MySqlSemaphore};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::{

@@ -4,7 +4,9 @@
 
 mod client;
 mod mutex;
+mod semaphore;
 mod session;
 
 pub use client::{MySqlClient, MySqlClientBuilder};
 pub use mutex::MySqlMutex;
+pub use semaphore::{MySqlLease, MySqlSemaphore};

@@ -26,7 +26,7 @@ const MAX_KEY: usize = 64;
 
 /// The `GET_LOCK` timeout of a wait without limit, in seconds (a year; the wait is asked for
 /// again if it ends).
-const FOREVER: u64 = 365 * 86_400;
+pub(crate) const FOREVER: u64 = 365 * 86_400;
 
 /// A mutex on MySQL or MariaDB: one holder at a time among every session that takes the same
 /// `GET_LOCK` name, re-entrant per thread (through this object), with [`LockHealth`] and
@@ -165,116 +165,209 @@ impl MySqlMutex {
 }
 
 impl Raw {
-    /// One attempt on a new session: granted (with the token), not granted by the deadline,
-    /// or an error; the session is closed unless granted.
     fn attempt(
         &self,
         inner: &Inner,
         deadline: Deadline,
         gen: u64,
     ) -> Result<Option<Granted<Kept>>> {
-        let session = Arc::new(inner.session()?);
-        let done = Arc::new(AtomicBool::new(false));
-        inner.add_waiter(Waiter {
+        let waits = Waits {
             owner: self.id,
-            session: session.clone(),
-            done: done.clone(),
-        });
-        let op = inner.operation_timeout;
-        // The server ends the wait at the deadline (GET_LOCK's timeout, in seconds with
-        // fractions on MariaDB); the client gives up an operation timeout later.
-        let (wait, read) = match deadline.remaining() {
-            None => (FOREVER as f64, None),
-            Some(left) => (left.as_secs_f64(), Some(left + op)),
+            cancelled: &self.cancelled,
+            gen,
         };
-        let sql = format!(
-            "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK(@zklock_key, {wait:.3}); \
-             INSERT INTO {TOKENS} (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) FROM DUAL \
-             WHERE @zklock_got = 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
-             SELECT @zklock_got, IF(@zklock_got = 1, LAST_INSERT_ID(), NULL)",
-            key = self.key
-        );
-        // The lease starts no later than the lock statement is sent.
+        Ok(
+            attempt(inner, &self.key, deadline, &waits)?.map(|grant| Granted {
+                node: format!("GET_LOCK {} (connection {})", self.key, grant.session.id),
+                token: grant.token,
+                grant: Kept {
+                    session: grant.session,
+                    lease: grant.lease,
+                    kept: None,
+                },
+            }),
+        )
+    }
+}
+
+/// Who waits, for `cancel_waiters`: the lock's id, its cancel counter, and the count when the
+/// wait began.
+pub(crate) struct Waits<'a> {
+    pub(crate) owner: usize,
+    pub(crate) cancelled: &'a AtomicU64,
+    pub(crate) gen: u64,
+}
+
+impl Waits<'_> {
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst) != self.gen
+    }
+}
+
+/// A grant: the session that holds, the token, the lease from the lock statement's send time.
+pub(crate) struct Grant {
+    pub(crate) session: Arc<Session>,
+    pub(crate) token: u64,
+    pub(crate) lease: Arc<LocalLease>,
+}
+
+/// One attempt on a new session for the `GET_LOCK` name `key` (an SQL expression): granted
+/// (with the token), not granted by the deadline, or an error; the session is closed unless
+/// granted.
+pub(crate) fn attempt(
+    inner: &Inner,
+    key: &str,
+    deadline: Deadline,
+    waits: &Waits<'_>,
+) -> Result<Option<Grant>> {
+    let session = Arc::new(inner.session()?);
+    let done = Arc::new(AtomicBool::new(false));
+    inner.add_waiter(Waiter {
+        owner: waits.owner,
+        session: session.clone(),
+        done: done.clone(),
+    });
+    let op = inner.operation_timeout;
+    // The server ends the wait at the deadline (GET_LOCK's timeout, in seconds with
+    // fractions on MariaDB); the client gives up an operation timeout later.
+    let (wait, read) = match deadline.remaining() {
+        None => (FOREVER as f64, None),
+        Some(left) => (left.as_secs_f64(), Some(left + op)),
+    };
+    let sql = format!(
+        "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK(@zklock_key, {wait:.3}); \
+         INSERT INTO {TOKENS} (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) FROM DUAL \
+         WHERE @zklock_got = 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
+         SELECT @zklock_got, IF(@zklock_got = 1, LAST_INSERT_ID(), NULL)"
+    );
+    // The lease starts no later than the lock statement is sent.
+    let sent = boot_clock();
+    let answer = if waits.cancelled() || inner.closed() {
+        Err(Error::Cancelled)
+    } else {
+        session.with(read, op, |c| last_row(c, &sql))
+    };
+    // From here the session is not killed by a cancel (it may hold): a cancel that came
+    // first is seen below.
+    done.store(true, Ordering::SeqCst);
+    let cancelled = waits.cancelled();
+    inner.forget_waiter(&session);
+    if inner.closed() {
+        session.close();
+        return Err(Error::Closed);
+    }
+    if cancelled {
+        session.close();
+        return Err(Error::Cancelled);
+    }
+    let (got, token) = match answer {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            session.close();
+            return Err(Error::MySql("the lock statement returned no row".into()));
+        }
+        Err(e) => {
+            session.close();
+            return Err(e);
+        }
+    };
+    match (got, token) {
+        (Some(1), Some(token)) => granted(inner, session, token, sent).map(Some),
+        (Some(1), None) => {
+            session.close();
+            Err(Error::MySql(format!(
+                "granted, but no fencing token came from {TOKENS}"
+            )))
+        }
+        (Some(_), _) => {
+            session.close();
+            Ok(None)
+        }
+        (None, _) => {
+            session.close();
+            Err(Error::MySql(
+                "GET_LOCK answered NULL (the wait was killed or failed)".into(),
+            ))
+        }
+    }
+}
+
+/// The last row of the results of `sql` (several statements), as two integers.
+pub(crate) fn last_row(
+    c: &mut mysql::Conn,
+    sql: &str,
+) -> mysql::Result<Option<(Option<i64>, Option<u64>)>> {
+    let mut last = None;
+    let mut result = c.query_iter(sql)?;
+    while let Some(set) = result.iter() {
+        for row in set {
+            last = Some(row?);
+        }
+    }
+    Ok(last.map(mysql::from_row::<(Option<i64>, Option<u64>)>))
+}
+
+/// The grant of `token` on `session`, its lease from `sent` (the lock statement's send time).
+pub(crate) fn granted(
+    inner: &Inner,
+    session: Arc<Session>,
+    token: u64,
+    sent: Duration,
+) -> Result<Grant> {
+    let lease = LocalLease::new();
+    lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
+    // After a long wait, the send time says little about when the server's idle timer
+    // restarted: a heartbeat gives the lease a recent start.
+    if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
         let sent = boot_clock();
-        let answer = if self.cancelled.load(Ordering::SeqCst) != gen || inner.closed() {
-            Err(Error::Cancelled)
-        } else {
-            session.with(read, op, |c| {
-                let mut last = None;
-                let mut result = c.query_iter(&sql)?;
-                while let Some(set) = result.iter() {
-                    for row in set {
-                        last = Some(row?);
-                    }
-                }
-                Ok(last.map(mysql::from_row::<(Option<i64>, Option<u64>)>))
-            })
-        };
-        // From here the session is not killed by a cancel (it may hold): a cancel that came
-        // first is seen below.
-        done.store(true, Ordering::SeqCst);
-        let cancelled = self.cancelled.load(Ordering::SeqCst) != gen;
-        inner.forget_waiter(&session);
-        if inner.closed() {
+        if let Err(e) = session.ping(inner.operation_timeout) {
             session.close();
-            return Err(Error::Closed);
+            return Err(e);
         }
-        if cancelled {
+        lease.heard_at(sent);
+    }
+    Ok(Grant {
+        session,
+        token,
+        lease: Arc::new(lease),
+    })
+}
+
+/// Lets go of `session`'s hold of `key` as `how` says (its heartbeat stopped);
+/// [`Error::LockLost`] if it had been `lost` or the server did not have it as ours.
+pub(crate) fn let_go(
+    inner: &Inner,
+    key: &str,
+    session: Arc<Session>,
+    how: Release,
+    lost: bool,
+) -> Result<()> {
+    let until = match how {
+        // Closing the connection frees the lock as the server reads the end.
+        Release::Background => {
             session.close();
-            return Err(Error::Cancelled);
+            return if lost { Err(Error::LockLost) } else { Ok(()) };
         }
-        let (got, token) = match answer {
-            Ok(Some(row)) => row,
-            Ok(None) => {
-                session.close();
-                return Err(Error::MySql("the lock statement returned no row".into()));
-            }
-            Err(e) => {
-                session.close();
-                return Err(e);
-            }
-        };
-        match (got, token) {
-            (Some(1), Some(token)) => {
-                let lease = LocalLease::new();
-                lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
-                // After a long wait, the send time says little about when the server's idle
-                // timer restarted: a heartbeat gives the lease a recent start.
-                if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
-                    let sent = boot_clock();
-                    if let Err(e) = session.ping(op) {
-                        session.close();
-                        return Err(e);
-                    }
-                    lease.heard_at(sent);
-                }
-                Ok(Some(Granted {
-                    node: format!("GET_LOCK {} (connection {})", self.key, session.id),
-                    token,
-                    grant: Kept {
-                        session,
-                        lease: Arc::new(lease),
-                        kept: None,
-                    },
-                }))
-            }
-            (Some(1), None) => {
-                session.close();
-                Err(Error::MySql(format!(
-                    "granted, but no fencing token came from {TOKENS}"
-                )))
-            }
-            (Some(_), _) => {
-                session.close();
-                Ok(None)
-            }
-            (None, _) => {
-                session.close();
-                Err(Error::MySql(
-                    "GET_LOCK answered NULL (the wait was killed or failed)".into(),
-                ))
-            }
-        }
+        Release::Within(until) => until,
+    };
+    if lost {
+        session.close();
+        return Err(Error::LockLost);
+    }
+    let op = inner.operation_timeout;
+    let timeout = until
+        .map(|u| u.saturating_duration_since(Instant::now()))
+        .map_or(op, |left| left.min(op))
+        .max(Duration::from_millis(1));
+    let released = session.with(Some(timeout), op, |c| {
+        c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({key})"))
+    });
+    session.close();
+    match released {
+        Ok(Some(Some(1))) => Ok(()),
+        // The server did not have it as ours: the session was not the one that took it.
+        Ok(_) => Err(Error::LockLost),
+        Err(e) => Err(e),
     }
 }
 
@@ -348,34 +441,7 @@ impl RawLock for Raw {
         if let Some(kept) = grant.kept {
             inner.forget(kept);
         }
-        let session = grant.session;
-        let until = match how {
-            // Closing the connection frees the lock as the server reads the end.
-            Release::Background => {
-                session.close();
-                return if lost { Err(Error::LockLost) } else { Ok(()) };
-            }
-            Release::Within(until) => until,
-        };
-        if lost {
-            session.close();
-            return Err(Error::LockLost);
-        }
-        let op = inner.operation_timeout;
-        let timeout = until
-            .map(|u| u.saturating_duration_since(Instant::now()))
-            .map_or(op, |left| left.min(op))
-            .max(Duration::from_millis(1));
-        let released = session.with(Some(timeout), op, |c| {
-            c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({})", self.key))
-        });
-        session.close();
-        match released {
-            Ok(Some(Some(1))) => Ok(()),
-            // The server did not have it as ours: the session was not the one that took it.
-            Ok(_) => Err(Error::LockLost),
-            Err(e) => Err(e),
-        }
+        let_go(inner, &self.key, grant.session, how, lost)
     }
 
     fn cancel_waiters(&self) {
@@ -386,7 +452,7 @@ impl RawLock for Raw {
 
 /// The `GET_LOCK` name of `name` as an SQL expression: the quoted name up to 64 characters,
 /// `SHA2(…, 256)` of it beyond.
-fn key_sql(name: &str) -> String {
+pub(crate) fn key_sql(name: &str) -> String {
     let literal = literal(name);
     if name.chars().count() <= MAX_KEY {
         literal
@@ -408,7 +474,7 @@ fn literal(s: &str) -> String {
 }
 
 /// A name is any text of 1 to [`MAX_NAME`] bytes.
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("a MySQL lock name must not be empty"));
     }

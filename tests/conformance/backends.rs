@@ -171,9 +171,6 @@ impl Backend for Mariadb {
     fn has_read_write(&self) -> bool {
         false
     }
-    fn has_semaphore(&self) -> bool {
-        false
-    }
     fn has_latch(&self) -> bool {
         false
     }
