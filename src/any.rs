@@ -3,8 +3,8 @@
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
 //! `zk://`, `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` and
 //! `mariadb://` URLs give the same recipes with the same options and defaults (sqlx's
-//! `AnyPool` is the model). On MySQL / MariaDB the read-write lock and the leader latch do not
-//! exist yet: they are refused with [`Error::InvalidArgument`].
+//! `AnyPool` is the model). On MySQL / MariaDB the read-write lock does not exist yet: it is
+//! refused with [`Error::InvalidArgument`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -725,13 +725,13 @@ mod mysql {
     }
 
     #[cfg(feature = "mysql")]
-    use crate::mysql::{MySqlClient, MySqlLease, MySqlMutex, MySqlSemaphore};
+    use crate::mysql::{MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlSemaphore};
 
     /// The refusal of a recipe the MySQL backend does not have yet.
     #[cfg(feature = "mysql")]
     fn not_yet(recipe: &str) -> Error {
         Error::invalid(format!(
-            "{recipe} is not yet on MySQL: the mutex and the semaphore are (see docs/mysql.md)"
+            "{recipe} is not yet on MySQL: GET_LOCK has no shared mode (see docs/mysql.md)"
         ))
     }
 
@@ -749,8 +749,8 @@ mod mysql {
         fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
             Ok(Box::new(MySqlSemaphore::new(self, name, max_leases)?))
         }
-        fn latch(&self, _: &str) -> Result<Box<dyn Latch>> {
-            Err(not_yet("a leader latch"))
+        fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
+            Ok(Box::new(MySqlLeaderLatch::start(self, name)?))
         }
         fn state(&self) -> ConnectionState {
             MySqlClient::state(self)
@@ -771,6 +771,25 @@ mod mysql {
         }
         fn cancel_waiters(&self) {
             MySqlSemaphore::cancel_waiters(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Latch for MySqlLeaderLatch {
+        fn has_leadership(&self) -> bool {
+            MySqlLeaderLatch::has_leadership(self)
+        }
+        fn epoch(&self) -> Option<u64> {
+            MySqlLeaderLatch::epoch(self)
+        }
+        fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool> {
+            match timeout {
+                None => MySqlLeaderLatch::await_leadership(self).map(|_| true),
+                Some(t) => MySqlLeaderLatch::await_leadership_timeout(self, t),
+            }
+        }
+        fn close(&self) {
+            MySqlLeaderLatch::close(self)
         }
     }
 

@@ -266,7 +266,9 @@ pub use crate::core::retry::{
 };
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub use crate::mysql::{MySqlClient, MySqlClientBuilder, MySqlLease, MySqlMutex, MySqlSemaphore};
+pub use crate::mysql::{
+    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlSemaphore,
+};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::{

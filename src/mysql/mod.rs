@@ -3,10 +3,12 @@
 //! for what it guarantees and what it cannot.
 
 mod client;
+mod latch;
 mod mutex;
 mod semaphore;
 mod session;
 
 pub use client::{MySqlClient, MySqlClientBuilder};
+pub use latch::MySqlLeaderLatch;
 pub use mutex::MySqlMutex;
 pub use semaphore::{MySqlLease, MySqlSemaphore};

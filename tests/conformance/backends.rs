@@ -167,11 +167,8 @@ impl Backend for Mariadb {
     fn fifo(&self) -> bool {
         true
     }
-    // Not yet on MySQL: zklock::connect refuses them.
+    // Not on MySQL: GET_LOCK has no shared mode, and zklock::connect refuses it.
     fn has_read_write(&self) -> bool {
-        false
-    }
-    fn has_latch(&self) -> bool {
         false
     }
 }
