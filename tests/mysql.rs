@@ -1,7 +1,6 @@
 //! The MySQL backend on a real MariaDB: what the conformance suite does not cover (the SQL any
 //! client runs, a killed session, tokens across restarts, refusals with their cause).
 
-#[allow(dead_code)]
 mod common;
 
 use std::process::{Command, Stdio};

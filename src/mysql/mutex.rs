@@ -33,8 +33,9 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// fencing tokens.
 ///
 /// # The name
-/// A name of up to 64 characters is the `GET_LOCK` name itself; a longer one (servers refuse
-/// those) is `SHA2(NAME, 256)`, its 64 hex digits, computed by the server. Any SQL client
+/// A name of up to 64 characters is the `GET_LOCK` name itself; a longer one (MySQL refuses
+/// those, MariaDB takes them) is `SHA2(NAME, 256)` on both, its 64 hex digits, computed by the
+/// server. Any SQL client
 /// takes the same lock with the SQL [`lock_sql`](Self::lock_sql) gives (`SELECT
 /// GET_LOCK('NAME', TIMEOUT)`, then `SELECT RELEASE_LOCK('NAME')`), so a `mysql` script or a
 /// Python or Java service excludes zklock and is excluded by it.
