@@ -3,8 +3,7 @@
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
 //! `zk://`, `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` and
 //! `mariadb://` URLs give the same recipes with the same options and defaults (sqlx's
-//! `AnyPool` is the model). On MySQL / MariaDB the read-write lock does not exist yet: it is
-//! refused with [`Error::InvalidArgument`].
+//! `AnyPool` is the model).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -725,15 +724,9 @@ mod mysql {
     }
 
     #[cfg(feature = "mysql")]
-    use crate::mysql::{MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlSemaphore};
-
-    /// The refusal of a recipe the MySQL backend does not have yet.
-    #[cfg(feature = "mysql")]
-    fn not_yet(recipe: &str) -> Error {
-        Error::invalid(format!(
-            "{recipe} is not yet on MySQL: GET_LOCK has no shared mode (see docs/mysql.md)"
-        ))
-    }
+    use crate::mysql::{
+        MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore,
+    };
 
     #[cfg(feature = "mysql")]
     impl Backend for MySqlClient {
@@ -743,8 +736,8 @@ mod mysql {
         fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
             Ok(Arc::new(MySqlMutex::new(self, name)?))
         }
-        fn read_write(&self, _: &str) -> Result<Box<dyn ReadWrite>> {
-            Err(not_yet("a read-write lock"))
+        fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
+            Ok(Box::new(MySqlReadWriteLock::new(self, name)?))
         }
         fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
             Ok(Box::new(MySqlSemaphore::new(self, name, max_leases)?))
@@ -757,6 +750,16 @@ mod mysql {
         }
         fn close(&self) {
             MySqlClient::close(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl ReadWrite for MySqlReadWriteLock {
+        fn read(&self) -> &dyn Lock {
+            self.read_lock()
+        }
+        fn write(&self) -> &dyn Lock {
+            self.write_lock()
         }
     }
 

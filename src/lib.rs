@@ -24,6 +24,10 @@
 //! | many readers or one writer on PostgreSQL | `PgReadWriteLock` (feature `postgres`) |
 //! | at most N holders on PostgreSQL | `PgSemaphore` (feature `postgres`) |
 //! | one leader among many on PostgreSQL | `PgLeaderLatch` (feature `postgres`) |
+//! | a mutex on MySQL or MariaDB, shared with any SQL client | `MySqlMutex` (feature `mysql`) |
+//! | many readers or one writer on MySQL or MariaDB | `MySqlReadWriteLock` (feature `mysql`) |
+//! | at most N holders on MySQL or MariaDB | `MySqlSemaphore` (feature `mysql`) |
+//! | one leader among many on MySQL or MariaDB | `MySqlLeaderLatch` (feature `mysql`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`], [`KazooElection`] (kazoo's layout; see below) |
@@ -156,7 +160,8 @@
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
 //!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
-//! * `mysql` — the MySQL / MariaDB backend: `MySqlClient` and `MySqlMutex` on `GET_LOCK`, a
+//! * `mysql` — the MySQL / MariaDB backend: `MySqlClient`, `MySqlMutex` on `GET_LOCK`,
+//!   `MySqlReadWriteLock`, `MySqlSemaphore` and `MySqlLeaderLatch`, a
 //!   connection per hold and per waiting thread, with `wait_timeout` set from the session
 //!   timeout so the server frees a silent holder, health and fencing tokens from a counter
 //!   table. On the `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
@@ -267,7 +272,8 @@ pub use crate::core::retry::{
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::{
-    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlSemaphore,
+    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock,
+    MySqlSemaphore,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

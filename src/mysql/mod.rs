@@ -5,10 +5,12 @@
 mod client;
 mod latch;
 mod mutex;
+mod read_write;
 mod semaphore;
 mod session;
 
 pub use client::{MySqlClient, MySqlClientBuilder};
 pub use latch::MySqlLeaderLatch;
 pub use mutex::MySqlMutex;
+pub use read_write::MySqlReadWriteLock;
 pub use semaphore::{MySqlLease, MySqlSemaphore};

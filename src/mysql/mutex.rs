@@ -84,22 +84,40 @@ pub struct MySqlMutex {
     lock: Reentrant<Raw>,
 }
 
-/// The mutex without re-entrancy: one name's `GET_LOCK`, asked for on a session.
+/// How many readers a read-write lock lets in at once: its reader names.
+pub(crate) const READERS: usize = 64;
+
+/// Which lock a [`Raw`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Mutex,
+    /// A read-write lock's read half: the gate for a moment, then one reader name.
+    Read,
+    /// A read-write lock's write half: the gate, then every reader name.
+    Write,
+}
+
+/// The mutex without re-entrancy: one name's `GET_LOCK`, asked for on a session (or, as a
+/// read-write lock's half, its gate and reader names).
 struct Raw {
     client: MySqlClient,
     name: String,
-    /// The `GET_LOCK` name as an SQL expression.
+    mode: Mode,
+    /// The `GET_LOCK` name as an SQL expression (a read-write lock's: its gate).
     key: String,
+    /// A read-write lock's reader names, as SQL.
+    readers: Vec<String>,
     /// What `cancel_waiters` calls name this lock by.
     id: usize,
     /// Counts `cancel_waiters` calls; a waiter that sees it change ends.
     cancelled: AtomicU64,
 }
 
-/// One thread's hold: its session, the local lease its heartbeats extend, and its place in
-/// the keeper's list (`None` until kept).
+/// One thread's hold: its session, the name it releases, the local lease its heartbeats
+/// extend, and its place in the keeper's list (`None` until kept).
 struct Kept {
     session: Arc<Session>,
+    key: String,
     lease: Arc<LocalLease>,
     kept: Option<u64>,
 }
@@ -110,17 +128,18 @@ impl MySqlMutex {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
     pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlMutex> {
-        check_name(name)?;
-        static IDS: AtomicU64 = AtomicU64::new(0);
         Ok(MySqlMutex {
-            lock: Reentrant::new(Raw {
-                client: client.clone(),
-                name: name.to_owned(),
-                key: key_sql(name),
-                id: IDS.fetch_add(1, Ordering::Relaxed) as usize,
-                cancelled: AtomicU64::new(0),
-            }),
+            lock: Reentrant::new(Raw::new(client, name, Mode::Mutex)?),
         })
+    }
+
+    /// The read and the write half of the read-write lock `name`.
+    pub(crate) fn read_write(client: &MySqlClient, name: &str) -> Result<[MySqlMutex; 2]> {
+        let [read, write] = Reentrant::pair(
+            Raw::new(client, name, Mode::Read)?,
+            Raw::new(client, name, Mode::Write)?,
+        );
+        Ok([MySqlMutex { lock: read }, MySqlMutex { lock: write }])
     }
 
     /// The lock's name.
@@ -135,7 +154,12 @@ impl MySqlMutex {
     /// quote or a backslash, `CONVERT(X'…' USING utf8mb4)`. Release it with `SELECT
     /// RELEASE_LOCK(…)` of the same expression, or by closing the connection.
     pub fn lock_sql(&self) -> String {
-        format!("SELECT GET_LOCK({}, {FOREVER})", self.lock.raw.key)
+        let raw = &self.lock.raw;
+        match raw.mode {
+            Mode::Mutex => format!("SELECT GET_LOCK({}, {FOREVER})", raw.key),
+            Mode::Read => raw.read_sql(&FOREVER.to_string()),
+            Mode::Write => raw.write_sql(&FOREVER.to_string()),
+        }
     }
 
     /// Whether any thread of this process holds the lock through this object.
@@ -166,6 +190,69 @@ impl MySqlMutex {
 }
 
 impl Raw {
+    fn new(client: &MySqlClient, name: &str, mode: Mode) -> Result<Raw> {
+        check_name(name)?;
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        let (key, readers) = match mode {
+            Mode::Mutex => (key_sql(name), Vec::new()),
+            Mode::Read | Mode::Write => (
+                key_sql(&format!("{name};w")),
+                (1..=READERS)
+                    .map(|i| key_sql(&format!("{name};r{i}")))
+                    .collect(),
+            ),
+        };
+        Ok(Raw {
+            client: client.clone(),
+            name: name.to_owned(),
+            mode,
+            key,
+            readers,
+            id: IDS.fetch_add(1, Ordering::Relaxed) as usize,
+            cancelled: AtomicU64::new(0),
+        })
+    }
+
+    /// A reader's statements for a wait of `wait` seconds: the gate (behind a writer that
+    /// holds or waits for it), the first free reader name, the token of the gate's name, the
+    /// gate let go; the last row is (the reader name's number or 0, token).
+    fn read_sql(&self, wait: &str) -> String {
+        let tries: String = self
+            .readers
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("WHEN GET_LOCK({k}, 0) = 1 THEN {} ", i + 1))
+            .collect();
+        format!(
+            "SET @zklock_key = {gate}; SET @zklock_got = GET_LOCK(@zklock_key, {wait}); \
+             SET @zklock_got = IF(@zklock_got = 1, CASE {tries}ELSE 0 END, @zklock_got); \
+             {BUMP} DO RELEASE_LOCK(@zklock_key); \
+             SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)",
+            gate = self.key
+        )
+    }
+
+    /// A writer's statements for a wait of `wait` seconds: the gate, then every reader name
+    /// (each waiting for what is left of `wait`), then the token of the gate's name.
+    fn write_sql(&self, wait: &str) -> String {
+        let readers: String = self
+            .readers
+            .iter()
+            .map(|k| {
+                format!(
+                    "SET @zklock_got = IF(@zklock_got = 1, GET_LOCK({k}, GREATEST({wait} - \
+                     (UNIX_TIMESTAMP(SYSDATE(6)) - @zklock_t0), 0)), @zklock_got); "
+                )
+            })
+            .collect();
+        format!(
+            "SET @zklock_key = {gate}; SET @zklock_t0 = UNIX_TIMESTAMP(SYSDATE(6)); \
+             SET @zklock_got = GET_LOCK(@zklock_key, {wait}); {readers}{BUMP} \
+             SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)",
+            gate = self.key
+        )
+    }
+
     fn attempt(
         &self,
         inner: &Inner,
@@ -177,17 +264,31 @@ impl Raw {
             cancelled: &self.cancelled,
             gen,
         };
-        Ok(
-            attempt(inner, &self.key, deadline, &waits)?.map(|grant| Granted {
-                node: format!("GET_LOCK {} (connection {})", self.key, grant.session.id),
+        let granted = match self.mode {
+            Mode::Mutex => attempt(inner, &self.key, deadline, &waits)?.map(|g| (1, g)),
+            Mode::Read => attempt_sql(inner, &|wait| self.read_sql(wait), deadline, &waits)?,
+            Mode::Write => attempt_sql(inner, &|wait| self.write_sql(wait), deadline, &waits)?,
+        };
+        Ok(granted.map(|(got, grant)| {
+            let key = match self.mode {
+                Mode::Read => usize::try_from(got - 1)
+                    .ok()
+                    .and_then(|i| self.readers.get(i))
+                    .cloned()
+                    .unwrap_or_else(|| self.key.clone()),
+                Mode::Mutex | Mode::Write => self.key.clone(),
+            };
+            Granted {
+                node: format!("GET_LOCK {key} (connection {})", grant.session.id),
                 token: grant.token,
                 grant: Kept {
                     session: grant.session,
+                    key,
                     lease: grant.lease,
                     kept: None,
                 },
-            }),
-        )
+            }
+        }))
     }
 }
 
@@ -221,6 +322,30 @@ pub(crate) fn attempt(
     deadline: Deadline,
     waits: &Waits<'_>,
 ) -> Result<Option<Grant>> {
+    let sql = |wait: &str| {
+        format!(
+            "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK(@zklock_key, {wait}); \
+             {BUMP} SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)"
+        )
+    };
+    Ok(attempt_sql(inner, &sql, deadline, waits)?.map(|(_, grant)| grant))
+}
+
+/// Bumps the token of the name in `@zklock_key` when `@zklock_got` is 1 or more (granted),
+/// leaving it in `LAST_INSERT_ID()`.
+const BUMP: &str = "INSERT INTO zklock_tokens (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) \
+    FROM DUAL WHERE @zklock_got >= 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);";
+
+/// One attempt on a new session with the statements `sql` gives for a wait of so many
+/// seconds (text): their last row is (granted: 1 or more / 0 / NULL, token). The grant and its
+/// first column, not granted by the deadline, or an error; the session is closed unless
+/// granted.
+pub(crate) fn attempt_sql(
+    inner: &Inner,
+    sql: &dyn Fn(&str) -> String,
+    deadline: Deadline,
+    waits: &Waits<'_>,
+) -> Result<Option<(i64, Grant)>> {
     let session = Arc::new(inner.session()?);
     let done = Arc::new(AtomicBool::new(false));
     inner.add_waiter(Waiter {
@@ -235,12 +360,7 @@ pub(crate) fn attempt(
         None => (FOREVER as f64, None),
         Some(left) => (left.as_secs_f64(), Some(left + op)),
     };
-    let sql = format!(
-        "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK(@zklock_key, {wait:.3}); \
-         INSERT INTO {TOKENS} (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) FROM DUAL \
-         WHERE @zklock_got = 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
-         SELECT @zklock_got, IF(@zklock_got = 1, LAST_INSERT_ID(), NULL)"
-    );
+    let sql = sql(&format!("{wait:.3}"));
     // The lease starts no later than the lock statement is sent.
     let sent = boot_clock();
     let answer = if waits.cancelled() || inner.closed() {
@@ -273,8 +393,10 @@ pub(crate) fn attempt(
         }
     };
     match (got, token) {
-        (Some(1), Some(token)) => granted(inner, session, token, sent).map(Some),
-        (Some(1), None) => {
+        (Some(got @ 1..), Some(token)) => {
+            granted(inner, session, token, sent).map(|grant| Some((got, grant)))
+        }
+        (Some(1..), None) => {
             session.close();
             Err(Error::MySql(format!(
                 "granted, but no fencing token came from {TOKENS}"
@@ -390,7 +512,13 @@ impl RawLock for Raw {
         self.client.inner().dispatch()
     }
 
-    fn acquire(&self, deadline: Deadline, _: Option<()>) -> Result<Option<Granted<Kept>>> {
+    fn acquire(&self, deadline: Deadline, partner: Option<()>) -> Result<Option<Granted<Kept>>> {
+        if self.mode == Mode::Read && partner.is_some() {
+            return Err(Error::invalid(
+                "a thread that holds a MySQL write lock cannot take its read lock (no \
+                 downgrade on MySQL): release the write lock first",
+            ));
+        }
         let inner = self.client.inner();
         let gen = self.cancelled.load(Ordering::SeqCst);
         let mut budget = RetryBudget::new(inner.retry.clone());
@@ -416,8 +544,12 @@ impl RawLock for Raw {
                         std::thread::sleep(Duration::from_millis(10).min(sleep));
                     }
                 }
-                // A wait without limit that the server ended (after a year) is asked again.
-                Ok(None) if deadline.remaining().is_none() => {}
+                // Not granted with time left: a wait without limit that the server ended
+                // (after a year), every reader name taken, or a server that counts the
+                // timeout in whole seconds. Asked again.
+                Ok(None) if !deadline.expired() => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 other => return other,
             }
         }
@@ -442,7 +574,7 @@ impl RawLock for Raw {
         if let Some(kept) = grant.kept {
             inner.forget(kept);
         }
-        let_go(inner, &self.key, grant.session, how, lost)
+        let_go(inner, &grant.key, grant.session, how, lost)
     }
 
     fn cancel_waiters(&self) {

@@ -167,10 +167,6 @@ impl Backend for Mariadb {
     fn fifo(&self) -> bool {
         true
     }
-    // Not on MySQL: GET_LOCK has no shared mode, and zklock::connect refuses it.
-    fn has_read_write(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(feature = "mysql")]
