@@ -161,3 +161,30 @@ fn bad_connections_are_refused_with_their_cause() {
     ));
     assert_eq!(server.lock_holder("x").unwrap(), None);
 }
+
+/// The read-write lock has neither downgrade nor upgrade on MySQL, and says so; a writer's
+/// token is above the readers' before it.
+#[test]
+fn read_write_refuses_downgrade_and_upgrade() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(10));
+    let rw = zklock::MySqlReadWriteLock::new(&c, "catalogue").unwrap();
+    assert!(rw.read_lock().acquire_timeout(patience()).unwrap());
+    let read_token = rw.read_lock().fencing_token().unwrap();
+    assert_eq!(
+        rw.write_lock().acquire_timeout(Duration::ZERO),
+        Err(Error::WouldDeadlock)
+    );
+    rw.read_lock().release().unwrap();
+    assert!(rw.write_lock().acquire_timeout(patience()).unwrap());
+    assert!(rw.write_lock().fencing_token().unwrap() > read_token);
+    assert!(matches!(
+        rw.read_lock().acquire_timeout(Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+    rw.write_lock().release().unwrap();
+    assert!(rw
+        .read_lock()
+        .lock_sql()
+        .contains("GET_LOCK('catalogue;r64', 0)"));
+}

@@ -36,7 +36,9 @@ pub(crate) const TOKENS: &str = "zklock_tokens";
 /// `net_read_timeout` and `net_write_timeout` to the session timeout (in whole seconds,
 /// rounded up): the server ends a session silent for that long — a holder that crashed, froze
 /// or was cut off — and frees its locks. A holding session sends a heartbeat (`COM_PING`) at
-/// a third of the session timeout.
+/// a third of the session timeout. Every connection has TCP keepalives (from a third of the
+/// session timeout) and a TCP user timeout of the session timeout, so that a wait on a server
+/// whose machine or network is gone ends too.
 ///
 /// # The server
 /// `GET_LOCK` is a lock in one server's memory: it is not replicated. The Client refuses, at
@@ -269,6 +271,12 @@ impl MySqlClientBuilder {
             .read_timeout(Some(operation_timeout))
             .write_timeout(Some(operation_timeout))
             .prefer_socket(false)
+            // A server whose machine or network is gone: the kernel ends the connection
+            // within about the session timeout, so a wait without limit ends too.
+            .tcp_keepalive_time_ms(Some(millis(self.session_timeout / 3)))
+            .tcp_keepalive_probe_interval_secs(Some(whole_seconds(self.session_timeout / 9) as u32))
+            .tcp_keepalive_probe_count(Some(3))
+            .tcp_user_timeout_ms(Some(millis(self.session_timeout)))
             .init(vec![format!(
                 "SET SESSION wait_timeout = {secs}, net_read_timeout = {secs}, \
                  net_write_timeout = {secs}, autocommit = 1"
@@ -436,6 +444,11 @@ pub(crate) fn refusal(version: &str, vars: &[(String, String)]) -> Option<String
         );
     }
     None
+}
+
+/// `d` in milliseconds, at least 1.
+fn millis(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)
 }
 
 /// `d` in whole seconds, rounded up, at least 1.
