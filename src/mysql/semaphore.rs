@@ -306,6 +306,11 @@ impl MySqlLease {
         self.index
     }
 
+    /// The server session (`CONNECTION_ID()`) of the lease.
+    pub fn connection_id(&self) -> u32 {
+        self.grant.as_ref().map_or(0, |g| g.session.id)
+    }
+
     /// The fencing token of this grant: the counter of its name in `zklock_tokens`, rising
     /// across successive holders of this lease's name.
     pub fn fencing_token(&self) -> u64 {
