@@ -273,7 +273,8 @@ impl MySqlClientBuilder {
             .prefer_socket(false)
             // A server whose machine or network is gone: the kernel ends the connection
             // within about the session timeout, so a wait without limit ends too.
-            .tcp_keepalive_time_ms(Some(millis(self.session_timeout / 3)))
+            // In whole seconds, as the kernel counts them (0 would be refused).
+            .tcp_keepalive_time_ms(Some(1000 * whole_seconds(self.session_timeout / 3) as u32))
             .tcp_keepalive_probe_interval_secs(Some(whole_seconds(self.session_timeout / 9) as u32))
             .tcp_keepalive_probe_count(Some(3))
             .tcp_user_timeout_ms(Some(millis(self.session_timeout)))
