@@ -454,7 +454,7 @@ trait Latch: Send + Sync {
 /// The read-write, semaphore, lease and latch adapters of one backend's types.
 #[allow(unused_macros)] // unused in a build without backends
 macro_rules! adapters {
-    ($rw:ty, $sem:ty, $lease:ty, $release:ident, $latch:ty) => {
+    ($rw:ty, $sem:ty, $lease:ty, $latch:ty) => {
         impl ReadWrite for $rw {
             fn read(&self) -> &dyn Lock {
                 self.read_lock()
@@ -483,7 +483,7 @@ macro_rules! adapters {
                 <$lease>::health(self)
             }
             fn release(self: Box<Self>) -> Result<()> {
-                (*self).$release()
+                (*self).release()
             }
         }
         impl Latch for $latch {
@@ -526,7 +526,7 @@ mod zookeeper {
         }
         let mut builder = Client::builder(hosts)
             .session_timeout(b.session_timeout)
-            .connection_timeout(b.connect_timeout)
+            .connect_timeout(b.connect_timeout)
             .operation_timeout(op);
         if !chroot.is_empty() {
             builder = builder.namespace(chroot);
@@ -584,7 +584,6 @@ mod zookeeper {
         InterProcessReadWriteLock,
         InterProcessSemaphoreV2,
         crate::zookeeper::locks::Lease,
-        return_lease,
         LeaderLatch
     );
 }
@@ -642,7 +641,6 @@ mod redis {
         RedisReadWriteLock,
         RedisSemaphore,
         RedisLease,
-        release,
         RedisLeaderLatch
     );
 }
@@ -696,13 +694,7 @@ mod postgres {
     }
 
     #[cfg(feature = "postgres")]
-    adapters!(
-        PgReadWriteLock,
-        PgSemaphore,
-        PgLease,
-        release,
-        PgLeaderLatch
-    );
+    adapters!(PgReadWriteLock, PgSemaphore, PgLease, PgLeaderLatch);
 }
 
 mod mysql {

@@ -75,7 +75,7 @@
 //!
 //! # Blocking and Drop
 //!
-//! Every call that can block has a bound its docs state, and nothing blocks in `Drop`:
+//! Every call that can block has a bound its docs state, `Drop` included:
 //!
 //! * [`acquire`](Lock::acquire) waits until the lock is ours, the retry policy gives up during an
 //!   outage (its budget starts afresh after every answered round trip), or another thread calls
@@ -85,8 +85,15 @@
 //!   connection timeout). [`try_lock`](Lock::try_lock) / a zero timeout makes one attempt.
 //! * [`release`](Lock::release) reports errors within the operation (else connection) timeout;
 //!   [`release_timeout`](Lock::release_timeout) takes a bound of its own.
-//! * Dropping a guard, a [`Lease`], a lock or the last [`Client`] returns at once: deletes go to a
-//!   background queue that retries, through whatever session is current, until the node is gone.
+//! * Dropping a guard, a [`Lease`] or a lock still held releases in the calling thread, waiting
+//!   at most 1 s (or the Client's operation timeout, if shorter): once the drop returns with the
+//!   server reachable, another process can take the lock at once. What the server does not
+//!   answer in that time goes to a background queue that retries, through whatever session is
+//!   current, until the node is gone; the drop returns.
+//! * Dropping the last handle of a [`Client`] closes its session (closeSession: the server
+//!   deletes every ephemeral node of the session at once), waiting for the answer within the
+//!   same bound. Lock objects and guards hold a handle each: the last to go closes the session.
+//!   See "Exiting" below.
 //! * Listeners and callbacks run on the Client's watcher thread and must not block. An acquire
 //!   that may wait, called there, fails at once with [`Error::OnWatcherThread`].
 //!
@@ -96,8 +103,8 @@
 //! and callbacks), and its wire client (sockets, pings, reconnects, on an executor of its own)
 //! on the process's one `zklock-io` thread, which every Client of the process shares: it starts
 //! with the first Client and ends with the last. [`Client::close`] joins the watcher thread (and
-//! the I/O thread when it was the last Client); dropping the last clone lets them end by
-//! themselves shortly after. Host names are resolved on the process-wide thread pool of the
+//! the I/O thread when it was the last Client); dropping the last clone closes the session and
+//! lets them end by themselves shortly after. Host names are resolved on the process-wide thread pool of the
 //! `blocking` crate (`blocking-N` threads, which end after a second idle), and `async-io` may
 //! start one process-wide `async-io` reactor thread. [`LeaderLatch`]es, and
 //! [`LeaderSelector`]s while they wait, have no thread each: their steps run on up to four
@@ -108,6 +115,47 @@
 //! (ACL providers). The Redis and PostgreSQL Clients run
 //! threads of their own, listed on `RedisClient` and `PgClient`; their events threads run those
 //! backends' health callbacks.
+//!
+//! # Exiting
+//!
+//! The program a first user writes frees its lock as it returns from `main`:
+//!
+//! ```no_run
+//! fn main() -> zklock::Result<()> {
+//!     let client = zklock::Client::connect("127.0.0.1:2181")?;
+//!     let mutex = zklock::InterProcessMutex::new(&client, "/locks/nightly")?;
+//!     let _guard = mutex.lock()?;
+//!     // ... the job ...
+//!     Ok(())
+//! } // `_guard`, `mutex`, `client` dropped: the node is deleted, then the session closed
+//! ```
+//!
+//! The guard's drop deletes the lock node and the last Client handle's drop closes the session,
+//! each waiting for the server at most 1 s (or the operation timeout, if shorter), so the next
+//! run of the program gets the lock at once. If the server cannot be reached in that time
+//! (an outage), the process ends without having freed the lock, and the server frees it when
+//! the session times out.
+//!
+//! A process that ends without running destructors frees nothing itself: the server frees its
+//! locks when the session times out ([`ClientBuilder::session_timeout`]: up to 60 s by default,
+//! as for a crashed holder below). That is the case of
+//!
+//! * [`std::process::exit`] (and `std::process::abort`), called anywhere, `main` included: no
+//!   `Drop` runs, on this thread or any other;
+//! * a panic with `panic = "abort"` in the Cargo profile (with the default `unwind`, a panic
+//!   runs the drops of the panicking thread's stack, `main`'s included when it panics there);
+//! * a lock or Client kept alive past `main`'s end: in a `static`, leaked (`mem::forget`,
+//!   `Box::leak`), held by a thread still running, or captured by a listener of the Client's
+//!   own (a reference cycle: the Client keeps its listeners);
+//! * a signal that kills the process (`SIGTERM`, `SIGINT` without a handler, `SIGKILL`).
+//!
+//! To cover them, release before you exit: `guard.release()?` (which also reports errors) and
+//! [`client.close()`](Client::close) (which closes the session, freeing every lock, lease and
+//! leadership of the Client at once) before `std::process::exit`; for signals, a handler that
+//! lets `main` return (or calls `close()`). Under `panic = "abort"` nothing of the process runs
+//! after the panic hook: keep `unwind` in programs that hold locks, or size the session timeout
+//! for the wait. (A hook that owns a `Client` clone to close it keeps that Client alive past
+//! `main`, so its session then closes only if `close()` is called.)
 //!
 //! # A crashed holder
 //!
@@ -243,16 +291,16 @@
 mod any;
 mod core;
 #[cfg(feature = "mysql")]
-mod mysql;
+pub mod mysql;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub mod postgres;
 #[cfg(feature = "redis")]
-mod redis;
+pub mod redis;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 #[cfg(feature = "zookeeper")]
-mod zookeeper;
+pub mod zookeeper;
 
 pub use crate::any::{
     connect, AnyClient, AnyClientBuilder, AnyLeaderLatch, AnyLease, AnyReadWriteLock, AnySemaphore,

@@ -39,7 +39,8 @@ fn close_and_drop_end_every_thread_the_client_started() {
     );
     drop(clone);
 
-    // Dropping returns at once; the threads close the session and end by themselves.
+    // Dropping the last handle closes the session (waiting for its answer, 1 s at most); the
+    // threads end by themselves.
     let dropped = common::client(&server.connect_string(), Duration::from_secs(20));
     assert_eq!(zklock_threads().len(), 2);
     drop(dropped);

@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::postgres::client;
+use common::postgres::Psql;
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
@@ -246,57 +246,6 @@ fn reentrant_per_thread_and_usable_in_a_multi_lock() {
 // ---------------------------------------------------------------------------
 // psql on the same key.
 // ---------------------------------------------------------------------------
-
-/// An interactive `psql` session, fed statements on its standard input.
-struct Psql {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Psql {
-    fn start(server: &TestingPostgres) -> Psql {
-        let mut child = Command::new("psql")
-            .args([&server.url(), "-tA", "-v", "ON_ERROR_STOP=1"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("psql (Debian's postgresql-client) runs");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Psql {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    /// Runs `sql` and waits until psql has answered it.
-    fn run(&mut self, sql: &str) {
-        writeln!(self.stdin, "{sql}; SELECT 'done';").unwrap();
-        self.stdin.flush().unwrap();
-        loop {
-            let line = self.lines.recv_timeout(patience()).expect("psql answers");
-            if line == "done" {
-                return;
-            }
-        }
-    }
-}
-
-impl Drop for Psql {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `psql -c sql`'s answer.
 fn psql_once(server: &TestingPostgres, sql: &str) -> String {

@@ -10,12 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::postgres::Psql;
 use common::{patience, wait_for};
 
 use zklock::testing::TestingPostgres;
@@ -32,76 +30,6 @@ fn urls(server: &TestingPostgres, app: &str) -> [String; 2] {
             server.port()
         ),
     ]
-}
-
-/// An interactive `psql` session of the superuser, fed statements on its standard input: it
-/// answers in about a millisecond, where `TestingPostgres::sql` opens a connection each time.
-struct Psql {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Psql {
-    fn start(server: &TestingPostgres) -> Psql {
-        let mut child = Command::new("psql")
-            .args([&server.url(), "-tA", "-v", "ON_ERROR_STOP=1"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("psql (Debian's postgresql-client) runs");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Psql {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    /// The lines of `sql`'s answer.
-    fn run(&mut self, sql: &str) -> Vec<String> {
-        writeln!(self.stdin, "{sql}; SELECT 'done';").unwrap();
-        self.stdin.flush().unwrap();
-        let mut out = Vec::new();
-        loop {
-            let line = self.lines.recv_timeout(patience()).expect("psql answers");
-            if line == "done" {
-                return out;
-            }
-            out.push(line);
-        }
-    }
-
-    fn count(&mut self, sql: &str) -> usize {
-        self.run(sql)[0].parse().unwrap()
-    }
-
-    /// The sessions shown as `app` in `pg_stat_activity`.
-    fn sessions_of(&mut self, app: &str) -> usize {
-        self.count(&format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"
-        ))
-    }
-
-    /// The advisory locks waited for.
-    fn waiters(&mut self) -> usize {
-        self.count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-    }
-}
-
-impl Drop for Psql {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// How long `f` takes to hold, polled every few milliseconds; panics after `patience()`.

@@ -99,6 +99,44 @@ fn waiters_are_granted_in_arrival_order() {
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
 }
 
+/// A waiter that has waited longer than one read of its waiting slot still hears its wake-up:
+/// after a hold of 150 ms and of 500 ms the lock passes to the waiter at once, not at its
+/// re-check a third of the TTL (10 s with the default 30 s) later.
+#[test]
+fn a_waiter_hears_its_wake_up_after_a_long_hold() {
+    let server = TestingRedis::start().unwrap();
+    let a = RedisClient::connect(&server.url()).unwrap();
+    let b = RedisClient::connect(&server.url()).unwrap();
+    let held = RedisMutex::new(&a, "handoff").unwrap();
+    let waiting = RedisMutex::new(&b, "handoff").unwrap();
+    for hold in [Duration::from_millis(500), Duration::from_millis(150)] {
+        let guard = held.lock().unwrap();
+        let gap = thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let granted = waiting
+                    .try_lock_for(Duration::from_secs(30))
+                    .unwrap()
+                    .expect("granted");
+                let at = Instant::now();
+                granted.release().unwrap();
+                at
+            });
+            wait_for("the waiter to queue", || {
+                server.command(&["LLEN", "zklock:{handoff}:queue"]).unwrap() == "1"
+            });
+            thread::sleep(hold);
+            let released = Instant::now();
+            guard.release().unwrap();
+            waiter.join().unwrap().duration_since(released)
+        });
+        println!("hand-off after a hold of {hold:?}: {gap:?}");
+        assert!(
+            gap < Duration::from_secs(2),
+            "the waiter missed its wake-up: {gap:?} after the release"
+        );
+    }
+}
+
 #[test]
 fn a_barging_mutex_takes_a_free_lock_ahead_of_the_queue() {
     let server = TestingRedis::start().unwrap();
@@ -147,6 +185,50 @@ fn tokens_rise_across_a_restart_that_lost_every_key() {
         t > last,
         "first token after the restart {t} is not above {last}"
     );
+}
+
+/// After a restart that lost every key, the holder reads `Lost` at the keeper's next renewal
+/// (a third of the TTL), not a period later: the renewal that finds its connection closed by the
+/// restart is sent again at once on a new one. The restart comes just after a renewal, so the
+/// next one is a whole period away.
+#[test]
+fn a_restart_that_lost_the_key_reads_lost_at_the_next_renewal() {
+    let ttl = Duration::from_secs(3);
+    let period = ttl / 3;
+    let mut server = TestingRedis::start().unwrap();
+    let c = client(&server, ttl);
+    let mutex = RedisMutex::new(&c, "restarted").unwrap();
+    let events = mutex.health_events();
+    let guard = mutex.lock().unwrap();
+    let pttl = || {
+        server
+            .command(&["PTTL", "zklock:{restarted}"])
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    // A renewal sets the key's TTL back to the whole TTL.
+    let mut last = pttl();
+    loop {
+        let now = pttl();
+        if now > last {
+            break;
+        }
+        last = now;
+        thread::sleep(Duration::from_millis(5));
+    }
+    server.restart().unwrap();
+    let restarted = Instant::now();
+    loop {
+        let e = events.recv_timeout(patience()).expect("a health event");
+        if e.health == LockHealth::Lost {
+            break;
+        }
+    }
+    let took = restarted.elapsed();
+    println!("Lost {took:?} after the restart (renewal period {period:?})");
+    assert!(took < period + Duration::from_millis(500), "{took:?}");
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
 }
 
 #[test]
@@ -267,6 +349,156 @@ fn close_releases_what_the_client_holds() {
     );
     assert!(matches!(mutex.acquire(), Err(Error::Closed)));
     drop(guard);
+}
+
+/// `close()` takes the Client's waiters out of every queue they are in: a waiter of another
+/// Client queued behind one of them is served as soon as the holder releases, not once the
+/// closed Client's entry has expired.
+#[test]
+fn close_takes_its_waiters_out_of_every_queue() {
+    let server = TestingRedis::start().unwrap();
+    let holder = RedisClient::connect(&server.url()).unwrap();
+    let closing = RedisClient::connect(&server.url()).unwrap();
+    let behind = RedisClient::connect(&server.url()).unwrap();
+    let queue_len = |name: &str| {
+        server
+            .command(&["LLEN", &format!("zklock:{{{name}}}:queue")])
+            .unwrap()
+    };
+    let x = RedisMutex::new(&holder, "close-x").unwrap();
+    let y = RedisMutex::new(&holder, "close-y").unwrap();
+    let held_x = x.lock().unwrap();
+    let _held_y = y.lock().unwrap();
+    let gap = thread::scope(|s| {
+        let waiters: Vec<_> = ["close-x", "close-y"]
+            .into_iter()
+            .map(|name| {
+                let mutex = RedisMutex::new(&closing, name).unwrap();
+                s.spawn(move || mutex.lock().map(|_| ()))
+            })
+            .collect();
+        wait_for("the closing Client's waiters to queue", || {
+            queue_len("close-x") == "1" && queue_len("close-y") == "1"
+        });
+        let next = s.spawn(|| {
+            let mutex = RedisMutex::new(&behind, "close-x").unwrap();
+            let guard = mutex.try_lock_for(patience()).unwrap().expect("granted");
+            let at = Instant::now();
+            drop(guard);
+            at
+        });
+        wait_for("the other waiter to queue", || queue_len("close-x") == "2");
+        closing.close();
+        assert_eq!(queue_len("close-x"), "1", "only the other Client's waiter");
+        assert_eq!(queue_len("close-y"), "0");
+        for w in waiters {
+            assert!(matches!(w.join().unwrap(), Err(Error::Closed)));
+        }
+        let released = Instant::now();
+        held_x.release().unwrap();
+        next.join().unwrap().duration_since(released)
+    });
+    println!("the waiter behind a closed Client's waiter was served {gap:?} after the release");
+    assert!(gap < Duration::from_secs(2), "served after {gap:?}");
+}
+
+/// The idiomatic program — a guard, its lock and its Client dropped at the end of `main`, and
+/// nothing else — leaves no lock behind: another Client takes the lock at once after the
+/// process exits, not once the TTL (30 s) has run out.
+#[test]
+fn a_program_that_ends_holding_a_lock_leaves_it_free() {
+    let server = TestingRedis::start().unwrap();
+    let register = FencedRegister::start().unwrap();
+    let c = RedisClient::connect(&server.url()).unwrap();
+    let mutex = RedisMutex::new(&c, "worker").unwrap();
+    let mut worker = start_worker(&server, &register, "exit");
+    worker.expect("held");
+    assert!(worker.child.wait().unwrap().success());
+    let exited = Instant::now();
+    let guard = mutex.try_lock_for(patience()).unwrap().expect("granted");
+    let gap = exited.elapsed();
+    println!("the lock was taken {gap:?} after the holder's process exited");
+    assert!(gap < Duration::from_secs(1), "{gap:?}");
+    drop(guard);
+}
+
+/// A close while the Client's waiters come and go — attempts in flight, grants coming in,
+/// guards dropped — leaves nothing of the Client on the server: no hold, no queue entry.
+/// Each round closes a new Client after a different time.
+#[test]
+fn a_close_amid_attempts_leaves_no_hold_and_no_queue_entry() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = TestingRedis::start().unwrap();
+    let other = client(&server, Duration::from_secs(30));
+    let theirs = RedisMutex::barging(&other, "churn").unwrap();
+    let stop = AtomicBool::new(false);
+    for round in 0..15 {
+        let closing = client(&server, Duration::from_secs(30));
+        let id = closing.id().to_owned();
+        thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(Some(guard)) = theirs.try_lock_for(Duration::from_millis(50)) {
+                        thread::sleep(Duration::from_micros(200));
+                        drop(guard);
+                    }
+                }
+            });
+            let waiters: Vec<_> = (0..6)
+                .map(|_| {
+                    let mutex = RedisMutex::new(&closing, "churn").unwrap();
+                    s.spawn(move || loop {
+                        match mutex.try_lock_for(Duration::from_millis(30)) {
+                            Ok(guard) => drop(guard),
+                            Err(e) => return e,
+                        }
+                    })
+                })
+                .collect();
+            thread::sleep(Duration::from_millis(100 + round * 7));
+            closing.close();
+            for w in waiters {
+                assert!(matches!(w.join().unwrap(), Error::Closed));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        stop.store(false, Ordering::Relaxed);
+        let queue = server
+            .command(&["LRANGE", "zklock:{churn}:queue", "0", "-1"])
+            .unwrap();
+        let holder = server.command(&["GET", "zklock:{churn}"]).unwrap();
+        let left: Vec<_> = queue.lines().filter(|w| w.starts_with(&id)).collect();
+        assert!(
+            left.is_empty() && !holder.starts_with(&id),
+            "round {round}: queue entries {left:?}, holder {holder:?}"
+        );
+    }
+}
+
+/// A lock object dropped while it still holds (acquired without a guard) releases in the
+/// caller: once the drop returns, another Client takes the lock at once, every time.
+#[test]
+fn a_lock_object_dropped_while_holding_is_free_for_another_client_at_once() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let b = client(&server, Duration::from_secs(30));
+    let theirs = RedisMutex::new(&b, "dropped").unwrap();
+    let mut granted = 0;
+    for _ in 0..20 {
+        let mine = RedisMutex::new(&a, "dropped").unwrap();
+        assert!(mine.acquire().is_ok());
+        drop(mine);
+        if let Some(guard) = theirs.try_lock().unwrap() {
+            granted += 1;
+            guard.release().unwrap();
+        } else {
+            wait_for("the lock to be free", || {
+                server.command(&["EXISTS", "zklock:{dropped}"]).unwrap() == "0"
+            });
+        }
+    }
+    println!("granted {granted} of 20 at once after the drop");
+    assert_eq!(granted, 20);
 }
 
 #[test]
@@ -747,6 +979,128 @@ fn a_frozen_server_makes_a_holder_lost_and_nothing_hangs() {
         .unwrap()
         .expect("taken again");
     assert!(taken.fencing_token() > old);
+}
+
+/// Against a frozen server (SIGSTOP: connections are accepted by the kernel, nothing is
+/// answered) every call returns within the bound that `docs/redis.md` states, with an
+/// operation timeout T of 1 s: `RedisClient::connect` (connection timeout T) 2T, `try_lock` T,
+/// `acquire_timeout(d)` d + T, `release` T, `close()` with holds T + 0.25 s. The test prints
+/// what it measured and allows a quarter of the bound plus half a second more.
+#[test]
+fn calls_against_a_frozen_server_return_within_their_bounds() {
+    const T: Duration = Duration::from_secs(1);
+    let server = TestingRedis::start().unwrap();
+    let connect = || {
+        RedisClient::builder(&server.url())
+            .operation_timeout(T)
+            .connect()
+            .unwrap()
+    };
+    let a = connect();
+    let b = connect();
+    let held: Vec<_> = (0..5)
+        .map(|i| RedisMutex::new(&a, &format!("frozen-{i}")).unwrap())
+        .collect();
+    let mut guards: Vec<_> = held.iter().map(|m| m.lock().unwrap()).collect();
+    let wanted = RedisMutex::new(&b, "frozen-0").unwrap();
+    let also_wanted = RedisMutex::new(&b, "frozen-1").unwrap();
+    server.pause().unwrap();
+    let timed = |what: &str, bound: Duration, f: &mut dyn FnMut()| {
+        let started = Instant::now();
+        f();
+        let took = started.elapsed();
+        println!("{what}: {took:?} (bound {bound:?})");
+        assert!(
+            took <= bound + bound / 4 + Duration::from_millis(500),
+            "{what} took {took:?}, bound {bound:?}"
+        );
+    };
+    timed("RedisClient::connect", T + T, &mut || {
+        let connected = RedisClient::builder(&server.url())
+            .connect_timeout(T)
+            .connect();
+        assert!(connected.is_err(), "no answer from a frozen server");
+    });
+    timed("try_lock", T, &mut || {
+        assert!(wanted.try_lock().is_err(), "no answer from a frozen server");
+    });
+    let d = Duration::from_millis(300);
+    timed("acquire_timeout(300 ms)", d + T, &mut || {
+        assert!(also_wanted.acquire_timeout(d).is_err());
+    });
+    // The first release finds the pooled connection silent, the second opens a new one.
+    for _ in 0..2 {
+        let mut guard = guards.pop();
+        timed("release", T, &mut || {
+            assert!(guard.take().unwrap().release().is_err());
+        });
+    }
+    timed(
+        "close() with 3 holds",
+        T + Duration::from_millis(250),
+        &mut || {
+            a.close();
+        },
+    );
+    server.resume().unwrap();
+    drop(guards);
+}
+
+/// `close()` keeps its bound (T + 0.25 s) while the Client's subscriber is reconnecting to a
+/// server that does not answer: the subscriber's connection is killed and every client paused
+/// (`CLIENT PAUSE ALL`) in one transaction, so the subscriber reconnects into the pause.
+#[test]
+fn close_keeps_its_bound_while_the_subscriber_reconnects() {
+    const T: Duration = Duration::from_millis(500);
+    let server = TestingRedis::start().unwrap();
+    let c = RedisClient::builder(&server.url())
+        .connect_timeout(Duration::from_secs(2))
+        .operation_timeout(T)
+        .connect()
+        .unwrap();
+    server
+        .commands(&[
+            &["MULTI"],
+            &["CLIENT", "KILL", "TYPE", "pubsub"],
+            &["CLIENT", "PAUSE", "4000", "ALL"],
+            &["EXEC"],
+        ])
+        .unwrap();
+    // The subscriber sees its connection closed and reconnects into the pause.
+    thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    c.close();
+    let took = started.elapsed();
+    let bound = T + Duration::from_millis(250);
+    println!("close() while the subscriber reconnects: {took:?} (bound {bound:?})");
+    assert!(
+        took <= bound + bound / 4 + Duration::from_millis(500),
+        "{took:?}"
+    );
+}
+
+/// A release with a deadline (`release_timeout`, or the deadline a guard's drop gives) returns
+/// by it against a frozen server, shorter than the operation timeout, and the release goes on
+/// in the background: once the server runs again the lock is free without waiting for its TTL.
+#[test]
+fn a_release_with_a_deadline_keeps_to_it_and_finishes_in_the_background() {
+    let server = TestingRedis::start().unwrap();
+    let c = RedisClient::builder(&server.url())
+        .operation_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let mutex = RedisMutex::new(&c, "deadline").unwrap();
+    let guard = mutex.lock().unwrap();
+    server.pause().unwrap();
+    let started = Instant::now();
+    assert!(guard.release_timeout(Duration::from_millis(200)).is_err());
+    let took = started.elapsed();
+    println!("release_timeout(200 ms) against a frozen server: {took:?} (operation timeout 2 s)");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    server.resume().unwrap();
+    wait_for("the background release", || {
+        server.command(&["EXISTS", "zklock:{deadline}"]).unwrap() == "0"
+    });
 }
 
 /// The Client's connection state follows the server: `Suspended` and then `Lost` while it is

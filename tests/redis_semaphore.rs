@@ -191,3 +191,29 @@ fn bad_arguments_are_refused_before_any_io() {
     ));
     assert_eq!(lock_keys(&server), "");
 }
+
+/// Dropping a lease returns its permit in the caller: once the drop returns, another Client
+/// takes the permit at once, every time (not only when the background release wins the race).
+#[test]
+fn a_dropped_lease_is_free_for_another_client_at_once() {
+    let server = TestingRedis::start().unwrap();
+    let a = client(&server, Duration::from_secs(30));
+    let b = client(&server, Duration::from_secs(30));
+    let mine = RedisSemaphore::new(&a, "dropped", 1).unwrap();
+    let theirs = RedisSemaphore::new(&b, "dropped", 1).unwrap();
+    let mut granted = 0;
+    for _ in 0..20 {
+        let lease = mine.acquire().unwrap();
+        drop(lease);
+        if let Some(lease) = theirs.try_acquire().unwrap() {
+            granted += 1;
+            lease.release().unwrap();
+        } else {
+            wait_for("the permit to come back", || {
+                server.command(&["ZCARD", "zklock:sem:{dropped}"]).unwrap() == "0"
+            });
+        }
+    }
+    println!("granted {granted} of 20 at once after the drop");
+    assert_eq!(granted, 20);
+}

@@ -51,6 +51,17 @@ pub enum LockHealth {
     Lost,
 }
 
+impl LockHealth {
+    /// The lower-case name metrics label a change with.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LockHealth::Held => "held",
+            LockHealth::Suspended => "suspended",
+            LockHealth::Lost => "lost",
+        }
+    }
+}
+
 /// The worse of two healths.
 pub(crate) fn worst(a: LockHealth, b: LockHealth) -> LockHealth {
     let rank = |h| match h {
@@ -147,7 +158,7 @@ impl HealthFeed {
                 }
                 *h = new;
             }
-            crate::core::metrics::health(&lock, new);
+            crate::core::metrics::health(&lock, new.label());
             let event = HealthEvent {
                 health: new,
                 node: node.clone(),

@@ -5,7 +5,7 @@
 //! acquire → the hold record and its health → release → `Drop`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::deadline::Deadline;
 use super::error::{Error, Result};
@@ -60,8 +60,10 @@ pub(crate) trait RawLock: Send + Sync {
         partner: Option<Self::Shared>,
     ) -> Result<Option<Granted<Self::Grant>>>;
 
-    /// Starts keeping a fresh grant alive (renewal), its health going to `report`.
-    fn keep(&self, grant: &mut Self::Grant, report: Report);
+    /// Starts keeping a fresh grant alive (renewal), its health going to `report`. An error
+    /// (the Client closed as the grant came in) means the backend let go of the grant: the
+    /// acquire fails with it.
+    fn keep(&self, grant: &mut Self::Grant, report: Report) -> Result<()>;
 
     /// The hold's health now: `reported` (the keeper's last report) made worse by what the
     /// backend knows locally (its lease, its connection).
@@ -80,6 +82,12 @@ pub(crate) trait RawLock: Send + Sync {
 
     /// Ends every acquisition waiting now with [`Error::Cancelled`].
     fn cancel_waiters(&self);
+
+    /// How long a drop waits for a release in the caller before the rest goes to the
+    /// background (see [`Sealed::drop_bound`](super::lock::Sealed::drop_bound)).
+    fn drop_bound(&self) -> Duration {
+        super::lock::DROP_BOUND
+    }
 }
 
 /// What [`RawLock::acquire`] grants.
@@ -162,7 +170,7 @@ impl<R: RawLock> Reentrant<R> {
         };
         super::metrics::acquired(name, started.elapsed());
         let (health, report) = self.feed.hold(self.raw.dispatch(), name, &node, token);
-        self.raw.keep(&mut grant, report);
+        self.raw.keep(&mut grant, report)?;
         self.holders.insert(Hold {
             grant,
             token,
@@ -202,6 +210,10 @@ impl<R: RawLock> Reentrant<R> {
         self.raw.cancel_waiters()
     }
 
+    pub(crate) fn drop_bound(&self) -> Duration {
+        self.raw.drop_bound()
+    }
+
     pub(crate) fn is_acquired_in_this_process(&self) -> bool {
         self.holders.any()
     }
@@ -226,9 +238,12 @@ impl<R: RawLock> Reentrant<R> {
 }
 
 impl<R: RawLock> Drop for Reentrant<R> {
+    /// Holds never released (a guard forgotten, `acquire()` without `release()`) go as a
+    /// guard's do: within one drop bound for all of them, the rest in the background.
     fn drop(&mut self) {
+        let by = super::deadline::instant_after(self.raw.drop_bound());
         for hold in self.holders.drain() {
-            let _ = self.finish(hold, Release::Background);
+            let _ = self.finish(hold, Release::Within(Some(by)));
         }
     }
 }

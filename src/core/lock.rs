@@ -8,8 +8,16 @@ use std::time::{Duration, Instant};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 
+/// How long a guard's drop waits for its release at most (a backend may make it shorter, see
+/// [`Sealed::drop_bound`]): far above a release's round trip to a reachable server (a few
+/// milliseconds; tens on a loaded ensemble or a reconnection to another member), far below the
+/// server's timer (a ZooKeeper session timeout, a Redis TTL) that would free the lock
+/// otherwise, and short enough that a program ending in an outage is held up for a second at
+/// most.
+pub(crate) const DROP_BOUND: Duration = Duration::from_secs(1);
+
 pub(crate) mod sealed {
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use crate::core::error::Result;
 
@@ -34,6 +42,12 @@ pub(crate) mod sealed {
         fn cancel(&self);
         /// Whether any thread of this process holds the lock through this object.
         fn acquired_here(&self) -> bool;
+        /// How long a guard's drop waits for the release in the caller before what is left
+        /// goes to the background: [`DROP_BOUND`](super::DROP_BOUND), or less if the backend
+        /// bounds every round trip more tightly.
+        fn drop_bound(&self) -> Duration {
+            super::DROP_BOUND
+        }
     }
 }
 pub(crate) use sealed::{Release, Sealed};
@@ -160,7 +174,8 @@ pub trait Lock: Sealed + Send + Sync {
     /// [`acquire`](Lock::acquire), returning a guard that releases on drop.
     ///
     /// # Blocking and errors
-    /// As [`acquire`](Lock::acquire). Dropping the guard never blocks.
+    /// As [`acquire`](Lock::acquire). Dropping the guard releases within a short bound (see
+    /// [`LockGuard`]).
     fn lock(&self) -> Result<LockGuard<'_, Self>>
     where
         Self: Sized,
@@ -257,6 +272,10 @@ impl<L: Lock + ?Sized> Sealed for Arc<L> {
 
     fn acquired_here(&self) -> bool {
         (**self).acquired_here()
+    }
+
+    fn drop_bound(&self) -> Duration {
+        (**self).drop_bound()
     }
 }
 
@@ -390,9 +409,17 @@ pub(crate) use forward_lock_api;
 
 /// Holds a lock for the calling thread; releases it when dropped.
 ///
-/// Dropping the guard returns at once, whatever the state of the connection: the node's delete
-/// goes to the background, which retries until the node is gone. Use
-/// [`release`](LockGuard::release) to wait for the delete and see its errors.
+/// # Drop
+/// Dropping the guard releases in the calling thread, waiting at most 1 s (less if the
+/// Client's operation timeout is shorter, on ZooKeeper): once the drop returns with the server
+/// reachable, another process can take the lock at once — also when the drop is the last thing
+/// `main` does. What cannot be done in that time (the server is out of reach or frozen) goes
+/// on in the background, which retries until the hold is gone, and the drop returns. Errors
+/// are only logged: use [`release`](LockGuard::release) to see them.
+///
+/// A process that ends without running its destructors (`std::process::exit`, `panic =
+/// "abort"`, a signal) releases nothing: the server frees the lock when its timer runs out
+/// (the session timeout on ZooKeeper). See the crate documentation, "Exiting".
 ///
 /// Not `Send`: zklock's locks are re-entrant per thread, so a hold must be released on the
 /// thread that took it — except the guard of an
@@ -453,7 +480,8 @@ impl<L: Lock> std::fmt::Debug for LockGuard<'_, L> {
 }
 
 /// A guard that owns an `Arc` of its lock ([`Lock::lock_arc`]): it can be stored in a struct
-/// beside the lock, returned from a function, or kept in a collection. Releases on drop.
+/// beside the lock, returned from a function, or kept in a collection. Releases on drop, within
+/// the same bound as a [`LockGuard`] (see its "Drop" section).
 ///
 /// Not `Send`, like [`LockGuard`]: a re-entrant hold belongs to the thread that took it (the
 /// guard of an [`InterProcessSemaphoreMutex`](crate::InterProcessSemaphoreMutex) is `Send`).
@@ -523,9 +551,10 @@ impl<L: Lock> std::fmt::Debug for ArcLockGuard<L> {
     }
 }
 
-/// What both guards hold: the lock (borrowed or owned), released once, in the background on
-/// drop — but only while the hold the guard was made for is the lock's: a guard whose hold was
-/// released through the lock meanwhile (and perhaps taken again) releases nothing.
+/// What both guards hold: the lock (borrowed or owned), released once — on drop within the
+/// lock's [`drop_bound`](Sealed::drop_bound), the rest in the background — but only while the
+/// hold the guard was made for is the lock's: a guard whose hold was released through the lock
+/// meanwhile (and perhaps taken again) releases nothing.
 struct Held<P: Deref>
 where
     P::Target: Lock,
@@ -585,7 +614,8 @@ where
                  releases nothing"
             );
         } else if !self.released {
-            if let Err(e) = self.lock.release_as(Release::Background) {
+            let by = crate::core::deadline::instant_after(self.lock.drop_bound());
+            if let Err(e) = self.lock.release_as(Release::Within(Some(by))) {
                 tracing::warn!("releasing a lock on guard drop: {e}");
             }
         }

@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use crate::core::health::LockHealth;
-
 #[cfg(feature = "metrics")]
 mod on {
     use super::*;
@@ -21,12 +19,8 @@ mod on {
         metrics::counter!("zklock_acquire_timeouts_total", "path" => path.to_owned()).increment(1);
     }
 
-    pub(crate) fn health(path: &str, to: LockHealth) {
-        let to = match to {
-            LockHealth::Held => "held",
-            LockHealth::Suspended => "suspended",
-            LockHealth::Lost => "lost",
-        };
+    /// A hold's health went `to` (`"held"`, `"suspended"`, `"lost"`).
+    pub(crate) fn health(path: &str, to: &'static str) {
         metrics::counter!("zklock_health_changes_total", "path" => path.to_owned(), "to" => to)
             .increment(1);
     }
@@ -51,7 +45,7 @@ mod on {
 
     pub(crate) fn acquired(_: &str, _: Duration) {}
     pub(crate) fn timed_out(_: &str) {}
-    pub(crate) fn health(_: &str, _: LockHealth) {}
+    pub(crate) fn health(_: &str, _: &'static str) {}
     pub(crate) fn released(_: &str, _: Duration) {}
     pub(crate) fn waiting(_: &str, _: f64) {}
     pub(crate) fn background_deletes(_: f64) {}

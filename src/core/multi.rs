@@ -113,6 +113,12 @@ impl Sealed for InterProcessMultiLock {
     fn acquired_here(&self) -> bool {
         self.is_acquired_in_this_process()
     }
+
+    /// The shortest of its locks' bounds: one deadline covers every release of a drop.
+    fn drop_bound(&self) -> std::time::Duration {
+        let bounds = self.locks.iter().map(|l| l.drop_bound());
+        bounds.min().unwrap_or(crate::core::lock::DROP_BOUND)
+    }
 }
 
 impl Lock for InterProcessMultiLock {

@@ -1,6 +1,18 @@
-//! The MySQL / MariaDB backend (feature `mysql`): [`MySqlClient`](client::MySqlClient) and
-//! [`MySqlMutex`](mutex::MySqlMutex), on `GET_LOCK`. See `docs/mysql.md` in the repository
-//! for what it guarantees and what it cannot.
+//! The MySQL / MariaDB backend (feature `mysql`): [`MySqlClient`] and the MySQL locks, on
+//! `GET_LOCK`. See `docs/mysql.md` in the repository for what it guarantees and what it
+//! cannot. The same names are at the crate root.
+//!
+//! # Example
+//! ```no_run
+//! use zklock::mysql::{MySqlClient, MySqlMutex};
+//! use zklock::Lock;
+//!
+//! # fn main() -> zklock::Result<()> {
+//! let client = MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
+//! let mutex = MySqlMutex::new(&client, "ledger")?;
+//! let _guard = mutex.lock()?;
+//! # Ok(()) }
+//! ```
 
 mod client;
 mod latch;

@@ -555,9 +555,15 @@ impl RawLock for Raw {
         }
     }
 
-    fn keep(&self, grant: &mut Kept, report: Report) {
+    fn keep(&self, grant: &mut Kept, report: Report) -> Result<()> {
         let inner = self.client.inner();
+        if inner.closed() {
+            // Granted as the Client closed: closing the connection frees the lock.
+            grant.session.close();
+            return Err(Error::Closed);
+        }
         grant.kept = Some(inner.keep(grant.session.clone(), grant.lease.clone(), report));
+        Ok(())
     }
 
     fn health(&self, grant: &Kept, reported: LockHealth) -> LockHealth {

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::drive::Watch;
 use super::session::{self, Keeper, Limit, Live, Session, Ties};
+use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
@@ -26,9 +27,6 @@ use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
-
-/// The oldest PostgreSQL with `hashtextextended` (the lock key's function): 11.
-pub(crate) const MIN_VERSION: u32 = 110_000;
 
 /// A connection to one PostgreSQL server (or the primary of a replicated set), shared by every
 /// PostgreSQL lock made from it. Cheap to clone; its sessions and threads end with the last
@@ -157,7 +155,7 @@ impl PgClient {
     /// connection timeout and the keepalives set from the session timeout replace any the URL
     /// gives. `sslmode=require` or `verify-full` asks for TLS with the server's certificate and
     /// host name checked, `verify-ca` for the certificate only (feature `tls`; against the
-    /// system's CAs or [`tls_ca_pem`](PgClientBuilder::tls_ca_pem)); `disable`, `allow`,
+    /// system's CAs or `PgClientBuilder::tls_ca_pem`); `disable`, `allow`,
     /// `prefer` or none connect in the clear.
     ///
     /// Only the URL is read: libpq's keyword/value strings (`host=… user=…`) and parameters
@@ -376,7 +374,9 @@ impl PgClientBuilder {
             },
         ));
         let (probe, version) = probe.map_err(failed)?;
-        check_version(version).map_err(failed)?;
+        sql::check_version(version)
+            .map_err(Error::Postgres)
+            .map_err(failed)?;
         let limits = session::limits(version, self.session_timeout);
         handle
             .block_on(probe.apply(&limits, operation_timeout))
@@ -529,27 +529,6 @@ fn hide_password(url: &str) -> String {
             format!("{}{user}:***{}", &url[..s + 3], &url[at..])
         }
         _ => url.to_owned(),
-    }
-}
-
-/// A server too old for the lock statements is refused.
-pub(crate) fn check_version(version: u32) -> Result<()> {
-    if version < MIN_VERSION {
-        return Err(Error::Postgres(format!(
-            "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
-             (for hashtextextended, the lock key's function)",
-            shown_version(version)
-        )));
-    }
-    Ok(())
-}
-
-/// 150004 as `15.4`, 110022 as `11.22`, 90624 as `9.6.24`.
-fn shown_version(v: u32) -> String {
-    if v >= 100_000 {
-        format!("{}.{}", v / 10_000, v % 10_000)
-    } else {
-        format!("{}.{}.{}", v / 10_000, v / 100 % 100, v % 100)
     }
 }
 
@@ -751,20 +730,12 @@ mod tests {
     }
 
     #[test]
-    fn passwords_are_hidden_and_versions_shown() {
+    fn passwords_are_hidden() {
         assert_eq!(
             hide_password("postgres://u:pw@h:1/d"),
             "postgres://u:***@h:1/d"
         );
         assert_eq!(hide_password("postgres://u@h/d"), "postgres://u@h/d");
-        assert_eq!(shown_version(150_004), "15.4");
-        assert_eq!(shown_version(90_624), "9.6.24");
-        assert!(check_version(110_000).is_ok());
-        let old = check_version(100_023).unwrap_err().to_string();
-        assert!(
-            old.contains("10.23 is too old") && old.contains("11"),
-            "{old}"
-        );
         let config = tokio_postgres::Config::from_str("postgres://u:pw@h:7/d").unwrap();
         assert_eq!(shown(&config), "postgres://u@h:7/d");
     }

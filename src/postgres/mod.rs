@@ -1,6 +1,18 @@
-//! The PostgreSQL backend (feature `postgres`): [`PgClient`](client::PgClient) and the
-//! PostgreSQL locks, on session-level advisory locks. See `docs/postgres.md` in the repository
-//! for what it guarantees and what it cannot.
+//! The PostgreSQL backend (feature `postgres`): [`PgClient`] and the PostgreSQL locks, on
+//! session-level advisory locks. See `docs/postgres.md` in the repository for what it
+//! guarantees and what it cannot. The same names are at the crate root.
+//!
+//! # Example
+//! ```no_run
+//! use zklock::postgres::{PgClient, PgMutex};
+//! use zklock::Lock;
+//!
+//! # fn main() -> zklock::Result<()> {
+//! let client = PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
+//! let mutex = PgMutex::new(&client, "ledger")?;
+//! let _guard = mutex.lock()?;
+//! # Ok(()) }
+//! ```
 
 mod client;
 mod drive;

@@ -285,10 +285,11 @@ impl RawLock for Raw {
         }
     }
 
-    fn keep(&self, grant: &mut Kept, report: Report) {
+    fn keep(&self, grant: &mut Kept, report: Report) -> Result<()> {
         let inner = self.client.inner();
         let keeping = (inner.keeper).keep(grant.session.clone(), grant.lease.clone(), report);
         grant.keeping = Some(keeping);
+        Ok(())
     }
 
     fn health(&self, grant: &Kept, reported: LockHealth) -> LockHealth {

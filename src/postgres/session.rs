@@ -16,7 +16,6 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::client::check_version;
 use super::drive::{Conn, Sock, Socket, Watch};
 use super::sql;
 use super::tls::{refusal, Tls};
@@ -782,7 +781,7 @@ async fn refuse_if_too_old(client: &tokio_postgres::Client, timeout: Duration) -
 /// server older than PostgreSQL 11; `Ok` for a newer one or a value that is not a version.
 fn version_check(shown: Option<&str>) -> Result<()> {
     match shown.and_then(|v| v.trim().parse::<u32>().ok()) {
-        Some(version) => check_version(version),
+        Some(version) => sql::check_version(version).map_err(Error::Postgres),
         None => Ok(()),
     }
 }

@@ -110,6 +110,30 @@ pub(crate) fn literal(text: &str) -> String {
     }
 }
 
+/// The oldest PostgreSQL with `hashtextextended` (the lock key's function): 11.
+pub(crate) const MIN_VERSION: u32 = 110_000;
+
+/// A server too old for these statements is refused, saying why.
+pub(crate) fn check_version(version: u32) -> Result<(), String> {
+    if version < MIN_VERSION {
+        return Err(format!(
+            "PostgreSQL {} is too old: zklock needs PostgreSQL 11 or later \
+             (for hashtextextended, the lock key's function)",
+            shown_version(version)
+        ));
+    }
+    Ok(())
+}
+
+/// 150004 as `15.4`, 110022 as `11.22`, 90624 as `9.6.24`.
+fn shown_version(v: u32) -> String {
+    if v >= 100_000 {
+        format!("{}.{}", v / 10_000, v % 10_000)
+    } else {
+        format!("{}.{}.{}", v / 10_000, v / 100 % 100, v % 100)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +156,17 @@ mod tests {
         assert!(OPEN.contains("set_config('zklock.marker'"));
         assert!(row.contains("set_config('zklock.marker'"), "{row}");
         assert!(!row.contains("pg_try_advisory_lock"), "{row}");
+    }
+
+    #[test]
+    fn versions_are_shown_and_checked() {
+        assert_eq!(shown_version(150_004), "15.4");
+        assert_eq!(shown_version(90_624), "9.6.24");
+        assert!(check_version(110_000).is_ok());
+        let old = check_version(100_023).unwrap_err();
+        assert!(
+            old.contains("10.23 is too old") && old.contains("11"),
+            "{old}"
+        );
     }
 }

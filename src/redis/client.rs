@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use super::error::error;
 use super::keeper::Keeper;
 use super::scripts::{invocation, Keys, Scripts};
+use super::server::Server;
 use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
@@ -26,14 +27,17 @@ use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
+use crate::core::lock::DROP_BOUND;
 use crate::core::retry::{ExponentialBackoffRetry, RetryBudget, RetryPolicy};
 
 /// The oldest Redis that runs the lock scripts as written (`TIME` before writes in a script).
 const MIN_VERSION: (u32, u32) = (5, 0);
 
 /// A connection to one Redis server (or the primary of a replicated set), shared by every Redis
-/// lock made from it. Cheap to clone; the connections and threads end with the last clone or
-/// [`close`](RedisClient::close).
+/// lock made from it. Cheap to clone; the connections and threads end with
+/// [`close`](RedisClient::close) or with the last handle (the last clone, and every lock, lease
+/// and latch made from it): dropping that releases the Client's holds and takes its waiters
+/// out of their queues before it returns, within the operation timeout, as `close` does.
 ///
 /// Each Client runs three threads: `zklock-redis-sub` (reads the Client's wake-up channel),
 /// `zklock-redis-keeper` (renews every hold at a third of the TTL, reports lock health, finishes
@@ -61,7 +65,7 @@ pub struct RedisClient {
 }
 
 pub(crate) struct Inner {
-    redis: redis::Client,
+    server: Server,
     /// The URL without its password, for messages.
     shown: String,
     id: String,
@@ -112,7 +116,7 @@ impl RedisClient {
 
     /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`,
     /// or `rediss://…` for TLS (feature `tls`; the server's certificate is checked against
-    /// the system's CAs, or [`tls_ca_pem`](RedisClientBuilder::tls_ca_pem)).
+    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`).
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
@@ -130,25 +134,25 @@ impl RedisClient {
         self.inner.ttl
     }
 
+    /// [`ttl`](Self::ttl) under the name every backend's Client uses.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.ttl
+    }
+
     /// This Client's id, the first part of every hold and waiter id it writes.
     pub fn id(&self) -> &str {
         &self.inner.id
     }
 
-    /// Releases every hold of this Client (their health turns `Lost`), ends its waiters with
-    /// [`Error::Closed`] and its threads; later calls fail with [`Error::Closed`].
+    /// Releases every hold of this Client (their health turns `Lost`), takes its waiters out
+    /// of the queues they are in and ends their waits with [`Error::Closed`], and ends its
+    /// threads; later calls fail with [`Error::Closed`].
     ///
     /// # Blocking
-    /// At most about the operation timeout (the releases) plus a quarter second (the
-    /// subscriber's poll).
+    /// At most the operation timeout (the releases and the queue exits, in one round trip)
+    /// plus a quarter second (the other threads' poll), whatever the server does.
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.wakes.wake_all();
-        self.inner.keeper.join();
-        for t in self.inner.threads.lock().drain(..) {
-            let _ = t.join();
-        }
-        self.inner.slots.close();
+        self.inner.shut_down(true);
     }
 
     /// The connection state now: `Connected` from the start, `Suspended` once the server has
@@ -175,6 +179,12 @@ impl RedisClientBuilder {
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
+    }
+
+    /// [`ttl`](Self::ttl) under the name every backend's builder uses for the server-side
+    /// silence limit.
+    pub fn session_timeout(self, timeout: Duration) -> Self {
+        self.ttl(timeout)
     }
 
     /// How long opening a connection may take (default 5 s).
@@ -217,7 +227,8 @@ impl RedisClientBuilder {
     /// wake-up channel and starts the Client's threads.
     ///
     /// # Blocking
-    /// At most about twice the connection timeout (a command connection and the subscriber's).
+    /// At most the connection timeout plus the operation timeout for the command connection
+    /// and the server check, and as much again for the subscriber's connection.
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse, a `rediss://`
@@ -226,14 +237,15 @@ impl RedisClientBuilder {
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index.
     pub fn connect(self) -> Result<RedisClient> {
-        let (redis, shown) = self.check()?;
+        let (server, shown) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
         let failed = |cause: Error| Error::ConnectFailed {
             hosts: shown.clone(),
             cause: Box::new(cause),
         };
-        let mut conn =
-            open(&redis, self.connect_timeout, operation_timeout).map_err(|e| failed(error(e)))?;
+        let mut conn = server
+            .connect(self.connect_timeout, operation_timeout)
+            .map_err(|e| failed(error(e)))?;
         let sent = boot_clock();
         check_version(&mut conn).map_err(failed)?;
         let id = format!("{:016x}", fastrand::u64(..));
@@ -241,7 +253,7 @@ impl RedisClientBuilder {
         let wakes = Arc::new(Wakes::default());
         let scripts = Arc::new(Scripts::new());
         let subscriber = start_subscriber(
-            redis.clone(),
+            server.clone(),
             &id,
             self.connect_timeout,
             wakes.clone(),
@@ -250,9 +262,9 @@ impl RedisClientBuilder {
         .map_err(failed)?;
         let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
         let states = Arc::new(States::new("Redis", self.ttl, sent, dispatch(&events)));
-        let slots = Slots::new(redis.clone(), &id, self.connect_timeout);
+        let slots = Slots::new(server.clone(), &id, self.connect_timeout);
         let keeper = Keeper::start(
-            redis.clone(),
+            server.clone(),
             scripts.clone(),
             self.ttl,
             operation_timeout,
@@ -261,7 +273,7 @@ impl RedisClientBuilder {
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {
-                redis,
+                server,
                 shown,
                 id,
                 ttl: self.ttl,
@@ -286,8 +298,9 @@ impl RedisClientBuilder {
         })
     }
 
-    /// The `redis` crate's client for `url`, with the TLS options.
-    fn open(&self, url: &str) -> redis::RedisResult<redis::Client> {
+    /// The server at `url`, with the TLS options.
+    fn open(&self, url: &str) -> redis::RedisResult<Server> {
+        let info = redis::IntoConnectionInfo::into_connection_info(url)?;
         #[cfg(feature = "tls")]
         {
             let (ca, identity) = &self.tls;
@@ -299,14 +312,16 @@ impl RedisClientBuilder {
                     }),
                     root_cert: ca.as_ref().map(|pem| pem.clone().into_bytes()),
                 };
-                return redis::Client::build_with_tls(url, certificates);
+                return Server::new(info, |info| {
+                    redis::Client::build_with_tls(info, certificates)
+                });
             }
         }
-        redis::Client::open(url)
+        Server::new(info, redis::Client::open)
     }
 
     /// Everything that can be known without I/O.
-    fn check(&self) -> Result<(redis::Client, String)> {
+    fn check(&self) -> Result<(Server, String)> {
         let url = self.url.trim();
         check_scheme(url, cfg!(feature = "tls"))?;
         let redis = self
@@ -363,17 +378,6 @@ fn shown_url(url: &str) -> String {
     }
 }
 
-fn open(
-    redis: &redis::Client,
-    connect_timeout: Duration,
-    operation_timeout: Duration,
-) -> redis::RedisResult<redis::Connection> {
-    let conn = redis.get_connection_with_timeout(connect_timeout)?;
-    conn.set_read_timeout(Some(operation_timeout))?;
-    conn.set_write_timeout(Some(operation_timeout))?;
-    Ok(conn)
-}
-
 fn check_version(conn: &mut redis::Connection) -> Result<()> {
     let info: String = redis::cmd("INFO")
         .arg("server")
@@ -419,22 +423,28 @@ impl Inner {
         self.ttl
     }
 
+    pub(crate) fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
     pub(crate) fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Releases `owner`'s hold of the lock with `keys` by `until` (the operation timeout if
-    /// `None`, or past it at the latest); what is not done by then goes on in the background.
+    /// Releases `owner`'s hold of the lock with `keys` by `until` (within the operation
+    /// timeout if `None`); what is not done by then goes on in the background.
     /// [`Error::LockLost`] if the hold had been lost (`lost`) or was no longer `owner`'s.
     pub(crate) fn release_within(
         &self,
         keys: &Keys,
         owner: &str,
-        until: Option<std::time::Instant>,
+        until: Option<Instant>,
         lost: bool,
     ) -> Result<()> {
-        let deadline = until.map_or(Deadline::after(Duration::ZERO), Deadline::at);
-        let released = self.call(deadline, |c| {
+        let by = until.map_or(Deadline::after(self.operation_timeout), Deadline::at);
+        // A release only frees what the server holds for this Client: it is sent after a
+        // close too (the closing keeper may have missed a hold given up at that moment).
+        let released = self.call_by(by, Calling::Closing, |c| {
             let mut call = invocation(self.scripts.release(keys.layout), keys);
             call.arg(owner);
             call.invoke::<i64>(c)
@@ -449,38 +459,113 @@ impl Inner {
         }
     }
 
+    /// Releases `owner`'s hold in the background; once the Client is closing (its keeper may be
+    /// done), here, within the operation timeout.
+    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) {
+        if !self.keeper.release_later(keys, owner) {
+            let _ = self.release_within(keys, owner, None, false);
+        }
+    }
+
+    /// A grant just handed to the keeper as `kept`: if the Client began to close meanwhile, the
+    /// closing keeper may have released its holds before this one was added, so it is
+    /// released here (within the operation timeout) and the acquire fails with
+    /// [`Error::Closed`]. The keeper adds a hold before this looks at the close flag, and
+    /// looks at its holds only after the flag is set: one of the two releases it.
+    pub(crate) fn keep_unless_closed(&self, keys: &Keys, owner: &str, kept: u64) -> Result<()> {
+        if !self.closed() {
+            return Ok(());
+        }
+        self.keeper.forget(kept);
+        let within = Deadline::after(self.operation_timeout);
+        let released = self.call_by(within, Calling::Closing, |c| {
+            let mut call = invocation(self.scripts.release(keys.layout), keys);
+            call.arg(owner);
+            call.invoke::<i64>(c)
+        });
+        if let Err(e) = released {
+            tracing::debug!("zklock: a Redis grant that came in at close was not released: {e}");
+        }
+        Err(Error::Closed)
+    }
+
+    /// When a drop that releases gives what is left to the background: [`DROP_BOUND`] from
+    /// now, or the operation timeout if that is shorter.
+    pub(crate) fn drop_deadline(&self) -> Instant {
+        Instant::now() + self.drop_bound()
+    }
+
+    /// How long a drop waits for a release in the caller: [`DROP_BOUND`], or the operation
+    /// timeout if that is shorter.
+    pub(crate) fn drop_bound(&self) -> Duration {
+        DROP_BOUND.min(self.operation_timeout)
+    }
+
     /// Runs callbacks on the Client's events thread.
     pub(crate) fn dispatch(&self) -> Dispatch {
         dispatch(&self.events)
     }
 
-    /// Runs `f` on a command connection, bounded by the operation timeout per attempt, retrying
-    /// failed connections through the retry policy until `deadline` (the operation timeout
-    /// past it at the latest). Returns the answer and the lease clock's reading taken when the
-    /// successful attempt was sent.
+    /// Runs `f` on a command connection until `deadline`, or one operation timeout from now
+    /// if that is later: see [`call_by`](Self::call_by).
     pub(crate) fn call<T>(
         &self,
         deadline: Deadline,
+        f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<(T, Duration)> {
+        let by = deadline.or_later(Deadline::after(self.operation_timeout));
+        self.call_by(by, Calling::Open, f)
+    }
+
+    /// Runs `f` on a command connection, retrying failed connections through the retry
+    /// policy, and returns by `by` whatever the server does: each attempt's connect and answer
+    /// are waited for at most the operation timeout and what is left until `by`. Returns the
+    /// answer and the lease clock's reading taken when the successful attempt was sent;
+    /// [`Error::Timeout`] if no time was left for an attempt.
+    pub(crate) fn call_by<T>(
+        &self,
+        by: Deadline,
+        calling: Calling,
         mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<(T, Duration)> {
         let mut budget = RetryBudget::new(self.retry.clone());
-        let hard = deadline.or_later(Deadline::after(self.operation_timeout));
         loop {
-            if self.closed() {
+            if calling == Calling::Open && self.closed() {
                 return Err(Error::Closed);
             }
-            let attempt = self.take().and_then(|mut conn| {
+            let io = match by.remaining() {
+                Some(left) if left.is_zero() => return Err(Error::Timeout),
+                Some(left) => left.min(self.operation_timeout),
+                None => self.operation_timeout,
+            };
+            let attempt = self.take(io).and_then(|mut conn| {
+                // What is left once connected (a new connection took some of it).
+                let io = match by.remaining() {
+                    Some(left) if left.is_zero() => {
+                        self.pool.lock().push(conn);
+                        return Err(Error::Timeout);
+                    }
+                    Some(left) => left.min(self.operation_timeout),
+                    None => self.operation_timeout,
+                };
+                let shortened = io < self.operation_timeout;
+                if shortened {
+                    set_timeouts(&conn, io).map_err(error)?;
+                }
                 let sent = boot_clock();
                 match f(&mut conn) {
                     Ok(v) => {
-                        self.pool.lock().push(conn);
+                        if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok() {
+                            self.pool.lock().push(conn);
+                        }
                         Ok((v, sent))
                     }
                     Err(e) => {
                         if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
                             // The others were opened to the same server: likely broken too.
                             self.pool.lock().clear();
-                        } else {
+                        } else if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok()
+                        {
                             self.pool.lock().push(conn);
                         }
                         Err(error(e))
@@ -492,7 +577,7 @@ impl Inner {
                     let Some(sleep) = budget.next_sleep() else {
                         return Err(Error::ConnectionLoss);
                     };
-                    if hard.remaining().is_some_and(|left| left <= sleep) {
+                    if by.remaining().is_some_and(|left| left <= sleep) {
                         return Err(Error::ConnectionLoss);
                     }
                     tracing::debug!("zklock: Redis connection lost, retrying in {sleep:?}");
@@ -503,23 +588,89 @@ impl Inner {
         }
     }
 
-    /// A pooled command connection, or a new one.
-    fn take(&self) -> Result<redis::Connection> {
+    /// A pooled command connection, or a new one opened within `within`.
+    fn take(&self, within: Duration) -> Result<redis::Connection> {
         if let Some(c) = self.pool.lock().pop() {
             return Ok(c);
         }
-        open(&self.redis, self.operation_timeout, self.operation_timeout).map_err(error)
+        self.server
+            .connect(within, self.operation_timeout)
+            .map_err(error)
     }
+
+    /// Closes the Client: its holds released and its waiters taken out of their queues by
+    /// the keeper, giving up one operation timeout from now; then the other threads are
+    /// waited for until a quarter second after that (`all`), or not at all. A thread that is
+    /// not done by then (a callback that blocks, a subscriber in a reconnect) ends by itself.
+    fn shut_down(&self, all: bool) {
+        let give_up = Instant::now() + self.operation_timeout;
+        // The threads that read a wake-up channel (the subscriber, waiters on slots) see the
+        // close at once when a message comes; only close() waits for them.
+        let wake = if all {
+            let mut wake = self.slots.prefixes();
+            wake.push(self.id.clone());
+            wake
+        } else {
+            Vec::new()
+        };
+        self.keeper.closing(give_up, wake);
+        self.closed.store(true, Ordering::Release);
+        self.wakes.wake_all();
+        self.keeper.stop(give_up);
+        if all {
+            let until = give_up + THREADS_GRACE;
+            for t in self.threads.lock().drain(..) {
+                join_by(t, until);
+            }
+        }
+        self.slots.close();
+    }
+}
+
+/// Whether a call may still be made once the Client has begun to close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Calling {
+    /// No: [`Error::Closed`].
+    Open,
+    /// Yes: a closing Client's waiter cleans up after an answer that came in after the close.
+    Closing,
+}
+
+/// How long `close()` waits for its other threads after the keeper: the subscriber's and the
+/// events thread's poll.
+const THREADS_GRACE: Duration = Duration::from_millis(250);
+
+fn set_timeouts(conn: &redis::Connection, d: Duration) -> redis::RedisResult<()> {
+    conn.set_read_timeout(Some(d))?;
+    conn.set_write_timeout(Some(d))
+}
+
+/// Joins `thread` if it ends by `until`; lets it end by itself otherwise (or if it is the
+/// calling thread: a callback dropped the last handle of its Client).
+pub(crate) fn join_by(thread: JoinHandle<()>, until: Instant) {
+    if thread.thread().id() == std::thread::current().id() {
+        return;
+    }
+    while !thread.is_finished() {
+        if Instant::now() >= until {
+            tracing::debug!(
+                "zklock: Redis thread {:?} still busy at close: it ends by itself",
+                thread.thread().name()
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = thread.join();
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // The threads see the flag and end by themselves: the keeper after releasing what
-        // this Client still holds, the subscriber within its poll, the events thread when the
-        // last sender (this one, and the keeper's health reports) is gone.
-        self.closed.store(true, Ordering::Release);
-        self.wakes.wake_all();
-        self.keeper.wake();
+        // As close(), except that only the keeper is waited for: what this Client holds, or
+        // has queued for, is deleted before this returns (within the operation timeout), so
+        // that a program that ends with the drop leaves nothing behind. The other threads end
+        // by themselves.
+        self.shut_down(false);
     }
 }
 

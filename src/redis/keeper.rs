@@ -1,8 +1,9 @@
 //! The keeper: one thread per Client (`zklock-redis-keeper`) that renews every hold of the
 //! Client in one pipeline at a third of the hold TTL, keeps each hold's local lease, reports
 //! each hold's health as it changes, and finishes the releases that could not be done in the
-//! caller's time (a guard's drop, a release whose bound ran out). It also keeps each leader
-//! latch's place in its queue: a latch has no thread of its own.
+//! caller's time (a guard's drop, a release whose bound ran out). A recipe without a thread of
+//! its own runs its steps here through the [`Tick`] hook (a leader latch keeps its place in its
+//! queue that way); the keeper knows no recipe.
 //!
 //! A hold's lease counts from the *send* time of its last acknowledged renewal (or of the grant):
 //! the key's TTL restarted no earlier than that, so the lease runs out no later than the key.
@@ -15,9 +16,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::latch::Contest;
-use super::mutex::TOKEN_KEEP_TTLS;
-use super::scripts::{invocation, Keys, Layout, Scripts};
+use super::scripts::{wake_channel, Keys, Scripts};
+use super::server::Server;
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
@@ -44,22 +44,30 @@ struct Owed {
     leave: bool,
 }
 
-/// A latch whose place the keeper keeps.
-struct Contending {
-    contest: Arc<Contest>,
-    /// The queue id of the current attempt, registered for its wake-up.
-    waiting: Option<(String, Registered)>,
-    /// The hold of the term on, if any: (queue id, kept id).
-    holding: Option<(String, u64)>,
-    next_try: Instant,
+/// Work the keeper does on its thread at every tick, for a recipe that has no thread of its
+/// own: a leader latch keeps its place in its queue, and its term's hold, this way.
+pub(crate) trait Tick: Send {
+    /// One step; `false` once it takes no more part.
+    fn tick(&mut self, k: &mut Keeping<'_>) -> bool;
+    /// The Client closes: let go of what it holds or queued (through [`Keeping::owe`], paid in
+    /// the keeper's last round).
+    fn finish(&mut self, k: &mut Keeping<'_>);
 }
 
 #[derive(Default)]
 struct Shared {
     holds: Mutex<HashMap<u64, Kept>>,
     owed: Mutex<Vec<Owed>>,
-    /// Latches started since the keeper last looked.
-    contests: Mutex<Vec<Arc<Contest>>>,
+    /// The queue entries of this Client's waiters now parked (waiter id → its lock's keys):
+    /// what a close takes out of the queues.
+    queued: Mutex<HashMap<String, Keys>>,
+    /// When a close gives up on what it still owes (set by the close).
+    give_up: Mutex<Option<Instant>>,
+    /// The wake-up channels a close publishes on, so that the threads reading them see the
+    /// close at once (set by the close).
+    closing_wakes: Mutex<Vec<String>>,
+    /// Ticks started since the keeper last looked.
+    arriving: Mutex<Vec<Box<dyn Tick>>>,
     next: AtomicU64,
     signalled: Mutex<bool>,
     signal: Condvar,
@@ -74,7 +82,7 @@ pub(crate) struct Keeper {
 
 impl Keeper {
     pub(crate) fn start(
-        client: redis::Client,
+        server: Server,
         scripts: Arc<Scripts>,
         ttl: Duration,
         operation_timeout: Duration,
@@ -84,7 +92,7 @@ impl Keeper {
         let shared = Arc::new(Shared::default());
         let run = Run {
             shared: shared.clone(),
-            client,
+            server,
             scripts,
             ttl,
             operation_timeout,
@@ -93,8 +101,8 @@ impl Keeper {
             wakes,
             client_id,
             states,
-            contending: Vec::new(),
-            next_latch: 0,
+            ticking: Vec::new(),
+            next_owner: 0,
         };
         let thread = std::thread::Builder::new()
             .name("zklock-redis-keeper".into())
@@ -112,9 +120,10 @@ impl Keeper {
         open_lease(self.ttl, sent)
     }
 
-    /// Keeps a latch's place in its queue, and its hold while it leads, until it closes.
-    pub(crate) fn contend(&self, contest: Arc<Contest>) {
-        self.shared.contests.lock().push(contest);
+    /// Runs `tick` at every tick of the keeper's thread until it says it is done, and its
+    /// `finish` when the Client closes.
+    pub(crate) fn tick_with(&self, tick: Box<dyn Tick>) {
+        self.shared.arriving.lock().push(tick);
         self.shared.wake();
     }
 
@@ -126,8 +135,77 @@ impl Keeper {
         lease: Arc<LocalLease>,
         report: Report,
     ) -> u64 {
-        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
-        self.shared.holds.lock().insert(
+        self.shared.keep(keys, owner, lease, report)
+    }
+
+    pub(crate) fn forget(&self, id: u64) {
+        self.shared.holds.lock().remove(&id);
+    }
+
+    /// Releases a hold in the background, retrying until it is done or its key has expired
+    /// by itself (a TTL from now). `false` once the Client is closing: the keeper may have
+    /// paid its last debts already, and the caller should release it itself.
+    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) -> bool {
+        self.shared
+            .owe(keys, owner, Instant::now() + self.ttl, false);
+        self.shared.wake();
+        self.shared.give_up.lock().is_none()
+    }
+
+    /// Takes a waiter out of its queue in the background, retrying until it is done or its
+    /// entry has expired by itself (a TTL from now).
+    pub(crate) fn leave_later(&self, keys: &Keys, owner: &str) {
+        self.shared.queued.lock().remove(owner);
+        self.shared
+            .owe(keys, owner, Instant::now() + self.ttl, true);
+        self.shared.wake();
+    }
+
+    /// A waiter has an entry in the queue of the lock with `keys`: a close takes it out.
+    pub(crate) fn queued(&self, keys: &Keys, owner: &str) {
+        self.shared
+            .queued
+            .lock()
+            .insert(owner.to_owned(), keys.clone());
+    }
+
+    /// The waiter's entry is gone (granted, or it left), or is the caller's to remove.
+    pub(crate) fn unqueued(&self, owner: &str) {
+        self.shared.queued.lock().remove(owner);
+    }
+
+    /// The Client is about to close (called before its close flag is set, so that a release
+    /// handed over after the keeper's last round is seen by its caller as not taken): the
+    /// keeper will give up at `give_up`, and publish an empty message on the wake-up channels
+    /// of `wake` (`CLIENT` or `CLIENT/N`) in its last round trip.
+    pub(crate) fn closing(&self, give_up: Instant, wake: Vec<String>) {
+        {
+            let mut at = self.shared.give_up.lock();
+            *at = Some(at.map_or(give_up, |earlier| earlier.min(give_up)));
+        }
+        self.shared.closing_wakes.lock().extend(wake);
+    }
+
+    /// Tells the thread to finish — release what the Client holds, take its waiters out of
+    /// their queues, pay what it owes, giving up at `give_up` — and waits for it until then
+    /// (the thread's last call may need until `give_up` too).
+    pub(crate) fn stop(&self, give_up: Instant) {
+        self.shared.wake();
+        if let Some(t) = self.thread.lock().take() {
+            super::client::join_by(t, give_up + Duration::from_millis(50));
+        }
+    }
+
+    /// Wakes the thread (a latch closed).
+    pub(crate) fn wake(&self) {
+        self.shared.wake();
+    }
+}
+
+impl Shared {
+    fn keep(&self, keys: &Keys, owner: &str, lease: Arc<LocalLease>, report: Report) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.holds.lock().insert(
             id,
             Kept {
                 keys: keys.clone(),
@@ -139,34 +217,6 @@ impl Keeper {
         id
     }
 
-    pub(crate) fn forget(&self, id: u64) {
-        self.shared.holds.lock().remove(&id);
-    }
-
-    /// Releases a hold in the background, retrying until it is done or its key has expired
-    /// by itself (a TTL from now).
-    pub(crate) fn release_later(&self, keys: &Keys, owner: &str) {
-        self.shared
-            .owe(keys, owner, Instant::now() + self.ttl, false);
-        self.shared.wake();
-    }
-
-    /// Tells the thread to finish (it releases what it holds and owes, within the operation
-    /// timeout) and waits for it.
-    pub(crate) fn join(&self) {
-        self.shared.wake();
-        if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
-        }
-    }
-
-    /// Wakes the thread without waiting for it (the Client is dropped).
-    pub(crate) fn wake(&self) {
-        self.shared.wake();
-    }
-}
-
-impl Shared {
     fn owe(&self, keys: &Keys, owner: &str, give_up: Instant, leave: bool) {
         self.owed.lock().push(Owed {
             keys: keys.clone(),
@@ -192,7 +242,7 @@ impl Shared {
 
 struct Run {
     shared: Arc<Shared>,
-    client: redis::Client,
+    server: Server,
     scripts: Arc<Scripts>,
     ttl: Duration,
     operation_timeout: Duration,
@@ -201,8 +251,8 @@ struct Run {
     wakes: Arc<Wakes>,
     client_id: String,
     states: Arc<States>,
-    contending: Vec<Contending>,
-    next_latch: u64,
+    ticking: Vec<Box<dyn Tick>>,
+    next_owner: u64,
 }
 
 impl Run {
@@ -215,40 +265,90 @@ impl Run {
             if self.closed.load(Ordering::Acquire) {
                 break;
             }
-            self.pay_owed();
+            self.pay_owed(None);
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + period;
                 self.renew();
             }
             self.report();
             self.states.judge();
-            self.contend();
+            self.tick_all();
         }
         self.finish();
     }
 
-    /// The keeper's connection, opened when missing. Its calls wait at most a sixth of the TTL
-    /// (or the operation timeout if shorter), so that a silent server delays the health the
-    /// keeper reports by no more than that.
-    fn conn(&mut self) -> Option<&mut redis::Connection> {
+    /// How long the keeper's calls wait: at most a sixth of the TTL (or the operation timeout
+    /// if shorter), so that a silent server delays the health the keeper reports by no more
+    /// than that.
+    fn timeout(&self) -> Duration {
+        self.operation_timeout
+            .min(self.ttl / 6)
+            .max(Duration::from_millis(10))
+    }
+
+    /// The keeper's connection, opened when missing; with `by`, opened and answering by then.
+    fn conn_by(&mut self, by: Option<Instant>) -> Option<&mut redis::Connection> {
+        let timeout = self.timeout();
         if self.conn.is_none() {
-            let timeout = self
-                .operation_timeout
-                .min(self.ttl / 6)
-                .max(Duration::from_millis(10));
-            match self
-                .client
-                .get_connection_with_timeout(timeout)
-                .and_then(|c| {
-                    c.set_read_timeout(Some(timeout))?;
-                    c.set_write_timeout(Some(timeout))?;
-                    Ok(c)
-                }) {
+            let opened = match by {
+                Some(by) => self.server.connect_by(by, timeout),
+                None => self.server.connect(timeout, timeout),
+            };
+            match opened {
                 Ok(c) => self.conn = Some(c),
                 Err(e) => tracing::debug!("zklock: Redis keeper cannot connect: {e}"),
             }
+        } else if let Some(by) = by {
+            let left = by.saturating_duration_since(Instant::now()).min(timeout);
+            let conn = self.conn.as_ref()?;
+            if left.is_zero()
+                || conn.set_read_timeout(Some(left)).is_err()
+                || conn.set_write_timeout(Some(left)).is_err()
+            {
+                return None;
+            }
         }
         self.conn.as_mut()
+    }
+
+    fn conn(&mut self) -> Option<&mut redis::Connection> {
+        self.conn_by(None)
+    }
+
+    /// Sends `pipe` (script calls of `scripts`) on the keeper's connection, loading the
+    /// scripts and sending it again if the server forgot them (a restart, `SCRIPT FLUSH`).
+    /// `sent` is set to the lease clock's reading when the answered pipeline was sent. A
+    /// connection found broken is dropped.
+    fn query<T: redis::FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+        scripts: &[&redis::Script],
+        by: Option<Instant>,
+        sent: &mut Duration,
+    ) -> redis::RedisResult<T> {
+        let Some(conn) = self.conn_by(by) else {
+            return Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the keeper cannot connect",
+            )));
+        };
+        *sent = boot_clock();
+        let answers = match pipe.query(conn) {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                for script in scripts {
+                    let _ = script.prepare_invoke().load(conn);
+                }
+                *sent = boot_clock();
+                pipe.query(conn)
+            }
+            other => other,
+        };
+        if let Err(e) = &answers {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                self.conn = None;
+            }
+        }
+        answers
     }
 
     fn renew(&mut self) {
@@ -266,29 +366,24 @@ impl Run {
             self.ping();
             return;
         }
-        let ttl_ms = ms(self.ttl);
+        let ttl_ms = ms(self.ttl).to_string();
         let scripts = self.scripts.clone();
-        let Some(conn) = self.conn() else {
-            self.states.failed();
-            return;
-        };
         let mut pipe = redis::pipe();
+        let mut used = Vec::new();
         for (_, keys, owner, _, _) in &batch {
             let renew = scripts.renew(keys.layout);
-            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms.to_string()]));
+            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms]));
+            used.push(renew);
         }
-        let sent = boot_clock();
-        let answers: redis::RedisResult<Vec<i64>> = pipe.query(conn);
-        let answers = match answers {
-            // The server forgot the scripts (a restart, SCRIPT FLUSH): load them, send again.
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                for (_, keys, _, _, _) in &batch {
-                    let _ = scripts.renew(keys.layout).prepare_invoke().load(conn);
-                }
-                pipe.query(conn)
-            }
-            other => other,
-        };
+        let mut sent = Duration::ZERO;
+        let mut answers: redis::RedisResult<Vec<i64>> = self.query(&pipe, &used, None, &mut sent);
+        if matches!(&answers, Err(e) if !e.is_timeout() && (e.is_io_error() || e.is_connection_dropped()))
+        {
+            // The connection was found closed (the server restarted, or dropped it): renew at
+            // once on a new one, so that a hold the server forgot reads Lost now rather than
+            // a period later. A server that does not answer is not asked twice.
+            answers = self.query(&pipe, &used, None, &mut sent);
+        }
         match answers {
             Ok(answers) => {
                 self.states.heard(sent);
@@ -307,7 +402,6 @@ impl Run {
             Err(e) => {
                 tracing::debug!("zklock: Redis renewal failed: {e}");
                 if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                    self.conn = None;
                     self.states.failed();
                 }
             }
@@ -345,153 +439,85 @@ impl Run {
         }
     }
 
-    fn pay_owed(&mut self) {
+    /// Pays what is owed, every release and queue exit in one pipeline; what fails stays owed
+    /// until its own give-up time. With `by` (a close), waits for the connection and the
+    /// answer until then at most, and publishes the close's wake-ups in the same pipeline.
+    fn pay_owed(&mut self, by: Option<Instant>) {
         let owed = std::mem::take(&mut *self.shared.owed.lock());
-        if owed.is_empty() {
+        let wakes = match by {
+            Some(_) => std::mem::take(&mut *self.shared.closing_wakes.lock()),
+            None => Vec::new(),
+        };
+        if owed.is_empty() && wakes.is_empty() {
             return;
         }
         let scripts = self.scripts.clone();
-        let mut left = Vec::new();
+        let mut pipe = redis::pipe();
+        for client in &wakes {
+            pipe.cmd("PUBLISH")
+                .arg(wake_channel(client))
+                .arg("")
+                .ignore();
+        }
+        let mut used = Vec::new();
+        let mut paying = Vec::new();
         for o in owed {
-            let done = match self.conn() {
-                Some(conn) => {
-                    let script = if o.leave {
-                        scripts.leave(o.keys.layout)
-                    } else {
-                        Some(scripts.release(o.keys.layout))
-                    };
-                    let Some(script) = script else { continue };
-                    let mut call = invocation(script, &o.keys);
-                    call.arg(&o.owner);
-                    match call.invoke::<i64>(conn) {
-                        Ok(_) => true,
-                        Err(e) => {
-                            tracing::debug!("zklock: Redis release failed, will retry: {e}");
-                            self.conn = None;
-                            false
-                        }
-                    }
-                }
-                None => false,
+            let script = if o.leave {
+                scripts.leave(o.keys.layout)
+            } else {
+                Some(scripts.release(o.keys.layout))
             };
-            if !done && Instant::now() < o.give_up {
-                left.push(o);
-            }
+            // A layout without a queue has nothing to leave.
+            let Some(script) = script else { continue };
+            pipe.add_command(evalsha(script, &o.keys, &[&o.owner]));
+            used.push(script);
+            paying.push(o);
         }
-        self.shared.owed.lock().extend(left);
-    }
-
-    fn contests_arrive(&mut self) {
-        let now = Instant::now();
-        for contest in std::mem::take(&mut *self.shared.contests.lock()) {
-            self.contending.push(Contending {
-                contest,
-                waiting: None,
-                holding: None,
-                next_try: now,
-            });
+        if paying.is_empty() && wakes.is_empty() {
+            return;
         }
-    }
-
-    /// Each latch: lets go of a term that ended, leaves the queue once closed, queues with a
-    /// new id when it has none, and tries its turn when woken or due.
-    fn contend(&mut self) {
-        self.contests_arrive();
-        let mut contending = std::mem::take(&mut self.contending);
-        contending.retain_mut(|c| self.contend_one(c));
-        self.contending = contending;
-    }
-
-    /// One latch's step; whether it goes on taking part.
-    fn contend_one(&mut self, c: &mut Contending) -> bool {
-        let give_up = Instant::now() + self.ttl;
-        if c.contest.term_ended() || c.contest.is_closed() {
-            if let Some((owner, kept)) = c.holding.take() {
-                self.shared.holds.lock().remove(&kept);
-                self.shared.owe(&c.contest.keys, &owner, give_up, false);
-            }
-            c.contest.let_go();
-        }
-        if c.contest.is_closed() {
-            if let Some((owner, _)) = c.waiting.take() {
-                self.shared.owe(&c.contest.keys, &owner, give_up, true);
-            }
-            return false;
-        }
-        if c.holding.is_some() {
-            return true;
-        }
-        let (owner, registered) = c.waiting.get_or_insert_with(|| {
-            self.next_latch += 1;
-            let owner = format!("{}:latch{}", self.client_id, self.next_latch);
-            let shared = self.shared.clone();
-            let hook = Arc::new(move || shared.wake());
-            let registered = self.wakes.register_with(&owner, Some(hook));
-            (owner, registered)
-        });
-        let woken = registered.parker.take_wake();
-        if !woken && Instant::now() < c.next_try {
-            return true;
-        }
-        let owner = owner.clone();
-        let (ttl, keys, scripts) = (self.ttl, c.contest.keys.clone(), self.scripts.clone());
-        let Some(conn) = self.conn() else {
-            c.next_try = Instant::now() + ttl / 20;
-            return true;
-        };
-        let sent = boot_clock();
-        let mut call = invocation(scripts.acquire(Layout::Queue), &keys);
-        call.arg(&owner)
-            .arg(ms(ttl))
-            .arg(ms(ttl))
-            .arg("1")
-            .arg(ms(ttl * TOKEN_KEEP_TTLS));
-        match call.invoke::<(i64, i64)>(conn) {
-            Ok((1, token)) => {
-                let lease = open_lease(ttl, sent);
-                let report = c
-                    .contest
-                    .gained(u64::try_from(token).unwrap_or(0), lease.clone());
-                let kept = self.shared.next.fetch_add(1, Ordering::Relaxed);
-                self.shared.holds.lock().insert(
-                    kept,
-                    Kept {
-                        keys,
-                        owner: owner.clone(),
-                        lease,
-                        report,
-                    },
-                );
-                c.waiting = None;
-                c.holding = Some((owner, kept));
-            }
-            Ok((_, ahead)) => {
-                // Look again at the latest when the one ahead would expire unrenewed.
-                let expiry = u64::try_from(ahead)
-                    .map_or(ttl / 3, |ms| Duration::from_millis(ms.saturating_add(2)));
-                c.next_try = Instant::now() + expiry.min(ttl / 3);
+        let mut sent = Duration::ZERO;
+        let paid: redis::RedisResult<Vec<redis::Value>> = self.query(&pipe, &used, by, &mut sent);
+        match paid {
+            Ok(_) => {}
+            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => {
+                // Sending it again would not help.
+                tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
             }
             Err(e) => {
-                tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                    self.conn = None;
-                }
-                c.next_try = Instant::now() + ttl / 20;
+                tracing::debug!("zklock: Redis release failed, will retry: {e}");
+                let now = Instant::now();
+                paying.retain(|o| now < o.give_up);
+                self.shared.owed.lock().extend(paying);
             }
         }
-        true
     }
 
-    /// The Client is closing: what it holds is released, what it owes paid, within the
-    /// operation timeout.
+    /// Every [`Tick`]'s step.
+    fn tick_all(&mut self) {
+        self.ticks_arrive();
+        let mut ticking = std::mem::take(&mut self.ticking);
+        ticking.retain_mut(|t| t.tick(&mut Keeping { run: self }));
+        self.ticking = ticking;
+    }
+
+    fn ticks_arrive(&mut self) {
+        let arriving = std::mem::take(&mut *self.shared.arriving.lock());
+        self.ticking.extend(arriving);
+    }
+
+    /// The Client is closing: what it holds is released, its waiters' queue entries taken
+    /// out, what it owes paid, all in one pipeline, giving up at the close's give-up time.
     fn finish(&mut self) {
-        let give_up = Instant::now() + self.operation_timeout;
-        self.contests_arrive();
-        for c in std::mem::take(&mut self.contending) {
-            c.contest.close();
-            if let Some((owner, _)) = c.waiting {
-                self.shared.owe(&c.contest.keys, &owner, give_up, true);
-            }
+        let give_up = (*self.shared.give_up.lock())
+            .unwrap_or_else(|| Instant::now() + self.operation_timeout);
+        self.ticks_arrive();
+        for mut t in std::mem::take(&mut self.ticking) {
+            t.finish(&mut Keeping { run: self });
+        }
+        let queued: Vec<(String, Keys)> = self.shared.queued.lock().drain().collect();
+        for (owner, keys) in &queued {
+            self.shared.owe(keys, owner, give_up, true);
         }
         let holds: Vec<Kept> = self.shared.holds.lock().drain().map(|(_, k)| k).collect();
         for k in &holds {
@@ -500,16 +526,19 @@ impl Run {
         for k in holds {
             (k.report)(LockHealth::Lost);
         }
-        while !self.shared.owed.lock().is_empty() && Instant::now() < give_up {
-            self.pay_owed();
-            if !self.shared.owed.lock().is_empty() {
-                std::thread::sleep(Duration::from_millis(20));
+        loop {
+            self.pay_owed(Some(give_up));
+            let now = Instant::now();
+            if self.shared.owed.lock().is_empty() || now >= give_up {
+                break;
             }
+            std::thread::sleep((give_up - now).min(Duration::from_millis(20)));
         }
         let left = self.shared.owed.lock().len();
         if left > 0 {
             tracing::warn!(
-                "zklock: {left} Redis lock(s) not released at close: they expire by their TTL"
+                "zklock: {left} Redis release(s) or queue exit(s) not done at close: they expire \
+                 by their TTL"
             );
         }
     }
@@ -537,6 +566,74 @@ fn open_lease(ttl: Duration, sent: Duration) -> Arc<LocalLease> {
 
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What a [`Tick`] may use of the keeper while it runs on the keeper's thread.
+pub(crate) struct Keeping<'a> {
+    run: &'a mut Run,
+}
+
+impl Keeping<'_> {
+    /// The Client's hold TTL.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.run.ttl
+    }
+
+    /// The Client's scripts.
+    pub(crate) fn scripts(&self) -> Arc<Scripts> {
+        self.run.scripts.clone()
+    }
+
+    /// The keeper's connection, opened when missing; `None` while the server cannot be
+    /// reached.
+    pub(crate) fn conn(&mut self) -> Option<&mut redis::Connection> {
+        self.run.conn()
+    }
+
+    /// Drops the keeper's connection (found broken); the next call opens another.
+    pub(crate) fn drop_conn(&mut self) {
+        self.run.conn = None;
+    }
+
+    /// A new owner id of this Client for `what` (`latch` → `CLIENT:latchN`), registered for
+    /// its wake-up message, which wakes the keeper.
+    pub(crate) fn new_owner(&mut self, what: &str) -> (String, Registered) {
+        self.run.next_owner += 1;
+        let owner = format!("{}:{what}{}", self.run.client_id, self.run.next_owner);
+        let shared = self.run.shared.clone();
+        let hook = Arc::new(move || shared.wake());
+        let registered = self.run.wakes.register_with(&owner, Some(hook));
+        (owner, registered)
+    }
+
+    /// Renews a hold from now on, until [`forget`](Self::forget): as [`Keeper::keep`].
+    pub(crate) fn keep(
+        &mut self,
+        keys: &Keys,
+        owner: &str,
+        lease: Arc<LocalLease>,
+        report: Report,
+    ) -> u64 {
+        self.run.shared.keep(keys, owner, lease, report)
+    }
+
+    /// A new hold's lease, opened at `sent` (when the granting call was sent).
+    pub(crate) fn lease(&self, sent: Duration) -> Arc<LocalLease> {
+        open_lease(self.run.ttl, sent)
+    }
+
+    /// Stops renewing a hold.
+    pub(crate) fn forget(&mut self, id: u64) {
+        self.run.shared.holds.lock().remove(&id);
+    }
+
+    /// A release (`leave`: a queue exit) the keeper pays in the background, retrying until
+    /// done or a TTL from now — or, once the Client closes, by the close's give-up time.
+    pub(crate) fn owe(&mut self, keys: &Keys, owner: &str, leave: bool) {
+        let give_up =
+            (*self.run.shared.give_up.lock()).unwrap_or_else(|| Instant::now() + self.run.ttl);
+        self.run.shared.owe(keys, owner, give_up, leave);
+    }
 }
 
 #[cfg(test)]

@@ -4,13 +4,16 @@
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use super::client::RedisClient;
-use super::keeper::Report;
+use super::keeper::{ms, Keeping, Tick};
 use super::mutex::check_name;
-use super::scripts::{Keys, Layout};
+use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
+use super::wake::Registered;
 use crate::core::error::{Error, Result};
 use crate::core::leadership::Election;
-use crate::core::lease::LocalLease;
+use crate::core::lease::boot_clock;
 
 /// Curator's `LeaderLatch` on Redis: every latch on a name queues in the fair
 /// [`RedisMutex`](super::RedisMutex)'s queue of that name, and the one that holds it leads
@@ -73,7 +76,12 @@ impl RedisLeaderLatch {
             keys: Keys::new(name, Layout::Queue),
             election: Arc::new(Election::new(inner.dispatch())),
         });
-        inner.keeper.contend(contest.clone());
+        inner.keeper.tick_with(Box::new(Contending {
+            contest: contest.clone(),
+            waiting: None,
+            holding: None,
+            next_try: Instant::now(),
+        }));
         Ok(RedisLeaderLatch {
             client: client.clone(),
             name: name.to_owned(),
@@ -113,34 +121,99 @@ impl std::fmt::Debug for RedisLeaderLatch {
     }
 }
 
-/// A latch as the keeper sees it: what to queue for, and the election it reports to.
-pub(crate) struct Contest {
-    pub(crate) keys: Keys,
-    pub(crate) election: Arc<Election>,
+/// A latch: what to queue for, and the election it reports to.
+struct Contest {
+    keys: Keys,
+    election: Arc<Election>,
 }
 
 impl Contest {
-    pub(crate) fn is_closed(&self) -> bool {
-        self.election.is_closed()
-    }
-
-    /// Whether the current term ended (lost or closed) and the keeper should let it go.
-    pub(crate) fn term_ended(&self) -> bool {
-        self.election.term_ended()
-    }
-
-    /// The keeper let go of the ended term.
-    pub(crate) fn let_go(&self) {
-        self.election.let_go();
-    }
-
-    /// A term begins; returns how the keeper reports its hold's health.
-    pub(crate) fn gained(&self, epoch: u64, lease: Arc<LocalLease>) -> Report {
-        self.election.gained(epoch, lease)
-    }
-
-    /// The latch closes: a term on ends.
-    pub(crate) fn close(&self) {
+    fn close(&self) {
         self.election.close();
+    }
+}
+
+/// A latch's place in its queue, kept on the Client's keeper thread (a [`Tick`]).
+struct Contending {
+    contest: Arc<Contest>,
+    /// The queue id of the current attempt, registered for its wake-up.
+    waiting: Option<(String, Registered)>,
+    /// The hold of the term on, if any: (queue id, kept id).
+    holding: Option<(String, u64)>,
+    next_try: Instant,
+}
+
+impl Tick for Contending {
+    /// Lets go of a term that ended, leaves the queue once closed, queues with a new id when
+    /// it has none, and tries its turn when woken or due.
+    fn tick(&mut self, k: &mut Keeping<'_>) -> bool {
+        let election = &self.contest.election;
+        let keys = &self.contest.keys;
+        if election.term_ended() || election.is_closed() {
+            if let Some((owner, kept)) = self.holding.take() {
+                k.forget(kept);
+                k.owe(keys, &owner, false);
+            }
+            election.let_go();
+        }
+        if election.is_closed() {
+            if let Some((owner, _)) = self.waiting.take() {
+                k.owe(keys, &owner, true);
+            }
+            return false;
+        }
+        if self.holding.is_some() {
+            return true;
+        }
+        let (owner, registered) = self.waiting.get_or_insert_with(|| k.new_owner("latch"));
+        let woken = registered.parker.take_wake();
+        if !woken && Instant::now() < self.next_try {
+            return true;
+        }
+        let owner = owner.clone();
+        let (ttl, scripts) = (k.ttl(), k.scripts());
+        let Some(conn) = k.conn() else {
+            self.next_try = Instant::now() + ttl / 20;
+            return true;
+        };
+        let sent = boot_clock();
+        let mut call = invocation(scripts.acquire(Layout::Queue), keys);
+        call.arg(&owner)
+            .arg(ms(ttl))
+            .arg(ms(ttl))
+            .arg("1")
+            .arg(ms(ttl * TOKEN_KEEP_TTLS));
+        match call.invoke::<(i64, i64)>(conn) {
+            Ok((1, token)) => {
+                let lease = k.lease(sent);
+                let report = election.gained(u64::try_from(token).unwrap_or(0), lease.clone());
+                let kept = k.keep(keys, &owner, lease, report);
+                self.waiting = None;
+                self.holding = Some((owner, kept));
+            }
+            Ok((_, ahead)) => {
+                // Look again at the latest when the one ahead would expire unrenewed.
+                let expiry = u64::try_from(ahead)
+                    .map_or(ttl / 3, |ms| Duration::from_millis(ms.saturating_add(2)));
+                self.next_try = Instant::now() + expiry.min(ttl / 3);
+            }
+            Err(e) => {
+                tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
+                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                    k.drop_conn();
+                }
+                self.next_try = Instant::now() + ttl / 20;
+            }
+        }
+        true
+    }
+
+    /// The Client closes: a term on ends, and the latch leaves its queue (the hold itself is
+    /// among the Client's holds, which the keeper releases).
+    fn finish(&mut self, k: &mut Keeping<'_>) {
+        self.contest.close();
+        if let Some((owner, _)) = self.waiting.take() {
+            k.owe(&self.contest.keys, &owner, true);
+        }
     }
 }

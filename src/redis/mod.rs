@@ -1,5 +1,18 @@
-//! The Redis backend (feature `redis`): [`RedisClient`](client::RedisClient) and the Redis locks.
-//! See `docs/redis.md` in the repository for what it guarantees and what it cannot.
+//! The Redis backend (feature `redis`): [`RedisClient`] and the Redis locks. See
+//! `docs/redis.md` in the repository for what it guarantees and what it cannot. The same names
+//! are at the crate root.
+//!
+//! # Example
+//! ```no_run
+//! use zklock::redis::{RedisClient, RedisMutex};
+//! use zklock::Lock;
+//!
+//! # fn main() -> zklock::Result<()> {
+//! let client = RedisClient::connect("redis://127.0.0.1:6379")?;
+//! let mutex = RedisMutex::new(&client, "ledger")?;
+//! let _guard = mutex.lock()?;
+//! # Ok(()) }
+//! ```
 
 mod client;
 mod error;
@@ -10,6 +23,7 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
+mod server;
 mod slots;
 mod waiting;
 mod wake;

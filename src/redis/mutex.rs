@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::client::RedisClient;
 use super::keeper::ms;
 use super::participants::RedisParticipant;
-use super::scripts::{invocation, Keys, Layout};
+use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
 use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -21,10 +21,6 @@ const MAX_NAME: usize = 1024;
 
 /// How often a waiter on a lock in redis-py's layout looks again (redis-py's own default).
 const PY_POLL: Duration = Duration::from_millis(100);
-
-/// How long a token is remembered after its grant, in hold TTLs: a grant within that time of
-/// the last one counts up from it even if the server's clock stepped back.
-pub(crate) const TOKEN_KEEP_TTLS: u32 = 10;
 
 /// A mutex on Redis: one holder at a time among every process using the same name, re-entrant
 /// per thread (through this object), with [`LockHealth`] and fencing tokens. Fair by default:
@@ -298,10 +294,11 @@ impl RawLock for Raw {
         }))
     }
 
-    fn keep(&self, grant: &mut Grant, report: Report) {
+    fn keep(&self, grant: &mut Grant, report: Report) -> Result<()> {
         let inner = self.client.inner();
         let kept = (inner.keeper).keep(&self.keys, &grant.owner, grant.lease.clone(), report);
         grant.kept = Some(kept);
+        inner.keep_unless_closed(&self.keys, &grant.owner, kept)
     }
 
     fn health(&self, grant: &Grant, reported: LockHealth) -> LockHealth {
@@ -321,7 +318,7 @@ impl RawLock for Raw {
         }
         match how {
             Release::Background => {
-                inner.keeper.release_later(&self.keys, &grant.owner);
+                inner.release_later(&self.keys, &grant.owner);
                 Ok(())
             }
             Release::Within(until) => inner.release_within(&self.keys, &grant.owner, until, lost),
@@ -330,6 +327,10 @@ impl RawLock for Raw {
 
     fn cancel_waiters(&self) {
         self.waiters.cancel();
+    }
+
+    fn drop_bound(&self) -> Duration {
+        self.client.inner().drop_bound()
     }
 }
 
@@ -362,6 +363,10 @@ impl Sealed for RedisMutex {
 
     fn acquired_here(&self) -> bool {
         self.lock.is_acquired_in_this_process()
+    }
+
+    fn drop_bound(&self) -> Duration {
+        self.lock.drop_bound()
     }
 }
 

@@ -95,6 +95,10 @@ pub(crate) fn wake_channel(client: &str) -> String {
     format!("zklock:wake:{client}")
 }
 
+/// How long a token is remembered after its grant, in hold TTLs: a grant within that time of
+/// the last one counts up from it even if the server's clock stepped back.
+pub(crate) const TOKEN_KEEP_TTLS: u32 = 10;
+
 /// Drops expired waiters from the head of the queue and returns the first live one (or nil).
 /// `now` is the server's time in ms.
 pub(crate) const HEAD: &str = r"

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::client::RedisClient;
 use super::keeper::ms;
-use super::mutex::{check_name, TOKEN_KEEP_TTLS};
+use super::mutex::check_name;
 use super::participants::RedisParticipant;
-use super::scripts::{invocation, Keys, Layout};
+use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
 use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -161,6 +161,7 @@ impl RedisSemaphore {
             self.feed
                 .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
         let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
+        inner.keep_unless_closed(&self.keys, &owner, kept)?;
         Ok(Some(RedisLease {
             client: self.client.clone(),
             name: self.name.clone(),
@@ -188,7 +189,10 @@ impl std::fmt::Debug for RedisSemaphore {
 }
 
 /// One permit of a [`RedisSemaphore`], renewed by the Client while it is out. Returned by
-/// [`release`](Self::release), or on drop in the background (dropping never blocks).
+/// [`release`](Self::release), or on drop: in the caller, waiting at most 1 s (or the
+/// Client's operation timeout if shorter), so that once the drop returns with the server
+/// reachable another process can take the permit; what is not done by then goes on in the
+/// background.
 ///
 /// # Example
 /// ```no_run
@@ -199,7 +203,7 @@ impl std::fmt::Debug for RedisSemaphore {
 /// if lease.health() == zklock::LockHealth::Held {
 ///     // work under the permit
 /// }
-/// drop(lease); // returned in the background
+/// drop(lease); // returned here
 /// # Ok(()) }
 /// ```
 #[must_use = "dropping a lease returns it at once"]
@@ -259,7 +263,7 @@ impl RedisLease {
         let lost = self.health() == LockHealth::Lost;
         let until = match how {
             Release::Background => {
-                inner.keeper.release_later(&self.keys, &self.owner);
+                inner.release_later(&self.keys, &self.owner);
                 return Ok(());
             }
             Release::Within(until) => until,
@@ -271,7 +275,10 @@ impl RedisLease {
 impl Drop for RedisLease {
     fn drop(&mut self) {
         if !self.returned {
-            let _ = self.release_as(Release::Background);
+            let by = self.client.inner().drop_deadline();
+            if let Err(e) = self.release_as(Release::Within(Some(by))) {
+                tracing::warn!("zklock: returning a Redis lease on drop: {e}");
+            }
         }
     }
 }

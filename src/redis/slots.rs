@@ -5,13 +5,17 @@
 //! as a leader latch always is.
 //!
 //! A waiter on a slot reads in slices of at most [`SLICE`], so that a cancel, a close or a
-//! wake of every waiter (the shared subscriber reconnected) reaches it within one slice.
+//! wake of every waiter (the shared subscriber reconnected) reaches it within one slice; a
+//! close also publishes on every slot's channel, which reaches it at once.
 //! Messages left on a slot for an earlier waiter are skipped: each names its waiter.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+use super::server::Server;
 
 /// How many threads of one Client wait on slots of their own at once.
 const MAX_SLOTS: usize = 4;
@@ -21,12 +25,14 @@ const SLICE: Duration = Duration::from_millis(100);
 
 /// The Client's slots.
 pub(crate) struct Slots {
-    redis: redis::Client,
+    redis: Server,
     client_id: String,
     connect_timeout: Duration,
     idle: Mutex<Vec<Slot>>,
     /// Slots that exist (idle or in use).
     made: AtomicUsize,
+    /// The prefixes of the slots that exist.
+    live: Mutex<Vec<String>>,
     next: AtomicU64,
 }
 
@@ -38,13 +44,14 @@ pub(crate) struct Slot {
 }
 
 impl Slots {
-    pub(crate) fn new(redis: redis::Client, client_id: &str, connect_timeout: Duration) -> Slots {
+    pub(crate) fn new(redis: Server, client_id: &str, connect_timeout: Duration) -> Slots {
         Slots {
             redis,
             client_id: client_id.to_owned(),
             connect_timeout,
             idle: Mutex::new(Vec::new()),
             made: AtomicUsize::new(0),
+            live: Mutex::new(Vec::new()),
             next: AtomicU64::new(1),
         }
     }
@@ -62,7 +69,10 @@ impl Slots {
             return None;
         }
         match self.open(within) {
-            Ok(slot) => Some(slot),
+            Ok(slot) => {
+                self.live.lock().push(slot.prefix.clone());
+                Some(slot)
+            }
             Err(e) => {
                 self.made.fetch_sub(1, Ordering::AcqRel);
                 tracing::debug!("zklock: a Redis waiting slot cannot be opened: {e}");
@@ -90,6 +100,7 @@ impl Slots {
             Ok(slot) => Some(slot),
             Err(e) => {
                 tracing::debug!("zklock: a Redis waiting slot cannot be opened again: {e}");
+                self.live.lock().retain(|p| *p != broken.prefix);
                 drop(broken);
                 self.made.fetch_sub(1, Ordering::AcqRel);
                 None
@@ -98,9 +109,7 @@ impl Slots {
     }
 
     fn subscribe(&self, prefix: String, timeout: Duration) -> redis::RedisResult<Slot> {
-        let mut conn = self.redis.get_connection_with_timeout(timeout)?;
-        conn.set_write_timeout(Some(timeout))?;
-        conn.set_read_timeout(Some(timeout))?;
+        let mut conn = self.redis.connect(timeout, timeout)?;
         let subscribe = redis::cmd("SUBSCRIBE")
             .arg(super::scripts::wake_channel(&prefix))
             .get_packed_command();
@@ -113,6 +122,11 @@ impl Slots {
     /// Gives a slot back for the next waiter.
     pub(crate) fn give_back(&self, slot: Slot) {
         self.idle.lock().push(slot);
+    }
+
+    /// The prefixes of the slots that exist, idle or in use (for a close to publish on).
+    pub(crate) fn prefixes(&self) -> Vec<String> {
+        self.live.lock().clone()
     }
 
     /// Closes the idle slots (the Client is closing; a slot in use closes when its waiter,
@@ -130,23 +144,34 @@ impl Slot {
 
     /// Waits until the message for `waiter` comes (`Ok(true)`), `until` passes (`Ok(false)`),
     /// or `interrupted` says so at a slice's end (`Ok(true)`: look again). An error: the
-    /// connection broke.
+    /// connection broke. Messages for an earlier waiter on this slot are skipped.
+    ///
+    /// Reads go through the `redis` crate's pub/sub reader (`PubSub::get_message`), never
+    /// `recv_response`: the latter takes a read that timed out for a reply still owed and
+    /// throws the next thing read away, so a slice that ended without a message would cost the
+    /// waiter its wake-up. `get_message` reads messages, which no timeout discards, and
+    /// whatever arrived in part before a slice ended stays in the parser for the next read.
+    /// RESP3 push would do too, but needs Redis 6; zklock runs on Redis 5. The `PubSub`
+    /// borrow is never dropped: its drop unsubscribes, and the slot stays subscribed between
+    /// waits. It owns nothing else (its buffer of early messages is only filled by a
+    /// subscribe or a ping through it, which a slot never sends).
     pub(crate) fn park_until(
         &mut self,
         waiter: &str,
         until: Instant,
         interrupted: impl Fn() -> bool,
     ) -> redis::RedisResult<bool> {
+        let mut reader = ManuallyDrop::new(self.conn.as_pubsub());
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(false);
             }
-            self.conn
-                .set_read_timeout(Some(left.min(SLICE).max(Duration::from_millis(1))))?;
-            match self.conn.recv_response() {
+            reader.set_read_timeout(Some(left.min(SLICE).max(Duration::from_millis(1))))?;
+            match reader.get_message() {
                 Ok(message) => {
-                    if names(&message, waiter) {
+                    // Another waiter's, or a close's (which is an interruption).
+                    if message.get_payload_bytes() == waiter.as_bytes() || interrupted() {
                         return Ok(true);
                     }
                 }
@@ -158,34 +183,5 @@ impl Slot {
                 Err(e) => return Err(e),
             }
         }
-    }
-}
-
-/// Whether `message` is a published message whose payload is `waiter`.
-fn names(message: &redis::Value, waiter: &str) -> bool {
-    let parts = match message {
-        redis::Value::Array(parts) => parts,
-        redis::Value::Push { data, .. } => data,
-        _ => return false,
-    };
-    matches!(parts.last(), Some(redis::Value::BulkString(payload)) if payload == waiter.as_bytes())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_message_is_for_the_waiter_it_names() {
-        let message = |payload: &str| {
-            redis::Value::Array(vec![
-                redis::Value::BulkString(b"message".to_vec()),
-                redis::Value::BulkString(b"zklock:wake:c/1".to_vec()),
-                redis::Value::BulkString(payload.as_bytes().to_vec()),
-            ])
-        };
-        assert!(names(&message("c/1:7"), "c/1:7"));
-        assert!(!names(&message("c/1:6"), "c/1:7"));
-        assert!(!names(&redis::Value::Okay, "c/1:7"));
     }
 }

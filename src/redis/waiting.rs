@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::client::Inner;
+use super::client::{Calling, Inner};
 use super::keeper::ms;
 use super::scripts::{invocation, Keys};
 use super::slots::Slot;
@@ -47,6 +47,11 @@ impl Waiters {
     /// the connection, the id and the lease of the caller's queue entry in ms (0: do not
     /// queue), and answers `(1, token)` when granted, else `(0, ms until the one ahead would
     /// expire)` (-1: it never would). Waits at most `how.poll` between attempts.
+    ///
+    /// Leaving the queue: after a timeout, within what is left of one operation timeout past
+    /// the deadline; after a failed connection, in the background (a second call to a server
+    /// that did not answer the first would only double the wait); after a close, by the
+    /// closing keeper, or by the waiter itself if an answer came in after the close began.
     pub(crate) fn wait(
         &self,
         inner: &Inner,
@@ -75,8 +80,10 @@ impl Waiters {
         let me = inner.wakes.register(&owner);
         let seen = self.cancelled.load(Ordering::Acquire);
         self.parked.lock().push(me.parker.clone());
+        let mut turns = Turns::default();
         let outcome = self.turns(
             inner,
+            keys,
             Parking {
                 owner: &owner,
                 parker: &me.parker,
@@ -86,34 +93,79 @@ impl Waiters {
             deadline,
             poll,
             &mut attempt,
+            &mut turns,
         );
         self.parked.lock().retain(|p| !Arc::ptr_eq(p, &me.parker));
         if let Some(slot) = slot.filter(|_| !inner.closed()) {
             inner.slots.give_back(slot);
         }
+        let within = Deadline::after(inner.operation_timeout());
+        if turns.late {
+            // An answer came in after the Client began to close: the keeper may have taken
+            // this waiter out of the queue before its attempt put it back, and knows nothing
+            // of a grant.
+            let (script, what) = if turns.late_grant {
+                (Some(inner.scripts.release(keys.layout)), "release")
+            } else {
+                (inner.scripts.leave(keys.layout), "leave the queue")
+            };
+            if let Some(script) = script {
+                let done = inner.call_by(within, Calling::Closing, |c| {
+                    let mut call = invocation(script, keys);
+                    call.arg(&owner);
+                    call.invoke::<i64>(c)
+                });
+                if let Err(e) = done {
+                    tracing::debug!("zklock: a closed Redis Client's waiter could not {what}: {e}");
+                }
+            }
+            inner.keeper.unqueued(&owner);
+            return Err(Error::Closed);
+        }
         match outcome {
-            Ok(Some(grant)) => Ok(Some((grant, owner))),
+            Ok(Some(grant)) => {
+                if turns.queued {
+                    inner.keeper.unqueued(&owner);
+                }
+                Ok(Some((grant, owner)))
+            }
             Ok(None) => {
-                leave(inner, keys, &owner);
+                if turns.queued {
+                    let by = deadline
+                        .instant()
+                        .and_then(|at| at.checked_add(inner.operation_timeout()))
+                        .map_or(within, Deadline::at);
+                    leave(inner, keys, &owner, by);
+                }
                 Ok(None)
             }
+            // The closing keeper takes the entry out: it is still registered.
+            Err(Error::Closed) => Err(Error::Closed),
             Err(e) => {
-                leave(inner, keys, &owner);
+                let unanswered = matches!(e, Error::ConnectionLoss | Error::Timeout);
+                if unanswered && turns.asked {
+                    inner.keeper.leave_later(keys, &owner);
+                } else if turns.queued {
+                    leave(inner, keys, &owner, within);
+                }
                 if e.outcome_unknown() {
-                    inner.keeper.release_later(keys, &owner);
+                    let _ = inner.keeper.release_later(keys, &owner);
                 }
                 Err(e)
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn turns(
         &self,
         inner: &Inner,
+        keys: &Keys,
         parking: Parking<'_>,
         deadline: Deadline,
         poll: Duration,
         attempt: &mut impl FnMut(&mut redis::Connection, &str, u64) -> redis::RedisResult<(i64, i64)>,
+        turns: &mut Turns,
     ) -> Result<Option<Grant>> {
         let Parking {
             owner,
@@ -130,7 +182,19 @@ impl Waiters {
                 return Err(Error::Closed);
             }
             let entry = if deadline.expired() { 0 } else { ms(ttl) };
+            turns.asked |= entry != 0;
             let ((granted, value), sent) = inner.call(deadline, |c| attempt(c, owner, entry))?;
+            if granted != 1 && entry != 0 && !turns.queued {
+                // Registered before the close flag is looked at below: a close that began
+                // after that look finds the entry registered.
+                inner.keeper.queued(keys, owner);
+                turns.queued = true;
+            }
+            if inner.closed() {
+                turns.late = true;
+                turns.late_grant = granted == 1;
+                return Err(Error::Closed);
+            }
             if granted == 1 {
                 let token = u64::try_from(value).map_err(|_| {
                     Error::Redis(format!("the server granted a negative token {value}"))
@@ -192,21 +256,39 @@ struct Parking<'a> {
     seen: u64,
 }
 
-/// Takes `owner` out of the queue, within the operation timeout; if that fails its entry
-/// expires by itself one TTL after its last attempt.
-fn leave(inner: &Inner, keys: &Keys, owner: &str) {
+/// What the turns of one wait did.
+#[derive(Default)]
+struct Turns {
+    /// An attempt asked to queue the waiter.
+    asked: bool,
+    /// An attempt put the waiter in the queue (registered with the keeper).
+    queued: bool,
+    /// An answer came in after the Client began to close.
+    late: bool,
+    /// That answer was a grant.
+    late_grant: bool,
+}
+
+/// Takes `owner` out of the queue by `by`; if that fails, in the background (until its entry
+/// would have expired by itself, one TTL after its last attempt).
+fn leave(inner: &Inner, keys: &Keys, owner: &str, by: Deadline) {
     let Some(script) = inner.scripts.leave(keys.layout) else {
+        inner.keeper.unqueued(owner);
         return;
     };
-    let left = inner.call(Deadline::after(Duration::ZERO), |c| {
+    let left = inner.call_by(by, Calling::Open, |c| {
         let mut call = invocation(script, keys);
         call.arg(owner);
         call.invoke::<i64>(c)
     });
-    if let Err(e) = left {
-        tracing::debug!(
-            "zklock: leaving the queue of Redis lock {:?} failed: {e}",
-            keys.holder
-        );
+    match left {
+        Ok(_) => inner.keeper.unqueued(owner),
+        Err(e) => {
+            tracing::debug!(
+                "zklock: leaving the queue of Redis lock {:?} failed: {e}; in the background",
+                keys.holder
+            );
+            inner.keeper.leave_later(keys, owner);
+        }
     }
 }

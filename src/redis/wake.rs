@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::scripts::wake_channel;
+use super::server::Server;
 use crate::core::error::{Error, Result};
 
 /// How long the subscriber waits for a message before it looks at the closed flag.
@@ -115,7 +116,7 @@ impl Drop for Registered {
 /// Subscribes to the Client's channel and starts the subscriber thread. Returns once the
 /// subscription is confirmed, so that no wake-up published after it is missed.
 pub(crate) fn start_subscriber(
-    client: redis::Client,
+    client: Server,
     id: &str,
     connect_timeout: Duration,
     wakes: Arc<Wakes>,
@@ -143,7 +144,7 @@ pub(crate) fn start_subscriber(
 /// The subscriber thread: (re)connects and subscribes, then reads wake-ups until the Client
 /// closes. The first subscription's outcome goes to `ready`; if it fails the thread ends.
 fn run(
-    client: redis::Client,
+    client: Server,
     channel: String,
     timeout: Duration,
     ready: crossbeam_channel::Sender<redis::RedisResult<()>>,
@@ -153,11 +154,7 @@ fn run(
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(50);
     while !closed.load(Ordering::Acquire) {
-        let connected = client.get_connection_with_timeout(timeout).and_then(|c| {
-            c.set_write_timeout(Some(timeout))?;
-            c.set_read_timeout(Some(timeout))?;
-            Ok(c)
-        });
+        let connected = client.connect(timeout, timeout);
         let mut conn = match connected {
             Ok(c) => c,
             Err(e) => {

@@ -344,6 +344,30 @@ impl TestingRedis {
         read_reply(&mut BufReader::new(stream))
     }
 
+    /// Runs `commands` one after another on one fresh connection (wrap them in `MULTI` …
+    /// `EXEC` for a transaction) and returns their answers, each as [`command`](Self::command)
+    /// gives it.
+    ///
+    /// # Errors
+    /// As [`command`](Self::command), at the first answer that is an error.
+    pub fn commands(&self, commands: &[&[&str]]) -> io::Result<Vec<String>> {
+        let mut stream = TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
+            Duration::from_secs(5),
+        )?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut request = String::new();
+        for args in commands {
+            request.push_str(&format!("*{}\r\n", args.len()));
+            for arg in *args {
+                request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+        }
+        stream.write_all(request.as_bytes())?;
+        let mut answers = BufReader::new(stream);
+        commands.iter().map(|_| read_reply(&mut answers)).collect()
+    }
+
     fn reap(&mut self, within: Duration) -> io::Result<()> {
         let Some(mut child) = self.child.take() else {
             return Ok(());

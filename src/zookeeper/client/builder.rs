@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::acl::{AclProvider, AclSource, SharedAcl};
+use super::config::{Config, TlsConfig};
 use super::hosts::{parse_hosts, probe, probe_tls, TCP_PREFIX, TLS_PREFIX};
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
@@ -141,6 +142,12 @@ impl ClientBuilder {
     pub fn connection_timeout(mut self, d: Duration) -> Self {
         self.connection_timeout = d;
         self
+    }
+
+    /// [`connection_timeout`](Self::connection_timeout) under the name every backend's builder
+    /// uses.
+    pub fn connect_timeout(self, d: Duration) -> Self {
+        self.connection_timeout(d)
     }
 
     /// A deadline for every operation of the Client's own API (none by default: the retry policy
@@ -403,7 +410,18 @@ impl ClientBuilder {
             namespace_acls,
             namespace,
             default_data,
-            builder: self,
+            has_credentials: self.has_credentials(),
+            session_timeout: self.session_timeout,
+            connection_timeout: self.connection_timeout,
+            operation_timeout: self.operation_timeout,
+            retry: self.retry,
+            auth: self.auth,
+            acl: self.acl,
+            can_be_read_only: self.can_be_read_only,
+            error_policy: self.error_policy,
+            ensemble_tracker: self.ensemble_tracker,
+            #[cfg(feature = "sasl-digest-md5")]
+            sasl: self.sasl,
         })
     }
 }
@@ -457,39 +475,6 @@ impl ClientBuilder {
             None => Ok(None),
         }
     }
-}
-
-/// The TLS part of a checked configuration.
-#[cfg(feature = "tls")]
-#[derive(Clone)]
-pub(crate) struct TlsConfig {
-    pub(crate) options: zookeeper_client::TlsOptions,
-    pub(crate) settings: super::tls::TlsSettings,
-}
-
-/// Never made without the `tls` feature.
-#[cfg(not(feature = "tls"))]
-#[derive(Clone)]
-pub(crate) enum TlsConfig {}
-
-impl std::fmt::Debug for TlsConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TlsConfig")
-    }
-}
-
-/// A checked configuration.
-#[derive(Debug)]
-pub(crate) struct Config {
-    /// `[tcp://|tcp+tls://]host:port,...`, as the wire client takes it.
-    pub(crate) hosts: String,
-    /// Set when some host uses TLS.
-    pub(crate) tls: Option<TlsConfig>,
-    /// The ACL of the namespace and of each of its ancestors.
-    pub(crate) namespace_acls: Vec<(String, Vec<zookeeper_client::Acl>)>,
-    pub(crate) namespace: Option<String>,
-    pub(crate) default_data: Vec<u8>,
-    pub(crate) builder: ClientBuilder,
 }
 
 /// Curator's default node data: this host's address as text.

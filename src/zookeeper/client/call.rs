@@ -51,13 +51,13 @@ impl Client {
     pub(crate) fn new_call(&self, deadline: Deadline) -> Call {
         Call {
             deadline,
-            budget: RetryBudget::new(self.shared().config.builder.retry.clone()),
+            budget: RetryBudget::new(self.shared().config.retry.clone()),
             cancel: None,
         }
     }
 
     pub(super) fn user_call(&self) -> Call {
-        let deadline = match self.shared().config.builder.operation_timeout {
+        let deadline = match self.shared().config.operation_timeout {
             Some(d) => Deadline::after(d),
             None => Deadline::NEVER,
         };
@@ -101,7 +101,7 @@ impl Client {
             self.shared().stop.wait().await;
             Err(Error::Closed)
         };
-        let stalled = disconnected_for(zk.clone(), self.shared().config.builder.connection_timeout);
+        let stalled = disconnected_for(zk.clone(), self.shared().config.connection_timeout);
         let result = runtime::block_on(
             future::or(
                 op(zk, generation),

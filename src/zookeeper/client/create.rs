@@ -364,7 +364,7 @@ impl Client {
     ) -> Result<(String, Stat)> {
         let config = &self.shared().config;
         let source = AclSource {
-            provider: spec.provider.unwrap_or(&config.builder.acl).clone(),
+            provider: spec.provider.unwrap_or(&config.acl).clone(),
             namespace: config.namespace.clone(),
         };
         let acl: Vec<zk::Acl> = match spec.acl {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::builder::Config;
+use super::config::Config;
 use crate::core::error::{Error, Result};
 
 pub(super) const TLS_PREFIX: &str = "tcp+tls://";

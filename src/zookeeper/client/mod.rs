@@ -5,6 +5,7 @@ mod backoff;
 mod builder;
 mod call;
 mod cleanup;
+mod config;
 mod create;
 mod ensemble;
 mod follow;
@@ -32,8 +33,8 @@ pub use self::create::Create;
 pub(crate) use self::create::{create_protected, NodeOps, NodeSpec, Siblings};
 pub(crate) use self::follow::{FollowGuard, NodeNews, NodeRead};
 pub(crate) use self::ops::MultiOp;
-pub(crate) use self::runtime::Runtime;
 pub(crate) use self::runtime::Signal;
+pub(crate) use self::runtime::{on_io_thread, Runtime};
 use self::session::Shared;
 pub(crate) use self::types::ConnectionState;
 pub use self::types::{
@@ -102,8 +103,10 @@ struct Inner {
 }
 
 impl Drop for Inner {
+    /// The last handle is gone: the session closes now, so that a program that returns from
+    /// `main` leaves no node (and no lock) behind for the server's timer to free.
     fn drop(&mut self) {
-        self.close_in_background();
+        self.close_on_drop();
     }
 }
 
@@ -122,15 +125,54 @@ impl Inner {
         self.watcher.shutdown();
     }
 
-    /// Starts the close and returns at once: the Client's tasks close the session on the I/O
-    /// thread and stop (within [`CLOSE_BOUND`]), the watcher thread after what is queued for it.
-    fn close_in_background(&self) {
+    /// Closes the session, waiting for the server's answer at most [`Client::drop_bound`]
+    /// (not at all on the I/O thread, which sends it); the rest goes on in the background: the
+    /// Client's tasks stop (within [`CLOSE_BOUND`]), the watcher thread after what is queued
+    /// for it. Unlike [`close`](Inner::close), never waits for a listener.
+    ///
+    /// The process may end right after this returns (the end of `main`): the I/O thread goes
+    /// with it, so the session's close must have reached the server by then. closeSession ends
+    /// the session at once on the server, and with it every ephemeral node — every lock node,
+    /// queue entry and lease the Client had — instead of a session timeout later.
+    fn close_on_drop(&self) {
         if self.shared.set_closed() {
             self.shared.registry.wake_all();
+        }
+        if !runtime::on_io_thread() {
+            let bound = drop_bound(&self.shared);
+            let closed =
+                runtime::block_on(self.shared.finished.wait(), Deadline::after(bound)).is_some();
+            if !closed {
+                tracing::info!(
+                    "the session's close was not answered within {bound:?}: it goes on in the \
+                     background (the server frees its nodes at session expiry if the process \
+                     ends first)"
+                );
+            }
         }
         self.runtime
             .shutdown_after(self.shared.finished.clone(), CLOSE_BOUND);
         self.watcher.detach();
+    }
+}
+
+/// How long a drop waits for the server: [`DROP_BOUND`](crate::core::lock::DROP_BOUND) (1 s),
+/// or the operation timeout (default: the connection timeout) if that is shorter.
+fn drop_bound(shared: &Shared) -> Duration {
+    let b = &shared.config;
+    let io_grace = b.operation_timeout.unwrap_or(b.connection_timeout);
+    io_grace.min(crate::core::lock::DROP_BOUND)
+}
+
+/// Deletes nodes in the background for a Client without keeping its session open: what a task
+/// on the I/O thread holds instead of a [`Client`] (whose last handle closes the session).
+#[derive(Clone)]
+pub(crate) struct BackgroundDeleter(Arc<Shared>);
+
+impl BackgroundDeleter {
+    /// As [`Client::delete_in_background`]; nothing once the Client is closed.
+    pub(crate) fn delete(&self, doomed: Doomed) {
+        cleanup::spawn(&self.0, doomed);
     }
 }
 
@@ -157,7 +199,7 @@ impl Client {
         Client::builder(connect_string).connect()
     }
 
-    fn start(config: builder::Config) -> Result<Client> {
+    fn start(config: config::Config) -> Result<Client> {
         let id = CLIENT_IDS.fetch_add(1, Ordering::Relaxed);
         let registry = Arc::new(Registry::default());
         let watch_name = format!("zklock-watch-{id}");
@@ -186,7 +228,7 @@ impl Client {
 
     /// The error policy leader recipes use unless told otherwise.
     pub(crate) fn error_policy(&self) -> ErrorPolicy {
-        self.shared().config.builder.error_policy
+        self.shared().config.error_policy
     }
 
     /// Why the last attempt to open a session failed, if it did.
@@ -253,6 +295,19 @@ impl Client {
         cleanup::spawn(&self.inner.shared, doomed);
     }
 
+    /// A handle for [`delete_in_background`](Client::delete_in_background) that does not keep
+    /// the session open.
+    pub(crate) fn background_deleter(&self) -> BackgroundDeleter {
+        BackgroundDeleter(self.inner.shared.clone())
+    }
+
+    /// How long a drop (a guard's, a lease's, the last handle's) waits for the server before
+    /// what is left goes on in the background: 1 s, or the operation timeout (default: the
+    /// connection timeout) if that is shorter.
+    pub(crate) fn drop_bound(&self) -> Duration {
+        drop_bound(self.shared())
+    }
+
     /// [`delete_in_background`](Client::delete_in_background) once `after` is set, or at the
     /// latest after the operation (else connection) timeout.
     pub(crate) fn delete_in_background_after(&self, doomed: Doomed, after: Signal) {
@@ -262,7 +317,7 @@ impl Client {
     /// How long one ZooKeeper step of a lock attempt may take beyond the caller's wait: the
     /// operation timeout, else the connection timeout.
     pub(crate) fn io_grace(&self) -> Duration {
-        let b = &self.shared().config.builder;
+        let b = &self.shared().config;
         b.operation_timeout.unwrap_or(b.connection_timeout)
     }
 
@@ -273,8 +328,13 @@ impl Client {
     /// The session ends whatever else is alive: every [`Watch`] returns `None`, and the
     /// Client's lock nodes are gone for other Clients at once.
     ///
-    /// Dropping the last clone does the same without waiting: it returns at once and the
-    /// threads end by themselves shortly after.
+    /// Dropping the last clone closes the session too, waiting for the server's answer at most
+    /// 1 s (or the operation timeout, if shorter): a program that returns from `main` leaves
+    /// no node behind. The threads end by themselves shortly after; what the server did not
+    /// answer in that time goes on in the background (and is lost if the process ends: the
+    /// server then frees the nodes at session expiry). Lock objects and guards hold clones of
+    /// their Client: the last of them to go closes the session. Call `close()` before
+    /// `std::process::exit` (which runs no destructor), or to wait longer.
     pub fn close(&self) {
         self.inner.close();
     }

@@ -194,6 +194,12 @@ thread_local! {
     static ON_IO_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether the calling thread is the process's I/O thread, which must never wait for a reply
+/// (only it could receive it).
+pub(crate) fn on_io_thread() -> bool {
+    ON_IO_THREAD.with(|on| on.get())
+}
+
 impl IoThread {
     /// Registers one more Runtime; starts the thread if none runs.
     fn join() -> std::io::Result<Arc<Executor<'static>>> {
@@ -375,7 +381,7 @@ impl Runtime {
     /// itself it only stops the executor.
     pub(crate) fn shutdown(&self) {
         self.stop.set();
-        if ON_IO_THREAD.with(|on| on.get()) {
+        if on_io_thread() {
             return;
         }
         block_on(self.ended.wait(), Deadline::after(SHUTDOWN_BOUND));

@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use zookeeper_client as zk;
 
 use super::backoff::Backoff;
-use super::builder::Config;
+use super::config::Config;
 use super::create::{mkdirs, KnownParents};
 use super::runtime::{sleep, Signal};
 use super::types::ConnectionState;
@@ -79,7 +79,7 @@ enum End {
 /// How long the wire client may try its own hosts before the session is moved to members it
 /// does not know (the wire client's own connection timeout is a third of the session timeout).
 fn move_grace(shared: &Shared) -> Duration {
-    let b = &shared.config.builder;
+    let b = &shared.config;
     (b.session_timeout / 4).min(b.connection_timeout)
 }
 
@@ -114,7 +114,7 @@ impl Shared {
     /// Whether the Client follows `/zookeeper/config`: asked for, and not over TLS (the
     /// configuration names plain client ports only).
     pub(crate) fn tracks_ensemble(&self) -> bool {
-        self.config.builder.ensemble_tracker && self.config.tls.is_none()
+        self.config.ensemble_tracker && self.config.tls.is_none()
     }
 
     /// Makes `hosts` (checked) the member list of every later (re)connection.
@@ -128,7 +128,7 @@ impl Shared {
 
     /// Whether sessions authenticate in some way (an `auth` ACL entry needs it).
     pub(crate) fn has_credentials(&self) -> bool {
-        self.config.builder.has_credentials() || !self.added_auth.lock().is_empty()
+        self.config.has_credentials || !self.added_auth.lock().is_empty()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -163,7 +163,7 @@ impl Shared {
         deadline: Deadline,
         cancel: Option<&Signal>,
     ) -> Result<(zk::Client, u64)> {
-        let wait = deadline.min_after(self.config.builder.connection_timeout);
+        let wait = deadline.min_after(self.config.connection_timeout);
         let mut conn = self.conn.lock();
         loop {
             if self.is_closed() {
@@ -318,7 +318,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
 
 /// The wire client's connector for this Client's sessions.
 fn connector(shared: &Shared) -> zk::Connector {
-    let b = &shared.config.builder;
+    let b = &shared.config;
     // The wire client calls the connection lost when nothing was received for this long, even
     // while it keeps sending (a frozen server is noticed): a third of the session timeout.
     #[allow(unused_mut)] // changed only with `sasl-digest-md5`
@@ -401,7 +401,7 @@ async fn move_session(
     candidates: Vec<String>,
     members: String,
 ) -> Option<(zk::Client, String)> {
-    let bound = shared.config.builder.connection_timeout;
+    let bound = shared.config.connection_timeout;
     let hosts = candidates.join(",");
     let connector = connector(shared).with_session(session);
     let attempt = future::or(
@@ -456,7 +456,7 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
         Confirmed(bool, zk::SessionState),
     }
     let negotiated = zk.session_timeout();
-    let idle = idle_timeout(shared.config.builder.session_timeout / 3, negotiated);
+    let idle = idle_timeout(shared.config.session_timeout / 3, negotiated);
     let live = &shared.lease;
     live.open(negotiated, idle);
     let (period, late) = live.beat();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::participant::{take_part, Candidate, Recipe, Settings};
+use super::participant::{close_on_drop, take_part, Candidate, Recipe, Settings};
 use super::pool;
 use super::term::Term;
 use super::Participant;
@@ -68,8 +68,9 @@ pub enum CloseMode {
 /// # Blocking and Drop
 /// `start`, `has_leadership`, `epoch` return at once; `await_leadership_timeout(d)` waits at
 /// most `d`; `close` waits for the latch's step in progress, which runs no user code (the
-/// Client's operation, else connection, timeout at most). Dropping the latch closes it in the
-/// background. Listeners run on the Client's watcher thread: a listener that blocks delays the
+/// Client's operation, else connection, timeout at most). Dropping the latch closes it, waiting
+/// for that step at most 1 s (or the operation timeout, if shorter); our node's delete goes to
+/// the background. Listeners run on the Client's watcher thread: a listener that blocks delays the
 /// later listener calls and [`Watch`](crate::Watch) deliveries of its Client, and the wake-ups
 /// of parked waiters on a connection-state change (they come through that thread); it never
 /// delays a latch's grant, its channels or another latch's step.
@@ -316,9 +317,11 @@ impl LeaderLatch {
 }
 
 impl Drop for LeaderLatch {
-    /// Closes in the background: returns at once.
+    /// Closes, waiting at most 1 s (or the Client's operation timeout, if shorter) for the
+    /// latch to be done; our node's delete goes to the background, and the Client's session
+    /// close takes it with it when the latch held the last handle.
     fn drop(&mut self) {
-        self.inner.candidate.close();
+        close_on_drop(&self.inner);
     }
 }
 

@@ -240,6 +240,22 @@ pub(super) fn take_part<R: Recipe>(recipe: &Arc<R>) {
     schedule(recipe);
 }
 
+/// A recipe's drop: closes, then waits at most the Client's drop bound (1 s, or the operation
+/// timeout if shorter) until nothing runs for us and no job of the shared threads holds the
+/// recipe any more. The recipe's Client handle then goes with the caller's: were a job still to
+/// hold it as `main` ends, the user's last handle would not be the last one, and the session
+/// (with our node, if its delete has not gone out) would outlive the process until it expires.
+pub(super) fn close_on_drop<R: Recipe>(recipe: &Arc<R>) {
+    let candidate = recipe.candidate();
+    candidate.close();
+    let deadline = Deadline::after(candidate.client.drop_bound());
+    candidate.wait_at_rest(deadline);
+    // The job that ended our term lets go of the recipe right after it said so.
+    while Arc::strong_count(recipe) > 1 && !deadline.expired() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Has a `zklock-elect` thread resume our attempt (once, however often it is woken).
 fn schedule<R: Recipe>(recipe: &Arc<R>) {
     let mut state = recipe.candidate().state.lock();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::participant::{election, take_part, Candidate, Recipe, Settings};
+use super::participant::{close_on_drop, election, take_part, Candidate, Recipe, Settings};
 use super::term::Term;
 use super::Participant;
 use crate::core::channel::Receiver;
@@ -125,7 +125,8 @@ type Task = Box<dyn FnMut(&Leadership) -> Result<()> + Send>;
 ///
 /// # Blocking and Drop
 /// `start`, `requeue`, `interrupt_leadership` and `close` return at once; after `close` the
-/// node goes as soon as the closure (if running) returns. Dropping the selector closes it.
+/// node goes as soon as the closure (if running) returns. Dropping the selector closes it and
+/// waits at most 1 s (or the Client's operation timeout, if shorter) for the closure to return.
 ///
 /// # Example
 /// ```no_run
@@ -329,8 +330,12 @@ impl LeaderSelector {
 }
 
 impl Drop for LeaderSelector {
+    /// Closes, waiting at most 1 s (or the Client's operation timeout, if shorter) for the
+    /// closure to return and the selector to be done (as [`close_timeout`](Self::close_timeout)
+    /// with that bound); a closure that ignores its cancellation keeps its thread and the node
+    /// past the drop.
     fn drop(&mut self) {
-        self.inner.candidate.close();
+        close_on_drop(&self.inner);
     }
 }
 
@@ -412,7 +417,8 @@ fn run_term<T>(path: &str, leadership: &Leadership, f: impl FnOnce(&Leadership) 
 /// Blocks like [`Lock::acquire`](crate::Lock::acquire) until elected (and, like it, fails at
 /// once with [`Error::OnWatcherThread`] from a listener); the term's [`Leadership`] is
 /// cancelled as a selector's is (by the Client's [`ErrorPolicy`]). However `f` ends, a panic
-/// included, leadership is given up: our node is deleted in the background.
+/// included, leadership is given up: our node is deleted before this returns (within 1 s, or
+/// the Client's operation timeout if shorter; the rest in the background).
 ///
 /// # Example
 /// ```no_run
@@ -439,16 +445,18 @@ pub fn elect<T>(
         term: term.clone(),
         id: id.to_owned(),
     };
-    // Deletes our node however `f` ends, a panic included.
-    struct StepDown<'a>(&'a LockInternals<Client>, &'a Term);
+    // Deletes our node however `f` ends, a panic included: in this thread within a drop's
+    // bound, so that the next leader can take over as this returns; the rest in the background.
+    struct StepDown<'a>(&'a LockInternals<Client>, &'a Term, std::time::Duration);
     impl Drop for StepDown<'_> {
         fn drop(&mut self) {
             self.1.end();
+            let by = crate::core::deadline::instant_after(self.2);
             let _ = self
                 .0
-                .release(self.1.node(), self.1.session(), Release::Background);
+                .release(self.1.node(), self.1.session(), Release::Within(Some(by)));
         }
     }
-    let _step_down = StepDown(&internals, &term);
+    let _step_down = StepDown(&internals, &term, client.drop_bound());
     Ok(f(&leadership))
 }

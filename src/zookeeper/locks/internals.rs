@@ -32,8 +32,8 @@ use crate::core::error::{Error, Result};
 pub(crate) use crate::core::lock::Release;
 use crate::core::metrics;
 use crate::zookeeper::client::{
-    create_protected, is_watcher_thread, Call, Doomed, NodeRead, NodeSpec, SharedAcl, Siblings,
-    Signal, Stat,
+    create_protected, is_watcher_thread, on_io_thread, Call, Doomed, NodeRead, NodeSpec, SharedAcl,
+    Siblings, Signal, Stat,
 };
 use crate::zookeeper::path;
 
@@ -252,19 +252,25 @@ impl<S: Store> LockInternals<S> {
     /// Tries to take the lock, waiting until `wait`: `None` when it is not ours by then, with
     /// our node deleted. An expired `wait` makes one attempt without waiting (`try_lock`).
     pub(crate) fn attempt_lock(&self, wait: Deadline) -> Result<Option<Acquired>> {
-        if !wait.expired() && is_watcher_thread() {
-            return Err(Error::OnWatcherThread);
-        }
-        let cancel = self.cancel.lock().clone();
         let started = std::time::Instant::now();
         let _waiting = metrics::Waiting::new(&self.path);
-        let outcome = self.attempt(wait, &cancel);
+        let outcome = self.attempt_unmetered(wait);
         match &outcome {
             Ok(Some(_)) => metrics::acquired(&self.path, started.elapsed()),
             Ok(None) => metrics::timed_out(&self.path),
             Err(_) => {}
         }
         outcome
+    }
+
+    /// [`attempt_lock`](Self::attempt_lock) for a caller that counts its own metrics (the
+    /// core's re-entrant shell).
+    pub(crate) fn attempt_unmetered(&self, wait: Deadline) -> Result<Option<Acquired>> {
+        if !wait.expired() && is_watcher_thread() {
+            return Err(Error::OnWatcherThread);
+        }
+        let cancel = self.cancel.lock().clone();
+        self.attempt(wait, &cancel)
     }
 
     fn attempt(&self, wait: Deadline, cancel: &Cancel) -> Result<Option<Acquired>> {
@@ -522,8 +528,16 @@ impl<S: Store> LockInternals<S> {
     /// it holds, and a delete sent right behind the mark would usually win that race, so that
     /// the waiter lists the whole queue again. Sent after the answer, the delete still has a
     /// quorum write to go through while that read is answered at once.
+    ///
+    /// On the I/O thread (which cannot wait for its own reply) every release is a background
+    /// one. A bounded release that runs out of time hands the delete to the background too
+    /// (see [`Store::delete_guaranteed`]).
     pub(crate) fn release(&self, our_path: &str, owner: i64, how: Release) -> Result<()> {
         let mark = self.marking.lock().remove(our_path);
+        let how = match how {
+            Release::Within(_) if on_io_thread() => Release::Background,
+            how => how,
+        };
         match how {
             Release::Background => {
                 let doomed = Doomed::node(our_path, Some(owner));

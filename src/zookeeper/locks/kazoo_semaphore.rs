@@ -16,7 +16,7 @@ use super::Leases;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthCell, HealthFeed, LockHealth};
-use crate::zookeeper::client::{Call, Client, CreateMode, Doomed, NodeOps, NodeSpec};
+use crate::zookeeper::client::{on_io_thread, Call, Client, CreateMode, Doomed, NodeOps, NodeSpec};
 use crate::zookeeper::path::{self, Layout};
 
 /// kazoo's `Semaphore(path, identifier, max_leases)`, shared with Python processes that use
@@ -304,7 +304,8 @@ impl KazooSemaphore {
     }
 }
 
-/// A lease of a [`KazooSemaphore`]; returned when dropped (in the background).
+/// A lease of a [`KazooSemaphore`]; returned when dropped (in the calling thread within 1 s, or
+/// the Client's operation timeout if shorter; the rest in the background).
 ///
 /// # Example
 /// ```no_run
@@ -362,13 +363,23 @@ impl KazooLease {
     /// [`Error::LockLost`] if the lease had been lost before; a connection error if the delete
     /// could not be confirmed in time.
     pub fn return_lease(mut self) -> Result<()> {
+        let deadline = Deadline::after(self.client.io_grace());
+        self.return_by(deadline)
+    }
+
+    fn return_by(&mut self, deadline: Deadline) -> Result<()> {
         self.returned = true;
         self.keeper.take();
         let lost = self.health() == LockHealth::Lost;
-        let mut call = self
-            .client
-            .new_call(Deadline::after(self.client.io_grace()));
-        let deleted = self.client.delete_guaranteed_in(&self.path, &mut call);
+        let deleted = if on_io_thread() {
+            // The I/O thread cannot wait for its own reply.
+            let doomed = Doomed::node(&self.path, Some(self.session));
+            self.client.delete_in_background(doomed);
+            Ok(())
+        } else {
+            let mut call = self.client.new_call(deadline);
+            self.client.delete_guaranteed_in(&self.path, &mut call)
+        };
         if lost {
             return Err(Error::LockLost);
         }
@@ -377,10 +388,14 @@ impl KazooLease {
 }
 
 impl Drop for KazooLease {
+    /// Deletes the node in the calling thread within 1 s (or the Client's operation timeout, if
+    /// shorter); the rest goes on in the background.
     fn drop(&mut self) {
         if !self.returned {
-            self.client
-                .delete_in_background(Doomed::node(&self.path, Some(self.session)));
+            let deadline = Deadline::after(self.client.drop_bound());
+            if let Err(e) = self.return_by(deadline) {
+                tracing::warn!("returning lease {} on drop: {e}", self.path);
+            }
         }
     }
 }

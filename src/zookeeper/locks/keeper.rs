@@ -41,7 +41,9 @@ pub(crate) fn keep_node(
     on_data: Option<OnData>,
     primed: Option<NodeRead>,
 ) -> KeeperGuard {
-    let deleter = client.clone();
+    // Not a Client: the follower can outlive the hold by a while (its watch lingers), and a
+    // Client handle there would keep the session open after the user's last handle is gone.
+    let deleter = client.background_deleter();
     let node = path.to_owned();
     let news = move |news: NodeNews| match news {
         NodeNews::Read { data, .. } => {
@@ -59,7 +61,7 @@ pub(crate) fn keep_node(
         NodeNews::GivenUp => {
             tracing::warn!("lost {node}: its session was given up; deleting it from the next one");
             report(LockHealth::Lost);
-            deleter.delete_in_background(Doomed::node(&node, Some(owner)));
+            deleter.delete(Doomed::node(&node, Some(owner)));
         }
     };
     KeeperGuard {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::driver::{LockDriver, StandardDriver};
 use super::kazoo::KazooDriver;
-use super::reentrant::Reentrant;
+use super::reentrant::{self, NodeLock, Reentrant};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;
@@ -44,9 +44,11 @@ const LOCK_NAME: &str = "lock-";
 /// that it can refuse a stale holder.
 ///
 /// # Blocking and Drop
-/// See [`Lock`] for how long each acquire may block. Dropping a [`MutexGuard`] returns at once:
-/// the delete goes to the background. [`release`](InterProcessMutex::release) reports errors
-/// and is bounded by the Client's operation (else connection) timeout;
+/// See [`Lock`] for how long each acquire may block. Dropping a [`MutexGuard`] deletes the node
+/// in the calling thread within 1 s (or the Client's operation timeout, if shorter), the rest
+/// in the background (see [`LockGuard`](crate::LockGuard)).
+/// [`release`](InterProcessMutex::release) reports errors and is bounded by the Client's
+/// operation (else connection) timeout;
 /// [`release_timeout`](InterProcessMutex::release_timeout) takes a bound of its own.
 /// [`cancel_waiters`](InterProcessMutex::cancel_waiters) ends the waits of other threads.
 ///
@@ -132,25 +134,31 @@ impl InterProcessMutex {
         driver: impl LockDriver,
     ) -> Result<InterProcessMutex> {
         Ok(InterProcessMutex {
-            core: Arc::new(Reentrant::new(client, path, LOCK_NAME, Arc::new(driver))?),
+            core: Arc::new(Reentrant::new(NodeLock::new(
+                client,
+                path,
+                LOCK_NAME,
+                Arc::new(driver),
+                None,
+            )?)),
         })
     }
 
     /// The lock's path.
     pub fn path(&self) -> &str {
-        &self.core.internals.path
+        &self.core.raw.internals.path
     }
 
     /// Data for the lock nodes this object creates from now on (default: the Client's default
     /// data, the host's address).
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
-        self.core.internals.set_node_data(Some(data.to_vec()))
+        self.core.raw.internals.set_node_data(Some(data.to_vec()))
     }
 
     /// The ACL provider for the nodes this object creates from now on, and for the parents it
     /// creates (default: the Client's, see [`ClientBuilder::acl_provider`](crate::ClientBuilder::acl_provider)).
     pub fn set_acl_provider(&self, provider: impl AclProvider) {
-        self.core.internals.set_acl_provider(Arc::new(provider));
+        self.core.raw.internals.set_acl_provider(Arc::new(provider));
     }
 
     /// Whether any thread of this process holds the lock through this object.
@@ -170,7 +178,7 @@ impl InterProcessMutex {
 
     /// The calling thread's lock node, if it holds the lock.
     pub fn lock_node(&self) -> Option<String> {
-        self.core.lock_node()
+        reentrant::lock_node(&self.core)
     }
 
     /// The health of the calling thread's hold, if it holds the lock.
@@ -181,19 +189,19 @@ impl InterProcessMutex {
     /// A channel receiving every later health change of holds through this object, each with
     /// its hold's node and fencing token.
     pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.core.health_events()
+        self.core.feed.channel()
     }
 
     /// Calls `f` with every later health change of holds through this object, on the Client's
     /// watcher thread (it must not block); returns an id for
     /// [`remove_health_listener`](Self::remove_health_listener).
     pub fn on_health(&self, f: impl FnMut(HealthEvent) + Send + 'static) -> u64 {
-        self.core.on_health(f)
+        self.core.feed.on_health(f)
     }
 
     /// Removes a callback added by [`on_health`](Self::on_health); whether it was there.
     pub fn remove_health_listener(&self, id: u64) -> bool {
-        self.core.remove_health_listener(id)
+        self.core.feed.remove(id)
     }
 
     /// Curator's `makeRevocable`: from now on, when another process asks (with
@@ -201,19 +209,19 @@ impl InterProcessMutex {
     /// lock to release, `listener` runs on the Client's watcher thread. It cannot release for
     /// the holding thread (the hold is that thread's); tell that thread to release.
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
-        self.core.make_revocable(listener)
+        self.core.raw.make_revocable(listener)
     }
 
     /// Full paths of the contenders' nodes, the holder first (Curator's `getParticipantNodes`).
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
-        self.core.internals.participant_nodes()
+        self.core.raw.internals.participant_nodes()
     }
 
     /// The contenders' node data as text (their identifiers in kazoo's layout), in lock order,
     /// the holder first: kazoo's `contenders()`, on either layout. Bounded by the Client's
     /// operation (else connection) timeout.
     pub fn contenders(&self) -> Result<Vec<String>> {
-        self.core.internals.driver_contenders()
+        self.core.raw.internals.driver_contenders()
     }
 }
 
@@ -221,7 +229,7 @@ forward_lock_api!(InterProcessMutex);
 
 impl Sealed for InterProcessMutex {
     fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        self.core.acquire_until(Deadline::until(until))
+        self.core.acquire(Deadline::until(until))
     }
 
     fn release_as(&self, how: Release) -> Result<()> {
@@ -234,6 +242,10 @@ impl Sealed for InterProcessMutex {
 
     fn acquired_here(&self) -> bool {
         self.core.is_acquired_in_this_process()
+    }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.core.drop_bound()
     }
 }
 

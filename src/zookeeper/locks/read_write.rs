@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::kazoo::{KazooDriver, KAZOO_LOCK_NAME, KAZOO_READ_NAME};
-use super::reentrant::Reentrant;
+use super::reentrant::{self, Downgrade, NodeLock, Reentrant};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -43,7 +43,7 @@ fn rw_sort_key(node: &str) -> u64 {
 }
 
 /// The read node a writer takes when it downgrades: named after its write node's sequence.
-fn downgrade_node(write_node: &str) -> Option<LockNode> {
+pub(crate) fn downgrade_node(write_node: &str) -> Option<LockNode> {
     let i = write_node.rfind(WRITE_LOCK_NAME)?;
     let seq = &write_node[i + WRITE_LOCK_NAME.len()..];
     Some(LockNode::new(
@@ -146,7 +146,7 @@ pub struct InterProcessReadWriteLock {
 impl std::fmt::Debug for InterProcessReadWriteLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InterProcessReadWriteLock")
-            .field("path", &self.read.inner.read.internals.path)
+            .field("path", &self.read.inner.read.raw.internals.path)
             .finish()
     }
 }
@@ -154,9 +154,19 @@ impl std::fmt::Debug for InterProcessReadWriteLock {
 impl InterProcessReadWriteLock {
     /// A read-write lock on `path`.
     pub fn new(client: &Client, path: &str) -> Result<InterProcessReadWriteLock> {
+        let [read, write] = Reentrant::pair(
+            NodeLock::new(
+                client,
+                path,
+                READ_LOCK_NAME,
+                Arc::new(ReadDriver),
+                Some(Downgrade::AtOnce),
+            )?,
+            NodeLock::new(client, path, WRITE_LOCK_NAME, Arc::new(WriteDriver), None)?,
+        );
         let inner = Arc::new(Inner {
-            read: Reentrant::new(client, path, READ_LOCK_NAME, Arc::new(ReadDriver))?,
-            write: Reentrant::new(client, path, WRITE_LOCK_NAME, Arc::new(WriteDriver))?,
+            read,
+            write,
             kazoo: false,
         });
         Ok(Self::of(inner))
@@ -194,14 +204,25 @@ impl InterProcessReadWriteLock {
         path: &str,
         identifier: &str,
     ) -> Result<InterProcessReadWriteLock> {
-        let inner = Arc::new(Inner {
-            read: Reentrant::new(client, path, KAZOO_READ_NAME, Arc::new(KazooDriver::read()))?,
-            write: Reentrant::new(
+        let [read, write] = Reentrant::pair(
+            NodeLock::new(
+                client,
+                path,
+                KAZOO_READ_NAME,
+                Arc::new(KazooDriver::read()),
+                Some(Downgrade::Refused),
+            )?,
+            NodeLock::new(
                 client,
                 path,
                 KAZOO_LOCK_NAME,
                 Arc::new(KazooDriver::write()),
+                None,
             )?,
+        );
+        let inner = Arc::new(Inner {
+            read,
+            write,
             kazoo: true,
         });
         let rw = Self::of(inner);
@@ -222,7 +243,7 @@ impl InterProcessReadWriteLock {
     /// `contenders()` of a read or write lock). Bounded by the Client's operation (else
     /// connection) timeout.
     pub fn contenders(&self) -> Result<Vec<String>> {
-        let write = &self.write.inner.write.internals;
+        let write = &self.write.inner.write.raw.internals;
         if self.write.inner.kazoo {
             return write.driver_contenders();
         }
@@ -236,9 +257,15 @@ impl InterProcessReadWriteLock {
         self.read
             .inner
             .read
+            .raw
             .internals
             .set_acl_provider(provider.clone());
-        self.read.inner.write.internals.set_acl_provider(provider);
+        self.read
+            .inner
+            .write
+            .raw
+            .internals
+            .set_acl_provider(provider);
     }
 
     /// Data for the nodes both halves create from now on (Curator's `lockData`), e.g. the
@@ -296,7 +323,7 @@ pub struct WriteLock {
 impl std::fmt::Debug for ReadLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadLock")
-            .field("path", &self.inner.read.internals.path)
+            .field("path", &self.inner.read.raw.internals.path)
             .finish()
     }
 }
@@ -304,31 +331,25 @@ impl std::fmt::Debug for ReadLock {
 impl std::fmt::Debug for WriteLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteLock")
-            .field("path", &self.inner.write.internals.path)
+            .field("path", &self.inner.write.raw.internals.path)
             .finish()
     }
 }
 
 impl ReadLock {
+    /// A thread that holds the write half downgrades (Curator's layout) or is refused
+    /// (kazoo's): the read half's [`NodeLock`] decides, told the write node by the shell.
     fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
-        if let Some(write_node) = self.inner.write.lock_node() {
-            if self.inner.kazoo && !self.inner.read.is_owned_by_current_thread() {
-                return Err(Error::WouldDeadlock);
-            }
-            // A downgrade: granted at once, as Curator grants the write holder's read.
-            if !self.inner.read.reenter()? {
-                let node = downgrade_node(&write_node)
-                    .ok_or_else(|| Error::ZooKeeper(format!("{write_node:?} is no write node")))?;
-                self.inner.read.acquire_held(node)?;
-            }
-            return Ok(true);
-        }
-        self.inner.read.acquire_until(deadline)
+        self.inner.read.acquire(deadline)
     }
 
     /// Data for the read nodes this half creates from now on.
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
-        self.inner.read.internals.set_node_data(Some(data.to_vec()))
+        self.inner
+            .read
+            .raw
+            .internals
+            .set_node_data(Some(data.to_vec()))
     }
 
     /// Whether the calling thread holds a read lock.
@@ -344,17 +365,17 @@ impl ReadLock {
     /// Curator's `makeRevocable` for the read lock: see
     /// [`InterProcessMutex::make_revocable`](crate::InterProcessMutex::make_revocable).
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
-        self.inner.read.make_revocable(listener)
+        self.inner.read.raw.make_revocable(listener)
     }
 
     /// Full paths of the readers' nodes, in queue order.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
-        self.inner.read.internals.participant_nodes()
+        self.inner.read.raw.internals.participant_nodes()
     }
 
     /// A channel receiving every later health change of read holds through this object.
     pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.inner.read.health_events()
+        self.inner.read.feed.channel()
     }
 
     /// The calling thread's read hold's health, if it holds the read lock.
@@ -370,25 +391,21 @@ impl ReadLock {
 
     /// The calling thread's read node, if it holds the read lock.
     pub fn lock_node(&self) -> Option<String> {
-        self.inner.read.lock_node()
+        reentrant::lock_node(&self.inner.read)
     }
 }
 
 impl WriteLock {
+    /// A thread that holds the read half is refused ([`Error::WouldDeadlock`]) by the shell.
     fn acquire_until(&self, deadline: Deadline) -> Result<bool> {
-        if self.inner.write.reenter()? {
-            return Ok(true);
-        }
-        if self.inner.read.is_owned_by_current_thread() {
-            return Err(Error::WouldDeadlock);
-        }
-        self.inner.write.acquire_until(deadline)
+        self.inner.write.acquire(deadline)
     }
 
     /// Data for the write nodes this half creates from now on.
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.inner
             .write
+            .raw
             .internals
             .set_node_data(Some(data.to_vec()))
     }
@@ -406,17 +423,17 @@ impl WriteLock {
     /// Curator's `makeRevocable` for the write lock: see
     /// [`InterProcessMutex::make_revocable`](crate::InterProcessMutex::make_revocable).
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
-        self.inner.write.make_revocable(listener)
+        self.inner.write.raw.make_revocable(listener)
     }
 
     /// Full paths of the writers' nodes, in queue order.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
-        self.inner.write.internals.participant_nodes()
+        self.inner.write.raw.internals.participant_nodes()
     }
 
     /// A channel receiving every later health change of write holds through this object.
     pub fn health_events(&self) -> Receiver<HealthEvent> {
-        self.inner.write.health_events()
+        self.inner.write.feed.channel()
     }
 
     /// The calling thread's write hold's health, if it holds the write lock.
@@ -431,7 +448,7 @@ impl WriteLock {
 
     /// The calling thread's write node, if it holds the write lock.
     pub fn lock_node(&self) -> Option<String> {
-        self.inner.write.lock_node()
+        reentrant::lock_node(&self.inner.write)
     }
 }
 
@@ -454,6 +471,10 @@ impl Sealed for ReadLock {
     fn acquired_here(&self) -> bool {
         self.inner.read.is_acquired_in_this_process()
     }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.inner.read.drop_bound()
+    }
 }
 
 impl Sealed for WriteLock {
@@ -471,6 +492,10 @@ impl Sealed for WriteLock {
 
     fn acquired_here(&self) -> bool {
         self.inner.write.is_acquired_in_this_process()
+    }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.inner.write.drop_bound()
     }
 }
 

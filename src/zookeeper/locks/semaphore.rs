@@ -18,7 +18,7 @@ use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::health::{HealthCell, HealthFeed};
 use crate::core::lock::Release;
-use crate::zookeeper::client::{AclProvider, Client, CreateMode, Doomed, SharedAcl};
+use crate::zookeeper::client::{on_io_thread, AclProvider, Client, CreateMode, Doomed, SharedAcl};
 use crate::zookeeper::path;
 
 const LOCK_PARENT: &str = "locks";
@@ -176,6 +176,11 @@ impl InterProcessSemaphoreV2 {
         self.acquire_one(Deadline::after(Duration::ZERO))
     }
 
+    /// How long a lease's drop waits for the delete (see [`Client::drop_bound`]).
+    pub(crate) fn drop_bound(&self) -> Duration {
+        self.client.drop_bound()
+    }
+
     /// Ends every acquisition of this object waiting now, on any thread, with
     /// [`Error::Cancelled`]; nothing is left behind.
     pub fn cancel_waiters(&self) {
@@ -318,8 +323,10 @@ impl InterProcessSemaphoreV2 {
 }
 
 /// A lease of an [`InterProcessSemaphoreV2`]: its node is deleted when the lease is returned or
-/// dropped. May be moved to and returned from any thread. Dropping it returns at once (the
-/// delete goes to the background); [`return_lease`](Lease::return_lease) waits and reports.
+/// dropped. May be moved to and returned from any thread. Dropping it deletes the node in the
+/// calling thread within 1 s (or the Client's operation timeout, if shorter), the rest in the
+/// background, as a [`LockGuard`](crate::LockGuard)'s drop does;
+/// [`return_lease`](Lease::return_lease) waits longer and reports errors.
 ///
 /// # Example
 /// ```no_run
@@ -393,11 +400,33 @@ impl Lease {
         self.return_as(Release::Within(Instant::now().checked_add(timeout)))
     }
 
+    /// [`return_lease`](Self::return_lease) under the name every backend's lease uses.
+    ///
+    /// # Blocking and errors
+    /// As [`return_lease`](Self::return_lease).
+    pub fn release(self) -> Result<()> {
+        self.return_lease()
+    }
+
+    /// [`return_lease_timeout`](Self::return_lease_timeout) under the name every backend's
+    /// lease uses.
+    ///
+    /// # Blocking and errors
+    /// As [`return_lease_timeout`](Self::return_lease_timeout).
+    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
+        self.return_lease_timeout(timeout)
+    }
+
     pub(crate) fn return_as(&mut self, how: Release) -> Result<()> {
         self.returned = true;
         self.keeper.take();
         crate::core::metrics::released(path::parent(&self.path), self.since.elapsed());
         let lost = self.health() == LockHealth::Lost;
+        let how = match how {
+            // The I/O thread cannot wait for its own reply.
+            Release::Within(_) if on_io_thread() => Release::Background,
+            how => how,
+        };
         let deleted = match how {
             Release::Background => {
                 let doomed = Doomed::node(&self.path, Some(self.session));
@@ -423,7 +452,8 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if !self.returned {
-            if let Err(e) = self.return_as(Release::Background) {
+            let by = crate::core::deadline::instant_after(self.client.drop_bound());
+            if let Err(e) = self.return_as(Release::Within(Some(by))) {
                 tracing::warn!("returning lease {} on drop: {e}", self.path);
             }
         }

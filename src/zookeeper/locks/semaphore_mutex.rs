@@ -140,6 +140,10 @@ impl Sealed for InterProcessSemaphoreMutex {
     fn acquired_here(&self) -> bool {
         self.is_acquired_in_this_process()
     }
+
+    fn drop_bound(&self) -> std::time::Duration {
+        self.semaphore.drop_bound()
+    }
 }
 
 impl Lock for InterProcessSemaphoreMutex {
