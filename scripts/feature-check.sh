@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cargo clippy --quiet --no-default-features -- -D warnings
 # A build with one backend compiles none of the others' clients.
 deps() { cargo tree --no-default-features "$@" -e normal --prefix none; }
-if deps | grep -Eq '^(zookeeper-client|redis|tokio-postgres) '; then
+if deps | grep -Eq '^(zookeeper-client|redis|tokio-postgres|mysql) '; then
   echo "feature-check: the core alone depends on a backend's client" >&2
   exit 1
 fi
@@ -27,7 +27,11 @@ if deps --features postgres | grep -Eq '^(zookeeper-client|redis) '; then
   echo "feature-check: a build with only the postgres feature depends on zookeeper-client or redis" >&2
   exit 1
 fi
-for feature in zookeeper redis postgres testing metrics cli tls sasl-digest-md5; do
+if deps --features mysql | grep -Eq '^(zookeeper-client|redis|tokio-postgres) '; then
+  echo "feature-check: a build with only the mysql feature depends on another backend's client" >&2
+  exit 1
+fi
+for feature in zookeeper redis postgres mysql testing metrics cli tls sasl-digest-md5; do
   cargo clippy --quiet --no-default-features --features "$feature" -- -D warnings
 done
 echo "feature-check: the core alone and each feature alone build clean"

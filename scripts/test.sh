@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite against real servers (ZooKeeper, Redis, PostgreSQL) the tests start
+# The whole test suite against real servers (ZooKeeper, Redis, PostgreSQL, MariaDB) the tests start
 # themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-zookeeper.sh --interop
 scripts/ensure-redis.sh
 scripts/ensure-postgres.sh
+scripts/ensure-mariadb.sh
 
-servers='zklock-zk-|zklock-redis-|zklock-pg-'
+servers='zklock-zk-|zklock-redis-|zklock-pg-|zklock-mariadb-'
 before=$(pgrep -f "$servers" | sort || true)
 cargo test --all-features --all-targets -- "$@"
 cargo test --all-features --doc
@@ -20,4 +21,4 @@ if [ -n "$left" ]; then
   ps -o pid,args -p $left >&2 || true
   exit 1
 fi
-echo "no ZooKeeper, Redis or PostgreSQL process left behind"
+echo "no ZooKeeper, Redis, PostgreSQL or MariaDB process left behind"

@@ -1,8 +1,9 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `zk://`, `redis://`, `rediss://`, `postgres://` and `postgresql://` URLs give the same
-//! recipes with the same options and defaults (sqlx's `AnyPool` is the model).
+//! `zk://`, `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` and
+//! `mariadb://` URLs give the same recipes with the same options and defaults (sqlx's
+//! `AnyPool` is the model).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,8 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The URL schemes [`connect`] takes in this build.
-const SCHEMES: &str = "zk://, redis://, rediss://, postgres://, postgresql://";
+const SCHEMES: &str =
+    "zk://, redis://, rediss://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///
@@ -100,7 +102,7 @@ impl AnyClient {
         }
     }
 
-    /// Which backend the URL named: `"zookeeper"`, `"redis"` or `"postgres"`.
+    /// Which backend the URL named: `"zookeeper"`, `"redis"`, `"postgres"` or `"mysql"`.
     pub fn backend(&self) -> &'static str {
         self.inner.name()
     }
@@ -191,8 +193,9 @@ impl AnyClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a scheme that is not one of `zk://`, `redis://`,
-    /// `rediss://`, `postgres://`, `postgresql://`, or whose backend this build left out (its
-    /// cargo feature), before any I/O; otherwise as the backend's own `connect`.
+    /// `rediss://`, `postgres://`, `postgresql://`, `mysql://`, `mariadb://`, or whose backend
+    /// this build left out (its cargo feature), before any I/O; otherwise as the backend's own
+    /// `connect`.
     pub fn connect(self) -> Result<AnyClient> {
         let Some((scheme, _)) = self.url.split_once("://") else {
             return Err(Error::invalid(format!(
@@ -205,6 +208,7 @@ impl AnyClientBuilder {
             "zk" => zookeeper::connect(&self, op)?,
             "redis" | "rediss" => redis::connect(&self, op)?,
             "postgres" | "postgresql" => postgres::connect(&self, op)?,
+            "mysql" | "mariadb" => mysql::connect(&self, op)?,
             other => {
                 return Err(Error::invalid(format!(
                     "unknown lock URL scheme {other}://: use one of {SCHEMES}"
@@ -701,6 +705,111 @@ mod postgres {
 
     #[cfg(feature = "postgres")]
     adapters!(PgReadWriteLock, PgSemaphore, PgLease, PgLeaderLatch);
+}
+
+mod mysql {
+    use super::*;
+
+    #[cfg(not(feature = "mysql"))]
+    pub(super) fn connect(_: &AnyClientBuilder, _: Duration) -> Result<Arc<dyn Backend>> {
+        Err(not_built("mysql"))
+    }
+
+    #[cfg(feature = "mysql")]
+    pub(super) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
+        let client = MySqlClient::builder(&b.url)
+            .session_timeout(b.session_timeout)
+            .connect_timeout(b.connect_timeout)
+            .operation_timeout(op)
+            .connect()?;
+        Ok(Arc::new(client))
+    }
+
+    #[cfg(feature = "mysql")]
+    use crate::mysql::{
+        MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore,
+    };
+
+    #[cfg(feature = "mysql")]
+    impl Backend for MySqlClient {
+        fn name(&self) -> &'static str {
+            "mysql"
+        }
+        fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
+            Ok(Arc::new(MySqlMutex::new(self, name)?))
+        }
+        fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
+            Ok(Box::new(MySqlReadWriteLock::new(self, name)?))
+        }
+        fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
+            Ok(Box::new(MySqlSemaphore::new(self, name, max_leases)?))
+        }
+        fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
+            Ok(Box::new(MySqlLeaderLatch::start(self, name)?))
+        }
+        fn state(&self) -> ConnectionState {
+            MySqlClient::state(self)
+        }
+        fn close(&self) {
+            MySqlClient::close(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl ReadWrite for MySqlReadWriteLock {
+        fn read(&self) -> &dyn Lock {
+            self.read_lock()
+        }
+        fn write(&self) -> &dyn Lock {
+            self.write_lock()
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Semaphore for MySqlSemaphore {
+        fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>> {
+            let lease = match timeout {
+                None => Some(MySqlSemaphore::acquire(self)?),
+                Some(t) => MySqlSemaphore::acquire_timeout(self, t)?,
+            };
+            Ok(lease.map(|l| AnyLease { inner: Box::new(l) }))
+        }
+        fn cancel_waiters(&self) {
+            MySqlSemaphore::cancel_waiters(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Latch for MySqlLeaderLatch {
+        fn has_leadership(&self) -> bool {
+            MySqlLeaderLatch::has_leadership(self)
+        }
+        fn epoch(&self) -> Option<u64> {
+            MySqlLeaderLatch::epoch(self)
+        }
+        fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool> {
+            match timeout {
+                None => MySqlLeaderLatch::await_leadership(self).map(|_| true),
+                Some(t) => MySqlLeaderLatch::await_leadership_timeout(self, t),
+            }
+        }
+        fn close(&self) {
+            MySqlLeaderLatch::close(self)
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    impl Lease for MySqlLease {
+        fn fencing_token(&self) -> u64 {
+            MySqlLease::fencing_token(self)
+        }
+        fn health(&self) -> LockHealth {
+            MySqlLease::health(self)
+        }
+        fn release(self: Box<Self>) -> Result<()> {
+            (*self).release()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,10 @@
 //! | many readers or one writer on PostgreSQL | `PgReadWriteLock` (feature `postgres`) |
 //! | at most N holders on PostgreSQL | `PgSemaphore` (feature `postgres`) |
 //! | one leader among many on PostgreSQL | `PgLeaderLatch` (feature `postgres`) |
+//! | a mutex on MySQL or MariaDB, shared with any SQL client | `MySqlMutex` (feature `mysql`) |
+//! | many readers or one writer on MySQL or MariaDB | `MySqlReadWriteLock` (feature `mysql`) |
+//! | at most N holders on MySQL or MariaDB | `MySqlSemaphore` (feature `mysql`) |
+//! | one leader among many on MySQL or MariaDB | `MySqlLeaderLatch` (feature `mysql`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`], [`KazooElection`] (kazoo's layout; see below) |
@@ -204,9 +208,15 @@
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
 //!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
+//! * `mysql` — the MySQL / MariaDB backend: `MySqlClient`, `MySqlMutex` on `GET_LOCK`,
+//!   `MySqlReadWriteLock`, `MySqlSemaphore` and `MySqlLeaderLatch`, a
+//!   connection per hold and per waiting thread, with `wait_timeout` set from the session
+//!   timeout so the server frees a silent holder, health and fencing tokens from a counter
+//!   table. On the `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
-//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`). Pulls in `tempfile`
+//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`; with `mysql`, a
+//!   MariaDB server: `TestingMariaDb`). Pulls in `tempfile`
 //!   and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the
 //!   [`metrics`](https://docs.rs/metrics) facade (acquisitions, timeouts, health changes, wait
@@ -280,6 +290,8 @@
 
 mod any;
 mod core;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -304,6 +316,12 @@ pub use crate::core::multi::InterProcessMultiLock;
 pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
+};
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use crate::mysql::{
+    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock,
+    MySqlSemaphore,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

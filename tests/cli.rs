@@ -1283,3 +1283,93 @@ mod on_postgres {
         assert!(err.contains("cannot use TLS yet"), "{err}");
     }
 }
+
+#[cfg(feature = "mysql")]
+mod on_mariadb {
+    use super::*;
+    use zklock::testing::TestingMariaDb;
+
+    fn zklock_my(server: &TestingMariaDb, args: &[&str]) -> Command {
+        let mut c = Command::new(ZKLOCK);
+        c.arg("--connect").arg(server.url()).args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn run_my(server: &TestingMariaDb, name: &str, opts: &[&str], command: &[String]) -> Command {
+        let mut c = zklock_my(server, &["run", name]);
+        c.args(opts).arg("--").args(command);
+        c
+    }
+
+    #[test]
+    fn elect_and_a_semaphore_on_mariadb() {
+        let server = TestingMariaDb::start().unwrap();
+        let scratch = Scratch::new();
+        let log = scratch.file("log");
+        let never = scratch.file("never");
+        let elect = |name: &str| {
+            let mut c = zklock_my(&server, &["elect", "leader", "--id", name, "--"]);
+            c.args(worker(&log, name, Some(&never), 0));
+            Proc::spawn(c)
+        };
+        let mut a = elect("a");
+        wait_for("a to lead", || entered(&log, "a"));
+        let mut b = elect("b");
+        // Time to queue: b must not lead while a does.
+        thread::sleep(Duration::from_millis(500));
+        assert!(!entered(&log, "b"));
+        a.signal("TERM");
+        assert_eq!(a.code(), 143, "the command's own status after SIGTERM");
+        wait_for("b to lead", || entered(&log, "b"));
+        assert!(token(&log, "b") > token(&log, "a"));
+        b.signal("TERM");
+        assert_eq!(b.code(), 143);
+
+        // Two leases of two: a third run times out with 124.
+        let go = scratch.file("go");
+        let opts = ["--semaphore", "2"];
+        let _c = Proc::spawn(run_my(
+            &server,
+            "sem",
+            &opts,
+            &worker(&log, "c", Some(&go), 0),
+        ));
+        let _d = Proc::spawn(run_my(
+            &server,
+            "sem",
+            &opts,
+            &worker(&log, "d", Some(&go), 0),
+        ));
+        wait_for("two to hold", || entered(&log, "c") && entered(&log, "d"));
+        let mut e = Proc::spawn(run_my(
+            &server,
+            "sem",
+            &["--semaphore", "2", "--timeout", "300ms"],
+            &worker(&log, "e", None, 0),
+        ));
+        assert_eq!(e.code(), 124);
+        assert!(!entered(&log, "e"));
+        fs::write(&go, "").unwrap();
+    }
+
+    #[test]
+    fn bad_input_and_commands_not_built_say_so_on_mariadb() {
+        let server = TestingMariaDb::start().unwrap();
+        let out = zklock_my(&server, &["holders", "x"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not yet on MySQL"), "{err}");
+        let wrong = server.url_as("zklock", "wrong", "zklock");
+        let out = Command::new(ZKLOCK)
+            .args(["--connect", &wrong, "run", "x", "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(
+            err.contains("cannot connect to MySQL") && err.contains("Access denied"),
+            "{err}"
+        );
+    }
+}

@@ -169,6 +169,11 @@ pub enum Error {
     /// the server's words and SQLSTATE code.
     #[error("PostgreSQL error: {0}")]
     Postgres(String),
+    /// An error answer of a MySQL or MariaDB server that zklock has no better variant for (an
+    /// unknown database, a missing privilege, a setup where `GET_LOCK` cannot exclude), with
+    /// the server's words and error code.
+    #[error("MySQL error: {0}")]
+    MySql(String),
 }
 
 /// `Result<T, zklock::Error>`.

@@ -70,6 +70,8 @@ mod config;
 mod fence;
 mod four_letter;
 mod instance;
+#[cfg(feature = "mysql")]
+mod mariadb;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod process;
@@ -85,6 +87,9 @@ pub use fence::{
     FenceClient, FenceEvent, FenceEventKind, FenceReport, FencedRegister, Overlap, WorkerStats,
     WriteOutcome,
 };
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use mariadb::TestingMariaDb;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::TestingPostgres;

@@ -28,10 +28,27 @@ impl Default for Opts {
 pub trait Backend: Sync {
     /// The module the scenarios run in for this backend (a worker process finds itself by it).
     fn name(&self) -> &'static str;
+    /// What [`AnyClient::backend`] says for it (the module's name unless told).
+    fn client_backend(&self) -> &'static str {
+        self.name()
+    }
     /// Starts a throwaway server on a free loopback port.
     fn start(&self) -> Box<dyn Server>;
     /// Whether waiters are granted in arrival order.
     fn fifo(&self) -> bool;
+    /// Whether the backend has a read-write lock (its scenarios are skipped, and say so, if
+    /// not).
+    fn has_read_write(&self) -> bool {
+        true
+    }
+    /// Whether the backend has a semaphore.
+    fn has_semaphore(&self) -> bool {
+        true
+    }
+    /// Whether the backend has a leader latch.
+    fn has_latch(&self) -> bool {
+        true
+    }
 
     /// A Client of the server at `url`.
     fn connect(&self, url: &str, opts: Opts) -> AnyClient {
@@ -41,7 +58,7 @@ pub trait Backend: Sync {
             .operation_timeout(opts.op)
             .connect()
             .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-        assert_eq!(client.backend(), self.name());
+        assert_eq!(client.backend(), self.client_backend());
         client
     }
 }
@@ -131,3 +148,26 @@ impl Backend for Postgres {
 
 #[cfg(feature = "postgres")]
 server!(zklock::testing::TestingPostgres, |s| s.url());
+
+#[cfg(feature = "mysql")]
+pub struct Mariadb;
+
+#[cfg(feature = "mysql")]
+impl Backend for Mariadb {
+    fn name(&self) -> &'static str {
+        "mariadb"
+    }
+    fn client_backend(&self) -> &'static str {
+        "mysql"
+    }
+    fn start(&self) -> Box<dyn Server> {
+        Box::new(zklock::testing::TestingMariaDb::start().expect("start MariaDB"))
+    }
+    /// Measured on MariaDB 10.11: `GET_LOCK` waiters are granted in the order they asked.
+    fn fifo(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "mysql")]
+server!(zklock::testing::TestingMariaDb, |s| s.url());

@@ -106,3 +106,5 @@ backend!(zookeeper => backends::ZooKeeper);
 backend!(redis => backends::Redis);
 #[cfg(feature = "postgres")]
 backend!(postgres => backends::Postgres);
+#[cfg(feature = "mysql")]
+backend!(mariadb => backends::Mariadb);

@@ -54,6 +54,10 @@ pub fn exclusion(b: &dyn Backend) {
 /// Waiters of three Clients queued one after another are granted in that order.
 pub fn fifo(b: &dyn Backend) {
     if !b.fifo() {
+        println!(
+            "{}: SKIPPED fifo: the backend does not promise arrival order",
+            b.name()
+        );
         return;
     }
     let server = b.start();
@@ -356,6 +360,14 @@ pub fn frozen_server(b: &dyn Backend) {
     assert_eq!(results, [true; 4], "calls overran their bounds (see above)");
 }
 
+/// Says that `scenario` is skipped on `b`, which does not have `recipe`: never a silent pass.
+fn skipped(b: &dyn Backend, scenario: &str, recipe: &str) {
+    println!(
+        "{}: SKIPPED {scenario}: the backend has no {recipe} (see its docs page)",
+        b.name()
+    );
+}
+
 /// Names and durations that cannot work are refused before any I/O, and none panics.
 pub fn bad_input(b: &dyn Backend) {
     let server = b.start();
@@ -378,6 +390,12 @@ pub fn bad_input(b: &dyn Backend) {
         a.semaphore("zero-leases", 0).is_err(),
         "a semaphore of no lease"
     );
+    if !b.has_semaphore() {
+        assert!(
+            matches!(a.semaphore("sem", 2), Err(Error::InvalidArgument(_))),
+            "a semaphore the backend does not have is refused"
+        );
+    }
     let lock = a.mutex("durations").unwrap();
     assert!(lock.acquire_timeout(Duration::MAX).unwrap());
     assert!(lock.release_timeout(Duration::MAX).is_ok());
@@ -386,6 +404,9 @@ pub fn bad_input(b: &dyn Backend) {
 /// Six threads on three Clients share a semaphore of two leases: never three inside; two
 /// leases are held at once and a third is refused until one is given back.
 pub fn semaphore_at_most_n(b: &dyn Backend) {
+    if !b.has_semaphore() {
+        return skipped(b, "semaphore_at_most_n", "semaphore");
+    }
     let server = b.start();
     let log = Arc::new(Log::default());
     let mut threads = Vec::new();
@@ -441,6 +462,9 @@ pub fn semaphore_at_most_n(b: &dyn Backend) {
 /// Readers share, a writer is alone, and a writer that waits goes before readers that came
 /// after it.
 pub fn read_write(b: &dyn Backend) {
+    if !b.has_read_write() {
+        return skipped(b, "read_write", "read-write lock");
+    }
     let server = b.start();
     let log = Arc::new(Log::default());
     let conns: Vec<AnyClient> = (0..2).map(|_| connect(b, &server.url())).collect();
@@ -498,6 +522,9 @@ pub fn read_write(b: &dyn Backend) {
 /// Three latches on three Clients: one leader at a time; when it leaves another leads, with a
 /// higher epoch.
 pub fn leader_latch(b: &dyn Backend) {
+    if !b.has_latch() {
+        return skipped(b, "leader_latch", "leader latch");
+    }
     let server = b.start();
     let conns: Vec<_> = (0..3).map(|_| connect(b, &server.url())).collect();
     let mut latches: Vec<_> = conns

@@ -45,7 +45,8 @@ pub struct Cli {
 pub struct Global {
     /// ZooKeeper connect string (host:port,...), a Redis URL
     /// (redis://[[user]:password@]host[:port][/db]) or a PostgreSQL URL
-    /// (postgres://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT
+    /// (postgres://user:password@host[:port]/database) or a MySQL / MariaDB URL
+    /// (mysql://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT
     #[arg(
         long,
         global = true,

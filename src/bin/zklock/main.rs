@@ -3,15 +3,17 @@
 #![deny(unsafe_code)]
 
 mod args;
+#[cfg(feature = "mysql")]
+mod backend_mysql;
 #[cfg(feature = "postgres")]
 mod backend_postgres;
 #[cfg(feature = "redis")]
 mod backend_redis;
 mod child;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 mod contender;
 mod elect;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 mod elect_latch;
 mod holders;
 mod revoke;
@@ -98,12 +100,13 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
 }
 
 /// The server `--connect` names: ZooKeeper hosts, a `redis://` (`rediss://`) URL or a
-/// `postgres://` (`postgresql://`) URL.
+/// `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     ZooKeeper,
     Redis,
     Postgres,
+    MySql,
 }
 
 /// What each backend does for the commands every backend has.
@@ -125,6 +128,7 @@ impl Backend {
         match scheme.as_str() {
             "redis" | "rediss" => Backend::Redis,
             "postgres" | "postgresql" => Backend::Postgres,
+            "mysql" | "mariadb" => Backend::MySql,
             _ => Backend::ZooKeeper,
         }
     }
@@ -149,12 +153,18 @@ impl Backend {
                 holders: backend_postgres::holders,
                 watch: backend_postgres::watch,
             },
+            Backend::MySql => Commands {
+                contender: backend_mysql::contender,
+                elect: backend_mysql::elect,
+                holders: backend_mysql::holders,
+                watch: backend_mysql::watch,
+            },
         }
     }
 }
 
 /// A backend's commands in a build without it: each says how to build it in.
-#[cfg(not(all(feature = "redis", feature = "postgres")))]
+#[cfg(not(all(feature = "redis", feature = "postgres", feature = "mysql")))]
 macro_rules! missing_backend {
     ($module:ident, $name:literal, $features:literal) => {
         mod $module {
@@ -194,6 +204,8 @@ macro_rules! missing_backend {
 missing_backend!(backend_redis, "Redis", "cli,redis");
 #[cfg(not(feature = "postgres"))]
 missing_backend!(backend_postgres, "PostgreSQL", "cli,postgres");
+#[cfg(not(feature = "mysql"))]
+missing_backend!(backend_mysql, "MySQL", "cli,mysql");
 
 /// A connected ZooKeeper Client from the global options.
 pub fn connect(global: &Global) -> CliResult<Client> {

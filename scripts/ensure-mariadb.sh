@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Makes sure Debian's MariaDB server and client are present (the MySQL backend's tests start
+# their own servers with mariadb-install-db and mariadbd, and talk to them as root with the
+# `mariadb` client over their socket), installing the package with apt-get if not. Oracle's
+# MySQL is not in Debian's archive: the tests run on MariaDB only. Nothing is installed when
+# MARIADB_BINDIR names a directory with your own.
+set -euo pipefail
+
+need=()
+if [ -z "${MARIADB_BINDIR:-}" ] && ! [ -x /usr/sbin/mariadbd ]; then
+  need+=(mariadb-server)
+fi
+command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+echo "zklock: installing ${need[*]} with apt-get" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# The package's own server is not wanted running (the tests start theirs): no service start
+# where there is no init system; where there is one, it is stopped again.
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet mariadb 2>/dev/null; then
+  $sudo systemctl stop mariadb || true
+fi

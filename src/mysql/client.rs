@@ -1,0 +1,790 @@
+//! [`MySqlClient`]: the options, sessions and threads every MySQL lock of one Client shares.
+//!
+//! A `GET_LOCK` lock belongs to the server session (connection) that took it, so a lock holds,
+//! and a waiter waits, on a session of its own, opened with the server-side limits that make
+//! the server end a silent one within the session timeout.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use parking_lot::{Condvar, Mutex};
+
+use super::session::{code, connect_error, Session};
+use crate::core::connection::{forward_connection_api, ConnectionState, States};
+use crate::core::error::{Error, Result};
+use crate::core::health::LockHealth;
+use crate::core::hold::Report;
+use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::listeners::{start_events_thread, Dispatch};
+use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
+
+/// The table of fencing tokens: one counter row per lock key, bumped at each grant.
+pub(crate) const TOKENS: &str = "zklock_tokens";
+
+/// A connection to one MySQL or MariaDB server (the primary of a replicated set), shared by
+/// every MySQL lock made from it. Cheap to clone; its sessions and threads end with the last
+/// clone or [`close`](MySqlClient::close).
+///
+/// # Sessions
+/// A `GET_LOCK` lock belongs to the server session that took it, so each held lock and each
+/// waiting thread uses a connection of its own: size the server's `max_connections` for the
+/// locks you hold and the threads that wait at once. Every session sets `wait_timeout`,
+/// `net_read_timeout` and `net_write_timeout` to the session timeout (in whole seconds,
+/// rounded up): the server ends a session silent for that long — a holder that crashed, froze
+/// or was cut off — and frees its locks. A holding session sends a heartbeat (`COM_PING`) at
+/// a third of the session timeout. Every connection has TCP keepalives (from a third of the
+/// session timeout) and a TCP user timeout of the session timeout, so that a wait on a server
+/// whose machine or network is gone ends too.
+///
+/// # The server
+/// `GET_LOCK` is a lock in one server's memory: it is not replicated. The Client refuses, at
+/// connect, a server where it cannot exclude: MariaDB Galera (`@@wsrep_on`), MySQL Group
+/// Replication in multi-primary mode, TiDB. Behind a proxy that may send two connections to
+/// two servers (ProxySQL with several writers, a Vitess tablet pool), it cannot exclude
+/// either, and the Client cannot tell: connect to one primary.
+///
+/// The fencing tokens are counters in the table `zklock_tokens` of the URL's database, created
+/// at connect if missing (the user needs `CREATE`, `INSERT` and `UPDATE` on it).
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use zklock::{MySqlClient, MySqlMutex};
+///
+/// # fn main() -> zklock::Result<()> {
+/// let client = MySqlClient::builder("mysql://app:secret@127.0.0.1:3306/app")
+///     .session_timeout(Duration::from_secs(10))
+///     .connect()?;
+/// let mutex = MySqlMutex::new(&client, "ledger")?;
+/// let guard = mutex.lock()?;
+/// println!("token {}", guard.fencing_token());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MySqlClient {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    /// The options of every session (its settings among them).
+    opts: mysql::Opts,
+    /// The server and database, without a password, for messages.
+    shown: String,
+    version: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) retry: Arc<dyn RetryPolicy>,
+    closed: Arc<AtomicBool>,
+    dispatch: Dispatch,
+    events_thread: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) states: Arc<States>,
+    /// The sessions waiting for a lock now.
+    waiters: Mutex<Vec<Waiter>>,
+    /// The sessions holding a lock now, which the keeper keeps alive.
+    holds: Mutex<Vec<Kept>>,
+    next_hold: AtomicU64,
+    /// The Client's own session: `KILL`s and its heartbeat when nothing is held.
+    side: Mutex<Option<Session>>,
+    /// Wakes the keeper at close.
+    wake: Condvar,
+    keeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A thread waiting for a lock on `session`, for `cancel_waiters` (of the lock `owner`) and
+/// `close`. `done` is set by the waiter when its answer is in: from then on the session is
+/// not killed (it may hold).
+pub(crate) struct Waiter {
+    pub(crate) owner: usize,
+    pub(crate) session: Arc<Session>,
+    pub(crate) done: Arc<AtomicBool>,
+}
+
+/// A hold the keeper keeps alive.
+struct Kept {
+    id: u64,
+    session: Arc<Session>,
+    lease: Arc<LocalLease>,
+    report: Report,
+}
+
+/// Options of a [`MySqlClient`], from [`MySqlClient::builder`].
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::MySqlClient::builder("mariadb://app:secret@db.internal/app")
+///     .connect_timeout(std::time::Duration::from_secs(2))
+///     .connect()?;
+/// # Ok(()) }
+/// ```
+pub struct MySqlClientBuilder {
+    url: String,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    operation_timeout: Option<Duration>,
+    retry: Option<Arc<dyn RetryPolicy>>,
+}
+
+impl MySqlClient {
+    /// Connects with the default options (session timeout 30 s, connection timeout 5 s).
+    ///
+    /// # Errors
+    /// As [`MySqlClientBuilder::connect`].
+    pub fn connect(url: &str) -> Result<MySqlClient> {
+        MySqlClient::builder(url).connect()
+    }
+
+    /// Options for a Client of the server at `url`:
+    /// `mysql://[user[:password]@]host[:port]/database[?param=value&…]` (or `mariadb://`),
+    /// with the `mysql` crate's URL parameters (`require_ssl=true`, `verify_ca`,
+    /// `verify_identity`, … with the `tls` feature). The database is where the fencing
+    /// tokens' table lives: it must be given.
+    pub fn builder(url: &str) -> MySqlClientBuilder {
+        MySqlClientBuilder {
+            url: url.to_owned(),
+            session_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            operation_timeout: None,
+            retry: None,
+        }
+    }
+
+    /// The session timeout: the server ends a holder's session silent for this long, and its
+    /// locks with it.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session_timeout
+    }
+
+    /// The server's version (`@@version`, e.g. `10.11.19-MariaDB-0+deb12u1`).
+    pub fn server_version(&self) -> &str {
+        &self.inner.version
+    }
+
+    /// Ends every session of this Client: when it returns, each hold reads `Lost` and its
+    /// connection has been shut down (the server frees its lock as it reads the end); each
+    /// waiter ends with [`Error::Closed`] at once, its wait ended on the server by
+    /// `KILL CONNECTION` from the Client's own session. Later calls fail with
+    /// [`Error::Closed`].
+    ///
+    /// # Blocking
+    /// With waiters, until the server has answered the `KILL`s (at most the connection
+    /// timeout plus the operation timeout); then at most about a quarter second more (the
+    /// events thread's poll).
+    pub fn close(&self) {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let holds: Vec<Kept> = inner.holds.lock().drain(..).collect();
+        for kept in holds {
+            kept.session.end();
+            (kept.report)(LockHealth::Lost);
+        }
+        let waiting: Vec<Arc<Session>> = inner
+            .waiters
+            .lock()
+            .iter()
+            .map(|w| w.session.clone())
+            .collect();
+        for session in &waiting {
+            session.end();
+        }
+        for session in &waiting {
+            inner.kill(session.id);
+        }
+        if let Some(side) = inner.side.lock().take() {
+            side.close();
+        }
+        inner.wake.notify_all();
+        if let Some(t) = inner.events_thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+
+    /// The connection state now: `Connected` from the start, `Suspended` once the server
+    /// stops answering the heartbeats (a hold's, or the Client's own when nothing is held),
+    /// `Lost` once a whole session timeout has passed since it last answered (the server has
+    /// ended, or will end, every session of the Client, and freed their locks),
+    /// `Reconnected` when it answers again.
+    pub fn state(&self) -> ConnectionState {
+        self.inner.states.state()
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+forward_connection_api!(MySqlClient, inner.states);
+
+impl MySqlClientBuilder {
+    /// The session timeout (default 30 s, from 1 s to a day): how long the server keeps a
+    /// holder's session (and its locks) that has gone silent, and so how long the others wait
+    /// for a dead holder. The server's timers count whole seconds: it is rounded up.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long opening a session may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one statement that does not wait for a lock may wait for its answer
+    /// (default: the connection timeout).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// How calls retry when a session fails or cannot be opened (default: exponential backoff
+    /// from 100 ms, 3 retries).
+    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
+        self.retry = Some(Arc::new(policy));
+        self
+    }
+
+    /// Checks the options, opens a session, checks the server, creates the tokens' table if
+    /// missing and starts the Client's threads.
+    ///
+    /// # Blocking
+    /// At most the connection timeout plus a few operation timeouts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL (no database among them) or duration, before
+    /// any I/O; [`Error::ConnectFailed`] with the cause when the server cannot be reached
+    /// ([`Error::Io`]), refuses the user or password ([`Error::AuthFailed`]), has no such
+    /// database ([`Error::MySql`]), or is a setup where `GET_LOCK` cannot exclude
+    /// ([`Error::MySql`]: Galera, multi-primary Group Replication, TiDB).
+    pub fn connect(self) -> Result<MySqlClient> {
+        let (opts, shown) = self.check()?;
+        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        let secs = whole_seconds(self.session_timeout);
+        let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(self.connect_timeout))
+            .read_timeout(Some(operation_timeout))
+            .write_timeout(Some(operation_timeout))
+            .prefer_socket(false)
+            // A server whose machine or network is gone: the kernel ends the connection
+            // within about the session timeout, so a wait without limit ends too.
+            // In whole seconds, as the kernel counts them (0 would be refused).
+            .tcp_keepalive_time_ms(Some(1000 * whole_seconds(self.session_timeout / 3) as u32))
+            .tcp_keepalive_probe_interval_secs(Some(whole_seconds(self.session_timeout / 9) as u32))
+            .tcp_keepalive_probe_count(Some(3))
+            .tcp_user_timeout_ms(Some(millis(self.session_timeout)))
+            .init(vec![format!(
+                "SET SESSION wait_timeout = {secs}, net_read_timeout = {secs}, \
+                 net_write_timeout = {secs}, autocommit = 1"
+            )])
+            .into();
+        let failed = |cause: Error| Error::ConnectFailed {
+            hosts: shown.clone(),
+            cause: Box::new(cause),
+        };
+        let sent = boot_clock();
+        let probe = Session::open(&opts).map_err(|e| failed(connect_error(&e)))?;
+        let version = probe
+            .with(Some(operation_timeout), operation_timeout, |c| {
+                let version: Option<String> = c.query_first("SELECT @@version")?;
+                let vars: Vec<(String, String)> = c.query(
+                    "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', \
+                     'group_replication_single_primary_mode', 'group_replication_group_name')",
+                )?;
+                Ok((version.unwrap_or_default(), vars))
+            })
+            .map_err(failed)?;
+        if let Some(why) = refusal(&version.0, &version.1) {
+            return Err(failed(Error::MySql(why)));
+        }
+        probe
+            .with(Some(operation_timeout), operation_timeout, |c| {
+                c.query_drop(format!(
+                    "CREATE TABLE IF NOT EXISTS {TOKENS} (\
+                     name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL \
+                     PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
+                ))
+            })
+            .map_err(|e| {
+                failed(match e {
+                    Error::MySql(why) => Error::MySql(format!(
+                        "cannot create the fencing tokens' table {TOKENS}: {why}"
+                    )),
+                    other => other,
+                })
+            })?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let (events, events_thread) = start_events_thread("zklock-mysql-events", closed.clone())?;
+        let dispatch: Dispatch = {
+            let events = events.clone();
+            Arc::new(move |f| {
+                let _ = events.send(f);
+            })
+        };
+        let states = Arc::new(States::new(
+            "MySQL",
+            self.session_timeout,
+            sent,
+            dispatch.clone(),
+        ));
+        let inner = Arc::new(Inner {
+            opts,
+            shown,
+            version: version.0,
+            session_timeout: self.session_timeout,
+            operation_timeout,
+            retry: self.retry.unwrap_or_else(|| {
+                Arc::new(
+                    ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
+                        .expect("constant parameters are valid"),
+                )
+            }),
+            closed,
+            dispatch,
+            events_thread: Mutex::new(Some(events_thread)),
+            states,
+            waiters: Mutex::default(),
+            holds: Mutex::default(),
+            next_hold: AtomicU64::new(0),
+            side: Mutex::new(Some(probe)),
+            wake: Condvar::new(),
+            keeper: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&inner);
+        let keeper = std::thread::Builder::new()
+            .name("zklock-mysql-keeper".into())
+            .spawn(move || keep_alive(weak))
+            .map_err(|e| Error::thread_start("zklock-mysql-keeper", &e))?;
+        *inner.keeper.lock() = Some(keeper);
+        Ok(MySqlClient { inner })
+    }
+
+    /// Everything that can be known without I/O: the options from the URL, and the URL
+    /// without its password.
+    fn check(&self) -> Result<(mysql::Opts, String)> {
+        let url = self.url.trim();
+        let rest = url
+            .strip_prefix("mysql://")
+            .or_else(|| url.strip_prefix("mariadb://"))
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{:?}: a MySQL URL starts with mysql:// or mariadb:// \
+                     (mysql://[user[:password]@]host[:port]/database[?param=value])",
+                    hide_password(url)
+                ))
+            })?;
+        let opts = mysql::Opts::from_url(&format!("mysql://{rest}")).map_err(|e| {
+            Error::invalid(format!("{:?} is not a MySQL URL: {e}", hide_password(url)))
+        })?;
+        if opts.get_db_name().is_none_or(str::is_empty) {
+            return Err(Error::invalid(format!(
+                "{:?} names no database: give one (mysql://user:pw@host/DATABASE), where the \
+                 fencing tokens' table {TOKENS} is kept",
+                hide_password(url)
+            )));
+        }
+        if self.session_timeout < Duration::from_secs(1)
+            || self.session_timeout > Duration::from_secs(86_400)
+        {
+            return Err(Error::invalid(format!(
+                "the session timeout must be from 1 s to a day, not {:?}",
+                self.session_timeout
+            )));
+        }
+        if self.connect_timeout.is_zero() || self.operation_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid(
+                "the connection and operation timeouts must not be zero",
+            ));
+        }
+        let shown = format!(
+            "{}:{}/{}",
+            opts.get_ip_or_hostname(),
+            opts.get_tcp_port(),
+            opts.get_db_name().unwrap_or_default()
+        );
+        Ok((opts, shown))
+    }
+}
+
+/// Why `GET_LOCK` cannot exclude on a server of `version` with `vars` (`SHOW VARIABLES` of
+/// `wsrep_on` and Group Replication's), if it cannot.
+pub(crate) fn refusal(version: &str, vars: &[(String, String)]) -> Option<String> {
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    if version.contains("TiDB") {
+        return Some(format!(
+            "the server is TiDB ({version}): its GET_LOCK is not one lock across the cluster's \
+             servers, so zklock's MySQL locks cannot exclude there"
+        ));
+    }
+    if var("wsrep_on").is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1") {
+        return Some(
+            "the server is a Galera cluster node (@@wsrep_on = ON): GET_LOCK is not replicated \
+             to the other nodes (MariaDB refuses it under wsrep), so zklock's MySQL locks \
+             cannot exclude there; connect to a server outside the cluster"
+                .into(),
+        );
+    }
+    if var("group_replication_group_name").is_some_and(|v| !v.is_empty())
+        && var("group_replication_single_primary_mode")
+            .is_some_and(|v| v.eq_ignore_ascii_case("OFF"))
+    {
+        return Some(
+            "the server is in a multi-primary Group Replication group: GET_LOCK is one \
+             server's and certification ignores it, so zklock's MySQL locks cannot exclude \
+             there"
+                .into(),
+        );
+    }
+    None
+}
+
+/// `d` in milliseconds, at least 1.
+fn millis(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)
+}
+
+/// `d` in whole seconds, rounded up, at least 1.
+pub(crate) fn whole_seconds(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
+
+/// `url` with its password replaced by `***`.
+fn hide_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some(parts) => parts,
+        None => return url.to_owned(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+impl Inner {
+    pub(crate) fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Runs callbacks on the Client's events thread.
+    pub(crate) fn dispatch(&self) -> Dispatch {
+        self.dispatch.clone()
+    }
+
+    /// A new session.
+    pub(crate) fn session(&self) -> Result<Session> {
+        if self.closed() {
+            return Err(Error::Closed);
+        }
+        Session::open(&self.opts).map_err(|e| super::session::error(&e))
+    }
+
+    /// Registers a waiter; it is taken out by [`forget_waiter`](Self::forget_waiter).
+    pub(crate) fn add_waiter(&self, waiter: Waiter) {
+        self.waiters.lock().push(waiter);
+    }
+
+    pub(crate) fn forget_waiter(&self, session: &Arc<Session>) {
+        self.waiters
+            .lock()
+            .retain(|w| !Arc::ptr_eq(&w.session, session));
+    }
+
+    /// Ends the waits of lock `owner` whose answer is not in: their sessions are shut down
+    /// here and killed on the server.
+    pub(crate) fn cancel_waiters(&self, owner: usize) {
+        let waiting: Vec<Arc<Session>> = self
+            .waiters
+            .lock()
+            .iter()
+            .filter(|w| w.owner == owner && !w.done.load(Ordering::SeqCst))
+            .map(|w| w.session.clone())
+            .collect();
+        for session in &waiting {
+            session.end();
+        }
+        for session in &waiting {
+            self.kill(session.id);
+        }
+    }
+
+    /// `KILL CONNECTION id` on the Client's own session (opened again if it has ended).
+    pub(crate) fn kill(&self, id: u32) {
+        let op = self.operation_timeout;
+        let mut side = self.side.lock();
+        for _ in 0..2 {
+            let session = match side.take().filter(|s| !s.ended()) {
+                Some(s) => s,
+                None => match Session::open(&self.opts) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!("zklock: cannot open a MySQL session to KILL {id}: {e}");
+                        return;
+                    }
+                },
+            };
+            let killed = session.with(Some(op), op, |c| {
+                c.query_drop(format!("KILL CONNECTION {id}"))
+            });
+            *side = Some(session);
+            match killed {
+                Ok(()) => return,
+                Err(Error::MySql(why))
+                    if why.contains(&format!("error {}", code::NO_SUCH_THREAD)) =>
+                {
+                    return
+                }
+                Err(Error::ConnectionLoss) => continue,
+                Err(e) => {
+                    tracing::debug!("zklock: KILL CONNECTION {id} failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Starts keeping `session` alive (its heartbeat), renewing `lease`; its health goes to
+    /// `report`. Returns the hold's number for [`forget`](Self::forget).
+    pub(crate) fn keep(
+        &self,
+        session: Arc<Session>,
+        lease: Arc<LocalLease>,
+        report: Report,
+    ) -> u64 {
+        let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
+        if self.closed() {
+            session.end();
+            report(LockHealth::Lost);
+            return id;
+        }
+        self.holds.lock().push(Kept {
+            id,
+            session,
+            lease,
+            report,
+        });
+        id
+    }
+
+    /// Stops keeping hold `id` alive.
+    pub(crate) fn forget(&self, id: u64) {
+        self.holds.lock().retain(|k| k.id != id);
+    }
+
+    /// Looks at every idle held session's socket: one the server has ended (`KILL`, a
+    /// shutdown, a restart) makes its hold `Lost` now rather than at its next heartbeat.
+    fn watch(&self) {
+        let ended: Vec<(u64, Arc<Session>, Report)> = self
+            .holds
+            .lock()
+            .iter()
+            .filter(|k| k.session.ended_by_server())
+            .map(|k| (k.id, k.session.clone(), k.report.clone()))
+            .collect();
+        for (id, session, report) in ended {
+            tracing::debug!(
+                "zklock: the server ended MySQL session {} of a hold",
+                session.id
+            );
+            session.end();
+            self.forget(id);
+            report(LockHealth::Lost);
+        }
+    }
+
+    /// One round of heartbeats: each hold's, or the Client's own when nothing is held.
+    fn beat(&self) {
+        let op = self
+            .operation_timeout
+            .min(self.session_timeout / 6)
+            .max(Duration::from_millis(10));
+        let holds: Vec<(u64, Arc<Session>, Arc<LocalLease>, Report)> = self
+            .holds
+            .lock()
+            .iter()
+            .map(|k| (k.id, k.session.clone(), k.lease.clone(), k.report.clone()))
+            .collect();
+        let mut heard = false;
+        for (id, session, lease, report) in holds {
+            let sent = boot_clock();
+            match session.ping(op) {
+                Ok(()) => {
+                    lease.heard_at(sent);
+                    self.states.heard(sent);
+                    heard = true;
+                }
+                Err(e) => {
+                    // Its session is gone or its state unknown: the server has freed the lock
+                    // or will, so the hold is lost, and its session is ended now.
+                    tracing::debug!("zklock: a MySQL hold's heartbeat failed: {e}");
+                    session.end();
+                    self.forget(id);
+                    report(LockHealth::Lost);
+                    self.states.failed();
+                }
+            }
+        }
+        if !heard && !self.closed() {
+            let sent = boot_clock();
+            let mut side = self.side.lock();
+            let beat = match side.take().filter(|s| !s.ended()) {
+                Some(s) => Ok(s),
+                None => Session::open(&self.opts).map_err(|e| super::session::error(&e)),
+            }
+            .and_then(|s| {
+                s.ping(op)?;
+                Ok(s)
+            });
+            match beat {
+                Ok(s) => {
+                    *side = Some(s);
+                    self.states.heard(sent);
+                }
+                Err(e) => {
+                    tracing::debug!("zklock: a MySQL Client heartbeat failed: {e}");
+                    self.states.failed();
+                }
+            }
+        }
+        self.states.judge();
+    }
+}
+
+/// The keeper thread: a round of heartbeats every third of the session timeout, and the
+/// connection state judged in between, until the Client closes or is dropped.
+fn keep_alive(inner: std::sync::Weak<Inner>) {
+    let Some(timeout) = inner.upgrade().map(|i| i.session_timeout) else {
+        return;
+    };
+    let tick = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+    let mut last = boot_clock();
+    loop {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.closed() {
+            return;
+        }
+        if boot_clock().saturating_sub(last) >= timeout / 3 {
+            last = boot_clock();
+            inner.beat();
+        } else {
+            inner.watch();
+            inner.states.judge();
+        }
+        let mut keeper = inner.keeper.lock();
+        if !inner.closed() {
+            inner.wake.wait_for(&mut keeper, tick);
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        for kept in self.holds.get_mut().drain(..) {
+            kept.session.end();
+        }
+    }
+}
+
+impl fmt::Debug for MySqlClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlClient")
+            .field("server", &self.inner.shown)
+            .field("version", &self.inner.version)
+            .field("session_timeout", &self.inner.session_timeout)
+            .field("closed", &self.inner.closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for MySqlClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlClientBuilder")
+            .field("url", &hide_password(&self.url))
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(b: MySqlClientBuilder) -> String {
+        match b.connect() {
+            Err(Error::InvalidArgument(why)) => why,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_urls_and_durations_are_refused_before_any_io() {
+        // Port 9 (discard): nothing is sent there, so these fail before any connection.
+        let why = refused(MySqlClient::builder("postgres://u:secret@127.0.0.1:9/db"));
+        assert!(why.contains("mysql://") && !why.contains("secret"), "{why}");
+        let why = refused(MySqlClient::builder("mysql://u:secret@127.0.0.1:9"));
+        assert!(
+            why.contains("names no database") && !why.contains("secret"),
+            "{why}"
+        );
+        let url = "mariadb://u:secret@127.0.0.1:9/db";
+        let why = refused(MySqlClient::builder(url).session_timeout(Duration::ZERO));
+        assert!(why.contains("session timeout"), "{why}");
+        let why = refused(MySqlClient::builder(url).session_timeout(Duration::MAX));
+        assert!(why.contains("session timeout"), "{why}");
+        let why = refused(MySqlClient::builder(url).connect_timeout(Duration::ZERO));
+        assert!(why.contains("must not be zero"), "{why}");
+    }
+
+    #[test]
+    fn setups_without_one_lock_are_refused() {
+        let vars = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect()
+        };
+        let maria = "10.11.19-MariaDB-0+deb12u1";
+        assert_eq!(refusal(maria, &vars(&[("wsrep_on", "OFF")])), None);
+        let why = refusal(maria, &vars(&[("wsrep_on", "ON")])).unwrap();
+        assert!(why.contains("Galera"), "{why}");
+        let why = refusal("8.0.11-TiDB-v7.5.0", &[]).unwrap();
+        assert!(why.contains("TiDB"), "{why}");
+        let gr = vars(&[
+            (
+                "group_replication_group_name",
+                "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+            ),
+            ("group_replication_single_primary_mode", "OFF"),
+        ]);
+        assert!(refusal("8.0.36", &gr).unwrap().contains("multi-primary"));
+        let single = vars(&[
+            (
+                "group_replication_group_name",
+                "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+            ),
+            ("group_replication_single_primary_mode", "ON"),
+        ]);
+        assert_eq!(refusal("8.0.36", &single), None);
+    }
+
+    #[test]
+    fn session_timeouts_round_up_to_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(4)), 4);
+        assert_eq!(whole_seconds(Duration::from_millis(4001)), 5);
+    }
+}

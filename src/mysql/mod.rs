@@ -1,0 +1,28 @@
+//! The MySQL / MariaDB backend (feature `mysql`): [`MySqlClient`] and the MySQL locks, on
+//! `GET_LOCK`. See `docs/mysql.md` in the repository for what it guarantees and what it
+//! cannot. The same names are at the crate root.
+//!
+//! # Example
+//! ```no_run
+//! use zklock::mysql::{MySqlClient, MySqlMutex};
+//! use zklock::Lock;
+//!
+//! # fn main() -> zklock::Result<()> {
+//! let client = MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
+//! let mutex = MySqlMutex::new(&client, "ledger")?;
+//! let _guard = mutex.lock()?;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod latch;
+mod mutex;
+mod read_write;
+mod semaphore;
+mod session;
+
+pub use client::{MySqlClient, MySqlClientBuilder};
+pub use latch::MySqlLeaderLatch;
+pub use mutex::MySqlMutex;
+pub use read_write::MySqlReadWriteLock;
+pub use semaphore::{MySqlLease, MySqlSemaphore};

@@ -1,0 +1,204 @@
+//! One server session (a connection) of a [`MySqlClient`](super::MySqlClient): what a waiter
+//! waits on and a hold holds on, and how another thread ends it.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::core::error::{Error, Result};
+
+/// Server error codes zklock tells apart.
+pub(crate) mod code {
+    /// `ER_ACCESS_DENIED_ERROR`: a wrong user or password.
+    pub(crate) const ACCESS_DENIED: u16 = 1045;
+    /// `ER_DBACCESS_DENIED_ERROR`: no right to the database.
+    pub(crate) const DB_ACCESS_DENIED: u16 = 1044;
+    /// `ER_CONNECTION_KILLED` (MariaDB): `KILL`.
+    pub(crate) const CONNECTION_KILLED: u16 = 1927;
+    /// `ER_SERVER_SHUTDOWN`.
+    pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
+    /// `ER_NO_SUCH_THREAD`: `KILL` of a session that has ended.
+    pub(crate) const NO_SUCH_THREAD: u16 = 1094;
+}
+
+/// A server session: its connection (`None` once ended), its `CONNECTION_ID()` and socket.
+pub(crate) struct Session {
+    conn: Mutex<Option<mysql::Conn>>,
+    /// `CONNECTION_ID()`: what `KILL` names.
+    pub(crate) id: u32,
+    /// The connection's socket, valid as long as `conn` holds the connection: `conn` is only
+    /// emptied by [`Session::close`], after which `fd` is not used.
+    fd: RawFd,
+    ended: AtomicBool,
+}
+
+impl Session {
+    /// Opens a session with `opts` (which carry the timeouts and the session's settings).
+    pub(crate) fn open(opts: &mysql::Opts) -> mysql::Result<Session> {
+        let conn = mysql::Conn::new(opts.clone())?;
+        Ok(Session {
+            id: conn.connection_id(),
+            fd: conn.as_raw_fd(),
+            conn: Mutex::new(Some(conn)),
+            ended: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the session has ended (or been ended).
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on the connection, its answers awaited for at most `timeout` (`None`: without
+    /// limit), then for the operation timeout `op` again. An error that leaves the connection
+    /// unusable ends the session.
+    pub(crate) fn with<T>(
+        &self,
+        timeout: Option<Duration>,
+        op: Duration,
+        f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.conn.lock();
+        let Some(c) = conn.as_mut().filter(|_| !self.ended()) else {
+            return Err(Error::ConnectionLoss);
+        };
+        let changed = timeout != Some(op);
+        if changed {
+            self.receive_timeout(timeout);
+        }
+        let answer = f(c);
+        if changed {
+            self.receive_timeout(Some(op));
+        }
+        answer.map_err(|e| {
+            let e = error(&e);
+            if matches!(e, Error::ConnectionLoss) {
+                self.ended.store(true, Ordering::Release);
+            }
+            e
+        })
+    }
+
+    /// A heartbeat: `COM_PING`, which restarts the server's `wait_timeout`.
+    pub(crate) fn ping(&self, op: Duration) -> Result<()> {
+        self.with(Some(op), op, |c| c.ping())
+    }
+
+    /// Whether the server has ended this idle session: its socket has something to read (an
+    /// error packet, the end of the stream) while no request is out. `false` while another
+    /// thread uses the connection.
+    pub(crate) fn ended_by_server(&self) -> bool {
+        let Some(conn) = self.conn.try_lock() else {
+            return false;
+        };
+        if conn.is_none() || self.ended() {
+            return true;
+        }
+        let mut readable = false;
+        with_fd(self.fd, |fd| {
+            use rustix::event::{poll, PollFd, PollFlags};
+            let mut fds = [PollFd::from_borrowed_fd(
+                fd,
+                PollFlags::IN | PollFlags::RDHUP,
+            )];
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            readable = poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0);
+        });
+        drop(conn);
+        readable
+    }
+
+    /// Ends the session from any thread, at once: its socket is shut down, so a thread reading
+    /// an answer on it wakes with an error, and the server, reading the end, frees what the
+    /// session held (at once if it was idle, as a holder is).
+    pub(crate) fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            shutdown(self.fd);
+        }
+    }
+
+    /// Closes the connection (the server frees the session's locks as it reads the end).
+    pub(crate) fn close(&self) {
+        self.end();
+        // Waits for a thread using the connection: its read fails at once on the shut socket.
+        drop(self.conn.lock().take());
+    }
+
+    /// The socket's receive timeout (`None`: none): how long a read of an answer may block.
+    fn receive_timeout(&self, timeout: Option<Duration>) {
+        let timeout = timeout.filter(|t| !t.is_zero());
+        with_fd(self.fd, |fd| {
+            let _ = rustix::net::sockopt::set_socket_timeout(
+                fd,
+                rustix::net::sockopt::Timeout::Recv,
+                timeout,
+            );
+        });
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.ended.store(true, Ordering::Release);
+    }
+}
+
+/// Shuts `fd` down both ways.
+fn shutdown(fd: RawFd) {
+    with_fd(fd, |fd| {
+        let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
+    });
+}
+
+/// `f` of the socket `fd`, which the caller keeps open.
+#[allow(unsafe_code)]
+fn with_fd(fd: RawFd, f: impl FnOnce(std::os::fd::BorrowedFd<'_>)) {
+    // SAFETY: every caller passes the socket of a `Session` whose connection has not been
+    // dropped: `Session::close` ends the session (after which no caller passes its fd) and
+    // only then drops the connection, and the session itself outlives every call on it
+    // (callers hold it by `Arc` or `&`).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    f(fd)
+}
+
+/// zklock's error for the `mysql` crate's `e`.
+pub(crate) fn error(e: &mysql::Error) -> Error {
+    match e {
+        mysql::Error::MySqlError(e) => match e.code {
+            code::ACCESS_DENIED | code::DB_ACCESS_DENIED => {
+                Error::AuthFailed(format!("{} (error {})", e.message, e.code))
+            }
+            code::CONNECTION_KILLED | code::SERVER_SHUTDOWN => Error::ConnectionLoss,
+            _ => Error::MySql(format!(
+                "{} (error {}, SQLSTATE {})",
+                e.message, e.code, e.state
+            )),
+        },
+        mysql::Error::IoError(_) | mysql::Error::CodecError(_) => Error::ConnectionLoss,
+        mysql::Error::DriverError(
+            mysql::DriverError::ConnectTimeout | mysql::DriverError::CouldNotConnect(_),
+        ) => Error::ConnectionLoss,
+        mysql::Error::DriverError(e) => Error::MySql(format!("client: {e}")),
+        other => Error::MySql(other.to_string()),
+    }
+}
+
+/// The text a connect failure is told with: the `mysql` crate's own words.
+pub(crate) fn connect_error(e: &mysql::Error) -> Error {
+    match error(e) {
+        Error::ConnectionLoss => Error::Io {
+            context: "connecting".into(),
+            kind: match e {
+                mysql::Error::IoError(io) => io.kind(),
+                _ => std::io::ErrorKind::Other,
+            },
+            message: e.to_string(),
+        },
+        other => other,
+    }
+}

@@ -1,0 +1,490 @@
+//! [`TestingMariaDb`]: a real MariaDB server on a free loopback port, for the MySQL backend's
+//! tests, examples and benchmarks.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rustix::process::Signal;
+
+use super::config::free_ports;
+use super::process::{all_threads_stopped, signal, spawn};
+
+/// How long a server may take to accept its first connection, or to stop.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The user the tests connect as, over TCP with a password, and its database.
+const USER: &str = "zklock";
+const DATABASE: &str = "zklock";
+
+/// One MariaDB server (Debian's `mariadb-server` package: `mariadb-install-db` and
+/// `/usr/sbin/mariadbd`, or the directory named by `MARIADB_BINDIR`) on `127.0.0.1` and a free
+/// port, with fresh data in a temporary directory.
+///
+/// The data directory is made by `mariadb-install-db --no-defaults`; `root` logs in only over
+/// the server's Unix socket in that directory, and the user `zklock` (all privileges) has a
+/// random password and a database `zklock`, so that tests connect with a password over TCP as
+/// services do. Nothing of the system's configuration is read (`--no-defaults`). When the test
+/// runs as root the server runs as root too (`--user=root`).
+///
+/// [`stop`](Self::stop) is a normal shutdown (SIGTERM), [`restart`](Self::restart) stops and
+/// starts it on the same port and data, [`kill`](Self::kill) is `kill -9`,
+/// [`pause`](Self::pause) / [`resume`](Self::resume) are SIGSTOP / SIGCONT,
+/// [`kill_session`](Self::kill_session) is `KILL <id>`. InnoDB writes its log at each commit
+/// without flushing it (`innodb_flush_log_at_trx_commit=2`): a killed server loses nothing,
+/// only a crash of the machine would.
+///
+/// Dropping it kills the server and removes the directory; the server also gets SIGKILL from
+/// the kernel if the test process dies (a parent-death signal, as for the other servers). The
+/// directory's name starts with `zklock-mariadb-`.
+///
+/// # Example
+/// ```no_run
+/// let server = zklock::testing::TestingMariaDb::start()?;
+/// println!("MariaDB at {}", server.url());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct TestingMariaDb {
+    // Declared first so that the server dies before its directory is removed.
+    child: Option<Child>,
+    paused: Mutex<bool>,
+    port: u16,
+    password: String,
+    mariadbd: PathBuf,
+    client: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl TestingMariaDb {
+    /// Creates a data directory and starts a server on it.
+    ///
+    /// # Errors
+    /// `NotFound` with what to install when there is no MariaDB; the server's log when it
+    /// does not accept connections within 60 s.
+    pub fn start() -> io::Result<TestingMariaDb> {
+        let (install, mariadbd, client) = programs()?;
+        let dir = tempfile::Builder::new()
+            .prefix("zklock-mariadb-")
+            .tempdir()?;
+        // Temporary tables of their own: servers bootstrapping at once in a shared /tmp trip
+        // over each other's.
+        fs::create_dir(dir.path().join("tmp"))?;
+        let mut cmd = Command::new(&install);
+        cmd.env("TMPDIR", dir.path().join("tmp"))
+            .arg("--no-defaults")
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db")
+            .arg(format!("--datadir={}", dir.path().join("data").display()));
+        if let Some(dir) = mariadbd.parent() {
+            // The install script looks for the server beside itself, else in its own paths.
+            cmd.env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    dir.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            );
+        }
+        if rustix::process::getuid().is_root() {
+            cmd.arg("--user=root");
+        }
+        let out = cmd.current_dir(dir.path()).output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "mariadb-install-db failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut server = TestingMariaDb {
+            child: None,
+            paused: Mutex::new(false),
+            port: 0,
+            password: format!("pw{:016x}", fastrand::u64(..)),
+            mariadbd,
+            client,
+            dir,
+        };
+        let mut last = None;
+        for _ in 0..5 {
+            server.port = free_ports(1)?[0];
+            match server.launch() {
+                Ok(()) => {
+                    server.root_sql(&format!(
+                        "CREATE USER '{USER}'@'%' IDENTIFIED BY '{pw}'; \
+                         GRANT ALL ON *.* TO '{USER}'@'%'; CREATE DATABASE {DATABASE};",
+                        pw = server.password
+                    ))?;
+                    return Ok(server);
+                }
+                Err(e) if server.log().contains("Address already in use") => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port")))
+    }
+
+    fn launch(&mut self) -> io::Result<()> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_file())?;
+        let mut cmd = Command::new(&self.mariadbd);
+        cmd.arg("--no-defaults")
+            .arg(format!(
+                "--datadir={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.path().join("mariadbd.pid").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
+            ))
+            .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
+            .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M"])
+            .args([
+                "--innodb-flush-log-at-trx-commit=2",
+                "--max-connections=500",
+            ])
+            .arg("--innodb-log-file-size=8M")
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if rustix::process::getuid().is_root() {
+            cmd.arg("--user=root");
+        }
+        self.child = Some(spawn(cmd)?);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if self.root_sql("SELECT 1").is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(io::Error::other(format!(
+                    "mariadbd exited ({status}); its log:\n{}",
+                    self.log_tail()
+                )));
+            }
+            if Instant::now() > deadline {
+                let _ = self.kill();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "mariadbd did not accept connections within 60 s; its log:\n{}",
+                        self.log_tail()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `mysql://zklock:PASSWORD@127.0.0.1:PORT/zklock`.
+    pub fn url(&self) -> String {
+        self.url_as(USER, &self.password, DATABASE)
+    }
+
+    /// A URL for another user, password or database on this server.
+    pub fn url_as(&self, user: &str, password: &str, database: &str) -> String {
+        format!(
+            "mysql://{user}:{password}@127.0.0.1:{}/{database}",
+            self.port
+        )
+    }
+
+    /// The password of the user `zklock`.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's directory (`data/`, its socket and `mariadb.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's Unix socket, where `root` logs in without a password.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("mariadb.sock")
+    }
+
+    /// The server's log file.
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.path().join("mariadb.log")
+    }
+
+    /// Stops the server (SIGTERM: sessions are ended, their locks freed) and waits for it.
+    ///
+    /// # Errors
+    /// When the server does not exit within 60 s (it is then killed).
+    pub fn stop(&mut self) -> io::Result<()> {
+        let Some(pid) = self.pid() else {
+            return Ok(());
+        };
+        self.resume_all();
+        let _ = signal(pid, Signal::TERM);
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                self.child = Some(child);
+                let _ = self.kill();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "mariadbd did not stop within 60 s and was killed",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    /// Stops the server and starts it again on the same port and data.
+    ///
+    /// # Errors
+    /// As [`stop`](Self::stop) and [`start`](Self::start).
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop()?;
+        self.launch()
+    }
+
+    /// Kills the server with SIGKILL and waits until it is gone. [`restart`](Self::restart)
+    /// then recovers its data from InnoDB's log.
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    pub fn kill(&mut self) -> io::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let killed = signal(child.id(), Signal::KILL);
+        let _ = child.wait();
+        *self.paused.lock() = false;
+        killed
+    }
+
+    /// Stops the server with SIGSTOP (the kernel accepts connections, nothing answers) and
+    /// waits until every thread has stopped.
+    ///
+    /// # Errors
+    /// When the server is not running.
+    pub fn pause(&self) -> io::Result<()> {
+        let pid = self.pid().ok_or_else(not_running)?;
+        signal(pid, Signal::STOP)?;
+        while !all_threads_stopped(pid) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        *self.paused.lock() = true;
+        Ok(())
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    ///
+    /// # Errors
+    /// When the server is not running.
+    pub fn resume(&self) -> io::Result<()> {
+        self.pid().ok_or_else(not_running)?;
+        self.resume_all();
+        Ok(())
+    }
+
+    fn resume_all(&self) {
+        let mut paused = self.paused.lock();
+        if *paused {
+            if let Some(pid) = self.pid() {
+                let _ = signal(pid, Signal::CONT);
+            }
+            *paused = false;
+        }
+    }
+
+    /// Ends session `id` (`KILL <id>`, as `CONNECTION_ID()` names it); whether there was one.
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn kill_session(&self, id: u64) -> io::Result<bool> {
+        match self.root_sql(&format!("KILL {id}")) {
+            Ok(_) => Ok(true),
+            Err(e) if e.to_string().contains("Unknown thread id") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The session (`CONNECTION_ID()`) that holds the user lock `key` (as `GET_LOCK` takes it),
+    /// if any: `IS_USED_LOCK`.
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn lock_holder(&self, key: &str) -> io::Result<Option<u64>> {
+        let rows = self.root_sql(&format!(
+            "SELECT IS_USED_LOCK('{}')",
+            key.replace('\\', "\\\\").replace('\'', "''")
+        ))?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|v| v.parse().ok()))
+    }
+
+    /// Runs `sql` (one or more statements) as `root` over the server's socket with Debian's
+    /// `mariadb` client and returns the rows of its output, tab-separated fields as text
+    /// (`NULL` as such).
+    ///
+    /// # Errors
+    /// When the client cannot run, the server does not answer within 30 s, or it answers
+    /// with an error (its message).
+    pub fn root_sql(&self, sql: &str) -> io::Result<Vec<Vec<String>>> {
+        let mut child = Command::new(&self.client)
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-uroot", "-N", "-B", "--connect-timeout=5", "-e", sql])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no answer within 30 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split('\t').map(str::to_owned).collect())
+            .collect())
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.log_file()).unwrap_or_default()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+/// `mariadb-install-db`, `mariadbd` and `mariadb`: from `MARIADB_BINDIR` (all three, or the
+/// server in its `../sbin`), else Debian's paths.
+fn programs() -> io::Result<(PathBuf, PathBuf, PathBuf)> {
+    let (bin, sbin) = match std::env::var_os("MARIADB_BINDIR") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            let sbin = dir.parent().map(|p| p.join("sbin")).unwrap_or(dir.clone());
+            (dir, sbin)
+        }
+        None => (PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")),
+    };
+    let server = [bin.join("mariadbd"), sbin.join("mariadbd")]
+        .into_iter()
+        .find(|p| p.exists());
+    let install = bin.join("mariadb-install-db");
+    let client = bin.join("mariadb");
+    match server {
+        Some(server) if install.exists() && client.exists() => Ok((install, server, client)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no MariaDB server (mariadbd, mariadb-install-db, mariadb): install Debian's \
+             mariadb-server package (apt-get install mariadb-server, or \
+             scripts/ensure-mariadb.sh) or set MARIADB_BINDIR",
+        )),
+    }
+}
+
+fn not_running() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "the server is not running")
+}
+
+impl Drop for TestingMariaDb {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+impl std::fmt::Debug for TestingMariaDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestingMariaDb")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_starts_keeps_data_across_restart_and_kill_and_is_gone_when_dropped() {
+        let mut server = TestingMariaDb::start().expect("mariadbd starts");
+        server
+            .root_sql(
+                "CREATE TABLE zklock.t (v int) ENGINE=InnoDB; INSERT INTO zklock.t VALUES (7)",
+            )
+            .unwrap();
+        server.restart().unwrap();
+        assert_eq!(server.root_sql("SELECT v FROM zklock.t").unwrap(), [["7"]]);
+        server.kill().unwrap();
+        server.restart().unwrap();
+        assert_eq!(server.root_sql("SELECT v FROM zklock.t").unwrap(), [["7"]]);
+        let pid = server.pid().unwrap();
+        let dir = server.dir().to_owned();
+        drop(server);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_paused_server_answers_nothing_until_resumed() {
+        let server = TestingMariaDb::start().expect("mariadbd starts");
+        server.pause().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(server.root_sql("SELECT 1").is_ok()));
+            assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+            server.resume().unwrap();
+        });
+        assert!(rx.recv().unwrap(), "it answers once resumed");
+    }
+}

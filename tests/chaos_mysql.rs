@@ -1,0 +1,126 @@
+//! The MySQL chaos run, on MariaDB: worker processes contend for one `MySqlMutex` (session
+//! timeout 2 s)
+//! and write with their fencing tokens to a [`FencedRegister`](zklock::testing::FencedRegister),
+//! while faults hit the holders and the server: kill -9 of the holder, SIGSTOP of the holder
+//! past its session timeout, a restart of the server, a kill -9 of the server (then a start on
+//! its data), `KILL` of the holder's session, and SIGSTOP of the server past the session
+//! timeout. After each fault the run waits
+//! for a new holder's accepted write, and at the end it checks the register's whole log (no
+//! overlap, no stale write accepted) and prints a report per fault: the longest gap between
+//! accepted writes, the writes the fence refused, and the late writes of a frozen holder.
+//!
+//! Workers are this test binary run again (`mysql_chaos_worker`), one Client and one thread
+//! each (`chaos_lab` has the loop, the lab and the report).
+
+mod chaos_lab;
+
+use std::thread;
+use std::time::Duration;
+
+use chaos_lab::{patience, row, Lab};
+use zklock::testing::TestingMariaDb;
+use zklock::{MySqlClient, MySqlMutex};
+
+const WORKER: &str = "ZKLOCK_MYSQL_CHAOS_WORKER";
+const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+const LOCK: &str = "chaos";
+
+/// The worker: one Client on the URL it is given, the lab's loop on the lock.
+#[test]
+fn mysql_chaos_worker() {
+    let Some((url, register, name, checks)) = chaos_lab::worker_args(WORKER) else {
+        return; // only as a worker process
+    };
+    let stop = chaos_lab::stop_on_stdin();
+    let client = chaos_lab::connect_until_up(|| {
+        MySqlClient::builder(&url)
+            .session_timeout(SESSION_TIMEOUT)
+            .connect_timeout(Duration::from_secs(1))
+            .operation_timeout(Duration::from_millis(500))
+            .connect()
+    });
+    let mutex = MySqlMutex::new(&client, LOCK).unwrap();
+    chaos_lab::work(&mutex, &register, &name, checks, &stop);
+    client.close();
+}
+
+/// The session (`CONNECTION_ID()`) that holds the lock now (waits for one).
+fn holding_session(server: &TestingMariaDb) -> u64 {
+    let deadline = std::time::Instant::now() + patience();
+    loop {
+        if let Some(id) = server.lock_holder(LOCK).unwrap() {
+            return id;
+        }
+        assert!(std::time::Instant::now() < deadline, "nobody holds");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn mysql_chaos_schedule() {
+    let mut server = TestingMariaDb::start().unwrap();
+    let mut lab = Lab::new(server.url(), "mysql_chaos_worker", WORKER);
+    for _ in 0..3 {
+        lab.start_worker();
+    }
+    lab.progress(20, "before the first fault");
+    let mut rows = Vec::new();
+
+    // kill -9 of the holder: its connection closes with it, the server frees the lock.
+    let from = lab.next_seq();
+    lab.kill_holder();
+    lab.progress(10, "after the holder was killed");
+    rows.push(row("kill -9 of the holder", &lab, from, None));
+    lab.start_worker();
+
+    // SIGSTOP of the holder past its session timeout: the server ends its silent session and
+    // the others go on; once it runs again a holder that checks health() writes nothing, one
+    // that does not is refused by the fence.
+    let from = lab.next_seq();
+    let frozen = lab.freeze_holder(SESSION_TIMEOUT);
+    rows.push(row(
+        "SIGSTOP of the holder for > session timeout",
+        &lab,
+        from,
+        Some((&frozen.0, frozen.1)),
+    ));
+
+    // A restart of the server: every session ends, the workers open new ones.
+    let from = lab.next_seq();
+    lab.holder();
+    server.restart().unwrap();
+    lab.progress(10, "after the server restarted");
+    rows.push(row("restart of the server", &lab, from, None));
+
+    // kill -9 of the server, then a start on its data: the tokens' counter was committed
+    // before each grant was answered, so the fence accepts the next holders' writes.
+    let from = lab.next_seq();
+    lab.holder();
+    server.kill().unwrap();
+    server.restart().unwrap();
+    lab.progress(10, "after the server was killed and started again");
+    rows.push(row("kill -9 of the server", &lab, from, None));
+
+    // KILL of the holder's session.
+    let from = lab.next_seq();
+    let id = holding_session(&server);
+    server.kill_session(id).unwrap();
+    lab.progress(10, "after the holder's session was killed");
+    rows.push(row("KILL of the holder's session", &lab, from, None));
+
+    // SIGSTOP of the server (every process of it) past the session timeout.
+    let from = lab.next_seq();
+    lab.holder();
+    server.pause().unwrap();
+    thread::sleep(SESSION_TIMEOUT + SESSION_TIMEOUT / 2);
+    server.resume().unwrap();
+    lab.progress(10, "after the server ran again");
+    rows.push(row(
+        "SIGSTOP of the server for > session timeout",
+        &lab,
+        from,
+        None,
+    ));
+
+    lab.finish(&rows, 100);
+}

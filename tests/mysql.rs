@@ -1,0 +1,190 @@
+//! The MySQL backend on a real MariaDB: what the conformance suite does not cover (the SQL any
+//! client runs, a killed session, tokens across restarts, refusals with their cause).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{patience, wait_for};
+use zklock::testing::TestingMariaDb;
+use zklock::{Error, LockHealth, MySqlClient, MySqlMutex};
+
+fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
+    MySqlClient::builder(&server.url())
+        .session_timeout(session)
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .expect("connect")
+}
+
+/// A `mariadb` client session running `lock_sql()` and a zklock holder exclude each other,
+/// also for a name over 64 characters (hashed by the server) and one with a quote.
+#[test]
+fn a_sql_client_and_zklock_exclude_each_other() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(30));
+    for name in ["ledger", "it's \\ a name", &"long-".repeat(20)] {
+        let mutex = MySqlMutex::new(&c, name).unwrap();
+        let sql = mutex.lock_sql();
+        // zklock holds: the SQL client is refused.
+        assert!(mutex.acquire_timeout(Duration::ZERO).unwrap());
+        let try_sql = sql.replace(", 31536000)", ", 0)");
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", server.socket().display()))
+            .args(["-uroot", "-N", "-B", "-e", &try_sql])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "0",
+            "{name}: {try_sql}"
+        );
+        mutex.release().unwrap();
+        // The SQL client holds (and sleeps): zklock is refused until it lets go.
+        let mut holder = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", server.socket().display()))
+            .args(["-uroot", "-N", "-B", "-e"])
+            .arg(format!("{sql}; DO SLEEP(600)"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("the SQL client holds", || {
+            let got = mutex.acquire_timeout(Duration::ZERO).unwrap();
+            if got {
+                mutex.release().unwrap();
+            }
+            !got
+        });
+        holder.kill().unwrap();
+        let _ = holder.wait();
+        let t = Instant::now();
+        assert!(mutex.acquire_timeout(patience()).unwrap(), "{name}");
+        println!(
+            "{name:?}: taken {:?} after the SQL client was killed",
+            t.elapsed()
+        );
+        mutex.release().unwrap();
+    }
+}
+
+/// `KILL <session>` of the holder's session: its hold reads `Lost` within a watch tick, and
+/// another takes the lock at once.
+#[test]
+fn a_killed_session_reads_lost() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let (a, b) = (
+        client(&server, Duration::from_secs(4)),
+        client(&server, Duration::from_secs(4)),
+    );
+    let mutex = MySqlMutex::new(&a, "killed").unwrap();
+    let other = MySqlMutex::new(&b, "killed").unwrap();
+    assert!(mutex.acquire_timeout(Duration::ZERO).unwrap());
+    let id = mutex.connection_id().unwrap();
+    assert_eq!(server.lock_holder("killed").unwrap(), Some(u64::from(id)));
+    let token = mutex.fencing_token().unwrap();
+    let killed = Instant::now();
+    assert!(server.kill_session(u64::from(id)).unwrap());
+    wait_for("Lost", || mutex.health() == Some(LockHealth::Lost));
+    let lost = killed.elapsed();
+    assert!(other.acquire_timeout(patience()).unwrap());
+    println!("KILL {id}: Lost after {lost:?}");
+    // A watch tick is a twentieth of the session timeout (200 ms here).
+    assert!(lost < Duration::from_secs(2), "Lost after {lost:?}");
+    assert!(other.fencing_token().unwrap() > token);
+    assert_eq!(mutex.release(), Err(Error::LockLost));
+    other.release().unwrap();
+}
+
+/// Tokens rise across successive holders, across a restart of the server and across a kill -9
+/// of it (the counter is committed before the grant is answered).
+#[test]
+fn tokens_rise_across_restart_and_kill() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let mut last = 0;
+    for round in 0..3 {
+        let c = client(&server, Duration::from_secs(10));
+        let mutex = MySqlMutex::new(&c, "tokens").unwrap();
+        for _ in 0..3 {
+            assert!(mutex.acquire_timeout(patience()).unwrap());
+            let token = mutex.fencing_token().unwrap();
+            assert!(token > last, "round {round}: {token} after {last}");
+            last = token;
+            mutex.release().unwrap();
+        }
+        c.close();
+        match round {
+            0 => server.restart().unwrap(),
+            1 => {
+                server.kill().unwrap();
+                server.restart().unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(last, 9);
+}
+
+/// Bad input is refused with its cause, before any lock is touched.
+#[test]
+fn bad_connections_are_refused_with_their_cause() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let cause = |url: &str| match MySqlClient::builder(url)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+    {
+        Err(Error::ConnectFailed { cause, .. }) => *cause,
+        other => panic!("{url}: {other:?}"),
+    };
+    // Nothing listens on port 9 of loopback.
+    let unreachable = cause("mysql://zklock:pw@127.0.0.1:9/zklock");
+    assert!(matches!(unreachable, Error::Io { .. }), "{unreachable:?}");
+    let wrong = cause(&server.url_as("zklock", "wrong", "zklock"));
+    assert!(matches!(wrong, Error::AuthFailed(_)), "{wrong:?}");
+    let unknown = cause(&server.url_as("zklock", server.password(), "nosuchdb"));
+    assert!(
+        matches!(&unknown, Error::MySql(why) if why.contains("nosuchdb")),
+        "{unknown:?}"
+    );
+    let c = client(&server, Duration::from_secs(10));
+    assert!(matches!(
+        MySqlMutex::new(&c, &"x".repeat(1025)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        MySqlClient::builder(&server.url())
+            .session_timeout(Duration::ZERO)
+            .connect(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(server.lock_holder("x").unwrap(), None);
+}
+
+/// The read-write lock has neither downgrade nor upgrade on MySQL, and says so; a writer's
+/// token is above the readers' before it.
+#[test]
+fn read_write_refuses_downgrade_and_upgrade() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(10));
+    let rw = zklock::MySqlReadWriteLock::new(&c, "catalogue").unwrap();
+    assert!(rw.read_lock().acquire_timeout(patience()).unwrap());
+    let read_token = rw.read_lock().fencing_token().unwrap();
+    assert_eq!(
+        rw.write_lock().acquire_timeout(Duration::ZERO),
+        Err(Error::WouldDeadlock)
+    );
+    rw.read_lock().release().unwrap();
+    assert!(rw.write_lock().acquire_timeout(patience()).unwrap());
+    assert!(rw.write_lock().fencing_token().unwrap() > read_token);
+    assert!(matches!(
+        rw.read_lock().acquire_timeout(Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+    rw.write_lock().release().unwrap();
+    assert!(rw
+        .read_lock()
+        .lock_sql()
+        .contains("GET_LOCK('catalogue;r64', 0)"));
+}
