@@ -333,7 +333,7 @@ pub struct AnyLease {
 
 impl AnyLease {
     /// The lease's identity: its node's path on ZooKeeper, its id in the semaphore's set on
-    /// Redis, `NAME:INDEX` on PostgreSQL.
+    /// Redis, `NAME:INDEX` on PostgreSQL, the `GET_LOCK` name on MySQL.
     pub fn id(&self) -> &str {
         self.inner.id()
     }
@@ -800,6 +800,9 @@ mod mysql {
 
     #[cfg(feature = "mysql")]
     impl Lease for MySqlLease {
+        fn id(&self) -> &str {
+            MySqlLease::id(self)
+        }
         fn fencing_token(&self) -> u64 {
             MySqlLease::fencing_token(self)
         }

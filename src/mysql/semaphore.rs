@@ -301,6 +301,12 @@ pub struct MySqlLease {
 }
 
 impl MySqlLease {
+    /// The lease's identity: the `GET_LOCK` name it holds (what a lease's `id()` is on every
+    /// backend).
+    pub fn id(&self) -> &str {
+        &self.key
+    }
+
     /// Which of the semaphore's names this lease holds (1 to N).
     pub fn index(&self) -> u32 {
         self.index
