@@ -140,8 +140,8 @@ impl MySqlClient {
 
     /// Options for a Client of the server at `url`:
     /// `mysql://[user[:password]@]host[:port]/database[?param=value&…]` (or `mariadb://`),
-    /// with the `mysql` crate's URL parameters (`require_ssl=true`, `verify_ca`,
-    /// `verify_identity`, … with the `tls` feature). The database is where the fencing
+    /// with the `mysql` crate's URL parameters (TLS is not built for this backend yet). The
+    /// database is where the fencing
     /// tokens' table lives: it must be given.
     pub fn builder(url: &str) -> MySqlClientBuilder {
         MySqlClientBuilder {
