@@ -236,7 +236,8 @@ fn not_built(backend: &str) -> Error {
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let rw = zklock::connect("postgres://app@127.0.0.1/app")?.read_write_lock("catalog")?;
-/// let _reading = rw.read_lock().lock()?;
+/// rw.read_lock().acquire()?; // shared with other readers
+/// rw.read_lock().release()?;
 /// # Ok(()) }
 /// ```
 pub struct AnyReadWriteLock {
