@@ -257,3 +257,47 @@ impl<R: RawLock> std::fmt::Debug for Reentrant<R> {
             .finish_non_exhaustive()
     }
 }
+
+/// `Lock` (and its sealed half, the guards' API and the health listeners) for a lock type whose
+/// `Reentrant` is the field `lock`, with `fencing_token` and `health` methods of its own;
+/// `$thread` says where health callbacks run.
+macro_rules! reentrant_lock {
+    ($ty:ty, $thread:literal) => {
+        impl $crate::core::lock::Sealed for $ty {
+            fn acquire_until(&self, until: Option<std::time::Instant>) -> $crate::Result<bool> {
+                self.lock
+                    .acquire($crate::core::deadline::Deadline::until(until))
+            }
+
+            fn release_as(&self, how: $crate::core::lock::Release) -> $crate::Result<()> {
+                self.lock.release(how)
+            }
+
+            fn cancel(&self) {
+                self.lock.cancel_waiters();
+            }
+
+            fn acquired_here(&self) -> bool {
+                self.lock.is_acquired_in_this_process()
+            }
+
+            fn drop_bound(&self) -> std::time::Duration {
+                self.lock.drop_bound()
+            }
+        }
+
+        impl $crate::Lock for $ty {
+            fn fencing_token(&self) -> Option<u64> {
+                <$ty>::fencing_token(self)
+            }
+
+            fn health(&self) -> Option<$crate::LockHealth> {
+                <$ty>::health(self)
+            }
+        }
+
+        $crate::core::lock::forward_lock_api!($ty);
+        $crate::core::health::forward_health_api!($ty, lock.feed, $thread);
+    };
+}
+pub(crate) use reentrant_lock;

@@ -306,7 +306,7 @@ macro_rules! forward_lock_api {
             /// Waits up to `timeout`: `false` if the lock is not ours by then, with this
             /// attempt's node deleted. A zero timeout makes one attempt without waiting.
             /// Test the answer: `lock.acquire_timeout(d)?;` compiles without a warning and
-            /// goes on without the lock (see [`Lock::acquire_timeout`]).
+            /// goes on without the lock (see [`Lock::acquire_timeout`](crate::Lock::acquire_timeout)).
             ///
             /// # Blocking and errors
             /// As [`Lock::acquire_timeout`](crate::Lock::acquire_timeout).

@@ -15,7 +15,7 @@ use crate::core::health::{worst, LockHealth};
 use crate::core::hold::{Granted, RawLock, Reentrant, Report};
 use crate::core::lease::{boot_clock, LocalLease};
 use crate::core::listeners::Dispatch;
-use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::core::lock::Release;
 use crate::core::retry::RetryBudget;
 
 /// The longest lock name, in bytes.
@@ -48,7 +48,7 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// # Sessions
 /// Each holding thread holds on a connection of its own, and each waiting thread waits on one:
 /// see [`MySqlClient`]. Ending that connection frees the lock, which is how a guard's drop and
-/// every failure let go; [`cancel_waiters`](Lock::cancel_waiters) and the Client's close end a
+/// every failure let go; [`cancel_waiters`](crate::Lock::cancel_waiters) and the Client's close end a
 /// wait by `KILL CONNECTION` of the waiting session from the Client's own.
 ///
 /// # Health
@@ -626,36 +626,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-impl Sealed for MySqlMutex {
-    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        self.lock.acquire(Deadline::until(until))
-    }
-
-    fn release_as(&self, how: Release) -> Result<()> {
-        self.lock.release(how)
-    }
-
-    fn cancel(&self) {
-        self.lock.cancel_waiters();
-    }
-
-    fn acquired_here(&self) -> bool {
-        self.lock.is_acquired_in_this_process()
-    }
-}
-
-impl Lock for MySqlMutex {
-    fn fencing_token(&self) -> Option<u64> {
-        MySqlMutex::fencing_token(self)
-    }
-
-    fn health(&self) -> Option<LockHealth> {
-        MySqlMutex::health(self)
-    }
-}
-
-forward_lock_api!(MySqlMutex);
-crate::core::health::forward_health_api!(MySqlMutex, lock.feed, "the Client's events thread");
+crate::core::hold::reentrant_lock!(MySqlMutex, "the Client's events thread");
 
 impl std::fmt::Debug for MySqlMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -3,7 +3,7 @@
 
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
@@ -20,7 +20,7 @@ use crate::core::health::{worst, LockHealth};
 use crate::core::hold::{Granted, RawLock, Reentrant};
 use crate::core::lease::{boot_clock, LocalLease};
 use crate::core::listeners::Dispatch;
-use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::core::lock::Release;
 use crate::core::retry::RetryBudget;
 
 /// The longest lock name, in bytes.
@@ -537,36 +537,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-impl Sealed for PgMutex {
-    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        self.lock.acquire(Deadline::until(until))
-    }
-
-    fn release_as(&self, how: Release) -> Result<()> {
-        self.lock.release(how)
-    }
-
-    fn cancel(&self) {
-        self.lock.cancel_waiters();
-    }
-
-    fn acquired_here(&self) -> bool {
-        self.lock.is_acquired_in_this_process()
-    }
-}
-
-impl Lock for PgMutex {
-    fn fencing_token(&self) -> Option<u64> {
-        PgMutex::fencing_token(self)
-    }
-
-    fn health(&self) -> Option<LockHealth> {
-        PgMutex::health(self)
-    }
-}
-
-forward_lock_api!(PgMutex);
-crate::core::health::forward_health_api!(PgMutex, lock.feed, "the Client's events thread");
+crate::core::hold::reentrant_lock!(PgMutex, "the Client's events thread");
 
 impl std::fmt::Debug for PgMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,7 +1,7 @@
 //! [`RedisMutex`]: a re-entrant, fair (or barging) mutex on Redis with health and fencing.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::RedisClient;
 use super::keeper::ms;
@@ -14,7 +14,7 @@ use crate::core::health::{worst, LockHealth};
 use crate::core::hold::{Granted, RawLock, Reentrant, Report};
 use crate::core::lease::LocalLease;
 use crate::core::listeners::Dispatch;
-use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
+use crate::core::lock::Release;
 
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
@@ -348,40 +348,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-impl Sealed for RedisMutex {
-    fn acquire_until(&self, until: Option<Instant>) -> Result<bool> {
-        self.lock.acquire(Deadline::until(until))
-    }
-
-    fn release_as(&self, how: Release) -> Result<()> {
-        self.lock.release(how)
-    }
-
-    fn cancel(&self) {
-        self.lock.cancel_waiters();
-    }
-
-    fn acquired_here(&self) -> bool {
-        self.lock.is_acquired_in_this_process()
-    }
-
-    fn drop_bound(&self) -> Duration {
-        self.lock.drop_bound()
-    }
-}
-
-impl Lock for RedisMutex {
-    fn fencing_token(&self) -> Option<u64> {
-        RedisMutex::fencing_token(self)
-    }
-
-    fn health(&self) -> Option<LockHealth> {
-        RedisMutex::health(self)
-    }
-}
-
-forward_lock_api!(RedisMutex);
-crate::core::health::forward_health_api!(RedisMutex, lock.feed, "the Client's events thread");
+crate::core::hold::reentrant_lock!(RedisMutex, "the Client's events thread");
 
 impl std::fmt::Debug for RedisMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
