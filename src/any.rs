@@ -54,6 +54,10 @@ pub fn connect(url: &str) -> Result<AnyClient> {
 /// URL's chroot (so `a/b` nests, as Curator's paths do); on Redis and PostgreSQL it is the
 /// name the backend's own types take. Cloning is cheap and shares the connection.
 ///
+/// A Client made with its backend's own builder, for the options only that backend has, turns
+/// into an `AnyClient` with `From`:
+/// `zklock::AnyClient::from(zklock::RedisClient::builder(url).tls_ca_pem(&ca).connect()?)`.
+///
 /// # Example
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
@@ -392,6 +396,13 @@ impl AnyLeaderLatch {
         self.inner.epoch()
     }
 
+    /// The current term's health, computed now (`None` between terms): `Held` while the
+    /// leader's hold is sound, `Suspended` while its connection or renewal is late, `Lost` once
+    /// the term ended.
+    pub fn health(&self) -> Option<LockHealth> {
+        self.inner.health()
+    }
+
     /// Blocks until we lead.
     ///
     /// # Errors
@@ -454,9 +465,25 @@ trait Lease: Send + Sync {
 trait Latch: Send + Sync {
     fn has_leadership(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
+    fn health(&self) -> Option<LockHealth>;
     /// `None`: without limit.
     fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool>;
     fn close(&self);
+}
+
+/// `From<Client>` for an [`AnyClient`]: a Client built with its backend's own builder, for the
+/// options only that backend has (TLS files, ZooKeeper's authentication and ACLs).
+#[allow(unused_macros)] // unused in a build without backends
+macro_rules! from_client {
+    ($client:ty) => {
+        impl From<$client> for AnyClient {
+            fn from(client: $client) -> AnyClient {
+                AnyClient {
+                    inner: Arc::new(client),
+                }
+            }
+        }
+    };
 }
 
 /// The read-write, semaphore, lease and latch adapters of one backend's types.
@@ -503,6 +530,9 @@ macro_rules! adapters {
             }
             fn epoch(&self) -> Option<u64> {
                 <$latch>::epoch(self)
+            }
+            fn health(&self) -> Option<LockHealth> {
+                <$latch>::health(self)
             }
             fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool> {
                 match timeout {
@@ -557,6 +587,9 @@ mod zookeeper {
     fn path(name: &str) -> String {
         format!("/{name}")
     }
+
+    #[cfg(feature = "zookeeper")]
+    from_client!(Client);
 
     #[cfg(feature = "zookeeper")]
     impl Backend for Client {
@@ -623,6 +656,9 @@ mod redis {
     };
 
     #[cfg(feature = "redis")]
+    from_client!(RedisClient);
+
+    #[cfg(feature = "redis")]
     impl Backend for RedisClient {
         fn name(&self) -> &'static str {
             "redis"
@@ -680,6 +716,9 @@ mod postgres {
     };
 
     #[cfg(feature = "postgres")]
+    from_client!(PgClient);
+
+    #[cfg(feature = "postgres")]
     impl Backend for PgClient {
         fn name(&self) -> &'static str {
             "postgres"
@@ -730,6 +769,9 @@ mod mysql {
     use crate::mysql::{
         MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore,
     };
+
+    #[cfg(feature = "mysql")]
+    from_client!(MySqlClient);
 
     #[cfg(feature = "mysql")]
     impl Backend for MySqlClient {
@@ -787,6 +829,9 @@ mod mysql {
         }
         fn epoch(&self) -> Option<u64> {
             MySqlLeaderLatch::epoch(self)
+        }
+        fn health(&self) -> Option<LockHealth> {
+            MySqlLeaderLatch::health(self)
         }
         fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool> {
             match timeout {

@@ -195,6 +195,70 @@ fn json(output: &[u8]) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(output)))
 }
 
+/// The one schema of `holders --json` on every backend (`docs/cli.md`): panics where `doc`
+/// breaks it, and gives its entries.
+fn entries_of(doc: &serde_json::Value) -> Vec<serde_json::Value> {
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut keys: Vec<_> = v.as_object().expect("an object").keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(doc), ["backend", "entries", "layout", "name"], "{doc}");
+    assert!(
+        doc["backend"].is_string() && doc["name"].is_string(),
+        "{doc}"
+    );
+    assert!(
+        ["mutex", "read-write", "semaphore", "latch", "empty"]
+            .contains(&doc["layout"].as_str().unwrap()),
+        "{doc}"
+    );
+    let entries = doc["entries"].as_array().expect("entries").clone();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(
+            keys(e),
+            [
+                "age_ms",
+                "expires_in_ms",
+                "fencing_token",
+                "holds",
+                "id",
+                "kind",
+                "owner",
+                "position",
+                "session"
+            ],
+            "{e}"
+        );
+        assert_eq!(e["position"], i, "{e}");
+        assert!(e["id"].is_string() && e["kind"].is_string(), "{e}");
+        assert!(e["holds"].is_boolean() || e["holds"].is_null(), "{e}");
+        for text in ["owner", "session"] {
+            assert!(e[text].is_string() || e[text].is_null(), "{e}");
+        }
+        for number in ["fencing_token", "age_ms", "expires_in_ms"] {
+            assert!(e[number].is_u64() || e[number].is_null(), "{e}");
+        }
+    }
+    entries
+}
+
+/// A table's rows (below the title and the header) as cells: columns are two or more spaces
+/// apart, and no cell holds two spaces in a row.
+fn table_rows(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .skip(2)
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
 fn holders_json(server: &TestingServer, path: &str) -> serde_json::Value {
     let out = zklock(server, &["holders", path, "--json"])
         .output()
@@ -204,7 +268,9 @@ fn holders_json(server: &TestingServer, path: &str) -> serde_json::Value {
         "holders failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    json(&out.stdout)
+    let doc = json(&out.stdout);
+    entries_of(&doc);
+    doc
 }
 
 #[test]
@@ -310,6 +376,27 @@ fn timeout_exits_124_without_running_and_sigterm_is_forwarded() {
 }
 
 #[test]
+fn an_unknown_or_malformed_scheme_is_bad_usage_with_the_list() {
+    for connect in [
+        "etcd://127.0.0.1:2379",
+        "redis:/127.0.0.1",
+        "redis:127.0.0.1",
+    ] {
+        let out = Command::new(ZKLOCK)
+            .args(["--connect", connect, "holders", "x"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{connect}: {err}");
+        assert!(
+            err.contains("redis://") && err.contains("postgres://") && err.contains("zk://"),
+            "{connect}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
 fn a_command_that_is_not_found_exits_127_and_errors_are_one_line() {
     let server = TestingServer::start().unwrap();
     let zk = client(&server.connect_string(), Duration::from_secs(20));
@@ -377,13 +464,13 @@ fn holders_lists_a_curator_holder_and_zklock_waiters_in_queue_order() {
     assert_eq!(holds, [Some(true), Some(false), Some(false)]);
     let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert_eq!(
-        entries[1]["data"],
+        entries[1]["owner"],
         host.trim(),
         "zklock writes its host name"
     );
-    assert_eq!(entries[2]["data"], host.trim());
+    assert_eq!(entries[2]["owner"], host.trim());
     assert!(
-        !entries[0]["data"].as_str().unwrap().is_empty(),
+        !entries[0]["owner"].as_str().unwrap().is_empty(),
         "Curator's host IP"
     );
     let tokens: Vec<u64> = entries
@@ -404,7 +491,7 @@ fn holders_lists_a_curator_holder_and_zklock_waiters_in_queue_order() {
         .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
-        table.starts_with("/cli/holders (mutex, 3 nodes)"),
+        table.starts_with("/cli/holders (mutex on zookeeper, 3 entries)"),
         "{table}"
     );
     assert!(table.contains("POS"), "{table}");
@@ -520,12 +607,12 @@ fn watch_prints_a_change() {
     });
     let out = stdout_lines(&mut watch);
     let expect = |want: &str| expect_line(&out, want);
-    expect("/cli/watch (empty, 0 nodes)");
+    expect("/cli/watch (empty on zookeeper, 0 entries)");
     let mutex = InterProcessMutex::new(&zk, "/cli/watch").unwrap();
     let guard = mutex.lock().unwrap();
-    expect("/cli/watch (mutex, 1 node)");
+    expect("/cli/watch (mutex on zookeeper, 1 entry)");
     guard.release().unwrap();
-    expect("/cli/watch (empty, 0 nodes)");
+    expect("/cli/watch (empty on zookeeper, 0 entries)");
     watch.signal("INT");
     watch.try_status();
 }
@@ -543,7 +630,7 @@ fn revoke_makes_a_revocable_holder_release() {
         &worker(&log, "a", Some(&dir.file("never")), 0),
     ));
     wait_for("a to enter", || entered(&log, "a"));
-    let node = holders_json(&server, "/cli/revoke")["entries"][0]["node"]
+    let node = holders_json(&server, "/cli/revoke")["entries"][0]["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -979,17 +1066,56 @@ mod on_redis {
             .output()
             .unwrap();
         assert!(out.status.success());
-        let rows = json(&out.stdout);
-        let rows = rows.as_array().unwrap();
+        let doc = json(&out.stdout);
+        assert_eq!(doc["backend"], "redis");
+        assert_eq!(doc["layout"], "mutex");
+        let rows = entries_of(&doc);
         assert_eq!(rows.len(), 2, "{rows:?}");
         assert_eq!(rows[0]["holds"], true);
         assert_eq!(rows[0]["kind"], "lock");
+        assert!(rows[0]["expires_in_ms"].as_u64().unwrap() > 0, "{rows:?}");
         assert_eq!(rows[1]["holds"], false);
         let table = zklock_redis(&server, &["holders", "seen"])
             .output()
             .unwrap();
         let table = String::from_utf8_lossy(&table.stdout);
-        assert!(table.contains("| 0 | lock | yes |"), "{table}");
+        let rows = table_rows(&table);
+        assert_eq!(rows[0][..3], ["0", "lock", "yes"], "{table}");
+        assert_eq!(rows[1][..3], ["1", "lock", "no"], "{table}");
+        fs::write(&go, "").unwrap();
+    }
+
+    #[test]
+    fn nonblock_on_a_busy_lock_exits_124_and_says_who_holds_it() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let (log, go) = (scratch.file("log"), scratch.file("go"));
+        let _a = Proc::spawn(run_redis(
+            &server,
+            "busy",
+            &[],
+            &worker(&log, "a", Some(&go), 0),
+        ));
+        wait_for("a to hold", || entered(&log, "a"));
+        for opts in [
+            &["-n"][..],
+            &["--timeout", "0"][..],
+            &["--timeout", "200ms"][..],
+        ] {
+            let out = run_redis(&server, "busy", opts, &worker(&log, "b", None, 0))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(124), "{opts:?}: {err}");
+            let said = if opts[0] == "-n" || opts[1] == "0" {
+                "zklock: busy is busy (held by "
+            } else {
+                "zklock: timed out after 200ms waiting for busy (held by "
+            };
+            assert!(err.starts_with(said), "{opts:?}: {err}");
+            assert!(err.contains("the command was not run"), "{err}");
+        }
+        assert!(!entered(&log, "b"));
         fs::write(&go, "").unwrap();
     }
 
@@ -997,7 +1123,7 @@ mod on_redis {
     fn zookeeper_only_commands_say_so_on_redis() {
         let server = TestingRedis::start().unwrap();
         let out = zklock_redis(&server, &["revoke", "x"]).output().unwrap();
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(2), "bad usage");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("ZooKeeper only"), "{err}");
     }
@@ -1049,20 +1175,25 @@ mod on_postgres {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let rows = json(&out.stdout);
-        let rows = rows.as_array().unwrap();
+        let doc = json(&out.stdout);
+        assert_eq!(doc["backend"], "postgres");
+        let rows = entries_of(&doc);
         assert_eq!(rows.len(), 2, "{rows:?}");
         assert_eq!(rows[0]["holds"], true);
         assert_eq!(rows[0]["kind"], "lock");
-        assert_eq!(rows[0]["backend_pid"], held[0]);
-        assert_eq!(rows[0]["application"], "zklock");
+        assert_eq!(rows[0]["session"], held[0].to_string());
+        assert!(
+            rows[0]["owner"].as_str().unwrap().ends_with("(zklock)"),
+            "the application: {rows:?}"
+        );
         assert_eq!(rows[1]["holds"], false);
-        assert_eq!(rows[1]["backend_pid"], waiting[0]);
-        assert!(rows[1]["waiting_since"].is_string(), "{rows:?}");
+        assert_eq!(rows[1]["session"], waiting[0].to_string());
+        assert!(rows[1]["age_ms"].is_u64(), "how long it waits: {rows:?}");
         let table = zklock_pg(&server, &["holders", "cli"]).output().unwrap();
         let table = String::from_utf8_lossy(&table.stdout);
-        assert!(table.contains("| 0 | lock | yes |"), "{table}");
-        assert!(table.contains("| 1 | lock | waits |"), "{table}");
+        let rows = table_rows(&table);
+        assert_eq!(rows[0][..3], ["0", "lock", "yes"], "{table}");
+        assert_eq!(rows[1][..3], ["1", "lock", "no"], "{table}");
         fs::write(&go, "").unwrap();
         assert_eq!(a.code(), 0);
         assert_eq!(b.code(), 7, "the command's exit code passes through");
@@ -1097,10 +1228,7 @@ mod on_postgres {
         let mutex = PgMutex::new(&client, "watched").unwrap();
         let guard = mutex.lock().unwrap();
         let pid = mutex.backend_pid().unwrap();
-        expect_line(
-            &out,
-            &format!("| 0 | lock | yes | {pid} | zklock | zklock |"),
-        );
+        expect_line(&out, &format!("(zklock)  backend {pid}"));
         // A second session of the same Client queues behind the hold.
         let waiter = thread::spawn({
             let client = client.clone();
@@ -1109,7 +1237,7 @@ mod on_postgres {
                 mutex.lock().unwrap().release().unwrap();
             }
         });
-        expect_line(&out, "| 1 | lock | waits |");
+        expect_line(&out, "lock  no ");
         guard.release().unwrap();
         waiter.join().unwrap();
         expect_line(&out, "no one holds or waits");
@@ -1134,23 +1262,22 @@ mod on_postgres {
                 .unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{err}");
-            json(&out.stdout)[0].clone()
+            entries_of(&json(&out.stdout))[0].clone()
         };
-        // The plain role sees who holds, but not from where nor since when it connected.
+        // The plain role sees who holds, but not from where.
         let row = holders(&server.url_as("plain", "plain", "postgres"));
         assert_eq!(row["holds"], true);
-        assert_eq!(row["backend_pid"], mutex.backend_pid().unwrap());
-        assert_eq!(row["user"], "zklock");
-        assert_eq!(row["application"], "zklock");
-        assert_eq!(row["client"], "", "{row}");
-        assert_eq!(row["connected_at"], "", "{row}");
-        // The superuser sees both.
+        assert_eq!(row["session"], mutex.backend_pid().unwrap().to_string());
+        assert_eq!(row["owner"], "zklock (zklock)", "{row}");
+        // The superuser sees the address too.
         let row = holders(&server.url());
         assert!(
-            row["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+            row["owner"]
+                .as_str()
+                .unwrap()
+                .starts_with("zklock@127.0.0.1:"),
             "{row}"
         );
-        assert_ne!(row["connected_at"], "", "{row}");
         guard.release().unwrap();
         client.close();
     }
@@ -1227,10 +1354,14 @@ mod on_postgres {
             .output()
             .unwrap();
         let table = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            table.contains("| lease 1 | yes |") && table.contains("| lease 2 | yes |"),
-            "{table}"
-        );
+        let leases: Vec<_> = table_rows(&table)
+            .into_iter()
+            .filter(|row| row[1] == "lease" && row[2] == "yes")
+            .map(|row| row.last().unwrap().clone())
+            .collect();
+        assert_eq!(leases.len(), 2, "{table}");
+        assert!(leases[0].starts_with("lease 1, backend "), "{table}");
+        assert!(leases[1].starts_with("lease 2, backend "), "{table}");
         fs::write(&go, "").unwrap();
     }
 
@@ -1238,7 +1369,7 @@ mod on_postgres {
     fn bad_input_and_zookeeper_only_commands_say_so_on_postgres() {
         let server = TestingPostgres::start().unwrap();
         let out = zklock_pg(&server, &["revoke", "x"]).output().unwrap();
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(2), "bad usage");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("ZooKeeper only"), "{err}");
         let wrong = server.url_as("zklock", "wrong", "postgres");
@@ -1249,7 +1380,7 @@ mod on_postgres {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(
-            err.contains("cannot connect to PostgreSQL") && !err.contains("wrong"),
+            err.contains("cannot connect to postgres://") && !err.contains("wrong"),
             "{err}"
         );
         let out = zklock_pg(&server, &["holders", ""]).output().unwrap();
@@ -1354,12 +1485,37 @@ mod on_mariadb {
     }
 
     #[test]
+    fn holders_on_mariadb_shows_the_holding_connection() {
+        let server = TestingMariaDb::start().unwrap();
+        let out = zklock_my(&server, &["holders", "seen"]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("no one holds or waits"),
+            "{out:?}"
+        );
+        let client = zklock::MySqlClient::connect(&server.url()).unwrap();
+        let mutex = zklock::MySqlMutex::new(&client, "seen").unwrap();
+        let guard = mutex.lock().unwrap();
+        let out = zklock_my(&server, &["holders", "seen", "--json"])
+            .output()
+            .unwrap();
+        let doc = json(&out.stdout);
+        assert_eq!(doc["backend"], "mysql");
+        let rows = entries_of(&doc);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0]["holds"], true);
+        assert_eq!(
+            rows[0]["session"],
+            mutex.connection_id().unwrap().to_string()
+        );
+        guard.release().unwrap();
+        client.close();
+    }
+
+    #[test]
     fn bad_input_and_commands_not_built_say_so_on_mariadb() {
         let server = TestingMariaDb::start().unwrap();
-        let out = zklock_my(&server, &["holders", "x"]).output().unwrap();
-        assert_eq!(out.status.code(), Some(1));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("not yet on MySQL"), "{err}");
+        let out = zklock_my(&server, &["revoke", "x"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "bad usage");
         let wrong = server.url_as("zklock", "wrong", "zklock");
         let out = Command::new(ZKLOCK)
             .args(["--connect", &wrong, "run", "x", "--", "true"])
@@ -1368,8 +1524,45 @@ mod on_mariadb {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{err}");
         assert!(
-            err.contains("cannot connect to MySQL") && err.contains("Access denied"),
+            err.contains("cannot connect to ") && err.contains("Access denied"),
             "{err}"
         );
+    }
+}
+
+/// `holders --json` parses with one schema on every backend, the lock taken through the
+/// library's `zklock::connect` with the same name everywhere.
+#[cfg(all(feature = "redis", feature = "postgres", feature = "mysql"))]
+#[test]
+fn holders_json_has_one_schema_on_every_backend() {
+    use zklock::testing::{TestingMariaDb, TestingPostgres, TestingRedis};
+    let zk = TestingServer::start().unwrap();
+    let redis = TestingRedis::start().unwrap();
+    let pg = TestingPostgres::start().unwrap();
+    let my = TestingMariaDb::start().unwrap();
+    let urls = [
+        (format!("zk://{}", zk.connect_string()), "zookeeper"),
+        (redis.url(), "redis"),
+        (pg.url(), "postgres"),
+        (my.url(), "mysql"),
+    ];
+    for (url, backend) in &urls {
+        let locks = zklock::connect(url).unwrap();
+        let mutex = locks.mutex("shared").unwrap();
+        mutex.acquire().unwrap();
+        let out = Command::new(ZKLOCK)
+            .args(["--connect", url, "holders", "shared", "--json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{backend}: {err}");
+        let doc = json(&out.stdout);
+        assert_eq!(doc["backend"], *backend, "{doc}");
+        let entries = entries_of(&doc);
+        assert_eq!(entries.len(), 1, "{backend}: {doc}");
+        assert_eq!(entries[0]["holds"], true, "{backend}: {doc}");
+        assert_eq!(entries[0]["kind"], "lock", "{backend}: {doc}");
+        mutex.release().unwrap();
+        locks.close();
     }
 }

@@ -7,30 +7,39 @@ use clap::{Args, Parser, Subcommand};
 const EXAMPLES: &str = "\
 Examples:
   # Run a nightly job on at most one machine at a time; give up after 10 minutes of waiting
-  zklock --connect zk1:2181,zk2:2181 run /locks/nightly --timeout 10m -- ./nightly.sh
+  zklock --connect zk1:2181,zk2:2181 run nightly --timeout 10m -- ./nightly.sh
+  zklock --connect redis://cache:6379 run nightly --timeout 10m -- ./nightly.sh
+  zklock --connect postgres://app@db/app run nightly --timeout 10m -- ./nightly.sh
+  zklock --connect mysql://app@db/app run nightly -n -- ./nightly.sh   # skip if busy
 
   # Readers share, a writer is alone; at most 3 concurrent exports
-  zklock run /locks/catalog --read -- ./read-catalog
-  zklock run /locks/exports --semaphore 3 -- ./export --token-from-env
+  zklock run catalog --read -- ./read-catalog
+  zklock run exports --semaphore 3 -- ./export --token-from-env
 
-  # Who holds /locks/nightly and who waits (JSON for scripts); follow it live
-  zklock holders /locks/nightly --json
-  zklock watch /locks/nightly
+  # Who holds nightly and who waits (one JSON schema on every backend); follow it live
+  zklock holders nightly --json
+  zklock watch nightly
 
-  # Ask a revocable holder to let go; delete a dead holder's node
-  zklock revoke /locks/nightly/_c_0a2f...-lock-0000000042
-  zklock break /locks/nightly/_c_0a2f...-lock-0000000042 --yes
+  # ZooKeeper: ask a revocable holder to let go; delete a dead holder's node
+  zklock revoke /nightly/_c_0a2f...-lock-0000000042
+  zklock break /nightly/_c_0a2f...-lock-0000000042 --yes
 
   # Run a service only while this process leads, and take part again after it exits
-  zklock elect /services/billing/leader --id billing-1 --requeue -- ./billing
+  zklock elect billing-leader --id billing-1 --requeue -- ./billing
+
+--connect (or $ZKLOCK_CONNECT) picks the backend: host:port,... or zk://host:port,.../chroot
+for ZooKeeper (a name is the path /name), redis:// or rediss://, postgres:// or
+postgresql://, mysql:// or mariadb://.
 
 Exit codes of `run` and `elect`: the command's own status (128+N if it died of signal N);
-123 the lock or leadership was lost and the command was terminated; 124 --timeout expired,
-the command never ran; 125 zklock itself failed; 126 the command could not be executed;
-127 the command was not found. Other commands: 0 success, 1 failure, 2 bad usage.";
+123 the lock or leadership was lost and the command was terminated; 124 --timeout expired
+or -n found the lock busy, the command never ran; 125 zklock itself failed; 126 the command
+could not be executed; 127 the command was not found. Other commands: 0 success, 1 failure,
+2 bad usage (an unknown option or scheme, an option the backend does not have).";
 
-/// Apache Curator's distributed-lock recipes from the shell: run a command under a ZooKeeper
-/// lock (and stop it if the lock is lost), see who holds what, revoke, break, elect.
+/// Distributed locks from the shell, on ZooKeeper (Apache Curator's recipes), Redis,
+/// PostgreSQL, MySQL or MariaDB: run a command under a lock (and stop it if the lock is lost),
+/// see who holds what, elect a leader; on ZooKeeper also revoke and break.
 #[derive(Debug, Parser)]
 #[command(name = "zklock", version, after_help = EXAMPLES)]
 pub struct Cli {
@@ -43,9 +52,9 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// ZooKeeper connect string (host:port,...), a Redis URL
-    /// (redis://[[user]:password@]host[:port][/db]) or a PostgreSQL URL
-    /// (postgres://user:password@host[:port]/database) or a MySQL / MariaDB URL
+    /// The server: a ZooKeeper connect string (host:port,...[/chroot], or
+    /// zk://host:port,.../chroot), a Redis URL (redis://[[user]:password@]host[:port][/db]), a
+    /// PostgreSQL URL (postgres://user:password@host[:port]/database) or a MySQL / MariaDB URL
     /// (mysql://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT
     #[arg(
         long,
@@ -58,12 +67,20 @@ pub struct Global {
     /// Every path is relative to /NAMESPACE (Curator's namespace)
     #[arg(long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// Session timeout asked of the server (e.g. 30s, 500ms, 2m)
+    /// How long the server keeps a silent holder's locks (ZooKeeper's session timeout, the TTL
+    /// on Redis, the database session's limit on PostgreSQL and MySQL), e.g. 30s, 500ms, 2m
     #[arg(long, global = true, default_value = "30s", value_parser = parse_duration, value_name = "D")]
     pub session_timeout: Duration,
-    /// How long to wait for a connection to ZooKeeper
-    #[arg(long, global = true, default_value = "15s", value_parser = parse_duration, value_name = "D")]
-    pub connection_timeout: Duration,
+    /// How long to wait for a connection to the server
+    #[arg(
+        long,
+        global = true,
+        alias = "connection-timeout",
+        default_value = "10s",
+        value_parser = parse_duration,
+        value_name = "D"
+    )]
+    pub connect_timeout: Duration,
     /// Digest authentication as user:password. On the command line it is visible to every
     /// user of the machine (ps) for as long as zklock runs: prefer ZKLOCK_DIGEST or
     /// --digest-file
@@ -106,31 +123,55 @@ pub enum Command {
     /// Take a lock, run CMD while holding it, release when CMD exits
     ///
     /// The command gets ZKLOCK_FENCING_TOKEN (strictly rising from holder to holder) and
-    /// ZKLOCK_NODE in its environment. If the lock is lost (session expired, node deleted, or
-    /// connection suspended past --suspended-grace) the command and every process it started
+    /// ZKLOCK_NODE in its environment. If the lock is lost (a ZooKeeper session expired or its
+    /// node deleted, a Redis key's TTL ran out, a database session ended, or the connection
+    /// was suspended past --suspended-grace) the command and every process it started
     /// (its process group) get SIGTERM, then SIGKILL after --kill-after, and zklock exits with
     /// 123. SIGINT, SIGTERM and SIGHUP sent to zklock are forwarded to them (with --foreground
     /// the command alone is signalled, and a terminal's Ctrl-C reaches it directly).
     Run(RunArgs),
-    /// List the queue of a lock path in lock order: who holds, who waits
+    /// Who holds a lock and who waits, in lock order (one table, or one JSON schema, on every
+    /// backend)
     Holders(HoldersArgs),
-    /// Like `holders`, printed again on every change (from ZooKeeper watches) until Ctrl-C
+    /// Like `holders`, printed again with the time on every change until Ctrl-C (ZooKeeper's
+    /// watches; every 250 ms elsewhere)
     Watch(HoldersArgs),
-    /// Ask the holder of a lock node to release it (Curator's cooperative revocation)
+    /// ZooKeeper: ask the holder of a lock node to release it (Curator's revocation)
     Revoke(NodeArgs),
-    /// Delete a lock node (e.g. of a hung holder) after showing its owner and asking
+    /// ZooKeeper: delete a lock node (e.g. of a hung holder) after showing its owner and asking
     Break(BreakArgs),
-    /// Run CMD while this process leads the election on PATH (Curator's LeaderSelector)
+    /// Run CMD while this process leads the election on NAME (Curator's LeaderSelector on
+    /// ZooKeeper, the backend's leader latch elsewhere)
     Elect(ElectArgs),
+}
+
+impl Command {
+    /// On ZooKeeper a lock name is a path: `name` means `/name`, as the library's `connect`
+    /// takes it, so that one name means the same on every backend.
+    pub fn name_as_path(&mut self) {
+        let path = match self {
+            Command::Run(a) => &mut a.path,
+            Command::Holders(a) | Command::Watch(a) => &mut a.path,
+            Command::Elect(a) => &mut a.path,
+            Command::Revoke(_) | Command::Break(_) => return,
+        };
+        if !path.starts_with('/') {
+            path.insert(0, '/');
+        }
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The lock path, e.g. /locks/nightly
+    /// The lock's name (on ZooKeeper its path; `nightly` is `/nightly`)
     pub path: String,
     /// Give up waiting after D: exit 124 without running the command
     #[arg(long, short = 'w', value_parser = parse_duration, value_name = "D")]
     pub timeout: Option<Duration>,
+    /// Do not wait: if the lock is busy, exit 124 without running the command (as flock -n;
+    /// the same as --timeout 0)
+    #[arg(long, short = 'n', conflicts_with = "timeout")]
+    pub nonblock: bool,
     /// Take the read half of a read-write lock (shared with other readers)
     #[arg(long, conflicts_with_all = ["write", "semaphore"])]
     pub read: bool,
@@ -167,7 +208,8 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct HoldersArgs {
-    /// The lock path (the parent of the lock nodes; for a semaphore, the semaphore's path)
+    /// The lock's name (on ZooKeeper the parent of the lock nodes; for a semaphore, the
+    /// semaphore's path)
     pub path: String,
     /// The semaphore's number of leases, to tell which leases hold (unknown otherwise)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -194,7 +236,7 @@ pub struct BreakArgs {
 
 #[derive(Debug, Args)]
 pub struct ElectArgs {
-    /// The election path (Curator's LeaderSelector path)
+    /// The election's name (on ZooKeeper Curator's LeaderSelector path)
     pub path: String,
     /// Participant id, written into our node (default: host name and process id)
     #[arg(long)]

@@ -1,186 +1,111 @@
-//! The commands on MySQL and MariaDB (`--connect mysql://…` or `mariadb://…`): `run` on a
-//! `MySqlMutex`, a read-write half or a semaphore lease, `elect` on a `MySqlLeaderLatch`.
-//! `holders` and `watch` are not built for MySQL yet. The session timeout is
-//! `--session-timeout`.
+//! MySQL and MariaDB (`--connect mysql://…` or `mariadb://…`) as the commands see them: the
+//! Client from the global options, and `holders` from `IS_USED_LOCK` and the process list. The
+//! session timeout is `--session-timeout`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use zklock::{
-    HealthEvent, LeadershipChange, LockHealth, MySqlClient, MySqlLeaderLatch, MySqlLease,
-    MySqlMutex, MySqlReadWriteLock, MySqlSemaphore,
-};
+use mysql::prelude::Queryable;
+use parking_lot::Mutex;
+use zklock::{AnyClient, MySqlClient, MySqlMutex};
 
-use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
-use crate::child::catch_signals;
-use crate::contender::{refuse_zookeeper_options, Backend, Contender, Target};
-use crate::elect_latch::{elect_on_latch, Latch};
-use crate::run::{Contend, Held};
-use crate::{code, CliResult, Context, Failure};
+use crate::args::Global;
+use crate::contender::{refuse_zookeeper_options, Site};
+use crate::listing::{Entry, Listing};
+use crate::{CliResult, Context};
 
 /// A connected MySQL Client from the global options.
 pub fn connect(global: &Global) -> CliResult<MySqlClient> {
     refuse_zookeeper_options(global, "MySQL", "mysql://user:PASSWORD@host/db")?;
     MySqlClient::builder(&global.connect)
         .session_timeout(global.session_timeout)
-        .connect_timeout(global.connection_timeout)
+        .connect_timeout(global.connect_timeout)
         .connect()
-        .context(|| "cannot connect to MySQL".to_owned())
+        .context(String::new) // the error names the server and says it cannot connect
 }
 
-/// The lock `run` takes, from its options.
-pub fn contender(global: &Global, args: &RunArgs) -> CliResult<Box<dyn Contend>> {
-    if args.revocable {
-        return Err(Failure::new(
-            "--revocable is for ZooKeeper locks, not MySQL",
-        ));
-    }
+/// MySQL, as the commands use it. The listing reads through a connection of its own, opened
+/// on first use.
+pub fn site(global: &Global) -> CliResult<Site> {
     let client = connect(global)?;
-    let name = &args.path;
-    let cannot = || format!("cannot use {name}");
-    let lock = if let Some(n) = args.semaphore {
-        Target::Lease(Arc::new(
-            MySqlSemaphore::new(&client, name, n).context(cannot)?,
-        ))
-    } else if args.read || args.write {
-        let rw = MySqlReadWriteLock::new(&client, name).context(cannot)?;
-        Target::Half(Arc::new(rw), args.write)
-    } else {
-        Target::Mutex(Arc::new(MySqlMutex::new(&client, name).context(cannot)?))
+    let names = client.clone();
+    let url = global.connect.clone();
+    let timeout = global.connect_timeout;
+    let reader: Mutex<Option<mysql::Conn>> = Mutex::new(None);
+    let listing = move |name: &str, _: Option<u32>| {
+        let lock = MySqlMutex::new(&names, name).context(|| format!("cannot use {name}"))?;
+        let mut reader = reader.lock();
+        if reader.is_none() {
+            *reader = Some(open_reader(&url, timeout)?);
+        }
+        let conn = reader.as_mut().expect("just connected");
+        listing(conn, name, lock.name())
     };
-    Ok(Box::new(Contender::<MySql> {
-        client,
-        target: lock,
-    }))
+    let sql = client.clone();
+    Ok(Site {
+        client: AnyClient::from(client),
+        node: Box::new(move |name| {
+            MySqlMutex::new(&sql, name).map_or_else(|_| name.to_owned(), |m| m.lock_sql())
+        }),
+        listing: Arc::new(listing),
+        lost: "its database connection ended",
+    })
 }
 
-/// MySQL's lock types, as `run` uses them.
-pub struct MySql;
+/// A plain connection to `url` (which the Client checked already), without the Client's own
+/// URL options.
+fn open_reader(url: &str, timeout: Duration) -> CliResult<mysql::Conn> {
+    let url = url.trim().replacen("mariadb://", "mysql://", 1);
+    let url = url.split('?').next().unwrap_or_default();
+    let opts = mysql::Opts::from_url(url).context(|| "not a MySQL URL".to_owned())?;
+    let opts = mysql::OptsBuilder::from_opts(opts)
+        .tcp_connect_timeout(Some(timeout))
+        .read_timeout(Some(timeout))
+        .write_timeout(Some(timeout));
+    mysql::Conn::new(opts).context(|| "cannot connect to MySQL".to_owned())
+}
 
-impl Backend for MySql {
-    type Client = MySqlClient;
-    type Mutex = MySqlMutex;
-    type ReadWrite = MySqlReadWriteLock;
-    type Semaphore = MySqlSemaphore;
-    type Lease = MySqlLease;
-
-    fn close(client: &MySqlClient) {
-        client.close();
-    }
-
-    fn half(rw: &MySqlReadWriteLock, write: bool) -> &MySqlMutex {
-        if write {
-            rw.write_lock()
-        } else {
-            rw.read_lock()
-        }
-    }
-
-    fn mutex_events(mutex: &MySqlMutex) -> zklock::Receiver<HealthEvent> {
-        mutex.health_events()
-    }
-
-    /// The SQL that takes the same lock, and the session that holds it.
-    fn node(mutex: &MySqlMutex) -> String {
-        format!(
-            "{} (connection {})",
-            mutex.lock_sql(),
-            mutex.connection_id().unwrap_or_default()
+/// The session that holds the mutex `name` (`GET_LOCK` name `lock_name`). The server shows no
+/// queue of a `GET_LOCK` name, so waiters are not listed; a semaphore's or read-write lock's
+/// names are not looked at.
+fn listing(conn: &mut mysql::Conn, name: &str, lock_name: &str) -> CliResult<Listing> {
+    let found: Option<(u64, String, String)> = conn
+        .exec_first(
+            "SELECT ID, USER, HOST FROM information_schema.PROCESSLIST \
+             WHERE ID = IS_USED_LOCK(?)",
+            (lock_name,),
         )
-    }
-
-    fn lease_events(semaphore: &MySqlSemaphore) -> zklock::Receiver<HealthEvent> {
-        semaphore.health_events()
-    }
-
-    fn cancel_lease_waiters(semaphore: &MySqlSemaphore) {
-        semaphore.cancel_waiters();
-    }
-
-    fn acquire_lease(
-        semaphore: &MySqlSemaphore,
-        timeout: Option<Duration>,
-    ) -> zklock::Result<Option<MySqlLease>> {
-        match timeout {
-            Some(t) => semaphore.acquire_timeout(t),
-            None => semaphore.acquire().map(Some),
-        }
-    }
+        .context(|| format!("cannot read {name}"))?;
+    let holder: Option<u64> = match found {
+        Some(_) => None,
+        // A session the process list does not show this user (no PROCESS privilege).
+        None => conn
+            .exec_first("SELECT IS_USED_LOCK(?)", (lock_name,))
+            .context(|| format!("cannot read {name}"))?
+            .flatten(),
+    };
+    let entries: Vec<Entry> = match (found, holder) {
+        (Some((id, user, host)), _) => vec![holder_entry(id, Some(format!("{user}@{host}")))],
+        (None, Some(id)) => vec![holder_entry(id, None)],
+        (None, None) => Vec::new(),
+    };
+    Ok(Listing {
+        backend: "mysql",
+        name: name.to_owned(),
+        layout: Listing::layout_of(&entries),
+        entries,
+    })
 }
 
-impl Held for MySqlLease {
-    fn fencing_token(&self) -> u64 {
-        MySqlLease::fencing_token(self)
+fn holder_entry(connection: u64, owner: Option<String>) -> Entry {
+    Entry {
+        kind: "lock".to_owned(),
+        holds: Some(true),
+        id: format!("connection {connection}"),
+        owner,
+        session: Some(connection.to_string()),
+        token: None,
+        age: None,
+        expires_in: None,
     }
-
-    fn node(&self) -> String {
-        format!(
-            "lease {} (connection {})",
-            self.index(),
-            self.connection_id()
-        )
-    }
-
-    fn health(&self) -> LockHealth {
-        MySqlLease::health(self)
-    }
-
-    fn release(self: Box<Self>) -> zklock::Result<()> {
-        MySqlLease::release(*self)
-    }
-}
-
-/// `elect` on MySQL: a `MySqlLeaderLatch` per term.
-pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
-    let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
-    let signals = catch_signals().map_err(failed)?;
-    let client = connect(global).map_err(failed)?;
-    let node = MySqlMutex::new(&client, &args.path)
-        .context(|| format!("cannot use {}", args.path))
-        .map_err(failed)?
-        .lock_sql();
-    let result = elect_on_latch(&args, &signals, &node, || {
-        MySqlLeaderLatch::start(&client, &args.path)
-    });
-    client.close();
-    result
-}
-
-impl Latch for MySqlLeaderLatch {
-    fn changes(&self) -> zklock::Receiver<LeadershipChange> {
-        MySqlLeaderLatch::changes(self)
-    }
-
-    fn await_leadership_timeout(&self, timeout: Duration) -> zklock::Result<bool> {
-        MySqlLeaderLatch::await_leadership_timeout(self, timeout)
-    }
-
-    fn epoch(&self) -> Option<u64> {
-        MySqlLeaderLatch::epoch(self)
-    }
-
-    fn health(&self) -> Option<LockHealth> {
-        MySqlLeaderLatch::health(self)
-    }
-
-    fn close(&self) {
-        MySqlLeaderLatch::close(self)
-    }
-}
-
-/// `holders` on MySQL: not built yet.
-pub fn holders(_: &Global, _: HoldersArgs) -> CliResult<()> {
-    Err(not_yet())
-}
-
-/// `watch` on MySQL: not built yet.
-pub fn watch(_: &Global, _: HoldersArgs) -> CliResult<()> {
-    Err(not_yet())
-}
-
-fn not_yet() -> Failure {
-    Failure::new(
-        "holders and watch are not yet on MySQL: run SELECT IS_USED_LOCK('NAME') for the \
-         session that holds a mutex (see docs/mysql.md for the names)",
-    )
 }

@@ -203,11 +203,12 @@ pub enum Outcome {
 }
 
 /// What the supervisor watches besides the command.
-pub struct Watchdog<'a, T> {
-    /// The hold's health, computed now (detects a process that stood still past its session).
+pub struct Watchdog<'a> {
+    /// The hold's health, computed now (detects a process that stood still past its session),
+    /// every 100 ms.
     pub health: &'a dyn Fn() -> LockHealth,
-    /// Health events or a cancelled term; drained at each check (every 100 ms at most).
-    pub wake: zklock::Receiver<T>,
+    /// Why a `Lost` hold ended, in the backend's words.
+    pub lost: &'a str,
     /// A cancelled term counts as lost (elect).
     pub cancelled: &'a dyn Fn() -> bool,
     /// Signals to forward to the command (unless they reached it from the terminal already).
@@ -218,7 +219,7 @@ pub struct Watchdog<'a, T> {
     pub kill_after: Duration,
 }
 
-impl<T> Watchdog<'_, T> {
+impl Watchdog<'_> {
     /// Runs until the command exits or the hold is lost.
     pub fn supervise(&self, child: &mut Child) -> Outcome {
         let mut suspended_since: Option<Instant> = None;
@@ -246,10 +247,9 @@ impl<T> Watchdog<'_, T> {
                 }
                 default(Duration::from_millis(100)) => {}
             }
-            while self.wake.try_recv().is_ok() {}
             let lost = match (self.health)() {
                 _ if (self.cancelled)() => Some("leadership ended".to_owned()),
-                LockHealth::Lost => Some("session expired or node deleted".to_owned()),
+                LockHealth::Lost => Some(self.lost.to_owned()),
                 LockHealth::Suspended => {
                     let since = *suspended_since.get_or_insert_with(Instant::now);
                     self.suspended_grace

@@ -1,84 +1,96 @@
-//! `run` on Redis and PostgreSQL: a backend's mutex, a half of its read-write lock or a lease of
-//! its semaphore, contended for the same way on both through what their types have in common
-//! ([`Backend`]).
+//! `run` on every backend but ZooKeeper, through the library's [`AnyClient`]: a mutex, a half
+//! of a read-write lock or a lease of a semaphore, by name. What the command line adds per
+//! backend — the node it tells the command of, its holders listing, its words for a lost hold —
+//! comes with the Client as a [`Site`].
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{never, Receiver};
-use zklock::{HealthEvent, Lock, LockHealth};
+use zklock::{AnyClient, AnyLease, AnyReadWriteLock, AnySemaphore, Lock, LockHealth};
 
-use crate::args::Global;
+use crate::args::{Global, RunArgs};
+use crate::listing::{report_waiting, Listing};
 use crate::run::{Contend, Held};
-use crate::{CliResult, Failure};
+use crate::{CliResult, Context, Failure};
 
-/// A backend's lock types, as `run` uses them.
-pub trait Backend: 'static {
-    type Client: Send + 'static;
-    type Mutex: Lock + 'static;
-    type ReadWrite: Send + Sync + 'static;
-    type Semaphore: Send + Sync + 'static;
-    type Lease: Held + 'static;
+/// Reads the holders and waiters of a name (a semaphore's first N leases with `Some(N)`).
+pub type ReadListing = dyn Fn(&str, Option<u32>) -> CliResult<Listing> + Send + Sync;
 
-    fn close(client: &Self::Client);
-    /// The write half (`write`) or the read half.
-    fn half(rw: &Self::ReadWrite, write: bool) -> &Self::Mutex;
-    fn mutex_events(mutex: &Self::Mutex) -> zklock::Receiver<HealthEvent>;
-    /// What the command is told it holds (`ZKLOCK_NODE`).
-    fn node(mutex: &Self::Mutex) -> String;
-    fn lease_events(semaphore: &Self::Semaphore) -> zklock::Receiver<HealthEvent>;
-    fn cancel_lease_waiters(semaphore: &Self::Semaphore);
-    /// A lease, waiting up to `timeout` (forever if `None`); `None` on timeout.
-    fn acquire_lease(
-        semaphore: &Self::Semaphore,
-        timeout: Option<Duration>,
-    ) -> zklock::Result<Option<Self::Lease>>;
+/// A backend's Client and what the command line knows of the backend beside it.
+pub struct Site {
+    pub client: AnyClient,
+    /// What `ZKLOCK_NODE` says of the lock a name makes.
+    pub node: Box<dyn Fn(&str) -> String>,
+    /// The holders and waiters of a name (a semaphore's first N leases with `Some(N)`).
+    pub listing: Arc<ReadListing>,
+    /// Why a hold ends, in the backend's words: what `run` says when it stops the command.
+    pub lost: &'static str,
 }
 
-/// The lock `run` takes.
-pub enum Target<B: Backend> {
-    Mutex(Arc<B::Mutex>),
-    /// A read-write lock and whether we write.
-    Half(Arc<B::ReadWrite>, bool),
-    Lease(Arc<B::Semaphore>),
-}
-
-impl<B: Backend> Clone for Target<B> {
-    fn clone(&self) -> Self {
-        match self {
-            Target::Mutex(m) => Target::Mutex(m.clone()),
-            Target::Half(rw, write) => Target::Half(rw.clone(), *write),
-            Target::Lease(s) => Target::Lease(s.clone()),
-        }
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Site")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
     }
 }
 
-impl<B: Backend> Target<B> {
+/// The lock `run` takes.
+#[derive(Clone)]
+enum Target {
+    Mutex(Arc<dyn Lock>),
+    /// A read-write lock and whether we write.
+    Half(Arc<AnyReadWriteLock>, bool),
+    Lease(Arc<AnySemaphore>),
+}
+
+impl Target {
     /// The mutex or half taken (not a lease).
-    fn mutex(&self) -> Option<&B::Mutex> {
+    fn lock(&self) -> Option<&dyn Lock> {
         match self {
-            Target::Mutex(m) => Some(m),
-            Target::Half(rw, write) => Some(B::half(rw, *write)),
+            Target::Mutex(m) => Some(&**m),
+            Target::Half(rw, true) => Some(rw.write_lock()),
+            Target::Half(rw, false) => Some(rw.read_lock()),
             Target::Lease(_) => None,
         }
     }
 }
 
-/// A backend's lock `run` contends on, and its Client.
-pub struct Contender<B: Backend> {
-    pub client: B::Client,
-    pub target: Target<B>,
+/// A lock `run` contends on, with its backend.
+pub struct Contender {
+    site: Site,
+    target: Target,
+    name: String,
 }
 
-impl<B: Backend> Contend for Contender<B> {
-    fn health_events(&self) -> zklock::Receiver<HealthEvent> {
-        match (&self.target, self.target.mutex()) {
-            (Target::Lease(s), _) => B::lease_events(s),
-            (_, Some(m)) => B::mutex_events(m),
-            (_, None) => unreachable!("every lock but a lease is a mutex"),
-        }
+/// The lock `run` takes on the backend `site` names, from its options.
+pub fn contender(site: Site, args: &RunArgs) -> CliResult<Box<dyn Contend>> {
+    if args.revocable {
+        return Err(Failure::usage(format!(
+            "--revocable is for ZooKeeper locks, not {}",
+            site.client.backend()
+        )));
     }
+    let name = &args.path;
+    let cannot = || format!("cannot use {name}");
+    let target = if let Some(n) = args.semaphore {
+        Target::Lease(Arc::new(site.client.semaphore(name, n).context(cannot)?))
+    } else if args.read || args.write {
+        let rw = site.client.read_write_lock(name).context(cannot)?;
+        Target::Half(Arc::new(rw), args.write)
+    } else {
+        Target::Mutex(site.client.mutex(name).context(cannot)?)
+    };
+    Ok(Box::new(Contender {
+        site,
+        target,
+        name: name.clone(),
+    }))
+}
 
+impl Contend for Contender {
     fn revocations(&self) -> Receiver<()> {
         never()
     }
@@ -86,68 +98,121 @@ impl<B: Backend> Contend for Contender<B> {
     fn canceller(&self) -> Box<dyn Fn() + Send> {
         let target = self.target.clone();
         Box::new(move || match &target {
-            Target::Lease(s) => B::cancel_lease_waiters(s),
+            Target::Lease(s) => s.cancel_waiters(),
             other => {
-                if let Some(m) = other.mutex() {
-                    m.cancel_waiters();
+                if let Some(lock) = other.lock() {
+                    lock.cancel_waiters();
                 }
             }
         })
     }
 
     fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>> {
+        let node = (self.site.node)(&self.name);
         if let Target::Lease(s) = &self.target {
-            let lease = B::acquire_lease(s, timeout)?;
-            return Ok(lease.map(|l| Box::new(l) as Box<dyn Held>));
+            let lease = match timeout {
+                Some(t) => s.acquire_timeout(t)?,
+                None => Some(s.acquire()?),
+            };
+            return Ok(lease.map(|lease| Box::new(HeldLease { lease }) as Box<dyn Held>));
         }
-        let m = self
+        let lock = self
             .target
-            .mutex()
+            .lock()
             .expect("every lock but a lease is a mutex");
         let acquired = match timeout {
-            Some(t) => m.acquire_timeout(t)?,
+            Some(t) => lock.acquire_timeout(t)?,
             None => {
-                m.acquire()?;
+                lock.acquire()?;
                 true
             }
         };
-        Ok(acquired.then(|| Box::new(HeldMutex(self.target.clone())) as Box<dyn Held>))
+        Ok(acquired.then(|| {
+            Box::new(HeldLock {
+                target: self.target.clone(),
+                node,
+            }) as Box<dyn Held>
+        }))
+    }
+
+    fn listing(&self, max_leases: Option<u32>) -> CliResult<Listing> {
+        (self.site.listing)(&self.name, max_leases)
+    }
+
+    fn report_holders(&self, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>) {
+        let listing = self.site.listing.clone();
+        let name = path.clone();
+        report_waiting(path, Arc::new(move || listing(&name, max_leases)), waiting);
+    }
+
+    fn lost(&self) -> &'static str {
+        self.site.lost
     }
 
     fn close(&self) {
-        B::close(&self.client);
+        self.site.client.close();
     }
 }
 
 /// A mutex or half held by this thread (`run` holds and releases on its main thread).
-struct HeldMutex<B: Backend>(Target<B>);
+struct HeldLock {
+    target: Target,
+    node: String,
+}
 
-impl<B: Backend> HeldMutex<B> {
-    fn mutex(&self) -> &B::Mutex {
-        self.0.mutex().expect("a held mutex")
+impl HeldLock {
+    fn lock(&self) -> &dyn Lock {
+        self.target.lock().expect("a held mutex")
     }
 }
 
-impl<B: Backend> Held for HeldMutex<B> {
+impl Held for HeldLock {
     fn fencing_token(&self) -> u64 {
-        self.mutex().fencing_token().unwrap_or_default()
+        self.lock().fencing_token().unwrap_or_default()
     }
 
     fn node(&self) -> String {
-        B::node(self.mutex())
+        self.node.clone()
     }
 
     fn health(&self) -> LockHealth {
-        self.mutex().health().unwrap_or(LockHealth::Lost)
+        self.lock().health().unwrap_or(LockHealth::Lost)
     }
 
     fn release(self: Box<Self>) -> zklock::Result<()> {
-        self.mutex().release()
+        self.lock().release()
+    }
+}
+
+/// A semaphore's lease.
+struct HeldLease {
+    lease: AnyLease,
+}
+
+impl Held for HeldLease {
+    fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token()
+    }
+
+    fn node(&self) -> String {
+        self.lease.id().to_owned()
+    }
+
+    fn health(&self) -> LockHealth {
+        self.lease.health()
+    }
+
+    fn release(self: Box<Self>) -> zklock::Result<()> {
+        self.lease.release()
     }
 }
 
 /// Refuses the options only ZooKeeper has: `--namespace`, and `--digest` (`password_hint`
 /// says where the password goes instead).
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
 pub fn refuse_zookeeper_options(
     global: &Global,
     backend: &str,
@@ -162,7 +227,7 @@ pub fn refuse_zookeeper_options(
         ),
     ] {
         if given {
-            return Err(Failure::new(format!(
+            return Err(Failure::usage(format!(
                 "{option} is for ZooKeeper, not {backend}"
             )));
         }

@@ -68,7 +68,7 @@ pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
                 let cancelled = || leadership.is_cancelled();
                 let watchdog = Watchdog {
                     health: &health,
-                    wake: leadership.cancelled(),
+                    lost: crate::ZOOKEEPER_LOST,
                     cancelled: &cancelled,
                     signals: forward_rx.clone(),
                     revoked: never(),

@@ -1,34 +1,38 @@
-//! `zklock elect` on the backends whose leader latches share one API (Redis's, PostgreSQL's): a
-//! latch per term, the command run while it leads.
+//! `zklock elect` on every backend but ZooKeeper (whose `elect` is Curator's LeaderSelector):
+//! the library's leader latch per term, the command run while it leads.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{never, Receiver};
-use zklock::{LeadershipChange, LockHealth};
+use zklock::{AnyLeaderLatch, LockHealth};
 
 use crate::args::ElectArgs;
-use crate::child::{status_code, Caught, Child, Outcome, Watchdog};
+use crate::child::{catch_signals, status_code, Caught, Child, Outcome, Watchdog};
+use crate::contender::Site;
 use crate::{code, hostname, CliResult, Context, Failure};
 
-/// What `elect` needs of a leader latch of another backend than ZooKeeper (Redis's,
-/// PostgreSQL's): they share one API, not one trait.
-pub trait Latch {
-    fn changes(&self) -> zklock::Receiver<LeadershipChange>;
-    fn await_leadership_timeout(&self, timeout: Duration) -> zklock::Result<bool>;
-    fn epoch(&self) -> Option<u64>;
-    fn health(&self) -> Option<LockHealth>;
-    fn close(&self);
+/// `elect` on the backend `site` names: a leader latch per term.
+pub fn elect(site: Site, args: ElectArgs) -> CliResult<u8> {
+    let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
+    let signals = catch_signals().map_err(failed)?;
+    let node = (site.node)(&args.path);
+    let result = elect_on_latch(&args, &signals, &node, site.lost, || {
+        site.client.leader_latch(&args.path)
+    });
+    site.client.close();
+    result
 }
 
 /// `elect` on a latch per term from `start`: the command runs while it leads, with
 /// `ZKLOCK_NODE` set to `node`; with `--requeue`, a new latch queues after each term.
-pub fn elect_on_latch<L: Latch>(
+fn elect_on_latch(
     args: &ElectArgs,
     signals: &Receiver<Caught>,
     node: &str,
-    start: impl Fn() -> zklock::Result<L>,
+    lost: &str,
+    start: impl Fn() -> zklock::Result<AnyLeaderLatch>,
 ) -> CliResult<u8> {
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
     let id = args
@@ -39,7 +43,6 @@ pub fn elect_on_latch<L: Latch>(
         let latch = start()
             .context(|| format!("cannot take part in the election on {}", args.path))
             .map_err(failed)?;
-        let changes = latch.changes();
         // Until elected a signal ends zklock (leaving the queue).
         let elected = loop {
             if let Ok(sig) = signals.try_recv() {
@@ -76,7 +79,7 @@ pub fn elect_on_latch<L: Latch>(
         let relay = signals.clone();
         let watchdog = Watchdog {
             health: &health,
-            wake: changes,
+            lost,
             cancelled: &|| false,
             signals: forwarded,
             revoked: never(),

@@ -9,10 +9,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
 use zklock::{Client, Error, LockDriver, StandardDriver, Watch};
 
 use crate::args::{Global, HoldersArgs};
+use crate::listing::{Entry as ListingEntry, Listing};
 use crate::{connect, CliResult, Context};
 
 const READ: &str = "__READ__";
@@ -101,12 +101,6 @@ pub struct View {
     pub path: String,
     pub layout: &'static str,
     pub entries: Vec<Entry>,
-}
-
-impl View {
-    pub fn holders(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().filter(|e| e.holds == Some(true))
-    }
 }
 
 fn children_or_none(client: &Client, path: &str) -> zklock::Result<Vec<String>> {
@@ -263,123 +257,45 @@ fn rw_sort_key(node: &str) -> u64 {
     }
 }
 
-/// `12.3s`, `4m05s`, `2h03m`.
-pub fn age(d: Duration) -> String {
-    let s = d.as_secs();
-    if s < 60 {
-        format!("{:.1}s", d.as_secs_f64())
-    } else if s < 3600 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-    }
-}
-
 pub fn session_hex(session: i64) -> String {
     format!("0x{:x}", session as u64)
 }
 
-fn holds_text(h: Option<bool>) -> &'static str {
-    match h {
-        Some(true) => "yes",
-        Some(false) => "no",
-        None => "?",
-    }
-}
-
-/// The view as a table.
-pub fn render_table(view: &View) -> String {
-    let mut out = format!(
-        "{} ({}, {} node{})\n",
-        view.path,
-        view.layout,
-        view.entries.len(),
-        if view.entries.len() == 1 { "" } else { "s" }
-    );
-    if view.entries.is_empty() {
-        return out;
-    }
-    let rows: Vec<[String; 8]> = view
+/// The view as the listing every backend prints.
+pub fn listing(view: &View) -> Listing {
+    let entries = view
         .entries
         .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            [
-                i.to_string(),
-                e.kind.name().to_owned(),
-                holds_text(e.holds).to_owned(),
-                e.token.to_string(),
-                session_hex(e.session),
-                age(e.age),
-                e.data.escape_debug().to_string(),
-                e.node.clone(),
-            ]
+        .map(|e| ListingEntry {
+            kind: e.kind.name().to_owned(),
+            holds: e.holds,
+            id: e.node.clone(),
+            owner: Some(e.data.clone()),
+            session: Some(session_hex(e.session)),
+            token: u64::try_from(e.token).ok(),
+            age: Some(e.age),
+            expires_in: None,
         })
         .collect();
-    let header = [
-        "POS", "KIND", "HOLDS", "TOKEN", "SESSION", "AGE", "DATA", "NODE",
-    ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
+    Listing {
+        backend: "zookeeper",
+        name: view.path.clone(),
+        layout: view.layout,
+        entries,
     }
-    let line = |cells: &[&str]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(cell);
-            } else {
-                s.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        s.push('\n');
-        s
-    };
-    out.push_str(&line(&header));
-    for row in &rows {
-        out.push_str(&line(&row.each_ref().map(String::as_str)));
-    }
-    out
 }
 
-/// The view as one JSON document.
-pub fn render_json(view: &View) -> String {
-    let entries: Vec<_> = view
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            json!({
-                "position": i,
-                "kind": e.kind.name(),
-                "holds": e.holds,
-                "node": e.node,
-                "session": session_hex(e.session),
-                "age_ms": e.age.as_millis() as u64,
-                "data": e.data,
-                "fencing_token": e.token,
-            })
-        })
-        .collect();
-    json!({ "path": view.path, "layout": view.layout, "entries": entries }).to_string()
-}
-
-fn print(view: &View, json: bool) {
-    if json {
-        println!("{}", render_json(view));
-    } else {
-        print!("{}", render_table(view));
-    }
+/// The listing of `path` on `client`.
+pub fn read(client: &Client, path: &str, max_leases: Option<u32>) -> CliResult<Listing> {
+    let view = view(client, path, max_leases).context(|| format!("cannot read {path}"))?;
+    Ok(listing(&view))
 }
 
 pub fn holders(global: &Global, args: HoldersArgs) -> CliResult<()> {
     let client = connect(global)?;
-    let view = view(&client, &args.path, args.max_leases)
-        .context(|| format!("cannot read {}", args.path))?;
-    print(&view, args.json);
+    let listing = read(&client, &args.path, args.max_leases);
     client.close();
+    listing?.print(args.json);
     Ok(())
 }
 
@@ -423,69 +339,45 @@ fn watches(client: &Client, view: &View) -> zklock::Result<Vec<Watch>> {
     Ok(out)
 }
 
+/// `watch` on ZooKeeper: read again when one of the view's watches fires or the connection
+/// changes.
 pub fn watch(global: &Global, args: HoldersArgs) -> CliResult<()> {
     let client = connect(global)?;
     let states = client.connection_states();
-    let mut last = None;
-    loop {
+    let path = args.path.clone();
+    let read_now = || {
         // Watches first, then the view: a change between the two is seen now or fires later.
-        let pre = view(&client, &args.path, args.max_leases)
-            .context(|| format!("cannot read {}", args.path))?;
-        let ws = watches(&client, &pre).context(|| format!("cannot watch {}", args.path))?;
-        let now = view(&client, &args.path, args.max_leases)
-            .context(|| format!("cannot read {}", args.path))?;
-        let text = if args.json {
-            render_json(&now)
-        } else {
-            render_table(&now)
-        };
-        // Ages change on every read: compare what matters.
-        let key: Vec<_> = now
-            .entries
-            .iter()
-            .map(|e| (e.node.clone(), e.data.clone(), e.holds))
-            .collect();
-        if last.as_ref() != Some(&key) {
-            if !args.json {
-                println!("--- {}", clock());
+        let pre =
+            view(&client, &path, args.max_leases).context(|| format!("cannot read {path}"))?;
+        let ws = watches(&client, &pre).context(|| format!("cannot watch {path}"))?;
+        Ok((ws, read(&client, &path, args.max_leases)?))
+    };
+    let armed = std::cell::RefCell::new(Vec::new());
+    let result = crate::listing::watch(
+        || {
+            let (ws, listing) = read_now()?;
+            *armed.borrow_mut() = ws;
+            Ok(listing)
+        },
+        |_| {
+            // Until one of the watches fires or the connection changes: the server tells us,
+            // the loop only looks at what it delivered (zklock's channels do not join a
+            // select).
+            loop {
+                if armed.borrow().iter().any(|w| w.try_event().is_some()) {
+                    break;
+                }
+                match states.recv_timeout(Duration::from_millis(20)) {
+                    Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                }
             }
-            print!("{text}");
-            if args.json {
-                println!();
-            }
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            last = Some(key);
-        }
-        // Until one of the watches fires or the connection changes: the server tells us, the
-        // loop only looks at what it delivered (zklock's channels do not join a select).
-        'wait: loop {
-            if ws.iter().any(|w| w.try_event().is_some()) {
-                break 'wait;
-            }
-            match states.recv_timeout(Duration::from_millis(20)) {
-                Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break 'wait,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            }
-        }
-        if client.is_closed() {
-            return Ok(());
-        }
-    }
-}
-
-/// The wall-clock time of day (UTC), for `watch`'s separators.
-fn clock() -> String {
-    let s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format!(
-        "{:02}:{:02}:{:02} UTC",
-        (s / 3600) % 24,
-        (s / 60) % 60,
-        s % 60
-    )
+            Ok(!client.is_closed())
+        },
+        args.json,
+    );
+    client.close();
+    result
 }
 
 #[cfg(test)]

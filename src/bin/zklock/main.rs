@@ -10,12 +10,11 @@ mod backend_postgres;
 #[cfg(feature = "redis")]
 mod backend_redis;
 mod child;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 mod contender;
 mod elect;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 mod elect_latch;
 mod holders;
+mod listing;
 mod revoke;
 mod run;
 
@@ -25,7 +24,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 use zklock::Client;
 
-use crate::args::{Cli, Command, ElectArgs, Global, HoldersArgs, RunArgs};
+use crate::args::{Cli, Command, Global, HoldersArgs};
+use crate::contender::Site;
 
 /// Exit codes of `run` and `elect` besides the command's own status (documented in `--help`
 /// and `docs/cli.md`).
@@ -42,6 +42,8 @@ pub mod code {
     pub const NOT_FOUND: u8 = 127;
     /// Other commands: a failure.
     pub const FAILED: u8 = 1;
+    /// Bad usage: an unknown option or scheme, an option the backend does not have.
+    pub const USAGE: u8 = 2;
 }
 
 /// A failure: one line for stderr (with the cause chain) and the exit code.
@@ -59,9 +61,14 @@ impl Failure {
         }
     }
 
-    /// `context: error: cause: cause...`
+    /// `context: error: cause: cause...`, each cause once (`error: cause...` without a
+    /// context).
     pub fn from_error(context: &str, error: &(dyn std::error::Error + 'static)) -> Failure {
-        let mut message = format!("{context}: {error}");
+        let mut message = if context.is_empty() {
+            error.to_string()
+        } else {
+            format!("{context}: {error}")
+        };
         let mut source = error.source();
         while let Some(cause) = source {
             let text = cause.to_string();
@@ -74,8 +81,16 @@ impl Failure {
         Failure::new(message)
     }
 
+    /// Bad usage (exit 2), as clap's own refusals.
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(message).with_code(code::USAGE)
+    }
+
+    /// The code, unless it is bad usage already.
     pub fn with_code(mut self, code: u8) -> Failure {
-        self.code = code;
+        if self.code != code::USAGE {
+            self.code = code;
+        }
         self
     }
 }
@@ -99,8 +114,15 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
     }
 }
 
-/// The server `--connect` names: ZooKeeper hosts, a `redis://` (`rediss://`) URL or a
-/// `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
+/// Why a ZooKeeper hold ends, in ZooKeeper's words.
+pub const ZOOKEEPER_LOST: &str = "its session expired or its node was deleted";
+
+/// The URL schemes `--connect` takes besides a bare ZooKeeper connect string.
+const SCHEMES: &str =
+    "zk://, redis://, rediss://, postgres://, postgresql://, mysql://, mariadb://";
+
+/// The server `--connect` names: ZooKeeper hosts (or a `zk://` URL), a `redis://`
+/// (`rediss://`) URL, a `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     ZooKeeper,
@@ -109,117 +131,93 @@ pub enum Backend {
     MySql,
 }
 
-/// What each backend does for the commands every backend has.
-#[derive(Debug)]
-pub struct Commands {
-    pub contender: fn(&Global, &RunArgs) -> CliResult<Box<dyn run::Contend>>,
-    pub elect: fn(&Global, ElectArgs) -> CliResult<u8>,
-    pub holders: fn(&Global, HoldersArgs) -> CliResult<()>,
-    pub watch: fn(&Global, HoldersArgs) -> CliResult<()>,
-}
-
 impl Backend {
-    pub fn of(global: &Global) -> Backend {
+    /// The backend `--connect` names; bad usage for an unknown scheme or a malformed URL.
+    pub fn of(global: &Global) -> CliResult<Backend> {
         let connect = global.connect.trim();
         let scheme = match connect.split_once("://") {
             Some((scheme, _)) => scheme.to_ascii_lowercase(),
-            None => return Backend::ZooKeeper,
+            None => {
+                // host:port,host:port/chroot; `redis:/host` or `redis:host` is a URL gone
+                // wrong, not a host.
+                let first = connect.split(',').next().unwrap_or_default();
+                let port = first
+                    .rsplit_once(':')
+                    .map(|(_, rest)| rest.split('/').next());
+                let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+                if port.is_some_and(|p| !p.is_some_and(digits)) {
+                    return Err(Failure::usage(format!(
+                        "--connect {connect:?} is neither host:port,… nor a URL: use one of \
+                         {SCHEMES}"
+                    )));
+                }
+                return Ok(Backend::ZooKeeper);
+            }
         };
         match scheme.as_str() {
-            "redis" | "rediss" => Backend::Redis,
-            "postgres" | "postgresql" => Backend::Postgres,
-            "mysql" | "mariadb" => Backend::MySql,
-            _ => Backend::ZooKeeper,
+            "zk" => Ok(Backend::ZooKeeper),
+            "redis" | "rediss" => Ok(Backend::Redis),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "mysql" | "mariadb" => Ok(Backend::MySql),
+            other => Err(Failure::usage(format!(
+                "--connect: unknown scheme {other}://: use host:port,… for ZooKeeper or one of \
+                 {SCHEMES}"
+            ))),
         }
     }
 
-    pub fn commands(self) -> Commands {
+    /// The backend (not ZooKeeper, whose commands use its own recipes) as the commands use it.
+    #[allow(unused_variables)] // in a build with ZooKeeper alone
+    pub fn site(self, global: &Global) -> CliResult<Site> {
         match self {
-            Backend::ZooKeeper => Commands {
-                contender: run::zookeeper_contender,
-                elect: elect::elect,
-                holders: holders::holders,
-                watch: holders::watch,
-            },
-            Backend::Redis => Commands {
-                contender: backend_redis::contender,
-                elect: backend_redis::elect,
-                holders: backend_redis::holders,
-                watch: backend_redis::watch,
-            },
-            Backend::Postgres => Commands {
-                contender: backend_postgres::contender,
-                elect: backend_postgres::elect,
-                holders: backend_postgres::holders,
-                watch: backend_postgres::watch,
-            },
-            Backend::MySql => Commands {
-                contender: backend_mysql::contender,
-                elect: backend_mysql::elect,
-                holders: backend_mysql::holders,
-                watch: backend_mysql::watch,
-            },
+            Backend::ZooKeeper => unreachable!("ZooKeeper's commands use its own recipes"),
+            #[cfg(feature = "redis")]
+            Backend::Redis => backend_redis::site(global),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => backend_postgres::site(global),
+            #[cfg(feature = "mysql")]
+            Backend::MySql => backend_mysql::site(global),
+            #[allow(unreachable_patterns)] // every backend built
+            other => {
+                let feature = format!("{other:?}").to_ascii_lowercase();
+                Err(Failure::new(format!(
+                    "this zklock was built without {other:?}: install it with --features \
+                     cli,{feature}"
+                )))
+            }
         }
     }
 }
-
-/// A backend's commands in a build without it: each says how to build it in.
-#[cfg(not(all(feature = "redis", feature = "postgres", feature = "mysql")))]
-macro_rules! missing_backend {
-    ($module:ident, $name:literal, $features:literal) => {
-        mod $module {
-            use crate::args::{ElectArgs, Global, HoldersArgs, RunArgs};
-            use crate::run::Contend;
-            use crate::{CliResult, Failure};
-
-            fn missing() -> Failure {
-                Failure::new(concat!(
-                    "this zklock was built without ",
-                    $name,
-                    ": install it with --features ",
-                    $features
-                ))
-            }
-
-            pub fn contender(_: &Global, _: &RunArgs) -> CliResult<Box<dyn Contend>> {
-                Err(missing())
-            }
-
-            pub fn elect(_: &Global, _: ElectArgs) -> CliResult<u8> {
-                Err(missing())
-            }
-
-            pub fn holders(_: &Global, _: HoldersArgs) -> CliResult<()> {
-                Err(missing())
-            }
-
-            pub fn watch(_: &Global, _: HoldersArgs) -> CliResult<()> {
-                Err(missing())
-            }
-        }
-    };
-}
-
-#[cfg(not(feature = "redis"))]
-missing_backend!(backend_redis, "Redis", "cli,redis");
-#[cfg(not(feature = "postgres"))]
-missing_backend!(backend_postgres, "PostgreSQL", "cli,postgres");
-#[cfg(not(feature = "mysql"))]
-missing_backend!(backend_mysql, "MySQL", "cli,mysql");
 
 /// A connected ZooKeeper Client from the global options.
 pub fn connect(global: &Global) -> CliResult<Client> {
-    if Backend::of(global) != Backend::ZooKeeper {
-        return Err(Failure::new(
-            "this command works on ZooKeeper only; on Redis and PostgreSQL there are run, \
-             elect, holders and watch",
+    if Backend::of(global)? != Backend::ZooKeeper {
+        return Err(Failure::usage(
+            "this command works on ZooKeeper only; every backend has run, elect, holders and \
+             watch",
         ));
     }
-    let mut builder = Client::builder(&global.connect)
+    // [zk://]host:port,host:port/chroot: the chroot is the namespace.
+    let connect = global.connect.trim();
+    let connect = connect.strip_prefix("zk://").unwrap_or(connect);
+    let (hosts, chroot) = match connect.split_once('/') {
+        Some((hosts, chroot)) => (hosts, Some(chroot.trim_matches('/'))),
+        None => (connect, None),
+    };
+    let namespace = match (chroot.filter(|c| !c.is_empty()), &global.namespace) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::usage(
+                "give the namespace once: --namespace or the connect string's /chroot",
+            ))
+        }
+        (Some(chroot), None) => Some(chroot),
+        (None, ns) => ns.as_deref().map(|ns| ns.trim_start_matches('/')),
+    };
+    let mut builder = Client::builder(hosts)
         .session_timeout(global.session_timeout)
-        .connection_timeout(global.connection_timeout);
-    if let Some(ns) = &global.namespace {
-        builder = builder.namespace(ns.trim_start_matches('/'));
+        .connect_timeout(global.connect_timeout);
+    if let Some(ns) = namespace {
+        builder = builder.namespace(ns);
     }
     let digest = match (&global.digest, &global.digest_file) {
         (Some(_), Some(_)) => {
@@ -260,9 +258,8 @@ pub fn connect(global: &Global) -> CliResult<Client> {
             .ok_or_else(|| Failure::new("--sasl-file must hold user:password"))?;
         builder = builder.sasl_digest_md5(user, pass);
     }
-    builder
-        .connect()
-        .context(|| format!("cannot connect to {}", global.connect))
+    // The error names the hosts and says that it cannot connect.
+    builder.connect().context(String::new)
 }
 
 /// The text of the file an option names.
@@ -297,17 +294,53 @@ fn parse() -> Cli {
     cli
 }
 
+/// `holders` on every backend but ZooKeeper.
+fn holders(site: Site, args: HoldersArgs) -> CliResult<()> {
+    let listing = (site.listing)(&args.path, args.max_leases);
+    site.client.close();
+    listing?.print(args.json);
+    Ok(())
+}
+
+/// `watch` on every backend but ZooKeeper: the servers tell no one of a grant, so the listing
+/// is read again every 250 ms and printed when who holds or waits changes.
+fn watch(site: Site, args: HoldersArgs) -> CliResult<()> {
+    let result = listing::watch(
+        || (site.listing)(&args.path, args.max_leases),
+        |_| {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            Ok(true)
+        },
+        args.json,
+    );
+    site.client.close();
+    result
+}
+
 fn main() -> ExitCode {
     let cli = parse();
-    let commands = Backend::of(&cli.global).commands();
-    let result = match cli.command {
-        Command::Run(a) => run::run(&cli.global, a),
-        Command::Holders(a) => (commands.holders)(&cli.global, a).map(|()| 0),
-        Command::Watch(a) => (commands.watch)(&cli.global, a).map(|()| 0),
-        Command::Revoke(a) => revoke::revoke(&cli.global, a).map(|()| 0),
-        Command::Break(a) => revoke::break_node(&cli.global, a).map(|()| 0),
-        Command::Elect(a) => (commands.elect)(&cli.global, a),
-    };
+    let global = &cli.global;
+    let mut command = cli.command;
+    let result = Backend::of(global).map(|backend| {
+        if backend == Backend::ZooKeeper {
+            command.name_as_path();
+        }
+        (backend, command)
+    });
+    let result = result.and_then(|(backend, command)| match (backend, command) {
+        (_, Command::Run(a)) => run::run(global, a),
+        (Backend::ZooKeeper, Command::Holders(a)) => holders::holders(global, a).map(|()| 0),
+        (Backend::ZooKeeper, Command::Watch(a)) => holders::watch(global, a).map(|()| 0),
+        (Backend::ZooKeeper, Command::Elect(a)) => elect::elect(global, a),
+        (_, Command::Revoke(a)) => revoke::revoke(global, a).map(|()| 0),
+        (_, Command::Break(a)) => revoke::break_node(global, a).map(|()| 0),
+        (other, Command::Holders(a)) => holders(other.site(global)?, a).map(|()| 0),
+        (other, Command::Watch(a)) => watch(other.site(global)?, a).map(|()| 0),
+        (other, Command::Elect(a)) => {
+            let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
+            elect_latch::elect(other.site(global).map_err(failed)?, a)
+        }
+    });
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

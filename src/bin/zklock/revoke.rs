@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zklock::{Client, Error, Revoker, Stat};
 
 use crate::args::{BreakArgs, Global, NodeArgs};
-use crate::holders::{age, kind_of, session_hex, Kind};
+use crate::holders::{kind_of, session_hex, Kind};
+use crate::listing::age;
 use crate::{connect, CliResult, Context, Failure};
 
 /// The node's kind by name, its data and stat; refuses a node of no known lock layout.

@@ -10,25 +10,30 @@ use std::time::Duration;
 use crossbeam_channel::{never, Receiver};
 use parking_lot::Mutex;
 use zklock::{
-    ArcLockGuard, Client, Error, HealthEvent, InterProcessMutex, InterProcessReadWriteLock,
+    ArcLockGuard, Client, Error, InterProcessMutex, InterProcessReadWriteLock,
     InterProcessSemaphoreV2, Lease, LockHealth, ReadLock, WriteLock,
 };
 
 use crate::args::{Global, RunArgs};
 use crate::child::{catch_signals, status_code, Child, Outcome, Watchdog};
-use crate::holders::{age, session_hex, view};
+use crate::holders;
+use crate::listing::{report_waiting, Listing};
 use crate::{code, connect, hostname, CliResult, Context, Failure};
 
-/// What `run` contends on, on any backend.
+/// What `run` contends on: ZooKeeper's own recipes (revocation, node data), or any backend's
+/// locks through the library's `AnyClient` (`contender.rs`).
 pub trait Contend {
-    fn health_events(&self) -> zklock::Receiver<HealthEvent>;
     /// Revocation requests on a channel (where the backend has them).
     fn revocations(&self) -> Receiver<()>;
     fn canceller(&self) -> Box<dyn Fn() + Send>;
     /// Waits up to `timeout` (forever if `None`): the hold, or `None` on timeout.
     fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>>;
+    /// Who holds and waits now.
+    fn listing(&self, max_leases: Option<u32>) -> CliResult<Listing>;
     /// While `waiting` on a terminal: says who holds the lock, each time that changes.
-    fn report_holders(&self, _path: String, _max_leases: Option<u32>, _waiting: Arc<AtomicBool>) {}
+    fn report_holders(&self, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>);
+    /// Why a lost hold ended, in the backend's words.
+    fn lost(&self) -> &'static str;
     /// Closes the connection.
     fn close(&self);
 }
@@ -46,6 +51,7 @@ pub trait Held {
 struct ZkContender {
     client: Client,
     lock: Contender,
+    path: String,
 }
 
 /// The lock object `run` contends on.
@@ -85,15 +91,6 @@ impl Contender {
             Contender::Mutex(Arc::new(m))
         };
         Ok(contender)
-    }
-
-    fn health_events(&self) -> zklock::Receiver<HealthEvent> {
-        match self {
-            Contender::Mutex(m) => m.health_events(),
-            Contender::Read(r) => r.health_events(),
-            Contender::Write(w) => w.health_events(),
-            Contender::Lease(s) => s.health_events(),
-        }
     }
 
     /// Revocation requests on a channel (mutex and read-write only).
@@ -148,10 +145,6 @@ impl Contender {
 }
 
 impl Contend for ZkContender {
-    fn health_events(&self) -> zklock::Receiver<HealthEvent> {
-        self.lock.health_events()
-    }
-
     fn revocations(&self) -> Receiver<()> {
         self.lock.revocations()
     }
@@ -167,9 +160,19 @@ impl Contend for ZkContender {
             .map(|h| Box::new(h) as Box<dyn Held>))
     }
 
+    fn listing(&self, max_leases: Option<u32>) -> CliResult<Listing> {
+        holders::read(&self.client, &self.path, max_leases)
+    }
+
     fn report_holders(&self, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>) {
         let client = self.client.clone();
-        thread::spawn(move || report_holders(client, path, max_leases, waiting));
+        let name = path.clone();
+        let read = move || holders::read(&client, &name, max_leases);
+        report_waiting(path, Arc::new(read), waiting);
+    }
+
+    fn lost(&self) -> &'static str {
+        crate::ZOOKEEPER_LOST
     }
 
     fn close(&self) {
@@ -216,57 +219,28 @@ impl Held for Hold {
     }
 }
 
-/// While `waiting` on a terminal: says who holds the lock, each time that changes.
-fn report_holders(client: Client, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>) {
-    // Said again only when the holders change, not as their age grows.
-    let mut last: Option<Vec<(String, i64)>> = None;
-    let done = || !waiting.load(Ordering::SeqCst);
-    loop {
-        thread::sleep(Duration::from_millis(300));
-        if done() {
-            break;
-        }
-        let Ok(v) = view(&client, &path, max_leases) else {
-            continue;
-        };
-        let key: Vec<(String, i64)> = v.holders().map(|e| (e.data.clone(), e.session)).collect();
-        if last.as_ref() != Some(&key) && !done() {
-            let holders: Vec<String> = v
-                .holders()
-                .map(|e| {
-                    format!(
-                        "{} (session {}, for {})",
-                        if e.data.is_empty() { "?" } else { &e.data },
-                        session_hex(e.session),
-                        age(e.age)
-                    )
-                })
-                .collect();
-            if holders.is_empty() {
-                eprintln!("zklock: waiting for {path}: no one holds it yet");
-            } else {
-                eprintln!("zklock: waiting for {path}: held by {}", holders.join(", "));
-            }
-            last = Some(key);
-        }
-        thread::sleep(Duration::from_millis(700));
-    }
-}
-
 /// The lock `run` takes on ZooKeeper, from its options.
 pub fn zookeeper_contender(global: &Global, args: &RunArgs) -> CliResult<Box<dyn Contend>> {
     let client = connect(global)?;
     let lock = Contender::new(&client, args).context(|| format!("cannot use {}", args.path))?;
-    Ok(Box::new(ZkContender { client, lock }))
+    Ok(Box::new(ZkContender {
+        client,
+        lock,
+        path: args.path.clone(),
+    }))
 }
 
 pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     let failed = |f: Failure| f.with_code(code::ZKLOCK_FAILED);
     // Until the signals are caught a signal ends zklock at once: nothing is held yet.
-    let contender =
-        (crate::Backend::of(global).commands().contender)(global, &args).map_err(failed)?;
+    let contender = match crate::Backend::of(global)? {
+        crate::Backend::ZooKeeper => zookeeper_contender(global, &args),
+        other => other
+            .site(global)
+            .and_then(|site| crate::contender::contender(site, &args)),
+    }
+    .map_err(failed)?;
     let signals = catch_signals().map_err(failed)?;
-    let events = contender.health_events();
     let revoked = if args.revocable {
         contender.revocations()
     } else {
@@ -306,16 +280,33 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     if !args.quiet && std::io::stderr().is_terminal() {
         contender.report_holders(args.path.clone(), args.semaphore, waiting.clone());
     }
-    let acquired = contender.acquire(args.timeout);
+    let timeout = if args.nonblock {
+        Some(Duration::ZERO)
+    } else {
+        args.timeout
+    };
+    let acquired = contender.acquire(timeout);
     waiting.store(false, Ordering::SeqCst);
     let hold = match acquired {
         Ok(Some(hold)) => hold,
         Ok(None) => {
-            eprintln!(
-                "zklock: timed out after {:?} waiting for {}",
-                args.timeout.unwrap_or_default(),
-                args.path
-            );
+            let held_by = contender
+                .listing(args.semaphore)
+                .map(|l| format!(" ({})", l.held_by()))
+                .unwrap_or_default();
+            match timeout {
+                Some(t) if t.is_zero() => {
+                    eprintln!(
+                        "zklock: {} is busy{held_by}: the command was not run",
+                        args.path
+                    )
+                }
+                _ => eprintln!(
+                    "zklock: timed out after {:?} waiting for {}{held_by}: the command was not run",
+                    timeout.unwrap_or_default(),
+                    args.path
+                ),
+            }
             contender.close();
             return Ok(code::TIMEOUT);
         }
@@ -359,7 +350,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     let health = || hold.health();
     let watchdog = Watchdog {
         health: &health,
-        wake: events,
+        lost: contender.lost(),
         cancelled: &|| false,
         signals: forward_rx,
         revoked,

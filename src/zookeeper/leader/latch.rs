@@ -17,6 +17,7 @@ use super::Participant;
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
+use crate::core::health::LockHealth;
 use crate::core::leadership::LeadershipChange;
 use crate::core::listeners::Listeners;
 use crate::zookeeper::client::{is_watcher_thread, AclProvider, Client, ErrorPolicy};
@@ -191,6 +192,17 @@ impl LeaderLatch {
     /// error policy.
     pub fn has_leadership(&self) -> bool {
         self.inner.candidate.state.lock().leads()
+    }
+
+    /// The current term's health, computed now (`None` between terms): `Held` while its node
+    /// and session are sound, `Suspended` while the connection is, `Lost` once the term ended.
+    pub fn health(&self) -> Option<LockHealth> {
+        let term = self.inner.candidate.state.lock().term.clone()?;
+        Some(if term.is_ended() {
+            LockHealth::Lost
+        } else {
+            term.health()
+        })
     }
 
     /// The current term's epoch (fencing token), while we lead.
