@@ -799,66 +799,12 @@ mod mysql {
     }
 
     #[cfg(feature = "mysql")]
-    impl ReadWrite for MySqlReadWriteLock {
-        fn read(&self) -> &dyn Lock {
-            self.read_lock()
-        }
-        fn write(&self) -> &dyn Lock {
-            self.write_lock()
-        }
-    }
-
-    #[cfg(feature = "mysql")]
-    impl Semaphore for MySqlSemaphore {
-        fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>> {
-            let lease = match timeout {
-                None => Some(MySqlSemaphore::acquire(self)?),
-                Some(t) => MySqlSemaphore::acquire_timeout(self, t)?,
-            };
-            Ok(lease.map(|l| AnyLease { inner: Box::new(l) }))
-        }
-        fn cancel_waiters(&self) {
-            MySqlSemaphore::cancel_waiters(self)
-        }
-    }
-
-    #[cfg(feature = "mysql")]
-    impl Latch for MySqlLeaderLatch {
-        fn has_leadership(&self) -> bool {
-            MySqlLeaderLatch::has_leadership(self)
-        }
-        fn epoch(&self) -> Option<u64> {
-            MySqlLeaderLatch::epoch(self)
-        }
-        fn health(&self) -> Option<LockHealth> {
-            MySqlLeaderLatch::health(self)
-        }
-        fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool> {
-            match timeout {
-                None => MySqlLeaderLatch::await_leadership(self).map(|_| true),
-                Some(t) => MySqlLeaderLatch::await_leadership_timeout(self, t),
-            }
-        }
-        fn close(&self) {
-            MySqlLeaderLatch::close(self)
-        }
-    }
-
-    #[cfg(feature = "mysql")]
-    impl Lease for MySqlLease {
-        fn id(&self) -> &str {
-            MySqlLease::id(self)
-        }
-        fn fencing_token(&self) -> u64 {
-            MySqlLease::fencing_token(self)
-        }
-        fn health(&self) -> LockHealth {
-            MySqlLease::health(self)
-        }
-        fn release(self: Box<Self>) -> Result<()> {
-            (*self).release()
-        }
-    }
+    adapters!(
+        MySqlReadWriteLock,
+        MySqlSemaphore,
+        MySqlLease,
+        MySqlLeaderLatch
+    );
 }
 
 #[cfg(test)]
