@@ -68,6 +68,10 @@ macro_rules! backend {
                 s::frozen_server(B)
             }
             #[test]
+            fn server_restart_while_holding_and_waiting() {
+                s::server_restart(B)
+            }
+            #[test]
             fn bad_input_refused() {
                 s::bad_input(B)
             }

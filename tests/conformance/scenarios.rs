@@ -569,6 +569,111 @@ fn takeover_bound() -> Duration {
     2 * WORKER_SESSION + HAND_OFF_BOUND
 }
 
+/// A server restart while one Client holds and another waits, on a server that keeps its locks
+/// on disk. No call hangs. The hold either survives (a ZooKeeper session outlives a short
+/// restart, a persistent Redis keeps the key: it reads `Held` again) or reads `Lost` (a
+/// database session ended). The waiter is
+/// served — after a lost hold within the takeover bound, after a surviving hold's release at
+/// once — and never while the holder still reads `Held`. A waiter whose wait failed with the
+/// connection (its own session ended) tries again, as a caller would.
+pub fn server_restart(b: &dyn Backend) {
+    let mut server = b.start_durable();
+    let opts = Opts {
+        session: WORKER_SESSION,
+        ..Opts::default()
+    };
+    let (a, w) = (
+        b.connect(&server.url(), opts),
+        b.connect(&server.url(), opts),
+    );
+    let lock = a.mutex("restart").unwrap();
+    lock.acquire().unwrap();
+    let waiter = w.mutex("restart").unwrap();
+    let (tx, granted) = mpsc::channel();
+    let t = thread::spawn(move || {
+        let mut failures = Vec::new();
+        let end = Instant::now() + patience();
+        loop {
+            match waiter.acquire_timeout(end.saturating_duration_since(Instant::now())) {
+                Ok(true) => break,
+                Ok(false) => panic!("the waiter was never served (after {failures:?})"),
+                Err(e) => {
+                    failures.push(e);
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        tx.send(Instant::now()).unwrap();
+        let released = waiter.release();
+        (failures, released)
+    });
+    thread::sleep(Duration::from_millis(300));
+    // A server may free and grant as it shuts down (MariaDB does, session by session): the
+    // takeover counts from the restart's start.
+    let restarting = Instant::now();
+    server.restart();
+    let restarted = Instant::now();
+    // The hold's fate: `Lost`, or `Held` still once a lost session would have been noticed.
+    let survived_after = 2 * WORKER_SESSION + SLACK;
+    let mut released_at = None;
+    let served = loop {
+        if let Ok(at) = granted.try_recv() {
+            break at;
+        }
+        let health = lock.health();
+        assert!(
+            restarted.elapsed() < patience(),
+            "{}: the waiter was not served; the hold reads {health:?}",
+            b.name()
+        );
+        if health == Some(LockHealth::Held)
+            && released_at.is_none()
+            && restarted.elapsed() > survived_after
+        {
+            lock.release().unwrap();
+            released_at = Some(Instant::now());
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    // Sampled after the grant was seen: a holder that still thought it held would read `Held`.
+    let health_at_grant = lock.health();
+    let (failures, released) = t.join().unwrap();
+    let since = served.saturating_duration_since(released_at.unwrap_or(restarting));
+    println!(
+        "{}: hold {}, waiter served {since:?} after the {}, its failed waits {failures:?}",
+        b.name(),
+        if released_at.is_some() {
+            "survived"
+        } else {
+            "lost"
+        },
+        if released_at.is_some() {
+            "release"
+        } else {
+            "restart"
+        },
+    );
+    released.unwrap();
+    match released_at {
+        Some(_) => assert!(
+            since < HAND_OFF_BOUND,
+            "hand-off after the restart: {since:?}"
+        ),
+        None => {
+            assert_ne!(
+                health_at_grant,
+                Some(LockHealth::Held),
+                "the waiter was served while the holder read Held"
+            );
+            assert!(
+                since < takeover_bound() + SLACK,
+                "a lost hold was taken over {since:?} after the restart"
+            );
+            assert_eq!(lock.release(), Err(Error::LockLost));
+        }
+    }
+}
+
 /// The environment variable that makes this test binary a holder process:
 /// `URL NAME` of the lock to hold.
 pub const WORKER: &str = "ZKLOCK_CONFORMANCE_WORKER";
