@@ -320,19 +320,20 @@ pub use crate::core::retry::{
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::{
-    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock,
-    MySqlSemaphore,
+    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadLock,
+    MySqlReadWriteLock, MySqlSemaphore, MySqlWriteLock,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::{
-    PgClient, PgClientBuilder, PgLeaderLatch, PgLease, PgMutex, PgReadWriteLock, PgSemaphore,
+    PgClient, PgClientBuilder, PgLeaderLatch, PgLease, PgMutex, PgReadLock, PgReadWriteLock,
+    PgSemaphore, PgWriteLock,
 };
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::redis::{
     RedisClient, RedisClientBuilder, RedisLeaderLatch, RedisLease, RedisMutex, RedisParticipant,
-    RedisReadWriteLock, RedisSemaphore,
+    RedisReadLock, RedisReadWriteLock, RedisSemaphore, RedisWriteLock,
 };
 #[cfg(feature = "zookeeper")]
 pub use crate::zookeeper::client::{

@@ -14,6 +14,7 @@ pub(crate) mod channel;
 pub(crate) mod connection;
 pub(crate) mod deadline;
 pub(crate) mod error;
+pub(crate) mod half;
 pub(crate) mod health;
 pub(crate) mod hold;
 pub(crate) mod leadership;

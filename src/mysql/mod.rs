@@ -24,5 +24,5 @@ mod session;
 pub use client::{MySqlClient, MySqlClientBuilder};
 pub use latch::MySqlLeaderLatch;
 pub use mutex::MySqlMutex;
-pub use read_write::MySqlReadWriteLock;
+pub use read_write::{MySqlReadLock, MySqlReadWriteLock, MySqlWriteLock};
 pub use semaphore::{MySqlLease, MySqlSemaphore};

@@ -44,8 +44,8 @@ use crate::core::error::Result;
 /// ```
 #[derive(Debug)]
 pub struct MySqlReadWriteLock {
-    read: MySqlMutex,
-    write: MySqlMutex,
+    read: MySqlReadLock,
+    write: MySqlWriteLock,
 }
 
 impl MySqlReadWriteLock {
@@ -56,16 +56,83 @@ impl MySqlReadWriteLock {
     /// name; nothing is sent.
     pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlReadWriteLock> {
         let [read, write] = MySqlMutex::read_write(client, name)?;
-        Ok(MySqlReadWriteLock { read, write })
+        Ok(MySqlReadWriteLock {
+            read: MySqlReadLock::new(read),
+            write: MySqlWriteLock::new(write),
+        })
     }
 
     /// The read half: shared with other readers (up to 64), excluded by a writer.
-    pub fn read_lock(&self) -> &MySqlMutex {
+    pub fn read_lock(&self) -> &MySqlReadLock {
         &self.read
     }
 
     /// The write half: exclusive.
-    pub fn write_lock(&self) -> &MySqlMutex {
+    pub fn write_lock(&self) -> &MySqlWriteLock {
         &self.write
+    }
+}
+
+crate::core::half::lock_half!(
+    /// The read half of a [`MySqlReadWriteLock`]: shared with other readers, excluded by a writer. Re-entrant per thread, with guards, health,
+    /// a fencing token and the [`Lock`](crate::Lock) trait, as the backend's mutex.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
+    /// let lock = zklock::MySqlReadWriteLock::new(&client, "catalogue")?;
+    /// let half: &zklock::mysql::MySqlReadLock = lock.read_lock();
+    /// let guard = half.lock()?;
+    /// println!("token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    MySqlReadLock,
+    MySqlMutex,
+    "the Client's events thread"
+);
+
+impl MySqlReadLock {
+    /// The SQL that takes this half from any SQL client (see
+    /// [`MySqlMutex::lock_sql`](super::MySqlMutex::lock_sql)).
+    pub fn lock_sql(&self) -> String {
+        self.mutex.lock_sql()
+    }
+
+    /// The connection that holds this half for the calling thread.
+    pub fn connection_id(&self) -> Option<u32> {
+        self.mutex.connection_id()
+    }
+}
+
+crate::core::half::lock_half!(
+    /// The write half of a [`MySqlReadWriteLock`]: exclusive: no reader and no other writer. Re-entrant per thread, with guards, health,
+    /// a fencing token and the [`Lock`](crate::Lock) trait, as the backend's mutex.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
+    /// let lock = zklock::MySqlReadWriteLock::new(&client, "catalogue")?;
+    /// let half: &zklock::mysql::MySqlWriteLock = lock.write_lock();
+    /// let guard = half.lock()?;
+    /// println!("token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    MySqlWriteLock,
+    MySqlMutex,
+    "the Client's events thread"
+);
+
+impl MySqlWriteLock {
+    /// The SQL that takes this half from any SQL client (see
+    /// [`MySqlMutex::lock_sql`](super::MySqlMutex::lock_sql)).
+    pub fn lock_sql(&self) -> String {
+        self.mutex.lock_sql()
+    }
+
+    /// The connection that holds this half for the calling thread.
+    pub fn connection_id(&self) -> Option<u32> {
+        self.mutex.connection_id()
     }
 }

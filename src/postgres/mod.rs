@@ -29,5 +29,5 @@ mod tls;
 pub use client::{PgClient, PgClientBuilder};
 pub use latch::PgLeaderLatch;
 pub use mutex::PgMutex;
-pub use read_write::PgReadWriteLock;
+pub use read_write::{PgReadLock, PgReadWriteLock, PgWriteLock};
 pub use semaphore::{PgLease, PgSemaphore};

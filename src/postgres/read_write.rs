@@ -44,8 +44,8 @@ use crate::core::error::Result;
 /// ```
 #[derive(Debug)]
 pub struct PgReadWriteLock {
-    read: PgMutex,
-    write: PgMutex,
+    read: PgReadLock,
+    write: PgWriteLock,
 }
 
 impl PgReadWriteLock {
@@ -56,16 +56,81 @@ impl PgReadWriteLock {
     /// name or one with a NUL character; nothing is sent.
     pub fn new(client: &PgClient, name: &str) -> Result<PgReadWriteLock> {
         let [read, write] = PgMutex::read_write(client, name)?;
-        Ok(PgReadWriteLock { read, write })
+        Ok(PgReadWriteLock {
+            read: PgReadLock::new(read),
+            write: PgWriteLock::new(write),
+        })
     }
 
     /// The read half: shared with other readers, excluded by a writer.
-    pub fn read_lock(&self) -> &PgMutex {
+    pub fn read_lock(&self) -> &PgReadLock {
         &self.read
     }
 
     /// The write half: exclusive.
-    pub fn write_lock(&self) -> &PgMutex {
+    pub fn write_lock(&self) -> &PgWriteLock {
         &self.write
+    }
+}
+
+crate::core::half::lock_half!(
+    /// The read half of a [`PgReadWriteLock`]: shared with other readers, excluded by a writer. Re-entrant per thread, with guards, health,
+    /// a fencing token and the [`Lock`](crate::Lock) trait, as the backend's mutex.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
+    /// let lock = zklock::PgReadWriteLock::new(&client, "catalogue")?;
+    /// let half: &zklock::postgres::PgReadLock = lock.read_lock();
+    /// let guard = half.lock()?;
+    /// println!("token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    PgReadLock,
+    PgMutex,
+    "the Client's events thread"
+);
+
+impl PgReadLock {
+    /// The SQL that takes this half from any SQL client.
+    pub fn lock_sql(&self) -> String {
+        self.mutex.lock_sql()
+    }
+
+    /// The server process of the session that holds this half for the calling thread.
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.mutex.backend_pid()
+    }
+}
+
+crate::core::half::lock_half!(
+    /// The write half of a [`PgReadWriteLock`]: exclusive: no reader and no other writer. Re-entrant per thread, with guards, health,
+    /// a fencing token and the [`Lock`](crate::Lock) trait, as the backend's mutex.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
+    /// let lock = zklock::PgReadWriteLock::new(&client, "catalogue")?;
+    /// let half: &zklock::postgres::PgWriteLock = lock.write_lock();
+    /// let guard = half.lock()?;
+    /// println!("token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    PgWriteLock,
+    PgMutex,
+    "the Client's events thread"
+);
+
+impl PgWriteLock {
+    /// The SQL that takes this half from any SQL client.
+    pub fn lock_sql(&self) -> String {
+        self.mutex.lock_sql()
+    }
+
+    /// The server process of the session that holds this half for the calling thread.
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.mutex.backend_pid()
     }
 }

@@ -32,5 +32,5 @@ pub use client::{RedisClient, RedisClientBuilder};
 pub use latch::RedisLeaderLatch;
 pub use mutex::RedisMutex;
 pub use participants::RedisParticipant;
-pub use read_write::RedisReadWriteLock;
+pub use read_write::{RedisReadLock, RedisReadWriteLock, RedisWriteLock};
 pub use semaphore::{RedisLease, RedisSemaphore};

@@ -6,7 +6,8 @@ use crate::core::error::Result;
 
 /// A read-write lock on Redis (Curator's `InterProcessReadWriteLock`, Redisson's
 /// `RReadWriteLock`): any number of readers, or one writer, among every process using the same
-/// name. Each half is a [`RedisMutex`] — re-entrant per thread, with guards, health, fencing
+/// name. Each half ([`RedisReadLock`], [`RedisWriteLock`]) is
+/// a lock of its own, built as a [`RedisMutex`] is — re-entrant per thread, with guards, health, fencing
 /// tokens and the [`Lock`](crate::Lock) trait — as Curator's halves are `InterProcessMutex`es.
 ///
 /// **Fairness.** Waiters are granted in arrival order, and a waiting writer holds back every
@@ -38,8 +39,8 @@ use crate::core::error::Result;
 /// ```
 #[derive(Debug)]
 pub struct RedisReadWriteLock {
-    read: RedisMutex,
-    write: RedisMutex,
+    read: RedisReadLock,
+    write: RedisWriteLock,
 }
 
 impl RedisReadWriteLock {
@@ -50,16 +51,89 @@ impl RedisReadWriteLock {
     /// name; nothing is sent.
     pub fn new(client: &RedisClient, name: &str) -> Result<RedisReadWriteLock> {
         let [read, write] = RedisMutex::read_write(client, name)?;
-        Ok(RedisReadWriteLock { read, write })
+        Ok(RedisReadWriteLock {
+            read: RedisReadLock::new(read),
+            write: RedisWriteLock::new(write),
+        })
     }
 
     /// The read half: shared with other readers, excluded by a writer.
-    pub fn read_lock(&self) -> &RedisMutex {
+    pub fn read_lock(&self) -> &RedisReadLock {
         &self.read
     }
 
     /// The write half: exclusive.
-    pub fn write_lock(&self) -> &RedisMutex {
+    pub fn write_lock(&self) -> &RedisWriteLock {
         &self.write
+    }
+}
+
+crate::core::half::lock_half!(
+    /// The read half of a [`RedisReadWriteLock`]: shared with other readers, excluded by a writer. Re-entrant per thread, with guards, health,
+    /// a fencing token and the [`Lock`](crate::Lock) trait, as the backend's mutex.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
+    /// let lock = zklock::RedisReadWriteLock::new(&client, "catalogue")?;
+    /// let half: &zklock::redis::RedisReadLock = lock.read_lock();
+    /// let guard = half.lock()?;
+    /// println!("token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    RedisReadLock,
+    RedisMutex,
+    "the Client's events thread"
+);
+
+impl RedisReadLock {
+    /// The half's key: the readers' sorted set, or the writer's key.
+    pub fn key(&self) -> &str {
+        self.mutex.key()
+    }
+
+    /// Every holder and waiter of the read-write lock (see
+    /// [`RedisMutex::participants`](super::RedisMutex::participants)).
+    ///
+    /// # Errors
+    /// As [`RedisMutex::participants`](super::RedisMutex::participants).
+    pub fn participants(&self) -> crate::core::error::Result<Vec<super::RedisParticipant>> {
+        self.mutex.participants()
+    }
+}
+
+crate::core::half::lock_half!(
+    /// The write half of a [`RedisReadWriteLock`]: exclusive: no reader and no other writer. Re-entrant per thread, with guards, health,
+    /// a fencing token and the [`Lock`](crate::Lock) trait, as the backend's mutex.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
+    /// let lock = zklock::RedisReadWriteLock::new(&client, "catalogue")?;
+    /// let half: &zklock::redis::RedisWriteLock = lock.write_lock();
+    /// let guard = half.lock()?;
+    /// println!("token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    RedisWriteLock,
+    RedisMutex,
+    "the Client's events thread"
+);
+
+impl RedisWriteLock {
+    /// The half's key: the readers' sorted set, or the writer's key.
+    pub fn key(&self) -> &str {
+        self.mutex.key()
+    }
+
+    /// Every holder and waiter of the read-write lock (see
+    /// [`RedisMutex::participants`](super::RedisMutex::participants)).
+    ///
+    /// # Errors
+    /// As [`RedisMutex::participants`](super::RedisMutex::participants).
+    pub fn participants(&self) -> crate::core::error::Result<Vec<super::RedisParticipant>> {
+        self.mutex.participants()
     }
 }
