@@ -72,6 +72,18 @@ macro_rules! backend {
                 s::server_restart(B)
             }
             #[test]
+            fn exit_frees_the_lock() {
+                s::exit_frees_the_lock(B)
+            }
+            #[test]
+            fn exit_worker() {
+                s::exit_worker(B)
+            }
+            #[test]
+            fn drop_then_try_lock_20_of_20() {
+                s::drop_then_try_lock(B)
+            }
+            #[test]
             fn bad_input_refused() {
                 s::bad_input(B)
             }

@@ -727,3 +727,82 @@ pub fn silent_holder(b: &dyn Backend, signal: &str) {
     }
     lock.release().unwrap();
 }
+
+/// The environment variable that makes this test binary an exiting holder process: `URL NAME`
+/// of the lock to hold until told to exit.
+pub const EXIT_WORKER: &str = "ZKLOCK_CONFORMANCE_EXIT_WORKER";
+
+/// The idiomatic program (`exit_worker`): a Client with the default options, a guard held to
+/// the end, and nothing else — the guard, the lock and the Client dropped as the function
+/// returns, and the process exits.
+pub fn exit_worker(b: &dyn Backend) {
+    let Ok(args) = std::env::var(EXIT_WORKER) else {
+        return; // only as a worker process
+    };
+    let (url, name) = args.split_once(' ').unwrap();
+    let conn = b.connect(url, Opts::default());
+    let lock = conn.mutex(name).unwrap();
+    let _guard = lock.lock().unwrap();
+    crate::common::worker::say("held");
+    let _ = std::io::stdin().lines().next();
+}
+
+/// A process that returns from its work with the guard and the Client dropped frees the lock
+/// as it exits: a waiter of another Client is served within the hand-off bound of the exit,
+/// not after the session timeout (30 s by default).
+pub fn exit_frees_the_lock(b: &dyn Backend) {
+    let server = b.start();
+    let test = format!("{}::exit_worker", b.name());
+    let mut worker =
+        crate::common::worker::Worker::start(&test, EXIT_WORKER, &format!("{} exit", server.url()));
+    worker.expect("held");
+    let conn = connect(b, &server.url());
+    let lock = conn.mutex("exit").unwrap();
+    let (tx, granted) = mpsc::channel();
+    let waiter = {
+        thread::spawn(move || {
+            assert!(lock.acquire_timeout(patience()).unwrap());
+            tx.send(Instant::now()).unwrap();
+            lock.release().unwrap();
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let told = Instant::now();
+    worker.tell("exit");
+    let status = worker.child.wait().unwrap();
+    let exited = Instant::now();
+    assert!(status.success(), "the worker: {status}");
+    let at = granted
+        .recv_timeout(patience())
+        .expect("the waiter was served");
+    waiter.join().unwrap();
+    let gap = at.saturating_duration_since(exited);
+    println!(
+        "{}: served {:?} after the holder was told to return, {gap:?} after its exit",
+        b.name(),
+        at.saturating_duration_since(told)
+    );
+    assert!(
+        gap < HAND_OFF_BOUND,
+        "the lock outlived its process by {gap:?}"
+    );
+}
+
+/// `drop(guard)` and at once `try_lock()` on another Client: granted, 20 times of 20 (the drop
+/// releases in the caller when the server answers).
+pub fn drop_then_try_lock(b: &dyn Backend) {
+    let server = b.start();
+    let (a, c) = (connect(b, &server.url()), connect(b, &server.url()));
+    let (mine, theirs) = (a.mutex("drop-try").unwrap(), c.mutex("drop-try").unwrap());
+    let mut granted = 0;
+    for _ in 0..20 {
+        let guard = mine.lock().unwrap();
+        drop(guard);
+        if let Some(guard) = theirs.try_lock().unwrap() {
+            granted += 1;
+            drop(guard);
+        }
+    }
+    println!("{}: {granted} of 20 granted", b.name());
+    assert_eq!(granted, 20);
+}
