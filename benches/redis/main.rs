@@ -6,7 +6,10 @@
 //! ```sh
 //! cargo bench --features testing,redis --bench redis
 //! cargo bench --features testing,redis --bench redis -- --only=contended --secs=10
+//! cargo bench --features testing,redis --bench redis -- --only=handoff
 //! ```
+//!
+//! The hand-off across processes (`handoff.rs`) runs beside python-redis-lock and redis-py.
 //!
 //! The floor (`floor.rs`) runs the very same Lua scripts (this file includes the library's
 //! `scripts.rs`) on blocking sockets with hand-encoded commands and a subscriber socket per
@@ -33,6 +36,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod floor;
+mod handoff;
 #[path = "../../src/redis/scripts.rs"]
 #[allow(dead_code, unused_imports, unreachable_pub)]
 mod scripts;
@@ -88,6 +92,9 @@ impl Plan {
 }
 
 fn main() -> Res<()> {
+    if let Ok(args) = std::env::var(handoff::WORKER) {
+        return handoff::worker(&args);
+    }
     let plan = Plan::from_args();
     let server = TestingRedis::start()?;
     if plan.short {
@@ -105,6 +112,9 @@ fn main() -> Res<()> {
     }
     if plan.runs("drain") {
         drain(&plan, &server)?;
+    }
+    if plan.runs("handoff") {
+        handoff::handoff(plan.short, &server)?;
     }
     Ok(())
 }
