@@ -649,15 +649,16 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
     Error::Postgres(e.to_string())
 }
 
-/// A failure to open a session, as [`error`] says; and a password the server asks for that the
-/// URL does not give is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
+/// A failure to open a session, as [`error`] says; and a password the server asks for that
+/// nothing gave is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
 /// configuration error, "password missing").
 fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Error {
     let missing = e.as_db_error().is_none()
         && std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
     if missing {
         return Error::AuthFailed(format!(
-            "password missing: the server asks for user {:?}'s password and the URL gives none",
+            "password missing: the server asks for user {:?}'s password and neither the \
+             connection string, PGPASSWORD nor a password file gives one",
             config.get_user().unwrap_or_default()
         ));
     }
