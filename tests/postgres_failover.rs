@@ -200,7 +200,7 @@ fn with_asynchronous_replication_a_token_the_standby_never_received_is_handed_ou
             == Some("0")
     });
     let mut lost = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         let g = mutex.lock().unwrap();
         lost.push(g.fencing_token());
         g.release().unwrap();
