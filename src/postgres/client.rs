@@ -90,7 +90,7 @@ pub struct PgClient {
 pub(crate) struct Inner {
     /// The options of every session.
     config: tokio_postgres::Config,
-    /// TLS for every session (none unless the URL's `sslmode` asks for it).
+    /// TLS for every session (none unless the connection string's `sslmode` asks for it).
     tls: Tls,
     /// The server-side limits every session sets.
     limits: Vec<Limit>,

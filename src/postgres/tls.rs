@@ -60,8 +60,8 @@ mod connector {
         match mode {
             Mode::Clear => Ok(Tls(NoTls)),
             _ => Err(Error::invalid(
-                "the URL asks for TLS (sslmode=require, verify-ca or verify-full): TLS \
-                 connections to PostgreSQL need zklock's `tls` feature",
+                "the connection string (or PGSSLMODE) asks for TLS (sslmode=require, verify-ca \
+                 or verify-full): TLS connections to PostgreSQL need zklock's `tls` feature",
             )),
         }
     }
@@ -109,8 +109,9 @@ mod connector {
         if mode == Mode::Clear {
             if options.ca.is_some() || options.identity.is_some() {
                 return Err(Error::invalid(
-                    "a TLS CA or client certificate was given but the URL does not ask for TLS: \
-                     add sslmode=verify-full (or require, verify-ca)",
+                    "a TLS CA or client certificate was given but the connection string (and \
+                     PGSSLMODE) does not ask for TLS: add sslmode=verify-full (or require, \
+                     verify-ca)",
                 ));
             }
             return Ok(Tls(None));
