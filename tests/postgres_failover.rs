@@ -89,6 +89,11 @@ fn fail_over(
 ) -> u64 {
     let url = url(primary, standby);
     let holder = client(&url);
+    // The Client reports the standby it connected with as synchronous.
+    assert_eq!(
+        holder.synchronous_standby_names(),
+        format!("\"zklock-pg-{}\"", standby.port())
+    );
     let mutex = PgMutex::new(&holder, "failover").unwrap();
     // Tokens granted before the failover; the last hold is kept.
     let mut before = Vec::new();
@@ -174,6 +179,7 @@ fn with_asynchronous_replication_a_token_the_standby_never_received_is_handed_ou
     let standby = primary.start_standby(false).unwrap();
     let url = url(&primary, &standby);
     let holder = client(&url);
+    assert_eq!(holder.synchronous_standby_names(), "");
     let mutex = PgMutex::new(&holder, "async").unwrap();
     let replicated = mutex.lock().unwrap().fencing_token();
     let lsn = primary.sql("SELECT pg_current_wal_lsn()").unwrap()[0][0]

@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     /// The server and database, without a password, for messages.
     shown: String,
     version: u32,
+    /// The server's `synchronous_standby_names` at connect.
+    synchronous_standbys: String,
     pub(crate) session_timeout: Duration,
     connect_timeout: Duration,
     pub(crate) operation_timeout: Duration,
@@ -192,6 +194,17 @@ impl PgClient {
     /// The server's version, as `server_version_num` (e.g. 150004 for 15.4).
     pub fn server_version(&self) -> u32 {
         self.inner.version
+    }
+
+    /// The server's `synchronous_standby_names` when the Client connected: empty when no
+    /// standby is synchronous. It says how strong the fencing tokens are across a failover:
+    /// a grant's commit is on every standby it names (on as many as it asks for, for `ANY n`
+    /// and `FIRST n`) before the holder is answered, so after a failover to such a standby
+    /// every token is above every earlier one; after a failover to an asynchronous standby
+    /// (none named here, or one not named), a token may be handed out again (see
+    /// `docs/postgres.md`, "Failover to a standby"). Read once, at connect.
+    pub fn synchronous_standby_names(&self) -> &str {
+        &self.inner.synchronous_standbys
     }
 
     /// Ends every session of this Client: when it returns, each hold reads `Lost` and its
@@ -403,9 +416,15 @@ impl PgClientBuilder {
             .map_err(Error::Postgres)
             .map_err(failed)?;
         let limits = session::limits(version, self.session_timeout);
-        handle
+        let synchronous_standbys = handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
+        if synchronous_standbys.is_empty() {
+            tracing::debug!(
+                "zklock: {shown} has no synchronous standby: after a failover to a standby, \
+                 fencing tokens may be handed out again"
+            );
+        }
         session::set_keepalives(&mut config, self.session_timeout);
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
@@ -433,6 +452,7 @@ impl PgClientBuilder {
             limits,
             shown,
             version,
+            synchronous_standbys,
             session_timeout: self.session_timeout,
             connect_timeout,
             operation_timeout,
@@ -668,6 +688,10 @@ impl fmt::Debug for PgClient {
         f.debug_struct("PgClient")
             .field("server", &self.inner.shown)
             .field("version", &self.inner.version)
+            .field(
+                "synchronous_standby_names",
+                &self.inner.synchronous_standbys,
+            )
             .field("session_timeout", &self.inner.session_timeout)
             .finish_non_exhaustive()
     }
