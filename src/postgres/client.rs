@@ -154,12 +154,13 @@ impl PgClient {
     }
 
     /// Options for a Client of the server a libpq connection string names, read as `psql`
-    /// reads it: a URL, `postgres://[user[:password]@][host[:port][,host[:port]…]][/database]
-    /// [?param=value&…]` (or `postgresql://`), or a key-value string, `host=db port=5432
-    /// user=app password='it\'s' dbname=app` (a value in single quotes, `\` escaping the next
-    /// character). A keyword the string does not give is taken from its `PG*` environment
-    /// variable (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`,
-    /// `PGPASSFILE`, `PGCONNECT_TIMEOUT`, `PGAPPNAME`, `PGOPTIONS`, `PGHOSTADDR`,
+    /// reads it: a URL,
+    /// `postgres://[user[:password]@][host[:port][,host[:port]…]][/database][?param=value&…]`
+    /// (or `postgresql://`), or a key-value string,
+    /// `host=db port=5432 user=app password='it\'s' dbname=app` (a value in single quotes, `\`
+    /// escaping the next character). A keyword the string does not give is taken from its
+    /// `PG*` environment variable (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
+    /// `PGSSLMODE`, `PGPASSFILE`, `PGCONNECT_TIMEOUT`, `PGAPPNAME`, `PGOPTIONS`, `PGHOSTADDR`,
     /// `PGTARGETSESSIONATTRS`, …), else from libpq's default (a Unix socket in
     /// `/var/run/postgresql` or `/tmp` if the server's is there, else `localhost`; port 5432;
     /// the operating system's user; a database of the user's name; application name

@@ -618,7 +618,13 @@ mod tests {
         assert_eq!(pairs(&parse("postgres://").unwrap()), []);
         assert_eq!(pairs(&parse("postgresql:///").unwrap()), []);
         assert_eq!(
-            pairs(&parse("postgres://app:p%40ss:w@db.internal:6432/my%20db?sslmode=require&application_name=x").unwrap()),
+            pairs(
+                &parse(
+                    "postgres://app:p%40ss:w@db.internal:6432/my%20db\
+                     ?sslmode=require&application_name=x"
+                )
+                .unwrap()
+            ),
             [
                 ("user", "app"),
                 ("password", "p@ss:w"),
@@ -650,9 +656,10 @@ mod tests {
 
     #[test]
     fn key_value_strings_follow_libpq_quoting() {
-        let p = parse(
-            r"host=db  port = 5433 user=app password='it\'s a \\ secret' dbname=x\ y options='-c a=b'",
-        )
+        let p = parse(concat!(
+            r"host=db  port = 5433 user=app password='it\'s a \\ secret' ",
+            r"dbname=x\ y options='-c a=b'"
+        ))
         .unwrap();
         assert_eq!(
             pairs(&p),

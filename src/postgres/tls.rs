@@ -1,5 +1,5 @@
-//! TLS to PostgreSQL (feature `tls`): the `sslmode` of a connection string, and tokio-postgres's TLS
-//! connector on rustls (futures-rustls, bridged to tokio's I/O traits).
+//! TLS to PostgreSQL (feature `tls`): the `sslmode` of a connection string, and
+//! tokio-postgres's TLS connector on rustls (futures-rustls, bridged to tokio's I/O traits).
 //!
 //! `sslmode` is read by zklock, not tokio-postgres (which knows only `disable`, `prefer` and
 //! `require`): `disable` and `prefer` connect in the clear (zklock never encrypts unless asked,

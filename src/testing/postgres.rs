@@ -250,7 +250,8 @@ impl TestingPostgres {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "the standby was not streaming ({want}) within 60 s ({row:?}); its log:\n{}",
+                        "the standby was not streaming ({want}) within 60 s ({row:?}); \
+                         its log:\n{}",
                         standby.log_tail()
                     ),
                 ));
