@@ -8,7 +8,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +18,7 @@ use tokio::sync::watch;
 
 use super::drive::Watch;
 use super::keeper::Keeper;
+use super::libpq::{self, hide_password};
 use super::session::{self, Limit, Live, Session, Ties};
 use super::sql;
 use super::tls::{self, Tls};
@@ -90,13 +90,15 @@ pub struct PgClient {
 pub(crate) struct Inner {
     /// The options of every session.
     config: tokio_postgres::Config,
-    /// TLS for every session (none unless the URL's `sslmode` asks for it).
+    /// TLS for every session (none unless the connection string's `sslmode` asks for it).
     tls: Tls,
     /// The server-side limits every session sets.
     limits: Vec<Limit>,
     /// The server and database, without a password, for messages.
     shown: String,
     version: u32,
+    /// The server's `synchronous_standby_names` at connect.
+    synchronous_standbys: String,
     pub(crate) session_timeout: Duration,
     connect_timeout: Duration,
     pub(crate) operation_timeout: Duration,
@@ -134,7 +136,9 @@ pub(crate) struct Inner {
 pub struct PgClientBuilder {
     url: String,
     session_timeout: Duration,
-    connect_timeout: Duration,
+    /// The connection timeout set on the builder; else the string's (or PGCONNECT_TIMEOUT's),
+    /// else 5 s.
+    connect_timeout: Option<Duration>,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
     tls: tls::Options,
@@ -149,25 +153,33 @@ impl PgClient {
         PgClient::builder(url).connect()
     }
 
-    /// Options for a Client of the server at `url`:
-    /// `postgres://[user[:password]@]host[:port][/database][?param=value&…]` (or
-    /// `postgresql://`), with the libpq parameters tokio-postgres reads (`application_name`,
-    /// default `zklock`; `options`, `hostaddr`, `target_session_attrs`, …); the builder's
-    /// connection timeout and the keepalives set from the session timeout replace any the URL
-    /// gives. `sslmode=require` or `verify-full` asks for TLS with the server's certificate and
-    /// host name checked, `verify-ca` for the certificate only (feature `tls`; against the
-    /// system's CAs or `PgClientBuilder::tls_ca_pem`); `disable`, `allow`,
-    /// `prefer` or none connect in the clear.
+    /// Options for a Client of the server a libpq connection string names, read as `psql`
+    /// reads it: a URL,
+    /// `postgres://[user[:password]@][host[:port][,host[:port]…]][/database][?param=value&…]`
+    /// (or `postgresql://`), or a key-value string,
+    /// `host=db port=5432 user=app password='it\'s' dbname=app` (a value in single quotes, `\`
+    /// escaping the next character). A keyword the string does not give is taken from its
+    /// `PG*` environment variable (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
+    /// `PGSSLMODE`, `PGPASSFILE`, `PGCONNECT_TIMEOUT`, `PGAPPNAME`, `PGOPTIONS`, `PGHOSTADDR`,
+    /// `PGTARGETSESSIONATTRS`, …), else from libpq's default (a Unix socket in
+    /// `/var/run/postgresql` or `/tmp` if the server's is there, else `localhost`; port 5432;
+    /// the operating system's user; a database of the user's name; application name
+    /// `zklock`). When neither gives a password, the password file's first line that matches
+    /// is used (`passfile`, else `PGPASSFILE`, else `~/.pgpass`; ignored with a warning when
+    /// the group or others may open it). So `postgres://` alone connects where `psql` would.
     ///
-    /// Only the URL is read: libpq's keyword/value strings (`host=… user=…`) and parameters
-    /// tokio-postgres does not know (`passfile`, `service`, …) are refused, and neither the
-    /// `PG*` environment variables nor a `.pgpass` file are consulted. Give the password in the
-    /// URL; a URL without a user connects as the operating system's user.
+    /// The other keywords are tokio-postgres's (`options`, `hostaddr`, `target_session_attrs`,
+    /// …); one it does not know (`service`, `sslrootcert`, …) is refused. `connect_timeout`
+    /// (whole seconds) applies unless the builder sets one; the keepalives set from the session
+    /// timeout replace any the string gives. `sslmode=require` or `verify-full` asks for TLS
+    /// with the server's certificate and host name checked, `verify-ca` for the certificate
+    /// only (feature `tls`; against the system's CAs or `PgClientBuilder::tls_ca_pem`);
+    /// `disable`, `allow`, `prefer` or none connect in the clear.
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
             session_timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            connect_timeout: None,
             operation_timeout: None,
             retry: None,
             tls: tls::Options::default(),
@@ -183,6 +195,17 @@ impl PgClient {
     /// The server's version, as `server_version_num` (e.g. 150004 for 15.4).
     pub fn server_version(&self) -> u32 {
         self.inner.version
+    }
+
+    /// The server's `synchronous_standby_names` when the Client connected: empty when no
+    /// standby is synchronous. It says how strong the fencing tokens are across a failover:
+    /// a grant's commit is on every standby it names (on as many as it asks for, for `ANY n`
+    /// and `FIRST n`) before the holder is answered, so after a failover to such a standby
+    /// every token is above every earlier one; after a failover to an asynchronous standby
+    /// (none named here, or one not named), a token may be handed out again (see
+    /// `docs/postgres.md`, "Failover to a standby"). Read once, at connect.
+    pub fn synchronous_standby_names(&self) -> &str {
+        &self.inner.synchronous_standbys
     }
 
     /// Ends every session of this Client: when it returns, each hold reads `Lost` and its
@@ -284,9 +307,10 @@ impl PgClientBuilder {
         self
     }
 
-    /// How long opening a session may take (default 5 s).
+    /// How long opening a session may take (default: the connection string's
+    /// `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -328,21 +352,35 @@ impl PgClientBuilder {
     /// At most the connection timeout plus twice the operation timeout.
     ///
     /// # Errors
-    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse or names no
-    /// host, an `sslmode` that asks for TLS in a build without the `tls` feature, a CA or
+    /// Before any I/O, [`Error::InvalidArgument`] for a connection string that does not parse
+    /// (or names a keyword zklock does not read), an `sslmode` that asks for TLS in a build
+    /// without the `tls` feature, a CA or
     /// client certificate that is not PEM (or given without an `sslmode` that asks for TLS) or
     /// a timeout out of range. Then [`Error::ConnectFailed`] with the cause: [`Error::Io`] for
     /// a refused, unreachable or silent server, [`Error::Tls`] for a refused handshake (the
     /// server's certificate not trusted or not for the host, a server without TLS),
-    /// [`Error::AuthFailed`] for a refused password or user, or a password the server asks
-    /// for that the URL does not give,
+    /// [`Error::AuthFailed`] naming the user for a refused password or user, or a password
+    /// the server asks for that nothing gave (and naming the password file a refused password
+    /// came from),
     /// [`Error::Postgres`] for an unknown database or a server older than PostgreSQL 11.
     pub fn connect(self) -> Result<PgClient> {
-        let (mut config, tls, shown) = self.check()?;
-        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        let Checked {
+            mut config,
+            tls,
+            shown,
+            passfile,
+            connect_timeout,
+            operation_timeout,
+        } = self.check(&libpq::Process)?;
         let failed = |cause: Error| Error::ConnectFailed {
             hosts: shown.clone(),
-            cause: Box::new(cause),
+            cause: Box::new(match (cause, &passfile) {
+                (Error::AuthFailed(why), Some(file)) => Error::AuthFailed(format!(
+                    "{why} (the password is from the password file {})",
+                    file.display()
+                )),
+                (cause, _) => cause,
+            }),
         };
         // Checked before the runtime exists: a runtime dropped on another's thread panics.
         if tokio::runtime::Handle::try_current().is_ok() {
@@ -365,7 +403,7 @@ impl PgClientBuilder {
             &config,
             &tls,
             None,
-            self.connect_timeout,
+            connect_timeout,
             operation_timeout,
             Ties {
                 close: close.subscribe(),
@@ -379,9 +417,15 @@ impl PgClientBuilder {
             .map_err(Error::Postgres)
             .map_err(failed)?;
         let limits = session::limits(version, self.session_timeout);
-        handle
+        let synchronous_standbys = handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
+        if synchronous_standbys.is_empty() {
+            tracing::debug!(
+                "zklock: {shown} has no synchronous standby: after a failover to a standby, \
+                 fencing tokens may be handed out again"
+            );
+        }
         session::set_keepalives(&mut config, self.session_timeout);
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
@@ -409,8 +453,9 @@ impl PgClientBuilder {
             limits,
             shown,
             version,
+            synchronous_standbys,
             session_timeout: self.session_timeout,
-            connect_timeout: self.connect_timeout,
+            connect_timeout,
             operation_timeout,
             retry: self.retry.unwrap_or_else(|| {
                 Arc::new(
@@ -438,40 +483,28 @@ impl PgClientBuilder {
         Ok(PgClient { inner })
     }
 
-    /// Everything that can be known without I/O.
-    fn check(&self) -> Result<(tokio_postgres::Config, Tls, String)> {
-        let url = self.url.trim();
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(Error::invalid(format!(
-                "{:?}: a PostgreSQL URL starts with postgres:// \
-                 (postgres://[user[:password]@]host[:port][/database][?param=value])",
-                hide_password(url)
-            )));
-        }
-        let (plain, mode) = tls::take_sslmode(url).map_err(|e| match e {
-            Error::InvalidArgument(why) => {
-                Error::invalid(format!("{:?}: {why}", hide_password(url)))
-            }
-            other => other,
-        })?;
-        let mut config = tokio_postgres::Config::from_str(&plain).map_err(|e| {
+    /// Everything that can be known without I/O, with `env`'s variables and files.
+    fn check(&self, env: &dyn libpq::Env) -> Result<Checked> {
+        let input = self.url.as_str();
+        let settings = libpq::resolve(input, env).map_err(|why| {
             Error::invalid(format!(
-                "{:?} is not a PostgreSQL URL: {e}",
-                hide_password(url)
+                "{:?} is not a PostgreSQL connection string: {why}",
+                hide_password(input)
             ))
         })?;
-        if config.get_hosts().is_empty() {
-            return Err(Error::invalid(format!(
-                "{:?} names no host",
-                hide_password(url)
-            )));
-        }
+        let mut config = settings.config;
+        let mode = tls::mode(&settings.sslmode)?;
         let connector = tls::connector(mode, &self.tls)?;
         config.ssl_mode(if mode == tls::Mode::Clear {
             tokio_postgres::config::SslMode::Disable
         } else {
             tokio_postgres::config::SslMode::Require
         });
+        let connect_timeout = self
+            .connect_timeout
+            .or(settings.connect_timeout)
+            .unwrap_or(Duration::from_secs(5));
+        let operation_timeout = self.operation_timeout.unwrap_or(connect_timeout);
         for (what, d, min) in [
             (
                 "session timeout",
@@ -480,12 +513,12 @@ impl PgClientBuilder {
             ),
             (
                 "connection timeout",
-                self.connect_timeout,
+                connect_timeout,
                 Duration::from_millis(1),
             ),
             (
                 "operation timeout",
-                self.operation_timeout.unwrap_or(self.connect_timeout),
+                operation_timeout,
                 Duration::from_millis(1),
             ),
         ] {
@@ -495,13 +528,29 @@ impl PgClientBuilder {
                 )));
             }
         }
-        if config.get_application_name().is_none() {
-            config.application_name("zklock");
-        }
-        config.connect_timeout(self.connect_timeout);
+        config.connect_timeout(connect_timeout);
         let shown = shown(&config);
-        Ok((config, connector, shown))
+        Ok(Checked {
+            config,
+            tls: connector,
+            shown,
+            passfile: settings.passfile,
+            connect_timeout,
+            operation_timeout,
+        })
     }
+}
+
+/// What [`PgClientBuilder::check`] finds.
+struct Checked {
+    config: tokio_postgres::Config,
+    tls: Tls,
+    /// The server and user, for messages.
+    shown: String,
+    /// The password file the password came from.
+    passfile: Option<std::path::PathBuf>,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
 }
 
 /// `postgres://user@host:port/database`, without the password.
@@ -509,7 +558,11 @@ fn shown(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
-        None => String::new(),
+        None => config
+            .get_hostaddrs()
+            .first()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
     format!(
@@ -520,17 +573,6 @@ fn shown(config: &tokio_postgres::Config) -> String {
             .or(config.get_user())
             .unwrap_or_default()
     )
-}
-
-/// `url` with the password between `user:` and `@` hidden.
-fn hide_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s && url[s + 3..at].contains(':') => {
-            let user = url[s + 3..at].split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..s + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 fn in_runtime() -> Error {
@@ -647,6 +689,10 @@ impl fmt::Debug for PgClient {
         f.debug_struct("PgClient")
             .field("server", &self.inner.shown)
             .field("version", &self.inner.version)
+            .field(
+                "synchronous_standby_names",
+                &self.inner.synchronous_standbys,
+            )
             .field("session_timeout", &self.inner.session_timeout)
             .finish_non_exhaustive()
     }
@@ -665,6 +711,7 @@ impl fmt::Debug for PgClientBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     fn refused(b: PgClientBuilder) -> String {
         match b.connect() {
@@ -691,6 +738,8 @@ mod tests {
         );
         assert!(refused(PgClient::builder("redis://127.0.0.1:1")).contains("postgres://"));
         assert!(refused(PgClient::builder("postgres://u:secret@127.0.0.1:x/db")).contains("***"));
+        let kv = refused(PgClient::builder("host=h port=x password='secret'"));
+        assert!(kv.contains("port") && !kv.contains("secret"), "{kv}");
         let b = || PgClient::builder("postgres://127.0.0.1:1/db");
         assert!(refused(b().session_timeout(Duration::ZERO)).contains("session timeout"));
         assert!(refused(b().session_timeout(Duration::MAX)).contains("session timeout"));
@@ -698,24 +747,51 @@ mod tests {
         assert!(refused(b().operation_timeout(Duration::ZERO)).contains("operation timeout"));
     }
 
-    #[test]
-    fn only_a_url_is_read_and_the_builder_sets_the_connection_timeout() {
-        // libpq's keyword/value form, and parameters tokio-postgres does not know.
-        let kv = refused(PgClient::builder("host=127.0.0.1 user=app dbname=app"));
-        assert!(kv.contains("postgres://"), "{kv}");
-        for param in ["passfile", "service"] {
-            let why = refused(PgClient::builder(&format!(
-                "postgres://u@127.0.0.1/db?{param}=x"
-            )));
-            assert!(why.contains(param), "{why}");
+    /// No variables, no home, no sockets, no files.
+    struct Empty;
+
+    impl libpq::Env for Empty {
+        fn var(&self, _: &str) -> Option<String> {
+            None
         }
-        let (config, _, _) =
-            PgClient::builder("postgres://u@127.0.0.1/db?connect_timeout=60&application_name=app")
+        fn home(&self) -> Option<std::path::PathBuf> {
+            None
+        }
+        fn os_user(&self) -> Option<String> {
+            Some("os".to_owned())
+        }
+        fn exists(&self, _: &std::path::Path) -> bool {
+            false
+        }
+        fn passfile(&self, _: &std::path::Path) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn the_builder_s_connection_timeout_goes_before_the_string_s() {
+        for s in [
+            "postgres://u@127.0.0.1/db?connect_timeout=60&application_name=app",
+            "host=127.0.0.1 user=u connect_timeout=60 application_name=app",
+        ] {
+            let c = PgClient::builder(s)
                 .connect_timeout(Duration::from_secs(2))
-                .check()
+                .check(&Empty)
                 .unwrap();
-        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(2)));
-        assert_eq!(config.get_application_name(), Some("app"));
+            assert_eq!(
+                c.config.get_connect_timeout(),
+                Some(&Duration::from_secs(2))
+            );
+            assert_eq!(c.config.get_application_name(), Some("app"));
+            let c = PgClient::builder(s).check(&Empty).unwrap();
+            assert_eq!(c.connect_timeout, Duration::from_secs(60));
+            assert_eq!(c.operation_timeout, Duration::from_secs(60));
+        }
+        let c = PgClient::builder("postgres://").check(&Empty).unwrap();
+        assert_eq!(c.connect_timeout, Duration::from_secs(5));
+        assert_eq!(c.shown, "postgres://os@localhost:5432/os");
+        // A keyword tokio-postgres does not know is refused with its name.
+        assert!(refused(PgClient::builder("postgres://u@h/db?service=x")).contains("service"));
     }
 
     #[test]
@@ -732,11 +808,6 @@ mod tests {
 
     #[test]
     fn passwords_are_hidden() {
-        assert_eq!(
-            hide_password("postgres://u:pw@h:1/d"),
-            "postgres://u:***@h:1/d"
-        );
-        assert_eq!(hide_password("postgres://u@h/d"), "postgres://u@h/d");
         let config = tokio_postgres::Config::from_str("postgres://u:pw@h:7/d").unwrap();
         assert_eq!(shown(&config), "postgres://u@h:7/d");
     }

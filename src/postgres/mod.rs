@@ -19,6 +19,7 @@ mod drive;
 mod hold;
 mod keeper;
 mod latch;
+mod libpq;
 mod mutex;
 mod read_write;
 mod semaphore;

@@ -292,13 +292,30 @@ impl Session {
         Ok((session, u32::try_from(version).unwrap_or(0)))
     }
 
-    /// Sets `limits` on this session (one opened without them).
-    pub(crate) async fn apply(&self, limits: &[Limit], operation_timeout: Duration) -> Result<()> {
-        let sql = set_sql(limits);
-        tokio::time::timeout(operation_timeout, self.client.batch_execute(&sql))
+    /// Sets `limits` on this session (one opened without them) and, in the same round trip,
+    /// reads the server's `synchronous_standby_names`.
+    pub(crate) async fn apply(
+        &self,
+        limits: &[Limit],
+        operation_timeout: Duration,
+    ) -> Result<String> {
+        let sql = format!(
+            "{}SELECT current_setting('synchronous_standby_names')",
+            set_sql(limits)
+        );
+        let answer = tokio::time::timeout(operation_timeout, self.client.simple_query(&sql))
             .await
             .map_err(|_| Error::Timeout)?
-            .map_err(|e| error(&e, false))
+            .map_err(|e| error(&e, false))?;
+        answer
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                Error::Postgres("no value of synchronous_standby_names in the answer".into())
+            })
     }
 
     pub(crate) fn ended(&self) -> bool {
@@ -649,15 +666,16 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
     Error::Postgres(e.to_string())
 }
 
-/// A failure to open a session, as [`error`] says; and a password the server asks for that the
-/// URL does not give is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
+/// A failure to open a session, as [`error`] says; and a password the server asks for that
+/// nothing gave is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
 /// configuration error, "password missing").
 fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Error {
     let missing = e.as_db_error().is_none()
         && std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
     if missing {
         return Error::AuthFailed(format!(
-            "password missing: the server asks for user {:?}'s password and the URL gives none",
+            "password missing: the server asks for user {:?}'s password and neither the \
+             connection string, PGPASSWORD nor a password file gives one",
             config.get_user().unwrap_or_default()
         ));
     }

@@ -1,5 +1,5 @@
-//! TLS to PostgreSQL (feature `tls`): the `sslmode` of a URL, and tokio-postgres's TLS
-//! connector on rustls (futures-rustls, bridged to tokio's I/O traits).
+//! TLS to PostgreSQL (feature `tls`): the `sslmode` of a connection string, and
+//! tokio-postgres's TLS connector on rustls (futures-rustls, bridged to tokio's I/O traits).
 //!
 //! `sslmode` is read by zklock, not tokio-postgres (which knows only `disable`, `prefer` and
 //! `require`): `disable` and `prefer` connect in the clear (zklock never encrypts unless asked,
@@ -19,37 +19,17 @@ pub(crate) enum Mode {
     VerifyFull,
 }
 
-/// `url` without its `sslmode` parameter, and what that parameter asks for.
-pub(crate) fn take_sslmode(url: &str) -> Result<(String, Mode)> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), Mode::Clear));
-    };
-    let mut mode = Mode::Clear;
-    let mut kept = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("sslmode", value)) => {
-                mode = match value {
-                    "disable" | "allow" | "prefer" => Mode::Clear,
-                    "require" | "verify-full" => Mode::VerifyFull,
-                    "verify-ca" => Mode::VerifyCa,
-                    other => {
-                        return Err(Error::invalid(format!(
-                            "sslmode={other} is not one of disable, allow, prefer, require, \
-                             verify-ca, verify-full"
-                        )))
-                    }
-                }
-            }
-            _ => kept.push(pair),
-        }
+/// What an `sslmode` value asks for.
+pub(crate) fn mode(sslmode: &str) -> Result<Mode> {
+    match sslmode {
+        "disable" | "allow" | "prefer" => Ok(Mode::Clear),
+        "require" | "verify-full" => Ok(Mode::VerifyFull),
+        "verify-ca" => Ok(Mode::VerifyCa),
+        other => Err(Error::invalid(format!(
+            "sslmode={other} is not one of disable, allow, prefer, require, verify-ca, \
+             verify-full"
+        ))),
     }
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    Ok((url, mode))
 }
 
 #[cfg(not(feature = "tls"))]
@@ -80,8 +60,8 @@ mod connector {
         match mode {
             Mode::Clear => Ok(Tls(NoTls)),
             _ => Err(Error::invalid(
-                "the URL asks for TLS (sslmode=require, verify-ca or verify-full): TLS \
-                 connections to PostgreSQL need zklock's `tls` feature",
+                "the connection string (or PGSSLMODE) asks for TLS (sslmode=require, verify-ca \
+                 or verify-full): TLS connections to PostgreSQL need zklock's `tls` feature",
             )),
         }
     }
@@ -129,8 +109,9 @@ mod connector {
         if mode == Mode::Clear {
             if options.ca.is_some() || options.identity.is_some() {
                 return Err(Error::invalid(
-                    "a TLS CA or client certificate was given but the URL does not ask for TLS: \
-                     add sslmode=verify-full (or require, verify-ca)",
+                    "a TLS CA or client certificate was given but the connection string (and \
+                     PGSSLMODE) does not ask for TLS: add sslmode=verify-full (or require, \
+                     verify-ca)",
                 ));
             }
             return Ok(Tls(None));
@@ -358,19 +339,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sslmode_is_taken_out_of_the_url() {
-        let (url, mode) = take_sslmode("postgres://u@h/d?sslmode=verify-full&x=1").unwrap();
-        assert_eq!(
-            (url.as_str(), mode),
-            ("postgres://u@h/d?x=1", Mode::VerifyFull)
-        );
-        let (url, mode) = take_sslmode("postgres://u@h/d?sslmode=verify-ca").unwrap();
-        assert_eq!((url.as_str(), mode), ("postgres://u@h/d", Mode::VerifyCa));
-        assert_eq!(take_sslmode("postgres://u@h/d").unwrap().1, Mode::Clear);
-        assert_eq!(
-            take_sslmode("postgres://h/d?sslmode=prefer").unwrap().1,
-            Mode::Clear
-        );
-        assert!(take_sslmode("postgres://h/d?sslmode=maybe").is_err());
+    fn sslmode_values_are_read_by_zklock() {
+        assert_eq!(mode("verify-full").unwrap(), Mode::VerifyFull);
+        assert_eq!(mode("require").unwrap(), Mode::VerifyFull);
+        assert_eq!(mode("verify-ca").unwrap(), Mode::VerifyCa);
+        for clear in ["disable", "allow", "prefer"] {
+            assert_eq!(mode(clear).unwrap(), Mode::Clear);
+        }
+        assert!(mode("maybe")
+            .unwrap_err()
+            .to_string()
+            .contains("sslmode=maybe"));
     }
 }

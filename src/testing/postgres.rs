@@ -33,6 +33,9 @@ const USER: &str = "zklock";
 /// starts it on the same port and data, [`kill`](Self::kill) is `kill -9` of the postmaster and
 /// every backend, [`pause`](Self::pause) / [`resume`](Self::resume) are SIGSTOP / SIGCONT of
 /// all of them, [`terminate_backend`](Self::terminate_backend) is `pg_terminate_backend`.
+/// [`start_standby`](Self::start_standby) makes a streaming standby of a server
+/// (`pg_basebackup -R`), asynchronous or synchronous, and [`promote`](Self::promote) turns a
+/// standby into a primary (`pg_ctl promote`): a failover.
 /// Durability settings are relaxed for speed (`fsync=off`): a killed server loses nothing,
 /// only a crash of the machine would.
 ///
@@ -154,16 +157,151 @@ impl TestingPostgres {
             tls,
             dir,
         };
+        server.launch_on_a_free_port()?;
+        Ok(server)
+    }
+
+    fn launch_on_a_free_port(&mut self) -> io::Result<()> {
         let mut last = None;
         for _ in 0..5 {
-            server.port = free_ports(1)?[0];
-            match server.launch() {
-                Ok(()) => return Ok(server),
-                Err(e) if server.log().contains("already in use") => last = Some(e),
+            self.port = free_ports(1)?[0];
+            match self.launch() {
+                Ok(()) => return Ok(()),
+                Err(e) if self.log().contains("already in use") => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
         Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port")))
+    }
+
+    /// A streaming standby of this server: a copy of its cluster made with `pg_basebackup -R
+    /// -X stream` (which writes the standby's `primary_conninfo` and `standby.signal`),
+    /// started on a free port of its own, returned once the primary reports it streaming. Its
+    /// WAL receiver names itself by the standby's `cluster_name`, `zklock-pg-PORT`.
+    ///
+    /// With `synchronous`, the primary's `synchronous_standby_names` names the standby (set
+    /// with `ALTER SYSTEM` and a reload), so that every commit on the primary waits until the
+    /// standby has flushed it; else replication is asynchronous (PostgreSQL's default) and a
+    /// commit acknowledged by the primary may not have reached the standby yet. The standby
+    /// has the same superuser and password; it answers reads, and refuses writes until
+    /// [`promote`](Self::promote)d.
+    ///
+    /// # Errors
+    /// When `pg_basebackup` fails, the standby does not start, or the primary does not report
+    /// it streaming (and, with `synchronous`, synchronous) within 60 s.
+    pub fn start_standby(&self, synchronous: bool) -> io::Result<TestingPostgres> {
+        let dir = tempfile::Builder::new().prefix("zklock-pg-").tempdir()?;
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+        }
+        let mut backup = Command::new(self.bindir.join("pg_basebackup"));
+        backup
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER])
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            .env("PGPASSWORD", &self.password)
+            .env_remove("PGPASSFILE")
+            .current_dir(dir.path());
+        if let Some((uid, gid)) = self.run_as {
+            backup.uid(uid).gid(gid);
+        }
+        let out = backup.output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "pg_basebackup failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut standby = TestingPostgres {
+            child: None,
+            paused: Mutex::new(Vec::new()),
+            port: 0,
+            password: self.password.clone(),
+            bindir: self.bindir.clone(),
+            run_as: self.run_as,
+            tls: None,
+            dir,
+        };
+        standby.launch_on_a_free_port()?;
+        let name = format!("zklock-pg-{}", standby.port);
+        if synchronous {
+            self.sql(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = '\"{name}\"'"
+            ))?;
+            self.sql("SELECT pg_reload_conf()")?;
+        }
+        let want = if synchronous { "sync" } else { "async" };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let rows = self.sql(&format!(
+                "SELECT state, sync_state FROM pg_stat_replication WHERE application_name = {}",
+                quote(&name)
+            ))?;
+            let row: Vec<Option<String>> = rows.into_iter().next().unwrap_or_default();
+            if row.first().cloned().flatten().as_deref() == Some("streaming")
+                && row.get(1).cloned().flatten().as_deref() == Some(want)
+            {
+                return Ok(standby);
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the standby was not streaming ({want}) within 60 s ({row:?}); \
+                         its log:\n{}",
+                        standby.log_tail()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Promotes this standby to a primary (`pg_ctl promote -w`): it stops replaying, starts a
+    /// new timeline and accepts writes when this returns.
+    ///
+    /// # Errors
+    /// When `pg_ctl` fails or the server still refuses writes 60 s later.
+    pub fn promote(&self) -> io::Result<()> {
+        let mut promote = Command::new(self.bindir.join("pg_ctl"));
+        promote
+            .args(["promote", "-w", "-t", "60", "-D"])
+            .arg(self.dir.path().join("data"))
+            .current_dir(self.dir.path());
+        if let Some((uid, gid)) = self.run_as {
+            promote.uid(uid).gid(gid);
+        }
+        let out = promote.output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "pg_ctl promote failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        while self.in_recovery()? {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the promoted standby still refused writes after 60 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Whether the server is a standby (`pg_is_in_recovery()`).
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn in_recovery(&self) -> io::Result<bool> {
+        Ok(first(&self.sql("SELECT pg_is_in_recovery()")?).as_deref() == Some("t"))
     }
 
     fn launch(&mut self) -> io::Result<()> {
@@ -187,6 +325,9 @@ impl TestingPostgres {
             .arg(format!("cluster_name=zklock-pg-{}", self.port))
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=300", "-c", "shared_buffers=16MB"])
+            // A standby whose primary is gone retries every 5 s by default, and may notice a
+            // promotion only at the next retry.
+            .args(["-c", "wal_retrieve_retry_interval=100ms"])
             .args([
                 "-c",
                 "logging_collector=off",
@@ -603,6 +744,49 @@ mod tests {
         drop(server);
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_standby_streams_the_primary_s_writes_and_accepts_writes_once_promoted() {
+        let primary = TestingPostgres::start().expect("postgres starts");
+        primary.sql("CREATE TABLE t (v int)").unwrap();
+        let standby = primary.start_standby(false).expect("a standby starts");
+        assert!(standby.in_recovery().unwrap() && !primary.in_recovery().unwrap());
+        primary.sql("INSERT INTO t VALUES (7)").unwrap();
+        let deadline = Instant::now() + START_TIMEOUT;
+        while first(&standby.sql("SELECT count(*) FROM t").unwrap()).as_deref() != Some("1") {
+            assert!(
+                Instant::now() < deadline,
+                "the insert never reached the standby"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(standby.sql("INSERT INTO t VALUES (8)").is_err());
+        drop(primary);
+        standby.promote().unwrap();
+        standby.sql("INSERT INTO t VALUES (8)").unwrap();
+        assert_eq!(
+            first(&standby.sql("SELECT sum(v) FROM t").unwrap()).as_deref(),
+            Some("15")
+        );
+    }
+
+    #[test]
+    fn a_synchronous_standby_is_reported_sync() {
+        let primary = TestingPostgres::start().expect("postgres starts");
+        let standby = primary.start_standby(true).expect("a standby starts");
+        // A commit waits for the standby (here until it has applied it, not only flushed it,
+        // so that a read there sees it): it is there as soon as the primary answers.
+        primary
+            .sql(
+                "SET synchronous_commit = remote_apply; CREATE TABLE t (v int); \
+                 INSERT INTO t VALUES (1)",
+            )
+            .unwrap();
+        assert_eq!(
+            first(&standby.sql("SELECT count(*) FROM t").unwrap()).as_deref(),
+            Some("1")
+        );
     }
 
     #[test]
