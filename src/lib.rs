@@ -326,8 +326,8 @@ pub use crate::mysql::{
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::{
-    PgClient, PgClientBuilder, PgLeaderLatch, PgLease, PgMutex, PgReadLock, PgReadWriteLock,
-    PgSemaphore, PgWriteLock,
+    PgClient, PgClientBuilder, PgLeaderLatch, PgLease, PgMutex, PgParticipant, PgReadLock,
+    PgReadWriteLock, PgSemaphore, PgWriteLock,
 };
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

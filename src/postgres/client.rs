@@ -192,6 +192,22 @@ impl PgClient {
         self.inner.session_timeout
     }
 
+    /// Who holds and who waits for the advisory locks of `name` in this database — its mutex
+    /// (and leader latch), its read-write lock, and leases 1 to `max_leases` of its semaphore
+    /// — zklock's sessions and any other SQL client's, from `pg_locks` and
+    /// `pg_stat_activity` (PostgreSQL 14 or later, for the time a wait began). Holders first,
+    /// then waiters in the server's queue order.
+    ///
+    /// # Blocking
+    /// One statement on a pooled session, within the operation timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, before any I/O; [`Error::Closed`];
+    /// [`Error::Timeout`] or a connection error from the statement.
+    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<super::PgParticipant>> {
+        super::participants::read(&self.inner, name, max_leases)
+    }
+
     /// The server's version, as `server_version_num` (e.g. 150004 for 15.4).
     pub fn server_version(&self) -> u32 {
         self.inner.version

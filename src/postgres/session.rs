@@ -334,6 +334,17 @@ impl Session {
         self.stop.notify_one();
     }
 
+    /// One statement's rows, within `timeout`.
+    pub(crate) async fn rows(
+        &self,
+        timeout: Duration,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let rows = pin!(self.client.query_typed(sql, params));
+        all_within(timeout, self.drive(rows)).await
+    }
+
     /// One statement's first row, within `timeout`.
     pub(crate) async fn row(
         &self,
@@ -589,13 +600,24 @@ async fn within(
         Output = std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>,
     >,
 ) -> Result<tokio_postgres::Row> {
-    let rows = tokio::time::timeout(timeout, rows)
-        .await
-        .map_err(|_| Error::Timeout)?
-        .map_err(|e| error(&e, false))?;
-    rows.into_iter()
+    all_within(timeout, rows)
+        .await?
+        .into_iter()
         .next()
         .ok_or_else(|| Error::Postgres("a statement returned no row".into()))
+}
+
+/// A statement's rows, within `timeout`.
+async fn all_within(
+    timeout: Duration,
+    rows: impl std::future::Future<
+        Output = std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>,
+    >,
+) -> Result<Vec<tokio_postgres::Row>> {
+    tokio::time::timeout(timeout, rows)
+        .await
+        .map_err(|_| Error::Timeout)?
+        .map_err(|e| error(&e, false))
 }
 
 /// Column `i` of `row` as an integer of any width.
