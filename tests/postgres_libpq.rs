@@ -9,14 +9,11 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
 
-use common::patience;
+use common::worker::Worker;
 use zklock::testing::TestingPostgres;
 use zklock::{Error, PgClient, PgMutex};
 
@@ -57,17 +54,13 @@ impl Drop for Scratch {
 
 /// What a worker said: `connected` (it holds the lock named in its variable until its
 /// standard input closes) or `failed …` with the error, then its exit.
-struct Run {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-}
+struct Run(Worker);
 
 impl Run {
     /// Runs the worker with `connect` as its connection string and `env` as its only `PG*`
     /// variables and `HOME`.
     fn start(connect: &str, lock: &str, env: &[(&str, &str)], home: &Path) -> Run {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "worker", "--nocapture", "--test-threads", "1"]);
+        let mut cmd = Worker::command("worker");
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("PG") {
                 cmd.env_remove(k);
@@ -75,35 +68,13 @@ impl Run {
         }
         cmd.env(WORKER, format!("{lock}\n{connect}"))
             .env("HOME", home)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        let mut child = cmd.spawn().expect("start the worker");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("worker: ") {
-                    let _ = tx.send(line[at + "worker: ".len()..].to_owned());
-                }
-            }
-        });
-        Run { child, lines }
+            .envs(env.iter().copied());
+        Run(Worker::spawn(cmd))
     }
 
     /// The worker's report.
     fn said(&self) -> String {
-        self.lines
-            .recv_timeout(patience())
-            .expect("the worker reports")
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.next_line()
     }
 }
 

@@ -118,19 +118,9 @@ impl TestingPostgres {
             .arg(format!("--pwfile={}", pwfile.display()))
             .args(["-E", "UTF8", "--no-locale", "--no-sync"])
             .current_dir(dir.path());
-        if let Some((uid, gid)) = run_as {
-            initdb.uid(uid).gid(gid);
-        }
-        let out = initdb.output()?;
+        let ran = run_tool(&mut initdb, run_as, "initdb");
         let _ = fs::remove_file(&pwfile);
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "initdb failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        ran?;
         let tls = if tls {
             let (certificates, path) = super::tls::certificates(dir.path(), false)?;
             if let Some((uid, gid)) = run_as {
@@ -203,18 +193,7 @@ impl TestingPostgres {
             .env("PGPASSWORD", &self.password)
             .env_remove("PGPASSFILE")
             .current_dir(dir.path());
-        if let Some((uid, gid)) = self.run_as {
-            backup.uid(uid).gid(gid);
-        }
-        let out = backup.output()?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "pg_basebackup failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_tool(&mut backup, self.run_as, "pg_basebackup")?;
         let mut standby = TestingPostgres {
             child: None,
             paused: Mutex::new(Vec::new()),
@@ -271,18 +250,7 @@ impl TestingPostgres {
             .args(["promote", "-w", "-t", "60", "-D"])
             .arg(self.dir.path().join("data"))
             .current_dir(self.dir.path());
-        if let Some((uid, gid)) = self.run_as {
-            promote.uid(uid).gid(gid);
-        }
-        let out = promote.output()?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "pg_ctl promote failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_tool(&mut promote, self.run_as, "pg_ctl promote")?;
         let deadline = Instant::now() + START_TIMEOUT;
         while self.in_recovery()? {
             if Instant::now() > deadline {
@@ -722,6 +690,15 @@ impl std::fmt::Debug for TestingPostgres {
             .field("dir", &self.dir.path())
             .finish_non_exhaustive()
     }
+}
+
+/// Runs one of PostgreSQL's tools to its end as `run_as` (the `postgres` user when root runs
+/// the tests).
+fn run_tool(cmd: &mut Command, run_as: Option<(u32, u32)>, what: &str) -> io::Result<()> {
+    if let Some((uid, gid)) = run_as {
+        cmd.uid(uid).gid(gid);
+    }
+    super::process::run_to_end(cmd, what)
 }
 
 #[cfg(test)]

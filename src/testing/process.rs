@@ -102,3 +102,17 @@ pub(super) fn all_threads_stopped(pid: u32) -> bool {
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Runs `cmd` to its end; an error with its status and output if it fails (`what` names it).
+pub(super) fn run_to_end(cmd: &mut Command, what: &str) -> io::Result<()> {
+    let out = cmd.output()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}

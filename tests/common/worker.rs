@@ -29,9 +29,22 @@ pub struct Worker {
 impl Worker {
     /// Runs the test named `test` of this binary with `args` in the environment variable `var`.
     pub fn start(test: &str, var: &str, args: &str) -> Worker {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-            .env(var, args)
+        let mut cmd = Worker::command(test);
+        cmd.env(var, args);
+        Worker::spawn(cmd)
+    }
+
+    /// The command that runs the test named `test` of this binary, to set up before
+    /// [`spawn`](Self::spawn).
+    pub fn command(test: &str) -> Command {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", test, "--nocapture", "--test-threads", "1"]);
+        cmd
+    }
+
+    /// Starts `cmd` (from [`command`](Self::command)) as a worker.
+    pub fn spawn(mut cmd: Command) -> Worker {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -51,6 +64,13 @@ impl Worker {
             _stdin: stdin,
             lines,
         }
+    }
+
+    /// The worker's next line.
+    pub fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(patience())
+            .expect("the worker said nothing")
     }
 
     /// The rest of the worker's next line that starts with `prefix` (earlier lines skipped).
