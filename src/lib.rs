@@ -320,8 +320,8 @@ pub use crate::core::retry::{
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::{
-    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock,
-    MySqlSemaphore,
+    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMode, MySqlMutex,
+    MySqlReadWriteLock, MySqlSemaphore,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::client::MySqlClient;
-use super::mutex::{attempt, check_name, key_sql, Waits};
+use super::mutex::{attempt, check_name, key_sql, refuse_in_table_mode, Waits};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::hold::Report;
@@ -83,6 +83,7 @@ impl MySqlLeaderLatch {
     /// [`Error::ThreadStart`] if its thread cannot start; nothing is sent before it returns.
     pub fn start(client: &MySqlClient, name: &str) -> Result<MySqlLeaderLatch> {
         check_name(name)?;
+        refuse_in_table_mode(client, "leader latch")?;
         let inner = client.inner();
         if inner.closed() {
             return Err(Error::Closed);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
-use super::client::{Inner, MySqlClient, Waiter, TOKENS};
+use super::client::{Inner, MySqlClient, MySqlMode, Waiter, TOKENS};
 use super::session::Session;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -81,7 +81,19 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// # Ok(()) }
 /// ```
 pub struct MySqlMutex {
-    lock: Reentrant<Raw>,
+    lock: Reentrant<Either>,
+}
+
+/// The lock of a mutex: `GET_LOCK` or a table lease, as its Client's mode says.
+enum Either {
+    GetLock(Raw),
+    Table(super::table::Raw),
+}
+
+/// A hold of an [`Either`].
+enum EitherKept {
+    GetLock(Kept),
+    Table(super::table::Kept),
 }
 
 /// How many readers a read-write lock lets in at once: its reader names.
@@ -128,33 +140,50 @@ impl MySqlMutex {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
     pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlMutex> {
+        let raw = match client.inner().mode {
+            MySqlMode::GetLock => Either::GetLock(Raw::new(client, name, Mode::Mutex)?),
+            MySqlMode::Table => Either::Table(super::table::Raw::new(client, name)?),
+        };
         Ok(MySqlMutex {
-            lock: Reentrant::new(Raw::new(client, name, Mode::Mutex)?),
+            lock: Reentrant::new(raw),
         })
     }
 
     /// The read and the write half of the read-write lock `name`.
     pub(crate) fn read_write(client: &MySqlClient, name: &str) -> Result<[MySqlMutex; 2]> {
+        refuse_in_table_mode(client, "read-write lock")?;
         let [read, write] = Reentrant::pair(
-            Raw::new(client, name, Mode::Read)?,
-            Raw::new(client, name, Mode::Write)?,
+            Either::GetLock(Raw::new(client, name, Mode::Read)?),
+            Either::GetLock(Raw::new(client, name, Mode::Write)?),
         );
         Ok([MySqlMutex { lock: read }, MySqlMutex { lock: write }])
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.lock.raw.name
+        match &self.lock.raw {
+            Either::GetLock(raw) => &raw.name,
+            Either::Table(raw) => &raw.name,
+        }
     }
 
-    /// The SQL that takes the same lock from any client, waiting up to a year: `SELECT
-    /// GET_LOCK('NAME', 31536000)` for a name of up to 64 characters, `SELECT
-    /// GET_LOCK(SHA2('NAME', 256), 31536000)` for a longer one. The name is quoted so that it
-    /// reads the same under every `sql_mode`: `'…'` with `'` doubled, or, for a name with a
-    /// quote or a backslash, `CONVERT(X'…' USING utf8mb4)`. Release it with `SELECT
-    /// RELEASE_LOCK(…)` of the same expression, or by closing the connection.
+    /// The SQL that takes the same lock from any client.
+    ///
+    /// In the `GET_LOCK` mode, waiting up to a year: `SELECT GET_LOCK('NAME', 31536000)` for a
+    /// name of up to 64 characters, `SELECT GET_LOCK(SHA2('NAME', 256), 31536000)` for a
+    /// longer one. The name is quoted so that it reads the same under every `sql_mode`: `'…'`
+    /// with `'` doubled, or, for a name with a quote or a backslash, `CONVERT(X'…' USING
+    /// utf8mb4)`. Release it with `SELECT RELEASE_LOCK(…)` of the same expression, or by
+    /// closing the connection.
+    ///
+    /// In the table mode ([`MySqlMode::Table`]), one try at the lease record with the owner
+    /// `@owner` and a lease of `@ms` milliseconds (set both first): the last row says whether
+    /// it was taken and its token; the statement that lets it go follows as a comment.
     pub fn lock_sql(&self) -> String {
-        let raw = &self.lock.raw;
+        let raw = match &self.lock.raw {
+            Either::GetLock(raw) => raw,
+            Either::Table(raw) => return raw.lock_sql(),
+        };
         match raw.mode {
             Mode::Mutex => format!("SELECT GET_LOCK({}, {FOREVER})", raw.key),
             Mode::Read => raw.read_sql(&FOREVER.to_string()),
@@ -183,9 +212,15 @@ impl MySqlMutex {
     }
 
     /// The server session (`CONNECTION_ID()`) of the calling thread's hold, if it holds the
-    /// lock: what `IS_USED_LOCK` and `SHOW PROCESSLIST` show for it.
+    /// lock: what `IS_USED_LOCK` and `SHOW PROCESSLIST` show for it. `None` in the table mode,
+    /// whose holds have no session of their own.
     pub fn connection_id(&self) -> Option<u32> {
-        self.lock.mine(|h| h.grant.session.id)
+        self.lock
+            .mine(|h| match &h.grant {
+                EitherKept::GetLock(kept) => Some(kept.session.id),
+                EitherKept::Table(_) => None,
+            })
+            .flatten()
     }
 }
 
@@ -494,24 +529,96 @@ pub(crate) fn let_go(
     }
 }
 
-impl RawLock for Raw {
-    type Grant = Kept;
+impl RawLock for Either {
+    type Grant = EitherKept;
     type Shared = ();
 
-    fn share(_: &Kept) {}
+    fn share(_: &EitherKept) {}
 
     fn name(&self) -> &str {
-        &self.name
+        match self {
+            Either::GetLock(raw) => &raw.name,
+            Either::Table(raw) => &raw.name,
+        }
     }
 
     fn closed(&self) -> bool {
-        self.client.inner().closed()
+        match self {
+            Either::GetLock(raw) => raw.client.inner().closed(),
+            Either::Table(raw) => raw.closed(),
+        }
     }
 
     fn dispatch(&self) -> Dispatch {
-        self.client.inner().dispatch()
+        match self {
+            Either::GetLock(raw) => raw.client.inner().dispatch(),
+            Either::Table(raw) => raw.dispatch(),
+        }
     }
 
+    fn acquire(
+        &self,
+        deadline: Deadline,
+        partner: Option<()>,
+    ) -> Result<Option<Granted<EitherKept>>> {
+        fn wrap<G>(g: Granted<G>, kept: fn(G) -> EitherKept) -> Granted<EitherKept> {
+            Granted {
+                grant: kept(g.grant),
+                token: g.token,
+                node: g.node,
+            }
+        }
+        Ok(match self {
+            Either::GetLock(raw) => raw
+                .acquire(deadline, partner)?
+                .map(|g| wrap(g, EitherKept::GetLock)),
+            Either::Table(raw) => raw.acquire(deadline)?.map(|g| wrap(g, EitherKept::Table)),
+        })
+    }
+
+    fn keep(&self, grant: &mut EitherKept, report: Report) -> Result<()> {
+        match (self, grant) {
+            (Either::GetLock(raw), EitherKept::GetLock(grant)) => raw.keep(grant, report),
+            (Either::Table(raw), EitherKept::Table(grant)) => raw.keep(grant, report),
+            _ => unreachable!("a grant of the other mode"),
+        }
+    }
+
+    fn health(&self, grant: &EitherKept, reported: LockHealth) -> LockHealth {
+        match grant {
+            EitherKept::GetLock(grant) => Raw::health(grant, reported),
+            EitherKept::Table(grant) => super::table::Raw::health(grant, reported),
+        }
+    }
+
+    fn release(&self, grant: EitherKept, how: Release, lost: bool, _: Option<()>) -> Result<()> {
+        match (self, grant) {
+            (Either::GetLock(raw), EitherKept::GetLock(grant)) => raw.release(grant, how, lost),
+            (Either::Table(raw), EitherKept::Table(grant)) => raw.release(grant, how, lost),
+            _ => unreachable!("a grant of the other mode"),
+        }
+    }
+
+    fn cancel_waiters(&self) {
+        match self {
+            Either::GetLock(raw) => raw.cancel_waiters(),
+            Either::Table(raw) => raw.cancel_waiters(),
+        }
+    }
+}
+
+/// [`Error::InvalidArgument`] if `client` is in the table mode, which has no `recipe`.
+pub(crate) fn refuse_in_table_mode(client: &MySqlClient, recipe: &str) -> Result<()> {
+    match client.inner().mode {
+        MySqlMode::GetLock => Ok(()),
+        MySqlMode::Table => Err(Error::invalid(format!(
+            "the MySQL table mode (lock_mode=table) has mutexes only, no {recipe}: use a \
+             MySqlMutex, or a Client in the GET_LOCK mode on a server where GET_LOCK excludes"
+        ))),
+    }
+}
+
+impl Raw {
     fn acquire(&self, deadline: Deadline, partner: Option<()>) -> Result<Option<Granted<Kept>>> {
         if self.mode == Mode::Read && partner.is_some() {
             return Err(Error::invalid(
@@ -566,7 +673,7 @@ impl RawLock for Raw {
         Ok(())
     }
 
-    fn health(&self, grant: &Kept, reported: LockHealth) -> LockHealth {
+    fn health(grant: &Kept, reported: LockHealth) -> LockHealth {
         let ended = if grant.session.ended() {
             LockHealth::Lost
         } else {
@@ -575,7 +682,7 @@ impl RawLock for Raw {
         worst(worst(reported, grant.lease.health()), ended)
     }
 
-    fn release(&self, grant: Kept, how: Release, lost: bool, _: Option<()>) -> Result<()> {
+    fn release(&self, grant: Kept, how: Release, lost: bool) -> Result<()> {
         let inner = self.client.inner();
         if let Some(kept) = grant.kept {
             inner.forget(kept);
@@ -631,7 +738,7 @@ crate::core::hold::reentrant_lock!(MySqlMutex, "the Client's events thread");
 impl std::fmt::Debug for MySqlMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MySqlMutex")
-            .field("name", &self.lock.raw.name)
+            .field("name", &self.name())
             .field("held_here", &self.lock.is_acquired_in_this_process())
             .finish_non_exhaustive()
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::client::{MySqlClient, Waiter, TOKENS};
-use super::mutex::{attempt, check_name, granted, key_sql, last_row, let_go, Grant, Waits};
+use super::mutex::{
+    attempt, check_name, granted, key_sql, last_row, let_go, refuse_in_table_mode, Grant, Waits,
+};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -72,6 +74,7 @@ impl MySqlSemaphore {
     /// sent.
     pub fn new(client: &MySqlClient, name: &str, max_leases: u32) -> Result<MySqlSemaphore> {
         check_name(name)?;
+        refuse_in_table_mode(client, "semaphore")?;
         if !(1..=MAX_LEASES).contains(&max_leases) {
             return Err(Error::invalid(format!(
                 "a MySQL semaphore has 1 to {MAX_LEASES} leases, not {max_leases}"
