@@ -212,7 +212,9 @@
 //!   `MySqlReadWriteLock`, `MySqlSemaphore` and `MySqlLeaderLatch`, a
 //!   connection per hold and per waiting thread, with `wait_timeout` set from the session
 //!   timeout so the server frees a silent holder, health and fencing tokens from a counter
-//!   table. On the `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
+//!   table; or, in the table mode (`?lock_mode=table`, for Galera, Group Replication, TiDB),
+//!   `MySqlMutex` as a lease row renewed by the Client and polled for by waiters. On the
+//!   `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
 //!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`; with `mysql`, a

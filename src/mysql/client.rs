@@ -50,6 +50,15 @@ pub(crate) const TOKENS: &str = "zklock_tokens";
 /// The fencing tokens are counters in the table `zklock_tokens` of the URL's database, created
 /// at connect if missing (the user needs `CREATE`, `INSERT` and `UPDATE` on it).
 ///
+/// # The table mode
+/// With [`MySqlMode::Table`] (or `?lock_mode=table` in the URL) a mutex is instead a lease row
+/// of the table `zklock_lock_record` (created at connect if missing): an owner, an expiry by the
+/// database's clock and a version that is the fencing token. The keeper thread renews every held
+/// row at a third of the session timeout on the Client's own session, waiters poll every
+/// [`poll_interval`](MySqlClientBuilder::poll_interval), and the setups refused above are not
+/// refused. Semaphores, read-write locks and leader latches are refused in this mode. See
+/// `docs/mysql.md` for what a failover does to it.
+///
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
@@ -349,7 +358,8 @@ impl MySqlClientBuilder {
     /// any I/O; [`Error::ConnectFailed`] with the cause when the server cannot be reached
     /// ([`Error::Io`]), refuses the user or password ([`Error::AuthFailed`]), has no such
     /// database ([`Error::MySql`]), or is a setup where `GET_LOCK` cannot exclude
-    /// ([`Error::MySql`]: Galera, multi-primary Group Replication, TiDB).
+    /// ([`Error::MySql`]: Galera, multi-primary Group Replication, TiDB; not in the table
+    /// mode).
     pub fn connect(self) -> Result<MySqlClient> {
         let (opts, shown, mode) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);

@@ -79,7 +79,8 @@ impl MySqlLeaderLatch {
     /// background; returns at once.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::Closed`] if the Client is closed,
+    /// [`Error::InvalidArgument`] for a bad name or a Client in the table mode (which has no
+    /// latch), [`Error::Closed`] if the Client is closed,
     /// [`Error::ThreadStart`] if its thread cannot start; nothing is sent before it returns.
     pub fn start(client: &MySqlClient, name: &str) -> Result<MySqlLeaderLatch> {
         check_name(name)?;

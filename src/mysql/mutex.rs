@@ -68,6 +68,13 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// `innodb_flush_log_at_trx_commit = 1` (with 2, across a kill of the server but not a crash
 /// of its machine). A holder that took the lock with plain SQL bumps nothing.
 ///
+/// # The table mode
+/// A mutex of a Client in [`MySqlMode::Table`] is a lease row of `zklock_lock_record` instead:
+/// the same API, the token is the row's version, waiters poll (so not FIFO), the Client's keeper
+/// renews the row, `health()` reads `Lost` once a renewal matches nothing (the row expired by
+/// the database's clock or was taken) or a whole session timeout has passed without one. See
+/// [`MySqlClient`].
+///
 /// # Example
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {

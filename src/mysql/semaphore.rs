@@ -70,8 +70,8 @@ impl MySqlSemaphore {
     /// 1,000).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or a number of leases out of range; nothing is
-    /// sent.
+    /// [`Error::InvalidArgument`] for a bad name, a number of leases out of range, or a Client
+    /// in the table mode (which has no semaphore); nothing is sent.
     pub fn new(client: &MySqlClient, name: &str, max_leases: u32) -> Result<MySqlSemaphore> {
         check_name(name)?;
         refuse_in_table_mode(client, "semaphore")?;
