@@ -904,6 +904,11 @@ impl Inner {
                 Err(e) => {
                     tracing::debug!("zklock: a MySQL table lease's renewal failed: {e}");
                     self.states.failed();
+                    // The server is not answering: the others would wait as long. They are
+                    // renewed at the next round, their leases reading Suspended meanwhile.
+                    if matches!(e, Error::ConnectionLoss | Error::Io { .. }) {
+                        break;
+                    }
                 }
             }
         }
