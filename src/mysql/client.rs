@@ -109,7 +109,8 @@ pub(crate) struct Inner {
     leases: Mutex<Vec<Leased>>,
     /// Table leases let go of in the background, which the keeper expires.
     pub(crate) releases: Mutex<Vec<Record>>,
-    /// Idle sessions for the table mode's statements (at most [`IDLE_SESSIONS`]).
+    /// Idle sessions (at most [`IDLE_SESSIONS`]), holding no lock: the table mode's
+    /// statements, and the `GET_LOCK` mode's next waits after a confirmed release.
     idle: Mutex<Vec<Session>>,
     /// Wakes the table mode's waiters between polls (a cancel, a close, a lease let go of
     /// here); the count says how often.
@@ -134,7 +135,7 @@ pub enum MySqlMode {
     Table,
 }
 
-/// The most idle sessions a table-mode Client keeps for its waiters' statements.
+/// The most idle sessions a Client keeps for its next acquisitions.
 const IDLE_SESSIONS: usize = 8;
 
 /// One table lease: the record's name (an SQL expression), owner and version.
@@ -652,7 +653,7 @@ impl Inner {
         Session::open(&self.opts).map_err(|e| super::session::error(&e))
     }
 
-    /// An idle session of the table mode's, or a new one.
+    /// An idle session (one that holds no lock), or a new one.
     pub(crate) fn pooled(&self) -> Result<Session> {
         loop {
             let Some(session) = self.idle.lock().pop() else {

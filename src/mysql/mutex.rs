@@ -48,7 +48,8 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// # Sessions
 /// Each holding thread holds on a connection of its own, and each waiting thread waits on one:
 /// see [`MySqlClient`]. Ending that connection frees the lock, which is how a guard's drop and
-/// every failure let go; [`cancel_waiters`](crate::Lock::cancel_waiters) and the Client's close end a
+/// every failure let go; a `release()` the server confirmed keeps the connection, which then
+/// holds nothing, for the Client's next acquisition; [`cancel_waiters`](crate::Lock::cancel_waiters) and the Client's close end a
 /// wait by `KILL CONNECTION` of the waiting session from the Client's own.
 ///
 /// # Health
@@ -355,9 +356,9 @@ pub(crate) struct Grant {
     pub(crate) lease: Arc<LocalLease>,
 }
 
-/// One attempt on a new session for the `GET_LOCK` name `key` (an SQL expression): granted
-/// (with the token), not granted by the deadline, or an error; the session is closed unless
-/// granted.
+/// One attempt on an idle or new session for the `GET_LOCK` name `key` (an SQL expression):
+/// granted (with the token), not granted by the deadline, or an error; the session is closed
+/// unless granted.
 pub(crate) fn attempt(
     inner: &Inner,
     key: &str,
@@ -378,7 +379,7 @@ pub(crate) fn attempt(
 const BUMP: &str = "INSERT INTO zklock_tokens (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) \
     FROM DUAL WHERE @zklock_got >= 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);";
 
-/// One attempt on a new session with the statements `sql` gives for a wait of so many
+/// One attempt on an idle or new session with the statements `sql` gives for a wait of so many
 /// seconds (text): their last row is (granted: 1 or more / 0 / NULL, token). The grant and its
 /// first column, not granted by the deadline, or an error; the session is closed unless
 /// granted.
@@ -388,7 +389,7 @@ pub(crate) fn attempt_sql(
     deadline: Deadline,
     waits: &Waits<'_>,
 ) -> Result<Option<(i64, Grant)>> {
-    let session = Arc::new(inner.session()?);
+    let session = Arc::new(inner.pooled()?);
     let done = Arc::new(AtomicBool::new(false));
     inner.add_waiter(Waiter {
         owner: waits.owner,
@@ -499,13 +500,17 @@ pub(crate) fn granted(
 }
 
 /// Lets go of `session`'s hold of `key` as `how` says (its heartbeat stopped);
-/// [`Error::LockLost`] if it had been `lost` or the server did not have it as ours.
+/// [`Error::LockLost`] if it had been `lost` or the server did not have it as ours. With
+/// `reuse` (the session held `key` alone), a session whose `RELEASE_LOCK` the server confirmed
+/// holds nothing and goes to the Client's idle sessions for the next acquisition; otherwise it
+/// is closed.
 pub(crate) fn let_go(
     inner: &Inner,
     key: &str,
     session: Arc<Session>,
     how: Release,
     lost: bool,
+    reuse: bool,
 ) -> Result<()> {
     let until = match how {
         // Closing the connection frees the lock as the server reads the end.
@@ -527,7 +532,14 @@ pub(crate) fn let_go(
     let released = session.with(Some(timeout), op, |c| {
         c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({key})"))
     });
-    session.close();
+    match (&released, reuse) {
+        (Ok(Some(Some(1))), true) => match Arc::try_unwrap(session) {
+            Ok(session) => inner.put_back(session),
+            // The keeper is beating on it this moment.
+            Err(session) => session.close(),
+        },
+        _ => session.close(),
+    }
     match released {
         Ok(Some(Some(1))) => Ok(()),
         // The server did not have it as ours: the session was not the one that took it.
@@ -694,7 +706,9 @@ impl Raw {
         if let Some(kept) = grant.kept {
             inner.forget(kept);
         }
-        let_go(inner, &grant.key, grant.session, how, lost)
+        // A writer's session holds the reader names too: it is closed, not reused.
+        let reuse = self.mode != Mode::Write;
+        let_go(inner, &grant.key, grant.session, how, lost, reuse)
     }
 
     fn cancel_waiters(&self) {

@@ -122,7 +122,7 @@ impl MySqlSemaphore {
         self.acquire_by(Deadline::after(timeout))
     }
 
-    /// A lease if one is free now: one statement on a new connection.
+    /// A lease if one is free now: one statement on an idle or new connection.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -201,11 +201,11 @@ impl MySqlSemaphore {
         }))
     }
 
-    /// One statement on a new connection that takes the first free name, if any, and bumps
+    /// One statement on an idle or new connection that takes the first free name, if any, and bumps
     /// its token.
     fn try_any(&self, waits: &Waits<'_>) -> Result<Option<(Grant, u32)>> {
         let inner = self.client.inner();
-        let session = Arc::new(inner.session()?);
+        let session = Arc::new(inner.pooled()?);
         let done = Arc::new(AtomicBool::new(false));
         inner.add_waiter(Waiter {
             owner: self.id,
@@ -365,7 +365,7 @@ impl MySqlLease {
         let inner = self.client.inner();
         inner.forget(self.kept);
         crate::core::metrics::released(&self.name, self.since.elapsed());
-        let_go(inner, &self.key, grant.session, how, lost)
+        let_go(inner, &self.key, grant.session, how, lost, true)
     }
 }
 
