@@ -1354,8 +1354,8 @@ mod on_mariadb {
     }
 
     /// `?lock_mode=table` in the URL is the table mode for the command line too: `run`
-    /// excludes (a second run times out with 124, then runs with a higher token), and `elect`
-    /// is refused with the mode's reason.
+    /// excludes (a second run times out with 124, then runs with a higher token), and
+    /// `--semaphore` is refused with the mode's reason.
     #[test]
     fn run_in_the_table_mode_on_mariadb() {
         let server = TestingMariaDb::start().unwrap();
@@ -1380,7 +1380,16 @@ mod on_mariadb {
         assert_eq!(c.code(), 0);
         assert!(token(&log, "c") > token(&log, "a"));
         let out = Command::new(ZKLOCK)
-            .args(["--connect", &url, "elect", "leader", "--", "true"])
+            .args([
+                "--connect",
+                &url,
+                "run",
+                "sem",
+                "--semaphore",
+                "2",
+                "--",
+                "true",
+            ])
             .stdin(Stdio::null())
             .output()
             .unwrap();

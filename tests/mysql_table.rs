@@ -232,8 +232,9 @@ fn tokens_rise_across_restart_and_kill() {
     assert_eq!(last, 9);
 }
 
-/// The table mode has mutexes only: the other recipes are refused with a clear error, and
-/// the mode is read from the URL or the builder (the builder's wins), a bad one refused.
+/// The table mode has mutexes and leader latches only: the other recipes are refused with a
+/// clear error, and the mode is read from the URL or the builder (the builder's wins), a bad
+/// one refused.
 #[test]
 fn recipes_and_modes() {
     let server = TestingMariaDb::start().expect("mariadbd starts");
@@ -241,13 +242,22 @@ fn recipes_and_modes() {
     for refused in [
         zklock::MySqlSemaphore::new(&c, "sem", 2).map(|_| ()),
         zklock::MySqlReadWriteLock::new(&c, "rw").map(|_| ()),
-        zklock::MySqlLeaderLatch::start(&c, "leader").map(|_| ()),
     ] {
         match refused {
             Err(Error::InvalidArgument(why)) => assert!(why.contains("table mode"), "{why}"),
             other => panic!("{other:?}"),
         }
     }
+    // A latch leads on the mutex's record of the same name: the mutex waits until it closes.
+    let latch = zklock::MySqlLeaderLatch::start(&c, "leader").unwrap();
+    assert!(latch.await_leadership_timeout(patience()).unwrap());
+    let epoch = latch.epoch().unwrap();
+    let mutex = MySqlMutex::new(&client(&server, Duration::from_secs(10)), "leader").unwrap();
+    assert!(!mutex.acquire_timeout(Duration::from_millis(300)).unwrap());
+    latch.close();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    assert!(mutex.fencing_token().unwrap() > epoch);
+    mutex.release().unwrap();
     let any = zklock::connect(&format!("{}?lock_mode=table", server.url())).unwrap();
     assert!(matches!(
         any.semaphore("sem", 2),

@@ -56,7 +56,8 @@ pub(crate) const TOKENS: &str = "zklock_tokens";
 /// database's clock and a version that is the fencing token. The keeper thread renews every held
 /// row at a third of the session timeout on the Client's own session, waiters poll every
 /// [`poll_interval`](MySqlClientBuilder::poll_interval), and the setups refused above are not
-/// refused. Semaphores, read-write locks and leader latches are refused in this mode. See
+/// refused. Leader latches poll for the same records; semaphores and read-write locks are
+/// refused in this mode. See
 /// `docs/mysql.md` for what a failover does to it.
 ///
 /// # Example

@@ -631,8 +631,9 @@ pub(crate) fn refuse_in_table_mode(client: &MySqlClient, recipe: &str) -> Result
     match client.inner().mode {
         MySqlMode::GetLock => Ok(()),
         MySqlMode::Table => Err(Error::invalid(format!(
-            "the MySQL table mode (lock_mode=table) has mutexes only, no {recipe}: use a \
-             MySqlMutex, or a Client in the GET_LOCK mode on a server where GET_LOCK excludes"
+            "the MySQL table mode (lock_mode=table) has mutexes and leader latches, no \
+             {recipe}: use a MySqlMutex, or a Client in the GET_LOCK mode on a server where \
+             GET_LOCK excludes"
         ))),
     }
 }

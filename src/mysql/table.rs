@@ -65,7 +65,7 @@ pub(crate) struct Raw {
 /// keeper's list (`None` until kept).
 pub(crate) struct Kept {
     pub(crate) record: Record,
-    lease: Arc<LocalLease>,
+    pub(crate) lease: Arc<LocalLease>,
     kept: Option<u64>,
 }
 
@@ -99,6 +99,16 @@ impl Raw {
     }
 
     pub(crate) fn acquire(&self, deadline: Deadline) -> Result<Option<Granted<Kept>>> {
+        self.acquire_unless(deadline, &|| false)
+    }
+
+    /// As [`acquire`](Self::acquire), ending with [`Error::Cancelled`] also once `stop` says so
+    /// (looked at before each poll; [`Inner::wake_waiters`] wakes a waiter to look).
+    pub(crate) fn acquire_unless(
+        &self,
+        deadline: Deadline,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Granted<Kept>>> {
         let inner = self.client.inner();
         let gen = self.cancelled.load(Ordering::SeqCst);
         let owner = new_owner();
@@ -107,7 +117,7 @@ impl Raw {
             if inner.closed() {
                 return Err(Error::Closed);
             }
-            if self.cancelled.load(Ordering::SeqCst) != gen {
+            if self.cancelled.load(Ordering::SeqCst) != gen || stop() {
                 return Err(Error::Cancelled);
             }
             let seen = *inner.nap.lock();
