@@ -28,6 +28,7 @@
 //! | many readers or one writer on MySQL or MariaDB | `MySqlReadWriteLock` (feature `mysql`) |
 //! | at most N holders on MySQL or MariaDB | `MySqlSemaphore` (feature `mysql`) |
 //! | one leader among many on MySQL or MariaDB | `MySqlLeaderLatch` (feature `mysql`) |
+//! | a mutex or a leader on Galera, Group Replication or TiDB | `MySqlMutex`, `MySqlLeaderLatch` of a `MySqlClient` in `MySqlMode::Table` (feature `mysql`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`], [`KazooElection`] (kazoo's layout; see below) |
