@@ -328,3 +328,31 @@ fn polling_costs_one_select_per_interval_per_waiter() {
     }
     held.release().unwrap();
 }
+
+/// A hold is a row, not a session: it outlives a restart of the server shorter than its lease.
+/// The keeper's next renewal goes through a new connection, the hold reads `Held` again, no
+/// other Client can take it meanwhile, and its release is confirmed.
+#[test]
+fn a_hold_outlives_a_server_restart() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(12));
+    let mutex = MySqlMutex::new(&c, "restart").unwrap();
+    assert!(mutex.acquire_timeout(Duration::ZERO).unwrap());
+    let token = mutex.fencing_token().unwrap();
+    let t = Instant::now();
+    server.restart().unwrap();
+    println!("restarted in {:?}", t.elapsed());
+    let other = MySqlMutex::new(&client(&server, Duration::from_secs(12)), "restart").unwrap();
+    assert!(
+        !other.acquire_timeout(Duration::from_millis(300)).unwrap(),
+        "taken while the lease runs"
+    );
+    // A renewal comes every third of the lease (4 s): after two of them the hold is Held.
+    thread::sleep(Duration::from_secs(9));
+    assert_eq!(mutex.health(), Some(LockHealth::Held));
+    assert_eq!(mutex.fencing_token(), Some(token));
+    mutex.release().unwrap();
+    assert!(other.acquire_timeout(patience()).unwrap());
+    assert_eq!(other.fencing_token(), Some(token + 1));
+    other.release().unwrap();
+}
