@@ -1047,6 +1047,7 @@ impl fmt::Debug for MySqlClient {
         f.debug_struct("MySqlClient")
             .field("server", &self.inner.shown)
             .field("version", &self.inner.version)
+            .field("mode", &self.inner.mode)
             .field("session_timeout", &self.inner.session_timeout)
             .field("closed", &self.inner.closed())
             .finish_non_exhaustive()
@@ -1059,6 +1060,7 @@ impl fmt::Debug for MySqlClientBuilder {
             .field("url", &hide_password(&self.url))
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
