@@ -28,6 +28,7 @@
 //! | many readers or one writer on MySQL or MariaDB | `MySqlReadWriteLock` (feature `mysql`) |
 //! | at most N holders on MySQL or MariaDB | `MySqlSemaphore` (feature `mysql`) |
 //! | one leader among many on MySQL or MariaDB | `MySqlLeaderLatch` (feature `mysql`) |
+//! | a mutex or a leader on Galera, Group Replication or TiDB | `MySqlMutex`, `MySqlLeaderLatch` of a `MySqlClient` in `MySqlMode::Table` (feature `mysql`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
 //! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`], [`KazooElection`] (kazoo's layout; see below) |
@@ -212,7 +213,9 @@
 //!   `MySqlReadWriteLock`, `MySqlSemaphore` and `MySqlLeaderLatch`, a
 //!   connection per hold and per waiting thread, with `wait_timeout` set from the session
 //!   timeout so the server frees a silent holder, health and fencing tokens from a counter
-//!   table. On the `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
+//!   table; or, in the table mode (`?lock_mode=table`, for Galera, Group Replication, TiDB),
+//!   `MySqlMutex` as a lease row renewed by the Client and polled for by waiters. On the
+//!   `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
 //!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`; with `mysql`, a
@@ -320,8 +323,8 @@ pub use crate::core::retry::{
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::{
-    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadLock,
-    MySqlReadWriteLock, MySqlSemaphore, MySqlWriteLock,
+    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMode, MySqlMutex,
+    MySqlReadLock, MySqlReadWriteLock, MySqlSemaphore, MySqlWriteLock,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -1490,6 +1490,51 @@ mod on_mariadb {
         fs::write(&go, "").unwrap();
     }
 
+    /// `?lock_mode=table` in the URL is the table mode for the command line too: `run`
+    /// excludes (a second run times out with 124, then runs with a higher token), and
+    /// `--semaphore` is refused with the mode's reason.
+    #[test]
+    fn run_in_the_table_mode_on_mariadb() {
+        let server = TestingMariaDb::start().unwrap();
+        let url = format!("{}?lock_mode=table", server.url());
+        let scratch = Scratch::new();
+        let (log, go) = (scratch.file("log"), scratch.file("go"));
+        let run = |name: &str, opts: &[&str], go: Option<&Path>| {
+            let mut c = Command::new(ZKLOCK);
+            c.args(["--connect", &url, "run", "table-lock"]).args(opts);
+            c.arg("--").args(worker(&log, name, go, 0));
+            c.stdin(Stdio::null());
+            Proc::spawn(c)
+        };
+        let mut a = run("a", &[], Some(&go));
+        wait_for("a to hold", || entered(&log, "a"));
+        let mut b = run("b", &["--timeout", "300ms"], None);
+        assert_eq!(b.code(), 124);
+        assert!(!entered(&log, "b"));
+        fs::write(&go, "").unwrap();
+        assert_eq!(a.code(), 0);
+        let mut c = run("c", &[], None);
+        assert_eq!(c.code(), 0);
+        assert!(token(&log, "c") > token(&log, "a"));
+        let out = Command::new(ZKLOCK)
+            .args([
+                "--connect",
+                &url,
+                "run",
+                "sem",
+                "--semaphore",
+                "2",
+                "--",
+                "true",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("table mode"), "{err}");
+    }
+
     #[test]
     fn holders_on_mariadb_shows_the_holding_connection() {
         let server = TestingMariaDb::start().unwrap();

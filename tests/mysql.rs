@@ -188,3 +188,51 @@ fn read_write_refuses_downgrade_and_upgrade() {
         .lock_sql()
         .contains("GET_LOCK('catalogue;r64', 0)"));
 }
+
+/// A release the server confirmed leaves a session that holds nothing: the next acquisition of
+/// the Client waits on it rather than opening a connection. One the server has ended meanwhile
+/// (`KILL`) is not used again. A writer's session (which holds every reader name) is not
+/// reused.
+#[test]
+fn a_released_session_is_reused() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(10));
+    let mutex = MySqlMutex::new(&c, "reused").unwrap();
+    let session = |m: &MySqlMutex| {
+        assert!(m.acquire_timeout(patience()).unwrap());
+        let id = m.connection_id().unwrap();
+        m.release().unwrap();
+        id
+    };
+    let first = session(&mutex);
+    assert_eq!(
+        session(&mutex),
+        first,
+        "the released session was not reused"
+    );
+    assert!(server.kill_session(u64::from(first)).unwrap());
+    thread_sleep_a_moment();
+    let after_kill = session(&mutex);
+    assert_ne!(after_kill, first, "a killed session was used again");
+    assert_eq!(session(&mutex), after_kill);
+    let rw = zklock::MySqlReadWriteLock::new(&c, "reused-rw").unwrap();
+    let write = |w: &zklock::MySqlWriteLock| {
+        assert!(w.acquire_timeout(patience()).unwrap());
+        let id = w.connection_id().unwrap();
+        w.release().unwrap();
+        id
+    };
+    let writer = write(rw.write_lock());
+    let next = write(rw.write_lock());
+    assert_ne!(next, writer, "a writer's session was reused");
+    // Nothing of the writer's is held any more: another Client reads at once.
+    let other = client(&server, Duration::from_secs(10));
+    let theirs = zklock::MySqlReadWriteLock::new(&other, "reused-rw").unwrap();
+    assert!(theirs.read_lock().acquire_timeout(Duration::ZERO).unwrap());
+    theirs.read_lock().release().unwrap();
+}
+
+/// Time for the server to end a killed session's socket.
+fn thread_sleep_a_moment() {
+    std::thread::sleep(Duration::from_millis(200));
+}

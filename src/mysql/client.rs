@@ -50,6 +50,16 @@ pub(crate) const TOKENS: &str = "zklock_tokens";
 /// The fencing tokens are counters in the table `zklock_tokens` of the URL's database, created
 /// at connect if missing (the user needs `CREATE`, `INSERT` and `UPDATE` on it).
 ///
+/// # The table mode
+/// With [`MySqlMode::Table`] (or `?lock_mode=table` in the URL) a mutex is instead a lease row
+/// of the table `zklock_lock_record` (created at connect if missing): an owner, an expiry by the
+/// database's clock and a version that is the fencing token. The keeper thread renews every held
+/// row at a third of the session timeout on the Client's own session, waiters poll every
+/// [`poll_interval`](MySqlClientBuilder::poll_interval), and the setups refused above are not
+/// refused. Leader latches poll for the same records; semaphores and read-write locks are
+/// refused in this mode. See
+/// `docs/mysql.md` for what a failover does to it.
+///
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
@@ -89,9 +99,60 @@ pub(crate) struct Inner {
     next_hold: AtomicU64,
     /// The Client's own session: `KILL`s and its heartbeat when nothing is held.
     side: Mutex<Option<Session>>,
-    /// Wakes the keeper at close.
+    /// Wakes the keeper at close and when a table lease is let go of in the background.
     wake: Condvar,
     keeper: Mutex<Option<JoinHandle<()>>>,
+    /// How the locks of this Client lock: `GET_LOCK`, or rows of the lease table.
+    pub(crate) mode: MySqlMode,
+    /// How often a table-mode waiter reads the record it waits for.
+    pub(crate) poll_interval: Duration,
+    /// The table mode's leases held now, which the keeper renews.
+    leases: Mutex<Vec<Leased>>,
+    /// Table leases let go of in the background, which the keeper expires.
+    pub(crate) releases: Mutex<Vec<Record>>,
+    /// Idle sessions (at most [`IDLE_SESSIONS`]), holding no lock: the table mode's
+    /// statements, and the `GET_LOCK` mode's next waits after a confirmed release.
+    idle: Mutex<Vec<Session>>,
+    /// Wakes the table mode's waiters between polls (a cancel, a close, a lease let go of
+    /// here); the count says how often.
+    pub(crate) nap: Mutex<u64>,
+    pub(crate) naps: Condvar,
+}
+
+/// How the locks of a [`MySqlClient`] lock, chosen by [`MySqlClientBuilder::mode`] or the URL
+/// parameter `lock_mode=get_lock` / `lock_mode=table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MySqlMode {
+    /// `GET_LOCK` on one server (the default): a held connection per lock, FIFO hand-off,
+    /// every recipe. Refused where `GET_LOCK` is not one lock (Galera, multi-primary Group
+    /// Replication, TiDB).
+    #[default]
+    GetLock,
+    /// Leases as rows of the table `zklock_lock_record` (unique name, owner, an expiry by the
+    /// database's clock, a version that is the fencing token), renewed by the Client's keeper,
+    /// taken by waiters that poll: for the setups where `GET_LOCK` cannot exclude. Mutexes
+    /// only; see `docs/mysql.md`.
+    Table,
+}
+
+/// The most idle sessions a Client keeps for its next acquisitions.
+const IDLE_SESSIONS: usize = 8;
+
+/// One table lease: the record's name (an SQL expression), owner and version.
+#[derive(Clone)]
+pub(crate) struct Record {
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    pub(crate) version: u64,
+}
+
+/// A table lease the keeper renews.
+struct Leased {
+    id: u64,
+    record: Record,
+    lease: Arc<LocalLease>,
+    report: Report,
 }
 
 /// A thread waiting for a lock on `session`, for `cancel_waiters` (of the lock `owner`) and
@@ -127,6 +188,8 @@ pub struct MySqlClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
+    mode: Option<MySqlMode>,
+    poll_interval: Duration,
 }
 
 impl MySqlClient {
@@ -150,7 +213,14 @@ impl MySqlClient {
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
             retry: None,
+            mode: None,
+            poll_interval: Duration::from_millis(100),
         }
+    }
+
+    /// How this Client's locks lock: `GET_LOCK` or the lease table.
+    pub fn mode(&self) -> MySqlMode {
+        self.inner.mode
     }
 
     /// The session timeout: the server ends a holder's session silent for this long, and its
@@ -195,6 +265,20 @@ impl MySqlClient {
         }
         for session in &waiting {
             inner.kill(session.id);
+        }
+        // The table mode's leases: lost when this returns, and let go of on the server at once.
+        let leases: Vec<Leased> = inner.leases.lock().drain(..).collect();
+        let mut records: Vec<Record> = leases.iter().map(|l| l.record.clone()).collect();
+        for leased in leases {
+            (leased.report)(LockHealth::Lost);
+        }
+        records.extend(inner.releases.lock().drain(..));
+        if let Err(e) = inner.expire(&records, inner.operation_timeout) {
+            tracing::debug!("zklock: could not let go of MySQL table leases at close: {e}");
+        }
+        inner.wake_waiters();
+        for session in inner.idle.lock().drain(..) {
+            session.close();
         }
         if let Some(side) = inner.side.lock().take() {
             side.close();
@@ -250,6 +334,21 @@ impl MySqlClientBuilder {
         self
     }
 
+    /// How the locks lock (default [`MySqlMode::GetLock`], or what the URL's `lock_mode`
+    /// parameter says); this call overrides the URL.
+    pub fn mode(mut self, mode: MySqlMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// How often a waiter of the table mode reads the record it waits for (default 100 ms,
+    /// from 1 ms to a minute): one primary-key `SELECT` per waiting thread per interval.
+    /// Unused by the `GET_LOCK` mode, whose waiters the server wakes.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
     /// Checks the options, opens a session, checks the server, creates the tokens' table if
     /// missing and starts the Client's threads.
     ///
@@ -261,9 +360,10 @@ impl MySqlClientBuilder {
     /// any I/O; [`Error::ConnectFailed`] with the cause when the server cannot be reached
     /// ([`Error::Io`]), refuses the user or password ([`Error::AuthFailed`]), has no such
     /// database ([`Error::MySql`]), or is a setup where `GET_LOCK` cannot exclude
-    /// ([`Error::MySql`]: Galera, multi-primary Group Replication, TiDB).
+    /// ([`Error::MySql`]: Galera, multi-primary Group Replication, TiDB; not in the table
+    /// mode).
     pub fn connect(self) -> Result<MySqlClient> {
-        let (opts, shown) = self.check()?;
+        let (opts, shown, mode) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
         let secs = whole_seconds(self.session_timeout);
         let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
@@ -280,8 +380,18 @@ impl MySqlClientBuilder {
             .tcp_user_timeout_ms(Some(millis(self.session_timeout)))
             .init(vec![format!(
                 "SET SESSION wait_timeout = {secs}, net_read_timeout = {secs}, \
-                 net_write_timeout = {secs}, autocommit = 1"
+                 net_write_timeout = {secs}, autocommit = 1{zone}",
+                // The table mode's expiries are DATETIMEs of NOW(6): in UTC for every session.
+                zone = match mode {
+                    MySqlMode::Table => ", time_zone = '+00:00'",
+                    MySqlMode::GetLock => "",
+                }
             )])
+            // The table mode reads an UPDATE's matched rows, not only its changed ones.
+            .additional_capabilities(match mode {
+                MySqlMode::Table => mysql::consts::CapabilityFlags::CLIENT_FOUND_ROWS,
+                MySqlMode::GetLock => mysql::consts::CapabilityFlags::empty(),
+            })
             .into();
         let failed = |cause: Error| Error::ConnectFailed {
             hosts: shown.clone(),
@@ -299,22 +409,30 @@ impl MySqlClientBuilder {
                 Ok((version.unwrap_or_default(), vars))
             })
             .map_err(failed)?;
-        if let Some(why) = refusal(&version.0, &version.1) {
+        // The table mode is for the setups GET_LOCK cannot serve: they are not refused.
+        if let Some(why) = refusal(&version.0, &version.1).filter(|_| mode == MySqlMode::GetLock) {
             return Err(failed(Error::MySql(why)));
         }
-        probe
-            .with(Some(operation_timeout), operation_timeout, |c| {
-                c.query_drop(format!(
+        let (table, ddl) = match mode {
+            MySqlMode::GetLock => (
+                TOKENS,
+                format!(
                     "CREATE TABLE IF NOT EXISTS {TOKENS} (\
                      name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL \
                      PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
-                ))
+                ),
+            ),
+            MySqlMode::Table => (super::table::RECORDS, super::table::DDL.to_owned()),
+        };
+        probe
+            .with(Some(operation_timeout), operation_timeout, |c| {
+                c.query_drop(&ddl)
             })
             .map_err(|e| {
                 failed(match e {
-                    Error::MySql(why) => Error::MySql(format!(
-                        "cannot create the fencing tokens' table {TOKENS}: {why}"
-                    )),
+                    Error::MySql(why) => {
+                        Error::MySql(format!("cannot create the lock table {table}: {why}"))
+                    }
                     other => other,
                 })
             })?;
@@ -338,6 +456,13 @@ impl MySqlClientBuilder {
             version: version.0,
             session_timeout: self.session_timeout,
             operation_timeout,
+            mode,
+            poll_interval: self.poll_interval,
+            leases: Mutex::default(),
+            releases: Mutex::default(),
+            idle: Mutex::default(),
+            nap: Mutex::new(0),
+            naps: Condvar::new(),
             retry: self.retry.unwrap_or_else(|| {
                 Arc::new(
                     ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
@@ -366,8 +491,10 @@ impl MySqlClientBuilder {
 
     /// Everything that can be known without I/O: the options from the URL, and the URL
     /// without its password.
-    fn check(&self) -> Result<(mysql::Opts, String)> {
+    fn check(&self) -> Result<(mysql::Opts, String, MySqlMode)> {
         let url = self.url.trim();
+        let (url, from_url) = lock_mode(url)?;
+        let url = url.as_str();
         let rest = url
             .strip_prefix("mysql://")
             .or_else(|| url.strip_prefix("mariadb://"))
@@ -401,14 +528,51 @@ impl MySqlClientBuilder {
                 "the connection and operation timeouts must not be zero",
             ));
         }
+        if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.poll_interval) {
+            return Err(Error::invalid(format!(
+                "the poll interval must be from 1 ms to a minute, not {:?}",
+                self.poll_interval
+            )));
+        }
         let shown = format!(
             "{}:{}/{}",
             opts.get_ip_or_hostname(),
             opts.get_tcp_port(),
             opts.get_db_name().unwrap_or_default()
         );
-        Ok((opts, shown))
+        Ok((opts, shown, self.mode.or(from_url).unwrap_or_default()))
     }
+}
+
+/// `url` without its `lock_mode` parameter (which the `mysql` crate does not know), and the
+/// mode it names.
+fn lock_mode(url: &str) -> Result<(String, Option<MySqlMode>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut mode = None;
+    let mut kept = Vec::new();
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some(("lock_mode", value)) => {
+                mode = Some(match value {
+                    "get_lock" => MySqlMode::GetLock,
+                    "table" => MySqlMode::Table,
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "lock_mode={other}: the MySQL lock modes are get_lock (the \
+                             default) and table"
+                        )))
+                    }
+                })
+            }
+            _ => kept.push(param),
+        }
+    }
+    Ok(match kept.is_empty() {
+        true => (base.to_owned(), mode),
+        false => (format!("{base}?{}", kept.join("&")), mode),
+    })
 }
 
 /// Why `GET_LOCK` cannot exclude on a server of `version` with `vars` (`SHOW VARIABLES` of
@@ -488,6 +652,105 @@ impl Inner {
             return Err(Error::Closed);
         }
         Session::open(&self.opts).map_err(|e| super::session::error(&e))
+    }
+
+    /// An idle session (one that holds no lock), or a new one.
+    pub(crate) fn pooled(&self) -> Result<Session> {
+        loop {
+            let Some(session) = self.idle.lock().pop() else {
+                return self.session();
+            };
+            if !session.ended() && !session.ended_by_server() {
+                return Ok(session);
+            }
+            session.close();
+        }
+    }
+
+    /// Gives `session` back to the idle ones (or closes it).
+    pub(crate) fn put_back(&self, session: Session) {
+        if session.ended() || self.closed() {
+            return session.close();
+        }
+        let mut idle = self.idle.lock();
+        if idle.len() < IDLE_SESSIONS {
+            idle.push(session);
+        } else {
+            drop(idle);
+            session.close();
+        }
+    }
+
+    /// Wakes the table mode's waiters that sleep between polls.
+    pub(crate) fn wake_waiters(&self) {
+        *self.nap.lock() += 1;
+        self.naps.notify_all();
+    }
+
+    /// Starts renewing the table lease `record`, its local lease `lease`; its health goes to
+    /// `report`. Returns the lease's number for [`forget_lease`](Self::forget_lease).
+    pub(crate) fn lease(&self, record: Record, lease: Arc<LocalLease>, report: Report) -> u64 {
+        let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
+        let mut leases = self.leases.lock();
+        if self.closed() {
+            drop(leases);
+            report(LockHealth::Lost);
+            return id;
+        }
+        leases.push(Leased {
+            id,
+            record,
+            lease,
+            report,
+        });
+        id
+    }
+
+    /// Stops renewing table lease `id`; whether it was renewed.
+    pub(crate) fn forget_lease(&self, id: u64) -> bool {
+        let mut leases = self.leases.lock();
+        let before = leases.len();
+        leases.retain(|l| l.id != id);
+        leases.len() != before
+    }
+
+    /// Has the keeper let go of `record` (a guard dropped, a release whose answer was lost).
+    pub(crate) fn release_later(&self, record: Record) {
+        self.releases.lock().push(record);
+        self.wake.notify_all();
+    }
+
+    /// Lets go of the table leases `records` on the Client's own session (also once closed),
+    /// waiting at most `timeout` for the answer.
+    pub(crate) fn expire(&self, records: &[Record], timeout: Duration) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let sql = super::table::expire_sql(records);
+        self.on_side(timeout, |c| {
+            let mut result = c.query_iter(&sql)?;
+            while result.iter().is_some() {}
+            Ok(())
+        })?;
+        self.wake_waiters();
+        Ok(())
+    }
+
+    /// `f` on the Client's own session, opened again (once) if it has ended, its answer awaited
+    /// for at most `timeout`.
+    fn on_side<T>(
+        &self,
+        timeout: Duration,
+        f: impl Fn(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T> {
+        let mut side = self.side.lock();
+        let session = match side.take().filter(|s| !s.ended()) {
+            Some(s) => s,
+            None => Session::open(&self.opts).map_err(|e| super::session::error(&e))?,
+        };
+        let answer = session.with(Some(timeout), self.operation_timeout, f);
+        *side = Some(session);
+        answer
     }
 
     /// Registers a waiter; it is taken out by [`forget_waiter`](Self::forget_waiter).
@@ -603,6 +866,84 @@ impl Inner {
         }
     }
 
+    /// Renews every table lease on the Client's own session, each answer awaited for at most
+    /// `op`; whether the server answered.
+    fn renew(&self, op: Duration) -> bool {
+        let leases: Vec<(u64, Record, Arc<LocalLease>, Report)> = self
+            .leases
+            .lock()
+            .iter()
+            .map(|l| (l.id, l.record.clone(), l.lease.clone(), l.report.clone()))
+            .collect();
+        let mut heard = false;
+        for (id, record, lease, report) in leases {
+            let sql = super::table::renew_sql(&record, self.session_timeout);
+            let sent = boot_clock();
+            let renewed = self.on_side(op, |c| {
+                c.query_drop(&sql)?;
+                Ok(c.affected_rows())
+            });
+            match renewed {
+                Ok(1) => {
+                    lease.heard_at(sent);
+                    self.states.heard(sent);
+                    heard = true;
+                }
+                Ok(_) => {
+                    self.states.heard(sent);
+                    heard = true;
+                    // Expired by the database's clock, or taken: lost (unless let go of since).
+                    if self.forget_lease(id) {
+                        tracing::warn!(
+                            "zklock: a MySQL table lease was lost: {} version {} has expired \
+                             or was taken",
+                            record.key,
+                            record.version
+                        );
+                        report(LockHealth::Lost);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("zklock: a MySQL table lease's renewal failed: {e}");
+                    self.states.failed();
+                    // The server is not answering: the others would wait as long. They are
+                    // renewed at the next round, their leases reading Suspended meanwhile.
+                    if matches!(e, Error::ConnectionLoss | Error::Io { .. }) {
+                        break;
+                    }
+                }
+            }
+        }
+        heard
+    }
+
+    /// Reports each table lease's local reading (`Suspended` when renewals fail, `Lost` once
+    /// a whole lease has passed since the last one that was answered).
+    fn report_leases(&self) {
+        let leases: Vec<(u64, Arc<LocalLease>, Report)> = self
+            .leases
+            .lock()
+            .iter()
+            .map(|l| (l.id, l.lease.clone(), l.report.clone()))
+            .collect();
+        for (id, lease, report) in leases {
+            let health = lease.health();
+            if health == LockHealth::Lost {
+                self.forget_lease(id);
+            }
+            report(health);
+        }
+    }
+
+    /// Lets go of the table leases released in the background.
+    fn let_go(&self) {
+        let records: Vec<Record> = std::mem::take(&mut *self.releases.lock());
+        if let Err(e) = self.expire(&records, self.operation_timeout) {
+            // They expire by themselves within the session timeout.
+            tracing::debug!("zklock: could not let go of MySQL table leases: {e}");
+        }
+    }
+
     /// One round of heartbeats: each hold's, or the Client's own when nothing is held.
     fn beat(&self) {
         let op = self
@@ -615,7 +956,7 @@ impl Inner {
             .iter()
             .map(|k| (k.id, k.session.clone(), k.lease.clone(), k.report.clone()))
             .collect();
-        let mut heard = false;
+        let mut heard = self.renew(op);
         for (id, session, lease, report) in holds {
             let sent = boot_clock();
             match session.ping(op) {
@@ -676,15 +1017,17 @@ fn keep_alive(inner: std::sync::Weak<Inner>) {
         if inner.closed() {
             return;
         }
+        inner.let_go();
         if boot_clock().saturating_sub(last) >= timeout / 3 {
             last = boot_clock();
             inner.beat();
         } else {
             inner.watch();
+            inner.report_leases();
             inner.states.judge();
         }
         let mut keeper = inner.keeper.lock();
-        if !inner.closed() {
+        if !inner.closed() && inner.releases.lock().is_empty() {
             inner.wake.wait_for(&mut keeper, tick);
         }
     }
@@ -704,6 +1047,7 @@ impl fmt::Debug for MySqlClient {
         f.debug_struct("MySqlClient")
             .field("server", &self.inner.shown)
             .field("version", &self.inner.version)
+            .field("mode", &self.inner.mode)
             .field("session_timeout", &self.inner.session_timeout)
             .field("closed", &self.inner.closed())
             .finish_non_exhaustive()
@@ -716,6 +1060,7 @@ impl fmt::Debug for MySqlClientBuilder {
             .field("url", &hide_password(&self.url))
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -779,6 +1124,33 @@ mod tests {
             ("group_replication_single_primary_mode", "ON"),
         ]);
         assert_eq!(refusal("8.0.36", &single), None);
+    }
+
+    #[test]
+    fn the_lock_mode_comes_out_of_the_url() {
+        let (url, mode) = lock_mode("mysql://u:p@h/db?lock_mode=table").unwrap();
+        assert_eq!(
+            (url.as_str(), mode),
+            ("mysql://u:p@h/db", Some(MySqlMode::Table))
+        );
+        let (url, mode) =
+            lock_mode("mysql://u:p@h/db?prefer_socket=false&lock_mode=get_lock").unwrap();
+        assert_eq!(
+            (url.as_str(), mode),
+            (
+                "mysql://u:p@h/db?prefer_socket=false",
+                Some(MySqlMode::GetLock)
+            )
+        );
+        assert_eq!(lock_mode("mysql://h/db").unwrap().1, None);
+        let why = refused(MySqlClient::builder(
+            "mysql://u:p@127.0.0.1:9/db?lock_mode=rows",
+        ));
+        assert!(why.contains("lock_mode=rows"), "{why}");
+        let why = refused(
+            MySqlClient::builder("mysql://u:p@127.0.0.1:9/db").poll_interval(Duration::ZERO),
+        );
+        assert!(why.contains("poll interval"), "{why}");
     }
 
     #[test]

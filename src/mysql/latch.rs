@@ -9,11 +9,14 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::client::MySqlClient;
+use super::client::MySqlMode;
 use super::mutex::{attempt, check_name, key_sql, Waits};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
+use crate::core::health::LockHealth;
 use crate::core::hold::Report;
 use crate::core::leadership::Election;
+use crate::core::lock::Release;
 
 /// How long a latch waits before it queues again after an error (the server down, the retry
 /// policy spent).
@@ -23,6 +26,10 @@ const AGAIN_AFTER: Duration = Duration::from_secs(1);
 /// `GET_LOCK` of the [`MySqlMutex`](super::MySqlMutex) of the same name, in the server's queue
 /// (arrival order on MariaDB), and the one that holds it leads until it closes, its Client
 /// closes, or its hold is lost. Latches and mutexes of one name share the lock.
+///
+/// In the table mode ([`MySqlMode::Table`](super::MySqlMode)) the latch's thread polls for the
+/// lease record of the name instead (not in arrival order), the Client's keeper renews it while
+/// it leads, and the epoch is the record's version.
 ///
 /// # A thread and a connection per latch
 /// [`start`](Self::start) returns at once. A thread of the latch's own (`zklock-mysql-latch`)
@@ -102,9 +109,16 @@ impl MySqlLeaderLatch {
                 election.clone(),
                 shared.clone(),
             );
+            let table = match inner.mode {
+                MySqlMode::GetLock => None,
+                MySqlMode::Table => Some(super::table::Raw::new(&client, name)?),
+            };
             std::thread::Builder::new()
                 .name("zklock-mysql-latch".into())
-                .spawn(move || contend(&client, &key, &election, &shared))
+                .spawn(move || match table {
+                    None => contend(&client, &key, &election, &shared),
+                    Some(raw) => contend_table(&client, &raw, &election, &shared),
+                })
                 .map_err(|e| Error::thread_start("zklock-mysql-latch", &e))?;
         }
         Ok(MySqlLeaderLatch {
@@ -131,7 +145,12 @@ impl MySqlLeaderLatch {
         self.shared.closing.fetch_add(1, Ordering::SeqCst);
         *self.shared.ended.lock() = true;
         self.shared.changed.notify_all();
-        self.client.inner().cancel_waiters(self.shared.id);
+        let inner = self.client.inner();
+        match inner.mode {
+            MySqlMode::GetLock => inner.cancel_waiters(self.shared.id),
+            // The latch's thread looks at the election before each poll.
+            MySqlMode::Table => inner.wake_waiters(),
+        }
     }
 }
 
@@ -199,6 +218,60 @@ fn contend(client: &MySqlClient, key: &str, election: &Arc<Election>, shared: &S
         inner.forget(kept);
         // Closing the connection frees the lock.
         grant.session.close();
+        election.let_go();
+    }
+}
+
+/// The latch's thread in the table mode: polls for the lease record of the name, leads while
+/// the Client's keeper renews it, and queues again, until the latch or the Client closes.
+fn contend_table(
+    client: &MySqlClient,
+    raw: &super::table::Raw,
+    election: &Arc<Election>,
+    shared: &Shared,
+) {
+    let inner = client.inner();
+    while !election.is_closed() && !inner.closed() {
+        let granted = match raw.acquire_unless(Deadline::NEVER, &|| election.is_closed()) {
+            Ok(Some(granted)) => granted,
+            Ok(None) | Err(Error::Cancelled) => continue,
+            Err(_) if inner.closed() => break,
+            Err(e) => {
+                tracing::debug!(
+                    "zklock: latch on {} could not poll ({e}); again soon",
+                    raw.key
+                );
+                let mut ended = shared.ended.lock();
+                if !*ended {
+                    shared.changed.wait_for(&mut ended, AGAIN_AFTER);
+                }
+                continue;
+            }
+        };
+        let mut grant = granted.grant;
+        if election.is_closed() || inner.closed() {
+            // Closed while the record was being taken: it is let go of at once.
+            let _ = raw.release(grant, Release::Within(None), false);
+            break;
+        }
+        *shared.ended.lock() = false;
+        let report: Report = election.gained(granted.token, grant.lease.clone());
+        if raw.keep(&mut grant, report).is_err() {
+            break;
+        }
+        {
+            let mut ended = shared.ended.lock();
+            while !*ended && !election.term_ended() && !inner.closed() {
+                shared
+                    .changed
+                    .wait_for(&mut ended, Duration::from_millis(100));
+            }
+        }
+        // A record the keeper found taken or expired is not let go of (its version has
+        // moved on); one whose lease ran out here is not either. Otherwise (a close, an end of
+        // the term by the latch) it is, so that the next leader takes it at once.
+        let lost = super::table::Raw::health(&grant, LockHealth::Held) == LockHealth::Lost;
+        let _ = raw.release(grant, Release::Within(None), lost);
         election.let_go();
     }
 }

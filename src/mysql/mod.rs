@@ -20,8 +20,9 @@ mod mutex;
 mod read_write;
 mod semaphore;
 mod session;
+mod table;
 
-pub use client::{MySqlClient, MySqlClientBuilder};
+pub use client::{MySqlClient, MySqlClientBuilder, MySqlMode};
 pub use latch::MySqlLeaderLatch;
 pub use mutex::MySqlMutex;
 pub use read_write::{MySqlReadLock, MySqlReadWriteLock, MySqlWriteLock};

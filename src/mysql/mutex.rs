@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
-use super::client::{Inner, MySqlClient, Waiter, TOKENS};
+use super::client::{Inner, MySqlClient, MySqlMode, Waiter, TOKENS};
 use super::session::Session;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -48,7 +48,8 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// # Sessions
 /// Each holding thread holds on a connection of its own, and each waiting thread waits on one:
 /// see [`MySqlClient`]. Ending that connection frees the lock, which is how a guard's drop and
-/// every failure let go; [`cancel_waiters`](crate::Lock::cancel_waiters) and the Client's close end a
+/// every failure let go; a `release()` the server confirmed keeps the connection, which then
+/// holds nothing, for the Client's next acquisition; [`cancel_waiters`](crate::Lock::cancel_waiters) and the Client's close end a
 /// wait by `KILL CONNECTION` of the waiting session from the Client's own.
 ///
 /// # Health
@@ -68,6 +69,13 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// `innodb_flush_log_at_trx_commit = 1` (with 2, across a kill of the server but not a crash
 /// of its machine). A holder that took the lock with plain SQL bumps nothing.
 ///
+/// # The table mode
+/// A mutex of a Client in [`MySqlMode::Table`] is a lease row of `zklock_lock_record` instead:
+/// the same API, the token is the row's version, waiters poll (so not FIFO), the Client's keeper
+/// renews the row, `health()` reads `Lost` once a renewal matches nothing (the row expired by
+/// the database's clock or was taken) or a whole session timeout has passed without one. See
+/// [`MySqlClient`].
+///
 /// # Example
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
@@ -81,7 +89,19 @@ pub(crate) const FOREVER: u64 = 365 * 86_400;
 /// # Ok(()) }
 /// ```
 pub struct MySqlMutex {
-    lock: Reentrant<Raw>,
+    lock: Reentrant<Either>,
+}
+
+/// The lock of a mutex: `GET_LOCK` or a table lease, as its Client's mode says.
+enum Either {
+    GetLock(Raw),
+    Table(super::table::Raw),
+}
+
+/// A hold of an [`Either`].
+enum EitherKept {
+    GetLock(Kept),
+    Table(super::table::Kept),
 }
 
 /// How many readers a read-write lock lets in at once: its reader names.
@@ -128,33 +148,50 @@ impl MySqlMutex {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
     pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlMutex> {
+        let raw = match client.inner().mode {
+            MySqlMode::GetLock => Either::GetLock(Raw::new(client, name, Mode::Mutex)?),
+            MySqlMode::Table => Either::Table(super::table::Raw::new(client, name)?),
+        };
         Ok(MySqlMutex {
-            lock: Reentrant::new(Raw::new(client, name, Mode::Mutex)?),
+            lock: Reentrant::new(raw),
         })
     }
 
     /// The read and the write half of the read-write lock `name`.
     pub(crate) fn read_write(client: &MySqlClient, name: &str) -> Result<[MySqlMutex; 2]> {
+        refuse_in_table_mode(client, "read-write lock")?;
         let [read, write] = Reentrant::pair(
-            Raw::new(client, name, Mode::Read)?,
-            Raw::new(client, name, Mode::Write)?,
+            Either::GetLock(Raw::new(client, name, Mode::Read)?),
+            Either::GetLock(Raw::new(client, name, Mode::Write)?),
         );
         Ok([MySqlMutex { lock: read }, MySqlMutex { lock: write }])
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.lock.raw.name
+        match &self.lock.raw {
+            Either::GetLock(raw) => &raw.name,
+            Either::Table(raw) => &raw.name,
+        }
     }
 
-    /// The SQL that takes the same lock from any client, waiting up to a year: `SELECT
-    /// GET_LOCK('NAME', 31536000)` for a name of up to 64 characters, `SELECT
-    /// GET_LOCK(SHA2('NAME', 256), 31536000)` for a longer one. The name is quoted so that it
-    /// reads the same under every `sql_mode`: `'…'` with `'` doubled, or, for a name with a
-    /// quote or a backslash, `CONVERT(X'…' USING utf8mb4)`. Release it with `SELECT
-    /// RELEASE_LOCK(…)` of the same expression, or by closing the connection.
+    /// The SQL that takes the same lock from any client.
+    ///
+    /// In the `GET_LOCK` mode, waiting up to a year: `SELECT GET_LOCK('NAME', 31536000)` for a
+    /// name of up to 64 characters, `SELECT GET_LOCK(SHA2('NAME', 256), 31536000)` for a
+    /// longer one. The name is quoted so that it reads the same under every `sql_mode`: `'…'`
+    /// with `'` doubled, or, for a name with a quote or a backslash, `CONVERT(X'…' USING
+    /// utf8mb4)`. Release it with `SELECT RELEASE_LOCK(…)` of the same expression, or by
+    /// closing the connection.
+    ///
+    /// In the table mode ([`MySqlMode::Table`]), one try at the lease record with the owner
+    /// `@owner` and a lease of `@ms` milliseconds (set both first): the last row says whether
+    /// it was taken and its token; the statement that lets it go follows as a comment.
     pub fn lock_sql(&self) -> String {
-        let raw = &self.lock.raw;
+        let raw = match &self.lock.raw {
+            Either::GetLock(raw) => raw,
+            Either::Table(raw) => return raw.lock_sql(),
+        };
         match raw.mode {
             Mode::Mutex => format!("SELECT GET_LOCK({}, {FOREVER})", raw.key),
             Mode::Read => raw.read_sql(&FOREVER.to_string()),
@@ -183,9 +220,15 @@ impl MySqlMutex {
     }
 
     /// The server session (`CONNECTION_ID()`) of the calling thread's hold, if it holds the
-    /// lock: what `IS_USED_LOCK` and `SHOW PROCESSLIST` show for it.
+    /// lock: what `IS_USED_LOCK` and `SHOW PROCESSLIST` show for it. `None` in the table mode,
+    /// whose holds have no session of their own.
     pub fn connection_id(&self) -> Option<u32> {
-        self.lock.mine(|h| h.grant.session.id)
+        self.lock
+            .mine(|h| match &h.grant {
+                EitherKept::GetLock(kept) => Some(kept.session.id),
+                EitherKept::Table(_) => None,
+            })
+            .flatten()
     }
 }
 
@@ -313,9 +356,9 @@ pub(crate) struct Grant {
     pub(crate) lease: Arc<LocalLease>,
 }
 
-/// One attempt on a new session for the `GET_LOCK` name `key` (an SQL expression): granted
-/// (with the token), not granted by the deadline, or an error; the session is closed unless
-/// granted.
+/// One attempt on an idle or new session for the `GET_LOCK` name `key` (an SQL expression):
+/// granted (with the token), not granted by the deadline, or an error; the session is closed
+/// unless granted.
 pub(crate) fn attempt(
     inner: &Inner,
     key: &str,
@@ -336,7 +379,7 @@ pub(crate) fn attempt(
 const BUMP: &str = "INSERT INTO zklock_tokens (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) \
     FROM DUAL WHERE @zklock_got >= 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);";
 
-/// One attempt on a new session with the statements `sql` gives for a wait of so many
+/// One attempt on an idle or new session with the statements `sql` gives for a wait of so many
 /// seconds (text): their last row is (granted: 1 or more / 0 / NULL, token). The grant and its
 /// first column, not granted by the deadline, or an error; the session is closed unless
 /// granted.
@@ -346,7 +389,7 @@ pub(crate) fn attempt_sql(
     deadline: Deadline,
     waits: &Waits<'_>,
 ) -> Result<Option<(i64, Grant)>> {
-    let session = Arc::new(inner.session()?);
+    let session = Arc::new(inner.pooled()?);
     let done = Arc::new(AtomicBool::new(false));
     inner.add_waiter(Waiter {
         owner: waits.owner,
@@ -457,13 +500,17 @@ pub(crate) fn granted(
 }
 
 /// Lets go of `session`'s hold of `key` as `how` says (its heartbeat stopped);
-/// [`Error::LockLost`] if it had been `lost` or the server did not have it as ours.
+/// [`Error::LockLost`] if it had been `lost` or the server did not have it as ours. With
+/// `reuse` (the session held `key` alone), a session whose `RELEASE_LOCK` the server confirmed
+/// holds nothing and goes to the Client's idle sessions for the next acquisition; otherwise it
+/// is closed.
 pub(crate) fn let_go(
     inner: &Inner,
     key: &str,
     session: Arc<Session>,
     how: Release,
     lost: bool,
+    reuse: bool,
 ) -> Result<()> {
     let until = match how {
         // Closing the connection frees the lock as the server reads the end.
@@ -485,7 +532,14 @@ pub(crate) fn let_go(
     let released = session.with(Some(timeout), op, |c| {
         c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({key})"))
     });
-    session.close();
+    match (&released, reuse) {
+        (Ok(Some(Some(1))), true) => match Arc::try_unwrap(session) {
+            Ok(session) => inner.put_back(session),
+            // The keeper is beating on it this moment.
+            Err(session) => session.close(),
+        },
+        _ => session.close(),
+    }
     match released {
         Ok(Some(Some(1))) => Ok(()),
         // The server did not have it as ours: the session was not the one that took it.
@@ -494,24 +548,97 @@ pub(crate) fn let_go(
     }
 }
 
-impl RawLock for Raw {
-    type Grant = Kept;
+impl RawLock for Either {
+    type Grant = EitherKept;
     type Shared = ();
 
-    fn share(_: &Kept) {}
+    fn share(_: &EitherKept) {}
 
     fn name(&self) -> &str {
-        &self.name
+        match self {
+            Either::GetLock(raw) => &raw.name,
+            Either::Table(raw) => &raw.name,
+        }
     }
 
     fn closed(&self) -> bool {
-        self.client.inner().closed()
+        match self {
+            Either::GetLock(raw) => raw.client.inner().closed(),
+            Either::Table(raw) => raw.closed(),
+        }
     }
 
     fn dispatch(&self) -> Dispatch {
-        self.client.inner().dispatch()
+        match self {
+            Either::GetLock(raw) => raw.client.inner().dispatch(),
+            Either::Table(raw) => raw.dispatch(),
+        }
     }
 
+    fn acquire(
+        &self,
+        deadline: Deadline,
+        partner: Option<()>,
+    ) -> Result<Option<Granted<EitherKept>>> {
+        fn wrap<G>(g: Granted<G>, kept: fn(G) -> EitherKept) -> Granted<EitherKept> {
+            Granted {
+                grant: kept(g.grant),
+                token: g.token,
+                node: g.node,
+            }
+        }
+        Ok(match self {
+            Either::GetLock(raw) => raw
+                .acquire(deadline, partner)?
+                .map(|g| wrap(g, EitherKept::GetLock)),
+            Either::Table(raw) => raw.acquire(deadline)?.map(|g| wrap(g, EitherKept::Table)),
+        })
+    }
+
+    fn keep(&self, grant: &mut EitherKept, report: Report) -> Result<()> {
+        match (self, grant) {
+            (Either::GetLock(raw), EitherKept::GetLock(grant)) => raw.keep(grant, report),
+            (Either::Table(raw), EitherKept::Table(grant)) => raw.keep(grant, report),
+            _ => unreachable!("a grant of the other mode"),
+        }
+    }
+
+    fn health(&self, grant: &EitherKept, reported: LockHealth) -> LockHealth {
+        match grant {
+            EitherKept::GetLock(grant) => Raw::health(grant, reported),
+            EitherKept::Table(grant) => super::table::Raw::health(grant, reported),
+        }
+    }
+
+    fn release(&self, grant: EitherKept, how: Release, lost: bool, _: Option<()>) -> Result<()> {
+        match (self, grant) {
+            (Either::GetLock(raw), EitherKept::GetLock(grant)) => raw.release(grant, how, lost),
+            (Either::Table(raw), EitherKept::Table(grant)) => raw.release(grant, how, lost),
+            _ => unreachable!("a grant of the other mode"),
+        }
+    }
+
+    fn cancel_waiters(&self) {
+        match self {
+            Either::GetLock(raw) => raw.cancel_waiters(),
+            Either::Table(raw) => raw.cancel_waiters(),
+        }
+    }
+}
+
+/// [`Error::InvalidArgument`] if `client` is in the table mode, which has no `recipe`.
+pub(crate) fn refuse_in_table_mode(client: &MySqlClient, recipe: &str) -> Result<()> {
+    match client.inner().mode {
+        MySqlMode::GetLock => Ok(()),
+        MySqlMode::Table => Err(Error::invalid(format!(
+            "the MySQL table mode (lock_mode=table) has mutexes and leader latches, no \
+             {recipe}: use a MySqlMutex, or a Client in the GET_LOCK mode on a server where \
+             GET_LOCK excludes"
+        ))),
+    }
+}
+
+impl Raw {
     fn acquire(&self, deadline: Deadline, partner: Option<()>) -> Result<Option<Granted<Kept>>> {
         if self.mode == Mode::Read && partner.is_some() {
             return Err(Error::invalid(
@@ -566,7 +693,7 @@ impl RawLock for Raw {
         Ok(())
     }
 
-    fn health(&self, grant: &Kept, reported: LockHealth) -> LockHealth {
+    fn health(grant: &Kept, reported: LockHealth) -> LockHealth {
         let ended = if grant.session.ended() {
             LockHealth::Lost
         } else {
@@ -575,12 +702,14 @@ impl RawLock for Raw {
         worst(worst(reported, grant.lease.health()), ended)
     }
 
-    fn release(&self, grant: Kept, how: Release, lost: bool, _: Option<()>) -> Result<()> {
+    fn release(&self, grant: Kept, how: Release, lost: bool) -> Result<()> {
         let inner = self.client.inner();
         if let Some(kept) = grant.kept {
             inner.forget(kept);
         }
-        let_go(inner, &grant.key, grant.session, how, lost)
+        // A writer's session holds the reader names too: it is closed, not reused.
+        let reuse = self.mode != Mode::Write;
+        let_go(inner, &grant.key, grant.session, how, lost, reuse)
     }
 
     fn cancel_waiters(&self) {
@@ -631,7 +760,7 @@ crate::core::hold::reentrant_lock!(MySqlMutex, "the Client's events thread");
 impl std::fmt::Debug for MySqlMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MySqlMutex")
-            .field("name", &self.lock.raw.name)
+            .field("name", &self.name())
             .field("held_here", &self.lock.is_acquired_in_this_process())
             .finish_non_exhaustive()
     }

@@ -53,7 +53,7 @@ impl MySqlReadWriteLock {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty or over-long
-    /// name; nothing is sent.
+    /// name, or a Client in the table mode (which has no read-write lock); nothing is sent.
     pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlReadWriteLock> {
         let [read, write] = MySqlMutex::read_write(client, name)?;
         Ok(MySqlReadWriteLock {

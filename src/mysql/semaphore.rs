@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::client::{MySqlClient, Waiter, TOKENS};
-use super::mutex::{attempt, check_name, granted, key_sql, last_row, let_go, Grant, Waits};
+use super::mutex::{
+    attempt, check_name, granted, key_sql, last_row, let_go, refuse_in_table_mode, Grant, Waits,
+};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -68,10 +70,11 @@ impl MySqlSemaphore {
     /// 1,000).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or a number of leases out of range; nothing is
-    /// sent.
+    /// [`Error::InvalidArgument`] for a bad name, a number of leases out of range, or a Client
+    /// in the table mode (which has no semaphore); nothing is sent.
     pub fn new(client: &MySqlClient, name: &str, max_leases: u32) -> Result<MySqlSemaphore> {
         check_name(name)?;
+        refuse_in_table_mode(client, "semaphore")?;
         if !(1..=MAX_LEASES).contains(&max_leases) {
             return Err(Error::invalid(format!(
                 "a MySQL semaphore has 1 to {MAX_LEASES} leases, not {max_leases}"
@@ -119,7 +122,7 @@ impl MySqlSemaphore {
         self.acquire_by(Deadline::after(timeout))
     }
 
-    /// A lease if one is free now: one statement on a new connection.
+    /// A lease if one is free now: one statement on an idle or new connection.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -198,11 +201,11 @@ impl MySqlSemaphore {
         }))
     }
 
-    /// One statement on a new connection that takes the first free name, if any, and bumps
+    /// One statement on an idle or new connection that takes the first free name, if any, and bumps
     /// its token.
     fn try_any(&self, waits: &Waits<'_>) -> Result<Option<(Grant, u32)>> {
         let inner = self.client.inner();
-        let session = Arc::new(inner.session()?);
+        let session = Arc::new(inner.pooled()?);
         let done = Arc::new(AtomicBool::new(false));
         inner.add_waiter(Waiter {
             owner: self.id,
@@ -362,7 +365,7 @@ impl MySqlLease {
         let inner = self.client.inner();
         inner.forget(self.kept);
         crate::core::metrics::released(&self.name, self.since.elapsed());
-        let_go(inner, &self.key, grant.session, how, lost)
+        let_go(inner, &self.key, grant.session, how, lost, true)
     }
 }
 

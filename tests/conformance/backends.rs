@@ -189,3 +189,55 @@ impl Backend for Mariadb {
 
 #[cfg(feature = "mysql")]
 server!(zklock::testing::TestingMariaDb, |s| s.url());
+
+/// The MySQL backend's table mode (`lock_mode=table`) on MariaDB: leases as rows, waiters that
+/// poll. It has mutexes and leader latches only, and its waiters are not served in arrival order
+/// (each polls on its own), so the FIFO, semaphore and read-write scenarios are skipped
+/// (docs/mysql.md).
+#[cfg(feature = "mysql")]
+pub struct MariadbTable;
+
+#[cfg(feature = "mysql")]
+impl Backend for MariadbTable {
+    fn name(&self) -> &'static str {
+        "mariadb_table"
+    }
+    fn client_backend(&self) -> &'static str {
+        "mysql"
+    }
+    fn start(&self) -> Box<dyn Server> {
+        Box::new(TableMode(
+            zklock::testing::TestingMariaDb::start().expect("start MariaDB"),
+        ))
+    }
+    /// Waiters poll: whoever looks first after a release takes the lock.
+    fn fifo(&self) -> bool {
+        false
+    }
+    fn has_read_write(&self) -> bool {
+        false
+    }
+    fn has_semaphore(&self) -> bool {
+        false
+    }
+}
+
+/// A MariaDB server reached in the table mode.
+#[cfg(feature = "mysql")]
+struct TableMode(zklock::testing::TestingMariaDb);
+
+#[cfg(feature = "mysql")]
+impl Server for TableMode {
+    fn url(&self) -> String {
+        format!("{}?lock_mode=table", self.0.url())
+    }
+    fn pause(&self) {
+        self.0.pause().unwrap()
+    }
+    fn resume(&self) {
+        self.0.resume().unwrap()
+    }
+    fn restart(&mut self) {
+        self.0.restart().unwrap()
+    }
+}

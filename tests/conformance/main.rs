@@ -124,3 +124,5 @@ backend!(redis => backends::Redis);
 backend!(postgres => backends::Postgres);
 #[cfg(feature = "mysql")]
 backend!(mariadb => backends::Mariadb);
+#[cfg(feature = "mysql")]
+backend!(mariadb_table => backends::MariadbTable);

@@ -1,0 +1,542 @@
+//! MySqlMutex against a real MariaDB server (TestingMariaDb), beside the floor of its SQL and
+//! PyMySQL doing `GET_LOCK`, in the same run on the same server: uncontended latency and
+//! contended handoffs/s with 2 and 8 sessions, each with the statements and connections per
+//! acquisition the server counted and the client CPU it took.
+//!
+//! ```sh
+//! cargo bench --features testing,mysql --bench mysql
+//! cargo bench --features testing,mysql --bench mysql -- --only=contended --secs=10
+//! ```
+//!
+//! Rows:
+//! * **zklock**: one MySqlClient per session (as separate processes would have), `lock()` and
+//!   `release()`, in the `GET_LOCK` mode: a new connection per acquisition (a hold keeps it;
+//!   the release closes it);
+//! * **zklock, table mode**: the same on `?lock_mode=table` (a lease row, waiters polling every
+//!   100 ms);
+//! * **floor**: MySqlMutex's very statements (`GET_LOCK` and the token's bump in one request,
+//!   then `RELEASE_LOCK`) on one bare `mysql::Conn` per session, kept open: no connection per
+//!   hold, no heartbeat, no lease, no re-entrancy;
+//! * **plain**: `SELECT GET_LOCK(name, 31536000)` and `SELECT RELEASE_LOCK(name)` on a bare
+//!   connection, no token: what a hand-written client does;
+//! * **PyMySQL**: the plain statements from Python (`benches/python/pymysql_bench.py`, Debian's
+//!   `python3-pymysql`), one process per session.
+//!
+//! The contended rows take turns of at most half a second each, so that a drift of the
+//! machine's speed falls on every row alike; a row's figures are the sums over its turns.
+//!
+//! A handoff is an acquisition by another session than the last; "spread" is the fewest and
+//! most acquisitions of one session; "wait" is the time `lock` took, p50 and p99. Statements
+//! and connections are the server's `Questions` and `Connections` counters (less the bench's
+//! own reading of them). Client CPU is this process's for the Rust rows and the Python
+//! processes' own for PyMySQL.
+//!
+//! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
+//! figures mean nothing).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{num, process_cpu, secs, Res};
+use hdrhistogram::Histogram;
+use mysql::prelude::Queryable;
+use zklock::testing::TestingMariaDb;
+use zklock::{MySqlClient, MySqlMutex};
+
+const SESSIONS: [usize; 2] = [2, 8];
+
+struct Plan {
+    short: bool,
+    cycles: usize,
+    contended: Duration,
+    only: Option<String>,
+}
+
+impl Plan {
+    fn from_args() -> Plan {
+        let args: Vec<String> = std::env::args().collect();
+        let short = !args.iter().any(|a| a == "--bench");
+        let value = |name: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
+        };
+        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
+        Plan {
+            short,
+            cycles: if short { 20 } else { 2000 },
+            contended: if short {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs_f64(secs)
+            },
+            only: value("only"),
+        }
+    }
+
+    fn runs(&self, case: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|only| only.split(',').any(|c| c == case))
+    }
+}
+
+fn main() -> Res<()> {
+    let plan = Plan::from_args();
+    let server = TestingMariaDb::start()?;
+    if plan.short {
+        println!("(short pass: the figures mean nothing)");
+    }
+    let version = server.root_sql("SELECT @@version")?;
+    println!("MariaDB {} on 127.0.0.1:{}\n", version[0][0], server.port());
+    if plan.runs("uncontended") {
+        uncontended(&plan, &server)?;
+    }
+    if plan.runs("contended") {
+        contended(&plan, &server)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// What a case costs
+// ---------------------------------------------------------------------------
+
+/// The server's `Questions` and `Connections` so far.
+fn counters(server: &TestingMariaDb) -> Res<(u64, u64)> {
+    let rows = server
+        .root_sql("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Connections')")?;
+    let get = |name: &str| -> Res<u64> {
+        Ok(rows.iter().find(|r| r[0] == name).ok_or("no such status")?[1].parse()?)
+    };
+    Ok((get("Questions")?, get("Connections")?))
+}
+
+/// What one case cost: statements and connections the server counted, client CPU.
+#[derive(Default)]
+struct Cost {
+    statements: u64,
+    connections: u64,
+    cpu: Duration,
+}
+
+/// Runs `f` (which returns its result and the CPU of processes other than this one) and counts
+/// what it cost.
+fn measure<T>(server: &TestingMariaDb, f: impl FnOnce() -> Res<(T, Duration)>) -> Res<(T, Cost)> {
+    let ((q0, c0), cpu0) = (counters(server)?, process_cpu());
+    let (out, child_cpu) = f()?;
+    let cpu = process_cpu() - cpu0 + child_cpu;
+    let (q1, c1) = counters(server)?;
+    // Less the reading's own statement and connection.
+    Ok((
+        out,
+        Cost {
+            statements: (q1 - q0).saturating_sub(1),
+            connections: (c1 - c0).saturating_sub(1),
+            cpu,
+        },
+    ))
+}
+
+fn per(cost: &Cost, ops: u64) -> String {
+    let ops = ops.max(1) as f64;
+    format!(
+        "{:.2} stmts, {:.2} conns, {:.3} ms CPU",
+        cost.statements as f64 / ops,
+        cost.connections as f64 / ops,
+        cost.cpu.as_secs_f64() * 1e3 / ops
+    )
+}
+
+fn client(server: &TestingMariaDb, table: bool) -> Res<MySqlClient> {
+    let url = match table {
+        false => server.url(),
+        true => format!("{}?lock_mode=table", server.url()),
+    };
+    Ok(MySqlClient::connect(&url)?)
+}
+
+// ---------------------------------------------------------------------------
+// The floor: the same SQL on a bare connection.
+// ---------------------------------------------------------------------------
+
+/// Which statements a floor session runs.
+#[derive(Clone, Copy)]
+enum Sql {
+    /// MySqlMutex's (src/mysql/mutex.rs): `GET_LOCK` and the token's bump in one request,
+    /// then `RELEASE_LOCK`.
+    Same,
+    /// `GET_LOCK` and `RELEASE_LOCK` alone.
+    Plain,
+}
+
+struct Floor {
+    conn: mysql::Conn,
+    name: String,
+    sql: Sql,
+}
+
+impl Floor {
+    fn open(server: &TestingMariaDb, name: &str, sql: Sql) -> Res<Floor> {
+        let mut conn = mysql::Conn::new(mysql::Opts::from_url(&server.url())?)?;
+        conn.query_drop(
+            "CREATE TABLE IF NOT EXISTS zklock_tokens (name VARCHAR(64) CHARACTER SET utf8mb4 \
+             COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) \
+             ENGINE=InnoDB",
+        )?;
+        Ok(Floor {
+            conn,
+            name: name.to_owned(),
+            sql,
+        })
+    }
+
+    fn lock(&mut self) -> Res<()> {
+        let name = &self.name;
+        match self.sql {
+            Sql::Same => {
+                let sql = format!(
+                    "SET @zklock_key = '{name}'; \
+                     SET @zklock_got = GET_LOCK(@zklock_key, 31536000); \
+                     INSERT INTO zklock_tokens (name, token) SELECT @zklock_key, \
+                     LAST_INSERT_ID(1) FROM DUAL WHERE @zklock_got >= 1 \
+                     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
+                     SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)"
+                );
+                let mut last: Option<(i64, u64)> = None;
+                let mut result = self.conn.query_iter(sql)?;
+                while let Some(set) = result.iter() {
+                    for row in set {
+                        last = Some(mysql::from_row(row?));
+                    }
+                }
+                match last {
+                    Some((1, _)) => Ok(()),
+                    other => Err(format!("not granted: {other:?}").into()),
+                }
+            }
+            Sql::Plain => {
+                let got: Option<i64> = self
+                    .conn
+                    .query_first(format!("SELECT GET_LOCK('{name}', 31536000)"))?;
+                match got {
+                    Some(1) => Ok(()),
+                    other => Err(format!("not granted: {other:?}").into()),
+                }
+            }
+        }
+    }
+
+    fn unlock(&mut self) -> Res<()> {
+        let released: Option<i64> = self
+            .conn
+            .query_first(format!("SELECT RELEASE_LOCK('{}')", self.name))?;
+        match released {
+            Some(1) => Ok(()),
+            other => Err(format!("unlock: {other:?}").into()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Uncontended: lock + release, one session.
+// ---------------------------------------------------------------------------
+
+fn uncontended(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
+    println!("## uncontended lock + release ({} cycles)\n", plan.cycles);
+    println!("| | p50 | p99 | per cycle |\n|---|---|---|---|");
+    let cycle = |mut f: Box<dyn FnMut() -> Res<()>>| -> Res<(Histogram<u64>, Duration)> {
+        let mut h = Histogram::<u64>::new(3)?;
+        for _ in 0..plan.cycles {
+            let t = Instant::now();
+            f()?;
+            h.record(t.elapsed().as_micros() as u64)?;
+        }
+        Ok((h, Duration::ZERO))
+    };
+    for (what, table) in [("zklock", false), ("zklock, table mode", true)] {
+        let (h, cost) = measure(server, || {
+            let client = client(server, table)?;
+            let mutex = MySqlMutex::new(&client, "bench-u")?;
+            let out = cycle(Box::new(move || Ok(mutex.lock()?.release()?)));
+            client.close();
+            out
+        })?;
+        row(what, &h, &cost, plan.cycles);
+    }
+    for (what, sql) in [
+        ("floor (same SQL)", Sql::Same),
+        ("plain GET_LOCK", Sql::Plain),
+    ] {
+        let (h, cost) = measure(server, || {
+            let mut s = Floor::open(server, "bench-u", sql)?;
+            cycle(Box::new(move || {
+                s.lock()?;
+                s.unlock()
+            }))
+        })?;
+        row(what, &h, &cost, plan.cycles);
+    }
+    let (line, cost) = measure(server, || {
+        let mut py = pymysql(server, "cycle", &plan.cycles.to_string(), None)?;
+        let line = py.finish()?;
+        let cpu = secs(line.get(3));
+        Ok((line, cpu))
+    })?;
+    println!(
+        "| PyMySQL | {:.0} µs | {:.0} µs | {} |\n",
+        num(line.get(1)),
+        num(line.get(2)),
+        per(&cost, plan.cycles as u64)
+    );
+    Ok(())
+}
+
+fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
+    println!(
+        "| {what} | {} µs | {} µs | {} |",
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        per(cost, ops as u64)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Contended: S sessions in a loop of lock + release on one lock.
+// ---------------------------------------------------------------------------
+
+/// One session's acquisitions, handoffs and waits.
+struct Counts {
+    n: u64,
+    handoffs: u64,
+    waits: Histogram<u64>,
+}
+
+fn counts() -> Res<Counts> {
+    Ok(Counts {
+        n: 0,
+        handoffs: 0,
+        waits: Histogram::new(3)?,
+    })
+}
+
+/// The rows of the contended case, in the order they are printed.
+const ROWS: [&str; 5] = [
+    "zklock",
+    "zklock, table mode",
+    "floor (same SQL)",
+    "plain GET_LOCK",
+    "PyMySQL",
+];
+
+fn contended(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
+    let turns = turns(plan.contended);
+    println!(
+        "## contended: S sessions, lock + release in a loop, {:?} each, in turns of {:?}\n",
+        plan.contended,
+        plan.contended / turns
+    );
+    println!(
+        "| S | | acquisitions/s | handoffs/s | spread | wait p50 / p99 | per acquisition | \
+         handoffs ÷ floor | ÷ PyMySQL |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for s in SESSIONS {
+        let d = plan.contended / turns;
+        let mut rows: Vec<Option<(Vec<Counts>, Cost)>> = (0..ROWS.len()).map(|_| None).collect();
+        for _ in 0..turns {
+            let turn = [
+                measure(server, || {
+                    Ok((zklock_contended(server, s, d, false)?, Duration::ZERO))
+                })?,
+                measure(server, || {
+                    Ok((zklock_contended(server, s, d, true)?, Duration::ZERO))
+                })?,
+                measure(server, || {
+                    Ok((floor_contended(server, s, d, Sql::Same)?, Duration::ZERO))
+                })?,
+                measure(server, || {
+                    Ok((floor_contended(server, s, d, Sql::Plain)?, Duration::ZERO))
+                })?,
+                measure(server, || python_contended(server, s, d))?,
+            ];
+            for (row, more) in rows.iter_mut().zip(turn) {
+                *row = Some(match row.take() {
+                    None => more,
+                    Some(so_far) => add(so_far, more)?,
+                });
+            }
+        }
+        let rows: Vec<(Vec<Counts>, Cost)> = rows
+            .into_iter()
+            .map(|r| r.expect("at least one turn"))
+            .collect();
+        let d = plan.contended.as_secs_f64();
+        let total = |r: &[Counts]| r.iter().map(|c| c.n).sum::<u64>();
+        let handoffs = |r: &[Counts]| r.iter().map(|c| c.handoffs).sum::<u64>();
+        let (floor, python) = (&rows[2].0, &rows[4].0);
+        for (what, (r, cost)) in ROWS.iter().zip(&rows) {
+            let mut waits = Histogram::<u64>::new(3)?;
+            for c in r {
+                waits.add(&c.waits)?;
+            }
+            let ratio = |other: &[Counts]| {
+                format!("{:.2}×", handoffs(r) as f64 / handoffs(other).max(1) as f64)
+            };
+            println!(
+                "| {s} | {what} | {:.0} | {:.0} | {}–{} | {:.2} / {:.2} ms | {} | {} | {} |",
+                total(r) as f64 / d,
+                handoffs(r) as f64 / d,
+                r.iter().map(|c| c.n).min().unwrap_or(0),
+                r.iter().map(|c| c.n).max().unwrap_or(0),
+                waits.value_at_quantile(0.5) as f64 / 1e3,
+                waits.value_at_quantile(0.99) as f64 / 1e3,
+                per(cost, total(r)),
+                ratio(floor),
+                ratio(python),
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// The longest turn of a contended row: the rows take turns, so that a drift of the machine's
+/// speed (other load, the host) falls on all of them alike.
+const TURN: Duration = Duration::from_millis(500);
+
+/// How many turns each row of a contended case takes in `d`.
+fn turns(d: Duration) -> u32 {
+    (d.as_secs_f64() / TURN.as_secs_f64())
+        .ceil()
+        .clamp(1.0, 1000.0) as u32
+}
+
+/// One row's turns together: counts summed session by session, costs summed.
+fn add(
+    (mut run, mut cost): (Vec<Counts>, Cost),
+    (more, more_cost): (Vec<Counts>, Cost),
+) -> Res<(Vec<Counts>, Cost)> {
+    for (c, m) in run.iter_mut().zip(more) {
+        c.n += m.n;
+        c.handoffs += m.handoffs;
+        c.waits.add(&m.waits)?;
+    }
+    cost.statements += more_cost.statements;
+    cost.connections += more_cost.connections;
+    cost.cpu += more_cost.cpu;
+    Ok((run, cost))
+}
+
+/// The holder before: swaps in session `i`, 1 if another session held the lock last.
+fn handoff(last: &AtomicUsize, i: usize) -> u64 {
+    u64::from(last.swap(i, Ordering::Relaxed) != i)
+}
+
+fn zklock_contended(
+    server: &TestingMariaDb,
+    s: usize,
+    d: Duration,
+    table: bool,
+) -> Res<Vec<Counts>> {
+    let clients = (0..s)
+        .map(|_| client(server, table))
+        .collect::<Res<Vec<_>>>()?;
+    let mutexes = Arc::new(
+        clients
+            .iter()
+            .map(|c| MySqlMutex::new(c, "bench-c"))
+            .collect::<zklock::Result<Vec<_>>>()?,
+    );
+    let last = Arc::new(AtomicUsize::new(usize::MAX));
+    let (out, ()) = common::run_sessions(
+        s,
+        d,
+        || (),
+        move |i, stop| {
+            let mut c = counts()?;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let guard = mutexes[i].lock()?;
+                c.waits.record(t.elapsed().as_micros() as u64)?;
+                c.handoffs += handoff(&last, i);
+                guard.release()?;
+                c.n += 1;
+            }
+            Ok(c)
+        },
+    )?;
+    clients.iter().for_each(MySqlClient::close);
+    Ok(out)
+}
+
+fn floor_contended(server: &TestingMariaDb, s: usize, d: Duration, sql: Sql) -> Res<Vec<Counts>> {
+    // Opened before the run, as the zklock row's Clients are.
+    let sessions: Vec<_> = (0..s)
+        .map(|_| Floor::open(server, "bench-fc", sql).map(parking_lot::Mutex::new))
+        .collect::<Res<_>>()?;
+    let sessions = Arc::new(sessions);
+    let last = Arc::new(AtomicUsize::new(usize::MAX));
+    let (out, ()) = common::run_sessions(
+        s,
+        d,
+        || (),
+        move |i, stop| {
+            let mut session = sessions[i].lock();
+            let mut c = counts()?;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                session.lock()?;
+                c.waits.record(t.elapsed().as_micros() as u64)?;
+                c.handoffs += handoff(&last, i);
+                session.unlock()?;
+                c.n += 1;
+            }
+            Ok(c)
+        },
+    )?;
+    Ok(out)
+}
+
+fn python_contended(
+    server: &TestingMariaDb,
+    s: usize,
+    d: Duration,
+) -> Res<(Vec<Counts>, Duration)> {
+    let last = tempfile::NamedTempFile::new()?;
+    let path = last.path().display().to_string();
+    let mut procs = (0..s)
+        .map(|_| pymysql(server, "contend", &d.as_secs_f64().to_string(), Some(&path)))
+        .collect::<Res<Vec<_>>>()?;
+    procs.iter_mut().try_for_each(common::Python::go)?;
+    let (mut counts, mut cpu) = (Vec::new(), Duration::ZERO);
+    for mut p in procs {
+        let line = p.finish()?;
+        // Only the percentiles are known: a histogram with the two.
+        let mut waits = Histogram::<u64>::new(3)?;
+        waits.record(num(line.get(4)) as u64)?;
+        waits.record(num(line.get(5)) as u64)?;
+        counts.push(Counts {
+            n: num(line.get(1)) as u64,
+            handoffs: num(line.get(3)) as u64,
+            waits,
+        });
+        cpu += secs(line.get(2));
+    }
+    Ok((counts, cpu))
+}
+
+/// A PyMySQL process running `pymysql_bench.py MODE ARG [FILE]`.
+fn pymysql(
+    server: &TestingMariaDb,
+    mode: &str,
+    arg: &str,
+    file: Option<&str>,
+) -> Res<common::Python> {
+    let url = server.url();
+    let mut args = vec![url.as_str(), mode, arg];
+    args.extend(file);
+    common::Python::start("pymysql_bench.py", &args, "python3-pymysql")
+}

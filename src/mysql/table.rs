@@ -1,0 +1,386 @@
+//! The table mode of [`MySqlMutex`](super::MySqlMutex): a lock is a row of the table
+//! `zklock_lock_record` (the lease record of the documents this project started from), not a
+//! `GET_LOCK` of one server, so it works wherever a table does — Galera, Group Replication,
+//! TiDB, Vitess — at the price of waiters that poll.
+//!
+//! A record has a unique name, an owner, an expiry by the database's clock (`NOW(6)`, UTC in
+//! every zklock session) and a version, the fencing token. A waiter reads the record; when it
+//! is missing it inserts it (version 1), when it has expired it takes it over with an
+//! optimistic update on the version it read (`… version = version + 1 WHERE lock_name = ? AND
+//! version = ? AND expire_time < NOW(6)`), so of many contenders exactly one matches. The
+//! Client's keeper renews each held record at a third of the lease (`… WHERE lock_owner = ?
+//! AND version = ? AND expire_time >= NOW(6)`): a renewal that matches nothing means the record
+//! expired by the database's clock or was taken, and the hold is `Lost`. A release keeps the
+//! row and sets its expiry in the past, so the version never goes back, also across releases.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+
+use super::client::{Inner, MySqlClient, Record};
+use super::mutex::{check_name, key_sql};
+use super::session::Session;
+use crate::core::deadline::Deadline;
+use crate::core::error::{Error, Result};
+use crate::core::health::{worst, LockHealth};
+use crate::core::hold::{Granted, Report};
+use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::lock::Release;
+use crate::core::retry::RetryBudget;
+
+/// The lease table.
+pub(crate) const RECORDS: &str = "zklock_lock_record";
+
+/// The lease table, created at connect if missing. The name is the `GET_LOCK` mode's key (the
+/// name up to 64 characters, `SHA2(name, 256)` beyond); the primary key makes it unique (and
+/// Galera wants a primary key on every table).
+pub(crate) const DDL: &str = "CREATE TABLE IF NOT EXISTS zklock_lock_record (\
+    lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
+    lock_owner VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+    expire_time DATETIME(6) NOT NULL, \
+    version BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB";
+
+/// The expiry a released record gets: before any `NOW(6)`, and telling a release from an
+/// expiry to whoever reads the table.
+const RELEASED: &str = "'1970-01-01 00:00:00'";
+
+/// `ER_DUP_ENTRY`: another waiter inserted the record first.
+const DUPLICATE: &str = "error 1062,";
+/// `ER_LOCK_DEADLOCK`: on Galera, another node's write to the record won certification.
+const DEADLOCK: &str = "error 1213,";
+
+/// A mutex of the table mode, without re-entrancy.
+pub(crate) struct Raw {
+    client: MySqlClient,
+    pub(crate) name: String,
+    /// The record's name as an SQL expression.
+    pub(crate) key: String,
+    /// Counts `cancel_waiters` calls; a waiter that sees it change ends.
+    cancelled: AtomicU64,
+}
+
+/// One thread's hold: its record, the local lease its renewals extend, and its place in the
+/// keeper's list (`None` until kept).
+pub(crate) struct Kept {
+    pub(crate) record: Record,
+    pub(crate) lease: Arc<LocalLease>,
+    kept: Option<u64>,
+}
+
+impl Raw {
+    pub(crate) fn new(client: &MySqlClient, name: &str) -> Result<Raw> {
+        check_name(name)?;
+        Ok(Raw {
+            client: client.clone(),
+            name: name.to_owned(),
+            key: key_sql(name),
+            cancelled: AtomicU64::new(0),
+        })
+    }
+
+    /// The SQL an outside client runs to take the same lease for `@ms` milliseconds as
+    /// `@owner`, and to let it go.
+    pub(crate) fn lock_sql(&self) -> String {
+        let key = &self.key;
+        format!(
+            "SET time_zone = '+00:00'; \
+             INSERT IGNORE INTO {RECORDS} (lock_name, lock_owner, expire_time, version) \
+             VALUES ({key}, '', {RELEASED}, 0); \
+             SELECT version INTO @v FROM {RECORDS} WHERE lock_name = {key}; \
+             UPDATE {RECORDS} SET lock_owner = @owner, \
+             expire_time = NOW(6) + INTERVAL @ms * 1000 MICROSECOND, version = version + 1 \
+             WHERE lock_name = {key} AND version = @v AND expire_time < NOW(6); \
+             SELECT ROW_COUNT() AS taken, @v + 1 AS token; \
+             -- release: UPDATE {RECORDS} SET expire_time = {RELEASED} \
+             WHERE lock_name = {key} AND lock_owner = @owner AND version = @v + 1"
+        )
+    }
+
+    pub(crate) fn acquire(&self, deadline: Deadline) -> Result<Option<Granted<Kept>>> {
+        self.acquire_unless(deadline, &|| false)
+    }
+
+    /// As [`acquire`](Self::acquire), ending with [`Error::Cancelled`] also once `stop` says so
+    /// (looked at before each poll; [`Inner::wake_waiters`] wakes a waiter to look).
+    pub(crate) fn acquire_unless(
+        &self,
+        deadline: Deadline,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Granted<Kept>>> {
+        let inner = self.client.inner();
+        let gen = self.cancelled.load(Ordering::SeqCst);
+        let owner = new_owner();
+        let mut budget = RetryBudget::new(inner.retry.clone());
+        loop {
+            if inner.closed() {
+                return Err(Error::Closed);
+            }
+            if self.cancelled.load(Ordering::SeqCst) != gen || stop() {
+                return Err(Error::Cancelled);
+            }
+            let seen = *inner.nap.lock();
+            match self.attempt(inner, &owner) {
+                Ok(Some(granted)) => return Ok(Some(granted)),
+                Ok(None) => {
+                    budget.reset();
+                    let Some(left) = deadline.remaining() else {
+                        nap(inner, seen, jittered(inner.poll_interval));
+                        continue;
+                    };
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    nap(inner, seen, jittered(inner.poll_interval).min(left));
+                }
+                Err(e) if e.is_retryable() && !inner.closed() => {
+                    // A try without time left reports the error rather than "not granted".
+                    let Some(sleep) = budget.next_sleep().filter(|_| !deadline.expired()) else {
+                        return Err(e);
+                    };
+                    if deadline.remaining().is_some_and(|left| left <= sleep) {
+                        return Ok(None);
+                    }
+                    tracing::debug!("zklock: MySQL session lost ({e}), retrying in {sleep:?}");
+                    nap(inner, seen, sleep);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One look at the record, and a take if it is missing or has expired: granted, held by
+    /// another, or an error.
+    fn attempt(&self, inner: &Inner, owner: &str) -> Result<Option<Granted<Kept>>> {
+        let session = inner.pooled()?;
+        let taken = take(inner, &session, &self.key, owner);
+        inner.put_back(session);
+        let Some((version, sent)) = taken? else {
+            return Ok(None);
+        };
+        let lease = LocalLease::new();
+        lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
+        Ok(Some(Granted {
+            node: format!("{RECORDS} {} version {version}", self.key),
+            token: version,
+            grant: Kept {
+                record: Record {
+                    key: self.key.clone(),
+                    owner: owner.to_owned(),
+                    version,
+                },
+                lease: Arc::new(lease),
+                kept: None,
+            },
+        }))
+    }
+
+    pub(crate) fn keep(&self, grant: &mut Kept, report: Report) -> Result<()> {
+        let inner = self.client.inner();
+        if inner.closed() {
+            // Granted as the Client closed: the record is let go of at once.
+            let _ = inner.expire(std::slice::from_ref(&grant.record), inner.operation_timeout);
+            return Err(Error::Closed);
+        }
+        grant.kept = Some(inner.lease(grant.record.clone(), grant.lease.clone(), report));
+        Ok(())
+    }
+
+    pub(crate) fn health(grant: &Kept, reported: LockHealth) -> LockHealth {
+        worst(reported, grant.lease.health())
+    }
+
+    pub(crate) fn release(&self, grant: Kept, how: Release, lost: bool) -> Result<()> {
+        let inner = self.client.inner();
+        if let Some(kept) = grant.kept {
+            inner.forget_lease(kept);
+        }
+        // Lost: the record has expired or was taken, there is nothing to let go of.
+        if lost {
+            return Err(Error::LockLost);
+        }
+        let until = match how {
+            Release::Background => {
+                inner.release_later(grant.record);
+                return Ok(());
+            }
+            Release::Within(until) => until,
+        };
+        let op = inner.operation_timeout;
+        let timeout = until
+            .map(|u| u.saturating_duration_since(Instant::now()))
+            .map_or(op, |left| left.min(op))
+            .max(Duration::from_millis(1));
+        let session = match inner.pooled() {
+            Ok(session) => session,
+            Err(e) => {
+                inner.release_later(grant.record);
+                return Err(e);
+            }
+        };
+        let sql = expire_sql(std::slice::from_ref(&grant.record));
+        let matched = session.with(Some(timeout), op, |c| {
+            c.query_drop(&sql)?;
+            Ok(c.affected_rows())
+        });
+        inner.put_back(session);
+        match matched {
+            Ok(1) => {
+                inner.wake_waiters();
+                Ok(())
+            }
+            // Taken by another after it expired by the database's clock.
+            Ok(_) => Err(Error::LockLost),
+            Err(e) => {
+                // Its fate unknown: the keeper tries again; the record expires anyway.
+                inner.release_later(grant.record);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn cancel_waiters(&self) {
+        self.cancelled.fetch_add(1, Ordering::SeqCst);
+        self.client.inner().wake_waiters();
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.client.inner().closed()
+    }
+
+    pub(crate) fn dispatch(&self) -> crate::core::listeners::Dispatch {
+        self.client.inner().dispatch()
+    }
+}
+
+/// Reads the record `key` on `session` and takes it for `owner` if it is missing, has expired
+/// or is already `owner`'s (a take whose answer was lost): the version taken and the send time
+/// of the take, `None` if another holds it or won the race.
+fn take(
+    inner: &Inner,
+    session: &Session,
+    key: &str,
+    owner: &str,
+) -> Result<Option<(u64, Duration)>> {
+    let op = inner.operation_timeout;
+    let row: Option<(u64, String, i64)> = session.with(Some(op), op, |c| {
+        c.query_first(format!(
+            "SELECT version, lock_owner, expire_time < NOW(6) FROM {RECORDS} \
+             WHERE lock_name = {key}"
+        ))
+    })?;
+    let micros = inner.session_timeout.as_micros();
+    let (sql, version) = match row {
+        None => (
+            format!(
+                "INSERT INTO {RECORDS} (lock_name, lock_owner, expire_time, version) \
+                 VALUES ({key}, '{owner}', NOW(6) + INTERVAL {micros} MICROSECOND, 1)"
+            ),
+            1,
+        ),
+        Some((version, holder, expired)) if expired != 0 || holder == owner => (
+            format!(
+                "UPDATE {RECORDS} SET lock_owner = '{owner}', \
+                 expire_time = NOW(6) + INTERVAL {micros} MICROSECOND, version = version + 1 \
+                 WHERE lock_name = {key} AND version = {version} \
+                 AND (expire_time < NOW(6) OR lock_owner = '{owner}')"
+            ),
+            version + 1,
+        ),
+        Some(_) => return Ok(None),
+    };
+    // The lease starts no later than the take is sent.
+    let sent = boot_clock();
+    let matched = session.with(Some(op), op, |c| {
+        c.query_drop(&sql)?;
+        Ok(c.affected_rows())
+    });
+    match matched {
+        Ok(1) => Ok(Some((version, sent))),
+        Ok(_) => Ok(None),
+        Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The statements that let go of `records` (one `UPDATE` each, in one request).
+pub(crate) fn expire_sql(records: &[Record]) -> String {
+    records
+        .iter()
+        .map(|r| {
+            format!(
+                "UPDATE {RECORDS} SET expire_time = {RELEASED} WHERE lock_name = {} \
+                 AND lock_owner = '{}' AND version = {}",
+                r.key, r.owner, r.version
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The statement that renews `record` for `lease`, if it is still ours and has not expired.
+pub(crate) fn renew_sql(record: &Record, lease: Duration) -> String {
+    format!(
+        "UPDATE {RECORDS} SET expire_time = NOW(6) + INTERVAL {} MICROSECOND \
+         WHERE lock_name = {} AND lock_owner = '{}' AND version = {} AND expire_time >= NOW(6)",
+        lease.as_micros(),
+        record.key,
+        record.owner,
+        record.version
+    )
+}
+
+/// An owner for one acquisition: 128 random bits and a count, in hex.
+fn new_owner() -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{:016x}{:016x}-{:x}",
+        fastrand::u64(..),
+        fastrand::u64(..),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `d` give or take a fifth, so that waiters that started together do not poll together.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(0.8 + 0.4 * fastrand::f64())
+}
+
+/// Sleeps `d`, or less if the Client's waiters are woken (a cancel, a close, a lease let go
+/// of here) after the count read `seen`.
+fn nap(inner: &Inner, seen: u64, d: Duration) {
+    let mut count = inner.nap.lock();
+    if *count == seen {
+        inner.naps.wait_for(&mut count, d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_are_distinct_and_fit_the_column() {
+        let (a, b) = (new_owner(), new_owner());
+        assert_ne!(a, b);
+        assert!(a.len() <= 64 && a.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-'));
+    }
+
+    #[test]
+    fn renewals_and_releases_name_the_version() {
+        let r = Record {
+            key: "'ledger'".into(),
+            owner: "abc-1".into(),
+            version: 7,
+        };
+        let renew = renew_sql(&r, Duration::from_secs(30));
+        assert!(renew.contains("INTERVAL 30000000 MICROSECOND"), "{renew}");
+        assert!(
+            renew.contains("version = 7 AND expire_time >= NOW(6)"),
+            "{renew}"
+        );
+        let release = expire_sql(&[r.clone(), r]);
+        assert_eq!(release.matches("UPDATE").count(), 2, "{release}");
+    }
+}

@@ -1,0 +1,403 @@
+//! The MySQL backend's table mode (`lock_mode=table`) on a real MariaDB: what the conformance
+//! suite (`mariadb_table::`) does not cover — exclusion and tokens across Clients, an expired
+//! record taken over by exactly one of eight contenders, the SQL any client runs, tokens across
+//! a restart and a kill -9 of the server, the recipes it refuses.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{patience, wait_for};
+use parking_lot::Mutex;
+use zklock::testing::TestingMariaDb;
+use zklock::{Error, Lock, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
+
+fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
+    let client = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .session_timeout(session)
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .expect("connect");
+    assert_eq!(client.mode(), MySqlMode::Table);
+    client
+}
+
+/// Enter/exit of each critical section, and the tokens in the order the sections ran.
+#[derive(Default)]
+struct Sections {
+    inside: AtomicBool,
+    overlaps: AtomicUsize,
+    tokens: Mutex<Vec<u64>>,
+}
+
+impl Sections {
+    fn run(&self, token: u64) {
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        self.tokens.lock().push(token);
+        thread::sleep(Duration::from_millis(2));
+        self.inside.store(false, Ordering::SeqCst);
+    }
+
+    fn check(&self, sections: usize) {
+        assert_eq!(
+            self.overlaps.load(Ordering::SeqCst),
+            0,
+            "overlapping sections"
+        );
+        let tokens = self.tokens.lock();
+        assert_eq!(tokens.len(), sections);
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly rising: {tokens:?}"
+        );
+    }
+}
+
+/// Three Clients, two threads each, 60 sections in all: never two inside, and the tokens
+/// strictly rising in the order the sections ran.
+#[test]
+fn exclusion_and_rising_tokens_across_clients() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let log = Arc::new(Sections::default());
+    let started = Instant::now();
+    let mut threads = Vec::new();
+    for _ in 0..3 {
+        let c = client(&server, Duration::from_secs(10));
+        let mutex = Arc::new(MySqlMutex::new(&c, "ledger").unwrap());
+        for _ in 0..2 {
+            let (mutex, log) = (mutex.clone(), log.clone());
+            threads.push(thread::spawn(move || {
+                for _ in 0..10 {
+                    let guard = mutex.lock().unwrap();
+                    log.run(guard.fencing_token());
+                    drop(guard);
+                }
+            }));
+        }
+    }
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    println!("60 sections on 3 Clients in {:?}", started.elapsed());
+    log.check(60);
+}
+
+/// A record whose expiry has passed by the database's clock while its holder still had it:
+/// of eight Clients that try at the same moment exactly one takes it over (the optimistic
+/// update on the version), with the next token, and the old holder reads `Lost`. Then twenty
+/// rounds of eight at once on a released record: one winner each.
+#[test]
+fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let old = client(&server, Duration::from_secs(3));
+    let held = MySqlMutex::new(&old, "expired").unwrap();
+    assert!(held.acquire_timeout(Duration::ZERO).unwrap());
+    let first = held.fencing_token().unwrap();
+    let contenders: Vec<MySqlMutex> = (0..8)
+        .map(|_| MySqlMutex::new(&client(&server, Duration::from_secs(10)), "expired").unwrap())
+        .collect();
+    let contenders = Arc::new(contenders);
+    assert!(
+        !contenders[0].acquire_timeout(Duration::ZERO).unwrap(),
+        "held"
+    );
+    // The holder's lease runs out by the database's clock (its keeper has not renewed it yet).
+    server
+        .root_sql(
+            "UPDATE zklock.zklock_lock_record SET expire_time = NOW(6) - INTERVAL 1 SECOND \
+             WHERE lock_name = 'expired'",
+        )
+        .unwrap();
+    let mut last = first;
+    for round in 0..21 {
+        // All eight try at once; the winner lets go only after every other has tried.
+        let (start, tried) = (Arc::new(Barrier::new(8)), Arc::new(Barrier::new(8)));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (contenders, start, tried) = (contenders.clone(), start.clone(), tried.clone());
+                thread::spawn(move || {
+                    let mutex = &contenders[i];
+                    start.wait();
+                    let won = mutex.acquire_timeout(Duration::ZERO).unwrap();
+                    let token = won.then(|| mutex.fencing_token().unwrap());
+                    tried.wait();
+                    if won {
+                        mutex.release().unwrap();
+                    }
+                    token
+                })
+            })
+            .collect();
+        let won: Vec<(usize, u64)> = threads
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.join().unwrap().map(|token| (i, token)))
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: winners {won:?}");
+        assert_eq!(won[0].1, last + 1, "round {round}");
+        last = won[0].1;
+        if round == 0 {
+            // The old holder's next renewal matches nothing: Lost.
+            let t = Instant::now();
+            wait_for("the old holder reads Lost", || {
+                held.health() == Some(LockHealth::Lost)
+            });
+            println!(
+                "the old holder read Lost {:?} after the take-over",
+                t.elapsed()
+            );
+            assert_eq!(held.release(), Err(Error::LockLost));
+        }
+    }
+}
+
+/// A `mariadb` client running `lock_sql()` (with `@owner` and `@ms` set) and a zklock holder
+/// exclude each other, and the tokens go on rising across them.
+#[test]
+fn a_sql_client_and_zklock_exclude_each_other() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(10));
+    let mutex = MySqlMutex::new(&c, "shared").unwrap();
+    let sql_try = |ms: u64| -> (u64, Option<u64>) {
+        let script = format!(
+            "USE zklock; SET @owner = 'sql-client', @ms = {ms}; {}",
+            mutex.lock_sql()
+        );
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", server.socket().display()))
+            .args(["-uroot", "-N", "-B", "-e", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let last = text.lines().last().unwrap_or_default().to_owned();
+        let mut fields = last.split('\t');
+        let taken = fields.next().unwrap().parse().unwrap();
+        let token = fields.next().and_then(|t| t.parse().ok());
+        (taken, token)
+    };
+    assert!(mutex.acquire_timeout(Duration::ZERO).unwrap());
+    let zk_token = mutex.fencing_token().unwrap();
+    assert_eq!(sql_try(60_000).0, 0, "the SQL client took a held lease");
+    mutex.release().unwrap();
+    let (taken, token) = sql_try(1_500);
+    assert_eq!(taken, 1, "the SQL client could not take a free lease");
+    let sql_token = token.unwrap();
+    assert!(sql_token > zk_token);
+    assert!(
+        !mutex.acquire_timeout(Duration::ZERO).unwrap(),
+        "zklock took a lease the SQL client holds"
+    );
+    // The SQL client's lease runs out after 1.5 s: zklock takes it over, with the next token.
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    assert_eq!(mutex.fencing_token().unwrap(), sql_token + 1);
+    mutex.release().unwrap();
+}
+
+/// Tokens rise across successive holders, a restart of the server and a kill -9 of it: the
+/// version is in an InnoDB row, committed before the grant is answered.
+#[test]
+fn tokens_rise_across_restart_and_kill() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let mut last = 0;
+    for round in 0..3 {
+        let c = client(&server, Duration::from_secs(10));
+        let mutex = MySqlMutex::new(&c, "tokens").unwrap();
+        for _ in 0..3 {
+            assert!(mutex.acquire_timeout(patience()).unwrap());
+            let token = mutex.fencing_token().unwrap();
+            assert!(token > last, "round {round}: {token} after {last}");
+            last = token;
+            mutex.release().unwrap();
+        }
+        c.close();
+        match round {
+            0 => server.restart().unwrap(),
+            1 => {
+                server.kill().unwrap();
+                server.restart().unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(last, 9);
+}
+
+/// The table mode has mutexes and leader latches only: the other recipes are refused with a
+/// clear error, and the mode is read from the URL or the builder (the builder's wins), a bad
+/// one refused.
+#[test]
+fn recipes_and_modes() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(10));
+    for refused in [
+        zklock::MySqlSemaphore::new(&c, "sem", 2).map(|_| ()),
+        zklock::MySqlReadWriteLock::new(&c, "rw").map(|_| ()),
+    ] {
+        match refused {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("table mode"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // A latch leads on the mutex's record of the same name: the mutex waits until it closes.
+    let latch = zklock::MySqlLeaderLatch::start(&c, "leader").unwrap();
+    assert!(latch.await_leadership_timeout(patience()).unwrap());
+    let epoch = latch.epoch().unwrap();
+    let mutex = MySqlMutex::new(&client(&server, Duration::from_secs(10)), "leader").unwrap();
+    assert!(!mutex.acquire_timeout(Duration::from_millis(300)).unwrap());
+    latch.close();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    assert!(mutex.fencing_token().unwrap() > epoch);
+    mutex.release().unwrap();
+    let any = zklock::connect(&format!("{}?lock_mode=table", server.url())).unwrap();
+    assert!(matches!(
+        any.semaphore("sem", 2),
+        Err(Error::InvalidArgument(_))
+    ));
+    let back = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .mode(MySqlMode::GetLock)
+        .connect()
+        .unwrap();
+    assert_eq!(back.mode(), MySqlMode::GetLock);
+    assert_eq!(
+        MySqlClient::connect(&server.url()).unwrap().mode(),
+        MySqlMode::GetLock
+    );
+    match MySqlClient::connect(&format!("{}?lock_mode=advisory", server.url())) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("lock_mode"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The cost of waiting: each waiter reads the record once per poll interval (give or take a
+/// fifth), one primary-key `SELECT`. Four waiters for 3 s on a held lock, at the default
+/// 100 ms and at 20 ms: the server's `Com_select` count, per waiter per second.
+#[test]
+fn polling_costs_one_select_per_interval_per_waiter() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let selects = || -> u64 {
+        server
+            .root_sql("SHOW GLOBAL STATUS LIKE 'Com_select'")
+            .unwrap()[0][1]
+            .parse()
+            .unwrap()
+    };
+    let holder = client(&server, Duration::from_secs(10));
+    let held = MySqlMutex::new(&holder, "busy").unwrap();
+    assert!(held.acquire_timeout(Duration::ZERO).unwrap());
+    for poll in [Duration::from_millis(100), Duration::from_millis(20)] {
+        let waiters: Vec<MySqlMutex> = (0..4)
+            .map(|_| {
+                let c = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+                    .poll_interval(poll)
+                    .connect()
+                    .unwrap();
+                MySqlMutex::new(&c, "busy").unwrap()
+            })
+            .collect();
+        let before = selects();
+        let t = Instant::now();
+        thread::scope(|s| {
+            for w in &waiters {
+                s.spawn(move || assert!(!w.acquire_timeout(Duration::from_secs(3)).unwrap()));
+            }
+        });
+        // The root session's own SHOW counts as one.
+        let counted = selects() - before - 1;
+        let rate = counted as f64 / t.elapsed().as_secs_f64() / 4.0;
+        println!(
+            "poll interval {poll:?}: {counted} SELECTs by 4 waiters in {:?}: {rate:.1} per \
+             waiter per second (expected {:.1})",
+            t.elapsed(),
+            1.0 / poll.as_secs_f64()
+        );
+        let expected = 1.0 / poll.as_secs_f64();
+        assert!(
+            rate > expected / 2.0 && rate < expected * 1.5,
+            "{rate:.1} per waiter per second at {poll:?}"
+        );
+    }
+    held.release().unwrap();
+}
+
+/// A hold is a row, not a session: it outlives a restart of the server shorter than its lease.
+/// The keeper's next renewal goes through a new connection, the hold reads `Held` again, no
+/// other Client can take it meanwhile, and its release is confirmed.
+#[test]
+fn a_hold_outlives_a_server_restart() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(12));
+    let mutex = MySqlMutex::new(&c, "restart").unwrap();
+    assert!(mutex.acquire_timeout(Duration::ZERO).unwrap());
+    let token = mutex.fencing_token().unwrap();
+    let t = Instant::now();
+    server.restart().unwrap();
+    println!("restarted in {:?}", t.elapsed());
+    let other = MySqlMutex::new(&client(&server, Duration::from_secs(12)), "restart").unwrap();
+    assert!(
+        !other.acquire_timeout(Duration::from_millis(300)).unwrap(),
+        "taken while the lease runs"
+    );
+    // A renewal comes every third of the lease (4 s): after two of them the hold is Held.
+    thread::sleep(Duration::from_secs(9));
+    assert_eq!(mutex.health(), Some(LockHealth::Held));
+    assert_eq!(mutex.fencing_token(), Some(token));
+    mutex.release().unwrap();
+    assert!(other.acquire_timeout(patience()).unwrap());
+    assert_eq!(other.fencing_token(), Some(token + 1));
+    other.release().unwrap();
+}
+
+/// Four Clients, one thread each, looping on the lock (1 ms inside) for 4 s: the table mode is
+/// not fair — a thread that releases and at once asks again takes the lock again before the
+/// others look, so it changes Clients only about as often as the others poll — but no Client
+/// is shut out: each gets a share.
+#[test]
+fn a_looping_thread_does_not_starve_the_other_clients() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let mutexes: Vec<MySqlMutex> = (0..4)
+        .map(|_| MySqlMutex::new(&client(&server, Duration::from_secs(10)), "loop").unwrap())
+        .collect();
+    let last = Mutex::new(usize::MAX);
+    let handoffs = AtomicUsize::new(0);
+    let until = Instant::now() + Duration::from_secs(4);
+    let counts: Vec<usize> = thread::scope(|s| {
+        let threads: Vec<_> = mutexes
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let (last, handoffs) = (&last, &handoffs);
+                s.spawn(move || {
+                    let mut n = 0;
+                    while Instant::now() < until {
+                        if !m.acquire_timeout(Duration::from_secs(2)).unwrap() {
+                            continue;
+                        }
+                        if std::mem::replace(&mut *last.lock(), i) != i {
+                            handoffs.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(1));
+                        m.release().unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let handoffs = handoffs.load(Ordering::SeqCst);
+    println!("acquisitions per Client in 4 s: {counts:?}, hand-overs between Clients: {handoffs}");
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    assert!(*min * 20 >= *max, "a Client starved: {counts:?}");
+    assert!(handoffs >= 3, "{handoffs} hand-overs in 4 s");
+}
