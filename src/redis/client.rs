@@ -156,7 +156,7 @@ impl RedisClient {
     }
 
     /// The connection state now: `Connected` from the start, `Suspended` once the server has
-    /// stopped answering the Client's keeper (a failed renewal or `PING`, or none answered for
+    /// stopped answering the Client's keeper (a failed renewal or `TIME`, or none answered for
     /// half a TTL), `Lost` once a whole TTL has passed since it last answered (every hold of
     /// the Client may have expired), `Reconnected` when it answers again.
     pub fn state(&self) -> ConnectionState {
@@ -269,7 +269,7 @@ impl RedisClientBuilder {
             self.ttl,
             operation_timeout,
             closed.clone(),
-            (wakes.clone(), id.clone(), states.clone()),
+            (wakes.clone(), id.clone(), states.clone(), shown.clone()),
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {

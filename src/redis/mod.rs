@@ -15,6 +15,7 @@
 //! ```
 
 mod client;
+mod clock;
 mod error;
 mod keeper;
 mod latch;

@@ -65,6 +65,8 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
+mod clock;
 mod cluster;
 mod config;
 mod fence;
