@@ -116,7 +116,11 @@ impl RedisClient {
 
     /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`,
     /// or `rediss://…` for TLS (feature `tls`; the server's certificate is checked against
-    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`).
+    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`), or the primary of a Sentinel set:
+    /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]`
+    /// (sentinels on port 26379 unless given; `?sentinel_password=…&sentinel_username=…` for
+    /// sentinels that ask for a password of their own), asked for the primary at each new
+    /// connection, so that the Client follows a failover.
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
@@ -231,11 +235,13 @@ impl RedisClientBuilder {
     /// and the server check, and as much again for the subscriber's connection.
     ///
     /// # Errors
-    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse, a `rediss://`
+    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse (a sentinel URL
+    /// without the primary's name), a `rediss://`
     /// URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
-    /// server older than Redis 5.0 or one that refuses the database index.
+    /// server older than Redis 5.0 or one that refuses the database index, or a primary name
+    /// no sentinel knows (the cause says what each sentinel answered).
     pub fn connect(self) -> Result<RedisClient> {
         let (server, shown) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
@@ -324,9 +330,15 @@ impl RedisClientBuilder {
     fn check(&self) -> Result<(Server, String)> {
         let url = self.url.trim();
         check_scheme(url, cfg!(feature = "tls"))?;
-        let redis = self
-            .open(url)
-            .map_err(|e| Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url))))?;
+        let not_redis = |e: &dyn std::fmt::Display| {
+            Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url)))
+        };
+        let redis = if url.starts_with("redis+sentinel://") {
+            let parsed = super::sentinel::parse(url).map_err(|why| not_redis(&why))?;
+            Server::sentinel(super::sentinel::Sentinels::new(parsed).map_err(|e| not_redis(&e))?)
+        } else {
+            self.open(url).map_err(|e| not_redis(&e))?
+        };
         for (what, d, min) in [
             ("TTL", self.ttl, Duration::from_millis(100)),
             (
@@ -353,21 +365,29 @@ impl RedisClientBuilder {
 /// A Redis URL's scheme: `redis://`, or `rediss://` in a build with TLS.
 fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
     match url.split("://").next().unwrap_or_default() {
-        "redis" => Ok(()),
+        "redis" | "redis+sentinel" => Ok(()),
         "rediss" if tls_built => Ok(()),
+        "rediss+sentinel" => Err(Error::invalid(format!(
+            "{:?}: TLS to sentinels is not supported yet",
+            shown_url(url)
+        ))),
         "rediss" => Err(Error::invalid(format!(
             "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
             shown_url(url)
         ))),
         _ => Err(Error::invalid(format!(
-            "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])",
+            "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db]) \
+             or redis+sentinel:// (redis+sentinel://[[user]:password@]host[:port][,…]/primary_name[/db])",
             shown_url(url)
         ))),
     }
 }
 
 /// `url` with its password hidden.
-fn shown_url(url: &str) -> String {
+pub(crate) fn shown_url(url: &str) -> String {
+    if url.starts_with("redis+sentinel://") && url.contains('?') {
+        return super::sentinel::shown(url);
+    }
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
@@ -561,7 +581,7 @@ impl Inner {
                         Ok((v, sent))
                     }
                     Err(e) => {
-                        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                        if super::error::broken(&e) {
                             // The others were opened to the same server: likely broken too.
                             self.pool.lock().clear();
                         } else if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok()

@@ -359,7 +359,7 @@ impl Run {
             other => other,
         };
         if let Err(e) = &answers {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+            if super::error::broken(e) {
                 self.conn = None;
             }
         }
@@ -396,11 +396,11 @@ impl Run {
         let mut sent = Duration::ZERO;
         let mut answers: redis::RedisResult<Vec<redis::Value>> =
             self.query(&pipe, &used, None, &mut sent);
-        if matches!(&answers, Err(e) if !e.is_timeout() && (e.is_io_error() || e.is_connection_dropped()))
-        {
-            // The connection was found closed (the server restarted, or dropped it): renew at
-            // once on a new one, so that a hold the server forgot reads Lost now rather than
-            // a period later. A server that does not answer is not asked twice.
+        if matches!(&answers, Err(e) if !e.is_timeout() && super::error::broken(e)) {
+            // The connection was found closed (the server restarted, or dropped it, or is no
+            // longer the primary): renew at once on a new one, so that a hold the server
+            // forgot reads Lost now rather than a period later. A server that does not answer
+            // is not asked twice.
             answers = self.query(&pipe, &used, None, &mut sent);
         }
         let answered = boot_clock();
@@ -441,7 +441,7 @@ impl Run {
             }
             Err(e) => {
                 tracing::debug!("zklock: Redis renewal failed: {e}");
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                if super::error::broken(&e) {
                     self.states.failed();
                 }
             }
@@ -572,7 +572,7 @@ impl Run {
         let paid: redis::RedisResult<Vec<redis::Value>> = self.query(&pipe, &used, by, &mut sent);
         match paid {
             Ok(_) => {}
-            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => {
+            Err(e) if !super::error::broken(&e) => {
                 // Sending it again would not help.
                 tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
             }

@@ -199,7 +199,7 @@ impl Tick for Contending {
             }
             Err(e) => {
                 tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                if super::error::broken(&e) {
                     k.drop_conn();
                 }
                 self.next_try = Instant::now() + ttl / 20;

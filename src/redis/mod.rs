@@ -24,6 +24,7 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
+mod sentinel;
 mod server;
 mod slots;
 mod waiting;

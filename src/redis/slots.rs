@@ -90,20 +90,19 @@ impl Slots {
     }
 
     /// A slot whose connection broke, connected and subscribed again on the same channel (its
-    /// waiter's id names that channel), taking at most `within` (and the connection timeout);
-    /// if that fails it is dropped, making room for a new one.
-    pub(crate) fn reopen(&self, broken: Slot, within: Duration) -> Option<Slot> {
+    /// waiter's id names that channel, so that its wake-up comes there and nowhere else),
+    /// taking at most `within` (and the connection timeout). If that fails the broken slot
+    /// is returned, to be opened again at the waiter's next turn (a failover, a restart: the
+    /// server comes back, and the wake-up with it).
+    pub(crate) fn reopen(&self, broken: Slot, within: Duration) -> Slot {
         let timeout = within
             .min(self.connect_timeout)
             .max(Duration::from_millis(1));
         match self.subscribe(broken.prefix.clone(), timeout) {
-            Ok(slot) => Some(slot),
+            Ok(slot) => slot,
             Err(e) => {
-                tracing::debug!("zklock: a Redis waiting slot cannot be opened again: {e}");
-                self.live.lock().retain(|p| *p != broken.prefix);
-                drop(broken);
-                self.made.fetch_sub(1, Ordering::AcqRel);
-                None
+                tracing::debug!("zklock: a Redis waiting slot cannot be opened again yet: {e}");
+                broken
             }
         }
     }

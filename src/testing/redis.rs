@@ -393,17 +393,7 @@ impl TestingRedis {
     /// # Errors
     /// When the server cannot be reached within 5 s, or answers with an error (its message).
     pub fn command(&self, args: &[&str]) -> io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(
-            &std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
-            Duration::from_secs(5),
-        )?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(request.as_bytes())?;
-        read_reply(&mut BufReader::new(stream))
+        command_at(self.port, args)
     }
 
     /// Runs `commands` one after another on one fresh connection (wrap them in `MULTI` …
@@ -460,8 +450,23 @@ impl TestingRedis {
     }
 }
 
+/// One command to the server (or sentinel) on `127.0.0.1:port`, as [`TestingRedis::command`].
+pub(super) fn command_at(port: u16, args: &[&str]) -> io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(5),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes())?;
+    read_reply(&mut BufReader::new(stream))
+}
+
 /// `REDIS_SERVER`, else `redis-server` on the `PATH`.
-fn program() -> PathBuf {
+pub(super) fn program() -> PathBuf {
     std::env::var_os("REDIS_SERVER")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("redis-server"))
