@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     id: String,
     ttl: Duration,
     operation_timeout: Duration,
+    /// Replicated grants: how many replicas must confirm a grant or a renewal, within what.
+    replicas: Option<Replicas>,
     retry: Arc<dyn RetryPolicy>,
     pool: Mutex<Vec<redis::Connection>>,
     pub(crate) scripts: Arc<Scripts>,
@@ -100,6 +102,7 @@ pub struct RedisClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
+    replicas: Option<Replicas>,
     /// The CA to trust instead of the system's, and a client certificate and key (PEM).
     #[cfg(feature = "tls")]
     tls: (Option<String>, Option<(String, String)>),
@@ -128,6 +131,7 @@ impl RedisClient {
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
             retry: None,
+            replicas: None,
             #[cfg(feature = "tls")]
             tls: (None, None),
         }
@@ -200,6 +204,29 @@ impl RedisClientBuilder {
     /// How long one command may wait for its answer (default: the connection timeout).
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// Replicated grants (off by default): after each grant, and with each renewal batch,
+    /// `WAIT` until `replicas` replicas have the write, for at most `timeout`. A grant that
+    /// fewer replicas confirmed is released at once and the acquire fails with
+    /// [`Error::Redis`] saying how many did (it is not retried: a replica that is down stays
+    /// down for the next attempt too); a renewal batch that fewer confirmed does not count,
+    /// so the holds' health turns `Suspended` and then `Lost` as if the renewal had failed.
+    /// This narrows the window in which a failover can grant a lock twice to the grants the
+    /// old primary had not yet replicated when the replicas confirmed — see `docs/redis.md`
+    /// for what stays open.
+    ///
+    /// `timeout` must be shorter than the operation timeout and than a sixth of the TTL (the
+    /// keeper's bound for a renewal round): [`connect`](Self::connect) refuses it otherwise.
+    /// Servers that forbid `WAIT` (some managed services) refuse each grant with their error.
+    /// Mutexes and read-write locks only, so far: a semaphore's leases and leader latches are
+    /// granted without waiting (their renewals do wait).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas {
+            count: replicas,
+            timeout,
+        });
         self
     }
 
@@ -276,6 +303,7 @@ impl RedisClientBuilder {
             operation_timeout,
             closed.clone(),
             (wakes.clone(), id.clone(), states.clone(), shown.clone()),
+            self.replicas,
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {
@@ -284,6 +312,7 @@ impl RedisClientBuilder {
                 id,
                 ttl: self.ttl,
                 operation_timeout,
+                replicas: self.replicas,
                 retry: self.retry.unwrap_or_else(|| {
                     Arc::new(
                         ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
@@ -355,6 +384,18 @@ impl RedisClientBuilder {
             if d < min || d > Duration::from_secs(86_400) {
                 return Err(Error::invalid(format!(
                     "the {what} must be between {min:?} and a day, not {d:?}"
+                )));
+            }
+        }
+        if let Some(r) = self.replicas {
+            let op = self.operation_timeout.unwrap_or(self.connect_timeout);
+            let bound = op.min(self.ttl / 6);
+            if r.count == 0 || r.timeout.is_zero() || r.timeout >= bound {
+                return Err(Error::invalid(format!(
+                    "wait_for_replicas needs at least one replica and a timeout above zero and \
+                     below {bound:?} (the operation timeout and a sixth of the TTL), not {} \
+                     within {:?}",
+                    r.count, r.timeout
                 )));
             }
         }
@@ -445,6 +486,11 @@ impl Inner {
 
     pub(crate) fn operation_timeout(&self) -> Duration {
         self.operation_timeout
+    }
+
+    /// Replicated grants, if asked for.
+    pub(crate) fn replicas(&self) -> Option<Replicas> {
+        self.replicas
     }
 
     pub(crate) fn closed(&self) -> bool {
@@ -644,6 +690,23 @@ impl Inner {
             }
         }
         self.slots.close();
+    }
+}
+
+/// Replicated grants: `WAIT count timeout` after each grant and with each renewal batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// The `WAIT` command.
+    pub(crate) fn wait(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.count)
+            .arg(super::keeper::ms(self.timeout).max(1));
+        cmd
     }
 }
 

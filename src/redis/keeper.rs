@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::client::Replicas;
 use super::clock::{time_us, ServerClock, Step};
 use super::scripts::{wake_channel, Keys, Scripts};
 use super::server::Server;
@@ -96,6 +97,7 @@ impl Keeper {
         operation_timeout: Duration,
         closed: Arc<AtomicBool>,
         (wakes, client_id, states, shown): (Arc<Wakes>, String, Arc<States>, String),
+        replicas: Option<Replicas>,
     ) -> Result<Keeper> {
         let shared = Arc::new(Shared::default());
         let run = Run {
@@ -113,6 +115,7 @@ impl Keeper {
             next_owner: 0,
             clock: ServerClock::new(ttl),
             shown,
+            replicas,
         };
         let thread = std::thread::Builder::new()
             .name("zklock-redis-keeper".into())
@@ -268,6 +271,8 @@ struct Run {
     clock: ServerClock,
     /// The server's URL without its password, for the log.
     shown: String,
+    /// Replicated grants: each renewal batch counts only once this many replicas have it.
+    replicas: Option<Replicas>,
 }
 
 impl Run {
@@ -393,6 +398,9 @@ impl Run {
             pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms]));
             used.push(renew);
         }
+        if let Some(r) = self.replicas {
+            pipe.add_command(r.wait());
+        }
         let mut sent = Duration::ZERO;
         let mut answers: redis::RedisResult<Vec<redis::Value>> =
             self.query(&pipe, &used, None, &mut sent);
@@ -405,8 +413,27 @@ impl Run {
         }
         let answered = boot_clock();
         match answers {
-            Ok(answers) => {
+            Ok(mut answers) => {
                 self.states.heard(sent);
+                // Replicated grants: the batch counts only if enough replicas have it.
+                let confirmed = match self.replicas {
+                    None => true,
+                    Some(r) => {
+                        let acked = answers
+                            .pop()
+                            .and_then(|a| redis::from_redis_value::<i64>(a).ok())
+                            .unwrap_or(0);
+                        if acked < i64::from(r.count) {
+                            tracing::warn!(
+                                "zklock: a Redis renewal reached {acked} of the {} replicas \
+                                 asked for within {:?}: it does not count",
+                                r.count,
+                                r.timeout
+                            );
+                        }
+                        acked >= i64::from(r.count)
+                    }
+                };
                 let mut answers = answers.into_iter();
                 let step = answers
                     .next()
@@ -414,7 +441,9 @@ impl Run {
                 let mut lost = 0;
                 for ((id, _, _, lease, report), ours) in batch.into_iter().zip(answers) {
                     if redis::from_redis_value::<i64>(ours).is_ok_and(|ours| ours == 1) {
-                        lease.heard_at(sent);
+                        if confirmed {
+                            lease.heard_at(sent);
+                        }
                         if let Some(k) = self.shared.holds.lock().get_mut(&id) {
                             k.doubted = step.is_some();
                         }
