@@ -146,6 +146,54 @@ fn a_killed_primary_is_followed_and_the_waiters_are_served_by_the_new_one() {
     }
 }
 
+/// The primary is paused (SIGSTOP: it accepts connections and answers nothing, as a node cut
+/// off by a partition) under a holder with two waiters queued. The sentinels promote a
+/// replica; the Client's connections to the silent old primary — the keeper's, the pool's,
+/// the subscriber's and the waiting slots' — are opened again on the new one as soon as any
+/// of them finds the primary moved, so that when the holder releases, the waiters are woken
+/// there by their messages, not by their re-check a third of the TTL later.
+#[test]
+fn a_paused_primary_is_replaced_and_the_waiters_hear_the_new_one() {
+    let ttl = Duration::from_secs(10);
+    let set = TestingSentinel::start().unwrap();
+    let a = client(&set, ttl);
+    let mutex = RedisMutex::new(&a, "paused").unwrap();
+    let guard = mutex.lock().unwrap();
+    let (rx, threads) = waiters(&set, "paused", ttl);
+    wait_for("two waiters queued", || queued(&set, "paused") == 2);
+    let owner = set
+        .primary()
+        .unwrap()
+        .command(&["GET", "zklock:{paused}"])
+        .unwrap();
+    replicated(&set, "zklock:{paused}", &owner);
+    let old = set.pause_primary().unwrap();
+    let paused = Instant::now();
+    let new = set.wait_for_new_primary(old).unwrap();
+    println!("new primary {new} {:?} after the pause", paused.elapsed());
+    renewed_on(&set, new, "zklock:{paused}");
+    println!(
+        "renewed on the new primary {:?} after the pause",
+        paused.elapsed()
+    );
+    assert_eq!(guard.health(), LockHealth::Held);
+    let released = Instant::now();
+    guard.release().unwrap();
+    let (first, _) = rx
+        .recv_timeout(patience())
+        .expect("the first waiter served");
+    let (second, _) = rx
+        .recv_timeout(patience())
+        .expect("the second waiter served");
+    let (w1, w2) = (first - released, second - first);
+    println!("waiters served {w1:?} after the release and {w2:?} after the first");
+    assert!(w1 < ttl / 3 && w2 < ttl / 3, "{w1:?} {w2:?}");
+    for t in threads {
+        t.join().unwrap();
+    }
+    set.resume(old).unwrap();
+}
+
 /// The new primary never got the holder's key (both replicas missed it): the holder's first
 /// renewal there finds it gone and reads `Lost`, and a waiter is granted there with a higher
 /// token.

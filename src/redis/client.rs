@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     states: Arc<States>,
     closed: Arc<AtomicBool>,
     next_waiter: AtomicU64,
+    /// The server's primary moves when the pooled connections were opened.
+    pool_moves: AtomicU64,
     events: Sender<Box<dyn FnOnce() + Send>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -327,6 +329,7 @@ impl RedisClientBuilder {
                 states,
                 closed,
                 next_waiter: AtomicU64::new(1),
+                pool_moves: AtomicU64::new(0),
                 events,
                 threads: Mutex::new(vec![subscriber, events_thread]),
             }),
@@ -656,8 +659,16 @@ impl Inner {
 
     /// A pooled command connection, or a new one opened within `within`.
     fn take(&self, within: Duration) -> Result<redis::Connection> {
-        if let Some(c) = self.pool.lock().pop() {
-            return Ok(c);
+        {
+            let mut pool = self.pool.lock();
+            // Connections opened before the primary moved go to a node that is no longer it.
+            let moves = self.server.moves();
+            if self.pool_moves.swap(moves, Ordering::AcqRel) != moves {
+                pool.clear();
+            }
+            if let Some(c) = pool.pop() {
+                return Ok(c);
+            }
         }
         self.server
             .connect(within, self.operation_timeout)

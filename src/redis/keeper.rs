@@ -116,6 +116,7 @@ impl Keeper {
             clock: ServerClock::new(ttl),
             shown,
             replicas,
+            conn_moves: 0,
         };
         let thread = std::thread::Builder::new()
             .name("zklock-redis-keeper".into())
@@ -273,6 +274,8 @@ struct Run {
     shown: String,
     /// Replicated grants: each renewal batch counts only once this many replicas have it.
     replicas: Option<Replicas>,
+    /// The server's primary moves when the connection was opened.
+    conn_moves: u64,
 }
 
 impl Run {
@@ -309,6 +312,12 @@ impl Run {
     /// The keeper's connection, opened when missing; with `by`, opened and answering by then.
     fn conn_by(&mut self, by: Option<Instant>) -> Option<&mut redis::Connection> {
         let timeout = self.timeout();
+        let moves = self.server.moves();
+        if self.conn_moves != moves {
+            // Opened before the primary moved: to a node that is no longer it.
+            self.conn = None;
+            self.conn_moves = moves;
+        }
         if self.conn.is_none() {
             let opened = match by {
                 Some(by) => self.server.connect_by(by, timeout),

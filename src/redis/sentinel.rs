@@ -15,7 +15,7 @@
 //! bound) and reads no URL form; this one opens every connection within what is left of its
 //! caller's bound.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::server::Server;
@@ -147,6 +147,11 @@ pub(crate) struct Sentinels {
     sentinels: Vec<Server>,
     /// The sentinel that answered last: asked first next time.
     first: AtomicUsize,
+    /// The primary the last connection went to, and how many times that changed: a
+    /// connection made before a change is to a node that is no longer the primary, which may
+    /// say nothing (paused, cut off) rather than close it.
+    primary: parking_lot::Mutex<String>,
+    moves: AtomicU64,
 }
 
 impl Sentinels {
@@ -160,7 +165,14 @@ impl Sentinels {
             url,
             sentinels,
             first: AtomicUsize::new(0),
+            primary: parking_lot::Mutex::new(String::new()),
+            moves: AtomicU64::new(0),
         })
+    }
+
+    /// How many times the primary connections go to has changed.
+    pub(crate) fn moves(&self) -> u64 {
+        self.moves.load(Ordering::Acquire)
     }
 
     /// A connection to the primary, opened within `timeout` (the sentinels' answers
@@ -260,6 +272,14 @@ impl Sentinels {
             match opened {
                 Ok((c, role)) if is_primary(&role) => {
                     self.first.store(i, Ordering::Relaxed);
+                    let mut primary = self.primary.lock();
+                    if *primary != node {
+                        if !primary.is_empty() {
+                            tracing::info!("zklock: the Redis primary {master:?} is now {node}");
+                            self.moves.fetch_add(1, Ordering::AcqRel);
+                        }
+                        *primary = node;
+                    }
                     return Round::Connected(c);
                 }
                 Ok(_) => why.push(format!(

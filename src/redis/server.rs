@@ -70,6 +70,15 @@ impl Server {
         Ok(conn)
     }
 
+    /// How many times the primary has moved (sentinels only; always 0 for one server): a
+    /// connection opened before the count last changed should be opened again.
+    pub(crate) fn moves(&self) -> u64 {
+        match &self.target {
+            Target::Direct(_) => 0,
+            Target::Sentinels(s) => s.moves(),
+        }
+    }
+
     /// [`connect`](Self::connect) within what is left until `until` (at most `timeout`).
     pub(crate) fn connect_by(
         &self,

@@ -41,6 +41,9 @@ pub(crate) struct Slot {
     /// What goes before the `:` of a waiter id on this slot (`CLIENT/N`).
     prefix: String,
     conn: redis::Connection,
+    /// The server, and how many times its primary had moved when this slot subscribed.
+    server: Server,
+    moves: u64,
 }
 
 impl Slots {
@@ -108,6 +111,7 @@ impl Slots {
     }
 
     fn subscribe(&self, prefix: String, timeout: Duration) -> redis::RedisResult<Slot> {
+        let moves = self.redis.moves();
         let mut conn = self.redis.connect(timeout, timeout)?;
         let subscribe = redis::cmd("SUBSCRIBE")
             .arg(super::scripts::wake_channel(&prefix))
@@ -115,7 +119,12 @@ impl Slots {
         conn.send_packed_command(&subscribe)?;
         // The confirmation: from here on, nothing published to the channel is missed.
         conn.recv_response()?;
-        Ok(Slot { prefix, conn })
+        Ok(Slot {
+            prefix,
+            conn,
+            server: self.redis.clone(),
+            moves,
+        })
     }
 
     /// Gives a slot back for the next waiter.
@@ -177,6 +186,14 @@ impl Slot {
                 Err(e) if e.is_timeout() => {
                     if interrupted() {
                         return Ok(true);
+                    }
+                    if self.server.moves() != self.moves {
+                        // Subscribed on a node that is no longer the primary (and may say
+                        // nothing): wake-ups are published on the new one.
+                        return Err(redis::RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::NotConnected,
+                            "the primary moved",
+                        )));
                     }
                 }
                 Err(e) => return Err(e),
