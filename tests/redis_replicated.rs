@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use zklock::testing::TestingRedis;
-use zklock::{Error, LockHealth, RedisClient, RedisMutex};
+use zklock::{Error, LockHealth, RedisClient, RedisMutex, RedisSemaphore};
 
 mod redis_common;
 use redis_common::wait_for;
@@ -58,6 +58,32 @@ fn a_grant_no_replica_confirmed_is_released_and_refused() {
         "the unconfirmed grant was released"
     );
     assert!(other.try_lock().unwrap().is_some(), "confirmed again");
+}
+
+/// A semaphore lease waits for the replica as a mutex's grant does.
+#[test]
+fn a_lease_no_replica_confirmed_is_released_and_refused() {
+    let primary = TestingRedis::start().unwrap();
+    let replica = TestingRedis::replica_of(&primary).unwrap();
+    let c = replicated_client(&primary, Duration::from_secs(3));
+    let semaphore = RedisSemaphore::new(&c, "leases", 2).unwrap();
+    let lease = semaphore
+        .acquire_timeout(Duration::ZERO)
+        .unwrap()
+        .expect("granted and confirmed");
+    replica.pause().unwrap();
+    let refused = semaphore.acquire_timeout(Duration::ZERO);
+    replica.resume().unwrap();
+    match refused {
+        Err(Error::Redis(why)) => assert!(why.contains("0 of the 1 replicas"), "{why}"),
+        other => panic!("not refused: {other:?}"),
+    }
+    assert_eq!(
+        primary.command(&["ZCARD", "zklock:sem:{leases}"]).unwrap(),
+        "1",
+        "only the confirmed lease is out"
+    );
+    lease.release().unwrap();
 }
 
 /// A holder whose renewals no replica confirms reads `Suspended` once half a TTL has passed

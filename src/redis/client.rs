@@ -222,8 +222,8 @@ impl RedisClientBuilder {
     /// `timeout` must be shorter than the operation timeout and than a sixth of the TTL (the
     /// keeper's bound for a renewal round): [`connect`](Self::connect) refuses it otherwise.
     /// Servers that forbid `WAIT` (some managed services) refuse each grant with their error.
-    /// Mutexes and read-write locks only, so far: a semaphore's leases and leader latches are
-    /// granted without waiting (their renewals do wait).
+    /// Mutexes, read-write locks and semaphores; leader latches are granted without waiting
+    /// so far (their renewals do wait).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(Replicas {
             count: replicas,

@@ -349,7 +349,7 @@ impl RawLock for Raw {
 
 /// Replicated grants: waits until `r.count` replicas have the grant just made on `c`; if fewer
 /// do within `r.timeout`, releases it (with `release`) and says so as an error.
-fn replicated(
+pub(crate) fn replicated(
     c: &mut redis::Connection,
     r: super::client::Replicas,
     release: &redis::Script,
