@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use zklock::testing::TestingRedis;
-use zklock::{Error, LockHealth, RedisClient, RedisMutex, RedisSemaphore};
+use zklock::{Error, LockHealth, RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
 
 mod redis_common;
 use redis_common::wait_for;
@@ -84,6 +84,34 @@ fn a_lease_no_replica_confirmed_is_released_and_refused() {
         "only the confirmed lease is out"
     );
     lease.release().unwrap();
+}
+
+/// A leader latch whose term no replica confirmed does not lead: it gives the turn up and
+/// leads once the replica confirms.
+#[test]
+fn a_latch_leads_only_once_a_replica_confirms() {
+    let primary = TestingRedis::start().unwrap();
+    let replica = TestingRedis::replica_of(&primary).unwrap();
+    let c = replicated_client(&primary, Duration::from_secs(3));
+    replica.pause().unwrap();
+    let latch = RedisLeaderLatch::start(&c, "elected").unwrap();
+    assert!(
+        !latch
+            .await_leadership_timeout(Duration::from_millis(1500))
+            .unwrap(),
+        "led without a replica's confirmation"
+    );
+    // Each try holds the key only while it waits for the replica (200 ms), then releases it.
+    wait_for("the unconfirmed term released", || {
+        primary.command(&["EXISTS", "zklock:{elected}"]).unwrap() == "0"
+    });
+    replica.resume().unwrap();
+    let resumed = Instant::now();
+    assert!(latch
+        .await_leadership_timeout(redis_common::patience())
+        .unwrap());
+    println!("leads {:?} after the replica resumed", resumed.elapsed());
+    latch.close();
 }
 
 /// A holder whose renewals no replica confirms reads `Suspended` once half a TTL has passed

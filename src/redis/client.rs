@@ -222,8 +222,8 @@ impl RedisClientBuilder {
     /// `timeout` must be shorter than the operation timeout and than a sixth of the TTL (the
     /// keeper's bound for a renewal round): [`connect`](Self::connect) refuses it otherwise.
     /// Servers that forbid `WAIT` (some managed services) refuse each grant with their error.
-    /// Mutexes, read-write locks and semaphores; leader latches are granted without waiting
-    /// so far (their renewals do wait).
+    /// Every Redis lock: mutexes, read-write locks, semaphores and leader latches (a latch
+    /// whose grant was not confirmed gives its turn up and queues again at its re-check).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(Replicas {
             count: replicas,

@@ -709,6 +709,11 @@ impl Keeping<'_> {
         self.run.ttl
     }
 
+    /// Replicated grants, if the Client asks for them.
+    pub(crate) fn replicas(&self) -> Option<Replicas> {
+        self.run.replicas
+    }
+
     /// The Client's scripts.
     pub(crate) fn scripts(&self) -> Arc<Scripts> {
         self.run.scripts.clone()
