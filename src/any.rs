@@ -210,7 +210,7 @@ impl AnyClientBuilder {
         let op = self.operation_timeout.unwrap_or(self.connect_timeout);
         let inner: Arc<dyn Backend> = match scheme {
             "zk" => zookeeper::connect(&self, op)?,
-            "redis" | "rediss" => redis::connect(&self, op)?,
+            "redis" | "rediss" | "redis+sentinel" => redis::connect(&self, op)?,
             "postgres" | "postgresql" => postgres::connect(&self, op)?,
             "mysql" | "mariadb" => mysql::connect(&self, op)?,
             other => {

@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     id: String,
     ttl: Duration,
     operation_timeout: Duration,
+    /// Replicated grants: how many replicas must confirm a grant or a renewal, within what.
+    replicas: Option<Replicas>,
     retry: Arc<dyn RetryPolicy>,
     pool: Mutex<Vec<redis::Connection>>,
     pub(crate) scripts: Arc<Scripts>,
@@ -80,6 +82,8 @@ pub(crate) struct Inner {
     states: Arc<States>,
     closed: Arc<AtomicBool>,
     next_waiter: AtomicU64,
+    /// The server's primary moves when the pooled connections were opened.
+    pool_moves: AtomicU64,
     events: Sender<Box<dyn FnOnce() + Send>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -100,6 +104,7 @@ pub struct RedisClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
+    replicas: Option<Replicas>,
     /// The CA to trust instead of the system's, and a client certificate and key (PEM).
     #[cfg(feature = "tls")]
     tls: (Option<String>, Option<(String, String)>),
@@ -116,7 +121,11 @@ impl RedisClient {
 
     /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`,
     /// or `rediss://…` for TLS (feature `tls`; the server's certificate is checked against
-    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`).
+    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`), or the primary of a Sentinel set:
+    /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]`
+    /// (sentinels on port 26379 unless given; `?sentinel_password=…&sentinel_username=…` for
+    /// sentinels that ask for a password of their own), asked for the primary at each new
+    /// connection, so that the Client follows a failover.
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
@@ -124,6 +133,7 @@ impl RedisClient {
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
             retry: None,
+            replicas: None,
             #[cfg(feature = "tls")]
             tls: (None, None),
         }
@@ -156,7 +166,7 @@ impl RedisClient {
     }
 
     /// The connection state now: `Connected` from the start, `Suspended` once the server has
-    /// stopped answering the Client's keeper (a failed renewal or `PING`, or none answered for
+    /// stopped answering the Client's keeper (a failed renewal or `TIME`, or none answered for
     /// half a TTL), `Lost` once a whole TTL has passed since it last answered (every hold of
     /// the Client may have expired), `Reconnected` when it answers again.
     pub fn state(&self) -> ConnectionState {
@@ -199,6 +209,29 @@ impl RedisClientBuilder {
         self
     }
 
+    /// Replicated grants (off by default): after each grant, and with each renewal batch,
+    /// `WAIT` until `replicas` replicas have the write, for at most `timeout`. A grant that
+    /// fewer replicas confirmed is released at once and the acquire fails with
+    /// [`Error::Redis`] saying how many did (it is not retried: a replica that is down stays
+    /// down for the next attempt too); a renewal batch that fewer confirmed does not count,
+    /// so the holds' health turns `Suspended` and then `Lost` as if the renewal had failed.
+    /// This narrows the window in which a failover can grant a lock twice to the grants the
+    /// old primary had not yet replicated when the replicas confirmed — see `docs/redis.md`
+    /// for what stays open.
+    ///
+    /// `timeout` must be shorter than the operation timeout and than a sixth of the TTL (the
+    /// keeper's bound for a renewal round): [`connect`](Self::connect) refuses it otherwise.
+    /// Servers that forbid `WAIT` (some managed services) refuse each grant with their error.
+    /// Every Redis lock: mutexes, read-write locks, semaphores and leader latches (a latch
+    /// whose grant was not confirmed gives its turn up and queues again at its re-check).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas {
+            count: replicas,
+            timeout,
+        });
+        self
+    }
+
     /// How calls retry when a connection fails (default: exponential backoff from 100 ms,
     /// 3 retries).
     pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
@@ -231,11 +264,13 @@ impl RedisClientBuilder {
     /// and the server check, and as much again for the subscriber's connection.
     ///
     /// # Errors
-    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse, a `rediss://`
+    /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse (a sentinel URL
+    /// without the primary's name), a `rediss://`
     /// URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
-    /// server older than Redis 5.0 or one that refuses the database index.
+    /// server older than Redis 5.0 or one that refuses the database index, or a primary name
+    /// no sentinel knows (the cause says what each sentinel answered).
     pub fn connect(self) -> Result<RedisClient> {
         let (server, shown) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
@@ -269,7 +304,8 @@ impl RedisClientBuilder {
             self.ttl,
             operation_timeout,
             closed.clone(),
-            (wakes.clone(), id.clone(), states.clone()),
+            (wakes.clone(), id.clone(), states.clone(), shown.clone()),
+            self.replicas,
         )?;
         Ok(RedisClient {
             inner: Arc::new(Inner {
@@ -278,6 +314,7 @@ impl RedisClientBuilder {
                 id,
                 ttl: self.ttl,
                 operation_timeout,
+                replicas: self.replicas,
                 retry: self.retry.unwrap_or_else(|| {
                     Arc::new(
                         ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
@@ -292,6 +329,7 @@ impl RedisClientBuilder {
                 states,
                 closed,
                 next_waiter: AtomicU64::new(1),
+                pool_moves: AtomicU64::new(0),
                 events,
                 threads: Mutex::new(vec![subscriber, events_thread]),
             }),
@@ -324,9 +362,15 @@ impl RedisClientBuilder {
     fn check(&self) -> Result<(Server, String)> {
         let url = self.url.trim();
         check_scheme(url, cfg!(feature = "tls"))?;
-        let redis = self
-            .open(url)
-            .map_err(|e| Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url))))?;
+        let not_redis = |e: &dyn std::fmt::Display| {
+            Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url)))
+        };
+        let redis = if url.starts_with("redis+sentinel://") {
+            let parsed = super::sentinel::parse(url).map_err(|why| not_redis(&why))?;
+            Server::sentinel(super::sentinel::Sentinels::new(parsed).map_err(|e| not_redis(&e))?)
+        } else {
+            self.open(url).map_err(|e| not_redis(&e))?
+        };
         for (what, d, min) in [
             ("TTL", self.ttl, Duration::from_millis(100)),
             (
@@ -346,6 +390,18 @@ impl RedisClientBuilder {
                 )));
             }
         }
+        if let Some(r) = self.replicas {
+            let op = self.operation_timeout.unwrap_or(self.connect_timeout);
+            let bound = op.min(self.ttl / 6);
+            if r.count == 0 || r.timeout.is_zero() || r.timeout >= bound {
+                return Err(Error::invalid(format!(
+                    "wait_for_replicas needs at least one replica and a timeout above zero and \
+                     below {bound:?} (the operation timeout and a sixth of the TTL), not {} \
+                     within {:?}",
+                    r.count, r.timeout
+                )));
+            }
+        }
         Ok((redis, shown_url(url)))
     }
 }
@@ -353,21 +409,29 @@ impl RedisClientBuilder {
 /// A Redis URL's scheme: `redis://`, or `rediss://` in a build with TLS.
 fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
     match url.split("://").next().unwrap_or_default() {
-        "redis" => Ok(()),
+        "redis" | "redis+sentinel" => Ok(()),
         "rediss" if tls_built => Ok(()),
+        "rediss+sentinel" => Err(Error::invalid(format!(
+            "{:?}: TLS to sentinels is not supported yet",
+            shown_url(url)
+        ))),
         "rediss" => Err(Error::invalid(format!(
             "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
             shown_url(url)
         ))),
         _ => Err(Error::invalid(format!(
-            "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db])",
+            "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db]) \
+             or redis+sentinel:// (redis+sentinel://[[user]:password@]host[:port][,…]/primary_name[/db])",
             shown_url(url)
         ))),
     }
 }
 
 /// `url` with its password hidden.
-fn shown_url(url: &str) -> String {
+pub(crate) fn shown_url(url: &str) -> String {
+    if url.starts_with("redis+sentinel://") && url.contains('?') {
+        return super::sentinel::shown(url);
+    }
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
@@ -425,6 +489,11 @@ impl Inner {
 
     pub(crate) fn operation_timeout(&self) -> Duration {
         self.operation_timeout
+    }
+
+    /// Replicated grants, if asked for.
+    pub(crate) fn replicas(&self) -> Option<Replicas> {
+        self.replicas
     }
 
     pub(crate) fn closed(&self) -> bool {
@@ -561,7 +630,7 @@ impl Inner {
                         Ok((v, sent))
                     }
                     Err(e) => {
-                        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                        if super::error::broken(&e) {
                             // The others were opened to the same server: likely broken too.
                             self.pool.lock().clear();
                         } else if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok()
@@ -590,8 +659,16 @@ impl Inner {
 
     /// A pooled command connection, or a new one opened within `within`.
     fn take(&self, within: Duration) -> Result<redis::Connection> {
-        if let Some(c) = self.pool.lock().pop() {
-            return Ok(c);
+        {
+            let mut pool = self.pool.lock();
+            // Connections opened before the primary moved go to a node that is no longer it.
+            let moves = self.server.moves();
+            if self.pool_moves.swap(moves, Ordering::AcqRel) != moves {
+                pool.clear();
+            }
+            if let Some(c) = pool.pop() {
+                return Ok(c);
+            }
         }
         self.server
             .connect(within, self.operation_timeout)
@@ -624,6 +701,23 @@ impl Inner {
             }
         }
         self.slots.close();
+    }
+}
+
+/// Replicated grants: `WAIT count timeout` after each grant and with each renewal batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// The `WAIT` command.
+    pub(crate) fn wait(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.count)
+            .arg(super::keeper::ms(self.timeout).max(1));
+        cmd
     }
 }
 

@@ -24,10 +24,17 @@ pub(crate) fn error(e: redis::RedisError) -> Error {
     if let Some(why) = tls_refusal(&e) {
         return Error::Tls(why);
     }
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+    if broken(&e) {
         return Error::ConnectionLoss;
     }
     Error::Redis(e.to_string())
+}
+
+/// Whether `e` says the connection is of no more use: it failed, timed out or was closed, or
+/// its server is no longer the primary (`READONLY`: demoted by a failover whose sentinels did
+/// not close it) — a new connection is opened, to the current primary.
+pub(crate) fn broken(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.code() == Some("READONLY")
 }
 
 /// Why a TLS handshake failed, when that is what `e` is: rustls's error inside the I/O error,

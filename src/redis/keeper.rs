@@ -6,7 +6,11 @@
 //! queue that way); the keeper knows no recipe.
 //!
 //! A hold's lease counts from the *send* time of its last acknowledged renewal (or of the grant):
-//! the key's TTL restarted no earlier than that, so the lease runs out no later than the key.
+//! the key's TTL restarted no earlier than that, so the lease runs out no later than the key —
+//! as long as the server's wall clock, on which Redis keeps every expiry, does not step. Each
+//! round also reads the server's `TIME`; a step found there (see [`super::clock`]) is logged,
+//! and the holds read `Suspended` until the clocks have agreed for a renewal period again (a
+//! hold whose key the step expired reads `Lost`, as the renewal finds it gone).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,12 +20,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::client::Replicas;
+use super::clock::{time_us, ServerClock, Step};
 use super::scripts::{wake_channel, Keys, Scripts};
 use super::server::Server;
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
-use crate::core::health::LockHealth;
+use crate::core::health::{worst, LockHealth};
 use crate::core::lease::{boot_clock, LocalLease};
 
 /// What a hold's health is reported through.
@@ -33,6 +39,9 @@ struct Kept {
     owner: String,
     lease: Arc<LocalLease>,
     report: Report,
+    /// The server's clock stepped since the hold's last renewal: it reads `Suspended` until a
+    /// renewal finds the clocks in step again.
+    doubted: bool,
 }
 
 /// A release (or a waiter's leave) still owed to the server.
@@ -87,7 +96,8 @@ impl Keeper {
         ttl: Duration,
         operation_timeout: Duration,
         closed: Arc<AtomicBool>,
-        (wakes, client_id, states): (Arc<Wakes>, String, Arc<States>),
+        (wakes, client_id, states, shown): (Arc<Wakes>, String, Arc<States>, String),
+        replicas: Option<Replicas>,
     ) -> Result<Keeper> {
         let shared = Arc::new(Shared::default());
         let run = Run {
@@ -103,6 +113,10 @@ impl Keeper {
             states,
             ticking: Vec::new(),
             next_owner: 0,
+            clock: ServerClock::new(ttl),
+            shown,
+            replicas,
+            conn_moves: 0,
         };
         let thread = std::thread::Builder::new()
             .name("zklock-redis-keeper".into())
@@ -212,6 +226,7 @@ impl Shared {
                 owner: owner.to_owned(),
                 lease,
                 report,
+                doubted: false,
             },
         );
         id
@@ -253,6 +268,14 @@ struct Run {
     states: Arc<States>,
     ticking: Vec<Box<dyn Tick>>,
     next_owner: u64,
+    /// The server's clock as the keeper's rounds read it.
+    clock: ServerClock,
+    /// The server's URL without its password, for the log.
+    shown: String,
+    /// Replicated grants: each renewal batch counts only once this many replicas have it.
+    replicas: Option<Replicas>,
+    /// The server's primary moves when the connection was opened.
+    conn_moves: u64,
 }
 
 impl Run {
@@ -289,6 +312,12 @@ impl Run {
     /// The keeper's connection, opened when missing; with `by`, opened and answering by then.
     fn conn_by(&mut self, by: Option<Instant>) -> Option<&mut redis::Connection> {
         let timeout = self.timeout();
+        let moves = self.server.moves();
+        if self.conn_moves != moves {
+            // Opened before the primary moved: to a node that is no longer it.
+            self.conn = None;
+            self.conn_moves = moves;
+        }
         if self.conn.is_none() {
             let opened = match by {
                 Some(by) => self.server.connect_by(by, timeout),
@@ -344,7 +373,7 @@ impl Run {
             other => other,
         };
         if let Err(e) = &answers {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+            if super::error::broken(e) {
                 self.conn = None;
             }
         }
@@ -368,74 +397,175 @@ impl Run {
         }
         let ttl_ms = ms(self.ttl).to_string();
         let scripts = self.scripts.clone();
+        // The server's clock first, then every renewal: a step it shows happened before the
+        // renewals ran, so they see its effect (a key it expired is gone).
         let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
         let mut used = Vec::new();
         for (_, keys, owner, _, _) in &batch {
             let renew = scripts.renew(keys.layout);
             pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms]));
             used.push(renew);
         }
+        if let Some(r) = self.replicas {
+            pipe.add_command(r.wait());
+        }
         let mut sent = Duration::ZERO;
-        let mut answers: redis::RedisResult<Vec<i64>> = self.query(&pipe, &used, None, &mut sent);
-        if matches!(&answers, Err(e) if !e.is_timeout() && (e.is_io_error() || e.is_connection_dropped()))
-        {
-            // The connection was found closed (the server restarted, or dropped it): renew at
-            // once on a new one, so that a hold the server forgot reads Lost now rather than
-            // a period later. A server that does not answer is not asked twice.
+        let mut answers: redis::RedisResult<Vec<redis::Value>> =
+            self.query(&pipe, &used, None, &mut sent);
+        if matches!(&answers, Err(e) if !e.is_timeout() && super::error::broken(e)) {
+            // The connection was found closed (the server restarted, or dropped it, or is no
+            // longer the primary): renew at once on a new one, so that a hold the server
+            // forgot reads Lost now rather than a period later. A server that does not answer
+            // is not asked twice.
             answers = self.query(&pipe, &used, None, &mut sent);
         }
+        let answered = boot_clock();
         match answers {
-            Ok(answers) => {
+            Ok(mut answers) => {
                 self.states.heard(sent);
+                // Replicated grants: the batch counts only if enough replicas have it.
+                let confirmed = match self.replicas {
+                    None => true,
+                    Some(r) => {
+                        let acked = answers
+                            .pop()
+                            .and_then(|a| redis::from_redis_value::<i64>(a).ok())
+                            .unwrap_or(0);
+                        if acked < i64::from(r.count) {
+                            tracing::warn!(
+                                "zklock: a Redis renewal reached {acked} of the {} replicas \
+                                 asked for within {:?}: it does not count",
+                                r.count,
+                                r.timeout
+                            );
+                        }
+                        acked >= i64::from(r.count)
+                    }
+                };
+                let mut answers = answers.into_iter();
+                let step = answers
+                    .next()
+                    .and_then(|time| self.clock_read(&time, sent, answered));
+                let mut lost = 0;
                 for ((id, _, _, lease, report), ours) in batch.into_iter().zip(answers) {
-                    if ours == 1 {
-                        lease.heard_at(sent);
+                    if redis::from_redis_value::<i64>(ours).is_ok_and(|ours| ours == 1) {
+                        if confirmed {
+                            lease.heard_at(sent);
+                        }
+                        if let Some(k) = self.shared.holds.lock().get_mut(&id) {
+                            k.doubted = step.is_some();
+                        }
                     } else {
-                        tracing::warn!(
-                            "zklock: a Redis lock or lease was lost: it expired or was taken"
-                        );
+                        match step {
+                            Some(Step::Forward(by)) => tracing::warn!(
+                                "zklock: a Redis lock or lease was lost: the clock of the server \
+                                 {} stepped forward by {:.1} s, and its key expired early",
+                                self.shown,
+                                by.as_secs_f64()
+                            ),
+                            _ => tracing::warn!(
+                                "zklock: a Redis lock or lease was lost: it expired or was taken"
+                            ),
+                        }
+                        lost += 1;
                         self.shared.holds.lock().remove(&id);
                         report(LockHealth::Lost);
                     }
                 }
+                if let Some(step) = step {
+                    self.log_step(step, lost);
+                }
             }
             Err(e) => {
                 tracing::debug!("zklock: Redis renewal failed: {e}");
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                if super::error::broken(&e) {
                     self.states.failed();
                 }
             }
         }
     }
 
-    /// Without holds to renew, a `PING` tells whether the server answers.
+    /// Without holds to renew, a `TIME` tells whether the server answers, and keeps the
+    /// watch on its clock.
     fn ping(&mut self) {
         let Some(conn) = self.conn() else {
             self.states.failed();
             return;
         };
         let sent = boot_clock();
-        match redis::cmd("PING").query::<String>(conn) {
-            Ok(_) => self.states.heard(sent),
+        match redis::cmd("TIME").query::<redis::Value>(conn) {
+            Ok(time) => {
+                self.states.heard(sent);
+                if let Some(step) = self.clock_read(&time, sent, boot_clock()) {
+                    self.log_step(step, 0);
+                }
+            }
             Err(e) => {
-                tracing::debug!("zklock: Redis PING failed: {e}");
+                tracing::debug!("zklock: Redis TIME failed: {e}");
                 self.conn = None;
                 self.states.failed();
             }
         }
     }
 
-    /// Reports each hold's health as its lease reads now.
+    /// A reading of the server's clock (its `TIME` answer to a round sent at `sent` and
+    /// answered at `answered`): the step since the last reading, if any.
+    fn clock_read(
+        &mut self,
+        time: &redis::Value,
+        sent: Duration,
+        answered: Duration,
+    ) -> Option<Step> {
+        let Some(us) = time_us(time) else {
+            tracing::debug!("zklock: Redis TIME answered {time:?}");
+            self.clock.forget();
+            return None;
+        };
+        self.clock.observe(us, sent, answered)
+    }
+
+    /// Says in the log what a step of the server's clock does to this Client's holds (`lost`
+    /// of them found gone by the renewal that saw it).
+    fn log_step(&self, step: Step, lost: usize) {
+        let holds = self.shared.holds.lock().len();
+        let what = match step {
+            Step::Forward(_) => {
+                "every key on it expires early by as much (another Client may have been \
+                 granted a lock its holder still believed held)"
+            }
+            Step::Back(_) => {
+                "every key on it outlives its TTL by as much (a holder or waiter that dies now \
+                 blocks its lock that much longer; this Client's holds were renewed on the new \
+                 clock)"
+            }
+        };
+        tracing::warn!(
+            "zklock: the clock of the Redis server {} stepped {step} against this host's \
+             monotonic clock (more than the {:.1} s allowed): {what}; {lost} hold(s) found \
+             lost, {holds} read Suspended until the clocks agree for a renewal period",
+            self.shown,
+            self.clock.slack().as_secs_f64()
+        );
+    }
+
+    /// Reports each hold's health as its lease reads now (`Suspended` at best while the
+    /// server's clock is in doubt).
     fn report(&self) {
-        let holds: Vec<(Arc<LocalLease>, Report)> = self
+        let holds: Vec<(Arc<LocalLease>, Report, bool)> = self
             .shared
             .holds
             .lock()
             .values()
-            .map(|k| (k.lease.clone(), k.report.clone()))
+            .map(|k| (k.lease.clone(), k.report.clone(), k.doubted))
             .collect();
-        for (lease, report) in holds {
-            report(lease.health());
+        for (lease, report, doubted) in holds {
+            let floor = if doubted {
+                LockHealth::Suspended
+            } else {
+                LockHealth::Held
+            };
+            report(worst(lease.health(), floor));
         }
     }
 
@@ -480,7 +610,7 @@ impl Run {
         let paid: redis::RedisResult<Vec<redis::Value>> = self.query(&pipe, &used, by, &mut sent);
         match paid {
             Ok(_) => {}
-            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => {
+            Err(e) if !super::error::broken(&e) => {
                 // Sending it again would not help.
                 tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
             }
@@ -577,6 +707,11 @@ impl Keeping<'_> {
     /// The Client's hold TTL.
     pub(crate) fn ttl(&self) -> Duration {
         self.run.ttl
+    }
+
+    /// Replicated grants, if the Client asks for them.
+    pub(crate) fn replicas(&self) -> Option<Replicas> {
+        self.run.replicas
     }
 
     /// The Client's scripts.

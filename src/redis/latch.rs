@@ -171,7 +171,7 @@ impl Tick for Contending {
             return true;
         }
         let owner = owner.clone();
-        let (ttl, scripts) = (k.ttl(), k.scripts());
+        let (ttl, scripts, replicas) = (k.ttl(), k.scripts(), k.replicas());
         let Some(conn) = k.conn() else {
             self.next_try = Instant::now() + ttl / 20;
             return true;
@@ -183,7 +183,16 @@ impl Tick for Contending {
             .arg(ms(ttl))
             .arg("1")
             .arg(ms(ttl * TOKEN_KEEP_TTLS));
-        match call.invoke::<(i64, i64)>(conn) {
+        let answer = call.invoke::<(i64, i64)>(conn).and_then(|answer| {
+            // Replicated grants: a grant too few replicas confirmed is released, and the latch
+            // tries again at its re-check.
+            if let (Some(r), (1, _)) = (replicas, answer) {
+                let release = scripts.release(Layout::Queue);
+                super::mutex::replicated(conn, r, release, keys, &owner)?;
+            }
+            Ok(answer)
+        });
+        match answer {
             Ok((1, token)) => {
                 let lease = k.lease(sent);
                 let report = election.gained(u64::try_from(token).unwrap_or(0), lease.clone());
@@ -197,10 +206,18 @@ impl Tick for Contending {
                     .map_or(ttl / 3, |ms| Duration::from_millis(ms.saturating_add(2)));
                 self.next_try = Instant::now() + expiry.min(ttl / 3);
             }
+            Err(e) if e.kind() == redis::ErrorKind::Client => {
+                tracing::warn!("zklock: a Redis latch's term was not begun: {e}");
+                self.next_try = Instant::now() + ttl / 3;
+            }
             Err(e) => {
                 tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                if super::error::broken(&e) {
                     k.drop_conn();
+                    if replicas.is_some() {
+                        // It may have been granted before the wait for replicas broke.
+                        k.owe(keys, &owner, false);
+                    }
                 }
                 self.next_try = Instant::now() + ttl / 20;
             }

@@ -15,6 +15,7 @@
 //! ```
 
 mod client;
+mod clock;
 mod error;
 mod keeper;
 mod latch;
@@ -23,6 +24,7 @@ mod participants;
 mod read_write;
 mod scripts;
 mod semaphore;
+mod sentinel;
 mod server;
 mod slots;
 mod waiting;

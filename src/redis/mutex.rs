@@ -274,7 +274,20 @@ impl RawLock for Raw {
                     call.arg(entry).arg(own_writer).arg(keep);
                 }
             }
-            call.invoke(c)
+            let answer: (i64, i64) = call.invoke(c)?;
+            match inner.replicas() {
+                Some(r) if answer.0 == 1 => {
+                    replicated(
+                        c,
+                        r,
+                        inner.scripts.release(self.keys.layout),
+                        &self.keys,
+                        owner,
+                    )?;
+                    Ok(answer)
+                }
+                _ => Ok(answer),
+            }
         };
         let how = How {
             suffix,
@@ -332,6 +345,33 @@ impl RawLock for Raw {
     fn drop_bound(&self) -> Duration {
         self.client.inner().drop_bound()
     }
+}
+
+/// Replicated grants: waits until `r.count` replicas have the grant just made on `c`; if fewer
+/// do within `r.timeout`, releases it (with `release`) and says so as an error.
+pub(crate) fn replicated(
+    c: &mut redis::Connection,
+    r: super::client::Replicas,
+    release: &redis::Script,
+    keys: &Keys,
+    owner: &str,
+) -> redis::RedisResult<()> {
+    let acked: i64 = r.wait().query(c)?;
+    if acked >= i64::from(r.count) {
+        return Ok(());
+    }
+    let mut undo = invocation(release, keys);
+    undo.arg(owner);
+    let _: i64 = undo.invoke(c)?;
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "a grant not replicated",
+        format!(
+            "{acked} of the {} replicas asked for confirmed the grant within {:?}: it was \
+             released",
+            r.count, r.timeout
+        ),
+    )))
 }
 
 /// A name is any text of 1 to [`MAX_NAME`] bytes.

@@ -143,7 +143,15 @@ impl RedisSemaphore {
                 .arg(entry)
                 .arg(self.max_leases)
                 .arg(ms(ttl * TOKEN_KEEP_TTLS));
-            call.invoke(c)
+            let answer: (i64, i64) = call.invoke(c)?;
+            match inner.replicas() {
+                Some(r) if answer.0 == 1 => {
+                    let release = inner.scripts.release(Layout::Semaphore);
+                    super::mutex::replicated(c, r, release, &self.keys, owner)?;
+                    Ok(answer)
+                }
+                _ => Ok(answer),
+            }
         };
         let how = How {
             suffix: "",

@@ -1,14 +1,26 @@
-//! The server a Client talks to, and connections to it opened within a bound.
+//! The server a Client talks to, and connections to it opened within a bound: one server, or
+//! the primary its sentinels name at each new connection.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::sentinel::Sentinels;
+
 /// The `redis` crate's client for the server, and how many replies a new connection's setup
-/// waits for.
+/// waits for; or the sentinels that name the primary.
 #[derive(Clone)]
 pub(crate) struct Server {
-    redis: redis::Client,
+    target: Target,
     /// `AUTH` (or `HELLO`) and `SELECT`, each when the URL asks for it.
     setup_replies: u32,
+}
+
+#[derive(Clone)]
+enum Target {
+    /// One server.
+    Direct(Box<redis::Client>),
+    /// The primary the sentinels name.
+    Sentinels(Arc<Sentinels>),
 }
 
 impl Server {
@@ -24,9 +36,17 @@ impl Server {
             u32::from(resp3 || settings.password().is_some()) + u32::from(settings.db() != 0);
         let redis = open(info.set_redis_settings(settings))?;
         Ok(Server {
-            redis,
+            target: Target::Direct(Box::new(redis)),
             setup_replies,
         })
+    }
+
+    /// The primary that `sentinels` name, looked up at each new connection.
+    pub(crate) fn sentinel(sentinels: Sentinels) -> Server {
+        Server {
+            target: Target::Sentinels(Arc::new(sentinels)),
+            setup_replies: 0,
+        }
     }
 
     /// A new connection, opened within `timeout` even when the server accepts it and then
@@ -38,12 +58,25 @@ impl Server {
         timeout: Duration,
         io: Duration,
     ) -> redis::RedisResult<redis::Connection> {
+        let redis = match &self.target {
+            Target::Direct(redis) => redis,
+            Target::Sentinels(s) => return s.connect(timeout, io.max(Duration::from_millis(1))),
+        };
         let share = (timeout / self.setup_replies.max(1)).max(Duration::from_millis(1));
-        let conn = self.redis.get_connection_with_timeout(share)?;
+        let conn = redis.get_connection_with_timeout(share)?;
         let io = io.max(Duration::from_millis(1));
         conn.set_read_timeout(Some(io))?;
         conn.set_write_timeout(Some(io))?;
         Ok(conn)
+    }
+
+    /// How many times the primary has moved (sentinels only; always 0 for one server): a
+    /// connection opened before the count last changed should be opened again.
+    pub(crate) fn moves(&self) -> u64 {
+        match &self.target {
+            Target::Direct(_) => 0,
+            Target::Sentinels(s) => s.moves(),
+        }
     }
 
     /// [`connect`](Self::connect) within what is left until `until` (at most `timeout`).

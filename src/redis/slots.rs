@@ -41,6 +41,9 @@ pub(crate) struct Slot {
     /// What goes before the `:` of a waiter id on this slot (`CLIENT/N`).
     prefix: String,
     conn: redis::Connection,
+    /// The server, and how many times its primary had moved when this slot subscribed.
+    server: Server,
+    moves: u64,
 }
 
 impl Slots {
@@ -90,25 +93,25 @@ impl Slots {
     }
 
     /// A slot whose connection broke, connected and subscribed again on the same channel (its
-    /// waiter's id names that channel), taking at most `within` (and the connection timeout);
-    /// if that fails it is dropped, making room for a new one.
-    pub(crate) fn reopen(&self, broken: Slot, within: Duration) -> Option<Slot> {
+    /// waiter's id names that channel, so that its wake-up comes there and nowhere else),
+    /// taking at most `within` (and the connection timeout). If that fails the broken slot
+    /// is returned, to be opened again at the waiter's next turn (a failover, a restart: the
+    /// server comes back, and the wake-up with it).
+    pub(crate) fn reopen(&self, broken: Slot, within: Duration) -> Slot {
         let timeout = within
             .min(self.connect_timeout)
             .max(Duration::from_millis(1));
         match self.subscribe(broken.prefix.clone(), timeout) {
-            Ok(slot) => Some(slot),
+            Ok(slot) => slot,
             Err(e) => {
-                tracing::debug!("zklock: a Redis waiting slot cannot be opened again: {e}");
-                self.live.lock().retain(|p| *p != broken.prefix);
-                drop(broken);
-                self.made.fetch_sub(1, Ordering::AcqRel);
-                None
+                tracing::debug!("zklock: a Redis waiting slot cannot be opened again yet: {e}");
+                broken
             }
         }
     }
 
     fn subscribe(&self, prefix: String, timeout: Duration) -> redis::RedisResult<Slot> {
+        let moves = self.redis.moves();
         let mut conn = self.redis.connect(timeout, timeout)?;
         let subscribe = redis::cmd("SUBSCRIBE")
             .arg(super::scripts::wake_channel(&prefix))
@@ -116,7 +119,12 @@ impl Slots {
         conn.send_packed_command(&subscribe)?;
         // The confirmation: from here on, nothing published to the channel is missed.
         conn.recv_response()?;
-        Ok(Slot { prefix, conn })
+        Ok(Slot {
+            prefix,
+            conn,
+            server: self.redis.clone(),
+            moves,
+        })
     }
 
     /// Gives a slot back for the next waiter.
@@ -178,6 +186,14 @@ impl Slot {
                 Err(e) if e.is_timeout() => {
                     if interrupted() {
                         return Ok(true);
+                    }
+                    if self.server.moves() != self.moves {
+                        // Subscribed on a node that is no longer the primary (and may say
+                        // nothing): wake-ups are published on the new one.
+                        return Err(redis::RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::NotConnected,
+                            "the primary moved",
+                        )));
                     }
                 }
                 Err(e) => return Err(e),

@@ -221,12 +221,12 @@ impl Waiters {
                     };
                     if let Err(e) = on.park_until(owner, until, interrupted) {
                         // A wake-up may have been lost with it: subscribe again and look
-                        // again at once. Without a slot the waiter has the re-check and the
-                        // expiry hint left.
+                        // again at once. A slot that cannot be opened yet is tried again at
+                        // the next turn (its wake-ups come on its channel only).
                         tracing::debug!("zklock: a Redis waiting slot broke: {e}");
                         if let Some(broken) = slot.take() {
                             let within = deadline.remaining().unwrap_or(Duration::MAX);
-                            *slot = inner.slots.reopen(broken, within);
+                            *slot = Some(inner.slots.reopen(broken, within));
                         }
                     }
                 }

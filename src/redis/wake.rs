@@ -154,6 +154,7 @@ fn run(
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(50);
     while !closed.load(Ordering::Acquire) {
+        let moves = client.moves();
         let connected = client.connect(timeout, timeout);
         let mut conn = match connected {
             Ok(c) => c,
@@ -199,8 +200,10 @@ fn run(
                         wakes.wake(&id);
                     }
                 }
-                Err(e) if e.is_timeout() => {}
+                Err(e) if e.is_timeout() && client.moves() == moves => {}
                 Err(e) => {
+                    // Lost, or on a node that is no longer the primary (which may say
+                    // nothing): wake-ups are published on the new one.
                     tracing::debug!("zklock: Redis subscriber connection lost: {e}");
                     wakes.wake_all();
                     break;

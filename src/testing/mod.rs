@@ -65,6 +65,8 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
+mod clock;
 mod cluster;
 mod config;
 mod fence;
@@ -78,6 +80,8 @@ mod process;
 mod proxy;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+mod sentinel;
 mod server;
 mod session;
 mod tls;
@@ -97,6 +101,9 @@ pub use proxy::{FaultProxy, ProxyStats};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::TestingRedis;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use sentinel::TestingSentinel;
 pub use server::TestingServer;
 pub use session::expire_session;
 pub use tls::TestingTls;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
+use super::clock::{offset_us, SteppedClock};
 use super::config::free_ports;
 use super::process::{all_threads_stopped, signal, spawn};
 
@@ -24,6 +25,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// be granted twice. [`kill`](Self::kill) is `kill -9`; [`pause`](Self::pause) /
 /// [`resume`](Self::resume) are SIGSTOP / SIGCONT. [`replica_of`](Self::replica_of) starts a
 /// replica that [`promote`](Self::promote) turns into a primary (`REPLICAOF NO ONE`).
+/// [`start_with_stepped_clock`](Self::start_with_stepped_clock) starts one whose wall clock
+/// the test steps ([`set_clock_ahead`](Self::set_clock_ahead),
+/// [`set_clock_behind`](Self::set_clock_behind)) while the machine's stays as it is.
 ///
 /// Dropping it kills the server; the server also gets SIGKILL from the kernel if the test
 /// process dies (it is started with a parent-death signal, as the ZooKeeper servers are).
@@ -42,6 +46,8 @@ pub struct TestingRedis {
     replica_of: Option<u16>,
     /// A TLS port beside the plain one, and its certificates (in `dir/tls`).
     tls: Option<(super::TestingTls, u16)>,
+    /// The wall clock the test steps, if asked for.
+    clock: Option<SteppedClock>,
     dir: tempfile::TempDir,
 }
 
@@ -52,7 +58,54 @@ impl TestingRedis {
     /// `NotFound` with what to install when there is no `redis-server`; the server's log when
     /// it does not answer within 30 s.
     pub fn start() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None)
+        Self::launch_new(false, None, None, false)
+    }
+
+    /// Starts a server without persistence whose wall clock — what `TIME` answers and what
+    /// key expiry is measured on — the test sets ahead of or behind the host's with
+    /// [`set_clock_ahead`](Self::set_clock_ahead) and [`set_clock_behind`](Self::set_clock_behind),
+    /// as an NTP step, an operator's `date -s` or a VM restored from a snapshot would; the
+    /// machine's clock is not touched. Its monotonic clock runs on untouched, as it does
+    /// through a real step.
+    ///
+    /// The server runs with a small library preloaded (`LD_PRELOAD`) that adds the offset to
+    /// every reading of the wall clock; it is built with the system's C compiler (`CC`, else
+    /// `cc`) in the server's directory. (libfaketime cannot start Debian's `redis-server`: it
+    /// clashes with the server's allocator, jemalloc.) Linux only.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when the C compiler cannot be run or fails (its message).
+    pub fn start_with_stepped_clock() -> io::Result<TestingRedis> {
+        Self::launch_new(false, None, None, true)
+    }
+
+    /// The server's wall clock reads the host's plus `by` from its next reading on (`ZERO`:
+    /// the host's again). The step is from wherever it was, not from the host's clock.
+    ///
+    /// # Errors
+    /// `Unsupported` for a server not started with
+    /// [`start_with_stepped_clock`](Self::start_with_stepped_clock); when the offset file
+    /// cannot be written.
+    pub fn set_clock_ahead(&self, by: Duration) -> io::Result<()> {
+        self.stepped_clock()?.set(offset_us(by, true))
+    }
+
+    /// The server's wall clock reads the host's minus `by` from its next reading on.
+    ///
+    /// # Errors
+    /// As [`set_clock_ahead`](Self::set_clock_ahead).
+    pub fn set_clock_behind(&self, by: Duration) -> io::Result<()> {
+        self.stepped_clock()?.set(offset_us(by, false))
+    }
+
+    fn stepped_clock(&self) -> io::Result<&SteppedClock> {
+        self.clock.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the server's clock can be stepped only when it was started with \
+                 TestingRedis::start_with_stepped_clock",
+            )
+        })
     }
 
     /// Starts a server without persistence that also listens for TLS on a second port
@@ -64,7 +117,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, Some(require_client_certificate))
+        Self::launch_new(false, None, Some(require_client_certificate), false)
     }
 
     /// Starts a server that writes every change to an append-only file and fsyncs it, so that
@@ -73,7 +126,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedis> {
-        Self::launch_new(true, None, None)
+        Self::launch_new(true, None, None, false)
     }
 
     /// Starts a replica of `primary` (without persistence) and waits until it has synced.
@@ -81,7 +134,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
     pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
-        let replica = Self::launch_new(false, Some(primary.port), None)?;
+        let replica = Self::launch_new(false, Some(primary.port), None, false)?;
         let deadline = Instant::now() + START_TIMEOUT;
         while !replica
             .command(&["INFO", "replication"])?
@@ -102,6 +155,7 @@ impl TestingRedis {
         persistent: bool,
         replica_of: Option<u16>,
         tls: Option<bool>,
+        stepped_clock: bool,
     ) -> io::Result<TestingRedis> {
         let program = program();
         if Command::new(&program)
@@ -128,12 +182,17 @@ impl TestingRedis {
                 Some(need) => Some((super::tls::certificates(dir.path(), need)?.0, ports[1])),
                 None => None,
             };
+            let clock = match stepped_clock {
+                true => Some(SteppedClock::build(dir.path())?),
+                false => None,
+            };
             let mut server = TestingRedis {
                 child: None,
                 port: ports[0],
                 persistent,
                 replica_of,
                 tls,
+                clock,
                 dir,
             };
             match server.launch() {
@@ -181,6 +240,9 @@ impl TestingRedis {
         if let Some(primary) = self.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"])
                 .arg(primary.to_string());
+        }
+        if let Some(clock) = &self.clock {
+            cmd.envs(clock.env());
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -331,17 +393,7 @@ impl TestingRedis {
     /// # Errors
     /// When the server cannot be reached within 5 s, or answers with an error (its message).
     pub fn command(&self, args: &[&str]) -> io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(
-            &std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
-            Duration::from_secs(5),
-        )?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(request.as_bytes())?;
-        read_reply(&mut BufReader::new(stream))
+        command_at(self.port, args)
     }
 
     /// Runs `commands` one after another on one fresh connection (wrap them in `MULTI` …
@@ -398,8 +450,23 @@ impl TestingRedis {
     }
 }
 
+/// One command to the server (or sentinel) on `127.0.0.1:port`, as [`TestingRedis::command`].
+pub(super) fn command_at(port: u16, args: &[&str]) -> io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(5),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes())?;
+    read_reply(&mut BufReader::new(stream))
+}
+
 /// `REDIS_SERVER`, else `redis-server` on the `PATH`.
-fn program() -> PathBuf {
+pub(super) fn program() -> PathBuf {
     std::env::var_os("REDIS_SERVER")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("redis-server"))
@@ -478,6 +545,45 @@ mod tests {
         drop(server);
         // Dropping kills and reaps it: not even a zombie is left.
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_stepped_clock_moves_time_and_key_expiry_but_not_the_host() {
+        let server = TestingRedis::start_with_stepped_clock().expect("redis-server starts");
+        let secs = |s: &TestingRedis| -> i64 {
+            s.command(&["TIME"])
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let host = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64
+        };
+        assert!((secs(&server) - host()).abs() <= 1);
+        server.command(&["SET", "k", "v", "PX", "60000"]).unwrap();
+        server.set_clock_ahead(Duration::from_secs(3600)).unwrap();
+        assert!((secs(&server) - host() - 3600).abs() <= 1);
+        assert_eq!(
+            server.command(&["GET", "k"]).unwrap(),
+            "",
+            "expired an hour early"
+        );
+        server.set_clock_ahead(Duration::ZERO).unwrap();
+        server.command(&["SET", "k", "v", "PX", "60000"]).unwrap();
+        server.set_clock_behind(Duration::from_secs(3600)).unwrap();
+        assert!((secs(&server) - host() + 3600).abs() <= 1);
+        let left: i64 = server.command(&["PTTL", "k"]).unwrap().parse().unwrap();
+        assert!(left > 3_600_000, "an hour longer: {left} ms");
+        assert!(TestingRedis::start()
+            .unwrap()
+            .set_clock_ahead(Duration::from_secs(1))
+            .is_err());
     }
 
     #[test]

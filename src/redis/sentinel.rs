@@ -1,0 +1,393 @@
+//! Redis Sentinel: the primary of a replicated set, found through its sentinels.
+//!
+//! A Client given `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/NAME[/db]`
+//! (sentinel port 26379 by default; `?sentinel_password=…` and `sentinel_username=…` for
+//! sentinels that ask for a password of their own) asks the sentinels for the primary named
+//! `NAME` each time it opens a connection — the command pool's, the keeper's, the
+//! subscriber's and the waiting slots' — and checks with `ROLE` that the node it names is a
+//! primary. A failover closes the Client's connections to the old primary (the sentinels
+//! send `CLIENT KILL` to it, or it died); each is opened again on the new one: the keeper
+//! renews there (a hold whose key the new primary lacks reads `Lost`), the subscriber and
+//! the slots subscribe again there, and waiters look again.
+//!
+//! The `redis` crate's `sentinel` module does the same lookup but opens its connections
+//! without a timeout (a frozen sentinel would hang a call, where every zklock call has a
+//! bound) and reads no URL form; this one opens every connection within what is left of its
+//! caller's bound.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::server::Server;
+
+/// The sentinels' default port.
+const SENTINEL_PORT: u16 = 26379;
+
+/// A parsed `redis+sentinel://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SentinelUrl {
+    /// `host:port` of each sentinel.
+    pub(crate) sentinels: Vec<String>,
+    /// The primary's name, as the sentinels monitor it.
+    pub(crate) master: String,
+    /// The data nodes' `user:password@` as written (percent-encoded), or empty.
+    node_auth: String,
+    /// The sentinels' `user:password@`, from the query, or empty.
+    sentinel_auth: String,
+    db: String,
+}
+
+/// Parses `url` (`redis+sentinel://…`); `Err` says what is wrong (without the password).
+pub(crate) fn parse(url: &str) -> Result<SentinelUrl, String> {
+    let form = "redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]";
+    let rest = url
+        .strip_prefix("redis+sentinel://")
+        .ok_or_else(|| format!("a sentinel URL starts with redis+sentinel:// ({form})"))?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (node_auth, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        let (name, port) =
+            split_port(host).ok_or_else(|| format!("{host:?} is not host[:port]"))?;
+        if name.is_empty() {
+            return Err(format!(
+                "a sentinel URL names at least one sentinel ({form})"
+            ));
+        }
+        let port = port.unwrap_or(SENTINEL_PORT);
+        sentinels.push(match name.contains(':') {
+            true => format!("[{name}]:{port}"),
+            false => format!("{name}:{port}"),
+        });
+    }
+    let mut parts = path.split('/');
+    let master = parts.next().unwrap_or_default();
+    if master.is_empty() {
+        return Err(format!(
+            "a sentinel URL names the primary after the sentinels, as the sentinels monitor it \
+             ({form})"
+        ));
+    }
+    let db = match parts.next() {
+        None | Some("") => "0".to_owned(),
+        Some(db) if db.parse::<u32>().is_ok() => db.to_owned(),
+        Some(db) => return Err(format!("{db:?} is not a database number")),
+    };
+    if parts.any(|p| !p.is_empty()) {
+        return Err(format!("too many path segments ({form})"));
+    }
+    let (mut user, mut password) = ("", None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sentinel_password", v)) => password = Some(v),
+            Some(("sentinel_username", v)) => user = v,
+            _ => {
+                let name = pair.split('=').next().unwrap_or_default();
+                return Err(format!(
+                    "unknown option {name:?}: a sentinel URL takes sentinel_password and \
+                     sentinel_username"
+                ));
+            }
+        }
+    }
+    let sentinel_auth = match (user, password) {
+        ("", None) => String::new(),
+        (user, password) => format!("{user}:{}@", password.unwrap_or_default()),
+    };
+    Ok(SentinelUrl {
+        sentinels,
+        master: master.to_owned(),
+        node_auth: node_auth.to_owned(),
+        sentinel_auth,
+        db,
+    })
+}
+
+/// `host[:port]` (an IPv6 host in brackets) as the host and the port if given.
+fn split_port(host: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(v6) = host.strip_prefix('[') {
+        let (name, rest) = v6.split_once(']')?;
+        return match rest.strip_prefix(':') {
+            Some(port) => Some((name, Some(port.parse().ok()?))),
+            None if rest.is_empty() => Some((name, None)),
+            None => None,
+        };
+    }
+    match host.split_once(':') {
+        Some((name, port)) => Some((name, Some(port.parse().ok()?))),
+        None => Some((host, None)),
+    }
+}
+
+/// `url` with the passwords hidden.
+pub(crate) fn shown(url: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = super::client::shown_url(base);
+    if query.is_empty() {
+        return base;
+    }
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("sentinel_password", _)) => "sentinel_password=***".to_owned(),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
+}
+
+/// The sentinels of one primary, asked for it at every new connection.
+pub(crate) struct Sentinels {
+    url: SentinelUrl,
+    /// One direct server per sentinel, with the sentinels' credentials.
+    sentinels: Vec<Server>,
+    /// The sentinel that answered last: asked first next time.
+    first: AtomicUsize,
+    /// The primary the last connection went to, and how many times that changed: a
+    /// connection made before a change is to a node that is no longer the primary, which may
+    /// say nothing (paused, cut off) rather than close it.
+    primary: parking_lot::Mutex<String>,
+    moves: AtomicU64,
+}
+
+impl Sentinels {
+    pub(crate) fn new(url: SentinelUrl) -> redis::RedisResult<Sentinels> {
+        let sentinels = url
+            .sentinels
+            .iter()
+            .map(|s| direct(&format!("redis://{}{s}", url.sentinel_auth)))
+            .collect::<redis::RedisResult<Vec<Server>>>()?;
+        Ok(Sentinels {
+            url,
+            sentinels,
+            first: AtomicUsize::new(0),
+            primary: parking_lot::Mutex::new(String::new()),
+            moves: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times the primary connections go to has changed.
+    pub(crate) fn moves(&self) -> u64 {
+        self.moves.load(Ordering::Acquire)
+    }
+
+    /// A connection to the primary, opened within `timeout` (the sentinels' answers
+    /// included), with reads and writes bounded by `io`. Each sentinel is asked in turn
+    /// (the one that answered last first) until one names a node that says it is a primary;
+    /// while none does (a failover under way: the primary named is down, or not yet
+    /// promoted), they are asked again every 100 ms until `timeout` runs out.
+    ///
+    /// The error says what each sentinel answered: a refused connection when no sentinel
+    /// answered; a lost connection (retried by the caller's policy) when the sentinels
+    /// answered but no primary could be reached; an error of its own kind when every
+    /// sentinel knows no primary of that name.
+    pub(crate) fn connect(
+        &self,
+        timeout: Duration,
+        io: Duration,
+    ) -> redis::RedisResult<redis::Connection> {
+        let until = Instant::now() + timeout;
+        loop {
+            match self.round(until, io) {
+                Round::Connected(c) => return Ok(c),
+                Round::Failed(e) => return Err(e),
+                Round::Again(why, answered) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left < RETRY {
+                        let master = &self.url.master;
+                        let (kind, what) = match answered {
+                            true => (std::io::ErrorKind::NotConnected, "no primary"),
+                            false => (std::io::ErrorKind::ConnectionRefused, "no primary"),
+                        };
+                        return Err(redis::RedisError::from(std::io::Error::new(
+                            kind,
+                            format!("{what} {master:?} through the sentinels: {why}"),
+                        )));
+                    }
+                    std::thread::sleep(RETRY);
+                }
+            }
+        }
+    }
+
+    /// Each sentinel asked once.
+    fn round(&self, until: Instant, io: Duration) -> Round {
+        let n = self.sentinels.len();
+        let first = self.first.load(Ordering::Relaxed);
+        let master = &self.url.master;
+        let mut why = Vec::new();
+        let (mut unknown, mut answered, mut not_sentinel) = (0, false, 0);
+        for i in (0..n).map(|i| (first + i) % n) {
+            let at = &self.url.sentinels[i];
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                why.push(format!("no time left to ask sentinel {at}"));
+                break;
+            }
+            let asked = self.sentinels[i]
+                .connect(left, left.min(io))
+                .and_then(|mut c| {
+                    redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(master)
+                        .query::<Option<(String, u16)>>(&mut c)
+                });
+            // A node that answers with an error (it is not a sentinel) answered too.
+            answered |= asked
+                .as_ref()
+                .map_or_else(|e| !super::error::broken(e), |_| true);
+            let (host, port) = match asked {
+                Ok(Some(addr)) => addr,
+                Ok(None) => {
+                    unknown += 1;
+                    why.push(format!("sentinel {at} knows no primary named {master:?}"));
+                    continue;
+                }
+                Err(e) => {
+                    not_sentinel += usize::from(!super::error::broken(&e));
+                    why.push(format!("sentinel {at}: {e}"));
+                    continue;
+                }
+            };
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            let node = format!("{host}:{port}");
+            let left = until.saturating_duration_since(Instant::now());
+            let opened = direct(&format!(
+                "redis://{}{node}/{}",
+                self.url.node_auth, self.url.db
+            ))
+            .and_then(|server| server.connect(left, io))
+            .and_then(|mut c| {
+                let role: redis::Value = redis::cmd("ROLE").query(&mut c)?;
+                Ok((c, role))
+            });
+            match opened {
+                Ok((c, role)) if is_primary(&role) => {
+                    self.first.store(i, Ordering::Relaxed);
+                    let mut primary = self.primary.lock();
+                    if *primary != node {
+                        if !primary.is_empty() {
+                            tracing::info!("zklock: the Redis primary {master:?} is now {node}");
+                            self.moves.fetch_add(1, Ordering::AcqRel);
+                        }
+                        *primary = node;
+                    }
+                    return Round::Connected(c);
+                }
+                Ok(_) => why.push(format!(
+                    "sentinel {at} names {node} for {master:?}, which is not a primary (a \
+                     failover is under way)"
+                )),
+                // A refused password or database is the caller's to hear as it is.
+                Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                    return Round::Failed(e)
+                }
+                Err(e) if matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM")) => {
+                    return Round::Failed(e)
+                }
+                Err(e) => why.push(format!("sentinel {at} names {node}: {e}")),
+            }
+        }
+        let why = why.join("; ");
+        if unknown == n {
+            return Round::Failed(redis::RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "no sentinel knows the primary",
+                why,
+            )));
+        }
+        if not_sentinel > 0 && unknown + not_sentinel == n {
+            return Round::Failed(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "not a sentinel, or no sentinel knows the primary",
+                why,
+            )));
+        }
+        Round::Again(why, answered)
+    }
+}
+
+/// How long between two rounds of questions to the sentinels.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// What one round of questions to the sentinels gave.
+enum Round {
+    Connected(redis::Connection),
+    /// Not to be asked again: every sentinel knows no such primary, or a password was refused.
+    Failed(redis::RedisError),
+    /// Why not, and whether any sentinel answered.
+    Again(String, bool),
+}
+
+/// Whether a `ROLE` answer is a primary's (`master` first).
+fn is_primary(role: &redis::Value) -> bool {
+    match role {
+        redis::Value::Array(parts) => {
+            matches!(
+                parts.first(),
+                Some(redis::Value::BulkString(b)) if b.as_slice() == b"master"
+            ) || matches!(parts.first(), Some(redis::Value::SimpleString(s)) if s == "master")
+        }
+        _ => false,
+    }
+}
+
+fn direct(url: &str) -> redis::RedisResult<Server> {
+    Server::new(
+        redis::IntoConnectionInfo::into_connection_info(url)?,
+        redis::Client::open,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_primary_and_the_database() {
+        let u = parse("redis+sentinel://:pw@10.0.0.1,10.0.0.2:5000,[::1]:26380/locks/3").unwrap();
+        assert_eq!(
+            u.sentinels,
+            ["10.0.0.1:26379", "10.0.0.2:5000", "[::1]:26380"]
+        );
+        assert_eq!(u.master, "locks");
+        assert_eq!(u.node_auth, ":pw@");
+        assert_eq!(u.sentinel_auth, "");
+        assert_eq!(u.db, "3");
+        let u = parse("redis+sentinel://h/m?sentinel_password=s3&sentinel_username=sen").unwrap();
+        assert_eq!(u.sentinel_auth, "sen:s3@");
+        assert_eq!(u.db, "0");
+    }
+
+    #[test]
+    fn a_sentinel_url_without_a_primary_name_or_with_junk_is_refused() {
+        for (url, why) in [
+            ("redis+sentinel://127.0.0.1:26379", "names the primary"),
+            ("redis+sentinel://127.0.0.1:26379/", "names the primary"),
+            ("redis+sentinel:///m", "at least one sentinel"),
+            ("redis+sentinel://h:port/m", "host[:port]"),
+            ("redis+sentinel://h/m/x", "database number"),
+            ("redis+sentinel://h/m/1/2", "too many"),
+            ("redis+sentinel://h/m?password=x", "unknown option"),
+        ] {
+            let e = parse(url).unwrap_err();
+            assert!(e.contains(why), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            shown("redis+sentinel://u:pw@h/m?sentinel_password=x&sentinel_username=s"),
+            "redis+sentinel://u:***@h/m?sentinel_password=***&sentinel_username=s"
+        );
+    }
+}
