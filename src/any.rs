@@ -1,9 +1,9 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `zk://`, `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` and
-//! `mariadb://` URLs give the same recipes with the same options and defaults (sqlx's
-//! `AnyPool` is the model).
+//! `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `postgres://`, `postgresql://`,
+//! `mysql://` and `mariadb://` URLs give the same recipes with the same options and defaults
+//! (sqlx's `AnyPool` is the model).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +22,8 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The URL schemes [`connect`] takes in this build.
-const SCHEMES: &str =
-    "zk://, redis://, rediss://, postgres://, postgresql://, mysql://, mariadb://";
+const SCHEMES: &str = "zk://, redis://, rediss://, redis+sentinel://, postgres://, \
+     postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///

@@ -202,7 +202,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -258,7 +258,7 @@ pub struct ElectArgs {
     #[arg(long)]
     pub foreground: bool,
     /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -299,6 +299,40 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn the_command_needs_no_double_dash_when_unambiguous() {
+        let command = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(a) => (a.command, a.timeout),
+            other => panic!("{other:?}"),
+        };
+        let sh = ["sh", "-c", "exit 3"].map(String::from).to_vec();
+        assert_eq!(
+            command(&["zklock", "run", "x", "sh", "-c", "exit 3"]),
+            (sh.clone(), None)
+        );
+        assert_eq!(
+            command(&["zklock", "run", "x", "--", "sh", "-c", "exit 3"]),
+            (sh.clone(), None)
+        );
+        let timeout = Some(Duration::from_secs(1));
+        assert_eq!(
+            command(&[
+                "zklock",
+                "run",
+                "x",
+                "--timeout",
+                "1s",
+                "sh",
+                "-c",
+                "exit 3"
+            ]),
+            (sh, timeout)
+        );
+        // After the command's first word, everything is the command's.
+        let (cmd, timeout) = command(&["zklock", "run", "x", "ls", "--timeout", "1s"]);
+        assert_eq!((cmd.len(), timeout), (3, None));
     }
 
     #[test]

@@ -118,8 +118,8 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
 pub const ZOOKEEPER_LOST: &str = "its session expired or its node was deleted";
 
 /// The URL schemes `--connect` takes besides a bare ZooKeeper connect string.
-const SCHEMES: &str =
-    "zk://, redis://, rediss://, postgres://, postgresql://, mysql://, mariadb://";
+const SCHEMES: &str = "zk://, redis://, rediss://, redis+sentinel://, postgres://, \
+     postgresql://, mysql://, mariadb://";
 
 /// The server `--connect` names: ZooKeeper hosts (or a `zk://` URL), a `redis://`
 /// (`rediss://`) URL, a `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
@@ -156,7 +156,7 @@ impl Backend {
         };
         match scheme.as_str() {
             "zk" => Ok(Backend::ZooKeeper),
-            "redis" | "rediss" => Ok(Backend::Redis),
+            "redis" | "rediss" | "redis+sentinel" => Ok(Backend::Redis),
             "postgres" | "postgresql" => Ok(Backend::Postgres),
             "mysql" | "mariadb" => Ok(Backend::MySql),
             other => Err(Failure::usage(format!(
