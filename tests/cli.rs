@@ -1051,14 +1051,14 @@ mod on_redis {
         let server = TestingRedis::start().unwrap();
         let scratch = Scratch::new();
         let (log, go) = (scratch.file("log"), scratch.file("go"));
-        let _a = Proc::spawn(run_redis(
+        let a = Proc::spawn(run_redis(
             &server,
             "seen",
             &[],
             &worker(&log, "a", Some(&go), 0),
         ));
         wait_for("a to hold", || entered(&log, "a"));
-        let _b = Proc::spawn(run_redis(&server, "seen", &[], &worker(&log, "b", None, 0)));
+        let b = Proc::spawn(run_redis(&server, "seen", &[], &worker(&log, "b", None, 0)));
         wait_for("b to queue", || {
             server.command(&["LLEN", "zklock:{seen}:queue"]).unwrap() == "1"
         });
@@ -1074,7 +1074,13 @@ mod on_redis {
         assert_eq!(rows[0]["holds"], true);
         assert_eq!(rows[0]["kind"], "lock");
         assert!(rows[0]["expires_in_ms"].as_u64().unwrap() > 0, "{rows:?}");
+        assert_eq!(rows[0]["fencing_token"].as_u64(), Some(token(&log, "a")));
+        let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let owner = |p: &Proc| format!("{} pid {}", host.trim(), p.pid());
+        assert_eq!(rows[0]["owner"], owner(&a), "the holder's host and process");
         assert_eq!(rows[1]["holds"], false);
+        assert_eq!(rows[1]["owner"], owner(&b));
+        assert!(rows[1]["fencing_token"].is_null());
         let table = zklock_redis(&server, &["holders", "seen"])
             .output()
             .unwrap();

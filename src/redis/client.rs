@@ -283,7 +283,7 @@ impl RedisClientBuilder {
             .map_err(|e| failed(error(e)))?;
         let sent = boot_clock();
         check_version(&mut conn).map_err(failed)?;
-        let id = format!("{:016x}", fastrand::u64(..));
+        let id = client_id(fastrand::u64(..));
         let closed = Arc::new(AtomicBool::new(false));
         let wakes = Arc::new(Wakes::default());
         let scripts = Arc::new(Scripts::new());
@@ -470,6 +470,27 @@ fn dispatch(events: &Sender<Box<dyn FnOnce() + Send>>) -> Dispatch {
     Arc::new(move |f| {
         let _ = events.send(f);
     })
+}
+
+/// A Client's id: `RANDOM.PID@HOST`, unique, and telling who reads the queue which process
+/// holds or waits (`RedisParticipant::host` and `pid`). The host name keeps at most 64 of
+/// `[A-Za-z0-9.-]` (others become `-`), so that the id never holds the `:` and `/` that the
+/// owner ids `CLIENT:SEQ` and `CLIENT/N:SEQ` are cut at.
+fn client_id(random: u64) -> String {
+    let host: String = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{random:016x}.{}@{host}", std::process::id())
 }
 
 impl Inner {

@@ -34,6 +34,30 @@ pub struct RedisParticipant {
     /// How long until its hold (or its queue entry) expires unless renewed; `None` for a key
     /// without a TTL.
     pub expires_in: Option<Duration>,
+    /// The host of the process whose Client it is (from the id; `None` for a holder on
+    /// redis-py's layout or of another library).
+    pub host: Option<String>,
+    /// That process's id.
+    pub pid: Option<u32>,
+    /// The fencing token of a mutex's or latch's holder (the last one granted; `None` for a
+    /// waiter, a semaphore's or read-write lock's holders, and once the token key expired).
+    pub token: Option<u64>,
+}
+
+/// The host and process of a zklock owner id `RANDOM.PID@HOST[/N]:SEQ`.
+fn origin(id: &str) -> (Option<String>, Option<u32>) {
+    let client = id.rsplit_once(':').map_or(id, |(client, _)| client);
+    let client = client.split('/').next().unwrap_or(client);
+    let Some((random_pid, host)) = client.split_once('@') else {
+        return (None, None);
+    };
+    let pid = random_pid
+        .split_once('.')
+        .and_then(|(_, pid)| pid.parse().ok());
+    match pid {
+        Some(pid) if !host.is_empty() => (Some(host.to_owned()), Some(pid)),
+        _ => (None, None),
+    }
 }
 
 /// KEYS as the layout's; ARGV: how the holders are kept (`key`, `set`, `rw`). Returns
@@ -71,7 +95,11 @@ if #KEYS >= 3 then
     end
   end
 end
-return {holders, waiters}
+local token = -1
+if ARGV[1] == 'key' and #KEYS >= 4 then
+  token = tonumber(redis.call('GET', KEYS[4]) or '-1')
+end
+return {holders, waiters, token}
 ";
 
 /// Reads the holders and waiters of the lock with `keys`, within the operation timeout.
@@ -82,21 +110,54 @@ pub(crate) fn read(inner: &Inner, keys: &Keys) -> Result<Vec<RedisParticipant>> 
         Layout::ReadWrite => "rw",
     };
     let script = Script::new(PEEK);
-    let ((holders, waiters), _) = inner.call(Deadline::after(Duration::ZERO), |c| {
+    let ((holders, waiters, token), _) = inner.call(Deadline::after(Duration::ZERO), |c| {
         let mut call = invocation(&script, keys);
         call.arg(how);
-        call.invoke::<(Vec<(String, i64)>, Vec<(String, i64)>)>(c)
+        call.invoke::<(Vec<(String, i64)>, Vec<(String, i64)>, i64)>(c)
     })?;
     let left = |ms: i64| u64::try_from(ms).ok().map(Duration::from_millis);
-    let holding = holders.into_iter().map(|(id, ms)| RedisParticipant {
-        id,
-        holds: true,
-        expires_in: left(ms),
-    });
-    let waiting = waiters.into_iter().map(|(id, ms)| RedisParticipant {
-        id,
-        holds: false,
-        expires_in: left(ms),
-    });
-    Ok(holding.chain(waiting).collect())
+    let who = |id: String, holds: bool, ms: i64| {
+        let (host, pid) = origin(&id);
+        RedisParticipant {
+            id,
+            holds,
+            expires_in: left(ms),
+            host,
+            pid,
+            token: None,
+        }
+    };
+    let mut found: Vec<RedisParticipant> = holders
+        .into_iter()
+        .map(|(id, ms)| who(id, true, ms))
+        .chain(waiters.into_iter().map(|(id, ms)| who(id, false, ms)))
+        .collect();
+    // The token key holds the last grant's: a mutex's single holder's.
+    if let (Some(first), Ok(token)) = (found.first_mut(), u64::try_from(token)) {
+        if first.holds && how == "key" {
+            first.token = Some(token);
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin;
+
+    #[test]
+    fn the_origin_of_zklock_ids_and_none_of_others() {
+        let host = |id: &str| origin(id);
+        assert_eq!(
+            host("2385ab4614a780ab.4242@vm-1.example:7"),
+            (Some("vm-1.example".to_owned()), Some(4242))
+        );
+        assert_eq!(
+            host("2385ab4614a780ab.4242@vm/3:12r"),
+            (Some("vm".to_owned()), Some(4242))
+        );
+        assert_eq!(host("2385ab4614a780ab/1:1"), (None, None), "an older id");
+        assert_eq!(host("b'9f2c…'"), (None, None), "redis-py's token");
+        assert_eq!(host("x.y@h:1"), (None, None), "no process id");
+    }
 }

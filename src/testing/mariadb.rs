@@ -92,15 +92,7 @@ impl TestingMariaDb {
         if rustix::process::getuid().is_root() {
             cmd.arg("--user=root");
         }
-        let out = cmd.current_dir(dir.path()).output()?;
-        if !out.status.success() {
-            return Err(io::Error::other(format!(
-                "mariadb-install-db failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        super::process::run_to_end(cmd.current_dir(dir.path()), "mariadb-install-db")?;
         let mut server = TestingMariaDb {
             child: None,
             paused: Mutex::new(false),

@@ -104,6 +104,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Runs `cmd` to its end; an error with its status and output if it fails (`what` names it).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn run_to_end(cmd: &mut Command, what: &str) -> io::Result<()> {
     let out = cmd.output()?;
     if out.status.success() {

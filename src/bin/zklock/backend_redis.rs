@@ -48,19 +48,23 @@ pub fn site(global: &Global) -> CliResult<Site> {
 }
 
 /// Every holder and waiter of the mutex (or latch), the read-write lock and the semaphore
-/// named `name`: each is a set of keys of its own. Redis keeps no host, process or token per
-/// entry: the id is the holder's Client and its sequence.
+/// named `name`: each is a set of keys of its own. The owner is the host and process of the
+/// entry's Client (from its id); the token is a mutex holder's.
 fn listing(client: &RedisClient, name: &str) -> CliResult<Listing> {
     let read = || -> zklock::Result<Vec<Entry>> {
         let mut entries = Vec::new();
         let mut add = |kind: &str, who: zklock::RedisParticipant| {
+            let owner = match (&who.host, who.pid) {
+                (Some(host), Some(pid)) => Some(format!("{host} pid {pid}")),
+                _ => None,
+            };
             entries.push(Entry {
                 kind: kind.to_owned(),
                 holds: Some(who.holds),
-                session: who.id.split_once(':').map(|(client, _)| client.to_owned()),
+                session: who.id.rsplit_once(':').map(|(client, _)| client.to_owned()),
                 id: who.id,
-                owner: None,
-                token: None,
+                owner,
+                token: who.token,
                 age: None,
                 expires_in: who.expires_in,
             })
