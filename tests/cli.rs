@@ -959,6 +959,47 @@ mod on_redis {
     }
 
     #[test]
+    fn the_second_run_starts_right_after_the_first_exits() {
+        let server = TestingRedis::start().unwrap();
+        let scratch = Scratch::new();
+        let (ended, started) = (scratch.file("ended"), scratch.file("started"));
+        let mut a = Proc::spawn(run_redis(
+            &server,
+            "next",
+            &[],
+            &[
+                "sh".into(),
+                "-c".into(),
+                format!("sleep 1; date +%s%N > '{}'", ended.display()),
+            ],
+        ));
+        wait_for("a to hold", || {
+            server.command(&["EXISTS", "zklock:{next}"]).unwrap() == "1"
+        });
+        let mut b = Proc::spawn(run_redis(
+            &server,
+            "next",
+            &[],
+            &[
+                "sh".into(),
+                "-c".into(),
+                format!("date +%s%N > '{}'", started.display()),
+            ],
+        ));
+        assert_eq!(a.code(), 0);
+        assert_eq!(b.code(), 0);
+        let at = |f: &Path| -> i128 { read(f).trim().parse().unwrap() };
+        // From the first command's end: the first zklock's release, the hand-off and the
+        // second's start of its command all fall in it.
+        let gap_ms = (at(&started) - at(&ended)) as f64 / 1e6;
+        println!("the second command started {gap_ms:.1} ms after the first command ended");
+        assert!(
+            gap_ms < 1000.0,
+            "the second waited {gap_ms} ms after the first's end"
+        );
+    }
+
+    #[test]
     fn a_run_whose_redis_lock_is_lost_stops_its_command_with_123() {
         let server = TestingRedis::start().unwrap();
         let scratch = Scratch::new();
