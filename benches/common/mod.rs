@@ -162,3 +162,43 @@ pub fn num(s: Option<&String>) -> f64 {
 pub fn secs(s: Option<&String>) -> Duration {
     Duration::try_from_secs_f64(num(s)).unwrap_or_default()
 }
+
+/// What a bench run does, from its arguments: `--bench` for the real run (without it, as
+/// `cargo test` runs a bench, a short pass whose figures mean nothing), `--secs=S` for each
+/// contended row, `--only=CASE,…` for some cases.
+pub struct Plan {
+    pub short: bool,
+    /// Uncontended acquisitions.
+    pub cycles: usize,
+    pub contended: Duration,
+    pub only: Option<String>,
+}
+
+impl Plan {
+    pub fn from_args() -> Plan {
+        let args: Vec<String> = std::env::args().collect();
+        let short = !args.iter().any(|a| a == "--bench");
+        let value = |name: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
+        };
+        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
+        Plan {
+            short,
+            cycles: if short { 20 } else { 2000 },
+            contended: if short {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs_f64(secs)
+            },
+            only: value("only"),
+        }
+    }
+
+    /// Whether the case `case` runs.
+    pub fn runs(&self, case: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|only| only.split(',').any(|c| c == case))
+    }
+}

@@ -41,48 +41,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, secs, Res};
+use common::{num, process_cpu, secs, Plan, Res};
 use hdrhistogram::Histogram;
 use mysql::prelude::Queryable;
 use zklock::testing::TestingMariaDb;
 use zklock::{MySqlClient, MySqlMutex};
 
 const SESSIONS: [usize; 2] = [2, 8];
-
-struct Plan {
-    short: bool,
-    cycles: usize,
-    contended: Duration,
-    only: Option<String>,
-}
-
-impl Plan {
-    fn from_args() -> Plan {
-        let args: Vec<String> = std::env::args().collect();
-        let short = !args.iter().any(|a| a == "--bench");
-        let value = |name: &str| {
-            args.iter()
-                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
-        };
-        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
-        Plan {
-            short,
-            cycles: if short { 20 } else { 2000 },
-            contended: if short {
-                Duration::from_millis(300)
-            } else {
-                Duration::from_secs_f64(secs)
-            },
-            only: value("only"),
-        }
-    }
-
-    fn runs(&self, case: &str) -> bool {
-        self.only
-            .as_deref()
-            .is_none_or(|only| only.split(',').any(|c| c == case))
-    }
-}
 
 fn main() -> Res<()> {
     let plan = Plan::from_args();

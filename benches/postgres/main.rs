@@ -58,47 +58,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, rss_mib, secs, threads, Res};
+use common::{num, process_cpu, rss_mib, secs, threads, Plan, Res};
 use hdrhistogram::Histogram;
 use zklock::testing::TestingPostgres;
 use zklock::{PgClient, PgMutex};
 
 const SESSIONS: [usize; 2] = [2, 8];
-
-struct Plan {
-    short: bool,
-    cycles: usize,
-    contended: Duration,
-    only: Option<String>,
-}
-
-impl Plan {
-    fn from_args() -> Plan {
-        let args: Vec<String> = std::env::args().collect();
-        let short = !args.iter().any(|a| a == "--bench");
-        let value = |name: &str| {
-            args.iter()
-                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
-        };
-        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
-        Plan {
-            short,
-            cycles: if short { 20 } else { 2000 },
-            contended: if short {
-                Duration::from_millis(300)
-            } else {
-                Duration::from_secs_f64(secs)
-            },
-            only: value("only"),
-        }
-    }
-
-    fn runs(&self, case: &str) -> bool {
-        self.only
-            .as_deref()
-            .is_none_or(|only| only.split(',').any(|c| c == case))
-    }
-}
 
 fn main() -> Res<()> {
     if let Ok(args) = std::env::var(HOLDER) {

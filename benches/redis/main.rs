@@ -46,50 +46,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, secs, Res};
+use common::{num, process_cpu, secs, Plan, Res};
 use hdrhistogram::Histogram;
 use zklock::testing::TestingRedis;
 use zklock::{RedisClient, RedisMutex};
 
 const SESSIONS: [usize; 2] = [2, 8];
 const DRAIN_CLIENTS: usize = 10;
-
-struct Plan {
-    short: bool,
-    cycles: usize,
-    contended: Duration,
-    drains: Vec<usize>,
-    only: Option<String>,
-}
-
-impl Plan {
-    fn from_args() -> Plan {
-        let args: Vec<String> = std::env::args().collect();
-        let short = !args.iter().any(|a| a == "--bench");
-        let value = |name: &str| {
-            args.iter()
-                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
-        };
-        let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
-        Plan {
-            short,
-            cycles: if short { 20 } else { 2000 },
-            contended: if short {
-                Duration::from_millis(300)
-            } else {
-                Duration::from_secs_f64(secs)
-            },
-            drains: if short { vec![10] } else { vec![100, 1000] },
-            only: value("only"),
-        }
-    }
-
-    fn runs(&self, case: &str) -> bool {
-        self.only
-            .as_deref()
-            .is_none_or(|only| only.split(',').any(|c| c == case))
-    }
-}
 
 fn main() -> Res<()> {
     if let Ok(args) = std::env::var(handoff::WORKER) {
@@ -385,7 +348,8 @@ fn python_contended(server: &TestingRedis, s: usize, d: Duration) -> Res<(Counts
 fn drain(plan: &Plan, server: &TestingRedis) -> Res<()> {
     println!("## drain: Q waiters behind a holder, each releasing at once\n");
     println!("| Q | | drain | per handoff | cost per handoff |\n|---|---|---|---|---|");
-    for &q in &plan.drains {
+    let drains: &[usize] = if plan.short { &[10] } else { &[100, 1000] };
+    for &q in drains {
         let (took, cost) = measure(server, || Ok((zklock_drain(server, q)?, Duration::ZERO)))?;
         println!(
             "| {q} | zklock | {:.0} ms | {:.3} ms | {} |",
