@@ -202,3 +202,43 @@ impl Plan {
             .is_none_or(|only| only.split(',').any(|c| c == case))
     }
 }
+
+/// One session's acquisitions, handoffs (acquisitions after another session's) and waits (µs).
+pub struct Counts {
+    pub n: u64,
+    pub handoffs: u64,
+    pub waits: hdrhistogram::Histogram<u64>,
+}
+
+impl Counts {
+    pub fn new() -> Res<Counts> {
+        Ok(Counts {
+            n: 0,
+            handoffs: 0,
+            waits: hdrhistogram::Histogram::new(3)?,
+        })
+    }
+
+    /// A Python peer's counts from its result line (`contend N CPU HANDOFFS P50 P99 …`):
+    /// its wait percentiles stand for its waits.
+    pub fn of_python(line: &[String]) -> Res<Counts> {
+        let mut waits = hdrhistogram::Histogram::<u64>::new(3)?;
+        waits.record(num(line.get(4)) as u64)?;
+        waits.record(num(line.get(5)) as u64)?;
+        Ok(Counts {
+            n: num(line.get(1)) as u64,
+            handoffs: num(line.get(3)) as u64,
+            waits,
+        })
+    }
+}
+
+/// A latency row of the uncontended table: p50 and p99 of `h` (µs), then the cost per
+/// acquisition as the bench words it.
+pub fn latency_row(what: &str, h: &hdrhistogram::Histogram<u64>, per_acquisition: &str) {
+    println!(
+        "| {what} | {} µs | {} µs | {per_acquisition} |",
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99)
+    );
+}

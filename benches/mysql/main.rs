@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, secs, Plan, Res};
+use common::{num, process_cpu, secs, Counts, Plan, Res};
 use hdrhistogram::Histogram;
 use mysql::prelude::Queryable;
 use zklock::testing::TestingMariaDb;
@@ -261,32 +261,12 @@ fn uncontended(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
 }
 
 fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
-    println!(
-        "| {what} | {} µs | {} µs | {} |",
-        h.value_at_quantile(0.5),
-        h.value_at_quantile(0.99),
-        per(cost, ops as u64)
-    );
+    common::latency_row(what, h, &per(cost, ops as u64));
 }
 
 // ---------------------------------------------------------------------------
 // Contended: S sessions in a loop of lock + release on one lock.
 // ---------------------------------------------------------------------------
-
-/// One session's acquisitions, handoffs and waits.
-struct Counts {
-    n: u64,
-    handoffs: u64,
-    waits: Histogram<u64>,
-}
-
-fn counts() -> Res<Counts> {
-    Ok(Counts {
-        n: 0,
-        handoffs: 0,
-        waits: Histogram::new(3)?,
-    })
-}
 
 /// The rows of the contended case, in the order they are printed.
 const ROWS: [&str; 5] = [
@@ -421,7 +401,7 @@ fn zklock_contended(
         d,
         || (),
         move |i, stop| {
-            let mut c = counts()?;
+            let mut c = Counts::new()?;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 let guard = mutexes[i].lock()?;
@@ -450,7 +430,7 @@ fn floor_contended(server: &TestingMariaDb, s: usize, d: Duration, sql: Sql) -> 
         || (),
         move |i, stop| {
             let mut session = sessions[i].lock();
-            let mut c = counts()?;
+            let mut c = Counts::new()?;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 session.lock()?;
@@ -480,14 +460,7 @@ fn python_contended(
     for mut p in procs {
         let line = p.finish()?;
         // Only the percentiles are known: a histogram with the two.
-        let mut waits = Histogram::<u64>::new(3)?;
-        waits.record(num(line.get(4)) as u64)?;
-        waits.record(num(line.get(5)) as u64)?;
-        counts.push(Counts {
-            n: num(line.get(1)) as u64,
-            handoffs: num(line.get(3)) as u64,
-            waits,
-        });
+        counts.push(Counts::of_python(&line)?);
         cpu += secs(line.get(2));
     }
     Ok((counts, cpu))

@@ -58,7 +58,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, rss_mib, secs, threads, Plan, Res};
+use common::{num, process_cpu, rss_mib, secs, threads, Counts, Plan, Res};
 use hdrhistogram::Histogram;
 use zklock::testing::TestingPostgres;
 use zklock::{PgClient, PgMutex};
@@ -218,24 +218,12 @@ fn uncontended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
 }
 
 fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
-    println!(
-        "| {what} | {} µs | {} µs | {} |",
-        h.value_at_quantile(0.5),
-        h.value_at_quantile(0.99),
-        per(cost, ops as u64)
-    );
+    common::latency_row(what, h, &per(cost, ops as u64));
 }
 
 // ---------------------------------------------------------------------------
 // Contended: S sessions in a loop of lock + release on one lock.
 // ---------------------------------------------------------------------------
-
-/// One session's acquisitions, handoffs and waits.
-struct Counts {
-    n: u64,
-    handoffs: u64,
-    waits: Histogram<u64>,
-}
 
 /// What a run used, sampled half-way: this process's threads beyond the bench's own, its
 /// resident memory (MiB), and the server's client backends.
@@ -404,11 +392,7 @@ fn zklock_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<Run>
     );
     let last = Arc::new(AtomicUsize::new(usize::MAX));
     let out = run(server, threads0, s, d, move |i, stop| {
-        let mut c = Counts {
-            n: 0,
-            handoffs: 0,
-            waits: Histogram::new(3)?,
-        };
+        let mut c = Counts::new()?;
         while !stop.load(Ordering::Relaxed) {
             let t = Instant::now();
             let guard = mutexes[i].lock()?;
@@ -443,11 +427,7 @@ fn floor_contended(
     let kept = sessions.clone();
     let out = run(server, threads0, s, d, move |i, stop| {
         let mut session = sessions[i].lock();
-        let mut c = Counts {
-            n: 0,
-            handoffs: 0,
-            waits: Histogram::new(3)?,
-        };
+        let mut c = Counts::new()?;
         while !stop.load(Ordering::Relaxed) {
             let t = Instant::now();
             session.lock()?;
@@ -475,14 +455,7 @@ fn python_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<(Run
     for mut p in procs {
         let line = p.finish()?;
         // Only the percentiles are known: a histogram with the two.
-        let mut waits = Histogram::<u64>::new(3)?;
-        waits.record(num(line.get(4)) as u64)?;
-        waits.record(num(line.get(5)) as u64)?;
-        counts.push(Counts {
-            n: num(line.get(1)) as u64,
-            handoffs: num(line.get(3)) as u64,
-            waits,
-        });
+        counts.push(Counts::of_python(&line)?);
         cpu += secs(line.get(2));
         rss = rss.max(num(line.get(6)));
     }

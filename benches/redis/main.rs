@@ -185,12 +185,7 @@ fn uncontended(plan: &Plan, server: &TestingRedis) -> Res<()> {
 }
 
 fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
-    println!(
-        "| {what} | {} µs | {} µs | {} |",
-        h.value_at_quantile(0.5),
-        h.value_at_quantile(0.99),
-        per(cost, ops as u64)
-    );
+    common::latency_row(what, h, &per(cost, ops as u64));
 }
 
 // ---------------------------------------------------------------------------
