@@ -174,3 +174,21 @@ fn a_missing_namespace_it_may_not_create_is_named_as_no_auth() {
     }
     assert!(text.contains("NoAuth") && text.contains("/app"), "{text}");
 }
+
+#[test]
+fn a_refused_port_fails_at_once_not_after_the_connection_timeout() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let started = std::time::Instant::now();
+    let e = Client::builder(&format!("127.0.0.1:{port},127.0.0.1:{port}"))
+        .connection_timeout(Duration::from_secs(300))
+        .connect()
+        .expect_err("nothing listens there");
+    let took = started.elapsed();
+    eprintln!("refused in {took:?}: {}", chain(&e));
+    assert!(chain(&e).to_lowercase().contains("refused"), "{e:?}");
+    // The bound is the connection timeout; failing at once means far below it.
+    assert!(took < Duration::from_secs(150), "{took:?}");
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::acl::{AclProvider, AclSource, SharedAcl};
 use super::config::{Config, TlsConfig};
-use super::hosts::{parse_hosts, probe, probe_tls, TCP_PREFIX, TLS_PREFIX};
+use super::hosts::{parse_hosts, probe, probe_tls, refused_by_every_host, TCP_PREFIX, TLS_PREFIX};
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
 use crate::core::error::{Error, Result};
@@ -298,10 +298,20 @@ impl ClientBuilder {
     ///
     /// # Blocking
     /// Up to the connection timeout, plus up to a second per host to find the cause of a failure.
+    /// When nothing can answer — every host refuses the TCP connection or does not resolve —
+    /// it fails at once (within a few hundred milliseconds) instead of waiting out the timeout,
+    /// as the Redis and PostgreSQL Clients do.
     pub fn connect(self) -> Result<Client> {
         let timeout = self.connection_timeout;
         let client = self.build()?;
-        if client.block_until_connected(timeout) {
+        if let Some(refused) = wait_connected(&client, timeout) {
+            client.close();
+            return Err(Error::ConnectFailed {
+                hosts: client.hosts().to_owned(),
+                cause: Box::new(refused),
+            });
+        }
+        if client.is_connected() {
             Ok(client)
         } else {
             let hosts = client.hosts().to_owned();
@@ -488,6 +498,29 @@ fn local_address() -> Vec<u8> {
         .map(|a| a.ip())
         .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
     ip.to_string().into_bytes()
+}
+
+/// Waits up to `timeout` for `client`'s first session, in slices; between them, checks whether
+/// any host can answer at all. Returns the reason when none can (the wait is then cut short).
+fn wait_connected(client: &Client, timeout: Duration) -> Option<Error> {
+    const SLICE: Duration = Duration::from_millis(250);
+    let deadline = std::time::Instant::now() + timeout;
+    let mut probing = true;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if client.block_until_connected(left.min(SLICE)) || left <= SLICE {
+            return None;
+        }
+        if probing {
+            // Once an address accepts or is slow to answer, something may be there (a server
+            // still starting its session service, a slow route): the whole timeout is waited.
+            match refused_by_every_host(client.hosts(), SLICE) {
+                Some(refused) if !client.is_connected() => return Some(refused),
+                Some(_) => return None,
+                None => probing = false,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,32 @@ pub(super) fn probe(hosts: &str) -> Option<Error> {
     first
 }
 
+/// Why no host can ever answer, if that is certain now: every name fails to resolve or every
+/// address refuses the TCP connection (nothing listens there). `None` as soon as one address
+/// accepts a connection or does not answer within `patience` (it may be slow, not absent).
+pub(super) fn refused_by_every_host(hosts: &str, patience: Duration) -> Option<Error> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let mut first = None;
+    for host in hosts.split(',').map(socket_address) {
+        let addrs = match host.to_socket_addrs() {
+            Ok(a) => a,
+            Err(e) => {
+                first.get_or_insert(Error::io(format!("resolving {host}"), &e));
+                continue;
+            }
+        };
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, patience) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    first.get_or_insert(Error::io(format!("connecting to {host} ({addr})"), &e));
+                }
+                _ => return None,
+            }
+        }
+    }
+    first
+}
+
 /// Why a TLS host refuses us, if a handshake tells.
 pub(super) fn probe_tls(config: &Config) -> Option<Error> {
     #[cfg(feature = "tls")]
