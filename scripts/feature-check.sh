@@ -32,6 +32,7 @@ if deps --features mysql | grep -Eq '^(zookeeper-client|redis|tokio-postgres) ';
   exit 1
 fi
 for feature in zookeeper redis postgres mysql testing metrics cli tls sasl-digest-md5; do
+  echo "feature-check: $feature alone (${SECONDS}s)"
   cargo clippy --quiet --no-default-features --features "$feature" -- -D warnings
 done
 echo "feature-check: the core alone and each feature alone build clean"

@@ -32,7 +32,9 @@ if stray=$(grep -E '^(\.ci/|scripts/|target/)' <<<"$list"); then
 fi
 echo "package-check: $(wc -l <<<"$list") files in the package, no CI or scripts"
 
+echo "package-check: publish dry run (${SECONDS}s)"
 cargo publish --locked --dry-run --allow-dirty
+echo "package-check: the unpacked package's targets (${SECONDS}s)"
 
 # Compile the package's own tests, examples and benchmark, as a user of the .crate would.
 version=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["packages"][0]["version"])')
