@@ -10,8 +10,8 @@ scripts/ensure-mariadb.sh
 
 servers='zklock-zk-|zklock-redis-|zklock-pg-|zklock-mariadb-'
 before=$(pgrep -f "$servers" | sort || true)
-cargo test --all-features --all-targets -- "$@"
-cargo test --all-features --doc
+# `cargo test --all-features --all-targets` and the doc tests, two test binaries at a time.
+scripts/run-tests.py "$@"
 # No server of this suite may outlive it.
 sleep 1
 after=$(pgrep -f "$servers" | sort || true)

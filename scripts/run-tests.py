@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Runs the whole test suite with its test binaries side by side.
+
+Builds every test target once (`cargo test --all-features --all-targets --no-run`), then runs
+the test binaries and the doc tests JOBS at a time (ZKLOCK_TEST_JOBS, default 2), the slowest
+first. Most of the suite waits on servers, not on the CPU, so two binaries at a time roughly
+halve the wall time; each binary still runs its own tests in parallel, as `cargo test` does.
+Each binary's output is printed as one block when it ends, with its time. Arguments are passed
+to every test binary (a name filter, `--nocapture`, ...). Exits non-zero if any binary failed.
+
+    scripts/run-tests.py [test binary arguments]
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The longest binaries in CI runs, started first so that none of them ends the run alone.
+SLOWEST = ["conformance", "chaos", "no_hidden_hangs", "redis_sentinel", "cli", "postgres_close"]
+
+
+def test_binaries():
+    """(name, source, executable) of every test binary, as cargo builds them."""
+    built = subprocess.run(
+        ["cargo", "test", "--all-features", "--all-targets", "--no-run",
+         "--message-format=json-render-diagnostics"],
+        cwd=ROOT, stdout=subprocess.PIPE, check=True, text=True,
+    )
+    found = []
+    for line in built.stdout.splitlines():
+        message = json.loads(line)
+        if message.get("reason") != "compiler-artifact" or not message["profile"]["test"]:
+            continue
+        if message.get("executable"):
+            target = message["target"]
+            kind = target["kind"][0]
+            name = target["name"] if kind == "test" else f"{kind} {target['name']}"
+            found.append((name, target["src_path"], message["executable"]))
+    return found
+
+
+def order(binaries):
+    rank = {name: i for i, name in enumerate(SLOWEST)}
+    return sorted(binaries, key=lambda b: (rank.get(b[0], len(SLOWEST)), b[0]))
+
+
+def main():
+    args = sys.argv[1:]
+    jobs = int(os.environ.get("ZKLOCK_TEST_JOBS", "2"))
+    runs = [(name, [exe, *args], f"{os.path.relpath(src, ROOT)} ({os.path.relpath(exe, ROOT)})")
+            for name, src, exe in order(test_binaries())]
+    # The doc tests compile while the first binaries mostly wait on their servers.
+    runs.insert(1, ("doc tests", ["cargo", "test", "--all-features", "--doc", "--", *args],
+                    "cargo test --doc"))
+    printing = threading.Lock()
+    failed = []
+
+    def run(item):
+        name, command, label = item
+        started = time.monotonic()
+        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace")
+        took = time.monotonic() - started
+        with printing:
+            print(f"     Running {label}", flush=True)
+            sys.stdout.write(done.stdout)
+            verdict = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+            print(f"run-tests: {name}: {verdict} in {took:.1f}s", flush=True)
+            if done.returncode != 0:
+                failed.append(name)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(run, runs))
+    print(f"run-tests: {len(runs)} runs, {jobs} at a time, in {time.monotonic() - started:.0f}s")
+    if failed:
+        print(f"run-tests: FAILED: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
