@@ -35,6 +35,9 @@ ZKLOCK_CHAOS_MINUTES="$minutes" ZKLOCK_CHAOS_SEED="$seed" ZKLOCK_CHAOS_REPORT="$
 cargo test --all-features --test ensemble five_members -- --ignored --nocapture || status=$?
 # The ensemble faults with worker processes and Curator on 5 members.
 cargo test --all-features --test chaos ensemble_chaos_run -- --ignored --nocapture || status=$?
+# PostgreSQL failovers under the fenced register: 10 promotions of a synchronous standby.
+ZKLOCK_CHAOS_FAILOVERS=10 cargo test --all-features --test chaos_postgres postgres_failover_chaos \
+  -- --nocapture || status=$?
 [ -f "$report" ] && echo "chaos: report written to $report"
 if [ "$status" -ne 0 ]; then
   echo "chaos: VIOLATION or failure (exit $status); replay: scripts/chaos.sh --minutes $minutes --seed $seed" >&2

@@ -7,13 +7,17 @@
 //! overlap, no stale write accepted) and prints a report per fault: the longest gap between
 //! accepted writes, the writes the fence refused, and the late writes of a frozen holder.
 //!
+//! A second run fails the server over: the workers reach a primary and its synchronous standby
+//! through one two-host URL, the primary is killed (kill -9) and the standby promoted, again and
+//! again (`ZKLOCK_CHAOS_FAILOVERS` rounds, 2 by default; `scripts/chaos.sh` runs 10).
+//!
 //! Workers are this test binary run again (`postgres_chaos_worker`), one Client and one thread
 //! each (`chaos_lab` has the loop, the lab and the report).
 
 mod chaos_lab;
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chaos_lab::{patience, row, Lab};
 use zklock::testing::TestingPostgres;
@@ -112,4 +116,62 @@ fn postgres_chaos_schedule() {
     ));
 
     lab.finish(&rows, 100);
+}
+
+/// Failovers under the fenced register. Each round: three workers on the URL of the primary
+/// and its synchronous standby contend; the primary is killed while a worker holds, and the
+/// standby promoted. The holder's session died with the primary: it reads `Lost` (a worker that
+/// checks `health()` stops writing, a blind one is refused by the fence, as tokens on the new
+/// primary are above every earlier one); the others are served on the new primary. For the
+/// next round the new primary gets a standby of its own and the workers are replaced by ones
+/// whose URL names the two.
+#[test]
+fn postgres_failover_chaos() {
+    let rounds: usize = std::env::var("ZKLOCK_CHAOS_FAILOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
+    let mut primary = TestingPostgres::start().unwrap();
+    let mut standby = primary.start_standby(true).unwrap();
+    let mut lab = Lab::new(
+        primary.url_with_standby(&standby),
+        "postgres_chaos_worker",
+        WORKER,
+    );
+    for _ in 0..3 {
+        lab.start_worker();
+    }
+    lab.progress(20, "before the first failover");
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        let from = lab.next_seq();
+        lab.holder();
+        let killed = Instant::now();
+        primary.kill().unwrap();
+        standby.promote().unwrap();
+        lab.progress(10, "after the standby was promoted");
+        println!(
+            "failover {round}: 10 writes accepted {:?} after the kill",
+            killed.elapsed()
+        );
+        rows.push(row(
+            "kill -9 of the primary, standby promoted",
+            &lab,
+            from,
+            None,
+        ));
+        if round < rounds {
+            let next = standby.start_standby(true).unwrap();
+            primary = std::mem::replace(&mut standby, next);
+            lab.url = primary.url_with_standby(&standby);
+            for old in std::mem::take(&mut lab.workers) {
+                old.stop();
+            }
+            for _ in 0..3 {
+                lab.start_worker();
+            }
+            lab.progress(10, "with the workers on the new pair");
+        }
+    }
+    lab.finish(&rows, 20 * rounds);
 }

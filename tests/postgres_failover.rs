@@ -14,16 +14,6 @@ use common::{patience, wait_for};
 use zklock::testing::TestingPostgres;
 use zklock::{LockHealth, PgClient, PgMutex, RetryForever};
 
-/// The two servers' URL: the first that accepts writes.
-fn url(primary: &TestingPostgres, standby: &TestingPostgres) -> String {
-    format!(
-        "postgres://zklock:{}@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
-        primary.password(),
-        primary.port(),
-        standby.port()
-    )
-}
-
 /// A Client that retries for ever (the test's own deadlines bound it), so that a waiter rides
 /// out the time without a primary.
 fn client(url: &str) -> PgClient {
@@ -86,7 +76,7 @@ fn fail_over(
     standby: &TestingPostgres,
     highest: u64,
 ) -> u64 {
-    let url = url(primary, standby);
+    let url = primary.url_with_standby(standby);
     let holder = client(&url);
     // The Client reports the standby it connected with as synchronous.
     assert_eq!(
@@ -176,7 +166,7 @@ fn fail_over(
 fn with_asynchronous_replication_a_token_the_standby_never_received_is_handed_out_again() {
     let mut primary = TestingPostgres::start().unwrap();
     let standby = primary.start_standby(false).unwrap();
-    let url = url(&primary, &standby);
+    let url = primary.url_with_standby(&standby);
     let holder = client(&url);
     assert_eq!(holder.synchronous_standby_names(), "");
     let mutex = PgMutex::new(&holder, "async").unwrap();

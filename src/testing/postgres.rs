@@ -362,6 +362,16 @@ impl TestingPostgres {
         )
     }
 
+    /// The URL of this server and `standby` (a standby of it, from
+    /// [`start_standby`](Self::start_standby)) as one service: the first of the two that
+    /// accepts writes (`target_session_attrs=read-write`), so a Client follows a promotion.
+    pub fn url_with_standby(&self, standby: &TestingPostgres) -> String {
+        format!(
+            "postgres://{USER}:{}@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+            self.password, self.port, standby.port
+        )
+    }
+
     /// The superuser's password.
     pub fn password(&self) -> &str {
         &self.password
