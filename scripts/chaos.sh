@@ -38,6 +38,9 @@ cargo test --all-features --test chaos ensemble_chaos_run -- --ignored --nocaptu
 # PostgreSQL failovers under the fenced register: 10 promotions of a synchronous standby.
 ZKLOCK_CHAOS_FAILOVERS=10 cargo test --all-features --test chaos_postgres postgres_failover_chaos \
   -- --nocapture || status=$?
+# Redis Sentinel failovers under the fenced register, with and without replicated grants.
+ZKLOCK_CHAOS_FAILOVERS=20 cargo test --all-features --test chaos_redis sentinel_failovers \
+  -- --nocapture --test-threads 1 || status=$?
 [ -f "$report" ] && echo "chaos: report written to $report"
 if [ "$status" -ne 0 ]; then
   echo "chaos: VIOLATION or failure (exit $status); replay: scripts/chaos.sh --minutes $minutes --seed $seed" >&2

@@ -7,35 +7,60 @@
 //! stale write accepted) and prints a report per fault: the longest gap between accepted
 //! writes, the writes the fence refused, and the late writes of a frozen holder.
 //!
-//! Workers are this test binary run again (`redis_chaos_worker`), one Client and one thread
-//! each (`chaos_lab` has the loop, the lab and the report).
+//! Then Sentinel failovers: the workers reach a Sentinel set (a primary, two replicas, three
+//! sentinels) through its `redis+sentinel://` URL, and the primary is killed, then failed over
+//! with `SENTINEL FAILOVER` (`ZKLOCK_CHAOS_FAILOVERS` failovers, 2 by default; `scripts/chaos.sh`
+//! runs 20) — once with replicated grants (each grant and renewal confirmed by a replica), where
+//! no two holders may overlap, and once without, where a grant the new primary never received
+//! can let two overlap and the fence must refuse every stale write.
+//!
+//! Workers are this test binary run again (`redis_chaos_worker`,
+//! `redis_replicated_chaos_worker`), one Client and one thread each (`chaos_lab` has the loop,
+//! the lab and the report).
 
 mod chaos_lab;
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use chaos_lab::{row, Lab};
-use zklock::testing::TestingRedis;
+use chaos_lab::{patience, row, Lab};
+use zklock::testing::{TestingRedis, TestingSentinel};
 use zklock::{RedisClient, RedisMutex};
 
 const WORKER: &str = "ZKLOCK_REDIS_CHAOS_WORKER";
 const TTL: Duration = Duration::from_secs(2);
 const LOCK: &str = "chaos";
 
+const REPLICATED_WORKER: &str = "ZKLOCK_REDIS_REPLICATED_CHAOS_WORKER";
+
 /// The worker: one Client on the URL it is given, the lab's loop on the lock.
 #[test]
 fn redis_chaos_worker() {
-    let Some((url, register, name, checks)) = chaos_lab::worker_args(WORKER) else {
+    work(WORKER, false);
+}
+
+/// The worker with replicated grants: one replica confirms each grant and renewal.
+#[test]
+fn redis_replicated_chaos_worker() {
+    work(REPLICATED_WORKER, true);
+}
+
+fn work(var: &str, replicated: bool) {
+    let Some((url, register, name, checks)) = chaos_lab::worker_args(var) else {
         return; // only as a worker process
     };
     let stop = chaos_lab::stop_on_stdin();
     let client = chaos_lab::connect_until_up(|| {
-        RedisClient::builder(&url)
+        let builder = RedisClient::builder(&url)
             .ttl(TTL)
             .connect_timeout(Duration::from_secs(1))
-            .operation_timeout(Duration::from_millis(500))
-            .connect()
+            .operation_timeout(Duration::from_millis(500));
+        if replicated {
+            builder.wait_for_replicas(1, Duration::from_millis(200))
+        } else {
+            builder
+        }
+        .connect()
     });
     let mutex = RedisMutex::new(&client, LOCK).unwrap();
     chaos_lab::work(&mutex, &register, &name, checks, &stop);
@@ -112,4 +137,76 @@ fn redis_chaos_schedule() {
 
     lab.finish(&rows, 100);
     drop(replica);
+}
+
+#[test]
+fn sentinel_failovers_with_replicated_grants() {
+    let overlaps = sentinel_failovers(true);
+    assert_eq!(overlaps, 0);
+}
+
+#[test]
+fn sentinel_failovers_without_replicated_grants() {
+    sentinel_failovers(false);
+}
+
+/// Failovers of a Sentinel set under the fenced register: the first kills the primary, the
+/// others are `SENTINEL FAILOVER`s; after each the run waits for the sentinels to agree on the
+/// new primary and for the workers' writes to go on. Returns how many holds overlapped.
+fn sentinel_failovers(replicated: bool) -> usize {
+    let rounds: usize = std::env::var("ZKLOCK_CHAOS_FAILOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
+    let mut set = TestingSentinel::start().unwrap();
+    let mut lab = if replicated {
+        Lab::new(set.url(), "redis_replicated_chaos_worker", REPLICATED_WORKER)
+    } else {
+        Lab::new(set.url(), "redis_chaos_worker", WORKER)
+    };
+    for _ in 0..3 {
+        lab.start_worker();
+    }
+    lab.progress(20, "before the first failover");
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        let from = lab.next_seq();
+        lab.holder();
+        let started = Instant::now();
+        let (fault, old) = if round == 1 {
+            ("kill -9 of the primary", set.kill_primary().unwrap())
+        } else {
+            ("SENTINEL FAILOVER", failover(&set))
+        };
+        set.wait_for_new_primary(old).unwrap();
+        let agreed = started.elapsed();
+        lab.progress(10, "after the failover");
+        println!(
+            "failover {round} ({fault}): the sentinels agreed in {agreed:?}, 10 writes \
+             accepted {:?} after the fault",
+            started.elapsed()
+        );
+        rows.push(row(fault, &lab, from, None));
+    }
+    let overlaps = lab.finish_with(&rows, 20 * rounds, !replicated);
+    println!(
+        "{rounds} failovers {} replicated grants: {overlaps} overlapping holds",
+        if replicated { "with" } else { "without" }
+    );
+    overlaps
+}
+
+/// `SENTINEL FAILOVER`, tried again while the sentinels refuse it (the last one may still be
+/// settling, or the demoted primary not yet a replica in sync); the old primary's port.
+fn failover(set: &TestingSentinel) -> u16 {
+    let deadline = Instant::now() + patience();
+    loop {
+        match set.failover() {
+            Ok(old) => return old,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no failover: {e}");
+                thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
 }
