@@ -58,9 +58,11 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// # Threads
 /// Each Client runs `zklock-pg-io` (its sessions' sockets between statements, heartbeats and
 /// timers, on a small tokio runtime of its own that never reaches the caller) and
-/// `zklock-pg-events` (health, leadership and connection-state callbacks). A thread in a
-/// blocking call drives its own session's socket while it waits for an answer, so that no
-/// other thread is woken on the way (for a URL with one host).
+/// `zklock-pg-events` (health, leadership and connection-state callbacks). On Linux, for a URL
+/// with one host, a thread in a blocking call drives its own session's socket while it waits
+/// for an answer, so that no other thread is woken on the way; elsewhere, or when the
+/// environment has `ZKLOCK_PG_CALLER_DRIVES=0` as the Client connects, `zklock-pg-io` reads
+/// every answer and hands it to the caller (the same statements, at some more client CPU).
 ///
 /// # Connection states
 /// [`state`](Self::state) and its listeners report the core's
