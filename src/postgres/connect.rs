@@ -1,7 +1,7 @@
-//! How a session's connection is made: the server-side limits it opens with, and its socket —
-//! connected by tokio-postgres, whose connection a task on the Client's runtime drives, or, on
-//! Linux for a URL with one host, by zklock itself, so that a caller in a blocking call drives
-//! it ([`Own`], `drive.rs`).
+//! How a session's connection is made — by tokio-postgres, whose connection a task on the
+//! Client's runtime drives, or, on Linux for a URL with one host, on a socket zklock connects
+//! itself, so that a caller in a blocking call drives it ([`Own`], `drive.rs`) — and the
+//! server-side limits it opens with.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,63 +22,6 @@ pub(crate) use super::drive::Watch;
 pub(crate) use elsewhere::{Own, Watch};
 #[cfg(target_os = "linux")]
 pub(crate) use own::Own;
-
-/// A server-side setting a session is opened with.
-pub(crate) type Limit = (&'static str, String);
-
-/// The settings that make the server end a silent session within `timeout`, for a server of
-/// `version` (those it does not have are left out), and those the lock statements rely on:
-///
-/// * `idle_session_timeout` (14+), `idle_in_transaction_session_timeout`: a session that sends
-///   nothing for `timeout` is ended (a frozen holder; the heartbeat keeps a live one busy);
-/// * `tcp_keepalives_idle/interval/count`, `tcp_user_timeout` (12+): a peer gone with its
-///   machine or network is found within `timeout`;
-/// * `client_connection_check_interval` (14+): a waiter whose client went away leaves the
-///   lock's queue;
-/// * `statement_timeout = 0` (a lock wait is bounded by `lock_timeout`, set per wait) and
-///   `synchronous_commit = on` (the fencing token's transaction is on disk before it is
-///   handed out).
-pub(crate) fn limits(version: u32, timeout: Duration) -> Vec<Limit> {
-    let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128).to_string();
-    let s = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64).to_string();
-    let mut limits = vec![
-        ("idle_in_transaction_session_timeout", ms(timeout)),
-        ("tcp_keepalives_idle", s(timeout / 3)),
-        ("tcp_keepalives_interval", s(timeout / 9)),
-        ("tcp_keepalives_count", "3".to_owned()),
-        ("statement_timeout", "0".to_owned()),
-        ("synchronous_commit", "on".to_owned()),
-    ];
-    if version >= 120_000 {
-        limits.push(("tcp_user_timeout", ms(timeout)));
-    }
-    if version >= 140_000 {
-        limits.push(("idle_session_timeout", ms(timeout)));
-        limits.push((
-            "client_connection_check_interval",
-            ms((timeout / 3).min(Duration::from_secs(1))),
-        ));
-    }
-    limits
-}
-
-/// `limits` as one batch of `SET` statements.
-pub(crate) fn set_sql(limits: &[Limit]) -> String {
-    limits
-        .iter()
-        .map(|(name, value)| format!("SET {name} = {value};"))
-        .collect()
-}
-
-/// The client's side of each connection finds a vanished server within `timeout` too.
-pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Duration) {
-    config
-        .keepalives(true)
-        .keepalives_idle((timeout / 3).max(Duration::from_secs(1)))
-        .keepalives_interval((timeout / 9).max(Duration::from_secs(1)))
-        .keepalives_retries(3)
-        .tcp_user_timeout(timeout);
-}
 
 /// A session's connection, made within `connect_timeout`: its client, the socket zklock
 /// connected itself when the Client's callers drive their sessions (`ties.sockets`) and the URL
@@ -207,6 +150,63 @@ fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Err
         ));
     }
     error(e, true)
+}
+
+/// A server-side setting a session is opened with.
+pub(crate) type Limit = (&'static str, String);
+
+/// The settings that make the server end a silent session within `timeout`, for a server of
+/// `version` (those it does not have are left out), and those the lock statements rely on:
+///
+/// * `idle_session_timeout` (14+), `idle_in_transaction_session_timeout`: a session that sends
+///   nothing for `timeout` is ended (a frozen holder; the heartbeat keeps a live one busy);
+/// * `tcp_keepalives_idle/interval/count`, `tcp_user_timeout` (12+): a peer gone with its
+///   machine or network is found within `timeout`;
+/// * `client_connection_check_interval` (14+): a waiter whose client went away leaves the
+///   lock's queue;
+/// * `statement_timeout = 0` (a lock wait is bounded by `lock_timeout`, set per wait) and
+///   `synchronous_commit = on` (the fencing token's transaction is on disk before it is
+///   handed out).
+pub(crate) fn limits(version: u32, timeout: Duration) -> Vec<Limit> {
+    let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128).to_string();
+    let s = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64).to_string();
+    let mut limits = vec![
+        ("idle_in_transaction_session_timeout", ms(timeout)),
+        ("tcp_keepalives_idle", s(timeout / 3)),
+        ("tcp_keepalives_interval", s(timeout / 9)),
+        ("tcp_keepalives_count", "3".to_owned()),
+        ("statement_timeout", "0".to_owned()),
+        ("synchronous_commit", "on".to_owned()),
+    ];
+    if version >= 120_000 {
+        limits.push(("tcp_user_timeout", ms(timeout)));
+    }
+    if version >= 140_000 {
+        limits.push(("idle_session_timeout", ms(timeout)));
+        limits.push((
+            "client_connection_check_interval",
+            ms((timeout / 3).min(Duration::from_secs(1))),
+        ));
+    }
+    limits
+}
+
+/// `limits` as one batch of `SET` statements.
+pub(crate) fn set_sql(limits: &[Limit]) -> String {
+    limits
+        .iter()
+        .map(|(name, value)| format!("SET {name} = {value};"))
+        .collect()
+}
+
+/// The client's side of each connection finds a vanished server within `timeout` too.
+pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Duration) {
+    config
+        .keepalives(true)
+        .keepalives_idle((timeout / 3).max(Duration::from_secs(1)))
+        .keepalives_interval((timeout / 9).max(Duration::from_secs(1)))
+        .keepalives_retries(3)
+        .tcp_user_timeout(timeout);
 }
 
 /// Where a caller cannot drive its session (there is no eventfd and epoll to do it with): the

@@ -42,7 +42,7 @@ impl Own {
         end: End,
     ) -> Result<(tokio_postgres::Client, Own)> {
         let peer = Peer::of(config).ok_or_else(|| {
-            Error::invalid("a PostgreSQL URL with several hosts connected as one with one")
+            Error::invalid("zklock cannot connect this URL's sessions on a socket of its own")
         })?;
         let (socket, domain) = tokio::time::timeout(connect_timeout, peer.connect(config, watch))
             .await
