@@ -6,7 +6,10 @@ the test binaries and the doc tests JOBS at a time (ZKLOCK_TEST_JOBS, default 2)
 first. Most of the suite waits on servers, not on the CPU, so two binaries at a time roughly
 halve the wall time; each binary still runs its own tests in parallel, as `cargo test` does.
 Each binary's output is printed as one block when it ends, with its time. Arguments are passed
-to every test binary (a name filter, `--nocapture`, ...). Exits non-zero if any binary failed.
+to every test binary (a name filter, `--nocapture`, ...). Without arguments the PostgreSQL
+backend's tests run a second time on its plain path (`ZKLOCK_PG_CALLER_DRIVES=0`: every
+statement through the Client's zklock-pg-io thread, as off Linux). Exits non-zero if any binary
+failed.
 
     scripts/run-tests.py [test binary arguments]
 """
@@ -22,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The longest binaries in CI runs, started first so that none of them ends the run alone.
 SLOWEST = ["conformance", "chaos", "no_hidden_hangs", "redis_sentinel", "cli", "postgres_close"]
+# The PostgreSQL backend's plain path: the binaries and the tests to run there.
+PLAIN_PATH = {"conformance": ["postgres::"], "postgres": []}
 
 
 def test_binaries():
@@ -52,18 +57,25 @@ def order(binaries):
 def main():
     args = sys.argv[1:]
     jobs = int(os.environ.get("ZKLOCK_TEST_JOBS", "2"))
-    runs = [(name, [exe, *args], f"{os.path.relpath(src, ROOT)} ({os.path.relpath(exe, ROOT)})")
-            for name, src, exe in order(test_binaries())]
+    binaries = order(test_binaries())
+    runs = [(name, [exe, *args], f"{os.path.relpath(src, ROOT)} ({os.path.relpath(exe, ROOT)})", {})
+            for name, src, exe in binaries]
     # The doc tests compile while the first binaries mostly wait on their servers.
     runs.insert(1, ("doc tests", ["cargo", "test", "--all-features", "--doc", "--", *args],
-                    "cargo test --doc"))
+                    "cargo test --doc", {}))
+    if not args:
+        plain = {"ZKLOCK_PG_CALLER_DRIVES": "0"}
+        runs += [(f"{name} on the plain path", [exe, *PLAIN_PATH[name]],
+                  f"ZKLOCK_PG_CALLER_DRIVES=0 {os.path.relpath(exe, ROOT)} {' '.join(PLAIN_PATH[name])}",
+                  plain)
+                 for name, _, exe in binaries if name in PLAIN_PATH]
     printing = threading.Lock()
     failed = []
 
     def run(item):
-        name, command, label = item
+        name, command, label, env = item
         started = time.monotonic()
-        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE,
+        done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace")
         took = time.monotonic() - started
         with printing:

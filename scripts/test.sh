@@ -10,7 +10,8 @@ scripts/ensure-mariadb.sh
 
 servers='zklock-zk-|zklock-redis-|zklock-pg-|zklock-mariadb-'
 before=$(pgrep -f "$servers" | sort || true)
-# `cargo test --all-features --all-targets` and the doc tests, two test binaries at a time.
+# `cargo test --all-features --all-targets` and the doc tests, two test binaries at a time, and
+# the PostgreSQL backend once more on its plain path.
 scripts/run-tests.py "$@"
 # No server of this suite may outlive it.
 sleep 1

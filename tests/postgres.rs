@@ -811,3 +811,29 @@ fn unix_socket_and_several_host_urls_lock_and_see_their_backend_end() {
         assert!(matches!(guard.release(), Err(Error::LockLost)));
     }
 }
+
+/// On Linux a Client's callers drive their own sessions unless `ZKLOCK_PG_CALLER_DRIVES=0`
+/// (CI runs this binary once with it set); elsewhere every statement goes through
+/// `zklock-pg-io`. Either way the locks work.
+#[test]
+fn callers_drive_their_sessions_unless_told_not_to() {
+    let forced = std::env::var("ZKLOCK_PG_CALLER_DRIVES").is_ok_and(|v| v == "0");
+    let expected = cfg!(target_os = "linux") && !forced;
+    println!("ZKLOCK_PG_CALLER_DRIVES=0: {forced}; callers drive their sessions: {expected}");
+    let server = TestingPostgres::start().unwrap();
+    let client = client(&server);
+    let shown = format!("{client:?}");
+    assert!(
+        shown.contains(&format!("caller_drives: {expected}")),
+        "{shown}"
+    );
+    let mutex = PgMutex::new(&client, "path").unwrap();
+    let guard = mutex.lock().unwrap();
+    let other = PgMutex::new(&client, "path").unwrap();
+    let waiter = thread::spawn(move || other.lock().unwrap().release().unwrap());
+    wait_for("the waiter to queue", || {
+        server.advisory_lock("path").unwrap().1.len() == 1
+    });
+    guard.release().unwrap();
+    waiter.join().unwrap();
+}

@@ -167,6 +167,7 @@ pub fn secs(s: Option<&String>) -> Duration {
 /// `cargo test` runs a bench, a short pass whose figures mean nothing), `--secs=S` for each
 /// contended row, `--only=CASE,…` for some cases.
 pub struct Plan {
+    args: Vec<String>,
     pub short: bool,
     /// Uncontended acquisitions.
     pub cycles: usize,
@@ -178,12 +179,10 @@ impl Plan {
     pub fn from_args() -> Plan {
         let args: Vec<String> = std::env::args().collect();
         let short = !args.iter().any(|a| a == "--bench");
-        let value = |name: &str| {
-            args.iter()
-                .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
-        };
+        let value = |name: &str| value(&args, name);
         let secs = value("secs").and_then(|s| s.parse().ok()).unwrap_or(5.0);
         Plan {
+            args: args.clone(),
             short,
             cycles: if short { 20 } else { 2000 },
             contended: if short {
@@ -195,12 +194,22 @@ impl Plan {
         }
     }
 
+    /// The value of `--NAME=VALUE` among the arguments.
+    pub fn value(&self, name: &str) -> Option<String> {
+        value(&self.args, name)
+    }
+
     /// Whether the case `case` runs.
     pub fn runs(&self, case: &str) -> bool {
         self.only
             .as_deref()
             .is_none_or(|only| only.split(',').any(|c| c == case))
     }
+}
+
+fn value(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_owned))
 }
 
 /// One session's acquisitions, handoffs (acquisitions after another session's) and waits (µs).

@@ -37,6 +37,15 @@
 //! the Python processes' own for psycopg2; threads are this process's beyond the bench's own,
 //! sampled half-way; connections are the server's client backends, sampled half-way.
 //!
+//! Paths (`--only=paths`, not run unless asked): zklock's caller-driven session (a caller
+//! reads and writes its own session's socket) beside the plain path (every statement through
+//! the Client's `zklock-pg-io` thread, as `ZKLOCK_PG_CALLER_DRIVES=0` forces it), with
+//! `--rtt=MS,…` of added round trip (default `0,0.5,2`; 0 connects directly, more through a
+//! [`FaultProxy`](zklock::testing::FaultProxy) in a child process of its own, so that its CPU
+//! is not the client's), `--rounds=N` rounds (default 3) alternating the paths: one session's
+//! lock + release cycles per second, handoffs/s with 2 and 8 sessions, and the client CPU per
+//! acquisition, each for `--secs`.
+//!
 //! Takeover (`--only=takeover`): a holder process (this bench run again, a PgClient with a
 //! session timeout T of 3 s; or psycopg2 on the server's defaults) takes a lock, gets `kill -9`
 //! or SIGSTOP, and a PgMutex in this process waits for the lock: the time from the signal to
@@ -69,6 +78,9 @@ fn main() -> Res<()> {
     if let Ok(args) = std::env::var(HOLDER) {
         return holder(&args);
     }
+    if let Ok(args) = std::env::var(PROXY) {
+        return proxy(&args);
+    }
     let plan = Plan::from_args();
     let server = TestingPostgres::start()?;
     if plan.short {
@@ -91,6 +103,10 @@ fn main() -> Res<()> {
     }
     if plan.runs("takeover") {
         takeover(&plan, &server)?;
+    }
+    // Only when asked: it takes minutes.
+    if plan.only.as_deref().is_some_and(|_| plan.runs("paths")) {
+        paths(&plan, &server)?;
     }
     Ok(())
 }
@@ -165,6 +181,266 @@ fn per(cost: &Cost, ops: u64) -> String {
 
 fn client(server: &TestingPostgres) -> Res<PgClient> {
     Ok(PgClient::connect(&server.url())?)
+}
+
+// ---------------------------------------------------------------------------
+// Paths: the caller-driven session beside the plain path, with added round trip.
+// ---------------------------------------------------------------------------
+
+/// Set for a proxy process of the paths case (this bench, run again): "PORT DELAY_US".
+const PROXY: &str = "ZKLOCK_PG_BENCH_PROXY";
+
+/// A proxy process: a raw FaultProxy to 127.0.0.1:PORT that holds every chunk DELAY_US each
+/// way; says its own port, and runs until its stdin closes.
+fn proxy(args: &str) -> Res<()> {
+    let [port, delay] = args.split(' ').collect::<Vec<_>>()[..] else {
+        return Err(format!("{PROXY}: PORT DELAY_US, not {args:?}").into());
+    };
+    let proxy = zklock::testing::FaultProxy::start_raw(("127.0.0.1", port.parse::<u16>()?))?;
+    proxy.delay(Duration::from_micros(delay.parse()?));
+    println!("{}", proxy.addr().port());
+    std::io::stdout().flush()?;
+    let _ = std::io::stdin().read_line(&mut String::new());
+    Ok(())
+}
+
+/// A proxy process in front of `server` that adds `rtt` to every round trip, and the URL
+/// through it.
+struct Proxied {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Proxied {
+    fn start(server: &TestingPostgres, rtt: Duration) -> Res<Proxied> {
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .env(
+                PROXY,
+                format!("{} {}", server.port(), (rtt / 2).as_micros()),
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        let Ok(port) = line.trim().parse::<u16>() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("the proxy process said {line:?}, not its port").into());
+        };
+        let url = server
+            .url()
+            .replace(&format!(":{}/", server.port()), &format!(":{port}/"));
+        Ok(Proxied { child, url })
+    }
+}
+
+impl Drop for Proxied {
+    fn drop(&mut self) {
+        // Its stdin closes with it: the proxy process ends.
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Which way a PgClient's statements go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// The caller drives its own session's socket.
+    CallerDrives,
+    /// Every statement through the Client's `zklock-pg-io` thread.
+    Plain,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::CallerDrives => "caller drives",
+            Path::Plain => "plain",
+        }
+    }
+
+    /// Clients connected from now on take this path (the variable is read at connect).
+    fn choose(self) {
+        match self {
+            Path::CallerDrives => std::env::remove_var("ZKLOCK_PG_CALLER_DRIVES"),
+            Path::Plain => std::env::set_var("ZKLOCK_PG_CALLER_DRIVES", "0"),
+        }
+    }
+}
+
+/// One round of one path: uncontended cycles/s, then handoffs/s with 2 and 8 sessions, each
+/// with its client CPU per acquisition (ms).
+struct Round {
+    figures: [(f64, f64); 3],
+}
+
+fn paths(plan: &Plan, server: &TestingPostgres) -> Res<()> {
+    let rtts: Vec<f64> = plan
+        .value("rtt")
+        .unwrap_or_else(|| "0,0.5,2".into())
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let rounds: usize = match plan.value("rounds") {
+        Some(r) => r.parse()?,
+        None if plan.short => 1,
+        None => 3,
+    };
+    let d = plan.contended;
+    println!(
+        "## paths: the caller drives its session, or every statement goes through \
+         zklock-pg-io ({rounds} rounds alternating, {d:?} each row)\n"
+    );
+    println!(
+        "| added RTT | path | round | 1 session, cycles/s | CPU | 2 sessions, handoffs/s | CPU \
+         | 8 sessions, handoffs/s | CPU |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    let mut summary = Vec::new();
+    for rtt in rtts {
+        let rtt = Duration::from_secs_f64(rtt / 1e3);
+        let proxied = (!rtt.is_zero())
+            .then(|| Proxied::start(server, rtt))
+            .transpose()?;
+        let url = proxied
+            .as_ref()
+            .map_or_else(|| server.url(), |p| p.url.clone());
+        let mut results: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            // Each round in the other order, so that neither path always goes first.
+            let order = if round % 2 == 0 {
+                [Path::CallerDrives, Path::Plain]
+            } else {
+                [Path::Plain, Path::CallerDrives]
+            };
+            for path in order {
+                path.choose();
+                let one = path_round(server, &url, d)?;
+                let f = one.figures;
+                println!(
+                    "| {rtt:?} | {} | {} | {:.0} | {:.3} ms | {:.0} | {:.3} ms | {:.0} | {:.3} ms |",
+                    path.name(),
+                    round + 1,
+                    f[0].0,
+                    f[0].1,
+                    f[1].0,
+                    f[1].1,
+                    f[2].0,
+                    f[2].1,
+                );
+                results[usize::from(path == Path::Plain)].push(one);
+            }
+        }
+        summary.push((rtt, results));
+    }
+    Path::CallerDrives.choose();
+    println!(
+        "\nMedians of the rounds, and the caller-driven path's gain over the plain path \
+         (throughput: more is better; CPU: less is better)\n"
+    );
+    println!(
+        "| added RTT | path | 1 session, cycles/s | CPU | 2 sessions, handoffs/s | CPU \
+         | 8 sessions, handoffs/s | CPU |\n|---|---|---|---|---|---|---|---|"
+    );
+    for (rtt, results) in summary {
+        let medians: Vec<[(f64, f64); 3]> = results
+            .iter()
+            .map(|rounds| {
+                std::array::from_fn(|i| {
+                    (
+                        median(rounds.iter().map(|r| r.figures[i].0)),
+                        median(rounds.iter().map(|r| r.figures[i].1)),
+                    )
+                })
+            })
+            .collect();
+        for (path, m) in [Path::CallerDrives, Path::Plain].iter().zip(&medians) {
+            println!(
+                "| {rtt:?} | {} | {:.0} | {:.3} ms | {:.0} | {:.3} ms | {:.0} | {:.3} ms |",
+                path.name(),
+                m[0].0,
+                m[0].1,
+                m[1].0,
+                m[1].1,
+                m[2].0,
+                m[2].1
+            );
+        }
+        let (drives, plain) = (&medians[0], &medians[1]);
+        let gain = |i: usize| {
+            (
+                (drives[i].0 / plain[i].0 - 1.0) * 100.0,
+                (1.0 - drives[i].1 / plain[i].1) * 100.0,
+            )
+        };
+        let g: [(f64, f64); 3] = std::array::from_fn(gain);
+        println!(
+            "| {rtt:?} | gain | {:+.1} % | {:+.1} % | {:+.1} % | {:+.1} % | {:+.1} % | {:+.1} % |",
+            g[0].0, g[0].1, g[1].0, g[1].1, g[2].0, g[2].1
+        );
+    }
+    println!();
+    Ok(())
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One round of the path the environment chooses, through `url`: uncontended cycles/s, then
+/// handoffs/s with 2 and 8 sessions, each for `d` and with its client CPU per acquisition
+/// (taken while the sessions run: connecting, with its password hashing, is left out).
+fn path_round(server: &TestingPostgres, url: &str, d: Duration) -> Res<Round> {
+    let mut figures = [(0.0, 0.0); 3];
+    for (i, s) in [1].into_iter().chain(SESSIONS).enumerate() {
+        quiet(server)?;
+        let clients = (0..s)
+            .map(|_| Ok(PgClient::connect(url)?))
+            .collect::<Res<Vec<_>>>()?;
+        let mutexes = Arc::new(
+            clients
+                .iter()
+                .map(|c| PgMutex::new(c, "bench-paths"))
+                .collect::<zklock::Result<Vec<_>>>()?,
+        );
+        let last = Arc::new(AtomicUsize::new(usize::MAX));
+        let cpu = process_cpu();
+        let (counts, ()) = common::run_sessions(
+            s,
+            d,
+            || (),
+            move |i, stop| {
+                let mut c = Counts::new()?;
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = mutexes[i].lock()?;
+                    c.handoffs += handoff(&last, i);
+                    guard.release()?;
+                    c.n += 1;
+                }
+                Ok(c)
+            },
+        )?;
+        let cpu = process_cpu() - cpu;
+        clients.iter().for_each(PgClient::close);
+        let total = counts.iter().map(|c| c.n).sum::<u64>();
+        // One session hands off to itself: its cycles are what counts.
+        let handoffs = match s {
+            1 => total,
+            _ => counts.iter().map(|c| c.handoffs).sum::<u64>(),
+        };
+        figures[i] = (
+            handoffs as f64 / d.as_secs_f64(),
+            cpu.as_secs_f64() * 1e3 / total.max(1) as f64,
+        );
+    }
+    Ok(Round { figures })
 }
 
 // ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //!
 //! A lock holds, and a waiter waits, on a server session of its own (a session-level advisory
 //! lock belongs to the session that took it). Sessions are opened with the server-side limits
-//! that make the server end a silent one within the session timeout (`session::limits`), and
+//! that make the server end a silent one within the session timeout (`connect::limits`), and
 //! kept in a small pool between holds.
 
 use std::fmt;
@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::drive::Watch;
+use super::connect::{self, Limit, Watch};
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
-use super::session::{self, Limit, Live, Session, Ties};
+use super::session::{Live, Session, Ties};
 use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
@@ -58,9 +58,11 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// # Threads
 /// Each Client runs `zklock-pg-io` (its sessions' sockets between statements, heartbeats and
 /// timers, on a small tokio runtime of its own that never reaches the caller) and
-/// `zklock-pg-events` (health, leadership and connection-state callbacks). A thread in a
-/// blocking call drives its own session's socket while it waits for an answer, so that no
-/// other thread is woken on the way (for a URL with one host).
+/// `zklock-pg-events` (health, leadership and connection-state callbacks). On Linux, for a URL
+/// with one host, a thread in a blocking call drives its own session's socket while it waits
+/// for an answer, so that no other thread is woken on the way; elsewhere, or when the
+/// environment has `ZKLOCK_PG_CALLER_DRIVES=0` as the Client connects, `zklock-pg-io` reads
+/// every answer and hands it to the caller (the same statements, at some more client CPU).
 ///
 /// # Connection states
 /// [`state`](Self::state) and its listeners report the core's
@@ -117,8 +119,9 @@ pub(crate) struct Inner {
     pub(crate) states: Arc<States>,
     /// Keeps the holds' sessions alive.
     pub(crate) keeper: Arc<Keeper>,
-    /// The sessions' sockets while no caller drives them.
-    sockets: Arc<Watch>,
+    /// The sessions' sockets while no caller drives them; `None` when callers do not drive
+    /// their sessions (every statement goes through `zklock-pg-io`).
+    sockets: Option<Arc<Watch>>,
     /// The sessions whose connection has not ended.
     live: Arc<Live>,
 }
@@ -409,8 +412,13 @@ impl PgClientBuilder {
             .build()
             .map_err(|e| Error::thread_start("zklock-pg-io", &e))?;
         let handle = runtime.handle().clone();
-        let sockets = Watch::start(&handle)
-            .map_err(|e| Error::io("starting the PostgreSQL sockets' watch", &e))?;
+        let sockets = if caller_drives() {
+            let watch = Watch::start(&handle)
+                .map_err(|e| Error::io("starting the PostgreSQL sockets' watch", &e))?;
+            Some(watch)
+        } else {
+            None
+        };
         let (close, _) = watch::channel(false);
         let ended = Arc::new(tokio::sync::Notify::new());
         let live = Arc::new(Live::default());
@@ -432,7 +440,7 @@ impl PgClientBuilder {
         sql::check_version(version)
             .map_err(Error::Postgres)
             .map_err(failed)?;
-        let limits = session::limits(version, self.session_timeout);
+        let limits = connect::limits(version, self.session_timeout);
         let synchronous_standbys = handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
@@ -442,7 +450,7 @@ impl PgClientBuilder {
                  fencing tokens may be handed out again"
             );
         }
-        session::set_keepalives(&mut config, self.session_timeout);
+        connect::set_keepalives(&mut config, self.session_timeout);
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
         let dispatch: Dispatch = {
@@ -591,6 +599,21 @@ fn shown(config: &tokio_postgres::Config) -> String {
     )
 }
 
+/// The variable that, set to `0` when a Client connects, has its callers hand every statement
+/// to `zklock-pg-io` instead of driving their sessions' sockets themselves.
+const CALLER_DRIVES: &str = "ZKLOCK_PG_CALLER_DRIVES";
+
+/// Whether a Client connecting now has its callers drive their own sessions: on Linux, unless
+/// [`CALLER_DRIVES`] is `0`.
+fn caller_drives() -> bool {
+    cfg!(target_os = "linux") && drives(std::env::var_os(CALLER_DRIVES).as_deref())
+}
+
+/// Whether [`CALLER_DRIVES`] set to `value` lets callers drive their sessions.
+fn drives(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_none_or(|v| v != "0")
+}
+
 fn in_runtime() -> Error {
     Error::invalid(
         "a blocking zklock call was made on an async runtime's thread: call it from \
@@ -619,7 +642,10 @@ impl Inner {
         }
         // Boxed: a statement's future is a few kilobytes, which would be copied on every
         // move below.
-        super::drive::block_on(&self.handle, Box::pin(f))
+        match &self.sockets {
+            Some(watch) => watch.block_on(&self.handle, Box::pin(f)),
+            None => self.handle.block_on(Box::pin(f)),
+        }
     }
 
     /// Starts `f` on the Client's runtime.
@@ -710,6 +736,7 @@ impl fmt::Debug for PgClient {
                 &self.inner.synchronous_standbys,
             )
             .field("session_timeout", &self.inner.session_timeout)
+            .field("caller_drives", &self.inner.sockets.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -734,6 +761,15 @@ mod tests {
             Err(Error::InvalidArgument(why)) => why,
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    #[test]
+    fn only_zero_stops_callers_from_driving_their_sessions() {
+        use std::ffi::OsStr;
+        assert!(drives(None));
+        assert!(drives(Some(OsStr::new("1"))));
+        assert!(drives(Some(OsStr::new(""))));
+        assert!(!drives(Some(OsStr::new("0"))));
     }
 
     #[test]

@@ -362,6 +362,11 @@ impl Watch {
         Ok(watch)
     }
 
+    /// Runs `f` as [`block_on`] does: a caller with this watch drives its own sessions.
+    pub(crate) fn block_on<F: Future>(&self, handle: &tokio::runtime::Handle, f: F) -> F::Output {
+        block_on(handle, f)
+    }
+
     /// Wakes the monitor of each socket found ready.
     async fn run(fd: AsyncFd<WatchFd>) {
         loop {

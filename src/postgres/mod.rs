@@ -15,6 +15,9 @@
 //! ```
 
 mod client;
+mod connect;
+/// The caller-driven session: an eventfd and epoll, so Linux only.
+#[cfg(target_os = "linux")]
 mod drive;
 mod hold;
 mod keeper;

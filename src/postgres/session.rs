@@ -1,144 +1,28 @@
 //! One server session (a connection) of a [`PgClient`](super::PgClient): opened with the
-//! server-side limits that end it when it goes silent, watched so that its end is known at
-//! once, and kept alive by a heartbeat while it holds a lock.
+//! server-side limits that end it when it goes silent (`connect.rs`), its statements, its end
+//! known at once, and the heartbeat that checks it while it holds a lock.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
-use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::drive::{Conn, Sock, Socket, Watch};
+use super::connect::{self, set_sql, Limit, Own, Watch};
 use super::sql;
 use super::tls::{refusal, Tls};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 
-/// A server-side setting a session is opened with.
-pub(crate) type Limit = (&'static str, String);
-
-/// The settings that make the server end a silent session within `timeout`, for a server of
-/// `version` (those it does not have are left out), and those the lock statements rely on:
-///
-/// * `idle_session_timeout` (14+), `idle_in_transaction_session_timeout`: a session that sends
-///   nothing for `timeout` is ended (a frozen holder; the heartbeat keeps a live one busy);
-/// * `tcp_keepalives_idle/interval/count`, `tcp_user_timeout` (12+): a peer gone with its
-///   machine or network is found within `timeout`;
-/// * `client_connection_check_interval` (14+): a waiter whose client went away leaves the
-///   lock's queue;
-/// * `statement_timeout = 0` (a lock wait is bounded by `lock_timeout`, set per wait) and
-///   `synchronous_commit = on` (the fencing token's transaction is on disk before it is
-///   handed out).
-pub(crate) fn limits(version: u32, timeout: Duration) -> Vec<Limit> {
-    let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128).to_string();
-    let s = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64).to_string();
-    let mut limits = vec![
-        ("idle_in_transaction_session_timeout", ms(timeout)),
-        ("tcp_keepalives_idle", s(timeout / 3)),
-        ("tcp_keepalives_interval", s(timeout / 9)),
-        ("tcp_keepalives_count", "3".to_owned()),
-        ("statement_timeout", "0".to_owned()),
-        ("synchronous_commit", "on".to_owned()),
-    ];
-    if version >= 120_000 {
-        limits.push(("tcp_user_timeout", ms(timeout)));
-    }
-    if version >= 140_000 {
-        limits.push(("idle_session_timeout", ms(timeout)));
-        limits.push((
-            "client_connection_check_interval",
-            ms((timeout / 3).min(Duration::from_secs(1))),
-        ));
-    }
-    limits
-}
-
-/// The client's side of each connection finds a vanished server within `timeout` too.
-pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Duration) {
-    config
-        .keepalives(true)
-        .keepalives_idle((timeout / 3).max(Duration::from_secs(1)))
-        .keepalives_interval((timeout / 9).max(Duration::from_secs(1)))
-        .keepalives_retries(3)
-        .tcp_user_timeout(timeout);
-}
-
-/// `limits` as one batch of `SET` statements.
-fn set_sql(limits: &[Limit]) -> String {
-    limits
-        .iter()
-        .map(|(name, value)| format!("SET {name} = {value};"))
-        .collect()
-}
-
-/// What ties a session to its Client.
-pub(crate) struct Ties {
-    /// Turns true when the Client closes: the session's connection ends.
-    pub(crate) close: watch::Receiver<bool>,
-    /// Notified when the session's connection ends.
-    pub(crate) on_end: Arc<Notify>,
-    /// Where the session's socket waits while no caller drives it.
-    pub(crate) sockets: Arc<Watch>,
-    /// Counts the Client's sessions whose connection has not ended.
-    pub(crate) live: Arc<Live>,
-}
-
-/// The number of a Client's sessions whose connection has not ended, so that closing the
-/// Client can wait until every one has.
-#[derive(Default)]
-pub(crate) struct Live {
-    count: Mutex<usize>,
-    none: parking_lot::Condvar,
-}
-
-impl Live {
-    /// Counts one more session until the returned guard is dropped.
-    fn one(self: &Arc<Live>) -> LiveOne {
-        *self.count.lock() += 1;
-        LiveOne(self.clone())
-    }
-
-    /// Waits until no session's connection is left, for at most `timeout`; whether none is.
-    pub(crate) fn wait_none(&self, timeout: Duration) -> bool {
-        let mut count = self.count.lock();
-        let end = Instant::now() + timeout;
-        while *count > 0 {
-            if self.none.wait_until(&mut count, end).timed_out() {
-                return *count == 0;
-            }
-        }
-        true
-    }
-}
-
-/// One session counted in [`Live`].
-struct LiveOne(Arc<Live>);
-
-impl Drop for LiveOne {
-    fn drop(&mut self) {
-        let mut count = self.0.count.lock();
-        *count -= 1;
-        if *count == 0 {
-            self.0.none.notify_all();
-        }
-    }
-}
-
 /// One server session.
 pub(crate) struct Session {
     pub(crate) client: tokio_postgres::Client,
-    /// The connection, when zklock connected the socket itself (a URL with one host): a
-    /// caller's statement drives it on the caller's thread (`drive.rs`).
-    conn: Option<Arc<Conn>>,
-    /// Where a cancel request goes for such a session.
-    peer: Option<Peer>,
+    /// The connection, when zklock connected the socket itself: a caller's statement drives
+    /// it on the caller's thread.
+    own: Option<Own>,
     cancel: tokio_postgres::CancelToken,
     /// How to reach the server again, to cancel.
     tls: Tls,
@@ -167,81 +51,9 @@ impl Session {
         operation_timeout: Duration,
         ties: Ties,
     ) -> Result<(Session, u32)> {
-        let Ties {
-            mut close,
-            on_end,
-            sockets,
-            live,
-        } = ties;
         let stop = Arc::new(Notify::new());
-        let stopped = stop.clone();
-        let timed_out = || Error::Io {
-            context: "connecting to PostgreSQL".into(),
-            kind: std::io::ErrorKind::TimedOut,
-            message: format!("no session within {connect_timeout:?}"),
-        };
-        let (ended_tx, ended) = watch::channel(false);
-        let (client, conn, peer) = match Peer::of(config) {
-            Some(peer) => {
-                let (socket, domain) =
-                    tokio::time::timeout(connect_timeout, peer.connect(config, &sockets))
-                        .await
-                        .map_err(|_| timed_out())??;
-                let tls_connect =
-                    MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
-                        .map_err(|e| Error::Tls(e.to_string()))?;
-                let handle = socket.handle();
-                let (client, connection) =
-                    tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
-                        .await
-                        .map_err(|_| timed_out())?
-                        .map_err(|e| open_error(&e, config))?;
-                let conn = Conn::new(handle, connection);
-                let monitored = conn.clone();
-                let one = live.one();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        e = monitored.monitor() => {
-                            if let Some(e) = e {
-                                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
-                            }
-                        }
-                        _ = close.wait_for(|c| *c) => {}
-                        () = stopped.notified() => {}
-                    }
-                    monitored.close();
-                    drop(monitored);
-                    let _ = ended_tx.send(true);
-                    drop(one);
-                    on_end.notify_one();
-                });
-                (client, Some(conn), Some(peer))
-            }
-            None => {
-                let (client, connection) =
-                    tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
-                        .await
-                        .map_err(|_| timed_out())?
-                        .map_err(|e| open_error(&e, config))?;
-                let one = live.one();
-                tokio::spawn(async move {
-                    // Each way out drops the connection, which closes its socket.
-                    tokio::select! {
-                        r = connection => {
-                            if let Err(e) = r {
-                                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
-                            }
-                        }
-                        _ = close.wait_for(|c| *c) => {}
-                        () = stopped.notified() => {}
-                    }
-                    let _ = ended_tx.send(true);
-                    drop(one);
-                    on_end.notify_one();
-                });
-                (client, None, None)
-            }
-        };
+        let (client, own, ended) =
+            connect::connect(config, tls, connect_timeout, ties, stop.clone()).await?;
         let cancel = client.cancel_token();
         let marker = fastrand::i32(1..);
         let marker_param: &(dyn ToSql + Sync) = &marker;
@@ -280,8 +92,7 @@ impl Session {
         }
         let session = Session {
             client,
-            conn,
-            peer,
+            own,
             cancel,
             tls: tls.clone(),
             pid,
@@ -328,8 +139,8 @@ impl Session {
     /// connection's task on the Client's I/O thread, which this wakes. Dropping the session
     /// does the same.
     pub(crate) fn end(&self) {
-        if let Some(conn) = &self.conn {
-            conn.close();
+        if let Some(own) = &self.own {
+            own.close();
         }
         self.stop.notify_one();
     }
@@ -359,8 +170,8 @@ impl Session {
     /// Runs `f`, statements of this session: a caller in a blocking call drives the session's
     /// socket itself meanwhile (`drive.rs`).
     pub(crate) async fn drive<F: std::future::Future>(&self, f: Pin<&mut F>) -> F::Output {
-        match &self.conn {
-            Some(conn) => conn.drive(f).await,
+        match &self.own {
+            Some(own) => own.drive(f).await,
             None => f.await,
         }
     }
@@ -369,8 +180,8 @@ impl Session {
     /// own), within `timeout`.
     pub(crate) async fn cancel(&self, timeout: Duration) {
         let cancelled = async {
-            match &self.peer {
-                Some(peer) => peer.cancel(&self.cancel, &self.tls).await,
+            match &self.own {
+                Some(own) => own.cancel(&self.cancel, &self.tls).await,
                 None => self
                     .cancel
                     .cancel_query(self.tls.clone())
@@ -420,143 +231,58 @@ impl Drop for Session {
     }
 }
 
-/// Where a session zklock connects itself goes: the URL's one host.
-#[derive(Clone, Debug)]
-enum Peer {
-    Tcp { host: String, port: u16 },
-    Unix(PathBuf),
+/// What ties a session to its Client.
+pub(crate) struct Ties {
+    /// Turns true when the Client closes: the session's connection ends.
+    pub(crate) close: watch::Receiver<bool>,
+    /// Notified when the session's connection ends.
+    pub(crate) on_end: Arc<Notify>,
+    /// Where the session's socket waits while no caller drives it; `None` when callers do not
+    /// drive their sessions.
+    pub(crate) sockets: Option<Arc<Watch>>,
+    /// Counts the Client's sessions whose connection has not ended.
+    pub(crate) live: Arc<Live>,
 }
 
-impl Peer {
-    /// The one host of `config`, unless tokio-postgres's own connect is needed (several hosts,
-    /// `hostaddr`, a session kind to look for).
-    fn of(config: &tokio_postgres::Config) -> Option<Peer> {
-        use tokio_postgres::config::{LoadBalanceHosts, TargetSessionAttrs};
-        let [host] = config.get_hosts() else {
-            return None;
-        };
-        if !config.get_hostaddrs().is_empty()
-            || config.get_ports().len() > 1
-            || config.get_target_session_attrs() != TargetSessionAttrs::Any
-            || config.get_load_balance_hosts() != LoadBalanceHosts::Disable
-        {
-            return None;
-        }
-        let port = config.get_ports().first().copied().unwrap_or(5432);
-        Some(match host {
-            Host::Tcp(host) => Peer::Tcp {
-                host: host.clone(),
-                port,
-            },
-            Host::Unix(dir) => Peer::Unix(dir.join(format!(".s.PGSQL.{port}"))),
-        })
+/// The number of a Client's sessions whose connection has not ended, so that closing the
+/// Client can wait until every one has.
+#[derive(Default)]
+pub(crate) struct Live {
+    count: Mutex<usize>,
+    none: parking_lot::Condvar,
+}
+
+impl Live {
+    /// Counts one more session until the returned guard is dropped.
+    pub(crate) fn one(self: &Arc<Live>) -> LiveOne {
+        *self.count.lock() += 1;
+        LiveOne(self.clone())
     }
 
-    /// A socket to the server, with `config`'s keepalives, and the name TLS checks the
-    /// server's certificate for.
-    async fn connect(
-        &self,
-        config: &tokio_postgres::Config,
-        sockets: &Arc<Watch>,
-    ) -> Result<(Socket, String)> {
-        let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
-        let (sock, domain) = match self {
-            Peer::Tcp { host, port } => {
-                let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
-                    .await
-                    .map_err(|e| failed(&e))?
-                    .collect();
-                let mut last = None;
-                let mut connected = None;
-                for addr in addrs {
-                    match tokio::net::TcpStream::connect(addr).await {
-                        Ok(s) => {
-                            connected = Some(s);
-                            break;
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                let stream = match (connected, last) {
-                    (Some(s), _) => s,
-                    (None, Some(e)) => return Err(failed(&e)),
-                    (None, None) => {
-                        return Err(Error::Io {
-                            context: "connecting to PostgreSQL".into(),
-                            kind: std::io::ErrorKind::NotFound,
-                            message: format!("{host:?} has no address"),
-                        })
-                    }
-                };
-                let stream = stream.into_std().map_err(|e| failed(&e))?;
-                stream.set_nodelay(true).map_err(|e| failed(&e))?;
-                keepalives(&stream, config).map_err(|e| failed(&e))?;
-                (Sock::Tcp(stream), host.clone())
-            }
-            Peer::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| failed(&e))?
-                    .into_std()
-                    .map_err(|e| failed(&e))?;
-                (Sock::Unix(stream), String::new())
-            }
-        };
-        Ok((Socket::new(sock, sockets).map_err(|e| failed(&e))?, domain))
-    }
-
-    /// Sends `token`'s cancel request over a connection of its own.
-    async fn cancel(&self, token: &tokio_postgres::CancelToken, tls: &Tls) -> Result<()> {
-        let failed = |e: &std::io::Error| Error::io("connecting to PostgreSQL", e);
-        match self {
-            Peer::Tcp { host, port } => {
-                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
-                    .await
-                    .map_err(|e| failed(&e))?;
-                let connect = MakeTlsConnect::<tokio::net::TcpStream>::make_tls_connect(
-                    &mut tls.clone(),
-                    host,
-                )
-                .map_err(|e| Error::Tls(e.to_string()))?;
-                token.cancel_query_raw(stream, connect).await
-            }
-            Peer::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| failed(&e))?;
-                let connect = MakeTlsConnect::<tokio::net::UnixStream>::make_tls_connect(
-                    &mut tls.clone(),
-                    "",
-                )
-                .map_err(|e| Error::Tls(e.to_string()))?;
-                token.cancel_query_raw(stream, connect).await
+    /// Waits until no session's connection is left, for at most `timeout`; whether none is.
+    pub(crate) fn wait_none(&self, timeout: Duration) -> bool {
+        let mut count = self.count.lock();
+        let end = Instant::now() + timeout;
+        while *count > 0 {
+            if self.none.wait_until(&mut count, end).timed_out() {
+                return *count == 0;
             }
         }
-        .map_err(|e| error(&e, false))
+        true
     }
 }
 
-/// `config`'s TCP keepalives and user timeout on `stream`, as tokio-postgres sets them.
-fn keepalives(
-    stream: &std::net::TcpStream,
-    config: &tokio_postgres::Config,
-) -> std::io::Result<()> {
-    use rustix::net::sockopt;
-    if config.get_keepalives() {
-        sockopt::set_socket_keepalive(stream, true)?;
-        sockopt::set_tcp_keepidle(stream, config.get_keepalives_idle())?;
-        if let Some(interval) = config.get_keepalives_interval() {
-            sockopt::set_tcp_keepintvl(stream, interval)?;
-        }
-        if let Some(retries) = config.get_keepalives_retries() {
-            sockopt::set_tcp_keepcnt(stream, retries)?;
+/// One session counted in [`Live`].
+pub(crate) struct LiveOne(Arc<Live>);
+
+impl Drop for LiveOne {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock();
+        *count -= 1;
+        if *count == 0 {
+            self.0.none.notify_all();
         }
     }
-    if let Some(timeout) = config.get_tcp_user_timeout() {
-        let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
-        sockopt::set_tcp_user_timeout(stream, ms)?;
-    }
-    Ok(())
 }
 
 /// The message for a statement run on a server session that is not the session's own, or is
@@ -688,22 +414,6 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
     Error::Postgres(e.to_string())
 }
 
-/// A failure to open a session, as [`error`] says; and a password the server asks for that
-/// nothing gave is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
-/// configuration error, "password missing").
-fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Error {
-    let missing = e.as_db_error().is_none()
-        && std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
-    if missing {
-        return Error::AuthFailed(format!(
-            "password missing: the server asks for user {:?}'s password and neither the \
-             connection string, PGPASSWORD nor a password file gives one",
-            config.get_user().unwrap_or_default()
-        ));
-    }
-    error(e, true)
-}
-
 /// Whether the retry policy may try again after `e`: a session lost, or one that could not be
 /// opened for a reason of the network.
 pub(crate) fn retryable(e: &Error) -> bool {
@@ -713,22 +423,6 @@ pub(crate) fn retryable(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn limits_follow_the_timeout_and_the_server_version() {
-        let l = limits(150_000, Duration::from_secs(30));
-        let get = |l: &[Limit], n: &str| l.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
-        assert_eq!(get(&l, "idle_session_timeout").unwrap(), "30000");
-        assert_eq!(get(&l, "tcp_keepalives_idle").unwrap(), "10");
-        assert_eq!(get(&l, "tcp_keepalives_interval").unwrap(), "3");
-        assert_eq!(get(&l, "tcp_user_timeout").unwrap(), "30000");
-        assert_eq!(get(&l, "client_connection_check_interval").unwrap(), "1000");
-        let old = limits(110_000, Duration::from_secs(1));
-        assert!(get(&old, "idle_session_timeout").is_none());
-        assert!(get(&old, "tcp_user_timeout").is_none());
-        assert_eq!(get(&old, "tcp_keepalives_interval").unwrap(), "1");
-        assert!(set_sql(&l).starts_with("SET idle_in_transaction_session_timeout = 30000;"));
-    }
 
     #[test]
     fn a_server_without_current_setting_missing_ok_is_refused_for_its_version() {

@@ -1,10 +1,12 @@
 //! [`FaultProxy`]: a userspace TCP proxy in front of one ZooKeeper server that injects network
-//! faults on command (delay, silence, lost replies, resets, cut-off sessions). No root, no `tc`.
+//! faults on command (delay, silence, lost replies, resets, cut-off sessions), or in front of any
+//! TCP server without reading its framing (delay, silence, resets). No root, no `tc`.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -25,7 +27,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// knows each connection's **session id** (from the connect request of a reconnect, or from the
 /// connect response) and the xid and op code of each request. Faults:
 ///
-/// * [`delay`](Self::delay): hold every frame, both ways, for a while before forwarding it.
+/// * [`delay`](Self::delay): hold every frame, both ways, for a while after it arrived before
+///   forwarding it (a round trip takes twice the delay more).
 /// * [`blackhole`](Self::blackhole): accept and read, forward nothing; sockets stay open, so
 ///   clients see a silent server (pings go unanswered).
 /// * [`drop_replies`](Self::drop_replies) / [`drop_replies_to`](Self::drop_replies_to): the
@@ -44,6 +47,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `zookeeper-client` crate matches replies by xid and has no per-request timeout; pings keep
 /// the connection alive). Follow a dropped reply with [`reset`](Self::reset) to make the
 /// client retry, as after a real lost reply.
+///
+/// [`start_raw`](Self::start_raw) starts a proxy that reads no framing, for a server that does not
+/// speak ZooKeeper (PostgreSQL, Redis, MySQL): it forwards bytes as they come, and only
+/// `delay`, `blackhole`, `reset` and `heal` apply.
 ///
 /// Dropping the proxy closes its listener and every connection and joins all its threads
 /// (named `zkpx-<port>…`) before it returns.
@@ -110,6 +117,37 @@ impl FaultProxy {
     /// Starts a proxy on a free `127.0.0.1` port that forwards to `target` (the first address
     /// it resolves to).
     pub fn start(target: impl ToSocketAddrs) -> io::Result<FaultProxy> {
+        FaultProxy::start_with(target, false)
+    }
+
+    /// Starts a proxy on a free `127.0.0.1` port that forwards to `target` bytes as they come,
+    /// reading no framing: [`delay`](Self::delay), [`blackhole`](Self::blackhole),
+    /// [`reset`](Self::reset) and [`heal`](Self::heal) apply to any TCP protocol (the
+    /// ZooKeeper-only faults do nothing).
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use zklock::testing::{FaultProxy, TestingPostgres};
+    ///
+    /// let server = TestingPostgres::start()?;
+    /// let proxy = FaultProxy::start_raw(("127.0.0.1", server.port()))?;
+    /// proxy.delay(Duration::from_micros(250)); // half a millisecond more per round trip
+    /// let url = server.url().replace(
+    ///     &format!(":{}/", server.port()),
+    ///     &format!(":{}/", proxy.addr().port()),
+    /// );
+    /// let client = zklock::PgClient::connect(&url)?;
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "postgres"))]
+    /// # fn main() {}
+    /// ```
+    pub fn start_raw(target: impl ToSocketAddrs) -> io::Result<FaultProxy> {
+        FaultProxy::start_with(target, true)
+    }
+
+    fn start_with(target: impl ToSocketAddrs, raw: bool) -> io::Result<FaultProxy> {
         let target = target.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "no address to forward to")
         })?;
@@ -117,6 +155,7 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let shared = Arc::new(ProxyInner {
             target,
+            raw,
             name: format!("zkpx-{}", addr.port()),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -170,8 +209,8 @@ impl FaultProxy {
         self.shared.target
     }
 
-    /// Holds every frame, both ways, `d` after it arrived before forwarding it
-    /// (`Duration::ZERO`: off).
+    /// Holds every frame, both ways, until `d` after it arrived before forwarding it
+    /// (`Duration::ZERO`: off): each round trip takes `2 × d` more.
     pub fn delay(&self, d: Duration) {
         self.shared.lock().delay = d;
         self.shared.wake.notify_all();
@@ -305,6 +344,8 @@ impl std::fmt::Debug for FaultProxy {
 
 struct ProxyInner {
     target: SocketAddr,
+    /// Forward bytes as they come, reading no ZooKeeper framing.
+    raw: bool,
     /// Thread-name prefix.
     name: String,
     state: Mutex<State>,
@@ -581,18 +622,29 @@ enum Verdict {
 }
 
 /// Forwards frames from `from` to `to` until either side closes, then closes the connection.
-fn pump(shared: &ProxyInner, id: u64, dir: Dir, mut from: TcpStream, mut to: TcpStream) {
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut first = true;
-    let mut raw = false;
-    'read: loop {
-        let n = match from.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+fn pump(shared: &Arc<ProxyInner>, id: u64, dir: Dir, from: TcpStream, mut to: TcpStream) {
+    // Bytes are read on a thread of their own and stamped with when they came, so that a delay
+    // holds each until `delay` after it came, not after the bytes before it left.
+    let (stamped, chunks) = mpsc::channel();
+    {
+        let mut state = shared.lock();
+        let suffix = match dir {
+            Dir::Up => format!("{id}ur"),
+            Dir::Down => format!("{id}dr"),
         };
-        let received = Instant::now();
-        buf.extend_from_slice(&chunk[..n]);
+        // Only while the connection is open: closing it (here or in `Drop`) ends the reader.
+        let open = !state.stopped && state.conns.contains_key(&id);
+        if !open || !shared.spawn(&mut state, &suffix, move || read_stamped(from, &stamped)) {
+            drop(state);
+            shared.finish(id);
+            return;
+        }
+    }
+    let mut buf = Vec::new();
+    let mut first = true;
+    let mut raw = shared.raw;
+    'read: while let Ok((received, chunk)) = chunks.recv() {
+        buf.extend_from_slice(&chunk);
         loop {
             let len = if raw {
                 buf.len()
@@ -628,6 +680,21 @@ fn pump(shared: &ProxyInner, id: u64, dir: Dir, mut from: TcpStream, mut to: Tcp
         }
     }
     shared.finish(id);
+}
+
+/// Reads `from` until it closes, sending each chunk with the time it came.
+fn read_stamped(mut from: TcpStream, to: &mpsc::Sender<(Instant, Vec<u8>)>) {
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if to.send((Instant::now(), chunk[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -812,6 +879,7 @@ mod tests {
     fn shared() -> ProxyInner {
         ProxyInner {
             target: "127.0.0.1:1".parse().unwrap(),
+            raw: false,
             name: "zkpx-test".into(),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -879,5 +947,67 @@ mod tests {
         assert_eq!(state.conns[&fresh].session, Some(7));
         assert!(!state.conns[&other].broken);
         assert_eq!(state.conns[&other].session, Some(8));
+    }
+
+    /// An echo server on a free port: sends back whatever it reads, on each connection.
+    fn echo() -> SocketAddr {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                thread::spawn(move || {
+                    let mut back = conn.try_clone().unwrap();
+                    let _ = io::copy(&mut conn, &mut back);
+                });
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_raw_proxy_forwards_bytes_that_are_no_zookeeper_frame_with_its_delay() {
+        let proxy = FaultProxy::start_raw(echo()).unwrap();
+        let delay = Duration::from_millis(25);
+        proxy.delay(delay);
+        let mut conn = TcpStream::connect(proxy.addr()).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        // A PostgreSQL SSLRequest: its length counts itself, so as a ZooKeeper frame it would
+        // be incomplete, and wait for bytes that never come.
+        let request = [0, 0, 0, 8, 4, 210, 22, 47];
+        let sent = Instant::now();
+        conn.write_all(&request).unwrap();
+        let mut back = [0u8; 8];
+        conn.read_exact(&mut back).unwrap();
+        let took = sent.elapsed();
+        println!("a round trip through the proxy with a delay of {delay:?}: {took:?}");
+        assert_eq!(back, request);
+        assert!(took >= delay * 2, "{took:?}");
+    }
+
+    #[test]
+    fn a_delay_holds_each_chunk_from_when_it_came() {
+        let proxy = FaultProxy::start_raw(echo()).unwrap();
+        let delay = Duration::from_millis(500);
+        proxy.delay(delay);
+        let mut conn = TcpStream::connect(proxy.addr()).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let sent = Instant::now();
+        conn.write_all(b"a").unwrap();
+        thread::sleep(Duration::from_millis(100));
+        conn.write_all(b"b").unwrap();
+        let mut back = [0u8; 1];
+        for want in [b'a', b'b'] {
+            conn.read_exact(&mut back).unwrap();
+            assert_eq!(back[0], want);
+        }
+        // "b" came 100 ms after "a": held from then each way, it is back 2 × 500 + 100 ms after
+        // "a" was sent; held from when "a" left the proxy instead, after 3 × 500 ms.
+        let took = sent.elapsed();
+        println!("two chunks 100 ms apart, the second back after {took:?}");
+        assert!(took >= delay * 2, "{took:?}");
+        assert!(took < delay * 2 + Duration::from_millis(300), "{took:?}");
     }
 }

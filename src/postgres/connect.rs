@@ -1,0 +1,289 @@
+//! How a session's connection is made — by tokio-postgres, whose connection a task on the
+//! Client's runtime drives, or, on Linux for a URL with one host, on a socket zklock connects
+//! itself, so that a caller in a blocking call drives it ([`Own`], `drive.rs`) — and the
+//! server-side limits it opens with.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use super::session::{error, Live, Ties};
+use super::tls::Tls;
+use crate::core::error::{Error, Result};
+
+#[cfg(target_os = "linux")]
+mod own;
+
+#[cfg(target_os = "linux")]
+pub(crate) use super::drive::Watch;
+#[cfg(not(target_os = "linux"))]
+pub(crate) use elsewhere::{Own, Watch};
+#[cfg(target_os = "linux")]
+pub(crate) use own::Own;
+
+/// A session's connection, made within `connect_timeout`: its client, the socket zklock
+/// connected itself when the Client's callers drive their sessions (`ties.sockets`) and the URL
+/// allows it, and what turns true when the connection ends — closed by either side, broken,
+/// `stop` notified or the Client closed.
+pub(crate) async fn connect(
+    config: &tokio_postgres::Config,
+    tls: &Tls,
+    connect_timeout: Duration,
+    ties: Ties,
+    stop: Arc<Notify>,
+) -> Result<(tokio_postgres::Client, Option<Own>, watch::Receiver<bool>)> {
+    let Ties {
+        close,
+        on_end,
+        sockets,
+        live,
+    } = ties;
+    let (ended_tx, ended) = watch::channel(false);
+    let end = End {
+        close,
+        stop,
+        ended: ended_tx,
+        on_end,
+        live,
+    };
+    let (client, own) = match sockets {
+        Some(watch) if Own::fits(config) => {
+            let (client, own) = Own::connect(&watch, config, tls, connect_timeout, end).await?;
+            (client, Some(own))
+        }
+        _ => (
+            by_tokio_postgres(config, tls, connect_timeout, end).await?,
+            None,
+        ),
+    };
+    Ok((client, own, ended))
+}
+
+/// A connection tokio-postgres makes, driven by a task on the Client's runtime: every answer
+/// is read there and handed to the caller.
+async fn by_tokio_postgres(
+    config: &tokio_postgres::Config,
+    tls: &Tls,
+    connect_timeout: Duration,
+    end: End,
+) -> Result<tokio_postgres::Client> {
+    let (client, connection) = tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
+        .await
+        .map_err(|_| timed_out(connect_timeout))?
+        .map_err(|e| open_error(&e, config))?;
+    // The way out drops the connection, which closes its socket.
+    end.spawn(
+        async {
+            if let Err(e) = connection.await {
+                tracing::debug!("zklock: a PostgreSQL session ended: {e}");
+            }
+        },
+        || {},
+    );
+    Ok(client)
+}
+
+/// What a session's connection task tells when the connection ends.
+struct End {
+    /// Turns true when the Client closes.
+    close: watch::Receiver<bool>,
+    /// Notified when the session is ended.
+    stop: Arc<Notify>,
+    /// Turned true when the connection has ended.
+    ended: watch::Sender<bool>,
+    /// Notified when the connection has ended.
+    on_end: Arc<Notify>,
+    live: Arc<Live>,
+}
+
+impl End {
+    /// Starts the connection's task, counted live until it ends: `connection` until it
+    /// returns, the Client closes or the session is stopped; then `finish`, and the end is told.
+    fn spawn(
+        self,
+        connection: impl Future<Output = ()> + Send + 'static,
+        finish: impl FnOnce() + Send + 'static,
+    ) {
+        let End {
+            mut close,
+            stop,
+            ended,
+            on_end,
+            live,
+        } = self;
+        let one = live.one();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = connection => {}
+                _ = close.wait_for(|c| *c) => {}
+                () = stop.notified() => {}
+            }
+            finish();
+            let _ = ended.send(true);
+            drop(one);
+            on_end.notify_one();
+        });
+    }
+}
+
+fn timed_out(connect_timeout: Duration) -> Error {
+    Error::Io {
+        context: "connecting to PostgreSQL".into(),
+        kind: std::io::ErrorKind::TimedOut,
+        message: format!("no session within {connect_timeout:?}"),
+    }
+}
+
+/// A failure to open a session, as [`error`] says; and a password the server asks for that
+/// nothing gave is [`Error::AuthFailed`] naming the user (tokio-postgres reports it as a
+/// configuration error, "password missing").
+fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Error {
+    let missing = e.as_db_error().is_none()
+        && std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
+    if missing {
+        return Error::AuthFailed(format!(
+            "password missing: the server asks for user {:?}'s password and neither the \
+             connection string, PGPASSWORD nor a password file gives one",
+            config.get_user().unwrap_or_default()
+        ));
+    }
+    error(e, true)
+}
+
+/// A server-side setting a session is opened with.
+pub(crate) type Limit = (&'static str, String);
+
+/// The settings that make the server end a silent session within `timeout`, for a server of
+/// `version` (those it does not have are left out), and those the lock statements rely on:
+///
+/// * `idle_session_timeout` (14+), `idle_in_transaction_session_timeout`: a session that sends
+///   nothing for `timeout` is ended (a frozen holder; the heartbeat keeps a live one busy);
+/// * `tcp_keepalives_idle/interval/count`, `tcp_user_timeout` (12+): a peer gone with its
+///   machine or network is found within `timeout`;
+/// * `client_connection_check_interval` (14+): a waiter whose client went away leaves the
+///   lock's queue;
+/// * `statement_timeout = 0` (a lock wait is bounded by `lock_timeout`, set per wait) and
+///   `synchronous_commit = on` (the fencing token's transaction is on disk before it is
+///   handed out).
+pub(crate) fn limits(version: u32, timeout: Duration) -> Vec<Limit> {
+    let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128).to_string();
+    let s = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64).to_string();
+    let mut limits = vec![
+        ("idle_in_transaction_session_timeout", ms(timeout)),
+        ("tcp_keepalives_idle", s(timeout / 3)),
+        ("tcp_keepalives_interval", s(timeout / 9)),
+        ("tcp_keepalives_count", "3".to_owned()),
+        ("statement_timeout", "0".to_owned()),
+        ("synchronous_commit", "on".to_owned()),
+    ];
+    if version >= 120_000 {
+        limits.push(("tcp_user_timeout", ms(timeout)));
+    }
+    if version >= 140_000 {
+        limits.push(("idle_session_timeout", ms(timeout)));
+        limits.push((
+            "client_connection_check_interval",
+            ms((timeout / 3).min(Duration::from_secs(1))),
+        ));
+    }
+    limits
+}
+
+/// `limits` as one batch of `SET` statements.
+pub(crate) fn set_sql(limits: &[Limit]) -> String {
+    limits
+        .iter()
+        .map(|(name, value)| format!("SET {name} = {value};"))
+        .collect()
+}
+
+/// The client's side of each connection finds a vanished server within `timeout` too.
+pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Duration) {
+    config
+        .keepalives(true)
+        .keepalives_idle((timeout / 3).max(Duration::from_secs(1)))
+        .keepalives_interval((timeout / 9).max(Duration::from_secs(1)))
+        .keepalives_retries(3)
+        .tcp_user_timeout(timeout);
+}
+
+/// Where a caller cannot drive its session (there is no eventfd and epoll to do it with): the
+/// types that stand for it, never made.
+#[cfg(not(target_os = "linux"))]
+mod elsewhere {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::End;
+    use crate::core::error::Result;
+    use crate::postgres::tls::Tls;
+
+    /// Never made: a Client's callers do not drive their sessions here.
+    pub(crate) enum Watch {}
+
+    impl Watch {
+        pub(crate) fn start(_: &tokio::runtime::Handle) -> std::io::Result<Arc<Watch>> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+
+        pub(crate) fn block_on<F: Future>(&self, _: &tokio::runtime::Handle, _: F) -> F::Output {
+            match *self {}
+        }
+    }
+
+    /// Never made: every session is connected by tokio-postgres here.
+    pub(crate) enum Own {}
+
+    impl Own {
+        pub(crate) fn fits(_: &tokio_postgres::Config) -> bool {
+            false
+        }
+
+        pub(super) async fn connect(
+            watch: &Watch,
+            _: &tokio_postgres::Config,
+            _: &Tls,
+            _: Duration,
+            _: End,
+        ) -> Result<(tokio_postgres::Client, Own)> {
+            match *watch {}
+        }
+
+        pub(crate) fn close(&self) {
+            match *self {}
+        }
+
+        pub(crate) async fn drive<F: Future>(&self, _: Pin<&mut F>) -> F::Output {
+            match *self {}
+        }
+
+        pub(crate) async fn cancel(&self, _: &tokio_postgres::CancelToken, _: &Tls) -> Result<()> {
+            match *self {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_follow_the_timeout_and_the_server_version() {
+        let l = limits(150_000, Duration::from_secs(30));
+        let get = |l: &[Limit], n: &str| l.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        assert_eq!(get(&l, "idle_session_timeout").unwrap(), "30000");
+        assert_eq!(get(&l, "tcp_keepalives_idle").unwrap(), "10");
+        assert_eq!(get(&l, "tcp_keepalives_interval").unwrap(), "3");
+        assert_eq!(get(&l, "tcp_user_timeout").unwrap(), "30000");
+        assert_eq!(get(&l, "client_connection_check_interval").unwrap(), "1000");
+        let old = limits(110_000, Duration::from_secs(1));
+        assert!(get(&old, "idle_session_timeout").is_none());
+        assert!(get(&old, "tcp_user_timeout").is_none());
+        assert_eq!(get(&old, "tcp_keepalives_interval").unwrap(), "1");
+        assert!(set_sql(&l).starts_with("SET idle_in_transaction_session_timeout = 30000;"));
+    }
+}
