@@ -160,7 +160,11 @@ fn sentinel_failovers(replicated: bool) -> usize {
         .unwrap_or(2);
     let mut set = TestingSentinel::start().unwrap();
     let mut lab = if replicated {
-        Lab::new(set.url(), "redis_replicated_chaos_worker", REPLICATED_WORKER)
+        Lab::new(
+            set.url(),
+            "redis_replicated_chaos_worker",
+            REPLICATED_WORKER,
+        )
     } else {
         Lab::new(set.url(), "redis_chaos_worker", WORKER)
     };
