@@ -324,7 +324,7 @@ pub use crate::core::retry::{
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::{
     MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMode, MySqlMutex,
-    MySqlReadLock, MySqlReadWriteLock, MySqlSemaphore, MySqlWriteLock,
+    MySqlParticipant, MySqlReadLock, MySqlReadWriteLock, MySqlSemaphore, MySqlWriteLock,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{patience, wait_for};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient, MySqlMutex};
+use zklock::{Error, LockHealth, MySqlClient, MySqlMutex, MySqlSemaphore};
 
 fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
     MySqlClient::builder(&server.url())
@@ -235,4 +235,99 @@ fn a_released_session_is_reused() {
 /// Time for the server to end a killed session's socket.
 fn thread_sleep_a_moment() {
     std::thread::sleep(Duration::from_millis(200));
+}
+
+/// `participants` lists who holds and who waits: the holding connection, then a zklock waiter
+/// of another Client and a SQL client waiting on `lock_sql()` (for a plain name and one over
+/// 64 characters, which the server knows by its hash); a semaphore's lease; and in the table
+/// mode the lease record, with its token.
+#[test]
+fn participants_show_the_holder_and_the_waiters() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(30));
+    let other = client(&server, Duration::from_secs(30));
+    for name in ["report".to_owned(), "long-".repeat(20)] {
+        let mutex = MySqlMutex::new(&c, &name).unwrap();
+        let guard = mutex.lock().unwrap();
+        let held = c.participants(&name, 0).unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert!(held[0].holds && held[0].kind == "lock", "{held:?}");
+        assert_eq!(held[0].user.as_deref(), Some("zklock"), "{held:?}");
+        let waiter = {
+            let other = other.clone();
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let mutex = MySqlMutex::new(&other, &name).unwrap();
+                let served = mutex.try_lock_for(patience()).unwrap().is_some();
+                served
+            })
+        };
+        let mut sql = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", server.socket().display()))
+            .args(["-uroot", "-N", "-B", "-e", &mutex.lock_sql()])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("two waiters listed", || {
+            c.participants(&name, 0)
+                .unwrap()
+                .iter()
+                .filter(|p| !p.holds)
+                .count()
+                == 2
+        });
+        let listed = c.participants(&name, 0).unwrap();
+        println!("{name}: {listed:#?}");
+        assert!(listed[0].holds && listed[1..].iter().all(|p| !p.holds));
+        let mut users: Vec<_> = listed[1..].iter().map(|p| p.user.clone()).collect();
+        users.sort();
+        assert_eq!(
+            users,
+            [Some("root".to_owned()), Some("zklock".to_owned())],
+            "{listed:?}"
+        );
+        assert!(listed[1..].iter().all(|p| p.waiting.is_some()));
+        drop(guard);
+        // The SQL client exits once it holds, which lets the zklock waiter in.
+        let _ = sql.wait();
+        assert!(
+            waiter.join().unwrap(),
+            "{name}: the zklock waiter was served"
+        );
+        wait_for("nobody left", || {
+            c.participants(&name, 0).unwrap().is_empty()
+        });
+    }
+
+    let semaphore = MySqlSemaphore::new(&c, "pool", 3).unwrap();
+    let lease = semaphore.acquire().unwrap();
+    let listed = c.participants("pool", 3).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].kind, "lease");
+    assert!(listed[0].holds && listed[0].lease.is_some(), "{listed:?}");
+    lease.release().unwrap();
+
+    let table = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .session_timeout(Duration::from_secs(30))
+        .connect()
+        .unwrap();
+    let mutex = MySqlMutex::new(&table, "report").unwrap();
+    let guard = mutex.lock().unwrap();
+    let listed = table.participants("report", 0).unwrap();
+    println!("table mode: {listed:#?}");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].token, Some(guard.fencing_token()));
+    assert!(listed[0].owner.is_some() && listed[0].connection.is_none());
+    assert!(listed[0]
+        .expires_in
+        .is_some_and(|left| left <= Duration::from_secs(30)));
+    drop(guard);
+    wait_for("the record expired", || {
+        table.participants("report", 0).unwrap().is_empty()
+    });
+    assert!(matches!(
+        c.participants("", 0),
+        Err(Error::InvalidArgument(_))
+    ));
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use parking_lot::{Condvar, Mutex};
 
+use super::participants::MySqlParticipant;
 use super::session::{code, connect_error, Session};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::error::{Error, Result};
@@ -221,6 +222,25 @@ impl MySqlClient {
     /// How this Client's locks lock: `GET_LOCK` or the lease table.
     pub fn mode(&self) -> MySqlMode {
         self.inner.mode
+    }
+
+    /// Who holds and who waits for the locks of `name` — its mutex (and leader latch) and
+    /// leases 1 to `max_leases` of its semaphore. In the `GET_LOCK` mode: the connection that
+    /// holds each (`IS_USED_LOCK`), and the connections whose statement waits in `GET_LOCK` on
+    /// it — zklock's and any SQL client's that runs [`MySqlMutex::lock_sql`]'s form — from the
+    /// process list (the `PROCESS` privilege shows other users' connections). In the table
+    /// mode: the lease record, if unexpired, with its owner, token and time left; its waiters
+    /// poll and are not seen. Holders first, then waiters, longest first.
+    ///
+    /// # Blocking
+    /// Two statements on the Client's own session, each within the operation timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or more leases than a semaphore has, before
+    /// any I/O; [`Error::Closed`]; [`Error::Timeout`] or a connection error from the
+    /// statements.
+    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<MySqlParticipant>> {
+        super::participants::read(self.inner(), self.mode(), name, max_leases)
     }
 
     /// The session timeout: the server ends a holder's session silent for this long, and its
@@ -738,7 +758,7 @@ impl Inner {
 
     /// `f` on the Client's own session, opened again (once) if it has ended, its answer awaited
     /// for at most `timeout`.
-    fn on_side<T>(
+    pub(crate) fn on_side<T>(
         &self,
         timeout: Duration,
         f: impl Fn(&mut mysql::Conn) -> mysql::Result<T>,

@@ -17,6 +17,7 @@
 mod client;
 mod latch;
 mod mutex;
+mod participants;
 mod read_write;
 mod semaphore;
 mod session;
@@ -25,5 +26,6 @@ mod table;
 pub use client::{MySqlClient, MySqlClientBuilder, MySqlMode};
 pub use latch::MySqlLeaderLatch;
 pub use mutex::MySqlMutex;
+pub use participants::MySqlParticipant;
 pub use read_write::{MySqlReadLock, MySqlReadWriteLock, MySqlWriteLock};
 pub use semaphore::{MySqlLease, MySqlSemaphore};

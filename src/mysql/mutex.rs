@@ -358,7 +358,8 @@ pub(crate) struct Grant {
 
 /// One attempt on an idle or new session for the `GET_LOCK` name `key` (an SQL expression):
 /// granted (with the token), not granted by the deadline, or an error; the session is closed
-/// unless granted.
+/// unless granted. The waiting statement names the key itself (`GET_LOCK(<key>, …)`), so the
+/// process list shows what it waits for ([`MySqlClient::participants`]).
 pub(crate) fn attempt(
     inner: &Inner,
     key: &str,
@@ -367,7 +368,7 @@ pub(crate) fn attempt(
 ) -> Result<Option<Grant>> {
     let sql = |wait: &str| {
         format!(
-            "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK(@zklock_key, {wait}); \
+            "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK({key}, {wait}); \
              {BUMP} SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)"
         )
     };

@@ -17,7 +17,7 @@ use crate::core::lease::boot_clock;
 use crate::core::lock::Release;
 
 /// The most leases a semaphore may have (each a `GET_LOCK` name tried in one statement).
-const MAX_LEASES: u32 = 1_000;
+pub(crate) const MAX_LEASES: u32 = 1_000;
 
 /// How long a waiter waits on the one name it queues for before it tries all the names again.
 const WAIT_SLICE: Duration = Duration::from_secs(1);

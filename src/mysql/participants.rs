@@ -1,0 +1,182 @@
+//! [`MySqlParticipant`]: who holds and who waits for a name's locks — in the `GET_LOCK` mode
+//! from `IS_USED_LOCK` and the process list (zklock's connections and any other SQL client's
+//! that runs the documented SQL), in the table mode from the lease record.
+
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+
+use super::client::{Inner, MySqlMode};
+use super::mutex::{check_name, key_sql};
+use super::table::RECORDS;
+use crate::core::error::{Error, Result};
+
+/// A connection that holds or waits for one of the locks of a name — the mutex's (and the
+/// leader latch's) or a semaphore's lease — or, in the table mode, the lease record's holder.
+/// From [`MySqlClient::participants`](super::MySqlClient::participants).
+///
+/// # Example
+/// ```no_run
+/// # fn main() -> zklock::Result<()> {
+/// let client = zklock::MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
+/// for p in client.participants("nightly", 0)? {
+///     let what = if p.holds { "holds" } else { "waits" };
+///     println!("connection {:?} ({:?}) {what} the {}", p.connection, p.user, p.kind);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct MySqlParticipant {
+    /// `lock` (a mutex, a latch) or `lease` (a semaphore's).
+    pub kind: &'static str,
+    /// A lease's number, 1 to the semaphore's size (`None` for a lock).
+    pub lease: Option<u32>,
+    /// Whether it holds; otherwise it waits (`GET_LOCK` mode only: the table mode's waiters
+    /// poll and leave no trace on the server).
+    pub holds: bool,
+    /// The server connection (`CONNECTION_ID()`) that holds or waits; `None` in the table
+    /// mode, where no connection holds the lease.
+    pub connection: Option<u64>,
+    /// The connection's user; `None` when the process list does not show it to the reading
+    /// user (without the `PROCESS` privilege, another user's connections are hidden).
+    pub user: Option<String>,
+    /// The connection's client `host:port`, when the process list shows it.
+    pub client: Option<String>,
+    /// How long it has waited, in whole seconds (waiters only: the server keeps no time of a
+    /// grant).
+    pub waiting: Option<Duration>,
+    /// The table mode's record: its owner (a random id per hold).
+    pub owner: Option<String>,
+    /// The table mode's record: its version, the hold's fencing token.
+    pub token: Option<u64>,
+    /// The table mode's record: how long until the lease expires unless renewed.
+    pub expires_in: Option<Duration>,
+}
+
+impl MySqlParticipant {
+    fn at(kind: &'static str, lease: Option<u32>, holds: bool) -> MySqlParticipant {
+        MySqlParticipant {
+            kind,
+            lease,
+            holds,
+            connection: None,
+            user: None,
+            client: None,
+            waiting: None,
+            owner: None,
+            token: None,
+            expires_in: None,
+        }
+    }
+}
+
+/// Reads the participants of `name` (and of leases 1 to `max_leases` of its semaphore) on the
+/// Client's own session, within the operation timeout.
+pub(crate) fn read(
+    inner: &Inner,
+    mode: MySqlMode,
+    name: &str,
+    max_leases: u32,
+) -> Result<Vec<MySqlParticipant>> {
+    check_name(name)?;
+    if max_leases > super::semaphore::MAX_LEASES {
+        return Err(Error::invalid(format!(
+            "{max_leases} leases: a MySQL semaphore has at most {}",
+            super::semaphore::MAX_LEASES
+        )));
+    }
+    if inner.closed() {
+        return Err(Error::Closed);
+    }
+    let timeout = inner.operation_timeout;
+    match mode {
+        MySqlMode::Table => inner.on_side(timeout, |c| record(c, name)),
+        MySqlMode::GetLock => {
+            let keys: Vec<(Option<u32>, String)> = std::iter::once((None, key_sql(name)))
+                .chain((1..=max_leases).map(|i| (Some(i), key_sql(&format!("{name};{i}")))))
+                .collect();
+            inner.on_side(timeout, |c| get_lock(c, &keys))
+        }
+    }
+}
+
+/// A process list row: id, user, client host, seconds in the current statement, statement.
+type Process = (u64, String, String, Option<u64>, Option<String>);
+
+/// The holder of each key (`IS_USED_LOCK`) and the connections whose statement waits in
+/// `GET_LOCK` on it, as the process list shows them: holders first, in key order, then the
+/// waiters, longest first.
+fn get_lock(
+    c: &mut mysql::Conn,
+    keys: &[(Option<u32>, String)],
+) -> mysql::Result<Vec<MySqlParticipant>> {
+    let kind = |lease: Option<u32>| if lease.is_some() { "lease" } else { "lock" };
+    let list: Vec<Process> = c.query(
+        "SELECT ID, USER, HOST, TIME, INFO FROM information_schema.PROCESSLIST \
+         WHERE COMMAND <> 'Daemon'",
+    )?;
+    let shown = |id: u64, p: &mut MySqlParticipant| {
+        if let Some((_, user, host, ..)) = list.iter().find(|row| row.0 == id) {
+            p.user = Some(user.clone());
+            p.client = Some(host.clone());
+        }
+    };
+    let mut holders = Vec::new();
+    let mut waiters = Vec::new();
+    for chunk in keys.chunks(100) {
+        let sql = chunk
+            .iter()
+            .map(|(_, key)| format!("IS_USED_LOCK({key})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let row: Option<mysql::Row> = c.query_first(format!("SELECT {sql}"))?;
+        let ids: Vec<Option<u64>> = row.map_or_else(Vec::new, |row| {
+            (0..row.len()).map(|i| row.get(i).flatten()).collect()
+        });
+        for ((lease, key), id) in chunk.iter().zip(ids) {
+            if let Some(id) = id {
+                let mut p = MySqlParticipant::at(kind(*lease), *lease, true);
+                p.connection = Some(id);
+                shown(id, &mut p);
+                holders.push(p);
+            }
+            // The statement of a waiter names the key as the lock's SQL does:
+            // `GET_LOCK(<key>, <seconds>)`.
+            let needle = format!("GET_LOCK({key}, ");
+            for (id, user, host, time, info) in &list {
+                if info.as_deref().is_some_and(|i| i.contains(&needle)) {
+                    let mut p = MySqlParticipant::at(kind(*lease), *lease, false);
+                    p.connection = Some(*id);
+                    p.user = Some(user.clone());
+                    p.client = Some(host.clone());
+                    p.waiting = time.map(Duration::from_secs);
+                    waiters.push(p);
+                }
+            }
+        }
+    }
+    waiters.sort_by_key(|p| std::cmp::Reverse(p.waiting));
+    holders.extend(waiters);
+    Ok(holders)
+}
+
+/// The table mode's lease record of `name`, if it holds (unexpired by the database's clock).
+fn record(c: &mut mysql::Conn, name: &str) -> mysql::Result<Vec<MySqlParticipant>> {
+    let found: Option<(String, u64, i64)> = c.query_first(format!(
+        "SELECT lock_owner, version, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expire_time) \
+         FROM {RECORDS} WHERE lock_name = {}",
+        key_sql(name)
+    ))?;
+    Ok(found
+        .filter(|(_, _, left)| *left > 0)
+        .map(|(owner, version, left)| {
+            let mut p = MySqlParticipant::at("lock", None, true);
+            p.owner = Some(owner);
+            p.token = Some(version);
+            p.expires_in = Some(Duration::from_micros(left.unsigned_abs()));
+            p
+        })
+        .into_iter()
+        .collect())
+}
