@@ -299,7 +299,13 @@ impl Cluster {
                 Err(e) => {
                     self.suspect();
                     if until.saturating_duration_since(Instant::now()) < RETRY {
-                        return Err(e);
+                        // A primary of the map that refuses is one that died: a failover is
+                        // under way (or the cluster is down), which the caller's retries may
+                        // outlast — a lost connection, not a refused one.
+                        return Err(redis::RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::NotConnected,
+                            format!("the primary {node} of slot {slot} cannot be reached: {e}"),
+                        )));
                     }
                     tracing::debug!("zklock: Redis Cluster node {node} cannot be reached: {e}");
                     std::thread::sleep(RETRY);

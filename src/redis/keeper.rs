@@ -610,6 +610,9 @@ impl Run {
             Err(e) => {
                 tracing::debug!("zklock: Redis TIME failed: {e}");
                 self.conns.remove(&node);
+                if let Some(cluster) = self.server.as_cluster() {
+                    cluster.suspect();
+                }
                 self.states.failed();
             }
         }
