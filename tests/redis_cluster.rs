@@ -221,6 +221,79 @@ fn a_killed_primary_that_missed_the_grant_is_replaced_and_the_fence_refuses_the_
     });
 }
 
+/// The primary of a held lock's slot is paused (SIGSTOP: it accepts connections and answers
+/// nothing, as a node cut off by a partition) while two waiters of other Clients wait. Its
+/// replica takes over after the node timeout; every connection of the Clients to the silent
+/// node — the keeper's, the pool's, the subscriber's and the waiting slots' — is left for the
+/// new map, the holder (whose key was replicated) renews on the new primary, and when it
+/// releases the waiters are woken there by their messages, not by their re-check.
+#[test]
+fn a_paused_primary_is_replaced_and_the_waiters_hear_the_new_one() {
+    let ttl = Duration::from_secs(6);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let name = "paused";
+    let key = holder_key(name);
+    let a = client(&cluster, ttl);
+    let waiting_clients = [client(&cluster, ttl), client(&cluster, ttl)];
+    let mutex = RedisMutex::new(&a, name).unwrap();
+    let guard = mutex.lock().unwrap();
+    let primary = cluster.primary_of(&key).unwrap().port();
+    let replica = cluster.replicas_of(primary).unwrap()[0];
+    thread::scope(|s| {
+        let (tx, served) = mpsc::channel::<(Instant, u64)>();
+        for c in &waiting_clients {
+            let tx = tx.clone();
+            s.spawn(move || {
+                let m = RedisMutex::new(c, name).unwrap();
+                let g = m.try_lock_for(patience()).unwrap().expect("granted");
+                tx.send((Instant::now(), g.fencing_token())).unwrap();
+                thread::sleep(Duration::from_millis(50));
+                g.release().unwrap();
+            });
+        }
+        wait_for("two waiters queued", || {
+            queued(&cluster, primary, name) == 2
+        });
+        wait_for("the queue replicated", || {
+            cluster
+                .node(replica)
+                .unwrap()
+                .commands(&[&["READONLY"], &["LLEN", &format!("{key}:queue")]])
+                .is_ok_and(|a| a[1] == "2")
+        });
+        cluster.pause_primary_of(&key).unwrap();
+        let paused = Instant::now();
+        let new = cluster.wait_for_new_primary(&key, primary).unwrap();
+        println!("new primary {new} {:?} after the pause", paused.elapsed());
+        let mut last = pttl(&cluster, new, &key);
+        wait_for("a renewal on the new primary", || {
+            let now = pttl(&cluster, new, &key);
+            let renewed = now > last;
+            last = now;
+            renewed
+        });
+        println!(
+            "renewed on the new primary {:?} after the pause",
+            paused.elapsed()
+        );
+        assert_eq!(guard.health(), LockHealth::Held);
+        let token = guard.fencing_token();
+        let released = Instant::now();
+        guard.release().unwrap();
+        let (first, t1) = served
+            .recv_timeout(patience())
+            .expect("the first waiter served");
+        let (second, t2) = served
+            .recv_timeout(patience())
+            .expect("the second waiter served");
+        let (w1, w2) = (first - released, second - first);
+        println!("waiters served {w1:?} after the release and {w2:?} after the first");
+        assert!(t1 > token && t2 > t1, "{token} {t1} {t2}");
+        assert!(w1 < ttl / 3 && w2 < ttl / 3, "{w1:?} {w2:?}");
+    });
+    cluster.resume_node(primary).unwrap();
+}
+
 /// `CLUSTER FAILOVER` on the replica of a held lock's primary: the replica takes over with
 /// everything (a manual failover waits until it has caught up), the old primary redirects with
 /// `MOVED`, the holder's renewals follow to the new primary and it keeps reading `Held`, and a

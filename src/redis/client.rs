@@ -127,7 +127,9 @@ impl RedisClient {
     /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]`
     /// (sentinels on port 26379 unless given; `?sentinel_password=…&sentinel_username=…` for
     /// sentinels that ask for a password of their own), asked for the primary at each new
-    /// connection, so that the Client follows a failover.
+    /// connection, so that the Client follows a failover; or a Redis Cluster:
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (seed nodes, port 6379
+    /// unless given), each lock's calls sent to the primary of its slot.
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
@@ -267,12 +269,14 @@ impl RedisClientBuilder {
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse (a sentinel URL
-    /// without the primary's name), a `rediss://`
+    /// without the primary's name, a cluster URL with a database), a `rediss://`
     /// URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index, or a primary name
-    /// no sentinel knows (the cause says what each sentinel answered).
+    /// no sentinel knows (the cause says what each sentinel answered), or a cluster seed that
+    /// is not a cluster node or a cluster without slots (the cause says what each seed
+    /// answered).
     pub fn connect(self) -> Result<RedisClient> {
         let (server, shown) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
