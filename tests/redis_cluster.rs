@@ -90,6 +90,15 @@ fn each_lock_goes_to_the_primary_of_its_slot() {
         again.release().unwrap();
         println!("{name}: slot {} on {port}", cluster.slot_of(&key).unwrap());
     }
+    // A name that begins with '}' gives its keys an empty hash tag: they would be in several
+    // slots, and every script over them refused with CROSSSLOT. Refused when made, instead.
+    match RedisMutex::new(&a, "}odd") {
+        Err(Error::InvalidArgument(why)) => {
+            println!("}}odd: {why}");
+            assert!(why.contains("hash slot"), "{why}");
+        }
+        other => panic!("{:?}", other.map(|m| m.try_lock().map(|g| g.is_some()))),
+    }
 }
 
 /// The primary of a lock's slot is killed while the lock is held and two waiters of other

@@ -528,6 +528,25 @@ impl Inner {
         self.ttl
     }
 
+    /// On a cluster, that every key of the lock with `keys` is in one hash slot (a script
+    /// over keys of several slots is refused with `CROSSSLOT`): not so for a name that begins
+    /// with `}`, whose keys' hash tag `{}` is empty, so that each key is hashed whole.
+    pub(crate) fn check_keys(&self, keys: &Keys) -> Result<()> {
+        if self.server.as_cluster().is_none() {
+            return Ok(());
+        }
+        let all = keys.all();
+        let first = super::cluster::slot(all[0]);
+        if all.iter().any(|k| super::cluster::slot(k) != first) {
+            return Err(Error::invalid(format!(
+                "the keys of the lock {:?} would not share a Redis Cluster hash slot (a name \
+                 that begins with '}}' makes their hash tag empty): choose another name",
+                keys.holder
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn operation_timeout(&self) -> Duration {
         self.operation_timeout
     }

@@ -476,6 +476,16 @@ mod tests {
             super::super::scripts::Keys::new("orders/42", super::super::scripts::Layout::ReadWrite);
         let first = slot(keys.all()[0]);
         assert!(keys.all().iter().all(|k| slot(k) == first));
+        // Any name keeps its keys together, except one that begins with '}' (an empty tag).
+        for name in ["a}b{c", "x{y", "{z}", "}"] {
+            let keys = super::super::scripts::Keys::new(name, super::super::scripts::Layout::Queue);
+            let slots: Vec<u16> = keys.all().iter().map(|k| slot(k)).collect();
+            assert_eq!(
+                slots.iter().all(|s| *s == slots[0]),
+                !name.starts_with('}'),
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -72,8 +72,10 @@ impl RedisLeaderLatch {
         if inner.closed() {
             return Err(Error::Closed);
         }
+        let keys = Keys::new(name, Layout::Queue);
+        inner.check_keys(&keys)?;
         let contest = Arc::new(Contest {
-            keys: Keys::new(name, Layout::Queue),
+            keys,
             election: Arc::new(Election::new(inner.dispatch())),
         });
         inner.keeper.tick_with(Box::new(Contending {
