@@ -354,6 +354,63 @@ fn a_cluster_failover_is_followed_by_the_holder_and_the_waiter() {
     });
 }
 
+/// The primary of one lock's slot is frozen (SIGSTOP), the other primaries answer: calls on
+/// that lock return within the operation timeout T as on a single frozen server, and calls on
+/// a lock of another primary are not held up.
+#[test]
+fn calls_on_a_frozen_primary_keep_their_bounds_and_others_go_on() {
+    let op = Duration::from_secs(1);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let connect = || {
+        RedisClient::builder(&cluster.url())
+            .ttl(Duration::from_secs(30))
+            .connect_timeout(op)
+            .connect()
+            .unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    let frozen_name = "frozen";
+    let frozen_key = holder_key(frozen_name);
+    let frozen = cluster.primary_of(&frozen_key).unwrap().port();
+    let other_name = (0..)
+        .map(|i| format!("elsewhere-{i}"))
+        .find(|n| cluster.primary_of(&holder_key(n)).unwrap().port() != frozen)
+        .unwrap();
+    let held = RedisMutex::new(&a, frozen_name).unwrap();
+    let guard = held.lock().unwrap();
+    let theirs = RedisMutex::new(&b, frozen_name).unwrap();
+    let other = RedisMutex::new(&b, &other_name).unwrap();
+    cluster.pause_primary_of(&frozen_key).unwrap();
+    let timed = |what: &str, f: &mut dyn FnMut()| {
+        let started = Instant::now();
+        f();
+        let took = started.elapsed();
+        println!("{what}: {took:?} (T = {op:?})");
+        took
+    };
+    let try_lock = timed("try_lock on the frozen primary", &mut || {
+        assert!(theirs.try_lock().is_err());
+    });
+    let elsewhere = timed("try_lock and release on another primary", &mut || {
+        other.try_lock().unwrap().expect("free").release().unwrap();
+    });
+    let mut guard = Some(guard);
+    let release = timed("release on the frozen primary", &mut || {
+        assert!(guard.take().unwrap().release().is_err());
+    });
+    let close = timed("close() of the holder's Client", &mut || a.close());
+    cluster.resume_node(frozen).unwrap();
+    // Generous against a loaded machine; the docs' bounds are T, T, and T + 0.25 s.
+    for (what, took, bound) in [
+        ("try_lock", try_lock, op * 3),
+        ("release", release, op * 3),
+        ("close", close, op * 3 + Duration::from_millis(250)),
+    ] {
+        assert!(took < bound, "{what} took {took:?}");
+    }
+    assert!(elsewhere < op, "another primary's lock took {elsewhere:?}");
+}
+
 /// Bad input, each refused before any lock is touched: a malformed cluster URL before any
 /// I/O; a seed that is a plain Redis (cluster support disabled) and seeds nobody listens on at
 /// connect, with their cause.
