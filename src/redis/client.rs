@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use super::error::error;
 use super::keeper::Keeper;
 use super::scripts::{invocation, Keys, Scripts};
-use super::server::Server;
+use super::server::{route, Route, Server};
 use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
@@ -74,7 +74,9 @@ pub(crate) struct Inner {
     /// Replicated grants: how many replicas must confirm a grant or a renewal, within what.
     replicas: Option<Replicas>,
     retry: Arc<dyn RetryPolicy>,
-    pool: Mutex<Vec<redis::Connection>>,
+    /// Command connections kept for reuse, each with the node it goes to (`""` for one server
+    /// or the sentinels' primary; on a cluster, a primary's `host:port`).
+    pool: Mutex<Vec<(String, redis::Connection)>>,
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) wakes: Arc<Wakes>,
     pub(crate) keeper: Keeper,
@@ -125,7 +127,9 @@ impl RedisClient {
     /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]`
     /// (sentinels on port 26379 unless given; `?sentinel_password=…&sentinel_username=…` for
     /// sentinels that ask for a password of their own), asked for the primary at each new
-    /// connection, so that the Client follows a failover.
+    /// connection, so that the Client follows a failover; or a Redis Cluster:
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (seed nodes, port 6379
+    /// unless given), each lock's calls sent to the primary of its slot.
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
@@ -265,12 +269,14 @@ impl RedisClientBuilder {
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse (a sentinel URL
-    /// without the primary's name), a `rediss://`
+    /// without the primary's name, a cluster URL with a database), a `rediss://`
     /// URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index, or a primary name
-    /// no sentinel knows (the cause says what each sentinel answered).
+    /// no sentinel knows (the cause says what each sentinel answered), or a cluster seed that
+    /// is not a cluster node or a cluster without slots (the cause says what each seed
+    /// answered).
     pub fn connect(self) -> Result<RedisClient> {
         let (server, shown) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
@@ -278,8 +284,14 @@ impl RedisClientBuilder {
             hosts: shown.clone(),
             cause: Box::new(cause),
         };
-        let mut conn = server
-            .connect(self.connect_timeout, operation_timeout)
+        if let Some(cluster) = server.as_cluster() {
+            // A seed that is not a cluster node, or a cluster without slots, is told here.
+            cluster
+                .read_map(self.connect_timeout, operation_timeout)
+                .map_err(|e| failed(error(e)))?;
+        }
+        let (node, mut conn) = server
+            .connect_route(None, self.connect_timeout, operation_timeout)
             .map_err(|e| failed(error(e)))?;
         let sent = boot_clock();
         check_version(&mut conn).map_err(failed)?;
@@ -321,7 +333,7 @@ impl RedisClientBuilder {
                             .expect("constant parameters are valid"),
                     )
                 }),
-                pool: Mutex::new(vec![conn]),
+                pool: Mutex::new(vec![(node, conn)]),
                 scripts,
                 wakes,
                 keeper,
@@ -365,7 +377,10 @@ impl RedisClientBuilder {
         let not_redis = |e: &dyn std::fmt::Display| {
             Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url)))
         };
-        let redis = if url.starts_with("redis+sentinel://") {
+        let redis = if url.starts_with("redis+cluster://") {
+            let parsed = super::cluster::parse(url).map_err(|why| not_redis(&why))?;
+            Server::cluster(super::cluster::Cluster::new(parsed))
+        } else if url.starts_with("redis+sentinel://") {
             let parsed = super::sentinel::parse(url).map_err(|why| not_redis(&why))?;
             Server::sentinel(super::sentinel::Sentinels::new(parsed).map_err(|e| not_redis(&e))?)
         } else {
@@ -409,10 +424,14 @@ impl RedisClientBuilder {
 /// A Redis URL's scheme: `redis://`, or `rediss://` in a build with TLS.
 fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
     match url.split("://").next().unwrap_or_default() {
-        "redis" | "redis+sentinel" => Ok(()),
+        "redis" | "redis+sentinel" | "redis+cluster" => Ok(()),
         "rediss" if tls_built => Ok(()),
         "rediss+sentinel" => Err(Error::invalid(format!(
             "{:?}: TLS to sentinels is not supported yet",
+            shown_url(url)
+        ))),
+        "rediss+cluster" => Err(Error::invalid(format!(
+            "{:?}: TLS to a cluster is not supported yet",
             shown_url(url)
         ))),
         "rediss" => Err(Error::invalid(format!(
@@ -421,7 +440,8 @@ fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
         ))),
         _ => Err(Error::invalid(format!(
             "{:?}: a Redis URL starts with redis:// (redis://[[user]:password@]host[:port][/db]) \
-             or redis+sentinel:// (redis+sentinel://[[user]:password@]host[:port][,…]/primary_name[/db])",
+             , redis+sentinel:// (redis+sentinel://[[user]:password@]host[:port][,…]/primary_name[/db]) \
+             or redis+cluster:// (redis+cluster://[[user]:password@]host[:port][,host[:port]…])",
             shown_url(url)
         ))),
     }
@@ -508,6 +528,25 @@ impl Inner {
         self.ttl
     }
 
+    /// On a cluster, that every key of the lock with `keys` is in one hash slot (a script
+    /// over keys of several slots is refused with `CROSSSLOT`): not so for a name that begins
+    /// with `}`, whose keys' hash tag `{}` is empty, so that each key is hashed whole.
+    pub(crate) fn check_keys(&self, keys: &Keys) -> Result<()> {
+        if self.server.as_cluster().is_none() {
+            return Ok(());
+        }
+        let all = keys.all();
+        let first = super::cluster::slot(all[0]);
+        if all.iter().any(|k| super::cluster::slot(k) != first) {
+            return Err(Error::invalid(format!(
+                "the keys of the lock {:?} would not share a Redis Cluster hash slot (a name \
+                 that begins with '}}' makes their hash tag empty): choose another name",
+                keys.holder
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn operation_timeout(&self) -> Duration {
         self.operation_timeout
     }
@@ -534,7 +573,7 @@ impl Inner {
         let by = until.map_or(Deadline::after(self.operation_timeout), Deadline::at);
         // A release only frees what the server holds for this Client: it is sent after a
         // close too (the closing keeper may have missed a hold given up at that moment).
-        let released = self.call_by(by, Calling::Closing, |c| {
+        let released = self.call_by(keys, by, Calling::Closing, |c| {
             let mut call = invocation(self.scripts.release(keys.layout), keys);
             call.arg(owner);
             call.invoke::<i64>(c)
@@ -568,7 +607,7 @@ impl Inner {
         }
         self.keeper.forget(kept);
         let within = Deadline::after(self.operation_timeout);
-        let released = self.call_by(within, Calling::Closing, |c| {
+        let released = self.call_by(keys, within, Calling::Closing, |c| {
             let mut call = invocation(self.scripts.release(keys.layout), keys);
             call.arg(owner);
             call.invoke::<i64>(c)
@@ -596,29 +635,38 @@ impl Inner {
         dispatch(&self.events)
     }
 
-    /// Runs `f` on a command connection until `deadline`, or one operation timeout from now
-    /// if that is later: see [`call_by`](Self::call_by).
+    /// Runs `f` on a command connection for the lock with `keys` until `deadline`, or one
+    /// operation timeout from now if that is later: see [`call_by`](Self::call_by).
     pub(crate) fn call<T>(
         &self,
+        keys: &Keys,
         deadline: Deadline,
         f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<(T, Duration)> {
         let by = deadline.or_later(Deadline::after(self.operation_timeout));
-        self.call_by(by, Calling::Open, f)
+        self.call_by(keys, by, Calling::Open, f)
     }
 
-    /// Runs `f` on a command connection, retrying failed connections through the retry
-    /// policy, and returns by `by` whatever the server does: each attempt's connect and answer
-    /// are waited for at most the operation timeout and what is left until `by`. Returns the
-    /// answer and the lease clock's reading taken when the successful attempt was sent;
-    /// [`Error::Timeout`] if no time was left for an attempt.
+    /// Runs `f` on a command connection for the lock with `keys` (on a cluster, to the
+    /// primary of its slot), retrying failed connections through the retry policy, and
+    /// returns by `by` whatever the server does: each attempt's connect and answer are waited
+    /// for at most the operation timeout and what is left until `by`. On a cluster a `MOVED`
+    /// answer sends `f` again to the node it names (at once, up to [`MAX_REDIRECTS`] times), an
+    /// `ASK` answer sends it there once after `ASKING`, `TRYAGAIN` and `CLUSTERDOWN` are
+    /// retried as a lost connection. Returns the answer and the lease clock's reading taken
+    /// when the successful attempt was sent; [`Error::Timeout`] if no time was left for an
+    /// attempt.
     pub(crate) fn call_by<T>(
         &self,
+        keys: &Keys,
         by: Deadline,
         calling: Calling,
         mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<(T, Duration)> {
+        let route = route(keys);
         let mut budget = RetryBudget::new(self.retry.clone());
+        let mut asking: Option<String> = None;
+        let mut redirects = 0;
         loop {
             if calling == Calling::Open && self.closed() {
                 return Err(Error::Closed);
@@ -628,11 +676,20 @@ impl Inner {
                 Some(left) => left.min(self.operation_timeout),
                 None => self.operation_timeout,
             };
-            let attempt = self.take(io).and_then(|mut conn| {
+            let ask = asking.take();
+            let taken = match &ask {
+                Some(node) => self
+                    .server
+                    .connect_node(node, io, self.operation_timeout)
+                    .map(|c| (node.clone(), c))
+                    .map_err(error),
+                None => self.take(route, io),
+            };
+            let attempt = taken.and_then(|(node, mut conn)| {
                 // What is left once connected (a new connection took some of it).
                 let io = match by.remaining() {
                     Some(left) if left.is_zero() => {
-                        self.pool.lock().push(conn);
+                        self.pool.lock().push((node, conn));
                         return Err(Error::Timeout);
                     }
                     Some(left) => left.min(self.operation_timeout),
@@ -643,27 +700,76 @@ impl Inner {
                     set_timeouts(&conn, io).map_err(error)?;
                 }
                 let sent = boot_clock();
-                match f(&mut conn) {
+                let answer = match ask {
+                    Some(_) => redis::cmd("ASKING")
+                        .query::<()>(&mut conn)
+                        .and_then(|()| f(&mut conn)),
+                    None => f(&mut conn),
+                };
+                match answer {
                     Ok(v) => {
                         if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok() {
-                            self.pool.lock().push(conn);
+                            self.pool.lock().push((node, conn));
                         }
-                        Ok((v, sent))
+                        Ok(Ok((v, sent)))
                     }
                     Err(e) => {
                         if super::error::broken(&e) {
                             // The others were opened to the same server: likely broken too.
-                            self.pool.lock().clear();
+                            self.pool.lock().retain(|(n, _)| *n != node);
                         } else if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok()
                         {
-                            self.pool.lock().push(conn);
+                            self.pool.lock().push((node, conn));
                         }
-                        Err(error(e))
+                        Ok(Err(e))
                     }
                 }
             });
-            match attempt {
-                Err(Error::ConnectionLoss) => {
+            let failed = match attempt {
+                Ok(Ok(done)) => return Ok(done),
+                Ok(Err(e)) => {
+                    if let Some(cluster) = self.server.as_cluster() {
+                        let redirect = e.redirect_node().map(|(n, s)| (n.to_owned(), s));
+                        match (e.kind(), redirect) {
+                            (
+                                redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
+                                Some((node, slot)),
+                            ) if redirects < MAX_REDIRECTS => {
+                                redirects += 1;
+                                cluster.moved(slot, &node);
+                                continue;
+                            }
+                            (
+                                redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
+                                Some((node, _)),
+                            ) if redirects < MAX_REDIRECTS => {
+                                redirects += 1;
+                                asking = Some(node);
+                                continue;
+                            }
+                            (
+                                redis::ErrorKind::Server(
+                                    redis::ServerErrorKind::TryAgain
+                                    | redis::ServerErrorKind::ClusterDown,
+                                ),
+                                _,
+                            ) => {
+                                cluster.suspect();
+                                Error::ConnectionLoss
+                            }
+                            _ => error(e),
+                        }
+                    } else {
+                        error(e)
+                    }
+                }
+                Err(e) => e,
+            };
+            match failed {
+                Error::ConnectionLoss => {
+                    if let Some(cluster) = self.server.as_cluster() {
+                        cluster.suspect();
+                    }
                     let Some(sleep) = budget.next_sleep() else {
                         return Err(Error::ConnectionLoss);
                     };
@@ -673,13 +779,14 @@ impl Inner {
                     tracing::debug!("zklock: Redis connection lost, retrying in {sleep:?}");
                     std::thread::sleep(sleep);
                 }
-                other => return other,
+                other => return Err(other),
             }
         }
     }
 
-    /// A pooled command connection, or a new one opened within `within`.
-    fn take(&self, within: Duration) -> Result<redis::Connection> {
+    /// A pooled command connection for `route`, or a new one opened within `within`; with the
+    /// node it goes to.
+    fn take(&self, route: Route, within: Duration) -> Result<(String, redis::Connection)> {
         {
             let mut pool = self.pool.lock();
             // Connections opened before the primary moved go to a node that is no longer it.
@@ -687,12 +794,14 @@ impl Inner {
             if self.pool_moves.swap(moves, Ordering::AcqRel) != moves {
                 pool.clear();
             }
-            if let Some(c) = pool.pop() {
-                return Ok(c);
+            if let Some(node) = self.server.known_node(route) {
+                if let Some(i) = pool.iter().rposition(|(n, _)| *n == node) {
+                    return Ok(pool.swap_remove(i));
+                }
             }
         }
         self.server
-            .connect(within, self.operation_timeout)
+            .connect_route(route, within, self.operation_timeout)
             .map_err(error)
     }
 
@@ -750,6 +859,9 @@ pub(crate) enum Calling {
     /// Yes: a closing Client's waiter cleans up after an answer that came in after the close.
     Closing,
 }
+
+/// How many `MOVED` or `ASK` answers one call follows before it fails with the last.
+const MAX_REDIRECTS: u32 = 5;
 
 /// How long `close()` waits for its other threads after the keeper: the subscriber's and the
 /// events thread's poll.

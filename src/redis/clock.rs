@@ -61,11 +61,6 @@ impl ServerClock {
         }
     }
 
-    /// The smallest step reported.
-    pub(crate) fn slack(&self) -> Duration {
-        self.slack
-    }
-
     /// A reading `server_us` (the server's `TIME`, µs since the epoch) of a round sent at
     /// `sent` and answered at `answered` (the lease clock): the step since the last reading,
     /// if there was one.

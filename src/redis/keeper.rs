@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex};
 use super::client::Replicas;
 use super::clock::{time_us, ServerClock, Step};
 use super::scripts::{wake_channel, Keys, Scripts};
-use super::server::Server;
+use super::server::{route, Route, Server};
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
@@ -43,6 +43,9 @@ struct Kept {
     /// renewal finds the clocks in step again.
     doubted: bool,
 }
+
+/// A hold in a renewal round: its id, keys, owner, lease and report.
+type Renewing = (u64, Keys, String, Arc<LocalLease>, Report);
 
 /// A release (or a waiter's leave) still owed to the server.
 struct Owed {
@@ -107,13 +110,13 @@ impl Keeper {
             ttl,
             operation_timeout,
             closed,
-            conn: None,
+            conns: HashMap::new(),
             wakes,
             client_id,
             states,
             ticking: Vec::new(),
             next_owner: 0,
-            clock: ServerClock::new(ttl),
+            clocks: HashMap::new(),
             shown,
             replicas,
             conn_moves: 0,
@@ -262,19 +265,21 @@ struct Run {
     ttl: Duration,
     operation_timeout: Duration,
     closed: Arc<AtomicBool>,
-    conn: Option<redis::Connection>,
+    /// The keeper's connections, by node (`""` for one server or the sentinels' primary; on a
+    /// cluster each primary's `host:port`, and [`super::server::ANY`] for calls of no lock).
+    conns: HashMap<String, redis::Connection>,
     wakes: Arc<Wakes>,
     client_id: String,
     states: Arc<States>,
     ticking: Vec<Box<dyn Tick>>,
     next_owner: u64,
-    /// The server's clock as the keeper's rounds read it.
-    clock: ServerClock,
+    /// The server's clock as the keeper's rounds read it, by node.
+    clocks: HashMap<String, ServerClock>,
     /// The server's URL without its password, for the log.
     shown: String,
     /// Replicated grants: each renewal batch counts only once this many replicas have it.
     replicas: Option<Replicas>,
-    /// The server's primary moves when the connection was opened.
+    /// The server's primary moves when the connections were opened.
     conn_moves: u64,
 }
 
@@ -309,57 +314,83 @@ impl Run {
             .max(Duration::from_millis(10))
     }
 
-    /// The keeper's connection, opened when missing; with `by`, opened and answering by then.
-    fn conn_by(&mut self, by: Option<Instant>) -> Option<&mut redis::Connection> {
+    /// The keeper's connection for `route`, opened when missing; with `by`, opened and
+    /// answering by then. With the node it goes to.
+    fn conn_by(
+        &mut self,
+        route: Route,
+        by: Option<Instant>,
+    ) -> Option<(String, &mut redis::Connection)> {
         let timeout = self.timeout();
         let moves = self.server.moves();
         if self.conn_moves != moves {
             // Opened before the primary moved: to a node that is no longer it.
-            self.conn = None;
+            self.conns.clear();
             self.conn_moves = moves;
         }
-        if self.conn.is_none() {
-            let opened = match by {
-                Some(by) => self.server.connect_by(by, timeout),
-                None => self.server.connect(timeout, timeout),
-            };
-            match opened {
-                Ok(c) => self.conn = Some(c),
-                Err(e) => tracing::debug!("zklock: Redis keeper cannot connect: {e}"),
+        let node = match self.server.known_node(route) {
+            Some(node) if self.conns.contains_key(&node) => {
+                if let Some(by) = by {
+                    let left = by.saturating_duration_since(Instant::now()).min(timeout);
+                    let conn = self.conns.get(&node)?;
+                    if left.is_zero()
+                        || conn.set_read_timeout(Some(left)).is_err()
+                        || conn.set_write_timeout(Some(left)).is_err()
+                    {
+                        return None;
+                    }
+                }
+                node
             }
-        } else if let Some(by) = by {
-            let left = by.saturating_duration_since(Instant::now()).min(timeout);
-            let conn = self.conn.as_ref()?;
-            if left.is_zero()
-                || conn.set_read_timeout(Some(left)).is_err()
-                || conn.set_write_timeout(Some(left)).is_err()
-            {
-                return None;
+            _ => {
+                let within = match by {
+                    Some(by) => by.saturating_duration_since(Instant::now()).min(timeout),
+                    None => timeout,
+                };
+                if within.is_zero() {
+                    return None;
+                }
+                match self.server.connect_route(route, within, within) {
+                    Ok((node, c)) => {
+                        self.conns.insert(node.clone(), c);
+                        node
+                    }
+                    Err(e) => {
+                        tracing::debug!("zklock: Redis keeper cannot connect: {e}");
+                        return None;
+                    }
+                }
             }
-        }
-        self.conn.as_mut()
+        };
+        self.conns.get_mut(&node).map(|c| (node, c))
     }
 
-    fn conn(&mut self) -> Option<&mut redis::Connection> {
-        self.conn_by(None)
+    fn conn(&mut self, route: Route) -> Option<&mut redis::Connection> {
+        self.conn_by(route, None).map(|(_, c)| c)
     }
 
-    /// Sends `pipe` (script calls of `scripts`) on the keeper's connection, loading the
-    /// scripts and sending it again if the server forgot them (a restart, `SCRIPT FLUSH`).
-    /// `sent` is set to the lease clock's reading when the answered pipeline was sent. A
-    /// connection found broken is dropped.
+    /// Sends `pipe` (script calls of `scripts`) on the keeper's connection for `route`,
+    /// loading the scripts and sending it again if the server forgot them (a restart, `SCRIPT
+    /// FLUSH`). `sent` is set to the lease clock's reading when the answered pipeline was
+    /// sent; the node that answered is returned with the answer. A connection found broken
+    /// is dropped; on a cluster, a redirect or a failed connection marks the slot map stale.
     fn query<T: redis::FromRedisValue>(
         &mut self,
+        route: Route,
         pipe: &redis::Pipeline,
         scripts: &[&redis::Script],
         by: Option<Instant>,
         sent: &mut Duration,
-    ) -> redis::RedisResult<T> {
-        let Some(conn) = self.conn_by(by) else {
-            return Err(redis::RedisError::from(std::io::Error::new(
+    ) -> (String, redis::RedisResult<T>) {
+        let Some((node, conn)) = self.conn_by(route, by) else {
+            if let Some(cluster) = self.server.as_cluster() {
+                cluster.suspect();
+            }
+            let e = redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "the keeper cannot connect",
-            )));
+            ));
+            return (String::new(), Err(e));
         };
         *sent = boot_clock();
         let answers = match pipe.query(conn) {
@@ -374,14 +405,58 @@ impl Run {
         };
         if let Err(e) = &answers {
             if super::error::broken(e) {
-                self.conn = None;
+                self.conns.remove(&node);
+            }
+            if let Some(cluster) = self.server.as_cluster() {
+                if let Some((to, slot)) = e.redirect_node() {
+                    cluster.moved(slot, to);
+                } else {
+                    cluster.suspect();
+                }
             }
         }
-        answers
+        (node, answers)
     }
 
+    /// On a cluster whose map is stale, reads it (within the keeper's bound, and by `by`),
+    /// so that what follows is grouped by the primaries of the new one.
+    fn fresh_map(&self, by: Option<Instant>) {
+        if let Some(cluster) = self.server.as_cluster() {
+            let mut timeout = self.timeout();
+            if let Some(by) = by {
+                timeout = timeout.min(by.saturating_duration_since(Instant::now()));
+                if timeout.is_zero() {
+                    return;
+                }
+            }
+            if let Err(e) = cluster.read_map(timeout, timeout) {
+                tracing::debug!("zklock: the Redis Cluster map was not read: {e}");
+            }
+        }
+    }
+
+    /// `items` grouped by the node their lock's route goes to now (one group on one server).
+    fn group<T>(&self, items: Vec<T>, keys: impl Fn(&T) -> &Keys) -> Vec<(Route, Vec<T>)> {
+        let mut groups: Vec<(String, Route, Vec<T>)> = Vec::new();
+        for item in items {
+            let route = route(keys(&item));
+            let node = self
+                .server
+                .known_node(route)
+                .unwrap_or_else(|| format!("slot {route:?}"));
+            match groups.iter_mut().find(|(n, _, _)| *n == node) {
+                Some((_, _, group)) => group.push(item),
+                None => groups.push((node, route, vec![item])),
+            }
+        }
+        groups.into_iter().map(|(_, r, g)| (r, g)).collect()
+    }
+
+    /// Renews every hold: one pipeline per node (one on a single server), each reading the
+    /// node's clock first. On a cluster a group that met a redirect or a failed connection is
+    /// sent once more, grouped by the slot map read again.
     fn renew(&mut self) {
-        let batch: Vec<(u64, Keys, String, Arc<LocalLease>, Report)> = self
+        let batch: Vec<Renewing> = self
             .shared
             .holds
             .lock()
@@ -395,6 +470,42 @@ impl Run {
             self.ping();
             return;
         }
+        self.fresh_map(None);
+        let mut pending = batch;
+        let mut broken = false;
+        for pass in 0..2 {
+            let groups = self.group(std::mem::take(&mut pending), |r| &r.1);
+            for (route, items) in groups {
+                match self.renew_group(route, items) {
+                    Ok(()) => {}
+                    Err((e, items)) => {
+                        if pass == 0 && self.server.as_cluster().is_some() {
+                            pending.extend(items);
+                        } else {
+                            tracing::debug!("zklock: Redis renewal failed: {e}");
+                            broken |=
+                                super::error::broken(&e) || self.server.as_cluster().is_some();
+                        }
+                    }
+                }
+            }
+            if pending.is_empty() {
+                break;
+            }
+            self.fresh_map(None);
+        }
+        if broken {
+            self.states.failed();
+        }
+    }
+
+    /// Renews the holds of one node in one pipeline; the error and the holds back if it
+    /// failed.
+    fn renew_group(
+        &mut self,
+        route: Route,
+        batch: Vec<Renewing>,
+    ) -> std::result::Result<(), (redis::RedisError, Vec<Renewing>)> {
         let ttl_ms = ms(self.ttl).to_string();
         let scripts = self.scripts.clone();
         // The server's clock first, then every renewal: a step it shows happened before the
@@ -411,85 +522,80 @@ impl Run {
             pipe.add_command(r.wait());
         }
         let mut sent = Duration::ZERO;
-        let mut answers: redis::RedisResult<Vec<redis::Value>> =
-            self.query(&pipe, &used, None, &mut sent);
+        let (mut node, mut answers): (String, redis::RedisResult<Vec<redis::Value>>) =
+            self.query(route, &pipe, &used, None, &mut sent);
         if matches!(&answers, Err(e) if !e.is_timeout() && super::error::broken(e)) {
             // The connection was found closed (the server restarted, or dropped it, or is no
             // longer the primary): renew at once on a new one, so that a hold the server
             // forgot reads Lost now rather than a period later. A server that does not answer
             // is not asked twice.
-            answers = self.query(&pipe, &used, None, &mut sent);
+            (node, answers) = self.query(route, &pipe, &used, None, &mut sent);
         }
         let answered = boot_clock();
-        match answers {
-            Ok(mut answers) => {
-                self.states.heard(sent);
-                // Replicated grants: the batch counts only if enough replicas have it.
-                let confirmed = match self.replicas {
-                    None => true,
-                    Some(r) => {
-                        let acked = answers
-                            .pop()
-                            .and_then(|a| redis::from_redis_value::<i64>(a).ok())
-                            .unwrap_or(0);
-                        if acked < i64::from(r.count) {
-                            tracing::warn!(
-                                "zklock: a Redis renewal reached {acked} of the {} replicas \
-                                 asked for within {:?}: it does not count",
-                                r.count,
-                                r.timeout
-                            );
-                        }
-                        acked >= i64::from(r.count)
-                    }
-                };
-                let mut answers = answers.into_iter();
-                let step = answers
-                    .next()
-                    .and_then(|time| self.clock_read(&time, sent, answered));
-                let mut lost = 0;
-                for ((id, _, _, lease, report), ours) in batch.into_iter().zip(answers) {
-                    if redis::from_redis_value::<i64>(ours).is_ok_and(|ours| ours == 1) {
-                        if confirmed {
-                            lease.heard_at(sent);
-                        }
-                        if let Some(k) = self.shared.holds.lock().get_mut(&id) {
-                            k.doubted = step.is_some();
-                        }
-                    } else {
-                        match step {
-                            Some(Step::Forward(by)) => tracing::warn!(
-                                "zklock: a Redis lock or lease was lost: the clock of the server \
-                                 {} stepped forward by {:.1} s, and its key expired early",
-                                self.shown,
-                                by.as_secs_f64()
-                            ),
-                            _ => tracing::warn!(
-                                "zklock: a Redis lock or lease was lost: it expired or was taken"
-                            ),
-                        }
-                        lost += 1;
-                        self.shared.holds.lock().remove(&id);
-                        report(LockHealth::Lost);
-                    }
+        let mut answers = match answers {
+            Ok(answers) => answers,
+            Err(e) => return Err((e, batch)),
+        };
+        self.states.heard(sent);
+        // Replicated grants: the batch counts only if enough replicas have it.
+        let confirmed = match self.replicas {
+            None => true,
+            Some(r) => {
+                let acked = answers
+                    .pop()
+                    .and_then(|a| redis::from_redis_value::<i64>(a).ok())
+                    .unwrap_or(0);
+                if acked < i64::from(r.count) {
+                    tracing::warn!(
+                        "zklock: a Redis renewal reached {acked} of the {} replicas asked for \
+                         within {:?}: it does not count",
+                        r.count,
+                        r.timeout
+                    );
                 }
-                if let Some(step) = step {
-                    self.log_step(step, lost);
-                }
+                acked >= i64::from(r.count)
             }
-            Err(e) => {
-                tracing::debug!("zklock: Redis renewal failed: {e}");
-                if super::error::broken(&e) {
-                    self.states.failed();
+        };
+        let mut answers = answers.into_iter();
+        let step = answers
+            .next()
+            .and_then(|time| self.clock_read(&node, &time, sent, answered));
+        let mut lost = 0;
+        for ((id, _, _, lease, report), ours) in batch.into_iter().zip(answers) {
+            if redis::from_redis_value::<i64>(ours).is_ok_and(|ours| ours == 1) {
+                if confirmed {
+                    lease.heard_at(sent);
                 }
+                if let Some(k) = self.shared.holds.lock().get_mut(&id) {
+                    k.doubted = step.is_some();
+                }
+            } else {
+                match step {
+                    Some(Step::Forward(by)) => tracing::warn!(
+                        "zklock: a Redis lock or lease was lost: the clock of the server {} \
+                         stepped forward by {:.1} s, and its key expired early",
+                        self.shown,
+                        by.as_secs_f64()
+                    ),
+                    _ => tracing::warn!(
+                        "zklock: a Redis lock or lease was lost: it expired or was taken"
+                    ),
+                }
+                lost += 1;
+                self.shared.holds.lock().remove(&id);
+                report(LockHealth::Lost);
             }
         }
+        if let Some(step) = step {
+            self.log_step(&node, step, lost);
+        }
+        Ok(())
     }
 
     /// Without holds to renew, a `TIME` tells whether the server answers, and keeps the
     /// watch on its clock.
     fn ping(&mut self) {
-        let Some(conn) = self.conn() else {
+        let Some((node, conn)) = self.conn_by(None, None) else {
             self.states.failed();
             return;
         };
@@ -497,37 +603,46 @@ impl Run {
         match redis::cmd("TIME").query::<redis::Value>(conn) {
             Ok(time) => {
                 self.states.heard(sent);
-                if let Some(step) = self.clock_read(&time, sent, boot_clock()) {
-                    self.log_step(step, 0);
+                if let Some(step) = self.clock_read(&node, &time, sent, boot_clock()) {
+                    self.log_step(&node, step, 0);
                 }
             }
             Err(e) => {
                 tracing::debug!("zklock: Redis TIME failed: {e}");
-                self.conn = None;
+                self.conns.remove(&node);
+                if let Some(cluster) = self.server.as_cluster() {
+                    cluster.suspect();
+                }
                 self.states.failed();
             }
         }
     }
 
-    /// A reading of the server's clock (its `TIME` answer to a round sent at `sent` and
+    /// A reading of the clock of `node` (its `TIME` answer to a round sent at `sent` and
     /// answered at `answered`): the step since the last reading, if any.
     fn clock_read(
         &mut self,
+        node: &str,
         time: &redis::Value,
         sent: Duration,
         answered: Duration,
     ) -> Option<Step> {
+        let ttl = self.ttl;
+        let clock = self
+            .clocks
+            .entry(node.to_owned())
+            .or_insert_with(|| ServerClock::new(ttl));
         let Some(us) = time_us(time) else {
             tracing::debug!("zklock: Redis TIME answered {time:?}");
-            self.clock.forget();
+            clock.forget();
             return None;
         };
-        self.clock.observe(us, sent, answered)
+        clock.observe(us, sent, answered)
     }
 
     /// Says in the log what a step of the server's clock does to this Client's holds (`lost`
     /// of them found gone by the renewal that saw it).
-    fn log_step(&self, step: Step, lost: usize) {
+    fn log_step(&self, node: &str, step: Step, lost: usize) {
         let holds = self.shared.holds.lock().len();
         let what = match step {
             Step::Forward(_) => {
@@ -544,8 +659,11 @@ impl Run {
             "zklock: the clock of the Redis server {} stepped {step} against this host's \
              monotonic clock (more than the {:.1} s allowed): {what}; {lost} hold(s) found \
              lost, {holds} read Suspended until the clocks agree for a renewal period",
-            self.shown,
-            self.clock.slack().as_secs_f64()
+            match node {
+                "" | super::server::ANY => self.shown.clone(),
+                node => format!("{} (node {node})", self.shown),
+            },
+            super::clock::slack(self.ttl).as_secs_f64()
         );
     }
 
@@ -578,47 +696,61 @@ impl Run {
             Some(_) => std::mem::take(&mut *self.shared.closing_wakes.lock()),
             None => Vec::new(),
         };
+        let scripts = self.scripts.clone();
+        // A layout without a queue has nothing to leave.
+        let owed: Vec<Owed> = owed
+            .into_iter()
+            .filter(|o| !o.leave || scripts.leave(o.keys.layout).is_some())
+            .collect();
         if owed.is_empty() && wakes.is_empty() {
             return;
         }
-        let scripts = self.scripts.clone();
-        let mut pipe = redis::pipe();
-        for client in &wakes {
-            pipe.cmd("PUBLISH")
-                .arg(wake_channel(client))
-                .arg("")
-                .ignore();
+        if !owed.is_empty() {
+            self.fresh_map(by);
         }
-        let mut used = Vec::new();
-        let mut paying = Vec::new();
-        for o in owed {
-            let script = if o.leave {
-                scripts.leave(o.keys.layout)
-            } else {
-                Some(scripts.release(o.keys.layout))
-            };
-            // A layout without a queue has nothing to leave.
-            let Some(script) = script else { continue };
-            pipe.add_command(evalsha(script, &o.keys, &[&o.owner]));
-            used.push(script);
-            paying.push(o);
+        let mut groups = self.group(owed, |o| &o.keys);
+        if groups.is_empty() {
+            groups.push((None, Vec::new()));
         }
-        if paying.is_empty() && wakes.is_empty() {
-            return;
-        }
-        let mut sent = Duration::ZERO;
-        let paid: redis::RedisResult<Vec<redis::Value>> = self.query(&pipe, &used, by, &mut sent);
-        match paid {
-            Ok(_) => {}
-            Err(e) if !super::error::broken(&e) => {
-                // Sending it again would not help.
-                tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
+        // A close's wake-ups go with the first group: a PUBLISH on any node of a cluster
+        // reaches every node's subscribers.
+        let mut wakes = Some(wakes);
+        for (route, paying) in groups {
+            let mut pipe = redis::pipe();
+            for client in wakes.take().unwrap_or_default() {
+                pipe.cmd("PUBLISH")
+                    .arg(wake_channel(&client))
+                    .arg("")
+                    .ignore();
             }
-            Err(e) => {
-                tracing::debug!("zklock: Redis release failed, will retry: {e}");
-                let now = Instant::now();
-                paying.retain(|o| now < o.give_up);
-                self.shared.owed.lock().extend(paying);
+            let mut used = Vec::new();
+            for o in &paying {
+                let script = match o.leave {
+                    true => scripts.leave(o.keys.layout),
+                    false => Some(scripts.release(o.keys.layout)),
+                };
+                let Some(script) = script else { continue };
+                pipe.add_command(evalsha(script, &o.keys, &[&o.owner]));
+                used.push(script);
+            }
+            let mut sent = Duration::ZERO;
+            let (_, paid): (String, redis::RedisResult<Vec<redis::Value>>) =
+                self.query(route, &pipe, &used, by, &mut sent);
+            match paid {
+                Ok(_) => {}
+                Err(e) if !super::error::broken(&e) && self.server.as_cluster().is_none() => {
+                    // Sending it again would not help.
+                    tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
+                }
+                Err(e) => {
+                    // (On a cluster a refusal is most likely a redirect: sent again next round,
+                    // by the map read again.)
+                    tracing::debug!("zklock: Redis release failed, will retry: {e}");
+                    let now = Instant::now();
+                    let mut paying = paying;
+                    paying.retain(|o| now < o.give_up);
+                    self.shared.owed.lock().extend(paying);
+                }
             }
         }
     }
@@ -719,15 +851,34 @@ impl Keeping<'_> {
         self.run.scripts.clone()
     }
 
-    /// The keeper's connection, opened when missing; `None` while the server cannot be
-    /// reached.
-    pub(crate) fn conn(&mut self) -> Option<&mut redis::Connection> {
-        self.run.conn()
+    /// The keeper's connection for the lock with `keys`, opened when missing; `None` while
+    /// the server (on a cluster, the primary of the lock's slot) cannot be reached.
+    pub(crate) fn conn(&mut self, keys: &Keys) -> Option<&mut redis::Connection> {
+        self.run.conn(route(keys))
     }
 
-    /// Drops the keeper's connection (found broken); the next call opens another.
-    pub(crate) fn drop_conn(&mut self) {
-        self.run.conn = None;
+    /// On a cluster, what an error says of the slot map: a `MOVED` or `ASK` names the node
+    /// the slot is served by (the next attempt goes there), anything else makes the map be
+    /// read again.
+    pub(crate) fn redirected(&mut self, e: &redis::RedisError) {
+        if let Some(cluster) = self.run.server.as_cluster() {
+            match e.redirect_node() {
+                Some((node, slot)) => cluster.moved(slot, node),
+                None => cluster.suspect(),
+            }
+        }
+    }
+
+    /// Drops the keeper's connection for the lock with `keys` (found broken);
+    /// the next call opens another.
+    pub(crate) fn drop_conn(&mut self, keys: &Keys) {
+        let route = route(keys);
+        if let Some(node) = self.run.server.known_node(route) {
+            self.run.conns.remove(&node);
+        }
+        if let Some(cluster) = self.run.server.as_cluster() {
+            cluster.suspect();
+        }
     }
 
     /// A new owner id of this Client for `what` (`latch` → `CLIENT:latchN`), registered for

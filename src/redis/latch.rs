@@ -72,8 +72,10 @@ impl RedisLeaderLatch {
         if inner.closed() {
             return Err(Error::Closed);
         }
+        let keys = Keys::new(name, Layout::Queue);
+        inner.check_keys(&keys)?;
         let contest = Arc::new(Contest {
-            keys: Keys::new(name, Layout::Queue),
+            keys,
             election: Arc::new(Election::new(inner.dispatch())),
         });
         inner.keeper.tick_with(Box::new(Contending {
@@ -172,7 +174,7 @@ impl Tick for Contending {
         }
         let owner = owner.clone();
         let (ttl, scripts, replicas) = (k.ttl(), k.scripts(), k.replicas());
-        let Some(conn) = k.conn() else {
+        let Some(conn) = k.conn(keys) else {
             self.next_try = Instant::now() + ttl / 20;
             return true;
         };
@@ -212,8 +214,9 @@ impl Tick for Contending {
             }
             Err(e) => {
                 tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
+                k.redirected(&e);
                 if super::error::broken(&e) {
-                    k.drop_conn();
+                    k.drop_conn(keys);
                     if replicas.is_some() {
                         // It may have been granted before the wait for replicas broke.
                         k.owe(keys, &owner, false);

@@ -16,6 +16,7 @@
 
 mod client;
 mod clock;
+mod cluster;
 mod error;
 mod keeper;
 mod latch;

@@ -198,10 +198,12 @@ impl Raw {
             Mode::RedisPy => Layout::RedisPy,
             Mode::Read | Mode::Write => Layout::ReadWrite,
         };
+        let keys = Keys::new(name, layout);
+        client.inner().check_keys(&keys)?;
         Ok(Raw {
             client: client.clone(),
             name: name.to_owned(),
-            keys: Keys::new(name, layout),
+            keys,
             mode,
             waiters: Waiters::default(),
         })

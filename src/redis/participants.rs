@@ -110,11 +110,12 @@ pub(crate) fn read(inner: &Inner, keys: &Keys) -> Result<Vec<RedisParticipant>> 
         Layout::ReadWrite => "rw",
     };
     let script = Script::new(PEEK);
-    let ((holders, waiters, token), _) = inner.call(Deadline::after(Duration::ZERO), |c| {
-        let mut call = invocation(&script, keys);
-        call.arg(how);
-        call.invoke::<(Vec<(String, i64)>, Vec<(String, i64)>, i64)>(c)
-    })?;
+    let ((holders, waiters, token), _) =
+        inner.call(keys, Deadline::after(Duration::ZERO), |c| {
+            let mut call = invocation(&script, keys);
+            call.arg(how);
+            call.invoke::<(Vec<(String, i64)>, Vec<(String, i64)>, i64)>(c)
+        })?;
     let left = |ms: i64| u64::try_from(ms).ok().map(Duration::from_millis);
     let who = |id: String, holds: bool, ms: i64| {
         let (host, pid) = origin(&id);

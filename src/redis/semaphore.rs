@@ -62,10 +62,12 @@ impl RedisSemaphore {
         if max_leases == 0 {
             return Err(Error::invalid("a semaphore needs at least one lease"));
         }
+        let keys = Keys::new(name, Layout::Semaphore);
+        client.inner().check_keys(&keys)?;
         Ok(RedisSemaphore {
             client: client.clone(),
             name: name.to_owned(),
-            keys: Keys::new(name, Layout::Semaphore),
+            keys,
             max_leases,
             feed: Arc::default(),
             waiters: Waiters::default(),

@@ -108,7 +108,7 @@ pub(crate) fn parse(url: &str) -> Result<SentinelUrl, String> {
 }
 
 /// `host[:port]` (an IPv6 host in brackets) as the host and the port if given.
-fn split_port(host: &str) -> Option<(&str, Option<u16>)> {
+pub(crate) fn split_port(host: &str) -> Option<(&str, Option<u16>)> {
     if let Some(v6) = host.strip_prefix('[') {
         let (name, rest) = v6.split_once(']')?;
         return match rest.strip_prefix(':') {
@@ -340,7 +340,7 @@ fn is_primary(role: &redis::Value) -> bool {
     }
 }
 
-fn direct(url: &str) -> redis::RedisResult<Server> {
+pub(crate) fn direct(url: &str) -> redis::RedisResult<Server> {
     Server::new(
         redis::IntoConnectionInfo::into_connection_info(url)?,
         redis::Client::open,

@@ -1,9 +1,12 @@
-//! The server a Client talks to, and connections to it opened within a bound: one server, or
-//! the primary its sentinels name at each new connection.
+//! The server a Client talks to, and connections to it opened within a bound: one server, the
+//! primary its sentinels name at each new connection, or the primaries of a cluster (the one
+//! that owns a lock's slot, for that lock's calls).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::cluster::Cluster;
+use super::scripts::Keys;
 use super::sentinel::Sentinels;
 
 /// The `redis` crate's client for the server, and how many replies a new connection's setup
@@ -21,6 +24,17 @@ enum Target {
     Direct(Box<redis::Client>),
     /// The primary the sentinels name.
     Sentinels(Arc<Sentinels>),
+    /// The primaries of a cluster.
+    Cluster(Arc<Cluster>),
+}
+
+/// Where a lock's calls go: on a cluster, the hash slot its keys share; `None` elsewhere (and
+/// for calls of no lock, which any node takes).
+pub(crate) type Route = Option<u16>;
+
+/// The route of the lock with `keys`.
+pub(crate) fn route(keys: &Keys) -> Route {
+    Some(super::cluster::slot(&keys.holder))
 }
 
 impl Server {
@@ -49,6 +63,63 @@ impl Server {
         }
     }
 
+    /// The primaries of the cluster in `cluster`.
+    pub(crate) fn cluster(cluster: Cluster) -> Server {
+        Server {
+            target: Target::Cluster(Arc::new(cluster)),
+            setup_replies: 0,
+        }
+    }
+
+    /// The cluster, if this is one.
+    pub(crate) fn as_cluster(&self) -> Option<&Cluster> {
+        match &self.target {
+            Target::Cluster(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The node a connection for `route` goes to, as known now without I/O: `""` for one
+    /// server or the sentinels' primary (every call goes there), the primary of the slot on a
+    /// cluster (`None` if the map must be read first).
+    pub(crate) fn known_node(&self, route: Route) -> Option<String> {
+        match (&self.target, route) {
+            (Target::Cluster(c), Some(slot)) => c.known(slot),
+            (Target::Cluster(_), None) => Some(ANY.to_owned()),
+            _ => Some(String::new()),
+        }
+    }
+
+    /// A new connection for `route` and the node it goes to (as [`known_node`](Self::known_node)
+    /// names it), opened within `timeout`, reads and writes bounded by `io`.
+    pub(crate) fn connect_route(
+        &self,
+        route: Route,
+        timeout: Duration,
+        io: Duration,
+    ) -> redis::RedisResult<(String, redis::Connection)> {
+        match (&self.target, route) {
+            (Target::Cluster(c), Some(slot)) => {
+                c.connect_slot(slot, timeout, io.max(Duration::from_millis(1)))
+            }
+            (Target::Cluster(_), None) => Ok((ANY.to_owned(), self.connect(timeout, io)?)),
+            _ => Ok((String::new(), self.connect(timeout, io)?)),
+        }
+    }
+
+    /// A new connection to the cluster node `node` (`host:port`, from a redirect).
+    pub(crate) fn connect_node(
+        &self,
+        node: &str,
+        timeout: Duration,
+        io: Duration,
+    ) -> redis::RedisResult<redis::Connection> {
+        match &self.target {
+            Target::Cluster(c) => c.connect_node(node, timeout, io.max(Duration::from_millis(1))),
+            _ => self.connect(timeout, io),
+        }
+    }
+
     /// A new connection, opened within `timeout` even when the server accepts it and then
     /// says nothing (the `redis` crate gives each setup reply the whole timeout that is left
     /// after the TCP connect, so each is given its share), with reads and writes bounded by
@@ -61,6 +132,7 @@ impl Server {
         let redis = match &self.target {
             Target::Direct(redis) => redis,
             Target::Sentinels(s) => return s.connect(timeout, io.max(Duration::from_millis(1))),
+            Target::Cluster(c) => return c.connect_any(timeout, io.max(Duration::from_millis(1))),
         };
         let share = (timeout / self.setup_replies.max(1)).max(Duration::from_millis(1));
         let conn = redis.get_connection_with_timeout(share)?;
@@ -76,25 +148,13 @@ impl Server {
         match &self.target {
             Target::Direct(_) => 0,
             Target::Sentinels(s) => s.moves(),
+            Target::Cluster(c) => c.moves(),
         }
-    }
-
-    /// [`connect`](Self::connect) within what is left until `until` (at most `timeout`).
-    pub(crate) fn connect_by(
-        &self,
-        until: Instant,
-        timeout: Duration,
-    ) -> redis::RedisResult<redis::Connection> {
-        let left = until.saturating_duration_since(Instant::now()).min(timeout);
-        if left.is_zero() {
-            return Err(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no time left to connect",
-            )));
-        }
-        self.connect(left, left)
     }
 }
+
+/// The node name of a cluster connection for no lock (any primary).
+pub(crate) const ANY: &str = "*";
 
 #[cfg(test)]
 mod tests {

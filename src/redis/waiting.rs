@@ -110,7 +110,7 @@ impl Waiters {
                 (inner.scripts.leave(keys.layout), "leave the queue")
             };
             if let Some(script) = script {
-                let done = inner.call_by(within, Calling::Closing, |c| {
+                let done = inner.call_by(keys, within, Calling::Closing, |c| {
                     let mut call = invocation(script, keys);
                     call.arg(&owner);
                     call.invoke::<i64>(c)
@@ -183,7 +183,8 @@ impl Waiters {
             }
             let entry = if deadline.expired() { 0 } else { ms(ttl) };
             turns.asked |= entry != 0;
-            let ((granted, value), sent) = inner.call(deadline, |c| attempt(c, owner, entry))?;
+            let ((granted, value), sent) =
+                inner.call(keys, deadline, |c| attempt(c, owner, entry))?;
             if granted != 1 && entry != 0 && !turns.queued {
                 // Registered before the close flag is looked at below: a close that began
                 // after that look finds the entry registered.
@@ -276,7 +277,7 @@ fn leave(inner: &Inner, keys: &Keys, owner: &str, by: Deadline) {
         inner.keeper.unqueued(owner);
         return;
     };
-    let left = inner.call_by(by, Calling::Open, |c| {
+    let left = inner.call_by(keys, by, Calling::Open, |c| {
         let mut call = invocation(script, keys);
         call.arg(owner);
         call.invoke::<i64>(c)

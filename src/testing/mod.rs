@@ -81,6 +81,8 @@ mod proxy;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
+mod redis_cluster;
+#[cfg(feature = "redis")]
 mod sentinel;
 mod server;
 mod session;
@@ -101,6 +103,9 @@ pub use proxy::{FaultProxy, ProxyStats};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::TestingRedis;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis_cluster::TestingRedisCluster;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use sentinel::TestingSentinel;

@@ -48,6 +48,9 @@ pub struct TestingRedis {
     tls: Option<(super::TestingTls, u16)>,
     /// The wall clock the test steps, if asked for.
     clock: Option<SteppedClock>,
+    /// A cluster node: its cluster bus port (the second free port, as `--cluster-port`: the
+    /// default, port + 10000, may be past 65535 or taken).
+    cluster: Option<u16>,
     dir: tempfile::TempDir,
 }
 
@@ -58,7 +61,7 @@ impl TestingRedis {
     /// `NotFound` with what to install when there is no `redis-server`; the server's log when
     /// it does not answer within 30 s.
     pub fn start() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None, false)
+        Self::launch_new(false, None, None, false, false)
     }
 
     /// Starts a server without persistence whose wall clock — what `TIME` answers and what
@@ -76,7 +79,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when the C compiler cannot be run or fails (its message).
     pub fn start_with_stepped_clock() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None, true)
+        Self::launch_new(false, None, None, true, false)
     }
 
     /// The server's wall clock reads the host's plus `by` from its next reading on (`ZERO`:
@@ -117,7 +120,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, Some(require_client_certificate), false)
+        Self::launch_new(false, None, Some(require_client_certificate), false, false)
     }
 
     /// Starts a server that writes every change to an append-only file and fsyncs it, so that
@@ -126,7 +129,18 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedis> {
-        Self::launch_new(true, None, None, false)
+        Self::launch_new(true, None, None, false, false)
+    }
+
+    /// Starts a node of a Redis Cluster (`cluster-enabled yes`, node timeout 1 s), alone: no
+    /// slot, no peer ([`super::TestingRedisCluster`] makes the cluster).
+    pub(super) fn start_cluster_node(persistent: bool) -> io::Result<TestingRedis> {
+        Self::launch_new(persistent, None, None, false, true)
+    }
+
+    /// The cluster bus port of a node from [`start_cluster_node`](Self::start_cluster_node).
+    pub(super) fn cluster_port(&self) -> Option<u16> {
+        self.cluster
     }
 
     /// Starts a replica of `primary` (without persistence) and waits until it has synced.
@@ -134,7 +148,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
     pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
-        let replica = Self::launch_new(false, Some(primary.port), None, false)?;
+        let replica = Self::launch_new(false, Some(primary.port), None, false, false)?;
         let deadline = Instant::now() + START_TIMEOUT;
         while !replica
             .command(&["INFO", "replication"])?
@@ -156,6 +170,7 @@ impl TestingRedis {
         replica_of: Option<u16>,
         tls: Option<bool>,
         stepped_clock: bool,
+        cluster: bool,
     ) -> io::Result<TestingRedis> {
         let program = program();
         if Command::new(&program)
@@ -193,6 +208,7 @@ impl TestingRedis {
                 replica_of,
                 tls,
                 clock,
+                cluster: cluster.then_some(ports[1]),
                 dir,
             };
             match server.launch() {
@@ -236,6 +252,17 @@ impl TestingRedis {
                 } else {
                     "no"
                 });
+        }
+        if let Some(bus) = self.cluster {
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .args(["--cluster-node-timeout", "1000", "--cluster-port"])
+            .arg(bus.to_string())
+            .args(["--cluster-allow-replica-migration", "no"]);
         }
         if let Some(primary) = self.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"])

@@ -148,6 +148,38 @@ impl Backend for Redis {
 #[cfg(feature = "redis")]
 server!(zklock::testing::TestingRedis, |s| s.url());
 
+/// A Redis Cluster of three primaries and three replicas (`redis+cluster://`): every script of
+/// a lock goes to the primary of its slot, wake-ups cross the cluster. Pause, resume and
+/// restart act on all six nodes at once.
+#[cfg(feature = "redis")]
+pub struct RedisCluster;
+
+#[cfg(feature = "redis")]
+impl Backend for RedisCluster {
+    fn name(&self) -> &'static str {
+        "redis_cluster"
+    }
+    fn client_backend(&self) -> &'static str {
+        "redis"
+    }
+    fn start(&self) -> Box<dyn Server> {
+        Box::new(zklock::testing::TestingRedisCluster::start().expect("start a Redis Cluster"))
+    }
+    /// As the single server's: every node with `appendonly yes`, `appendfsync always`.
+    fn start_durable(&self) -> Box<dyn Server> {
+        Box::new(
+            zklock::testing::TestingRedisCluster::start_persistent()
+                .expect("start a Redis Cluster"),
+        )
+    }
+    fn fifo(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "redis")]
+server!(zklock::testing::TestingRedisCluster, |s| s.url());
+
 #[cfg(feature = "postgres")]
 pub struct Postgres;
 

@@ -120,6 +120,8 @@ macro_rules! backend {
 backend!(zookeeper => backends::ZooKeeper);
 #[cfg(feature = "redis")]
 backend!(redis => backends::Redis);
+#[cfg(feature = "redis")]
+backend!(redis_cluster => backends::RedisCluster);
 #[cfg(feature = "postgres")]
 backend!(postgres => backends::Postgres);
 #[cfg(feature = "mysql")]

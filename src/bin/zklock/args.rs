@@ -28,7 +28,8 @@ Examples:
   zklock elect billing-leader --id billing-1 --requeue -- ./billing
 
 --connect (or $ZKLOCK_CONNECT) picks the backend: host:port,... or zk://host:port,.../chroot
-for ZooKeeper (a name is the path /name), redis:// or rediss://, postgres:// or
+for ZooKeeper (a name is the path /name), redis://, rediss://,
+redis+sentinel://host,.../primary or redis+cluster://host,..., postgres:// or
 postgresql://, mysql:// or mariadb://.
 
 Exit codes of `run` and `elect`: the command's own status (128+N if it died of signal N);

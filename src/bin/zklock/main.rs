@@ -118,7 +118,8 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
 pub const ZOOKEEPER_LOST: &str = "its session expired or its node was deleted";
 
 /// The URL schemes `--connect` takes besides a bare ZooKeeper connect string.
-const SCHEMES: &str = "zk://, redis://, rediss://, redis+sentinel://, postgres://, \
+const SCHEMES: &str =
+    "zk://, redis://, rediss://, redis+sentinel://, redis+cluster://, postgres://, \
      postgresql://, mysql://, mariadb://";
 
 /// The server `--connect` names: ZooKeeper hosts (or a `zk://` URL), a `redis://`
@@ -156,7 +157,7 @@ impl Backend {
         };
         match scheme.as_str() {
             "zk" => Ok(Backend::ZooKeeper),
-            "redis" | "rediss" | "redis+sentinel" => Ok(Backend::Redis),
+            "redis" | "rediss" | "redis+sentinel" | "redis+cluster" => Ok(Backend::Redis),
             "postgres" | "postgresql" => Ok(Backend::Postgres),
             "mysql" | "mariadb" => Ok(Backend::MySql),
             other => Err(Failure::usage(format!(

@@ -1,0 +1,487 @@
+//! Redis Cluster (`redis+cluster://`) against a real cluster (`TestingRedisCluster`: three
+//! primaries, three replicas): locks routed to the primary of their slot, a killed primary
+//! whose replica missed the grant (the fence refuses the old holder), a `CLUSTER FAILOVER`
+//! the holder follows through `MOVED`, and bad input.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zklock::testing::{FencedRegister, TestingRedis, TestingRedisCluster};
+use zklock::{Error, LockHealth, RedisClient, RedisMutex};
+
+mod redis_common;
+use redis_common::{patience, wait_for};
+
+fn client(cluster: &TestingRedisCluster, ttl: Duration) -> RedisClient {
+    RedisClient::builder(&cluster.url())
+        .ttl(ttl)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect to the cluster")
+}
+
+fn holder_key(name: &str) -> String {
+    format!("zklock:{{{name}}}")
+}
+
+/// The length of `name`'s queue on the node on `port`.
+fn queued(cluster: &TestingRedisCluster, port: u16, name: &str) -> usize {
+    let key = format!("{}:queue", holder_key(name));
+    cluster
+        .node(port)
+        .and_then(|n| n.command(&["LLEN", &key]))
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn pttl(cluster: &TestingRedisCluster, port: u16, key: &str) -> i64 {
+    cluster
+        .node(port)
+        .and_then(|n| n.command(&["PTTL", key]))
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-2)
+}
+
+/// Locks whose slots are on each of the three primaries: each is granted there, its keys are
+/// there and nowhere else, and a second Client is refused while it is held.
+#[test]
+fn each_lock_goes_to_the_primary_of_its_slot() {
+    let cluster = TestingRedisCluster::start().unwrap();
+    let ttl = Duration::from_secs(10);
+    let (a, b) = (client(&cluster, ttl), client(&cluster, ttl));
+    // One name per primary.
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let name = format!("routed-{i}");
+        let port = cluster.primary_of(&holder_key(&name)).unwrap().port();
+        if !names.iter().any(|(_, p)| *p == port) {
+            names.push((name, port));
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    for (name, port) in &names {
+        let mutex = RedisMutex::new(&a, name).unwrap();
+        let guard = mutex.lock().unwrap();
+        let key = holder_key(name);
+        assert!(
+            pttl(&cluster, *port, &key) > 0,
+            "{key} on its primary {port}"
+        );
+        for other in cluster.nodes()[..3].iter().filter(|n| n.port() != *port) {
+            // The others redirect: the key is not theirs.
+            let answer = other.command(&["GET", &key]);
+            assert!(
+                answer
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("MOVED")),
+                "{answer:?}"
+            );
+        }
+        let theirs = RedisMutex::new(&b, name).unwrap();
+        assert!(theirs.try_lock().unwrap().is_none(), "{name} is held");
+        guard.release().unwrap();
+        let again = theirs.try_lock().unwrap().expect("free after the release");
+        assert!(again.fencing_token() > 0);
+        again.release().unwrap();
+        println!("{name}: slot {} on {port}", cluster.slot_of(&key).unwrap());
+    }
+    // A name that begins with '}' gives its keys an empty hash tag: they would be in several
+    // slots, and every script over them refused with CROSSSLOT. Refused when made, instead.
+    match RedisMutex::new(&a, "}odd") {
+        Err(Error::InvalidArgument(why)) => {
+            println!("}}odd: {why}");
+            assert!(why.contains("hash slot"), "{why}");
+        }
+        other => panic!("{:?}", other.map(|m| m.try_lock().map(|g| g.is_some()))),
+    }
+}
+
+/// The primary of a lock's slot is killed while the lock is held and two waiters of other
+/// Clients wait, and its replica never got the grant (its replication link was cut before the
+/// grant and kept down, as a replica the primary had not yet reached). The replica takes over: the waiters
+/// are served there one after the other with higher tokens; the old holder, writing to the
+/// fenced register without looking at its health, reads not-`Held` and then `Lost` (its
+/// renewal finds the key gone, or its TTL runs out), and every write it made after a waiter's
+/// first write is refused by the fence.
+#[test]
+fn a_killed_primary_that_missed_the_grant_is_replaced_and_the_fence_refuses_the_old_holder() {
+    let ttl = Duration::from_secs(6);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let name = "failover";
+    let key = holder_key(name);
+    let primary = cluster.primary_of(&key).unwrap().port();
+    let replica = cluster.replicas_of(primary).unwrap()[0];
+    let register = FencedRegister::start().unwrap();
+    let a = client(&cluster, ttl);
+    let waiting_clients = [client(&cluster, ttl), client(&cluster, ttl)];
+    let (served_tx, served) = mpsc::channel::<(Instant, u64)>();
+    // The replica's link to its primary is cut, and the primary refuses it a new sync (an ACL
+    // without SYNC and PSYNC), so that it misses all that follows.
+    cluster
+        .node(primary)
+        .unwrap()
+        .command(&["ACL", "SETUSER", "default", "-sync", "-psync"])
+        .unwrap();
+    cluster
+        .node(replica)
+        .unwrap()
+        .command(&["CLIENT", "KILL", "TYPE", "master"])
+        .unwrap();
+    wait_for("the replica's link to go down", || {
+        cluster
+            .node(replica)
+            .unwrap()
+            .command(&["INFO", "replication"])
+            .is_ok_and(|i| i.contains("master_link_status:down"))
+    });
+    thread::scope(|s| {
+        let mutex = RedisMutex::new(&a, name).unwrap();
+        let guard = mutex.lock().unwrap();
+        let old_token = guard.fencing_token();
+        let mut waiters = Vec::new();
+        for (i, c) in waiting_clients.iter().enumerate() {
+            let (tx, register) = (served_tx.clone(), &register);
+            waiters.push(s.spawn(move || {
+                let worker = format!("waiter{i}");
+                let m = RedisMutex::new(c, name).unwrap();
+                let g = m.try_lock_for(patience()).unwrap().expect("granted");
+                let token = g.fencing_token();
+                tx.send((Instant::now(), token)).unwrap();
+                let mut fence = register.client().unwrap();
+                fence.enter(token, &worker).unwrap();
+                for w in 0..3 {
+                    let outcome = fence
+                        .write(token, &worker, &format!("{worker}-{w}"))
+                        .unwrap();
+                    assert!(outcome.is_accepted(), "{worker}: {outcome:?}");
+                    thread::sleep(Duration::from_millis(20));
+                }
+                fence.exit(token, &worker).unwrap();
+                g.release().unwrap();
+            }));
+        }
+        wait_for("two waiters queued", || {
+            queued(&cluster, primary, name) == 2
+        });
+        // The replica has none of it: not the holder, not the queue.
+        let seen = cluster
+            .node(replica)
+            .unwrap()
+            .commands(&[&["READONLY"], &["EXISTS", &key]])
+            .unwrap();
+        assert_eq!(seen[1], "0", "the replica must have missed the grant");
+        let pid = cluster.node(primary).unwrap().pid().unwrap();
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+        let killed = Instant::now();
+        // The old holder writes without looking at its health until it reads Lost.
+        let mut fence = register.client().unwrap();
+        fence.enter(old_token, "old").unwrap();
+        let (mut not_held, mut refused, mut written) = (None, 0, 0);
+        let lost = loop {
+            let health = guard.health();
+            if health != LockHealth::Held && not_held.is_none() {
+                not_held = Some(killed.elapsed());
+            }
+            if health == LockHealth::Lost {
+                break killed.elapsed();
+            }
+            assert!(
+                killed.elapsed() < patience(),
+                "the old holder never read Lost"
+            );
+            let outcome = fence.write(old_token, "old", "stale").unwrap();
+            written += 1;
+            refused += usize::from(!outcome.is_accepted());
+            thread::sleep(Duration::from_millis(20));
+        };
+        fence.exit(old_token, "old").unwrap();
+        let new = cluster.wait_for_new_primary(&key, primary).unwrap();
+        assert_eq!(new, replica);
+        let (first, t1) = served.recv_timeout(patience()).expect("a waiter served");
+        let (second, t2) = served.recv_timeout(patience()).expect("both served");
+        for w in waiters {
+            w.join().unwrap();
+        }
+        println!(
+            "new primary {new}; waiters served {:?} and {:?} after the kill (tokens {t1}, {t2} \
+             over the old {old_token}); old holder not Held after {:?}, Lost after {lost:?} \
+             (TTL {ttl:?}); it wrote {written} times after the kill, {refused} refused",
+            first - killed,
+            second - killed,
+            not_held.unwrap_or(lost)
+        );
+        assert!(t1 > old_token && t2 > t1, "{old_token} {t1} {t2}");
+        // Lost by the renewal that finds the key gone, or at the latest when the TTL since the
+        // last renewal before the kill has run out.
+        assert!(lost < ttl + Duration::from_secs(5), "Lost after {lost:?}");
+        let report = register.check();
+        println!("{report}");
+        assert!(report.is_clean(), "{report}");
+        assert!(matches!(guard.release(), Err(Error::LockLost)));
+    });
+}
+
+/// The primary of a held lock's slot is paused (SIGSTOP: it accepts connections and answers
+/// nothing, as a node cut off by a partition) while two waiters of other Clients wait. Its
+/// replica takes over after the node timeout; every connection of the Clients to the silent
+/// node — the keeper's, the pool's, the subscriber's and the waiting slots' — is left for the
+/// new map, the holder (whose key was replicated) renews on the new primary, and when it
+/// releases the waiters are woken there by their messages, not by their re-check.
+#[test]
+fn a_paused_primary_is_replaced_and_the_waiters_hear_the_new_one() {
+    let ttl = Duration::from_secs(6);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let name = "paused";
+    let key = holder_key(name);
+    let a = client(&cluster, ttl);
+    let waiting_clients = [client(&cluster, ttl), client(&cluster, ttl)];
+    let mutex = RedisMutex::new(&a, name).unwrap();
+    let guard = mutex.lock().unwrap();
+    let primary = cluster.primary_of(&key).unwrap().port();
+    let replica = cluster.replicas_of(primary).unwrap()[0];
+    thread::scope(|s| {
+        let (tx, served) = mpsc::channel::<(Instant, u64)>();
+        for c in &waiting_clients {
+            let tx = tx.clone();
+            s.spawn(move || {
+                let m = RedisMutex::new(c, name).unwrap();
+                let g = m.try_lock_for(patience()).unwrap().expect("granted");
+                tx.send((Instant::now(), g.fencing_token())).unwrap();
+                thread::sleep(Duration::from_millis(50));
+                g.release().unwrap();
+            });
+        }
+        wait_for("two waiters queued", || {
+            queued(&cluster, primary, name) == 2
+        });
+        wait_for("the queue replicated", || {
+            cluster
+                .node(replica)
+                .unwrap()
+                .commands(&[&["READONLY"], &["LLEN", &format!("{key}:queue")]])
+                .is_ok_and(|a| a[1] == "2")
+        });
+        cluster.pause_primary_of(&key).unwrap();
+        let paused = Instant::now();
+        let new = cluster.wait_for_new_primary(&key, primary).unwrap();
+        println!("new primary {new} {:?} after the pause", paused.elapsed());
+        let mut last = pttl(&cluster, new, &key);
+        wait_for("a renewal on the new primary", || {
+            let now = pttl(&cluster, new, &key);
+            let renewed = now > last;
+            last = now;
+            renewed
+        });
+        println!(
+            "renewed on the new primary {:?} after the pause",
+            paused.elapsed()
+        );
+        assert_eq!(guard.health(), LockHealth::Held);
+        let token = guard.fencing_token();
+        let released = Instant::now();
+        guard.release().unwrap();
+        let (first, t1) = served
+            .recv_timeout(patience())
+            .expect("the first waiter served");
+        let (second, t2) = served
+            .recv_timeout(patience())
+            .expect("the second waiter served");
+        let (w1, w2) = (first - released, second - first);
+        println!("waiters served {w1:?} after the release and {w2:?} after the first");
+        assert!(t1 > token && t2 > t1, "{token} {t1} {t2}");
+        assert!(w1 < ttl / 3 && w2 < ttl / 3, "{w1:?} {w2:?}");
+    });
+    cluster.resume_node(primary).unwrap();
+}
+
+/// `CLUSTER FAILOVER` on the replica of a held lock's primary: the replica takes over with
+/// everything (a manual failover waits until it has caught up), the old primary redirects with
+/// `MOVED`, the holder's renewals follow to the new primary and it keeps reading `Held`, and a
+/// waiter is served there after the release.
+#[test]
+fn a_cluster_failover_is_followed_by_the_holder_and_the_waiter() {
+    let ttl = Duration::from_secs(6);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let name = "manual";
+    let key = holder_key(name);
+    let a = client(&cluster, ttl);
+    let b = client(&cluster, ttl);
+    let mutex = RedisMutex::new(&a, name).unwrap();
+    let guard = mutex.lock().unwrap();
+    let old = cluster.failover(&key).unwrap();
+    let started = Instant::now();
+    let new = cluster.wait_for_new_primary(&key, old).unwrap();
+    println!("slot moved from {old} to {new} in {:?}", started.elapsed());
+    // A renewal on the new primary: its TTL set again there.
+    let mut last = pttl(&cluster, new, &key);
+    wait_for("a renewal on the new primary", || {
+        let now = pttl(&cluster, new, &key);
+        let renewed = now > last;
+        last = now;
+        renewed
+    });
+    println!(
+        "renewed on the new primary {:?} after the failover",
+        started.elapsed()
+    );
+    assert_eq!(guard.health(), LockHealth::Held);
+    let token = guard.fencing_token();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let theirs = RedisMutex::new(&b, name).unwrap();
+            let g = theirs.try_lock_for(patience()).unwrap().expect("granted");
+            (Instant::now(), g.fencing_token())
+        });
+        wait_for("the waiter queued on the new primary", || {
+            queued(&cluster, new, name) == 1
+        });
+        let released = Instant::now();
+        guard.release().unwrap();
+        let (at, theirs) = waiter.join().unwrap();
+        println!("waiter served {:?} after the release", at - released);
+        assert!(theirs > token);
+        // Woken by its message, not by its re-check (a third of the TTL).
+        assert!(at - released < ttl / 3, "{:?}", at - released);
+    });
+}
+
+/// The primary of one lock's slot is frozen (SIGSTOP), the other primaries answer: calls on
+/// that lock return within the operation timeout T as on a single frozen server, and calls on
+/// a lock of another primary are not held up.
+#[test]
+fn calls_on_a_frozen_primary_keep_their_bounds_and_others_go_on() {
+    let op = Duration::from_secs(1);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let connect = || {
+        RedisClient::builder(&cluster.url())
+            .ttl(Duration::from_secs(30))
+            .connect_timeout(op)
+            .connect()
+            .unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    let frozen_name = "frozen";
+    let frozen_key = holder_key(frozen_name);
+    let frozen = cluster.primary_of(&frozen_key).unwrap().port();
+    let other_name = (0..)
+        .map(|i| format!("elsewhere-{i}"))
+        .find(|n| cluster.primary_of(&holder_key(n)).unwrap().port() != frozen)
+        .unwrap();
+    let held = RedisMutex::new(&a, frozen_name).unwrap();
+    let guard = held.lock().unwrap();
+    let theirs = RedisMutex::new(&b, frozen_name).unwrap();
+    let other = RedisMutex::new(&b, &other_name).unwrap();
+    cluster.pause_primary_of(&frozen_key).unwrap();
+    let timed = |what: &str, f: &mut dyn FnMut()| {
+        let started = Instant::now();
+        f();
+        let took = started.elapsed();
+        println!("{what}: {took:?} (T = {op:?})");
+        took
+    };
+    let try_lock = timed("try_lock on the frozen primary", &mut || {
+        assert!(theirs.try_lock().is_err());
+    });
+    let elsewhere = timed("try_lock and release on another primary", &mut || {
+        other.try_lock().unwrap().expect("free").release().unwrap();
+    });
+    let mut guard = Some(guard);
+    let release = timed("release on the frozen primary", &mut || {
+        assert!(guard.take().unwrap().release().is_err());
+    });
+    let close = timed("close() of the holder's Client", &mut || a.close());
+    cluster.resume_node(frozen).unwrap();
+    // Generous against a loaded machine; the docs' bounds are T, T, and T + 0.25 s.
+    for (what, took, bound) in [
+        ("try_lock", try_lock, op * 3),
+        ("release", release, op * 3),
+        ("close", close, op * 3 + Duration::from_millis(250)),
+    ] {
+        assert!(took < bound, "{what} took {took:?}");
+    }
+    assert!(elsewhere < op, "another primary's lock took {elsewhere:?}");
+}
+
+/// Bad input, each refused before any lock is touched: a malformed cluster URL before any
+/// I/O; a seed that is a plain Redis (cluster support disabled) and seeds nobody listens on at
+/// connect, with their cause.
+#[test]
+fn bad_cluster_urls_are_refused_with_their_cause() {
+    for (url, why) in [
+        ("redis+cluster://", "at least one node"),
+        ("redis+cluster://127.0.0.1:notaport", "host[:port]"),
+        ("redis+cluster://127.0.0.1:7000/2", "database 0"),
+        ("rediss+cluster://127.0.0.1:7000", "not supported"),
+    ] {
+        match RedisClient::connect(url) {
+            Err(Error::InvalidArgument(e)) => {
+                println!("{url}: {e}");
+                assert!(e.contains(why), "{url}: {e}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    let plain = TestingRedis::start().unwrap();
+    let url = format!("redis+cluster://127.0.0.1:{}", plain.port());
+    match RedisClient::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+    {
+        Err(Error::ConnectFailed { cause, .. }) => {
+            let why = cause.to_string();
+            println!("{url}: {why}");
+            assert!(why.contains("not a Redis Cluster node"), "{why}");
+            assert!(why.contains("cluster support disabled"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        plain.command(&["KEYS", "*"]).unwrap(),
+        "",
+        "nothing touched"
+    );
+    // Nobody listens on a port just freed.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("redis+cluster://127.0.0.1:{port}");
+    let started = Instant::now();
+    match RedisClient::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+    {
+        Err(Error::ConnectFailed { cause, .. }) => {
+            let why = cause.to_string();
+            println!("{url}: {why} (after {:?})", started.elapsed());
+            assert!(why.contains("no Redis Cluster node answered"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `zklock::connect` takes the cluster URL too.
+#[test]
+fn any_client_connects_to_the_cluster() {
+    let cluster = TestingRedisCluster::start().unwrap();
+    let any = zklock::connect(&cluster.url()).unwrap();
+    assert_eq!(any.backend(), "redis");
+    let m = any.mutex("any").unwrap();
+    m.acquire().unwrap();
+    assert_ne!(
+        cluster
+            .command_for(&holder_key("any"), &["GET", &holder_key("any")])
+            .unwrap(),
+        ""
+    );
+    m.release().unwrap();
+}
