@@ -227,8 +227,9 @@ impl MySqlClient {
     /// Who holds and who waits for the locks of `name` — its mutex (and leader latch) and
     /// leases 1 to `max_leases` of its semaphore. In the `GET_LOCK` mode: the connection that
     /// holds each (`IS_USED_LOCK`), and the connections whose statement waits in `GET_LOCK` on
-    /// it — zklock's and any SQL client's that runs [`MySqlMutex::lock_sql`]'s form — from the
-    /// process list (the `PROCESS` privilege shows other users' connections). In the table
+    /// it — zklock's and any SQL client's that runs the form of
+    /// [`lock_sql`](super::MySqlMutex::lock_sql) — from the process list (the `PROCESS`
+    /// privilege shows other users' connections). In the table
     /// mode: the lease record, if unexpired, with its owner, token and time left; its waiters
     /// poll and are not seen. Holders first, then waiters, longest first.
     ///
