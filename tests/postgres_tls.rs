@@ -88,3 +88,55 @@ fn an_untrusted_ca_is_refused_and_disable_stays_clear() {
     assert!(!encrypted(&server, holder_backend(&client)));
     client.close();
 }
+
+/// The CA from a file, as libpq takes it: `sslrootcert=PATH` in the string (or
+/// `PGSSLROOTCERT`); a file that cannot be read, or `sslcert` without `sslkey`, is refused
+/// with its name before any I/O; with `sslmode=disable` the files are not read.
+#[test]
+fn sslrootcert_names_the_ca_file() {
+    let server = TestingPostgres::start_tls().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("root.crt");
+    std::fs::write(&ca, server.tls().unwrap().ca_pem()).unwrap();
+    let with_file = url(
+        &server,
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+    );
+    let client = PgClient::connect(&with_file).unwrap();
+    assert!(encrypted(&server, holder_backend(&client)));
+    client.close();
+
+    let missing = dir.path().join("missing.crt");
+    let refused = PgClient::connect(&url(
+        &server,
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={}", missing.display()),
+    ));
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument(why))
+            if why.contains("sslrootcert") && why.contains("missing.crt")),
+        "{refused:?}"
+    );
+    let half = PgClient::connect(&url(
+        &server,
+        "localhost",
+        &format!(
+            "sslmode=verify-full&sslrootcert={}&sslcert={}",
+            ca.display(),
+            ca.display()
+        ),
+    ));
+    assert!(
+        matches!(&half, Err(Error::InvalidArgument(why)) if why.contains("sslkey")),
+        "{half:?}"
+    );
+    let clear = url(
+        &server,
+        "localhost",
+        &format!("sslmode=disable&sslrootcert={}", missing.display()),
+    );
+    let client = PgClient::connect(&clear).unwrap();
+    assert!(!encrypted(&server, holder_backend(&client)));
+    client.close();
+}

@@ -172,12 +172,14 @@ impl PgClient {
     /// the group or others may open it). So `postgres://` alone connects where `psql` would.
     ///
     /// The other keywords are tokio-postgres's (`options`, `hostaddr`, `target_session_attrs`,
-    /// …); one it does not know (`service`, `sslrootcert`, …) is refused. `connect_timeout`
+    /// …); one it does not know (`service`, `gssencmode`, …) is refused. `connect_timeout`
     /// (whole seconds) applies unless the builder sets one; the keepalives set from the session
     /// timeout replace any the string gives. `sslmode=require` or `verify-full` asks for TLS
     /// with the server's certificate and host name checked, `verify-ca` for the certificate
-    /// only (feature `tls`; against the system's CAs or `PgClientBuilder::tls_ca_pem`);
-    /// `disable`, `allow`, `prefer` or none connect in the clear.
+    /// only (feature `tls`; against the system's CAs, the file `sslrootcert` or
+    /// `PGSSLROOTCERT` names, or `PgClientBuilder::tls_ca_pem`, which goes first; `sslcert`
+    /// and `sslkey` name the client's certificate and key); `disable`, `allow`, `prefer` or
+    /// none connect in the clear, and the files are not read.
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
@@ -518,7 +520,13 @@ impl PgClientBuilder {
         })?;
         let mut config = settings.config;
         let mode = tls::mode(&settings.sslmode)?;
-        let connector = tls::connector(mode, &self.tls)?;
+        let options = if mode == tls::Mode::Clear {
+            // As libpq: the files are for TLS, which is not asked for.
+            self.tls.clone()
+        } else {
+            tls::with_files(&self.tls, &settings.ssl_files)?
+        };
+        let connector = tls::connector(mode, &options)?;
         config.ssl_mode(if mode == tls::Mode::Clear {
             tokio_postgres::config::SslMode::Disable
         } else {

@@ -79,6 +79,9 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("options", "PGOPTIONS"),
     ("application_name", "PGAPPNAME"),
     ("sslmode", "PGSSLMODE"),
+    ("sslrootcert", "PGSSLROOTCERT"),
+    ("sslcert", "PGSSLCERT"),
+    ("sslkey", "PGSSLKEY"),
     ("connect_timeout", "PGCONNECT_TIMEOUT"),
     ("target_session_attrs", "PGTARGETSESSIONATTRS"),
     ("channel_binding", "PGCHANNELBINDING"),
@@ -156,6 +159,14 @@ fn ignored(plain_file: bool, mode: u32) -> Option<&'static str> {
     }
 }
 
+/// The TLS files a connection string names (each `None` when not named, or named empty).
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct SslFiles {
+    pub(crate) root_cert: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
 /// A connection string with the environment's values and the defaults filled in.
 #[derive(Debug)]
 pub(crate) struct Settings {
@@ -163,6 +174,9 @@ pub(crate) struct Settings {
     pub(crate) config: tokio_postgres::Config,
     /// `sslmode`, which zklock reads itself (tokio-postgres knows three of its six values).
     pub(crate) sslmode: String,
+    /// `sslrootcert`, `sslcert` and `sslkey`: the files of the CA and the client's
+    /// certificate and key (PEM), which zklock reads itself when TLS is asked for.
+    pub(crate) ssl_files: SslFiles,
     /// `connect_timeout` in seconds, when given (0 or less: not given).
     pub(crate) connect_timeout: Option<Duration>,
     /// The password file the password came from.
@@ -217,6 +231,12 @@ pub(crate) fn resolve(s: &str, env: &dyn Env) -> Result<Settings, String> {
         .take("sslmode")
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "prefer".to_owned());
+    let mut file = |key: &str| p.take(key).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let ssl_files = SslFiles {
+        root_cert: file("sslrootcert"),
+        cert: file("sslcert"),
+        key: file("sslkey"),
+    };
     let connect_timeout = match p.take("connect_timeout").filter(|v| !v.is_empty()) {
         None => None,
         Some(v) => {
@@ -257,6 +277,7 @@ pub(crate) fn resolve(s: &str, env: &dyn Env) -> Result<Settings, String> {
     Ok(Settings {
         config,
         sslmode,
+        ssl_files,
         connect_timeout,
         passfile,
     })
@@ -688,6 +709,34 @@ mod tests {
         let back = tokio_postgres::Config::from_str(&p.to_key_values()).unwrap();
         assert_eq!(back.get_password(), Some(&br"it's a \ secret"[..]));
         assert_eq!(back.get_dbname(), Some("x y"));
+    }
+
+    #[test]
+    fn tls_files_come_from_the_string_or_the_environment() {
+        let e = env(&[
+            ("PGSSLROOTCERT", "/env/root.crt"),
+            ("PGSSLCERT", "/env/client.crt"),
+            ("PGSSLKEY", ""),
+        ]);
+        let s = resolve(
+            "postgres://u@h/d?sslrootcert=/etc/ca.pem&sslmode=verify-full",
+            &e,
+        )
+        .unwrap();
+        assert_eq!(
+            s.ssl_files,
+            SslFiles {
+                root_cert: Some(PathBuf::from("/etc/ca.pem")),
+                cert: Some(PathBuf::from("/env/client.crt")),
+                key: None,
+            }
+        );
+        let s = resolve("host=h user=u sslrootcert=system", &env(&[])).unwrap();
+        assert_eq!(s.ssl_files.root_cert, Some(PathBuf::from("system")));
+        assert_eq!(
+            resolve("host=h user=u", &env(&[])).unwrap().ssl_files,
+            SslFiles::default()
+        );
     }
 
     #[test]

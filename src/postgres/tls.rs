@@ -80,6 +80,39 @@ pub(crate) struct Options {
     pub(crate) identity: Option<(String, String)>,
 }
 
+/// `options` completed from the files the connection string names (`sslrootcert`, `sslcert`
+/// and `sslkey`, or `PGSSLROOTCERT`, `PGSSLCERT` and `PGSSLKEY`); what the builder was given
+/// goes first. A file that cannot be read, or a certificate without its key, is refused.
+pub(crate) fn with_files(options: &Options, files: &super::libpq::SslFiles) -> Result<Options> {
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid(format!("{key}={}: cannot read it: {e}", path.display())))
+    };
+    let mut options = options.clone();
+    if options.ca.is_none() {
+        if let Some(path) = &files.root_cert {
+            // libpq's `sslrootcert=system`: the system's CAs, which zklock trusts anyway.
+            if path.as_os_str() != "system" {
+                options.ca = Some(read("sslrootcert", path)?);
+            }
+        }
+    }
+    if options.identity.is_none() {
+        match (&files.cert, &files.key) {
+            (Some(cert), Some(key)) => {
+                options.identity = Some((read("sslcert", cert)?, read("sslkey", key)?));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Error::invalid(
+                    "sslcert and sslkey go together: the client's certificate and its key",
+                ))
+            }
+        }
+    }
+    Ok(options)
+}
+
 #[cfg(feature = "tls")]
 mod connector {
     use std::future::Future;
