@@ -135,12 +135,14 @@ fn a_waiter_survives_four_outages_with_the_default_retry_policy() {
     init_logging();
     let mut server = TestingServer::start().unwrap();
     let session = Duration::from_secs(40);
-    // Each outage outlasts the connection timeout, so it costs the waiter at least one retry
-    // (the default policy allows 3), and fewer retries than the policy allows in one go.
+    // Each outage (2 s, then the server's restart) outlasts the connection timeout, so it
+    // costs the waiter at least one retry (the default policy allows 3), and fewer retries
+    // than the policy allows in one go: four waits of 3 s and the backoff between them, more
+    // than a restart takes on a loaded machine.
     let connect = |s: &TestingServer| {
         Client::builder(&s.connect_string())
             .session_timeout(session)
-            .connection_timeout(Duration::from_secs(2))
+            .connection_timeout(Duration::from_secs(3))
             .connect()
             .unwrap()
     };
@@ -162,8 +164,10 @@ fn a_waiter_survives_four_outages_with_the_default_retry_policy() {
     });
     for i in 0..4 {
         server.stop().unwrap();
-        thread::sleep(Duration::from_millis(2500));
+        let down = std::time::Instant::now();
+        thread::sleep(Duration::from_millis(2000));
         server.restart().unwrap();
+        println!("outage {i}: {:?}", down.elapsed());
         // Each outage ends for both sessions before the next begins.
         for c in [&holder_client, &waiter_view] {
             assert!(
@@ -175,9 +179,10 @@ fn a_waiter_survives_four_outages_with_the_default_retry_policy() {
             let got = waiter.join().unwrap();
             panic!("outage {i} ended the wait: {got:?}");
         }
-        // Separate outages: the waiter gets past its backoff sleep (at most 7 s with the
-        // default policy) to a round trip the server answers before the next one.
-        thread::sleep(Duration::from_secs(8));
+        // Separate outages: the waiter gets past its backoff sleep (1–2 s, then 2–4 s, then
+        // 4–8 s with the default policy; a loaded machine may have it on its third) to a
+        // round trip the server answers before the next one.
+        thread::sleep(Duration::from_secs(12));
     }
     holder.release().unwrap();
     let got = returns("the waiter", move || waiter.join().unwrap());
