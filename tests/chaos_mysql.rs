@@ -101,8 +101,12 @@ fn mysql_chaos_schedule() {
     lab.progress(10, "after the server was killed and started again");
     rows.push(row("kill -9 of the server", &lab, from, None));
 
-    // KILL of the holder's session.
+    // KILL of the holder's session: the server frees the lock at once and grants it to the
+    // next waiter, while the holder learns of it only when its Client reads the connection's
+    // end; until then it may still write, before the new holder's first write (after it, the
+    // fence refuses).
     let from = lab.next_seq();
+    let killed_at = from;
     let id = holding_session(&server);
     server.kill_session(id).unwrap();
     lab.progress(10, "after the holder's session was killed");
@@ -122,5 +126,7 @@ fn mysql_chaos_schedule() {
         None,
     ));
 
-    lab.finish(&rows, 100);
+    lab.finish_with(&rows, 100, |o, log| {
+        chaos_lab::began_across(o, log, killed_at)
+    });
 }

@@ -94,8 +94,10 @@ fn postgres_chaos_schedule() {
     lab.progress(10, "after the server restarted");
     rows.push(row("restart of the server", &lab, from, None));
 
-    // pg_terminate_backend of the holder's session.
+    // pg_terminate_backend of the holder's session: as a KILL on MySQL, the server frees the
+    // lock before the holder can know, which may write until its Client reads the end.
     let from = lab.next_seq();
+    let terminated_at = from;
     let pid = holding_backend(&server);
     server.terminate_backend(pid).unwrap();
     lab.progress(10, "after the holder's backend was terminated");
@@ -115,7 +117,9 @@ fn postgres_chaos_schedule() {
         None,
     ));
 
-    lab.finish(&rows, 100);
+    lab.finish_with(&rows, 100, |o, log| {
+        chaos_lab::began_across(o, log, terminated_at)
+    });
 }
 
 /// Failovers under the fenced register. Each round: three workers on the URL of the primary
