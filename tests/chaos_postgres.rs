@@ -131,10 +131,7 @@ fn postgres_chaos_schedule() {
 /// whose URL names the two.
 #[test]
 fn postgres_failover_chaos() {
-    let rounds: usize = std::env::var("ZKLOCK_CHAOS_FAILOVERS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2);
+    let rounds = chaos_lab::failovers();
     let mut primary = TestingPostgres::start().unwrap();
     let mut standby = primary.start_standby(true).unwrap();
     let mut lab = Lab::new(

@@ -154,10 +154,7 @@ fn sentinel_failovers_without_replicated_grants() {
 /// others are `SENTINEL FAILOVER`s; after each the run waits for the sentinels to agree on the
 /// new primary and for the workers' writes to go on. Returns how many holds overlapped.
 fn sentinel_failovers(replicated: bool) -> usize {
-    let rounds: usize = std::env::var("ZKLOCK_CHAOS_FAILOVERS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2);
+    let rounds = chaos_lab::failovers();
     let mut set = TestingSentinel::start().unwrap();
     let mut lab = if replicated {
         Lab::new(

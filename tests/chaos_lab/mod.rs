@@ -24,6 +24,14 @@ pub fn patience() -> Duration {
     Duration::from_secs(60)
 }
 
+/// How many failovers a failover run makes: `ZKLOCK_CHAOS_FAILOVERS`, 2 by default (CI's).
+pub fn failovers() -> usize {
+    std::env::var("ZKLOCK_CHAOS_FAILOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2)
+}
+
 // ---------------------------------------------------------------------------
 // The worker process.
 // ---------------------------------------------------------------------------

@@ -32,32 +32,26 @@ fn socket_address(entry: &str) -> &str {
 /// or address that refuses or does not answer a TCP connection within a second. `None` if some
 /// host accepts a connection (the trouble is then beyond the socket).
 pub(super) fn probe(hosts: &str) -> Option<Error> {
-    use std::net::{TcpStream, ToSocketAddrs};
-    let mut first = None;
-    for host in hosts.split(',').map(socket_address) {
-        let addrs = match host.to_socket_addrs() {
-            Ok(a) => a,
-            Err(e) => {
-                first.get_or_insert(Error::io(format!("resolving {host}"), &e));
-                continue;
-            }
-        };
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                Ok(_) => return None,
-                Err(e) => {
-                    first.get_or_insert(Error::io(format!("connecting to {host} ({addr})"), &e));
-                }
-            }
-        }
-    }
-    first
+    first_failure(hosts, Duration::from_secs(1), |_| true)
 }
 
 /// Why no host can ever answer, if that is certain now: every name fails to resolve or every
 /// address refuses the TCP connection (nothing listens there). `None` as soon as one address
 /// accepts a connection or does not answer within `patience` (it may be slow, not absent).
 pub(super) fn refused_by_every_host(hosts: &str, patience: Duration) -> Option<Error> {
+    first_failure(hosts, patience, |e| {
+        e.kind() == std::io::ErrorKind::ConnectionRefused
+    })
+}
+
+/// Tries a TCP connection to every address of every host (for at most `patience` each): the
+/// first failure, when no name resolved and every address failed in a way `counts`; `None` as
+/// soon as one connects or fails in a way that does not count.
+fn first_failure(
+    hosts: &str,
+    patience: Duration,
+    counts: impl Fn(&std::io::Error) -> bool,
+) -> Option<Error> {
     use std::net::{TcpStream, ToSocketAddrs};
     let mut first = None;
     for host in hosts.split(',').map(socket_address) {
@@ -70,7 +64,7 @@ pub(super) fn refused_by_every_host(hosts: &str, patience: Duration) -> Option<E
         };
         for addr in addrs {
             match TcpStream::connect_timeout(&addr, patience) {
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                Err(e) if counts(&e) => {
                     first.get_or_insert(Error::io(format!("connecting to {host} ({addr})"), &e));
                 }
                 _ => return None,
