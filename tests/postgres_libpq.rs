@@ -281,3 +281,97 @@ fn key_value_strings_connect_over_tcp_and_a_unix_socket() {
     assert!(guard.fencing_token() > 0);
     guard.release().unwrap();
 }
+
+#[test]
+fn a_service_file_section_gives_the_keywords_the_string_leaves_out() {
+    let server = TestingPostgres::start().unwrap();
+    let port = server.port();
+    let pw = server.password();
+    let home = Scratch::new("service");
+    let section = format!(
+        "# services\n\
+         [zk-app]\n\
+         host=127.0.0.1\n\
+         port={port}\n\
+         user=zklock\n\
+         password={pw}\n\
+         dbname=template1\n\
+         application_name=from-service\n"
+    );
+    home.file(".pg_service.conf", &section, 0o600);
+    // `service=` in the string, from ~/.pg_service.conf.
+    let run = Run::start("service=zk-app", "service", &[], &home.0);
+    let said = run.said();
+    assert!(said.starts_with("connected"), "service=: {said}");
+    assert_eq!(
+        holder(&server, "service"),
+        ("from-service".to_owned(), "template1".to_owned())
+    );
+    drop(run);
+    // PGSERVICE with a bare URL; what the URL gives goes before the service's.
+    let run = Run::start(
+        "postgres:///postgres",
+        "service",
+        &[("PGSERVICE", "zk-app")],
+        &home.0,
+    );
+    let said = run.said();
+    assert!(said.starts_with("connected"), "PGSERVICE: {said}");
+    assert_eq!(
+        holder(&server, "service"),
+        ("from-service".to_owned(), "postgres".to_owned())
+    );
+    drop(run);
+    // PGSERVICEFILE names another file; a service no file defines is refused by name.
+    let elsewhere = Scratch::new("service-file");
+    let file = elsewhere.file("services", &section.replace("zk-app", "moved"), 0o644);
+    let file = file.display().to_string();
+    let empty_home = Scratch::new("service-empty");
+    let said = Run::start(
+        "service=moved",
+        "service",
+        &[("PGSERVICEFILE", &file)],
+        &empty_home.0,
+    )
+    .said();
+    assert!(said.starts_with("connected"), "PGSERVICEFILE: {said}");
+    let said = Run::start(
+        "service=zk-app",
+        "service",
+        &[("PGSERVICEFILE", &file)],
+        &empty_home.0,
+    )
+    .said();
+    assert!(
+        said.starts_with("failed") && said.contains("\\\"zk-app\\\" not found"),
+        "{said}"
+    );
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn the_ca_in_the_home_postgresql_directory_is_trusted_by_default() {
+    let server = TestingPostgres::start_tls().unwrap();
+    let url = format!(
+        "postgres://zklock:{}@localhost:{}/postgres?sslmode=verify-full",
+        server.password(),
+        server.port()
+    );
+    let home = Scratch::new("root-crt");
+    fs::create_dir(home.0.join(".postgresql")).unwrap();
+    home.file(
+        ".postgresql/root.crt",
+        server.tls().unwrap().ca_pem(),
+        0o600,
+    );
+    let said = Run::start(&url, "root-crt", &[], &home.0).said();
+    assert!(
+        said.starts_with("connected"),
+        "~/.postgresql/root.crt: {said}"
+    );
+    // Without it, the server's certificate is checked against the system's CAs, which do not
+    // know the test's CA.
+    let empty_home = Scratch::new("root-crt-empty");
+    let said = Run::start(&url, "root-crt", &[], &empty_home.0).said();
+    assert!(said.starts_with("failed"), "no root.crt: {said}");
+}

@@ -171,14 +171,19 @@ impl PgClient {
     /// is used (`passfile`, else `PGPASSFILE`, else `~/.pgpass`; ignored with a warning when
     /// the group or others may open it). So `postgres://` alone connects where `psql` would.
     ///
+    /// `service` (or `PGSERVICE`) names a section of libpq's service file (`PGSERVICEFILE`,
+    /// else `~/.pg_service.conf`, else the system's `pg_service.conf`) whose keywords come
+    /// after the string's and before the environment's.
+    ///
     /// The other keywords are tokio-postgres's (`options`, `hostaddr`, `target_session_attrs`,
-    /// …); one it does not know (`service`, `gssencmode`, …) is refused. `connect_timeout`
+    /// …); one it does not know (`gssencmode`, …) is refused. `connect_timeout`
     /// (whole seconds) applies unless the builder sets one; the keepalives set from the session
     /// timeout replace any the string gives. `sslmode=require` or `verify-full` asks for TLS
     /// with the server's certificate and host name checked, `verify-ca` for the certificate
-    /// only (feature `tls`; against the system's CAs, the file `sslrootcert` or
-    /// `PGSSLROOTCERT` names, or `PgClientBuilder::tls_ca_pem`, which goes first; `sslcert`
-    /// and `sslkey` name the client's certificate and key); `disable`, `allow`, `prefer` or
+    /// only (feature `tls`; against the file `sslrootcert` or `PGSSLROOTCERT` names, else
+    /// `~/.postgresql/root.crt` if it exists, else the system's CAs, or
+    /// `PgClientBuilder::tls_ca_pem`, which goes first; `sslcert` and `sslkey`, else
+    /// `~/.postgresql/postgresql.crt` and `.key`, the client's certificate and key); `disable`, `allow`, `prefer` or
     /// none connect in the clear, and the files are not read.
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
@@ -825,6 +830,9 @@ mod tests {
         }
         fn passfile(&self, _: &std::path::Path) -> Option<String> {
             None
+        }
+        fn service_file(&self, _: &std::path::Path) -> std::io::Result<Option<String>> {
+            Ok(None)
         }
     }
 

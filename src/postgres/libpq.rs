@@ -2,7 +2,8 @@
 //! `postgres://` URL or a key-value string (`host=db user=app password='it\'s'`); a keyword
 //! it does not give comes from its `PG*` environment variable, else from libpq's default; the
 //! password, when neither gives one, from the password file (`passfile`, `PGPASSFILE`, else
-//! `~/.pgpass`). tokio-postgres parses both forms but reads no environment and no password
+//! `~/.pgpass`); a `service` (or `PGSERVICE`) names a section of the service file whose
+//! keywords come after the string's and before the environment's. tokio-postgres parses both forms but reads no environment and no password
 //! file, and fills a URL's missing port with 5432 (so an environment's could not apply): the
 //! string is parsed here into the keywords it gives, completed, and handed to tokio-postgres
 //! as a key-value string.
@@ -106,6 +107,8 @@ pub(crate) trait Env {
     /// A password file's contents; `None` when there is none, or it is ignored (with a
     /// warning, as libpq prints one: not a plain file, or open to the group or others).
     fn passfile(&self, path: &Path) -> Option<String>;
+    /// A service file's contents; `Ok(None)` when there is no such file.
+    fn service_file(&self, path: &Path) -> std::io::Result<Option<String>>;
 }
 
 /// The process's own environment.
@@ -129,6 +132,14 @@ impl Env for Process {
 
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+
+    fn service_file(&self, path: &Path) -> std::io::Result<Option<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn passfile(&self, path: &Path) -> Option<String> {
@@ -191,6 +202,17 @@ pub(crate) struct Settings {
 /// the string.
 pub(crate) fn resolve(s: &str, env: &dyn Env) -> Result<Settings, String> {
     let mut p = parse(s)?;
+    let named = p
+        .take("service")
+        .or_else(|| env.var("PGSERVICE"))
+        .filter(|v| !v.is_empty());
+    if let Some(name) = named {
+        for (key, value) in service(&name, env)? {
+            if p.get(&key).is_none() {
+                p.set(&key, value);
+            }
+        }
+    }
     for &(key, var) in ENVIRONMENT {
         if p.get(key).is_none() {
             if let Some(v) = env.var(var) {
@@ -232,10 +254,20 @@ pub(crate) fn resolve(s: &str, env: &dyn Env) -> Result<Settings, String> {
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "prefer".to_owned());
     let mut file = |key: &str| p.take(key).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let (root_cert, cert, key) = (file("sslrootcert"), file("sslcert"), file("sslkey"));
+    // libpq's defaults, where they exist: `~/.postgresql/root.crt`, `postgresql.crt` and
+    // `postgresql.key`.
+    let default = |name: &str| {
+        env.home()
+            .map(|h| h.join(".postgresql").join(name))
+            .filter(|path| env.exists(path))
+    };
+    let cert = cert.or_else(|| default("postgresql.crt"));
+    let key = key.or_else(|| cert.as_ref().and_then(|_| default("postgresql.key")));
     let ssl_files = SslFiles {
-        root_cert: file("sslrootcert"),
-        cert: file("sslcert"),
-        key: file("sslkey"),
+        root_cert: root_cert.or_else(|| default("root.crt")),
+        cert,
+        key,
     };
     let connect_timeout = match p.take("connect_timeout").filter(|v| !v.is_empty()) {
         None => None,
@@ -281,6 +313,90 @@ pub(crate) fn resolve(s: &str, env: &dyn Env) -> Result<Settings, String> {
         connect_timeout,
         passfile,
     })
+}
+
+/// The service files, in the order libpq reads them: the user's (`PGSERVICEFILE`, else
+/// `~/.pg_service.conf`), then the system's (`pg_service.conf` in `PGSYSCONFDIR`, else in
+/// Debian's `/etc/postgresql-common`).
+fn service_files(env: &dyn Env) -> Vec<PathBuf> {
+    let user = env
+        .var("PGSERVICEFILE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env.home().map(|h| h.join(".pg_service.conf")));
+    let system = env
+        .var("PGSYSCONFDIR")
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "/etc/postgresql-common".to_owned());
+    user.into_iter()
+        .chain([Path::new(&system).join("pg_service.conf")])
+        .collect()
+}
+
+/// The keywords of the service `name`, from the first service file that defines it.
+fn service(name: &str, env: &dyn Env) -> Result<Vec<(String, String)>, String> {
+    let files = service_files(env);
+    for file in &files {
+        let contents = env
+            .service_file(file)
+            .map_err(|e| format!("service file {:?} cannot be read: {e}", file))?;
+        if let Some(keywords) = contents
+            .map(|c| service_section(&c, name, file))
+            .transpose()?
+            .flatten()
+        {
+            return Ok(keywords);
+        }
+    }
+    let looked: Vec<String> = files.iter().map(|f| format!("{f:?}")).collect();
+    Err(format!(
+        "definition of service {name:?} not found (looked in {})",
+        looked.join(" and ")
+    ))
+}
+
+/// The keywords of the section `[name]` of a service file (`None` when it has none): one
+/// `keyword=value` per line, `#` beginning a comment line.
+fn service_section(
+    contents: &str,
+    name: &str,
+    file: &Path,
+) -> Result<Option<Vec<(String, String)>>, String> {
+    let mut keywords: Option<Vec<(String, String)>> = None;
+    for (number, line) in contents.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[') {
+            if keywords.is_some() {
+                break;
+            }
+            if section.strip_suffix(']') == Some(name) {
+                keywords = Some(Vec::new());
+            }
+            continue;
+        }
+        let Some(found) = keywords.as_mut() else {
+            continue;
+        };
+        let at = || format!("service file {:?}, line {}", file, number + 1);
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("syntax error in {}: no \"=\"", at()))?;
+        let key = key.trim();
+        if key == "service" {
+            return Err(format!(
+                "nested service specifications are not supported ({})",
+                at()
+            ));
+        }
+        if key.starts_with("ldap") {
+            return Err(format!("LDAP lookups are not supported ({})", at()));
+        }
+        found.push((key.to_owned(), value.trim().to_owned()));
+    }
+    Ok(keywords)
 }
 
 /// The password of the first line of a password file that matches a host of `p` (in the order
@@ -589,6 +705,8 @@ mod tests {
         sockets: Vec<&'static str>,
         /// A password file's path and contents (`None`: ignored, as a file others can read).
         files: HashMap<&'static str, Option<&'static str>>,
+        /// A service file's path and contents (`None`: unreadable).
+        services: HashMap<&'static str, Option<&'static str>>,
     }
 
     impl Env for Fake {
@@ -603,6 +721,13 @@ mod tests {
         }
         fn exists(&self, path: &Path) -> bool {
             self.sockets.iter().any(|s| Path::new(s) == path)
+        }
+        fn service_file(&self, path: &Path) -> std::io::Result<Option<String>> {
+            match self.services.get(path.to_str().unwrap()) {
+                Some(Some(text)) => Ok(Some((*text).to_owned())),
+                Some(None) => Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied)),
+                None => Ok(None),
+            }
         }
         fn passfile(&self, path: &Path) -> Option<String> {
             self.files
@@ -740,6 +865,127 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_default_to_those_in_the_home_postgresql_directory() {
+        let home = |sockets: Vec<&'static str>, vars: &[(&'static str, &'static str)]| Fake {
+            home: Some("/home/u"),
+            sockets,
+            ..env(vars)
+        };
+        let all = vec![
+            "/home/u/.postgresql/root.crt",
+            "/home/u/.postgresql/postgresql.crt",
+            "/home/u/.postgresql/postgresql.key",
+        ];
+        let s = resolve("host=h user=u", &home(all.clone(), &[])).unwrap();
+        assert_eq!(
+            s.ssl_files,
+            SslFiles {
+                root_cert: Some(PathBuf::from("/home/u/.postgresql/root.crt")),
+                cert: Some(PathBuf::from("/home/u/.postgresql/postgresql.crt")),
+                key: Some(PathBuf::from("/home/u/.postgresql/postgresql.key")),
+            }
+        );
+        // What the string or the environment names goes first.
+        let s = resolve(
+            "host=h user=u sslrootcert=/ca.pem",
+            &home(
+                all.clone(),
+                &[("PGSSLCERT", "/c.crt"), ("PGSSLKEY", "/c.key")],
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            s.ssl_files,
+            SslFiles {
+                root_cert: Some(PathBuf::from("/ca.pem")),
+                cert: Some(PathBuf::from("/c.crt")),
+                key: Some(PathBuf::from("/c.key")),
+            }
+        );
+        // Files that do not exist are not named; a default key goes only with a certificate.
+        let s = resolve(
+            "host=h user=u",
+            &home(vec!["/home/u/.postgresql/postgresql.key"], &[]),
+        )
+        .unwrap();
+        assert_eq!(s.ssl_files, SslFiles::default());
+    }
+
+    #[test]
+    fn a_service_names_a_section_of_the_service_file() {
+        let user_file = "# the user's\n\
+                         [app]\n\
+                         host=userhost\n\
+                         port = 6001\n\
+                         user=serviceuser\n\
+                         user=second\n\
+                         \n\
+                         [other]\n\
+                         host=otherhost\n";
+        let system_file = "[app]\nhost=systemhost\n[sys]\nhost=syshost\ndbname=sysdb\n";
+        let fake = |vars: &[(&'static str, &'static str)]| Fake {
+            home: Some("/home/u"),
+            services: [
+                ("/home/u/.pg_service.conf", Some(user_file)),
+                ("/etc/postgresql-common/pg_service.conf", Some(system_file)),
+                ("/elsewhere/services", Some("[app]\nhost=elsewhere\n")),
+                ("/sysconf/pg_service.conf", Some("[sys]\nhost=confhost\n")),
+                ("/unreadable", None),
+            ]
+            .into(),
+            ..env(vars)
+        };
+        let e = fake(&[("PGHOST", "envhost"), ("PGDATABASE", "envdb")]);
+        // The service's keywords go after the string's and before the environment's; the
+        // first of a keyword given twice in the section counts (libpq).
+        let s = resolve("service=app port=7", &e).unwrap();
+        assert_eq!(hosts(&s.config), ["userhost"]);
+        assert_eq!(s.config.get_ports(), [7]);
+        assert_eq!(s.config.get_user(), Some("serviceuser"));
+        assert_eq!(s.config.get_dbname(), Some("envdb"));
+        let s = resolve("postgres://h?service=app", &e).unwrap();
+        assert_eq!(hosts(&s.config), ["h"]);
+        assert_eq!(s.config.get_ports(), [6001]);
+        // PGSERVICE when the string names none; the system's file when the user's lacks it.
+        let s = resolve("", &fake(&[("PGSERVICE", "sys")])).unwrap();
+        assert_eq!(hosts(&s.config), ["syshost"]);
+        assert_eq!(s.config.get_dbname(), Some("sysdb"));
+        // PGSERVICEFILE and PGSYSCONFDIR move the files.
+        let moved = fake(&[
+            ("PGSERVICEFILE", "/elsewhere/services"),
+            ("PGSYSCONFDIR", "/sysconf"),
+        ]);
+        let s = resolve("service=app", &moved).unwrap();
+        assert_eq!(hosts(&s.config), ["elsewhere"]);
+        let s = resolve("service=sys", &moved).unwrap();
+        assert_eq!(hosts(&s.config), ["confhost"]);
+        // Refusals say why, with the file and line where there is one.
+        let missing = resolve("service=nowhere", &e).unwrap_err();
+        assert!(
+            missing.contains("\"nowhere\" not found") && missing.contains(".pg_service.conf"),
+            "{missing}"
+        );
+        let bad = Fake {
+            home: Some("/home/u"),
+            services: [(
+                "/home/u/.pg_service.conf",
+                Some("[a]\nhost=h\njunk\n[b]\nservice=a\n"),
+            )]
+            .into(),
+            ..Fake::default()
+        };
+        let junk = resolve("service=a", &bad).unwrap_err();
+        assert!(
+            junk.contains("syntax error") && junk.contains("line 3"),
+            "{junk}"
+        );
+        let nested = resolve("service=b", &bad).unwrap_err();
+        assert!(nested.contains("nested service"), "{nested}");
+        let unreadable = resolve("service=a", &fake(&[("PGSERVICEFILE", "/unreadable")]));
+        assert!(unreadable.unwrap_err().contains("/unreadable"));
+    }
+
+    #[test]
     fn the_string_goes_before_the_environment_which_goes_before_the_defaults() {
         let e = env(&[
             ("PGHOST", "envhost"),
@@ -809,7 +1055,9 @@ mod tests {
         assert!(s.config.get_hosts().is_empty());
         assert_eq!(s.config.get_hostaddrs().len(), 1);
         // Refusals name the keyword.
-        assert!(resolve("service=x", &e).unwrap_err().contains("service"));
+        assert!(resolve("gssencmode=x", &e)
+            .unwrap_err()
+            .contains("gssencmode"));
         assert!(resolve("port=x", &e).unwrap_err().contains("port"));
         assert!(resolve("connect_timeout=soon", &e)
             .unwrap_err()
