@@ -119,6 +119,53 @@ fn tokens_rise_across_a_restart_and_a_kill_of_the_server() {
     }
 }
 
+/// A mutex reads its fencing token from the server only when asked for: its grants assign no
+/// transaction id (and write no WAL) until then; the token read is kept, rises from holder to
+/// holder, and cannot be read once the hold is gone.
+#[test]
+fn a_mutex_reads_its_token_only_when_asked_for() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let mutex = PgMutex::new(&c, "token when asked").unwrap();
+    // The next transaction id the server will assign (reading it assigns none).
+    let next_xid = || -> u64 {
+        let rows = server
+            .sql("SELECT txid_snapshot_xmax(txid_current_snapshot())")
+            .unwrap();
+        rows[0][0].as_deref().unwrap().parse().unwrap()
+    };
+    let before = next_xid();
+    for _ in 0..20 {
+        mutex.lock().unwrap().release().unwrap();
+    }
+    let untokened = next_xid() - before;
+    println!("20 holds without their token: {untokened} transaction ids assigned");
+    // A little slack for the server's own work (autovacuum); each grant used to assign one.
+    assert!(untokened < 5, "{untokened} transaction ids for 20 holds");
+    let before = next_xid();
+    let mut tokens = Vec::new();
+    for _ in 0..20 {
+        let guard = mutex.lock().unwrap();
+        let token = guard.fencing_token();
+        assert_eq!(guard.fencing_token(), token, "read once, then kept");
+        assert_eq!(mutex.fencing_token(), Some(token));
+        tokens.push(token);
+        guard.release().unwrap();
+    }
+    let tokened = next_xid() - before;
+    println!("20 holds reading their token: {tokened} transaction ids assigned");
+    assert!(tokened >= 20, "{tokened}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // A hold whose session is gone has no token to give: 0, which every fence refuses.
+    let guard = mutex.lock().unwrap();
+    let pid = mutex.backend_pid().unwrap();
+    assert!(server.terminate_backend(pid).unwrap());
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    assert_eq!(mutex.fencing_token(), None);
+    assert_eq!(guard.fencing_token(), 0);
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+}
+
 #[test]
 fn a_terminated_backend_reads_lost_at_once_and_frees_the_lock() {
     let server = TestingPostgres::start().unwrap();

@@ -12,7 +12,7 @@ use crate::sql;
 /// Which statements a floor session runs.
 #[derive(Clone, Copy)]
 pub enum Sql {
-    /// PgMutex's: `lock_timeout` and the lock statement (token, own-session check) in one round
+    /// PgMutex's: `lock_timeout` and the lock statement (own-session check) in one round
     /// trip, then the unlock.
     Same,
     /// `pg_advisory_lock` and `pg_advisory_unlock` alone.
@@ -76,7 +76,7 @@ impl Session {
         })
     }
 
-    /// Waits for the lock; the fencing token with [`Sql::Same`].
+    /// Waits for the lock; the token column of the lock statement with [`Sql::Same`].
     pub fn lock(&mut self) -> Res<Option<i64>> {
         let name: &(dyn ToSql + Sync) = &self.name;
         let marker: &(dyn ToSql + Sync) = &self.marker;
@@ -97,7 +97,8 @@ impl Session {
                     if !row.try_get::<_, bool>(2)? {
                         return Err("not the session's own".into());
                     }
-                    Ok(Some(row.try_get::<_, i64>(1)?))
+                    // Null: a mutex reads its token when asked for.
+                    Ok(row.try_get::<_, Option<i64>>(1)?)
                 }
                 Sql::Plain => {
                     client

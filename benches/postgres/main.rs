@@ -12,10 +12,12 @@
 //!
 //! Rows:
 //! * **zklock**: one PgClient per session (as separate processes would have), `lock()` and
-//!   `release()`;
+//!   `release()`; the fencing token is available (read from the server when first asked);
+//! * **zklock, token read** (contended only): the same, each holder reading its fencing token
+//!   (`guard.fencing_token()`: a statement of its own that writes and flushes a WAL record);
 //! * **floor**: PgMutex's very statements (`floor.rs` includes the library's `sql.rs`) on one
 //!   bare tokio-postgres connection per session: `lock_timeout` and the lock statement
-//!   (fencing token, own-session check) in one round trip, then the unlock;
+//!   (own-session check) in one round trip, then the unlock;
 //! * **floor on an I/O thread** (contended only): the same, each connection driven by a
 //!   one-worker runtime of its own while the session's thread waits for each answer, as a
 //!   PgClient's caller does: what the thread hops cost;
@@ -531,17 +533,21 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
     for s in SESSIONS {
         let turns = turns(plan.contended);
         let d = plan.contended / turns;
-        let mut rows: Vec<Option<(Run, Cost)>> = (0..5).map(|_| None).collect();
+        let mut rows: Vec<Option<(Run, Cost)>> = (0..6).map(|_| None).collect();
         for _ in 0..turns {
             let floor = |sql, driven| {
                 measure(server, || {
                     Ok((floor_contended(server, s, d, sql, driven)?, Duration::ZERO))
                 })
             };
-            let turn = [
+            let zklock = |token| {
                 measure(server, || {
-                    Ok((zklock_contended(server, s, d)?, Duration::ZERO))
-                })?,
+                    Ok((zklock_contended(server, s, d, token)?, Duration::ZERO))
+                })
+            };
+            let turn = [
+                zklock(false)?,
+                zklock(true)?,
                 floor(floor::Sql::Same, floor::Driven::Here)?,
                 floor(floor::Sql::Same, floor::Driven::IoThread)?,
                 floor(floor::Sql::Plain, floor::Driven::Here)?,
@@ -555,8 +561,8 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
             }
         }
         let mut rows = rows.into_iter().map(|r| r.expect("at least one turn"));
-        let [(zk, zk_cost), (fl, fl_cost), (io, io_cost), (pl, pl_cost), (py, py_cost)] =
-            std::array::from_fn(|_| rows.next().expect("five rows"));
+        let [(zk, zk_cost), (zt, zt_cost), (fl, fl_cost), (io, io_cost), (pl, pl_cost), (py, py_cost)] =
+            std::array::from_fn(|_| rows.next().expect("six rows"));
         let d = plan.contended;
         let total = |r: &Run| r.counts.iter().map(|c| c.n).sum::<u64>();
         let handoffs = |r: &Run| r.counts.iter().map(|c| c.handoffs).sum::<u64>();
@@ -594,6 +600,7 @@ fn contended(plan: &Plan, server: &TestingPostgres) -> Res<()> {
             Ok(())
         };
         line("zklock", &zk, &zk_cost, true)?;
+        line("zklock, token read", &zt, &zt_cost, true)?;
         line("floor (same SQL)", &fl, &fl_cost, false)?;
         line("floor on an I/O thread", &io, &io_cost, true)?;
         line("plain advisory lock", &pl, &pl_cost, true)?;
@@ -657,7 +664,8 @@ fn handoff(last: &AtomicUsize, i: usize) -> u64 {
     u64::from(last.swap(i, Ordering::Relaxed) != i)
 }
 
-fn zklock_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<Run> {
+/// `token`: each holder reads its fencing token.
+fn zklock_contended(server: &TestingPostgres, s: usize, d: Duration, token: bool) -> Res<Run> {
     let threads0 = threads();
     let clients = (0..s).map(|_| client(server)).collect::<Res<Vec<_>>>()?;
     let mutexes = Arc::new(
@@ -674,6 +682,9 @@ fn zklock_contended(server: &TestingPostgres, s: usize, d: Duration) -> Res<Run>
             let guard = mutexes[i].lock()?;
             c.waits.record(t.elapsed().as_micros() as u64)?;
             c.handoffs += handoff(&last, i);
+            if token && guard.fencing_token() == 0 {
+                return Err("no fencing token".into());
+            }
             guard.release()?;
             c.n += 1;
         }

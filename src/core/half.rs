@@ -84,6 +84,10 @@ macro_rules! lock_half {
                 $crate::core::lock::Sealed::acquired_here(&self.mutex)
             }
 
+            fn hold_id(&self) -> Option<u64> {
+                $crate::core::lock::Sealed::hold_id(&self.mutex)
+            }
+
             fn drop_bound(&self) -> std::time::Duration {
                 $crate::core::lock::Sealed::drop_bound(&self.mutex)
             }

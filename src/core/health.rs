@@ -102,7 +102,8 @@ pub struct HealthEvent {
     pub health: LockHealth,
     /// The hold's lock node.
     pub node: String,
-    /// The hold's fencing token.
+    /// The hold's fencing token; 0 for a PostgreSQL hold whose token was never asked for (it
+    /// is read from the server when first asked, and an event never waits for the server).
     pub fencing_token: u64,
 }
 
@@ -145,8 +146,9 @@ impl HealthFeed {
         dispatch: Dispatch,
         lock: &str,
         node: &str,
-        token: u64,
+        token: impl Into<crate::core::hold::Token>,
     ) -> (HealthCell, Arc<dyn Fn(LockHealth) + Send + Sync>) {
+        let token = token.into();
         let cell = Arc::new(Mutex::new(LockHealth::Held));
         let (health, feed, lock, node) =
             (cell.clone(), self.clone(), lock.to_owned(), node.to_owned());
@@ -162,7 +164,7 @@ impl HealthFeed {
             let event = HealthEvent {
                 health: new,
                 node: node.clone(),
-                fencing_token: token,
+                fencing_token: token.known(),
             };
             feed.channels
                 .lock()

@@ -90,10 +90,71 @@ pub(crate) trait RawLock: Send + Sync {
     }
 }
 
+/// A hold's fencing token: given with the grant, or read from the server the first time it is
+/// asked for (where reading it costs the grant a write: PostgreSQL's transaction id).
+#[derive(Clone)]
+pub(crate) enum Token {
+    Known(u64),
+    Later(Arc<LaterToken>),
+}
+
+/// A token read when first asked for, then kept.
+pub(crate) struct LaterToken {
+    value: parking_lot::Mutex<Option<u64>>,
+    read: Box<dyn Fn() -> Result<u64> + Send + Sync>,
+}
+
+impl Token {
+    /// A token that `read` gets from the server (on the hold's own session, within the
+    /// backend's bound) the first time it is asked for.
+    pub(crate) fn later(read: impl Fn() -> Result<u64> + Send + Sync + 'static) -> Token {
+        Token::Later(Arc::new(LaterToken {
+            value: parking_lot::Mutex::new(None),
+            read: Box::new(read),
+        }))
+    }
+
+    /// The token, read now if it was not yet; `None` when it cannot be read (the hold is gone
+    /// or the server did not answer in time: the reason is logged).
+    pub(crate) fn get(&self) -> Option<u64> {
+        match self {
+            Token::Known(t) => Some(*t),
+            Token::Later(later) => {
+                let mut value = later.value.lock();
+                if value.is_none() {
+                    match (later.read)() {
+                        Ok(t) => *value = Some(t),
+                        Err(e) => tracing::warn!("zklock: reading a hold's fencing token: {e}"),
+                    }
+                }
+                *value
+            }
+        }
+    }
+
+    /// The token if it is known, without asking the server: what health events carry (0 for
+    /// a token never asked for).
+    pub(crate) fn known(&self) -> u64 {
+        match self {
+            Token::Known(t) => *t,
+            Token::Later(later) => later.value.try_lock().and_then(|v| *v).unwrap_or(0),
+        }
+    }
+}
+
+impl From<u64> for Token {
+    fn from(token: u64) -> Token {
+        Token::Known(token)
+    }
+}
+
+/// Every hold's id, unique in the process: what tells a guard's hold from a later one.
+static HOLD_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// What [`RawLock::acquire`] grants.
 pub(crate) struct Granted<G> {
     pub(crate) grant: G,
-    pub(crate) token: u64,
+    pub(crate) token: Token,
     /// What health events name as the hold (a node's path, a key, a session).
     pub(crate) node: String,
 }
@@ -101,7 +162,8 @@ pub(crate) struct Granted<G> {
 /// One thread's hold: the backend's grant and what the core tracks of it.
 pub(crate) struct Hold<G> {
     pub(crate) grant: G,
-    pub(crate) token: u64,
+    pub(crate) token: Token,
+    id: u64,
     health: HealthCell,
     since: Instant,
 }
@@ -169,11 +231,14 @@ impl<R: RawLock> Reentrant<R> {
             return Ok(false);
         };
         super::metrics::acquired(name, started.elapsed());
-        let (health, report) = self.feed.hold(self.raw.dispatch(), name, &node, token);
+        let (health, report) = self
+            .feed
+            .hold(self.raw.dispatch(), name, &node, token.clone());
         self.raw.keep(&mut grant, report)?;
         self.holders.insert(Hold {
             grant,
             token,
+            id: HOLD_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             health,
             since: Instant::now(),
         });
@@ -227,8 +292,15 @@ impl<R: RawLock> Reentrant<R> {
         self.holders.mine(f)
     }
 
+    /// The calling thread's hold's token, read from the server now if the backend defers it
+    /// (outside the lock of the holds: only this thread's hold waits for it).
     pub(crate) fn fencing_token(&self) -> Option<u64> {
-        self.mine(|h| h.token)
+        self.mine(|h| h.token.clone())?.get()
+    }
+
+    /// The calling thread's hold's id (see [`Sealed::hold_id`](super::lock::Sealed::hold_id)).
+    pub(crate) fn hold_id(&self) -> Option<u64> {
+        self.mine(|h| h.id)
     }
 
     /// The calling thread's hold's health, computed now.
@@ -279,6 +351,10 @@ macro_rules! reentrant_lock {
 
             fn acquired_here(&self) -> bool {
                 self.lock.is_acquired_in_this_process()
+            }
+
+            fn hold_id(&self) -> Option<u64> {
+                self.lock.hold_id()
             }
 
             fn drop_bound(&self) -> std::time::Duration {

@@ -42,6 +42,9 @@ pub(crate) mod sealed {
         fn cancel(&self);
         /// Whether any thread of this process holds the lock through this object.
         fn acquired_here(&self) -> bool;
+        /// An id of the calling thread's hold that no later hold through this object has (a
+        /// guard made for one hold releases nothing once another has replaced it).
+        fn hold_id(&self) -> Option<u64>;
         /// How long a guard's drop waits for the release in the caller before what is left
         /// goes to the background: [`DROP_BOUND`](super::DROP_BOUND), or less if the backend
         /// bounds every round trip more tightly.
@@ -274,6 +277,10 @@ impl<L: Lock + ?Sized> Sealed for Arc<L> {
         (**self).acquired_here()
     }
 
+    fn hold_id(&self) -> Option<u64> {
+        (**self).hold_id()
+    }
+
     fn drop_bound(&self) -> Duration {
         (**self).drop_bound()
     }
@@ -459,9 +466,10 @@ impl<'a, L: Lock> LockGuard<'a, L> {
         self.held.release(Some(timeout))
     }
 
-    /// This hold's fencing token.
+    /// This hold's fencing token (read from the server the first time on PostgreSQL); 0 once
+    /// the hold is gone, or when the token cannot be read (a fence refuses 0).
     pub fn fencing_token(&self) -> u64 {
-        self.held.token.unwrap_or_default()
+        self.held.fencing_token()
     }
 
     /// This hold's health, computed now (see [`LockHealth`]); `Lost` once the hold is gone
@@ -531,9 +539,10 @@ impl<L: Lock> ArcLockGuard<L> {
         self.held.release(Some(timeout))
     }
 
-    /// This hold's fencing token.
+    /// This hold's fencing token (read from the server the first time on PostgreSQL); 0 once
+    /// the hold is gone, or when the token cannot be read (a fence refuses 0).
     pub fn fencing_token(&self) -> u64 {
-        self.held.token.unwrap_or_default()
+        self.held.fencing_token()
     }
 
     /// This hold's health, computed now (see [`LockHealth`]); `Lost` once the hold is gone
@@ -560,8 +569,8 @@ where
     P::Target: Lock,
 {
     lock: P,
-    /// The hold's fencing token when the guard was made: what tells it from a later hold.
-    token: Option<u64>,
+    /// The id of the hold the guard was made for: what tells it from a later hold.
+    hold: Option<u64>,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -572,7 +581,7 @@ where
 {
     fn new(lock: P) -> Self {
         Held {
-            token: lock.fencing_token(),
+            hold: lock.hold_id(),
             lock,
             released: false,
             _not_send: PhantomData,
@@ -581,7 +590,14 @@ where
 
     /// Whether the lock's hold is still the one this guard was made for.
     fn current(&self) -> bool {
-        self.token.is_none() || self.lock.fencing_token() == self.token
+        self.hold.is_none() || self.lock.hold_id() == self.hold
+    }
+
+    fn fencing_token(&self) -> u64 {
+        match self.current() {
+            true => self.lock.fencing_token().unwrap_or_default(),
+            false => 0,
+        }
     }
 
     fn health(&self) -> LockHealth {

@@ -114,6 +114,11 @@ impl Sealed for InterProcessMultiLock {
         self.is_acquired_in_this_process()
     }
 
+    /// The first lock's hold's: every lock is taken and let go of together.
+    fn hold_id(&self) -> Option<u64> {
+        self.locks[0].hold_id()
+    }
+
     /// The shortest of its locks' bounds: one deadline covers every release of a drop.
     fn drop_bound(&self) -> std::time::Duration {
         let bounds = self.locks.iter().map(|l| l.drop_bound());
@@ -177,6 +182,9 @@ mod tests {
         fn cancel(&self) {}
         fn acquired_here(&self) -> bool {
             false
+        }
+        fn hold_id(&self) -> Option<u64> {
+            None
         }
     }
 

@@ -255,7 +255,7 @@ fn contend_table(
             break;
         }
         *shared.ended.lock() = false;
-        let report: Report = election.gained(granted.token, grant.lease.clone());
+        let report: Report = election.gained(granted.token.known(), grant.lease.clone());
         if raw.keep(&mut grant, report).is_err() {
             break;
         }

@@ -323,7 +323,7 @@ impl Raw {
             };
             Granted {
                 node: format!("GET_LOCK {key} (connection {})", grant.session.id),
-                token: grant.token,
+                token: grant.token.into(),
                 grant: Kept {
                     session: grant.session,
                     key,

@@ -163,7 +163,7 @@ impl Raw {
         lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
         Ok(Some(Granted {
             node: format!("{RECORDS} {} version {version}", self.key),
-            token: version,
+            token: version.into(),
             grant: Kept {
                 record: Record {
                     key: self.key.clone(),

@@ -271,6 +271,11 @@ impl PgClient {
         self.inner.states.state()
     }
 
+    /// The Client's state, held weakly (by what must not keep the Client open).
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
     }

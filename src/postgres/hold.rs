@@ -46,7 +46,8 @@ impl Holding {
             .keep(grant.session.clone(), lease.clone(), report);
         Holding {
             session: grant.session,
-            token: grant.token,
+            // The semaphore's statements read the token with the grant.
+            token: grant.token.unwrap_or_default(),
             health,
             lease,
             keeping,
@@ -164,9 +165,10 @@ pub(crate) fn lease(inner: &Inner, grant: &Grant) -> Arc<LocalLease> {
     Arc::new(lease)
 }
 
-/// A grant: the session that holds, the token, when the lease starts.
+/// A grant: the session that holds, the token (unless it is read when asked for), when the
+/// lease starts.
 pub(crate) struct Grant {
     pub(crate) session: Arc<Session>,
-    pub(crate) token: u64,
+    pub(crate) token: Option<u64>,
     pub(crate) sent: Duration,
 }

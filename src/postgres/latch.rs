@@ -140,7 +140,7 @@ async fn contend(
     mut closing: watch::Receiver<u64>,
 ) {
     let inner = client.inner();
-    let key = Key::exclusive(0);
+    let key = Key::exclusive_with_token(0);
     while !election.is_closed() && !inner.closed() {
         let grant = match attempt(inner, &name, key, Deadline::NEVER, &mut closing).await {
             Ok(Some(grant)) => grant,
@@ -161,7 +161,8 @@ async fn contend(
             break;
         }
         let lease = Holding::lease(inner, &grant);
-        let end_term = election.gained(grant.token, lease.clone());
+        // The latch's statements read the token (the term's epoch) with the grant.
+        let end_term = election.gained(grant.token.unwrap_or_default(), lease.clone());
         let lost = Arc::new(Notify::new());
         let health: HealthCell = Arc::new(parking_lot::Mutex::new(LockHealth::Held));
         let report: Report = {

@@ -2,7 +2,7 @@
 //! and fencing.
 
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -13,11 +13,11 @@ use super::client::{Inner, PgClient};
 use super::hold::{self, Grant};
 use super::keeper::{Keeping, Report};
 use super::session::{error, int, retryable, Session};
-use super::sql::{self, Statements, EXCLUSIVE, SET_LOCK_TIMEOUT, SHARED};
+use super::sql::{self, Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SET_LOCK_TIMEOUT, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
-use crate::core::hold::{Granted, RawLock, Reentrant};
+use crate::core::hold::{Granted, RawLock, Reentrant, Token};
 use crate::core::lease::{boot_clock, LocalLease};
 use crate::core::listeners::Dispatch;
 use crate::core::lock::Release;
@@ -43,6 +43,14 @@ impl Key {
 
     const fn shared(seed: i64) -> Key {
         Key { seed, sql: &SHARED }
+    }
+
+    /// Exclusive, the fencing token read with the grant.
+    pub(crate) const fn exclusive_with_token(seed: i64) -> Key {
+        Key {
+            seed,
+            sql: &EXCLUSIVE_WITH_TOKEN,
+        }
     }
 }
 
@@ -87,11 +95,15 @@ enum Mode {
 /// a server restart, a broken connection).
 ///
 /// # Fencing
-/// The token is the 64-bit transaction id (`txid_current()`, epoch included) assigned right
-/// after the grant, in the same statement: transaction ids are handed out in increasing order
-/// and a successor is granted only after its predecessor's grant, so tokens rise strictly
-/// across successive holders. Its transaction is committed with `synchronous_commit = on`, so
-/// a restart or crash of the server does not hand out a lower id again. It needs no privilege.
+/// The token is the 64-bit transaction id (`txid_current()`, epoch included) assigned on the
+/// holding session the first time it is asked for (`fencing_token()` on the guard or the
+/// mutex: one statement, within the operation timeout), then kept for the hold; a hold whose
+/// token is never asked for costs no transaction id and no WAL. Transaction ids are handed out
+/// in increasing order and a successor is granted only after its predecessor released, so
+/// tokens rise strictly across successive holders. Its transaction is committed with
+/// `synchronous_commit = on`, so a restart or crash of the server does not hand out a lower id
+/// again. Once the hold's session is gone no token can be read: 0 on the guard, `None` on the
+/// mutex. It needs no privilege.
 /// It can fail to rise after a failover to a replica that had not received the holder's commit
 /// (asynchronous replication) or after `pg_resetwal`.
 ///
@@ -270,7 +282,14 @@ impl RawLock for Raw {
                     "advisory lock {:?} (backend {})",
                     self.name, grant.session.pid
                 ),
-                token: grant.token,
+                token: match grant.token {
+                    Some(token) => token.into(),
+                    None => {
+                        let client = self.client.downgrade();
+                        let session = Arc::downgrade(&grant.session);
+                        Token::later(move || read_token(&client, &session))
+                    }
+                },
                 grant: Kept {
                     lease: hold::lease(inner, &grant),
                     session: grant.session,
@@ -387,7 +406,7 @@ pub(crate) async fn try_on(
         )
         .await?;
     session.check_own(&row, 0, 2)?;
-    if row.try_get::<_, Option<i64>>(1).ok().flatten().is_none() {
+    if !row.try_get::<_, bool>(5).unwrap_or(false) {
         return Ok(Err(session));
     }
     granted(session, &row, sent).map(Ok)
@@ -502,19 +521,52 @@ async fn ask(
     Ok(Some(grant))
 }
 
-/// The grant in `row` (`pg_backend_pid()`, token, own) on `session`.
+/// The grant in `row` (`pg_backend_pid()`, token or null, own) on `session`.
 pub(crate) fn granted(
     session: Arc<Session>,
     row: &tokio_postgres::Row,
     sent: Duration,
 ) -> Result<Grant> {
     session.check_own(row, 0, 2)?;
-    let token = u64::try_from(int(row, 1)?)
-        .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))?;
+    let token = match row.try_get::<_, Option<i64>>(1) {
+        Ok(None) => None,
+        _ => Some(token(row)?),
+    };
     Ok(Grant {
         session,
         token,
         sent,
+    })
+}
+
+/// The transaction id in column 1 of `row`, as a token.
+fn token(row: &tokio_postgres::Row) -> Result<u64> {
+    u64::try_from(int(row, 1)?)
+        .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))
+}
+
+/// The fencing token of the hold on `session`, read now ([`sql::TOKEN`]); refused when the
+/// session is gone or is not its own.
+fn read_token(client: &Weak<Inner>, session: &Weak<Session>) -> Result<u64> {
+    let (Some(inner), Some(session)) = (client.upgrade(), session.upgrade()) else {
+        return Err(Error::LockLost);
+    };
+    if inner.closed() {
+        return Err(Error::Closed);
+    }
+    if session.ended() {
+        return Err(Error::LockLost);
+    }
+    inner.block_on(async {
+        let row = session
+            .row(
+                inner.operation_timeout,
+                sql::TOKEN,
+                &[(&session.marker, Type::INT8)],
+            )
+            .await?;
+        session.check_own(&row, 0, 2)?;
+        token(&row)
     })
 }
 

@@ -194,9 +194,12 @@ impl PgSemaphore {
             "semaphore {:?} lease {index} (backend {})",
             self.name, grant.session.pid
         );
-        let (health, report) = self
-            .feed
-            .hold(inner.dispatch(), &self.name, &node, grant.token);
+        let (health, report) = self.feed.hold(
+            inner.dispatch(),
+            &self.name,
+            &node,
+            grant.token.unwrap_or_default(),
+        );
         let lease = Holding::lease(inner, &grant);
         Ok(Some(PgLease {
             client: self.client.clone(),

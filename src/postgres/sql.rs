@@ -37,20 +37,32 @@ pub(crate) const BEAT: &str = concat!("SELECT pg_backend_pid(), ", own!("$1"));
 /// Sent with each wait, in the same round trip: the server ends the wait after `$1` ms.
 pub(crate) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
 
+/// The fencing token, read on a holding session (columns as the lock statement's): the backend, a transaction id assigned now
+/// (above every one assigned before, so above the token of every earlier holder, who read
+/// theirs while holding), and whether the session is its own (`$1`, the marker as `int8`).
+/// The transactional logical message (a few bytes of WAL, prefix `zklock`) makes the
+/// transaction one that wrote WAL, whose commit is flushed before the answer
+/// (`synchronous_commit = on`): a transaction id that has only been assigned would be committed
+/// asynchronously and could be handed out again after a crash. That flush is what a token
+/// costs, so a mutex reads it only when asked for; the semaphore and the latch, whose tokens
+/// come with the grant, read it in their lock statement.
+pub(crate) const TOKEN: &str = concat!(
+    "SELECT pg_backend_pid(), txid_current(), ",
+    own!("$1"),
+    ", pg_logical_emit_message(true, 'zklock', '')"
+);
+
 /// The statements of one lock mode: exclusive (`pg_advisory_lock`) or shared
-/// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed).
+/// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed);
+/// with the fencing token read in the lock statement, or later (the column `xid` null).
 pub(crate) struct Statements {
-    /// Waits for the lock, then reads the session's backend, the fencing token and whether the
-    /// session is its own (shared with no other zklock session through a pooler: if it is not,
-    /// the lock just taken is let go of in the same statement). The function in `FROM` returns
-    /// (the lock is granted) before the target list is computed, so the transaction id is
-    /// assigned after the grant. The transactional logical message (a few bytes of WAL, prefix
-    /// `zklock`) makes the transaction one that wrote WAL, whose commit is flushed before the
-    /// answer (`synchronous_commit = on`): a transaction id that has only been assigned would
-    /// be committed asynchronously and could be handed out again after a crash. The subquery is
-    /// not flattened (its target list is volatile), so the unlock sees its row.
+    /// Waits for the lock, then reads the session's backend, the fencing token (or null) and
+    /// whether the session is its own (shared with no other zklock session through a pooler:
+    /// if it is not, the lock just taken is let go of in the same statement). The function in
+    /// `FROM` returns (the lock is granted) before the target list is computed, so the
+    /// transaction id is assigned after the grant, and the unlock sees its row.
     pub(crate) lock: &'static str,
-    /// One attempt without waiting; a transaction id (a token) only when granted.
+    /// One attempt without waiting: the same columns, and whether it was granted (`l`, last).
     pub(crate) try_lock: &'static str,
     /// `$1` the name, `$2` the seed.
     pub(crate) unlock: &'static str,
@@ -59,28 +71,29 @@ pub(crate) struct Statements {
 }
 
 macro_rules! statements {
-    ($suffix:literal) => {
+    ($suffix:literal, $token:literal, $no_token:literal) => {
         Statements {
             lock: concat!(
                 "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock",
                 $suffix,
                 "(hashtextextended($1, $3)) END, m ",
-                "FROM (SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
+                "FROM (SELECT pg_backend_pid() AS pid, ",
                 own!("$2"),
-                " AS own, pg_logical_emit_message(true, 'zklock', '') AS m ",
-                "FROM pg_advisory_lock",
+                " AS own, ",
+                $token,
+                " FROM pg_advisory_lock",
                 $suffix,
                 "(hashtextextended($1, $3))) AS grant_",
             ),
             try_lock: concat!(
                 "SELECT pid, xid, own, CASE WHEN l AND NOT own THEN pg_advisory_unlock",
                 $suffix,
-                "(hashtextextended($1, $3)) END, m ",
+                "(hashtextextended($1, $3)) END, m, l ",
                 "FROM (SELECT pg_backend_pid() AS pid, l, ",
-                "CASE WHEN l THEN txid_current() END AS xid, ",
                 own!("$2"),
-                " AS own, CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
-                "FROM pg_try_advisory_lock",
+                " AS own, ",
+                $no_token,
+                " FROM pg_try_advisory_lock",
                 $suffix,
                 "(hashtextextended($1, $3)) AS l) AS attempt",
             ),
@@ -94,8 +107,25 @@ macro_rules! statements {
     };
 }
 
-pub(crate) const EXCLUSIVE: Statements = statements!("");
-pub(crate) const SHARED: Statements = statements!("_shared");
+/// A mutex's and a read-write lock's write half: the token read when asked for.
+pub(crate) const EXCLUSIVE: Statements = statements!(
+    "",
+    "NULL::int8 AS xid, NULL::pg_lsn AS m",
+    "NULL::int8 AS xid, NULL::pg_lsn AS m"
+);
+/// A read-write lock's read half.
+pub(crate) const SHARED: Statements = statements!(
+    "_shared",
+    "NULL::int8 AS xid, NULL::pg_lsn AS m",
+    "NULL::int8 AS xid, NULL::pg_lsn AS m"
+);
+/// The leader latch's: the token (its epoch) with the grant.
+pub(crate) const EXCLUSIVE_WITH_TOKEN: Statements = statements!(
+    "",
+    "txid_current() AS xid, pg_logical_emit_message(true, 'zklock', '') AS m",
+    "CASE WHEN l THEN txid_current() END AS xid, \
+     CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m"
+);
 
 /// `text` as an SQL string literal that reads as `text` under every setting: `'…'` with each
 /// `'` doubled; or, when it holds a backslash, `E'…'` with each `\` doubled too (in a plain

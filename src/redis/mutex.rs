@@ -304,7 +304,7 @@ impl RawLock for Raw {
                 lease: inner.keeper.lease(sent),
                 kept: None,
             },
-            token,
+            token: token.into(),
             node: self.key().to_owned(),
         }))
     }

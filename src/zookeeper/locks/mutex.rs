@@ -244,6 +244,10 @@ impl Sealed for InterProcessMutex {
         self.core.is_acquired_in_this_process()
     }
 
+    fn hold_id(&self) -> Option<u64> {
+        self.core.hold_id()
+    }
+
     fn drop_bound(&self) -> std::time::Duration {
         self.core.drop_bound()
     }

@@ -472,6 +472,10 @@ impl Sealed for ReadLock {
         self.inner.read.is_acquired_in_this_process()
     }
 
+    fn hold_id(&self) -> Option<u64> {
+        self.inner.read.hold_id()
+    }
+
     fn drop_bound(&self) -> std::time::Duration {
         self.inner.read.drop_bound()
     }
@@ -492,6 +496,10 @@ impl Sealed for WriteLock {
 
     fn acquired_here(&self) -> bool {
         self.inner.write.is_acquired_in_this_process()
+    }
+
+    fn hold_id(&self) -> Option<u64> {
+        self.inner.write.hold_id()
     }
 
     fn drop_bound(&self) -> std::time::Duration {

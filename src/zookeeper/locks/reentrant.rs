@@ -124,7 +124,7 @@ impl RawLock for NodeLock {
             },
         };
         Ok(Some(Granted {
-            token: acquired.token,
+            token: acquired.token.into(),
             node: acquired.path.clone(),
             grant: NodeGrant {
                 path: acquired.path,

@@ -141,6 +141,11 @@ impl Sealed for InterProcessSemaphoreMutex {
         self.is_acquired_in_this_process()
     }
 
+    /// The lease's token: a semaphore's lease is never re-entered, and each has its own.
+    fn hold_id(&self) -> Option<u64> {
+        crate::Lock::fencing_token(self)
+    }
+
     fn drop_bound(&self) -> std::time::Duration {
         self.semaphore.drop_bound()
     }
