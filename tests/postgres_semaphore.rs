@@ -265,3 +265,31 @@ fn a_try_on_a_stopped_server_is_an_error_not_a_refusal() {
     let tried = mutex.try_lock();
     assert!(tried.is_err(), "{tried:?}");
 }
+
+/// A lease granted after a wait carries its token as one taken at once does: above every token
+/// handed out before it.
+#[test]
+fn a_lease_granted_after_a_wait_has_a_rising_token() {
+    let server = TestingPostgres::start().unwrap();
+    let c = client(&server);
+    let semaphore = Arc::new(PgSemaphore::new(&c, "waited lease", 2).unwrap());
+    let first = semaphore.acquire().unwrap();
+    let second = semaphore.acquire().unwrap();
+    let before = first.fencing_token().max(second.fencing_token());
+    assert!(first.fencing_token() > 0 && second.fencing_token() > 0);
+    let waiter = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            let lease = semaphore.acquire().unwrap();
+            lease.fencing_token()
+        })
+    };
+    // Queued on one of the two keys, then served by its release.
+    wait_for("a waiter", || {
+        waiting(&server, "waited lease", 1) + waiting(&server, "waited lease", 2) > 0
+    });
+    drop(first);
+    drop(second);
+    let token = waiter.join().unwrap();
+    assert!(token > before, "{token} after {before}");
+}

@@ -12,8 +12,8 @@ use crate::sql;
 /// Which statements a floor session runs.
 #[derive(Clone, Copy)]
 pub enum Sql {
-    /// PgMutex's: `lock_timeout` and the lock statement (own-session check) in one round
-    /// trip, then the unlock.
+    /// PgMutex's: the lock statement (`lock_timeout` set in it, the own-session check), then
+    /// the unlock.
     Same,
     /// `pg_advisory_lock` and `pg_advisory_unlock` alone.
     Plain,
@@ -86,14 +86,16 @@ impl Session {
         self.runtime.block_on(async {
             match self.sql {
                 Sql::Same => {
-                    let set_params = [(no_limit, Type::TEXT)];
-                    let lock_params =
-                        [(name, Type::TEXT), (marker, Type::INT8), (seed, Type::INT8)];
-                    let set = client.query_typed(sql::SET_LOCK_TIMEOUT, &set_params);
-                    let lock = client.query_typed(sql::EXCLUSIVE.lock, &lock_params);
-                    let (set, rows) = tokio::join!(set, lock);
-                    set?;
-                    let row = rows?.into_iter().next().ok_or("no row")?;
+                    let lock_params = [
+                        (name, Type::TEXT),
+                        (marker, Type::INT8),
+                        (seed, Type::INT8),
+                        (no_limit, Type::TEXT),
+                    ];
+                    let rows = client
+                        .query_typed(sql::EXCLUSIVE.lock, &lock_params)
+                        .await?;
+                    let row = rows.into_iter().next().ok_or("no row")?;
                     if !row.try_get::<_, bool>(2)? {
                         return Err("not the session's own".into());
                     }

@@ -13,7 +13,7 @@ use super::client::{Inner, PgClient};
 use super::hold::{self, Grant};
 use super::keeper::{Keeping, Report};
 use super::session::{error, int, retryable, Session};
-use super::sql::{self, Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SET_LOCK_TIMEOUT, SHARED};
+use super::sql::{self, Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
@@ -451,22 +451,23 @@ async fn ask(
     let hard = inner.statement_deadline(deadline);
     // The lease starts no later than the lock statement is sent.
     let sent = boot_clock();
-    // The statements' futures borrow the session until the answers are in.
-    let (set, rows) = {
-        let limit_param: &(dyn ToSql + Sync) = &limit;
-        let set_params = [(limit_param, Type::TEXT)];
+    // The statement's future borrows the session until the answer is in.
+    let rows = {
+        let limit: &(dyn ToSql + Sync) = &limit;
         let marker: &(dyn ToSql + Sync) = &session.marker;
         let seed: &(dyn ToSql + Sync) = &key.seed;
-        let lock_params = [(name, Type::TEXT), (marker, Type::INT8), (seed, Type::INT8)];
-        let set = pin!(session.client.query_typed(SET_LOCK_TIMEOUT, &set_params));
-        let lock = pin!(session.client.query_typed(key.sql.lock, &lock_params));
-        // Both statements go out at once: the wait costs one round trip.
-        let both = pin!(async { tokio::join!(set, lock) });
-        let both = session.drive(both);
+        let params = [
+            (name, Type::TEXT),
+            (marker, Type::INT8),
+            (seed, Type::INT8),
+            (limit, Type::TEXT),
+        ];
+        let lock = pin!(session.client.query_typed(key.sql.lock, &params));
+        let driven = session.drive(lock);
         let bounded = async {
             match hard.remaining() {
-                None => Ok(both.await),
-                Some(left) => tokio::time::timeout(left, both).await,
+                None => Ok(driven.await),
+                Some(left) => tokio::time::timeout(left, driven).await,
             }
         };
         // Cancelled, the Client closed, or silent past the deadline: the server is asked to
@@ -480,7 +481,7 @@ async fn ask(
                 return Err(Error::Closed);
             }
             waited = bounded => match waited {
-                Ok(answers) => answers,
+                Ok(answer) => answer,
                 Err(_) => {
                     session.cancel(inner.operation_timeout).await;
                     return Ok(None);
@@ -493,14 +494,13 @@ async fn ask(
         }
     };
     if inner.closed() {
-        // The close shut the socket down as the answers came (it sets the flag first): the
+        // The close shut the socket down as the answer came (it sets the flag first): the
         // wait may still be on the server.
-        if set.is_err() || rows.is_err() {
+        if rows.is_err() {
             session.cancel(inner.operation_timeout).await;
         }
         return Err(Error::Closed);
     }
-    set.map_err(|e| error(&e, false))?;
     let rows = match rows {
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
             inner.give_back(session);

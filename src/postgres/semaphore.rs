@@ -231,7 +231,8 @@ impl PgSemaphore {
             }
             let index = fastrand::u32(1..=self.max_leases);
             let slice = deadline.min_after(WAIT_SLICE);
-            let key = Key::exclusive(i64::from(index));
+            // With the token: a lease's comes with its grant.
+            let key = Key::exclusive_with_token(i64::from(index));
             if let Some(grant) = attempt(inner, &self.name, key, slice, cancelled).await? {
                 return Ok(Some((grant, index)));
             }

@@ -34,12 +34,10 @@ pub(crate) const OPEN: &str = "SELECT pg_backend_pid(), \
 /// A heartbeat: the backend, and whether the session is its own (`$1`, the marker as `int8`).
 pub(crate) const BEAT: &str = concat!("SELECT pg_backend_pid(), ", own!("$1"));
 
-/// Sent with each wait, in the same round trip: the server ends the wait after `$1` ms.
-pub(crate) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
-
-/// The fencing token, read on a holding session (columns as the lock statement's): the backend, a transaction id assigned now
-/// (above every one assigned before, so above the token of every earlier holder, who read
-/// theirs while holding), and whether the session is its own (`$1`, the marker as `int8`).
+/// The fencing token, read on a holding session (columns as the lock statement's): the
+/// backend, a transaction id assigned now (above every one assigned before, so above the token
+/// of every earlier holder, who read theirs while holding), and whether the session is its own
+/// (`$1`, the marker as `int8`).
 /// The transactional logical message (a few bytes of WAL, prefix `zklock`) makes the
 /// transaction one that wrote WAL, whose commit is flushed before the answer
 /// (`synchronous_commit = on`): a transaction id that has only been assigned would be committed
@@ -56,11 +54,14 @@ pub(crate) const TOKEN: &str = concat!(
 /// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed);
 /// with the fencing token read in the lock statement, or later (the column `xid` null).
 pub(crate) struct Statements {
-    /// Waits for the lock, then reads the session's backend, the fencing token (or null) and
-    /// whether the session is its own (shared with no other zklock session through a pooler:
-    /// if it is not, the lock just taken is let go of in the same statement). The function in
-    /// `FROM` returns (the lock is granted) before the target list is computed, so the
-    /// transaction id is assigned after the grant, and the unlock sees its row.
+    /// Sets `lock_timeout` to `$4` (ms, as text; `0`: no limit) and waits for the lock, then
+    /// reads the session's backend, the fencing token (or null) and whether the session is its
+    /// own (shared with no other zklock session through a pooler: if it is not, the lock just
+    /// taken is let go of in the same statement). The setting is made in the lock function's
+    /// argument, which is computed before the function waits, so the wait needs no statement
+    /// of its own for its limit. The function in `FROM` returns (the lock is granted) before
+    /// the target list is computed, so the transaction id is assigned after the grant, and the
+    /// unlock sees its row.
     pub(crate) lock: &'static str,
     /// One attempt without waiting: the same columns, and whether it was granted (`l`, last).
     pub(crate) try_lock: &'static str,
@@ -83,7 +84,8 @@ macro_rules! statements {
                 $token,
                 " FROM pg_advisory_lock",
                 $suffix,
-                "(hashtextextended($1, $3))) AS grant_",
+                "(CASE WHEN set_config('lock_timeout', $4, false) IS NOT NULL ",
+                "THEN hashtextextended($1, $3) END)) AS grant_",
             ),
             try_lock: concat!(
                 "SELECT pid, xid, own, CASE WHEN l AND NOT own THEN pg_advisory_unlock",
