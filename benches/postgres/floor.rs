@@ -1,7 +1,9 @@
-//! The floor: PgMutex's own statements (this bench includes the library's `sql.rs`) on one bare
-//! tokio-postgres connection per session, driven by a runtime on the session's own thread — no
-//! pool, no heartbeat, no lease, no re-entrancy. And the plainer floor of what a hand-written
-//! client does: `pg_advisory_lock(hashtextextended(name, 0))` and its unlock, no token.
+//! The floor: PgMutex's own statements (this bench includes the library's `sql.rs`), prepared
+//! once as a PgClient's sessions prepare them, on one bare tokio-postgres connection per
+//! session, driven by a runtime on the session's own thread — no pool, no heartbeat, no lease,
+//! no re-entrancy. And the plainer floor of what a hand-written client does:
+//! `pg_advisory_lock(hashtextextended(name, 0))` and its unlock, no token, each an unnamed
+//! statement (parsed and planned at every use).
 
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
@@ -33,6 +35,8 @@ pub enum Driven {
 pub struct Session {
     runtime: Runtime,
     client: tokio_postgres::Client,
+    /// The lock and the unlock statements, prepared.
+    prepared: [tokio_postgres::Statement; 2],
     marker: i64,
     name: String,
     sql: Sql,
@@ -59,17 +63,27 @@ impl Session {
         let mut config: tokio_postgres::Config = url.parse()?;
         config.application_name(application_name);
         let marker = fastrand::i32(1..);
-        let client = runtime.block_on(async {
+        let (client, prepared) = runtime.block_on(async {
             let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
             tokio::spawn(connection);
             client
                 .query_typed(sql::OPEN, &[(&marker as &(dyn ToSql + Sync), Type::INT4)])
                 .await?;
-            Ok::<_, tokio_postgres::Error>(client)
+            let lock = client
+                .prepare_typed(
+                    sql::EXCLUSIVE.lock,
+                    &[Type::TEXT, Type::INT8, Type::INT8, Type::TEXT],
+                )
+                .await?;
+            let unlock = client
+                .prepare_typed(sql::EXCLUSIVE.unlock, &[Type::TEXT, Type::INT8])
+                .await?;
+            Ok::<_, tokio_postgres::Error>((client, [lock, unlock]))
         })?;
         Ok(Session {
             runtime,
             client,
+            prepared,
             marker: i64::from(marker),
             name: name.to_owned(),
             sql,
@@ -86,15 +100,8 @@ impl Session {
         self.runtime.block_on(async {
             match self.sql {
                 Sql::Same => {
-                    let lock_params = [
-                        (name, Type::TEXT),
-                        (marker, Type::INT8),
-                        (seed, Type::INT8),
-                        (no_limit, Type::TEXT),
-                    ];
-                    let rows = client
-                        .query_typed(sql::EXCLUSIVE.lock, &lock_params)
-                        .await?;
+                    let params = [name, marker, seed, no_limit];
+                    let rows = client.query(&self.prepared[0], &params).await?;
                     let row = rows.into_iter().next().ok_or("no row")?;
                     if !row.try_get::<_, bool>(2)? {
                         return Err("not the session's own".into());
@@ -121,14 +128,7 @@ impl Session {
         let client = &self.client;
         let unlocked = self.runtime.block_on(async {
             match self.sql {
-                Sql::Same => {
-                    client
-                        .query_typed(
-                            sql::EXCLUSIVE.unlock,
-                            &[(name, Type::TEXT), (seed, Type::INT8)],
-                        )
-                        .await
-                }
+                Sql::Same => client.query(&self.prepared[1], &[name, seed]).await,
                 Sql::Plain => {
                     client
                         .query_typed(

@@ -462,7 +462,7 @@ async fn ask(
             (seed, Type::INT8),
             (limit, Type::TEXT),
         ];
-        let lock = pin!(session.client.query_typed(key.sql.lock, &params));
+        let lock = pin!(session.query(key.sql.lock, &params));
         let driven = session.drive(lock);
         let bounded = async {
             match hard.remaining() {

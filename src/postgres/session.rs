@@ -36,6 +36,10 @@ pub(crate) struct Session {
     ended: watch::Receiver<bool>,
     /// Notified by [`Session::end`]: the connection's task drops the connection.
     stop: Arc<Notify>,
+    /// The statements prepared on this session, by their text: each is parsed and planned
+    /// once per session, where an unnamed statement is at every use (for the short statements
+    /// of a lock, most of the server's work).
+    prepared: Mutex<Vec<(&'static str, tokio_postgres::Statement)>>,
 }
 
 impl Session {
@@ -99,6 +103,7 @@ impl Session {
             marker: i64::from(marker),
             ended,
             stop,
+            prepared: Mutex::new(Vec::new()),
         };
         Ok((session, u32::try_from(version).unwrap_or(0)))
     }
@@ -149,10 +154,10 @@ impl Session {
     pub(crate) async fn rows(
         &self,
         timeout: Duration,
-        sql: &str,
+        sql: &'static str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>> {
-        let rows = pin!(self.client.query_typed(sql, params));
+        let rows = pin!(self.query(sql, params));
         all_within(timeout, self.drive(rows)).await
     }
 
@@ -160,11 +165,37 @@ impl Session {
     pub(crate) async fn row(
         &self,
         timeout: Duration,
-        sql: &str,
+        sql: &'static str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Row> {
-        let rows = pin!(self.client.query_typed(sql, params));
+        let rows = pin!(self.query(sql, params));
         within(timeout, self.drive(rows)).await
+    }
+
+    /// One statement's rows, the statement prepared on this session at its first use (one
+    /// round trip more, once). Unbounded: the caller bounds it and drives the session.
+    pub(crate) async fn query(
+        &self,
+        sql: &'static str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let known = self
+            .prepared
+            .lock()
+            .iter()
+            .find(|(q, _)| *q == sql)
+            .map(|(_, s)| s.clone());
+        let statement = match known {
+            Some(statement) => statement,
+            None => {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = self.client.prepare_typed(sql, &types).await?;
+                self.prepared.lock().push((sql, statement.clone()));
+                statement
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+        self.client.query(&statement, &values).await
     }
 
     /// Runs `f`, statements of this session: a caller in a blocking call drives the session's
@@ -380,6 +411,13 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
         if code.code().starts_with("57P") || (code.code().starts_with("08") && !connecting) {
             tracing::debug!("zklock: PostgreSQL session ended: {text}");
             return Error::ConnectionLoss;
+        }
+        // A statement prepared on this session unknown to the server session that runs it, or
+        // one of another session's name there: its statements reach more than one server
+        // session (a pooler in transaction mode).
+        if *code == SqlState::INVALID_SQL_STATEMENT_NAME || *code == SqlState::DUPLICATE_PSTATEMENT
+        {
+            return Error::Postgres(format!("{}: {text}", not_own_session()));
         }
         return Error::Postgres(text);
     }
