@@ -55,6 +55,8 @@ pub struct TestingMariaDb {
     password: String,
     mariadbd: PathBuf,
     client: PathBuf,
+    /// The certificates of a server that requires TLS (in `dir/tls`).
+    tls: Option<super::TestingTls>,
     dir: tempfile::TempDir,
 }
 
@@ -65,6 +67,47 @@ impl TestingMariaDb {
     /// `NotFound` with what to install when there is no MariaDB; the server's log when it
     /// does not accept connections within 60 s.
     pub fn start() -> io::Result<TestingMariaDb> {
+        TestingMariaDb::create(false)
+    }
+
+    /// As [`start`](Self::start), with TLS required of every TCP connection
+    /// (`require_secure_transport = ON`; `root` on the socket is not asked): the server's
+    /// certificate for `localhost` and `127.0.0.1`, signed by a throwaway CA made with the
+    /// `openssl` command ([`tls`](Self::tls)), as `ssl_ca`, `ssl_cert` and `ssl_key`. Connect
+    /// with [`url_tls`](Self::url_tls) (`ssl-mode=VERIFY_IDENTITY` and that CA's file).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls() -> io::Result<TestingMariaDb> {
+        TestingMariaDb::create(true)
+    }
+
+    /// The TLS certificates, for a server from [`start_tls`](Self::start_tls).
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref()
+    }
+
+    /// The CA file of a server from [`start_tls`](Self::start_tls) (PEM), for `ssl-ca=`.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls
+            .as_ref()
+            .map(|_| self.dir.path().join("tls").join("ca.pem"))
+    }
+
+    /// [`url`](Self::url) with `ssl-mode=VERIFY_IDENTITY&ssl-ca=<the test CA>` for a server
+    /// from [`start_tls`](Self::start_tls); the plain URL otherwise.
+    pub fn url_tls(&self) -> String {
+        match self.ca_file() {
+            Some(ca) => format!(
+                "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+                self.url(),
+                ca.display()
+            ),
+            None => self.url(),
+        }
+    }
+
+    fn create(tls: bool) -> io::Result<TestingMariaDb> {
         let (install, mariadbd, client) = programs()?;
         let dir = tempfile::Builder::new()
             .prefix("zklock-mariadb-")
@@ -93,6 +136,15 @@ impl TestingMariaDb {
             cmd.arg("--user=root");
         }
         super::process::run_to_end(cmd.current_dir(dir.path()), "mariadb-install-db")?;
+        let tls = if tls {
+            let (certificates, path) = super::tls::certificates(dir.path(), false)?;
+            // The server reads its key as the user it runs as: ours (or root).
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path.join("server.key"), fs::Permissions::from_mode(0o600))?;
+            Some(certificates)
+        } else {
+            None
+        };
         let mut server = TestingMariaDb {
             child: None,
             paused: Mutex::new(false),
@@ -100,6 +152,7 @@ impl TestingMariaDb {
             password: format!("pw{:016x}", fastrand::u64(..)),
             mariadbd,
             client,
+            tls,
             dir,
         };
         let mut last = None;
@@ -149,6 +202,7 @@ impl TestingMariaDb {
                 "--max-connections=500",
             ])
             .arg("--innodb-log-file-size=8M")
+            .args(self.tls_args())
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -185,6 +239,20 @@ impl TestingMariaDb {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The TLS options of a server from [`start_tls`](Self::start_tls).
+    fn tls_args(&self) -> Vec<String> {
+        if self.tls.is_none() {
+            return Vec::new();
+        }
+        let file = |name: &str| self.dir.path().join("tls").join(name).display().to_string();
+        vec![
+            format!("--ssl-ca={}", file("ca.pem")),
+            format!("--ssl-cert={}", file("server.pem")),
+            format!("--ssl-key={}", file("server.key")),
+            "--require-secure-transport=ON".to_owned(),
+        ]
     }
 
     /// `mysql://zklock:PASSWORD@127.0.0.1:PORT/zklock`.
