@@ -32,7 +32,8 @@
 //! processes' own for PyMySQL.
 //!
 //! Takeover (`--only=takeover`): a holder process (this bench run again, a MySqlClient with a
-//! session timeout T of 3 s, in the `GET_LOCK` mode and in the table mode) takes a lock, gets
+//! session timeout T of 3 s, in the `GET_LOCK` mode and in the table mode; or PyMySQL doing
+//! `GET_LOCK` on the server's defaults) takes a lock, gets
 //! `kill -9` or SIGSTOP, and a MySqlMutex of the same mode in this process waits for the lock:
 //! the time from the signal to the grant, over 5 trials, the signal sent at a different point
 //! of the holder's heartbeat (or renewal) period each trial.
@@ -516,12 +517,16 @@ fn holder(args: &str) -> Res<()> {
     Ok(())
 }
 
-/// A holder process (this bench run as [`holder`]), killed and reaped when dropped.
-struct Holder(std::process::Child);
+/// A holder process: zklock's (this bench run as [`holder`]) or PyMySQL's; killed and reaped
+/// when dropped.
+enum Holder {
+    Zklock(std::process::Child),
+    PyMySql(common::Python),
+}
 
 impl Holder {
-    /// A holder of `name` on `url` with session timeout `t`, once it holds.
-    fn start(url: &str, name: &str, t: Duration) -> Res<Holder> {
+    /// A zklock holder of `name` on `url` with session timeout `t`, once it holds.
+    fn zklock(url: &str, name: &str, t: Duration) -> Res<Holder> {
         let mut child = std::process::Command::new(std::env::current_exe()?)
             .env(HOLDER, format!("{url} {name} {}", t.as_millis()))
             .stdin(std::process::Stdio::piped())
@@ -535,11 +540,26 @@ impl Holder {
             let _ = child.wait();
             return Err(format!("the holder process said {line:?}, not \"held\"").into());
         }
-        Ok(Holder(child))
+        Ok(Holder::Zklock(child))
+    }
+
+    /// A PyMySQL holder of `name` (`GET_LOCK` on the server's defaults: no limit of
+    /// zklock's), once it holds.
+    fn pymysql(server: &TestingMariaDb, name: &str) -> Res<Holder> {
+        let mut py = pymysql(server, "hold", name, None)?;
+        py.go()?;
+        match py.line()?.as_str() {
+            "held" => Ok(Holder::PyMySql(py)),
+            other => Err(format!("the PyMySQL holder said {other:?}, not \"held\"").into()),
+        }
     }
 
     fn signal(&self, signal: rustix::process::Signal) -> Res<()> {
-        let pid = rustix::process::Pid::from_raw(i32::try_from(self.0.id())?).ok_or("pid 0")?;
+        let pid = match self {
+            Holder::Zklock(child) => child.id(),
+            Holder::PyMySql(py) => py.pid(),
+        };
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid)?).ok_or("pid 0")?;
         rustix::process::kill_process(pid, signal)?;
         Ok(())
     }
@@ -548,8 +568,10 @@ impl Holder {
 impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.signal(rustix::process::Signal::CONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Holder::Zklock(child) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -565,10 +587,13 @@ fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
     let bound = t + Duration::from_secs(2);
     println!("## takeover: the next holder after a holder process is killed or frozen\n");
     println!(
-        "| mode | fault | taken over after: min / median / max ({trials} trials) | within T + 2 s |\n\
+        "| holder | fault | taken over after: min / median / max ({trials} trials) | within T + 2 s |\n\
          |---|---|---|---|"
     );
-    for (mode, table) in [("GET_LOCK", false), ("table (poll 100 ms)", true)] {
+    for (mode, table) in [
+        ("zklock GET_LOCK", false),
+        ("zklock table mode (poll 100 ms)", true),
+    ] {
         let url = match table {
             false => server.url(),
             true => format!("{}?lock_mode=table", server.url()),
@@ -581,7 +606,7 @@ fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
             let mut took = Vec::new();
             for i in 0..trials {
                 let name = format!("bench-takeover-{}-{key}-{i}", u8::from(table));
-                let holder = Holder::start(&url, &name, t)?;
+                let holder = Holder::zklock(&url, &name, t)?;
                 let mutex = MySqlMutex::new(&client, &name)?;
                 // At a different point of the holder's heartbeat period each trial.
                 std::thread::sleep(t * i / trials);
@@ -609,6 +634,48 @@ fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
         }
         client.close();
     }
-    println!();
+    // The server's defaults: a killed holder's kernel closes its connection; a frozen one's
+    // keeps it up, and only wait_timeout (this server's, below) ends its session.
+    let client = MySqlClient::builder(&server.url())
+        .session_timeout(t)
+        .connect()?;
+    let name = "bench-takeover-pymysql-kill";
+    let holder = Holder::pymysql(server, name)?;
+    let mutex = MySqlMutex::new(&client, name)?;
+    let started = Instant::now();
+    holder.signal(Signal::KILL)?;
+    let guard = mutex
+        .try_lock_for(Duration::from_secs(60))?
+        .ok_or("not taken over from a killed PyMySQL within 60 s")?;
+    println!(
+        "| PyMySQL `GET_LOCK`, the server's defaults | kill -9 | {:.1?} (1 trial) | yes |",
+        started.elapsed()
+    );
+    guard.release()?;
+    drop(holder);
+    let name = "bench-takeover-pymysql-stop";
+    let holder = Holder::pymysql(server, name)?;
+    let mutex = MySqlMutex::new(&client, name)?;
+    holder.signal(Signal::STOP)?;
+    let waited = t * 3;
+    let got = mutex.try_lock_for(waited)?;
+    println!(
+        "| PyMySQL `GET_LOCK`, the server's defaults | SIGSTOP | {} | {} |",
+        if got.is_some() {
+            format!("within {waited:?}")
+        } else {
+            format!("still held after {waited:?}")
+        },
+        if got.is_some() { "yes" } else { "no" },
+    );
+    drop(got);
+    drop(holder);
+    client.close();
+    let wait_timeout = server.root_sql("SELECT @@global.wait_timeout")?;
+    println!(
+        "\nThis server's wait_timeout (what ends a frozen holder's session without zklock's \
+         limits): {} s.\n",
+        wait_timeout[0][0]
+    );
     Ok(())
 }
