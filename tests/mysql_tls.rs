@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, MySqlClient, MySqlMutex};
+use zklock::{Error, Lock, MySqlClient, MySqlMutex};
 
 fn chain(e: &Error) -> String {
     let mut out = e.to_string();
@@ -59,6 +59,15 @@ fn a_lock_over_tls_with_verify_identity_and_the_test_ca() {
     println!("TLS handshakes the server finished: {before} -> {after}");
     assert!(after > before, "{before} -> {after}");
     client.close();
+
+    // The table mode over TLS, through `zklock::connect` (as the command line takes a URL).
+    let any = zklock::connect(&format!("{}&lock_mode=table", server.url_tls()))
+        .unwrap_or_else(|e| panic!("{}", chain(&e)));
+    let mutex = any.mutex("tls-table").unwrap();
+    assert!(mutex.acquire_timeout(Duration::from_secs(60)).unwrap());
+    assert!(mutex.fencing_token().unwrap() > 0);
+    mutex.release().unwrap();
+    any.close();
 
     // REQUIRED checks as much as VERIFY_IDENTITY; VERIFY_CA the chain; both connect.
     for mode in ["REQUIRED", "verify_ca", "Verify-Identity"] {
