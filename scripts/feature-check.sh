@@ -35,4 +35,7 @@ for feature in zookeeper redis postgres mysql testing metrics cli tls sasl-diges
   echo "feature-check: $feature alone (${SECONDS}s)"
   cargo clippy --quiet --no-default-features --features "$feature" -- -D warnings
 done
-echo "feature-check: the core alone and each feature alone build clean"
+# A backend's TLS is its client's own (`tls` turns on `mysql?/rustls-tls` and the like).
+echo "feature-check: mysql with tls (${SECONDS}s)"
+cargo clippy --quiet --no-default-features --features mysql,tls -- -D warnings
+echo "feature-check: the core alone, each feature alone and mysql with tls build clean"

@@ -31,12 +31,20 @@
 //! own reading of them). Client CPU is this process's for the Rust rows and the Python
 //! processes' own for PyMySQL.
 //!
+//! Takeover (`--only=takeover`): a holder process (this bench run again, a MySqlClient with a
+//! session timeout T of 3 s, in the `GET_LOCK` mode and in the table mode; or PyMySQL doing
+//! `GET_LOCK` on the server's defaults) takes a lock, gets
+//! `kill -9` or SIGSTOP, and a MySqlMutex of the same mode in this process waits for the lock:
+//! the time from the signal to the grant, over 5 trials, the signal sent at a different point
+//! of the holder's heartbeat (or renewal) period each trial.
+//!
 //! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
 //! figures mean nothing).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +58,9 @@ use zklock::{MySqlClient, MySqlMutex};
 const SESSIONS: [usize; 2] = [2, 8];
 
 fn main() -> Res<()> {
+    if let Ok(args) = std::env::var(HOLDER) {
+        return holder(&args);
+    }
     let plan = Plan::from_args();
     let server = TestingMariaDb::start()?;
     if plan.short {
@@ -62,6 +73,9 @@ fn main() -> Res<()> {
     }
     if plan.runs("contended") {
         contended(&plan, &server)?;
+    }
+    if plan.runs("takeover") {
+        takeover(&plan, &server)?;
     }
     Ok(())
 }
@@ -477,4 +491,191 @@ fn pymysql(
     let mut args = vec![url.as_str(), mode, arg];
     args.extend(file);
     common::Python::start("pymysql_bench.py", &args, "python3-pymysql")
+}
+
+// ---------------------------------------------------------------------------
+// Takeover: the next holder after its holder process is killed or frozen.
+// ---------------------------------------------------------------------------
+
+/// Set for a holder process of the takeover case (this bench, run again): "URL NAME MS".
+const HOLDER: &str = "ZKLOCK_MYSQL_BENCH_HOLDER";
+
+/// A holder process: a MySqlClient with a session timeout of MS takes NAME, says "held", and
+/// holds it until it is killed or its stdin closes.
+fn holder(args: &str) -> Res<()> {
+    let [url, name, ms] = args.split(' ').collect::<Vec<_>>()[..] else {
+        return Err(format!("{HOLDER}: URL NAME MS, not {args:?}").into());
+    };
+    let client = MySqlClient::builder(url)
+        .session_timeout(Duration::from_millis(ms.parse()?))
+        .connect()?;
+    let mutex = MySqlMutex::new(&client, name)?;
+    let _held = mutex.lock()?;
+    println!("held");
+    std::io::stdout().flush()?;
+    let _ = std::io::stdin().read_line(&mut String::new());
+    Ok(())
+}
+
+/// A holder process: zklock's (this bench run as [`holder`]) or PyMySQL's; killed and reaped
+/// when dropped.
+enum Holder {
+    Zklock(std::process::Child),
+    PyMySql(common::Python),
+}
+
+impl Holder {
+    /// A zklock holder of `name` on `url` with session timeout `t`, once it holds.
+    fn zklock(url: &str, name: &str, t: Duration) -> Res<Holder> {
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .env(HOLDER, format!("{url} {name} {}", t.as_millis()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        if line.trim() != "held" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("the holder process said {line:?}, not \"held\"").into());
+        }
+        Ok(Holder::Zklock(child))
+    }
+
+    /// A PyMySQL holder of `name` (`GET_LOCK` on the server's defaults: no limit of
+    /// zklock's), once it holds.
+    fn pymysql(server: &TestingMariaDb, name: &str) -> Res<Holder> {
+        let mut py = pymysql(server, "hold", name, None)?;
+        py.go()?;
+        match py.line()?.as_str() {
+            "held" => Ok(Holder::PyMySql(py)),
+            other => Err(format!("the PyMySQL holder said {other:?}, not \"held\"").into()),
+        }
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) -> Res<()> {
+        let pid = match self {
+            Holder::Zklock(child) => child.id(),
+            Holder::PyMySql(py) => py.pid(),
+        };
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid)?).ok_or("pid 0")?;
+        rustix::process::kill_process(pid, signal)?;
+        Ok(())
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.signal(rustix::process::Signal::CONT);
+        if let Holder::Zklock(child) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// kill -9 and SIGSTOP of a holder process with session timeout T, in each mode: how long
+/// until a MySqlMutex in this process holds the lock.
+fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
+    use rustix::process::Signal;
+    let (t, trials) = if plan.short {
+        (Duration::from_secs(1), 1)
+    } else {
+        (Duration::from_secs(3), 5)
+    };
+    let bound = t + Duration::from_secs(2);
+    println!("## takeover: the next holder after a holder process is killed or frozen\n");
+    println!(
+        "| holder | fault | taken over after: min / median / max ({trials} trials) | within T + 2 s |\n\
+         |---|---|---|---|"
+    );
+    for (mode, table) in [
+        ("zklock GET_LOCK", false),
+        ("zklock table mode (poll 100 ms)", true),
+    ] {
+        let url = match table {
+            false => server.url(),
+            true => format!("{}?lock_mode=table", server.url()),
+        };
+        let client = MySqlClient::builder(&url).session_timeout(t).connect()?;
+        for (fault, signal, key) in [
+            ("kill -9", Signal::KILL, "kill"),
+            ("SIGSTOP", Signal::STOP, "stop"),
+        ] {
+            let mut took = Vec::new();
+            for i in 0..trials {
+                let name = format!("bench-takeover-{}-{key}-{i}", u8::from(table));
+                let holder = Holder::zklock(&url, &name, t)?;
+                let mutex = MySqlMutex::new(&client, &name)?;
+                // At a different point of the holder's heartbeat period each trial.
+                std::thread::sleep(t * i / trials);
+                let started = Instant::now();
+                holder.signal(signal)?;
+                let guard = mutex
+                    .try_lock_for(t * 4 + Duration::from_secs(10))?
+                    .ok_or("not taken over within 4T + 10 s")?;
+                took.push(started.elapsed());
+                guard.release()?;
+                drop(holder);
+            }
+            took.sort();
+            println!(
+                "| {mode}, T = {t:?} | {fault} | {:.1?} / {:.1?} / {:.1?} | {} |",
+                took[0],
+                took[took.len() / 2],
+                took[took.len() - 1],
+                if took.iter().all(|d| *d <= bound) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            );
+        }
+        client.close();
+    }
+    // The server's defaults: a killed holder's kernel closes its connection; a frozen one's
+    // keeps it up, and only wait_timeout (this server's, below) ends its session.
+    let client = MySqlClient::builder(&server.url())
+        .session_timeout(t)
+        .connect()?;
+    let name = "bench-takeover-pymysql-kill";
+    let holder = Holder::pymysql(server, name)?;
+    let mutex = MySqlMutex::new(&client, name)?;
+    let started = Instant::now();
+    holder.signal(Signal::KILL)?;
+    let guard = mutex
+        .try_lock_for(Duration::from_secs(60))?
+        .ok_or("not taken over from a killed PyMySQL within 60 s")?;
+    println!(
+        "| PyMySQL `GET_LOCK`, the server's defaults | kill -9 | {:.1?} (1 trial) | yes |",
+        started.elapsed()
+    );
+    guard.release()?;
+    drop(holder);
+    let name = "bench-takeover-pymysql-stop";
+    let holder = Holder::pymysql(server, name)?;
+    let mutex = MySqlMutex::new(&client, name)?;
+    holder.signal(Signal::STOP)?;
+    let waited = t * 3;
+    let got = mutex.try_lock_for(waited)?;
+    println!(
+        "| PyMySQL `GET_LOCK`, the server's defaults | SIGSTOP | {} | {} |",
+        if got.is_some() {
+            format!("within {waited:?}")
+        } else {
+            format!("still held after {waited:?}")
+        },
+        if got.is_some() { "yes" } else { "no" },
+    );
+    drop(got);
+    drop(holder);
+    client.close();
+    let wait_timeout = server.root_sql("SELECT @@global.wait_timeout")?;
+    println!(
+        "\nThis server's wait_timeout (what ends a frozen holder's session without zklock's \
+         limits): {} s.\n",
+        wait_timeout[0][0]
+    );
+    Ok(())
 }

@@ -3,6 +3,8 @@
 usage:
   pymysql_bench.py URL cycle N               uncontended: N lock+unlock, latencies in µs
   pymysql_bench.py URL contend SECONDS FILE  lock+unlock in a loop; FILE records the last holder
+  pymysql_bench.py URL hold NAME             takes the lock NAME, prints "held", then holds it
+                                             until killed or its stdin closes
 
 The lock is the one a MySqlMutex of the same name takes in the GET_LOCK mode,
 SELECT GET_LOCK(name, 31536000) and SELECT RELEASE_LOCK(name), on one connection in autocommit
@@ -50,6 +52,11 @@ if mode == "cycle":
         lat.append((time.perf_counter() - t) * 1e6)
     lat.sort()
     print("cycle", lat[len(lat) // 2], lat[int(len(lat) * 0.99)], time.process_time(), rss_mib(), flush=True)
+elif mode == "hold":
+    cur.execute(LOCK, (arg,))
+    cur.fetchall()
+    print("held", flush=True)
+    sys.stdin.readline()
 elif mode == "contend":
     me = os.getpid().to_bytes(8, "little")
     last = os.open(sys.argv[4], os.O_RDWR | os.O_CREAT, 0o600)

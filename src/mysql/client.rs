@@ -384,7 +384,7 @@ impl MySqlClientBuilder {
     /// ([`Error::MySql`]: Galera, multi-primary Group Replication, TiDB; not in the table
     /// mode).
     pub fn connect(self) -> Result<MySqlClient> {
-        let (opts, shown, mode) = self.check()?;
+        let (opts, shown, mode, tls) = self.check()?;
         let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
         let secs = whole_seconds(self.session_timeout);
         let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
@@ -392,6 +392,7 @@ impl MySqlClientBuilder {
             .read_timeout(Some(operation_timeout))
             .write_timeout(Some(operation_timeout))
             .prefer_socket(false)
+            .ssl_opts(super::tls::ssl_opts(&tls))
             // A server whose machine or network is gone: the kernel ends the connection
             // within about the session timeout, so a wait without limit ends too.
             // In whole seconds, as the kernel counts them (0 would be refused).
@@ -419,7 +420,20 @@ impl MySqlClientBuilder {
             cause: Box::new(cause),
         };
         let sent = boot_clock();
-        let probe = Session::open(&opts).map_err(|e| failed(connect_error(&e)))?;
+        let probe = Session::open(&opts).map_err(|e| {
+            failed(match connect_error(&e) {
+                // MariaDB refuses a connection in the clear to a server that requires TLS
+                // (or to a user created REQUIRE SSL) as it refuses a wrong password.
+                Error::AuthFailed(why) if tls.mode == super::tls::Mode::Clear => {
+                    Error::AuthFailed(format!(
+                        "{why}; if the user and password are right, the server may require \
+                         TLS (require_secure_transport = ON, or a user REQUIRE SSL): connect \
+                         with ssl-mode=VERIFY_IDENTITY (feature `tls`)"
+                    ))
+                }
+                other => other,
+            })
+        })?;
         let version = probe
             .with(Some(operation_timeout), operation_timeout, |c| {
                 let version: Option<String> = c.query_first("SELECT @@version")?;
@@ -512,9 +526,10 @@ impl MySqlClientBuilder {
 
     /// Everything that can be known without I/O: the options from the URL, and the URL
     /// without its password.
-    fn check(&self) -> Result<(mysql::Opts, String, MySqlMode)> {
+    fn check(&self) -> Result<(mysql::Opts, String, MySqlMode, super::tls::Tls)> {
         let url = self.url.trim();
-        let (url, from_url) = lock_mode(url)?;
+        let (url, tls) = super::tls::split(url)?;
+        let (url, from_url) = lock_mode(&url)?;
         let url = url.as_str();
         let rest = url
             .strip_prefix("mysql://")
@@ -561,7 +576,7 @@ impl MySqlClientBuilder {
             opts.get_tcp_port(),
             opts.get_db_name().unwrap_or_default()
         );
-        Ok((opts, shown, self.mode.or(from_url).unwrap_or_default()))
+        Ok((opts, shown, self.mode.or(from_url).unwrap_or_default(), tls))
     }
 }
 

@@ -22,6 +22,7 @@ mod read_write;
 mod semaphore;
 mod session;
 mod table;
+mod tls;
 
 pub use client::{MySqlClient, MySqlClientBuilder, MySqlMode};
 pub use latch::MySqlLeaderLatch;

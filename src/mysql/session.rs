@@ -19,6 +19,9 @@ pub(crate) mod code {
     pub(crate) const CONNECTION_KILLED: u16 = 1927;
     /// `ER_SERVER_SHUTDOWN`.
     pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
+    /// `ER_SECURE_TRANSPORT_REQUIRED`: a connection in the clear to a server with
+    /// `require_secure_transport = ON`.
+    pub(crate) const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
     /// `ER_NO_SUCH_THREAD`: `KILL` of a session that has ended.
     pub(crate) const NO_SUCH_THREAD: u16 = 1094;
 }
@@ -190,6 +193,18 @@ pub(crate) fn error(e: &mysql::Error) -> Error {
 
 /// The text a connect failure is told with: the `mysql` crate's own words.
 pub(crate) fn connect_error(e: &mysql::Error) -> Error {
+    if let Some(why) = super::tls::refusal(e) {
+        return Error::Tls(why);
+    }
+    if let mysql::Error::MySqlError(e) = e {
+        if e.code == code::SECURE_TRANSPORT_REQUIRED || e.message.contains("insecure transport") {
+            return Error::MySql(format!(
+                "{} (error {}): the server requires TLS; connect with ssl-mode=VERIFY_IDENTITY \
+                 (and ssl-ca=PATH for a private CA), feature `tls`",
+                e.message, e.code
+            ));
+        }
+    }
     match error(e) {
         Error::ConnectionLoss => Error::Io {
             context: "connecting".into(),

@@ -29,6 +29,8 @@ const DATABASE: &str = "zklock";
 /// random password and a database `zklock`, so that tests connect with a password over TCP as
 /// services do. Nothing of the system's configuration is read (`--no-defaults`). When the test
 /// runs as root the server runs as root too (`--user=root`).
+/// [`start_tls`](Self::start_tls) requires TLS of TCP connections;
+/// [`start_with_replica`](Self::start_with_replica) starts a primary and its binlog replica.
 ///
 /// [`stop`](Self::stop) is a normal shutdown (SIGTERM), [`restart`](Self::restart) stops and
 /// starts it on the same port and data, [`kill`](Self::kill) is `kill -9`,
@@ -55,7 +57,21 @@ pub struct TestingMariaDb {
     password: String,
     mariadbd: PathBuf,
     client: PathBuf,
+    /// The certificates of a server that requires TLS (in `dir/tls`).
+    tls: Option<super::TestingTls>,
+    role: Role,
     dir: tempfile::TempDir,
+}
+
+/// What a server is to replication.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// No binary log, no primary.
+    Alone,
+    /// A binary log (`primary-bin.*`, row format), `server_id` 1.
+    Primary,
+    /// `server_id` 2, no binary log of its own; its users come from its primary.
+    Replica,
 }
 
 impl TestingMariaDb {
@@ -65,6 +81,120 @@ impl TestingMariaDb {
     /// `NotFound` with what to install when there is no MariaDB; the server's log when it
     /// does not accept connections within 60 s.
     pub fn start() -> io::Result<TestingMariaDb> {
+        TestingMariaDb::create(false, Role::Alone, None)
+    }
+
+    /// A primary and its replica, each as from [`start`](Self::start) but for replication:
+    /// the primary writes a binary log (row format) from its first statement, the replica
+    /// (a second server with its own directory and port) replicates all of it from the start
+    /// (`CHANGE MASTER TO` the primary's first log file, as the user `zklock`), so it has the
+    /// same user, password and database. They are returned once the replica has caught up.
+    /// [`catch_up`](Self::catch_up) waits for the replica to apply what the primary has
+    /// written, [`stop_replication`](Self::stop_replication) holds it back, and
+    /// [`promote`](Self::promote) makes it a writable primary (after a
+    /// [`kill`](Self::kill) of the old one, say).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when the replica does not catch up within 60 s.
+    pub fn start_with_replica() -> io::Result<(TestingMariaDb, TestingMariaDb)> {
+        let primary = TestingMariaDb::create(false, Role::Primary, None)?;
+        let replica = TestingMariaDb::create(false, Role::Replica, Some(primary.password.clone()))?;
+        replica.root_sql(&format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {port}, \
+             MASTER_USER = '{USER}', MASTER_PASSWORD = '{pw}', \
+             MASTER_LOG_FILE = 'primary-bin.000001', MASTER_LOG_POS = 4, \
+             MASTER_CONNECT_RETRY = 1; START SLAVE",
+            port = primary.port,
+            pw = primary.password
+        ))?;
+        replica.catch_up(&primary)?;
+        Ok((primary, replica))
+    }
+
+    /// Waits until this replica has applied everything `primary` has written so far
+    /// (`MASTER_GTID_WAIT` of the primary's `@@gtid_binlog_pos`).
+    ///
+    /// # Errors
+    /// When either server cannot be reached, or the replica has not caught up within 60 s.
+    pub fn catch_up(&self, primary: &TestingMariaDb) -> io::Result<()> {
+        let pos = primary.root_sql("SELECT @@gtid_binlog_pos")?;
+        let pos = pos
+            .first()
+            .and_then(|r| r.first())
+            .cloned()
+            .unwrap_or_default();
+        let waited = self.root_sql(&format!("SELECT MASTER_GTID_WAIT('{pos}', 60)"))?;
+        match waited.first().and_then(|r| r.first()).map(String::as_str) {
+            Some("0") => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the replica did not reach the primary's {pos} within 60 s: {:?}",
+                    self.root_sql("SHOW SLAVE STATUS")
+                ),
+            )),
+        }
+    }
+
+    /// Stops this replica's replication (`STOP SLAVE`): what the primary writes next does not
+    /// reach it.
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn stop_replication(&self) -> io::Result<()> {
+        self.root_sql("STOP SLAVE").map(drop)
+    }
+
+    /// Makes this replica a primary: replication stopped and forgotten (`STOP SLAVE; RESET
+    /// SLAVE ALL`) and writes allowed (`read_only = OFF`).
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn promote(&self) -> io::Result<()> {
+        self.root_sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF")
+            .map(drop)
+    }
+
+    /// As [`start`](Self::start), with TLS required of every TCP connection
+    /// (`require_secure_transport = ON`; `root` on the socket is not asked): the server's
+    /// certificate for `localhost` and `127.0.0.1`, signed by a throwaway CA made with the
+    /// `openssl` command ([`tls`](Self::tls)), as `ssl_ca`, `ssl_cert` and `ssl_key`. Connect
+    /// with [`url_tls`](Self::url_tls) (`ssl-mode=VERIFY_IDENTITY` and that CA's file).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls() -> io::Result<TestingMariaDb> {
+        TestingMariaDb::create(true, Role::Alone, None)
+    }
+
+    /// The TLS certificates, for a server from [`start_tls`](Self::start_tls).
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref()
+    }
+
+    /// The CA file of a server from [`start_tls`](Self::start_tls) (PEM), for `ssl-ca=`.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls
+            .as_ref()
+            .map(|_| self.dir.path().join("tls").join("ca.pem"))
+    }
+
+    /// [`url`](Self::url) with `ssl-mode=VERIFY_IDENTITY&ssl-ca=<the test CA>` for a server
+    /// from [`start_tls`](Self::start_tls); the plain URL otherwise.
+    pub fn url_tls(&self) -> String {
+        match self.ca_file() {
+            Some(ca) => format!(
+                "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+                self.url(),
+                ca.display()
+            ),
+            None => self.url(),
+        }
+    }
+
+    /// A server of `role`; a replica gets `password` (its primary's, for the user it will
+    /// replicate) and creates no user of its own.
+    fn create(tls: bool, role: Role, password: Option<String>) -> io::Result<TestingMariaDb> {
         let (install, mariadbd, client) = programs()?;
         let dir = tempfile::Builder::new()
             .prefix("zklock-mariadb-")
@@ -93,19 +223,31 @@ impl TestingMariaDb {
             cmd.arg("--user=root");
         }
         super::process::run_to_end(cmd.current_dir(dir.path()), "mariadb-install-db")?;
+        let tls = if tls {
+            let (certificates, path) = super::tls::certificates(dir.path(), false)?;
+            // The server reads its key as the user it runs as: ours (or root).
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path.join("server.key"), fs::Permissions::from_mode(0o600))?;
+            Some(certificates)
+        } else {
+            None
+        };
         let mut server = TestingMariaDb {
             child: None,
             paused: Mutex::new(false),
             port: 0,
-            password: format!("pw{:016x}", fastrand::u64(..)),
+            password: password.unwrap_or_else(|| format!("pw{:016x}", fastrand::u64(..))),
             mariadbd,
             client,
+            tls,
+            role,
             dir,
         };
         let mut last = None;
         for _ in 0..5 {
             server.port = free_ports(1)?[0];
             match server.launch() {
+                Ok(()) if role == Role::Replica => return Ok(server),
                 Ok(()) => {
                     server.root_sql(&format!(
                         "CREATE USER '{USER}'@'%' IDENTIFIED BY '{pw}'; \
@@ -143,12 +285,29 @@ impl TestingMariaDb {
                 self.dir.path().join("tmp").display()
             ))
             .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
-            .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M"])
+            .args(match self.role {
+                Role::Alone => vec!["--skip-log-bin"],
+                Role::Primary => vec![
+                    "--log-bin=primary-bin",
+                    "--server-id=1",
+                    "--binlog-format=ROW",
+                ],
+                // Read-only until promoted (for users without READ_ONLY ADMIN: `zklock`
+                // has it, as it has every privilege).
+                Role::Replica => vec![
+                    "--skip-log-bin",
+                    "--server-id=2",
+                    "--relay-log=replica-relay-bin",
+                    "--read-only",
+                ],
+            })
+            .arg("--innodb-buffer-pool-size=16M")
             .args([
                 "--innodb-flush-log-at-trx-commit=2",
                 "--max-connections=500",
             ])
             .arg("--innodb-log-file-size=8M")
+            .args(self.tls_args())
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -185,6 +344,20 @@ impl TestingMariaDb {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The TLS options of a server from [`start_tls`](Self::start_tls).
+    fn tls_args(&self) -> Vec<String> {
+        if self.tls.is_none() {
+            return Vec::new();
+        }
+        let file = |name: &str| self.dir.path().join("tls").join(name).display().to_string();
+        vec![
+            format!("--ssl-ca={}", file("ca.pem")),
+            format!("--ssl-cert={}", file("server.pem")),
+            format!("--ssl-key={}", file("server.key")),
+            "--require-secure-transport=ON".to_owned(),
+        ]
     }
 
     /// `mysql://zklock:PASSWORD@127.0.0.1:PORT/zklock`.

@@ -1,4 +1,5 @@
-//! TLS for a [`TestingServer`](super::TestingServer) and a `TestingRedis`: a throwaway CA,
+//! TLS for a [`TestingServer`](super::TestingServer), a `TestingRedis`, a `TestingPostgres` and a
+//! `TestingMariaDb`: a throwaway CA,
 //! server and client certificates made with the `openssl` command in the server's temporary
 //! directory, and the `zoo.cfg` lines that open a Netty `secureClientPort` with them.
 
