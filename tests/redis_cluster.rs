@@ -420,7 +420,6 @@ fn bad_cluster_urls_are_refused_with_their_cause() {
         ("redis+cluster://", "at least one node"),
         ("redis+cluster://127.0.0.1:notaport", "host[:port]"),
         ("redis+cluster://127.0.0.1:7000/2", "database 0"),
-        ("rediss+cluster://127.0.0.1:7000", "not supported"),
     ] {
         match RedisClient::connect(url) {
             Err(Error::InvalidArgument(e)) => {

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use super::redis::command_at;
+use super::redis::{command_at, TlsChoice};
 use super::TestingRedis;
 
 /// How long the cluster may take to come up, and a failover to finish.
@@ -30,6 +30,13 @@ const SLOTS: u32 = 16384;
 /// is killed (by its pid) when it is dropped, and by the kernel if the test process dies; each
 /// runs under the process title `zklock-redis-PORT`, as [`TestingRedis`] does.
 ///
+/// [`start_tls`](Self::start_tls) starts a cluster whose nodes also listen for TLS, with
+/// certificates of one throwaway CA ([`tls`](Self::tls)), the cluster bus and replication
+/// over TLS (`tls-cluster yes`, `tls-replication yes`); [`tls_url`](Self::tls_url) is its
+/// `rediss+cluster://` URL. A TLS client's `CLUSTER SLOTS` and redirects name the nodes'
+/// TLS ports, a plain client's their plain ports; the ports the methods take and return are
+/// the plain ones.
+///
 /// # Example
 /// ```no_run
 /// let cluster = zklock::testing::TestingRedisCluster::start()?;
@@ -39,6 +46,8 @@ const SLOTS: u32 = 16384;
 pub struct TestingRedisCluster {
     /// The three first primaries, then their replicas (roles change with failovers).
     nodes: Vec<TestingRedis>,
+    /// A TLS cluster's certificates, and the directory of their files (removed last).
+    tls: Option<(super::TestingTls, tempfile::TempDir)>,
 }
 
 /// One line of `CLUSTER NODES`.
@@ -61,7 +70,18 @@ impl TestingRedisCluster {
     /// # Errors
     /// As [`TestingRedis::start`]; `TimedOut` if the cluster is not formed within 60 s.
     pub fn start() -> io::Result<TestingRedisCluster> {
-        Self::launch(false)
+        Self::launch(false, false)
+    }
+
+    /// As [`start`](Self::start), every node also listening for TLS on a second port
+    /// (`tls-port`, no client certificate asked of clients) with certificates of one
+    /// throwaway CA made with the `openssl` command, which name `localhost` and `127.0.0.1`;
+    /// the cluster bus and replication over TLS.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls() -> io::Result<TestingRedisCluster> {
+        Self::launch(false, true)
     }
 
     /// As [`start`](Self::start), with every node's writes in an append-only file fsynced
@@ -70,15 +90,28 @@ impl TestingRedisCluster {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedisCluster> {
-        Self::launch(true)
+        Self::launch(true, false)
     }
 
-    fn launch(persistent: bool) -> io::Result<TestingRedisCluster> {
+    fn launch(persistent: bool, tls: bool) -> io::Result<TestingRedisCluster> {
+        let tls = match tls {
+            true => {
+                let dir = tempfile::Builder::new()
+                    .prefix("zklock-redis-cluster-tls-")
+                    .tempdir()?;
+                let (certificates, _) = super::tls::certificates(dir.path(), false)?;
+                Some((certificates, dir))
+            }
+            false => None,
+        };
         let mut nodes = Vec::new();
         for _ in 0..6 {
-            nodes.push(TestingRedis::start_cluster_node(persistent)?);
+            let choice = tls.as_ref().map(|(certificates, dir)| {
+                TlsChoice::Shared(certificates.clone(), dir.path().join("tls"))
+            });
+            nodes.push(TestingRedis::start_cluster_node(persistent, choice)?);
         }
-        let cluster = TestingRedisCluster { nodes };
+        let cluster = TestingRedisCluster { nodes, tls };
         for (i, node) in cluster.nodes[..3].iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(0);
             let (start, end) = (SLOTS * i / 3, SLOTS * (i + 1) / 3 - 1);
@@ -151,6 +184,22 @@ impl TestingRedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// `rediss+cluster://localhost:T1,localhost:T2,localhost:T3` (the first three nodes' TLS
+    /// ports as seeds) for a [`start_tls`](Self::start_tls) cluster; `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        let seeds: Option<Vec<String>> = self.nodes[..3]
+            .iter()
+            .map(|n| n.tls_port().map(|p| format!("localhost:{p}")))
+            .collect();
+        Some(format!("rediss+cluster://{}", seeds?.join(",")))
+    }
+
+    /// The certificates of a [`start_tls`](Self::start_tls) cluster: one CA signed every
+    /// node's.
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref().map(|(certificates, _)| certificates)
     }
 
     /// The six nodes: the three first primaries, then their replicas (roles change with
@@ -439,5 +488,17 @@ mod tests {
         let new = cluster.wait_for_new_primary("zklock:{x}", old).unwrap();
         assert_ne!(new, old);
         assert_eq!(cluster.primary_of("zklock:{x}").unwrap().port(), new);
+    }
+
+    #[test]
+    fn a_tls_cluster_starts_and_fails_over() {
+        let cluster = TestingRedisCluster::start_tls().expect("the cluster starts");
+        assert!(cluster
+            .tls_url()
+            .unwrap()
+            .starts_with("rediss+cluster://localhost:"));
+        let old = cluster.failover("zklock:{x}").unwrap();
+        let new = cluster.wait_for_new_primary("zklock:{x}", old).unwrap();
+        assert_ne!(new, old);
     }
 }
