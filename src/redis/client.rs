@@ -102,6 +102,8 @@ pub(crate) struct Inner {
 /// ```
 pub struct RedisClientBuilder {
     url: String,
+    /// The seed nodes' URLs of [`RedisClient::cluster_builder`], instead of `url`.
+    seeds: Option<Vec<String>>,
     ttl: Duration,
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
@@ -140,6 +142,7 @@ impl RedisClient {
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
+            seeds: None,
             ttl: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
@@ -147,6 +150,49 @@ impl RedisClient {
             replicas: None,
             tls: Tls::default(),
         }
+    }
+
+    /// Options for a Client of the Redis Cluster that `seeds` belong to: the URLs of some of
+    /// its nodes, each `redis://[[user]:password@]host[:port]` (port 6379 unless given) or
+    /// `rediss://…` for TLS (feature `tls`), all with the same scheme and credentials; the
+    /// same Client as [`builder`](Self::builder) with
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` gives. The slot map is
+    /// read from the first seed that answers, and each lock's calls go to the primary of its
+    /// slot.
+    ///
+    /// An empty list, a seed that is not such a URL, seeds with different schemes or
+    /// credentials, or a database other than 0 are refused by
+    /// [`connect`](RedisClientBuilder::connect) before any I/O; seeds of which none is a
+    /// cluster node, when it connects.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::{RedisClient, RedisMutex};
+    ///
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = RedisClient::cluster_builder([
+    ///     "redis://:secret@10.0.0.1:7000",
+    ///     "redis://:secret@10.0.0.2:7000",
+    ///     "redis://:secret@10.0.0.3:7000",
+    /// ])
+    /// .connect()?;
+    /// let guard = RedisMutex::new(&client, "ledger")?.lock()?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(seeds: I) -> RedisClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut builder = RedisClient::builder("");
+        builder.seeds = Some(
+            seeds
+                .into_iter()
+                .map(|s| s.as_ref().trim().to_owned())
+                .collect(),
+        );
+        builder
     }
 
     /// The hold TTL: the server frees a hold whose holder has not renewed it for this long.
@@ -358,7 +404,14 @@ impl RedisClientBuilder {
 
     /// Everything that can be known without I/O.
     fn check(&self) -> Result<(Server, String)> {
-        let url = self.url.trim();
+        let composed;
+        let url = match &self.seeds {
+            Some(seeds) => {
+                composed = cluster_url(seeds)?;
+                composed.as_str()
+            }
+            None => self.url.trim(),
+        };
         check_scheme(url, cfg!(feature = "tls"))?;
         let not_redis = |e: &dyn std::fmt::Display| {
             Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url)))
@@ -427,6 +480,68 @@ fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
             shown_url(url)
         ))),
     }
+}
+
+/// The `redis+cluster://` (`rediss+cluster://`) URL of the cluster whose nodes' URLs are
+/// `seeds`; refused if there is none, if one is not a node's URL, or if they differ in scheme
+/// or credentials.
+fn cluster_url(seeds: &[String]) -> Result<String> {
+    let form = "redis://[[user]:password@]host[:port] or rediss://…";
+    let mut first: Option<(&str, &str)> = None;
+    let mut hosts = Vec::new();
+    for seed in seeds {
+        let refused = |why: &str| {
+            Error::invalid(format!(
+                "{:?} is not a cluster seed node's URL: {why} ({form})",
+                shown_url(seed)
+            ))
+        };
+        let Some((scheme, rest)) = seed.split_once("://") else {
+            return Err(refused("no scheme"));
+        };
+        if !matches!(scheme, "redis" | "rediss") {
+            return Err(refused("the scheme is not redis:// or rediss://"));
+        }
+        if rest.contains('?') {
+            return Err(refused("a seed takes no options"));
+        }
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !matches!(path, "" | "0") {
+            return Err(refused("a cluster has database 0 only"));
+        }
+        let (auth, host) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        if host.is_empty() || host.contains(',') {
+            return Err(refused("one host[:port] per seed"));
+        }
+        match first {
+            None => first = Some((scheme, auth)),
+            Some((s, _)) if s != scheme => {
+                return Err(Error::invalid(format!(
+                    "the seeds of one cluster take one scheme: {:?} and {:?}",
+                    shown_url(&seeds[0]),
+                    shown_url(seed)
+                )))
+            }
+            Some((_, a)) if a != auth => {
+                return Err(Error::invalid(format!(
+                    "the seeds of one cluster take the same user and password: {:?} and {:?}",
+                    shown_url(&seeds[0]),
+                    shown_url(seed)
+                )))
+            }
+            Some(_) => {}
+        }
+        hosts.push(host);
+    }
+    let Some((scheme, auth)) = first else {
+        return Err(Error::invalid(
+            "a cluster Client needs at least one seed node's URL",
+        ));
+    };
+    Ok(format!("{scheme}+cluster://{auth}{}", hosts.join(",")))
 }
 
 /// `url` with its password hidden.
@@ -897,8 +1012,13 @@ impl fmt::Debug for RedisClient {
 
 impl fmt::Debug for RedisClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seeds = self
+            .seeds
+            .as_ref()
+            .map(|s| s.iter().map(|s| shown_url(s)).collect::<Vec<_>>());
         f.debug_struct("RedisClientBuilder")
             .field("url", &shown_url(&self.url))
+            .field("seeds", &seeds)
             .field("ttl", &self.ttl)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -946,6 +1066,47 @@ mod tests {
         );
         let why = refused(RedisClient::builder("redis://:secret@127.0.0.1:notaport"));
         assert!(!why.contains("secret"), "{why}");
+    }
+
+    #[test]
+    fn cluster_seeds_make_a_cluster_url_or_are_refused_before_any_io() {
+        let url = |seeds: &[&str]| {
+            cluster_url(&seeds.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            url(&["redis://:pw@10.0.0.1:7000", "redis://:pw@10.0.0.2:7000/0"]).unwrap(),
+            "redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000"
+        );
+        assert_eq!(
+            url(&["rediss://node-a", "rediss://node-b:7001/"]).unwrap(),
+            "rediss+cluster://node-a,node-b:7001"
+        );
+        for (seeds, why) in [
+            (&[][..], "at least one seed"),
+            (&["10.0.0.1:7000"][..], "no scheme"),
+            (&["http://10.0.0.1:7000"][..], "scheme"),
+            (&["redis://h:1", "rediss://h:2"][..], "one scheme"),
+            (
+                &["redis://:a@h:1", "redis://:b@h:2"][..],
+                "same user and password",
+            ),
+            (&["redis://h:1/2"][..], "database 0"),
+            (&["redis://h:1,h:2"][..], "one host"),
+            (&["redis://h:1?protocol=resp3"][..], "no options"),
+        ] {
+            match url(seeds) {
+                Err(Error::InvalidArgument(e)) => {
+                    assert!(e.contains(why), "{seeds:?}: {e}");
+                    assert!(!e.contains(":a@") && !e.contains(":b@"), "{e}");
+                }
+                other => panic!("{seeds:?}: {other:?}"),
+            }
+        }
+        let empty: [&str; 0] = [];
+        match RedisClient::cluster_builder(empty).connect() {
+            Err(Error::InvalidArgument(e)) => assert!(e.contains("at least one seed"), "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[cfg(not(feature = "tls"))]
