@@ -288,6 +288,31 @@ impl TestingRedisCluster {
         Ok(port)
     }
 
+    /// Starts the node on `port` again on its port and directory after a
+    /// [`kill_primary_of`](Self::kill_primary_of) (stopping it first if it runs): it rejoins
+    /// the cluster from its `nodes.conf`, as a replica of the node that took its slots over,
+    /// and is waited for until it has synced with that primary.
+    ///
+    /// # Errors
+    /// As [`TestingRedis::restart`]; `TimedOut` if it is not a synced replica within 60 s.
+    pub fn restart_node(&mut self, port: u16) -> io::Result<()> {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .ok_or_else(|| io::Error::other(format!("no node on port {port}")))?;
+        node.restart()?;
+        self.wait_until(
+            Instant::now() + PATIENCE,
+            "the restarted node to sync as a replica",
+            |c| {
+                c.node(port)
+                    .and_then(|n| n.command(&["INFO", "replication"]))
+                    .is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+            },
+        )
+    }
+
     /// Stops the primary serving `key` with SIGSTOP; returns its port. Its replica takes
     /// over after the node timeout; [`resume_node`](Self::resume_node) lets it run again (it
     /// then becomes a replica).
@@ -308,18 +333,37 @@ impl TestingRedisCluster {
         self.node(port)?.resume()
     }
 
-    /// `CLUSTER FAILOVER` on a replica of the primary serving `key`: the replica takes over
-    /// while the old primary runs (which becomes its replica and redirects its clients with
-    /// `MOVED`). Returns the old primary's port.
+    /// `CLUSTER FAILOVER` on a replica of the primary serving `key`, once the replica is in
+    /// step with it (a replica still syncing — one just demoted by the last failover —
+    /// accepts the command and then lets it time out): the replica takes over while the old
+    /// primary runs (which becomes its replica and redirects its clients with `MOVED`).
+    /// Returns the old primary's port.
     ///
     /// # Errors
-    /// When the primary has no replica, or the replica refuses.
+    /// When the primary has no replica, the replica is not in step within 60 s, or it refuses.
     pub fn failover(&self, key: &str) -> io::Result<u16> {
         let old = self.primary_of(key)?.port();
         let replica = *self
             .replicas_of(old)?
             .first()
             .ok_or_else(|| io::Error::other(format!("the primary on {old} has no replica")))?;
+        // The replica names its primary by the port it replicates from: the TLS port in a TLS
+        // cluster.
+        let ports = [Some(old), self.node(old)?.tls_port()];
+        self.wait_until(
+            Instant::now() + PATIENCE,
+            "the replica to be in step with its primary",
+            |_| {
+                command_at(replica, &["INFO", "replication"]).is_ok_and(|info| {
+                    let line = |l: &str| info.lines().any(|i| i.trim_end() == l);
+                    line("master_link_status:up")
+                        && ports
+                            .iter()
+                            .flatten()
+                            .any(|p| line(&format!("master_port:{p}")))
+                })
+            },
+        )?;
         command_at(replica, &["CLUSTER", "FAILOVER"])?;
         Ok(old)
     }
@@ -331,8 +375,24 @@ impl TestingRedisCluster {
     /// # Errors
     /// `TimedOut` after 60 s.
     pub fn wait_for_new_primary(&self, key: &str, old: u16) -> io::Result<u16> {
+        self.wait_for_new_primary_within(key, old, PATIENCE)
+    }
+
+    /// [`wait_for_new_primary`](Self::wait_for_new_primary) for at most `within`: a
+    /// [`failover`](Self::failover) that the cluster gave up can be tried again. (A primary
+    /// votes for a replica of the same primary at most once in two node timeouts, 2 s here:
+    /// a manual failover back to a primary demoted less than that ago times out, 5 s later.)
+    ///
+    /// # Errors
+    /// `TimedOut` after `within`.
+    pub fn wait_for_new_primary_within(
+        &self,
+        key: &str,
+        old: u16,
+        within: Duration,
+    ) -> io::Result<u16> {
         let slot = self.slot_of(key)?;
-        let deadline = Instant::now() + PATIENCE;
+        let deadline = Instant::now() + within;
         loop {
             let seen: Vec<Option<u16>> = self
                 .nodes
@@ -350,7 +410,9 @@ impl TestingRedisCluster {
             if Instant::now() > deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("slot {slot} has no new primary within 60 s: the nodes see {seen:?}"),
+                    format!(
+                        "slot {slot} has no new primary within {within:?}: the nodes see {seen:?}"
+                    ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
