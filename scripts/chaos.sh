@@ -41,6 +41,10 @@ ZKLOCK_CHAOS_FAILOVERS=10 cargo test --all-features --test chaos_postgres postgr
 # Redis Sentinel failovers under the fenced register, with and without replicated grants.
 ZKLOCK_CHAOS_FAILOVERS=20 cargo test --all-features --test chaos_redis sentinel_failovers \
   -- --nocapture --test-threads 1 || status=$?
+# Redis Cluster failovers of the lock's primary under the fenced register, with and without
+# replicated grants.
+ZKLOCK_CHAOS_FAILOVERS=20 cargo test --all-features --test chaos_redis cluster_failovers \
+  -- --nocapture --test-threads 1 || status=$?
 [ -f "$report" ] && echo "chaos: report written to $report"
 if [ "$status" -ne 0 ]; then
   echo "chaos: VIOLATION or failure (exit $status); replay: scripts/chaos.sh --minutes $minutes --seed $seed" >&2

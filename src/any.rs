@@ -1,7 +1,8 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://`, `postgres://`, `postgresql://`,
+//! `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
+//! forms `rediss+sentinel://`, `rediss+cluster://`), `postgres://`, `postgresql://`,
 //! `mysql://` and `mariadb://` URLs give the same recipes with the same options and defaults
 //! (sqlx's `AnyPool` is the model).
 
@@ -23,8 +24,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The URL schemes [`connect`] takes in this build.
 const SCHEMES: &str =
-    "zk://, redis://, rediss://, redis+sentinel://, redis+cluster://, postgres://, \
-     postgresql://, mysql://, mariadb://";
+    "zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
+     rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///
@@ -211,7 +212,8 @@ impl AnyClientBuilder {
         let op = self.operation_timeout.unwrap_or(self.connect_timeout);
         let inner: Arc<dyn Backend> = match scheme {
             "zk" => zookeeper::connect(&self, op)?,
-            "redis" | "rediss" | "redis+sentinel" | "redis+cluster" => redis::connect(&self, op)?,
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => redis::connect(&self, op)?,
             "postgres" | "postgresql" => postgres::connect(&self, op)?,
             "mysql" | "mariadb" => mysql::connect(&self, op)?,
             other => {

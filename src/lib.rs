@@ -226,8 +226,8 @@
 //!   and hold times, waiters, pending background deletes; the names are listed in the
 //!   repository's `docs/observability.md`); install any `metrics` exporter.
 //! * `tls` — TLS connections for every backend built: ZooKeeper (`ClientBuilder::tls_ca_pem`
-//!   and the like) and Redis (`rediss://` URLs, `RedisClientBuilder::tls_ca_pem`), through
-//!   the clients' rustls support.
+//!   and the like) and Redis (`rediss://`, `rediss+sentinel://` and `rediss+cluster://` URLs,
+//!   `RedisClientBuilder::tls_ca_pem`), through the clients' rustls support.
 //! * `sasl-digest-md5` — SASL DIGEST-MD5 authentication (`ClientBuilder::sasl_digest_md5`).
 //! * `cli` — the `zklock` command-line tool (`cargo install zklock --features cli`): run a
 //!   command under a lock and stop it if the lock is lost, see who holds what.

@@ -14,6 +14,11 @@
 //! no two holders may overlap, and once without, where a grant the new primary never received
 //! can let two overlap and the fence must refuse every stale write.
 //!
+//! Then the same on a Redis Cluster (three primaries, three replicas) through its
+//! `redis+cluster://` URL: the primary of the lock's slot is killed (and started again, to
+//! rejoin as a replica), then failed over with `CLUSTER FAILOVER` on its replica, with and
+//! without replicated grants.
+//!
 //! Workers are this test binary run again (`redis_chaos_worker`,
 //! `redis_replicated_chaos_worker`), one Client and one thread each (`chaos_lab` has the loop,
 //! the lab and the report).
@@ -24,7 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use chaos_lab::{patience, row, Lab};
-use zklock::testing::{TestingRedis, TestingSentinel};
+use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel};
 use zklock::{RedisClient, RedisMutex};
 
 const WORKER: &str = "ZKLOCK_REDIS_CHAOS_WORKER";
@@ -210,5 +215,110 @@ fn failover(set: &TestingSentinel) -> u16 {
                 thread::sleep(Duration::from_millis(200));
             }
         }
+    }
+}
+
+#[test]
+fn cluster_failovers_with_replicated_grants() {
+    let overlaps = cluster_failovers(true);
+    assert_eq!(overlaps, 0);
+}
+
+#[test]
+fn cluster_failovers_without_replicated_grants() {
+    cluster_failovers(false);
+}
+
+/// Failovers of the primary of the lock's slot on a cluster under the fenced register: the
+/// first kills it (it is started again once its replica has taken over, and rejoins as that
+/// one's replica), the others are `CLUSTER FAILOVER`s on its replica; after each the run waits
+/// for the nodes to agree on the new primary and for the workers' writes to go on. Returns how
+/// many holds overlapped.
+fn cluster_failovers(replicated: bool) -> usize {
+    let rounds = chaos_lab::failovers();
+    let key = format!("zklock:{{{LOCK}}}");
+    let mut cluster = TestingRedisCluster::start().unwrap();
+    let mut lab = if replicated {
+        Lab::new(
+            cluster.url(),
+            "redis_replicated_chaos_worker",
+            REPLICATED_WORKER,
+        )
+    } else {
+        Lab::new(cluster.url(), "redis_chaos_worker", WORKER)
+    };
+    for _ in 0..3 {
+        lab.start_worker();
+    }
+    lab.progress(20, "before the first failover");
+    let mut rows = Vec::new();
+    let mut last = Instant::now();
+    for round in 1..=rounds {
+        // A primary votes for a replica of the same primary at most once in two node
+        // timeouts (2 s): a failover back sooner would be given up.
+        thread::sleep(Duration::from_secs(3).saturating_sub(last.elapsed()));
+        let from = lab.next_seq();
+        lab.holder();
+        let started = Instant::now();
+        let (fault, old, new) = if round == 1 {
+            let old = cluster.kill_primary_of(&key).unwrap();
+            let new = cluster.wait_for_new_primary(&key, old).unwrap();
+            ("kill -9 of the lock's primary", old, new)
+        } else {
+            let (old, new) = cluster_failover(&cluster, &key);
+            ("CLUSTER FAILOVER", old, new)
+        };
+        let agreed = started.elapsed();
+        if round == 1 {
+            // Back as the new primary's replica: the next rounds fail over to it, and
+            // replicated grants need it.
+            cluster.restart_node(old).unwrap();
+        }
+        lab.progress(10, "after the failover");
+        last = Instant::now();
+        let row = row(fault, &lab, from, None);
+        println!(
+            "failover {round} ({fault}, {old} -> {new}): the nodes agreed in {agreed:?}, 10 \
+             writes accepted {:?} after the fault, the longest gap between accepted writes \
+             {:?}, {} writes refused by the fence",
+            started.elapsed(),
+            row.longest_gap,
+            row.rejected
+        );
+        rows.push(row);
+    }
+    // Without replicated grants a failover may lose a grant: holders may overlap then.
+    let mut gaps: Vec<Duration> = rows.iter().map(|r| r.longest_gap).collect();
+    gaps.sort();
+    let refused: usize = rows.iter().map(|r| r.rejected).sum();
+    let overlaps = lab.finish_with(&rows, 20 * rounds, |_, _| !replicated);
+    println!(
+        "{rounds} cluster failovers {} replicated grants: {overlaps} overlapping holds, \
+         {refused} stale writes refused by the fence; the longest gap between accepted writes \
+         {:?} (median of the rounds), {:?} (most)",
+        if replicated { "with" } else { "without" },
+        gaps[gaps.len() / 2],
+        gaps.last().copied().unwrap_or_default()
+    );
+    overlaps
+}
+
+/// `CLUSTER FAILOVER` on a replica of `key`'s primary, tried again while it is refused, or
+/// while no new primary is agreed on 10 s after it was accepted (a manual failover that does
+/// not finish within 5 s is given up by the replica); the old and the new primary's ports.
+fn cluster_failover(cluster: &TestingRedisCluster, key: &str) -> (u16, u16) {
+    let deadline = Instant::now() + patience();
+    loop {
+        match cluster.failover(key) {
+            Ok(old) => {
+                match cluster.wait_for_new_primary_within(key, old, Duration::from_secs(10)) {
+                    Ok(new) => return (old, new),
+                    Err(e) => println!("CLUSTER FAILOVER of {old} given up: {e}; again"),
+                }
+            }
+            Err(e) => println!("CLUSTER FAILOVER refused: {e}"),
+        }
+        assert!(Instant::now() < deadline, "no failover");
+        thread::sleep(Duration::from_millis(200));
     }
 }

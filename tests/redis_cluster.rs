@@ -420,7 +420,6 @@ fn bad_cluster_urls_are_refused_with_their_cause() {
         ("redis+cluster://", "at least one node"),
         ("redis+cluster://127.0.0.1:notaport", "host[:port]"),
         ("redis+cluster://127.0.0.1:7000/2", "database 0"),
-        ("rediss+cluster://127.0.0.1:7000", "not supported"),
     ] {
         match RedisClient::connect(url) {
             Err(Error::InvalidArgument(e)) => {
@@ -484,4 +483,78 @@ fn any_client_connects_to_the_cluster() {
         ""
     );
     m.release().unwrap();
+}
+
+/// `RedisClient::cluster_builder`: a Client from the URLs of some of the cluster's nodes (here
+/// a replica and a primary) locks as the `redis+cluster://` URL's does; bad seed lists are
+/// refused before any I/O, and seeds that are no cluster node at connect, with what each
+/// answered, before any lock is touched.
+#[test]
+fn a_client_from_seed_node_urls() {
+    let cluster = TestingRedisCluster::start().unwrap();
+    let seeds = [cluster.nodes()[4].url(), cluster.nodes()[0].url()];
+    let a = RedisClient::cluster_builder(&seeds)
+        .ttl(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let b = client(&cluster, Duration::from_secs(10));
+    let mutex = RedisMutex::new(&a, "seeded").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert!(
+        pttl(
+            &cluster,
+            cluster.primary_of(&holder_key("seeded")).unwrap().port(),
+            &holder_key("seeded")
+        ) > 0
+    );
+    let theirs = RedisMutex::new(&b, "seeded").unwrap();
+    assert!(theirs.try_lock().unwrap().is_none(), "held");
+    let token = guard.fencing_token();
+    guard.release().unwrap();
+    let again = theirs.try_lock().unwrap().expect("free");
+    assert!(again.fencing_token() > token);
+    again.release().unwrap();
+    a.close();
+
+    let empty: Vec<String> = Vec::new();
+    for (seeds, why) in [
+        (empty, "at least one seed"),
+        (vec!["127.0.0.1:7000".to_owned()], "no scheme"),
+        (
+            vec![
+                "redis://:a@127.0.0.1:7000".into(),
+                "redis://:b@127.0.0.1:7001".into(),
+            ],
+            "same user and password",
+        ),
+        (vec!["redis://127.0.0.1:7000/3".into()], "database 0"),
+    ] {
+        match RedisClient::cluster_builder(&seeds).connect() {
+            Err(Error::InvalidArgument(e)) => {
+                println!("{seeds:?}: {e}");
+                assert!(e.contains(why), "{e}");
+            }
+            other => panic!("{seeds:?}: {other:?}"),
+        }
+    }
+    let plain = TestingRedis::start().unwrap();
+    let started = Instant::now();
+    match RedisClient::cluster_builder([plain.url()])
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+    {
+        Err(Error::ConnectFailed { cause, .. }) => {
+            let why = cause.to_string();
+            println!("{}: {why} (after {:?})", plain.url(), started.elapsed());
+            assert!(why.contains("not a Redis Cluster node"), "{why}");
+            assert!(why.contains("cluster support disabled"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        plain.command(&["KEYS", "*"]).unwrap(),
+        "",
+        "nothing touched"
+    );
 }

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use super::error::error;
 use super::keeper::Keeper;
 use super::scripts::{invocation, Keys, Scripts};
-use super::server::{route, Route, Server};
+use super::server::{route, Route, Server, Tls};
 use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
@@ -102,14 +102,15 @@ pub(crate) struct Inner {
 /// ```
 pub struct RedisClientBuilder {
     url: String,
+    /// The seed nodes' URLs of [`RedisClient::cluster_builder`], instead of `url`.
+    seeds: Option<Vec<String>>,
     ttl: Duration,
     connect_timeout: Duration,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
     replicas: Option<Replicas>,
     /// The CA to trust instead of the system's, and a client certificate and key (PEM).
-    #[cfg(feature = "tls")]
-    tls: (Option<String>, Option<(String, String)>),
+    tls: Tls,
 }
 
 impl RedisClient {
@@ -123,24 +124,75 @@ impl RedisClient {
 
     /// Options for a Client of the server at `url`: `redis://[[user]:password@]host[:port][/db]`,
     /// or `rediss://…` for TLS (feature `tls`; the server's certificate is checked against
-    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`), or the primary of a Sentinel set:
+    /// the system's CAs, or `RedisClientBuilder::tls_ca_pem`, and against the host the URL
+    /// names), or the primary of a Sentinel set:
     /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]`
     /// (sentinels on port 26379 unless given; `?sentinel_password=…&sentinel_username=…` for
     /// sentinels that ask for a password of their own), asked for the primary at each new
     /// connection, so that the Client follows a failover; or a Redis Cluster:
     /// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (seed nodes, port 6379
     /// unless given), each lock's calls sent to the primary of its slot.
+    ///
+    /// `rediss+sentinel://…` and `rediss+cluster://…` (feature `tls`) use TLS to every
+    /// sentinel and data node, or to every cluster node, with the same TLS options: each
+    /// sentinel's or seed's certificate is checked against the host the URL names, each data
+    /// node's against the address the sentinels or the cluster's slot map give for it (an IP
+    /// address unless the servers announce host names), so the nodes' certificates must name
+    /// those addresses.
     pub fn builder(url: &str) -> RedisClientBuilder {
         RedisClientBuilder {
             url: url.to_owned(),
+            seeds: None,
             ttl: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             operation_timeout: None,
             retry: None,
             replicas: None,
-            #[cfg(feature = "tls")]
-            tls: (None, None),
+            tls: Tls::default(),
         }
+    }
+
+    /// Options for a Client of the Redis Cluster that `seeds` belong to: the URLs of some of
+    /// its nodes, each `redis://[[user]:password@]host[:port]` (port 6379 unless given) or
+    /// `rediss://…` for TLS (feature `tls`), all with the same scheme and credentials; the
+    /// same Client as [`builder`](Self::builder) with
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` gives. The slot map is
+    /// read from the first seed that answers, and each lock's calls go to the primary of its
+    /// slot.
+    ///
+    /// An empty list, a seed that is not such a URL, seeds with different schemes or
+    /// credentials, or a database other than 0 are refused by
+    /// [`connect`](RedisClientBuilder::connect) before any I/O; seeds of which none is a
+    /// cluster node, when it connects.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::{RedisClient, RedisMutex};
+    ///
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = RedisClient::cluster_builder([
+    ///     "redis://:secret@10.0.0.1:7000",
+    ///     "redis://:secret@10.0.0.2:7000",
+    ///     "redis://:secret@10.0.0.3:7000",
+    /// ])
+    /// .connect()?;
+    /// let guard = RedisMutex::new(&client, "ledger")?.lock()?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(seeds: I) -> RedisClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut builder = RedisClient::builder("");
+        builder.seeds = Some(
+            seeds
+                .into_iter()
+                .map(|s| s.as_ref().trim().to_owned())
+                .collect(),
+        );
+        builder
     }
 
     /// The hold TTL: the server frees a hold whose holder has not renewed it for this long.
@@ -243,20 +295,22 @@ impl RedisClientBuilder {
         self
     }
 
-    /// TLS (`rediss://` URLs): trust the CA certificates in `pem` instead of the system's.
+    /// TLS (`rediss://`, `rediss+sentinel://` and `rediss+cluster://` URLs): trust the CA
+    /// certificates in `pem` instead of the system's, for every server the Client connects to.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_pem(mut self, pem: &str) -> Self {
-        self.tls.0 = Some(pem.to_owned());
+        self.tls.ca = Some(pem.to_owned());
         self
     }
 
-    /// TLS (`rediss://` URLs): present this client certificate and key (PEM) to a server that
-    /// asks for one (`tls-auth-clients yes`).
+    /// TLS (`rediss://`, `rediss+sentinel://` and `rediss+cluster://` URLs): present this
+    /// client certificate and key (PEM) to every server that asks for one
+    /// (`tls-auth-clients yes`).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_identity_pem(mut self, certificate: &str, key: &str) -> Self {
-        self.tls.1 = Some((certificate.to_owned(), key.to_owned()));
+        self.tls.identity = Some((certificate.to_owned(), key.to_owned()));
         self
     }
 
@@ -269,8 +323,8 @@ impl RedisClientBuilder {
     ///
     /// # Errors
     /// Before any I/O, [`Error::InvalidArgument`] for a URL that does not parse (a sentinel URL
-    /// without the primary's name, a cluster URL with a database), a `rediss://`
-    /// URL in a build without the `tls` feature or a timeout or TTL out of range. Then
+    /// without the primary's name, a cluster URL with a database), a `rediss://`,
+    /// `rediss+sentinel://` or `rediss+cluster://` URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
     /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index, or a primary name
@@ -348,43 +402,31 @@ impl RedisClientBuilder {
         })
     }
 
-    /// The server at `url`, with the TLS options.
-    fn open(&self, url: &str) -> redis::RedisResult<Server> {
-        let info = redis::IntoConnectionInfo::into_connection_info(url)?;
-        #[cfg(feature = "tls")]
-        {
-            let (ca, identity) = &self.tls;
-            if ca.is_some() || identity.is_some() {
-                let certificates = redis::TlsCertificates {
-                    client_tls: identity.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
-                        client_cert: cert.clone().into_bytes(),
-                        client_key: key.clone().into_bytes(),
-                    }),
-                    root_cert: ca.as_ref().map(|pem| pem.clone().into_bytes()),
-                };
-                return Server::new(info, |info| {
-                    redis::Client::build_with_tls(info, certificates)
-                });
-            }
-        }
-        Server::new(info, redis::Client::open)
-    }
-
     /// Everything that can be known without I/O.
     fn check(&self) -> Result<(Server, String)> {
-        let url = self.url.trim();
+        let composed;
+        let url = match &self.seeds {
+            Some(seeds) => {
+                composed = cluster_url(seeds)?;
+                composed.as_str()
+            }
+            None => self.url.trim(),
+        };
         check_scheme(url, cfg!(feature = "tls"))?;
         let not_redis = |e: &dyn std::fmt::Display| {
             Error::invalid(format!("{:?} is not a Redis URL: {e}", shown_url(url)))
         };
-        let redis = if url.starts_with("redis+cluster://") {
+        let tls = self.tls.clone();
+        let redis = if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") {
             let parsed = super::cluster::parse(url).map_err(|why| not_redis(&why))?;
-            Server::cluster(super::cluster::Cluster::new(parsed))
-        } else if url.starts_with("redis+sentinel://") {
+            Server::cluster(super::cluster::Cluster::new(parsed, tls))
+        } else if url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://") {
             let parsed = super::sentinel::parse(url).map_err(|why| not_redis(&why))?;
-            Server::sentinel(super::sentinel::Sentinels::new(parsed).map_err(|e| not_redis(&e))?)
+            let sentinels =
+                super::sentinel::Sentinels::new(parsed, tls).map_err(|e| not_redis(&e))?;
+            Server::sentinel(sentinels)
         } else {
-            self.open(url).map_err(|e| not_redis(&e))?
+            tls.open(url).map_err(|e| not_redis(&e))?
         };
         for (what, d, min) in [
             ("TTL", self.ttl, Duration::from_millis(100)),
@@ -421,21 +463,14 @@ impl RedisClientBuilder {
     }
 }
 
-/// A Redis URL's scheme: `redis://`, or `rediss://` in a build with TLS.
+/// A Redis URL's scheme: `redis://`, `redis+sentinel://`, `redis+cluster://`, or their TLS
+/// forms `rediss…://` in a build with TLS.
 fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
     match url.split("://").next().unwrap_or_default() {
         "redis" | "redis+sentinel" | "redis+cluster" => Ok(()),
-        "rediss" if tls_built => Ok(()),
-        "rediss+sentinel" => Err(Error::invalid(format!(
-            "{:?}: TLS to sentinels is not supported yet",
-            shown_url(url)
-        ))),
-        "rediss+cluster" => Err(Error::invalid(format!(
-            "{:?}: TLS to a cluster is not supported yet",
-            shown_url(url)
-        ))),
-        "rediss" => Err(Error::invalid(format!(
-            "{:?}: TLS connections (rediss://) need zklock's `tls` feature",
+        "rediss" | "rediss+sentinel" | "rediss+cluster" if tls_built => Ok(()),
+        scheme @ ("rediss" | "rediss+sentinel" | "rediss+cluster") => Err(Error::invalid(format!(
+            "{:?}: TLS connections ({scheme}://) need zklock's `tls` feature",
             shown_url(url)
         ))),
         _ => Err(Error::invalid(format!(
@@ -447,9 +482,73 @@ fn check_scheme(url: &str, tls_built: bool) -> Result<()> {
     }
 }
 
+/// The `redis+cluster://` (`rediss+cluster://`) URL of the cluster whose nodes' URLs are
+/// `seeds`; refused if there is none, if one is not a node's URL, or if they differ in scheme
+/// or credentials.
+fn cluster_url(seeds: &[String]) -> Result<String> {
+    let form = "redis://[[user]:password@]host[:port] or rediss://…";
+    let mut first: Option<(&str, &str)> = None;
+    let mut hosts = Vec::new();
+    for seed in seeds {
+        let refused = |why: &str| {
+            Error::invalid(format!(
+                "{:?} is not a cluster seed node's URL: {why} ({form})",
+                shown_url(seed)
+            ))
+        };
+        let Some((scheme, rest)) = seed.split_once("://") else {
+            return Err(refused("no scheme"));
+        };
+        if !matches!(scheme, "redis" | "rediss") {
+            return Err(refused("the scheme is not redis:// or rediss://"));
+        }
+        if rest.contains('?') {
+            return Err(refused("a seed takes no options"));
+        }
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !matches!(path, "" | "0") {
+            return Err(refused("a cluster has database 0 only"));
+        }
+        let (auth, host) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        if host.is_empty() || host.contains(',') {
+            return Err(refused("one host[:port] per seed"));
+        }
+        match first {
+            None => first = Some((scheme, auth)),
+            Some((s, _)) if s != scheme => {
+                return Err(Error::invalid(format!(
+                    "the seeds of one cluster take one scheme: {:?} and {:?}",
+                    shown_url(&seeds[0]),
+                    shown_url(seed)
+                )))
+            }
+            Some((_, a)) if a != auth => {
+                return Err(Error::invalid(format!(
+                    "the seeds of one cluster take the same user and password: {:?} and {:?}",
+                    shown_url(&seeds[0]),
+                    shown_url(seed)
+                )))
+            }
+            Some(_) => {}
+        }
+        hosts.push(host);
+    }
+    let Some((scheme, auth)) = first else {
+        return Err(Error::invalid(
+            "a cluster Client needs at least one seed node's URL",
+        ));
+    };
+    Ok(format!("{scheme}+cluster://{auth}{}", hosts.join(",")))
+}
+
 /// `url` with its password hidden.
 pub(crate) fn shown_url(url: &str) -> String {
-    if url.starts_with("redis+sentinel://") && url.contains('?') {
+    if (url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://"))
+        && url.contains('?')
+    {
         return super::sentinel::shown(url);
     }
     match (url.find("://"), url.rfind('@')) {
@@ -913,8 +1012,13 @@ impl fmt::Debug for RedisClient {
 
 impl fmt::Debug for RedisClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seeds = self
+            .seeds
+            .as_ref()
+            .map(|s| s.iter().map(|s| shown_url(s)).collect::<Vec<_>>());
         f.debug_struct("RedisClientBuilder")
             .field("url", &shown_url(&self.url))
+            .field("seeds", &seeds)
             .field("ttl", &self.ttl)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -942,8 +1046,16 @@ mod tests {
             Err(Error::InvalidArgument(why)) => why,
             other => panic!("not refused: {other:?}"),
         };
-        assert!(tls("rediss://127.0.0.1:1").contains("`tls` feature"));
-        assert!(check_scheme("rediss://127.0.0.1:1", true).is_ok());
+        for url in [
+            "rediss://127.0.0.1:1",
+            "rediss+sentinel://127.0.0.1:1/m",
+            "rediss+cluster://127.0.0.1:1",
+        ] {
+            let why = tls(url);
+            assert!(why.contains("`tls` feature"), "{why}");
+            assert!(why.contains(url.split("://").next().unwrap()), "{why}");
+            assert!(check_scheme(url, true).is_ok(), "{url}");
+        }
         assert!(refused(RedisClient::builder("http://127.0.0.1:1")).contains("redis://"));
         assert!(
             refused(RedisClient::builder("redis://127.0.0.1:1").ttl(Duration::ZERO))
@@ -954,5 +1066,61 @@ mod tests {
         );
         let why = refused(RedisClient::builder("redis://:secret@127.0.0.1:notaport"));
         assert!(!why.contains("secret"), "{why}");
+    }
+
+    #[test]
+    fn cluster_seeds_make_a_cluster_url_or_are_refused_before_any_io() {
+        let url = |seeds: &[&str]| {
+            cluster_url(&seeds.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            url(&["redis://:pw@10.0.0.1:7000", "redis://:pw@10.0.0.2:7000/0"]).unwrap(),
+            "redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000"
+        );
+        assert_eq!(
+            url(&["rediss://node-a", "rediss://node-b:7001/"]).unwrap(),
+            "rediss+cluster://node-a,node-b:7001"
+        );
+        for (seeds, why) in [
+            (&[][..], "at least one seed"),
+            (&["10.0.0.1:7000"][..], "no scheme"),
+            (&["http://10.0.0.1:7000"][..], "scheme"),
+            (&["redis://h:1", "rediss://h:2"][..], "one scheme"),
+            (
+                &["redis://:a@h:1", "redis://:b@h:2"][..],
+                "same user and password",
+            ),
+            (&["redis://h:1/2"][..], "database 0"),
+            (&["redis://h:1,h:2"][..], "one host"),
+            (&["redis://h:1?protocol=resp3"][..], "no options"),
+        ] {
+            match url(seeds) {
+                Err(Error::InvalidArgument(e)) => {
+                    assert!(e.contains(why), "{seeds:?}: {e}");
+                    assert!(!e.contains(":a@") && !e.contains(":b@"), "{e}");
+                }
+                other => panic!("{seeds:?}: {other:?}"),
+            }
+        }
+        let empty: [&str; 0] = [];
+        match RedisClient::cluster_builder(empty).connect() {
+            Err(Error::InvalidArgument(e)) => assert!(e.contains("at least one seed"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_urls_are_refused_before_any_io_in_a_build_without_tls() {
+        for url in [
+            "rediss://127.0.0.1:1",
+            "rediss+sentinel://127.0.0.1:1/m",
+            "rediss+cluster://127.0.0.1:1",
+        ] {
+            match RedisClient::builder(url).connect() {
+                Err(Error::InvalidArgument(why)) => assert!(why.contains("`tls` feature"), "{why}"),
+                other => panic!("{url} not refused: {other:?}"),
+            }
+        }
     }
 }

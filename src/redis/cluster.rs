@@ -1,7 +1,7 @@
 //! Redis Cluster: each lock's scripts go to the primary that owns the lock's hash slot.
 //!
 //! A Client given `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (port 6379
-//! unless given) reads the slot map (`CLUSTER SLOTS`) from the first seed node that answers,
+//! unless given; `rediss+cluster://` for TLS to every node) reads the slot map (`CLUSTER SLOTS`) from the first seed node that answers,
 //! and sends every script of one lock to the primary owning the slot of the lock's keys (they
 //! share a hash tag, so one slot). A `MOVED` answer updates the map for that slot and the
 //! script is sent again there; an `ASK` answer sends it once to the node named, after
@@ -9,6 +9,13 @@
 //! that fails marks the map stale: the next call reads it again (from the node that answered
 //! last, the primaries it names, then the seeds), and while the slot's primary cannot be
 //! reached (a failover under way) the map is read again every 100 ms until the call's bound.
+//!
+//! Over TLS each seed's certificate is checked against the host the URL names for it, and
+//! each other node's against the address the map gives for it — an IP address, unless the
+//! nodes announce host names (`cluster-announce-hostname` with
+//! `cluster-preferred-endpoint-type hostname`): as the `redis` crate's cluster client does,
+//! and as the nodes' certificates are usually issued. A certificate refused fails the call
+//! at once with rustls's reason (it would be refused again).
 //!
 //! Wake-ups need no routing: a `PUBLISH` on a cluster reaches the subscribers of every node,
 //! so the subscriber and the waiting slots subscribe on any primary; when the slot map
@@ -25,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::server::Server;
+use super::server::{Server, Tls};
 
 /// The default port of a cluster node.
 const NODE_PORT: u16 = 6379;
@@ -43,14 +50,25 @@ pub(crate) struct ClusterUrl {
     pub(crate) seeds: Vec<String>,
     /// `user:password@` as written (percent-encoded), or empty.
     auth: String,
+    /// `rediss+cluster://`: TLS to every node.
+    pub(crate) tls: bool,
 }
 
 /// Parses `url` (`redis+cluster://…`); `Err` says what is wrong (without the password).
 pub(crate) fn parse(url: &str) -> Result<ClusterUrl, String> {
     let form = "redis+cluster://[[user]:password@]host[:port][,host[:port]…]";
-    let rest = url
-        .strip_prefix("redis+cluster://")
-        .ok_or_else(|| format!("a cluster URL starts with redis+cluster:// ({form})"))?;
+    let (tls, rest) = match (
+        url.strip_prefix("redis+cluster://"),
+        url.strip_prefix("rediss+cluster://"),
+    ) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        (None, None) => {
+            return Err(format!(
+                "a cluster URL starts with redis+cluster:// or rediss+cluster:// ({form})"
+            ))
+        }
+    };
     if rest.contains('?') {
         return Err(format!("a cluster URL takes no options ({form})"));
     }
@@ -80,6 +98,7 @@ pub(crate) fn parse(url: &str) -> Result<ClusterUrl, String> {
     Ok(ClusterUrl {
         seeds,
         auth: auth.to_owned(),
+        tls,
     })
 }
 
@@ -122,6 +141,8 @@ struct Range {
 /// redirect or a failed connection.
 pub(crate) struct Cluster {
     url: ClusterUrl,
+    /// The TLS options, for a `rediss+cluster://` URL.
+    tls: Tls,
     /// One direct server per node met, with the URL's credentials.
     servers: Mutex<HashMap<String, Server>>,
     map: RwLock<Vec<Range>>,
@@ -139,9 +160,10 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    pub(crate) fn new(url: ClusterUrl) -> Cluster {
+    pub(crate) fn new(url: ClusterUrl, tls: Tls) -> Cluster {
         Cluster {
             url,
+            tls,
             servers: Mutex::new(HashMap::new()),
             map: RwLock::new(Vec::new()),
             moved: RwLock::new(HashMap::new()),
@@ -194,7 +216,10 @@ impl Cluster {
         if let Some(s) = servers.get(node) {
             return Ok(s.clone());
         }
-        let server = super::sentinel::direct(&format!("redis://{}{node}", self.url.auth))?;
+        let scheme = if self.url.tls { "rediss" } else { "redis" };
+        let server = self
+            .tls
+            .open(&format!("{scheme}://{}{node}", self.url.auth))?;
         servers.insert(node.to_owned(), server.clone());
         Ok(server)
     }
@@ -401,10 +426,11 @@ fn share(until: Instant, n: usize) -> Option<Duration> {
     Some((left / n).max(Duration::from_millis(200)).min(left))
 }
 
-/// An error no other node would answer otherwise: a refused password.
+/// An error no other node would answer otherwise: a refused password, a refused certificate.
 fn fatal(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+        || super::error::tls_refused(e)
 }
 
 fn timed_out(what: &str) -> redis::RedisError {
@@ -493,7 +519,11 @@ mod tests {
         let u = parse("redis+cluster://:pw@10.0.0.1,10.0.0.2:7001,[::1]:7002").unwrap();
         assert_eq!(u.seeds, ["10.0.0.1:6379", "10.0.0.2:7001", "[::1]:7002"]);
         assert_eq!(u.auth, ":pw@");
+        assert!(!u.tls);
         assert_eq!(parse("redis+cluster://h:7000/").unwrap().seeds, ["h:7000"]);
+        let u = parse("rediss+cluster://node-a:7000,node-b:7001").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.seeds, ["node-a:7000", "node-b:7001"]);
         for (url, why) in [
             ("redis+cluster://", "at least one node"),
             ("redis+cluster://h:port", "host[:port]"),

@@ -37,6 +37,12 @@ pub(crate) fn broken(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.code() == Some("READONLY")
 }
 
+/// Whether `e` is a refused TLS handshake (a certificate not trusted, or not for the host):
+/// another attempt would be refused too.
+pub(crate) fn tls_refused(e: &redis::RedisError) -> bool {
+    tls_refusal(e).is_some()
+}
+
 /// Why a TLS handshake failed, when that is what `e` is: rustls's error inside the I/O error,
 /// which would otherwise read as a lost connection.
 fn tls_refusal(e: &redis::RedisError) -> Option<String> {

@@ -2,7 +2,8 @@
 //!
 //! A Client given `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/NAME[/db]`
 //! (sentinel port 26379 by default; `?sentinel_password=…` and `sentinel_username=…` for
-//! sentinels that ask for a password of their own) asks the sentinels for the primary named
+//! sentinels that ask for a password of their own; `rediss+sentinel://` for TLS to the
+//! sentinels and to the data nodes, with the Client's TLS options) asks the sentinels for the primary named
 //! `NAME` each time it opens a connection — the command pool's, the keeper's, the
 //! subscriber's and the waiting slots' — and checks with `ROLE` that the node it names is a
 //! primary. A failover closes the Client's connections to the old primary (the sentinels
@@ -14,11 +15,17 @@
 //! without a timeout (a frozen sentinel would hang a call, where every zklock call has a
 //! bound) and reads no URL form; this one opens every connection within what is left of its
 //! caller's bound.
+//!
+//! Over TLS each sentinel's certificate is checked against the host the URL names for it,
+//! and the primary's against the address the sentinels give for it (an IP address, unless
+//! the sentinels announce host names): as the `redis` crate's sentinel client does. A
+//! certificate refused by every sentinel, or by the primary they name, fails the connection
+//! at once with rustls's reason (it would be refused again).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::server::Server;
+use super::server::{Server, Tls};
 
 /// The sentinels' default port.
 const SENTINEL_PORT: u16 = 26379;
@@ -30,6 +37,8 @@ pub(crate) struct SentinelUrl {
     pub(crate) sentinels: Vec<String>,
     /// The primary's name, as the sentinels monitor it.
     pub(crate) master: String,
+    /// `rediss+sentinel://`: TLS to the sentinels and to the data nodes.
+    pub(crate) tls: bool,
     /// The data nodes' `user:password@` as written (percent-encoded), or empty.
     node_auth: String,
     /// The sentinels' `user:password@`, from the query, or empty.
@@ -40,9 +49,18 @@ pub(crate) struct SentinelUrl {
 /// Parses `url` (`redis+sentinel://…`); `Err` says what is wrong (without the password).
 pub(crate) fn parse(url: &str) -> Result<SentinelUrl, String> {
     let form = "redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/primary_name[/db]";
-    let rest = url
-        .strip_prefix("redis+sentinel://")
-        .ok_or_else(|| format!("a sentinel URL starts with redis+sentinel:// ({form})"))?;
+    let (tls, rest) = match (
+        url.strip_prefix("redis+sentinel://"),
+        url.strip_prefix("rediss+sentinel://"),
+    ) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        (None, None) => {
+            return Err(format!(
+                "a sentinel URL starts with redis+sentinel:// or rediss+sentinel:// ({form})"
+            ))
+        }
+    };
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (node_auth, hosts) = match authority.rfind('@') {
@@ -101,6 +119,7 @@ pub(crate) fn parse(url: &str) -> Result<SentinelUrl, String> {
     Ok(SentinelUrl {
         sentinels,
         master: master.to_owned(),
+        tls,
         node_auth: node_auth.to_owned(),
         sentinel_auth,
         db,
@@ -145,6 +164,9 @@ pub(crate) struct Sentinels {
     url: SentinelUrl,
     /// One direct server per sentinel, with the sentinels' credentials.
     sentinels: Vec<Server>,
+    /// How the data nodes are reached: `redis` or `rediss`, with the TLS options.
+    scheme: &'static str,
+    tls: Tls,
     /// The sentinel that answered last: asked first next time.
     first: AtomicUsize,
     /// The primary the last connection went to, and how many times that changed: a
@@ -155,15 +177,18 @@ pub(crate) struct Sentinels {
 }
 
 impl Sentinels {
-    pub(crate) fn new(url: SentinelUrl) -> redis::RedisResult<Sentinels> {
+    pub(crate) fn new(url: SentinelUrl, tls: Tls) -> redis::RedisResult<Sentinels> {
+        let scheme = if url.tls { "rediss" } else { "redis" };
         let sentinels = url
             .sentinels
             .iter()
-            .map(|s| direct(&format!("redis://{}{s}", url.sentinel_auth)))
+            .map(|s| tls.open(&format!("{scheme}://{}{s}", url.sentinel_auth)))
             .collect::<redis::RedisResult<Vec<Server>>>()?;
         Ok(Sentinels {
             url,
             sentinels,
+            scheme,
+            tls,
             first: AtomicUsize::new(0),
             primary: parking_lot::Mutex::new(String::new()),
             moves: AtomicU64::new(0),
@@ -221,6 +246,7 @@ impl Sentinels {
         let master = &self.url.master;
         let mut why = Vec::new();
         let (mut unknown, mut answered, mut not_sentinel) = (0, false, 0);
+        let mut refused_tls = None;
         for i in (0..n).map(|i| (first + i) % n) {
             let at = &self.url.sentinels[i];
             let left = until.saturating_duration_since(Instant::now());
@@ -250,6 +276,9 @@ impl Sentinels {
                 Err(e) => {
                     not_sentinel += usize::from(!super::error::broken(&e));
                     why.push(format!("sentinel {at}: {e}"));
+                    if super::error::tls_refused(&e) {
+                        refused_tls.get_or_insert(e);
+                    }
                     continue;
                 }
             };
@@ -260,15 +289,17 @@ impl Sentinels {
             };
             let node = format!("{host}:{port}");
             let left = until.saturating_duration_since(Instant::now());
-            let opened = direct(&format!(
-                "redis://{}{node}/{}",
-                self.url.node_auth, self.url.db
-            ))
-            .and_then(|server| server.connect(left, io))
-            .and_then(|mut c| {
-                let role: redis::Value = redis::cmd("ROLE").query(&mut c)?;
-                Ok((c, role))
-            });
+            let opened = self
+                .tls
+                .open(&format!(
+                    "{}://{}{node}/{}",
+                    self.scheme, self.url.node_auth, self.url.db
+                ))
+                .and_then(|server| server.connect(left, io))
+                .and_then(|mut c| {
+                    let role: redis::Value = redis::cmd("ROLE").query(&mut c)?;
+                    Ok((c, role))
+                });
             match opened {
                 Ok((c, role)) if is_primary(&role) => {
                     self.first.store(i, Ordering::Relaxed);
@@ -293,10 +324,17 @@ impl Sentinels {
                 Err(e) if matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM")) => {
                     return Round::Failed(e)
                 }
+                // So is a certificate refused: it would be refused again.
+                Err(e) if super::error::tls_refused(&e) => return Round::Failed(e),
                 Err(e) => why.push(format!("sentinel {at} names {node}: {e}")),
             }
         }
         let why = why.join("; ");
+        match refused_tls {
+            // No sentinel answered, and one refused over TLS: a wrong CA or certificate.
+            Some(e) if !answered => return Round::Failed(e),
+            _ => {}
+        }
         if unknown == n {
             return Round::Failed(redis::RedisError::from((
                 redis::ErrorKind::MasterNameNotFoundBySentinel,
@@ -340,13 +378,6 @@ fn is_primary(role: &redis::Value) -> bool {
     }
 }
 
-pub(crate) fn direct(url: &str) -> redis::RedisResult<Server> {
-    Server::new(
-        redis::IntoConnectionInfo::into_connection_info(url)?,
-        redis::Client::open,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +393,10 @@ mod tests {
         assert_eq!(u.node_auth, ":pw@");
         assert_eq!(u.sentinel_auth, "");
         assert_eq!(u.db, "3");
+        assert!(!u.tls);
+        let u = parse("rediss+sentinel://s1:26380,s2/locks").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.sentinels, ["s1:26380", "s2:26379"]);
         let u = parse("redis+sentinel://h/m?sentinel_password=s3&sentinel_username=sen").unwrap();
         assert_eq!(u.sentinel_auth, "sen:s3@");
         assert_eq!(u.db, "0");
@@ -388,6 +423,10 @@ mod tests {
         assert_eq!(
             shown("redis+sentinel://u:pw@h/m?sentinel_password=x&sentinel_username=s"),
             "redis+sentinel://u:***@h/m?sentinel_password=***&sentinel_username=s"
+        );
+        assert_eq!(
+            shown("rediss+sentinel://:pw@h/m?sentinel_password=x"),
+            "rediss+sentinel://:***@h/m?sentinel_password=***"
         );
     }
 }

@@ -153,6 +153,45 @@ impl Server {
     }
 }
 
+/// The TLS options of a Client (feature `tls`), for every server it opens a `rediss://`
+/// connection to: the one server, each sentinel and each primary they name, each cluster
+/// node. Without a CA the system's are trusted; without an identity none is presented.
+#[derive(Clone, Default)]
+pub(crate) struct Tls {
+    /// The CA certificates to trust instead of the system's (PEM).
+    #[cfg(feature = "tls")]
+    pub(crate) ca: Option<String>,
+    /// A client certificate and its key (PEM).
+    #[cfg(feature = "tls")]
+    pub(crate) identity: Option<(String, String)>,
+}
+
+impl Tls {
+    /// The server at `url` (`redis://` or `rediss://`), its `rediss://` connections made
+    /// with these options. Each server's certificate is checked against the host `url`
+    /// names (a name, or an IP address).
+    pub(crate) fn open(&self, url: &str) -> redis::RedisResult<Server> {
+        let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+        #[cfg(feature = "tls")]
+        if self.ca.is_some() || self.identity.is_some() {
+            let certificates = redis::TlsCertificates {
+                client_tls: self
+                    .identity
+                    .as_ref()
+                    .map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone().into_bytes(),
+                        client_key: key.clone().into_bytes(),
+                    }),
+                root_cert: self.ca.as_ref().map(|pem| pem.clone().into_bytes()),
+            };
+            return Server::new(info, |info| {
+                redis::Client::build_with_tls(info, certificates)
+            });
+        }
+        Server::new(info, redis::Client::open)
+    }
+}
+
 /// The node name of a cluster connection for no lock (any primary).
 pub(crate) const ANY: &str = "*";
 

@@ -44,14 +44,34 @@ pub struct TestingRedis {
     port: u16,
     persistent: bool,
     replica_of: Option<u16>,
-    /// A TLS port beside the plain one, and its certificates (in `dir/tls`).
-    tls: Option<(super::TestingTls, u16)>,
+    /// A TLS port beside the plain one, and its certificates.
+    tls: Option<TlsPort>,
     /// The wall clock the test steps, if asked for.
     clock: Option<SteppedClock>,
     /// A cluster node: its cluster bus port (the second free port, as `--cluster-port`: the
     /// default, port + 10000, may be past 65535 or taken).
     cluster: Option<u16>,
     dir: tempfile::TempDir,
+}
+
+/// A TLS port of a [`TestingRedis`], and the certificates it serves with.
+struct TlsPort {
+    certificates: super::TestingTls,
+    port: u16,
+    /// Where the PEM files are: the server's `dir/tls`, or a set's shared directory.
+    files: PathBuf,
+    /// A node of a Sentinel set or a cluster: replication (and the cluster bus) over TLS too,
+    /// with the client certificate for the connections it opens.
+    set: bool,
+}
+
+/// The TLS a new [`TestingRedis`] listens with.
+pub(super) enum TlsChoice {
+    /// Certificates of its own; whether a client certificate is required.
+    Own(bool),
+    /// A set's certificates (made by [`super::tls::certificates`] in the given directory),
+    /// with replication and the cluster bus over TLS.
+    Shared(super::TestingTls, PathBuf),
 }
 
 impl TestingRedis {
@@ -120,7 +140,13 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, Some(require_client_certificate), false, false)
+        Self::launch_new(
+            false,
+            None,
+            Some(TlsChoice::Own(require_client_certificate)),
+            false,
+            false,
+        )
     }
 
     /// Starts a server that writes every change to an append-only file and fsyncs it, so that
@@ -134,8 +160,30 @@ impl TestingRedis {
 
     /// Starts a node of a Redis Cluster (`cluster-enabled yes`, node timeout 1 s), alone: no
     /// slot, no peer ([`super::TestingRedisCluster`] makes the cluster).
-    pub(super) fn start_cluster_node(persistent: bool) -> io::Result<TestingRedis> {
-        Self::launch_new(persistent, None, None, false, true)
+    pub(super) fn start_cluster_node(
+        persistent: bool,
+        tls: Option<TlsChoice>,
+    ) -> io::Result<TestingRedis> {
+        Self::launch_new(persistent, None, tls, false, true)
+    }
+
+    /// Starts a node of a TLS Sentinel set with the set's certificates: the first primary
+    /// (`replica_of` `None`) or a replica of `replica_of`'s TLS port, replicating over TLS.
+    /// A replica is waited for until it has synced, as [`replica_of`](Self::replica_of).
+    pub(super) fn start_tls_set_node(
+        shared: (&super::TestingTls, &Path),
+        replica_of: Option<&TestingRedis>,
+    ) -> io::Result<TestingRedis> {
+        let tls = TlsChoice::Shared(shared.0.clone(), shared.1.to_owned());
+        let Some(primary) = replica_of else {
+            return Self::launch_new(false, None, Some(tls), false, false);
+        };
+        let port = primary.tls_port().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "the primary has no TLS port")
+        })?;
+        let replica = Self::launch_new(false, Some(port), Some(tls), false, false)?;
+        replica.wait_synced()?;
+        Ok(replica)
     }
 
     /// The cluster bus port of a node from [`start_cluster_node`](Self::start_cluster_node).
@@ -149,8 +197,14 @@ impl TestingRedis {
     /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
     pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
         let replica = Self::launch_new(false, Some(primary.port), None, false, false)?;
+        replica.wait_synced()?;
+        Ok(replica)
+    }
+
+    /// Waits until this replica has synced with its primary (30 s).
+    fn wait_synced(&self) -> io::Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
-        while !replica
+        while !self
             .command(&["INFO", "replication"])?
             .contains("master_link_status:up")
         {
@@ -162,13 +216,13 @@ impl TestingRedis {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(replica)
+        Ok(())
     }
 
     fn launch_new(
         persistent: bool,
         replica_of: Option<u16>,
-        tls: Option<bool>,
+        tls: Option<TlsChoice>,
         stepped_clock: bool,
         cluster: bool,
     ) -> io::Result<TestingRedis> {
@@ -191,10 +245,25 @@ impl TestingRedis {
         }
         let mut last = None;
         for _ in 0..5 {
-            let ports = free_ports(2)?;
+            // The plain port, the TLS port, the cluster bus port.
+            let ports = free_ports(3)?;
             let dir = tempfile::Builder::new().prefix("zklock-redis-").tempdir()?;
-            let tls = match tls {
-                Some(need) => Some((super::tls::certificates(dir.path(), need)?.0, ports[1])),
+            let tls = match &tls {
+                Some(TlsChoice::Own(need)) => {
+                    let (certificates, files) = super::tls::certificates(dir.path(), *need)?;
+                    Some(TlsPort {
+                        certificates,
+                        port: ports[1],
+                        files,
+                        set: false,
+                    })
+                }
+                Some(TlsChoice::Shared(certificates, files)) => Some(TlsPort {
+                    certificates: certificates.clone(),
+                    port: ports[1],
+                    files: files.clone(),
+                    set: true,
+                }),
                 None => None,
             };
             let clock = match stepped_clock {
@@ -208,7 +277,7 @@ impl TestingRedis {
                 replica_of,
                 tls,
                 clock,
-                cluster: cluster.then_some(ports[1]),
+                cluster: cluster.then_some(ports[2]),
                 dir,
             };
             match server.launch() {
@@ -236,22 +305,33 @@ impl TestingRedis {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
-        if let Some((certificates, port)) = &self.tls {
-            let tls = self.dir.path().join("tls");
+        if let Some(t) = &self.tls {
             cmd.arg("--tls-port")
-                .arg(port.to_string())
+                .arg(t.port.to_string())
                 .arg("--tls-cert-file")
-                .arg(tls.join("server.pem"))
+                .arg(t.files.join("server.pem"))
                 .arg("--tls-key-file")
-                .arg(tls.join("server.key"))
+                .arg(t.files.join("server.key"))
                 .arg("--tls-ca-cert-file")
-                .arg(tls.join("ca.pem"))
+                .arg(t.files.join("ca.pem"))
                 .arg("--tls-auth-clients")
-                .arg(if certificates.requires_client_certificate() {
+                .arg(if t.certificates.requires_client_certificate() {
                     "yes"
                 } else {
                     "no"
                 });
+            if t.set {
+                // Replication (and the cluster bus, which always asks the connecting node for
+                // a certificate) over TLS: the client certificate for what this node opens.
+                cmd.args(["--tls-replication", "yes"])
+                    .arg("--tls-client-cert-file")
+                    .arg(t.files.join("client.pem"))
+                    .arg("--tls-client-key-file")
+                    .arg(t.files.join("client.key"));
+                if self.cluster.is_some() {
+                    cmd.args(["--tls-cluster", "yes"]);
+                }
+            }
         }
         if let Some(bus) = self.cluster {
             cmd.args([
@@ -317,12 +397,19 @@ impl TestingRedis {
     pub fn tls_url(&self) -> Option<String> {
         self.tls
             .as_ref()
-            .map(|(_, port)| format!("rediss://localhost:{port}"))
+            .map(|t| format!("rediss://localhost:{}", t.port))
     }
 
-    /// The certificates of a [`start_tls`](Self::start_tls) server.
+    /// The certificates of a [`start_tls`](Self::start_tls) server (or of a node of a TLS
+    /// Sentinel set or cluster).
     pub fn tls(&self) -> Option<&super::TestingTls> {
-        self.tls.as_ref().map(|(certificates, _)| certificates)
+        self.tls.as_ref().map(|t| &t.certificates)
+    }
+
+    /// The TLS port of a [`start_tls`](Self::start_tls) server (or of a node of a TLS
+    /// Sentinel set or cluster); `None` for a plain one.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|t| t.port)
     }
 
     /// The server's port.

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use super::redis::command_at;
+use super::redis::{command_at, TlsChoice};
 use super::TestingRedis;
 
 /// How long the cluster may take to come up, and a failover to finish.
@@ -30,6 +30,13 @@ const SLOTS: u32 = 16384;
 /// is killed (by its pid) when it is dropped, and by the kernel if the test process dies; each
 /// runs under the process title `zklock-redis-PORT`, as [`TestingRedis`] does.
 ///
+/// [`start_tls`](Self::start_tls) starts a cluster whose nodes also listen for TLS, with
+/// certificates of one throwaway CA ([`tls`](Self::tls)), the cluster bus and replication
+/// over TLS (`tls-cluster yes`, `tls-replication yes`); [`tls_url`](Self::tls_url) is its
+/// `rediss+cluster://` URL. A TLS client's `CLUSTER SLOTS` and redirects name the nodes'
+/// TLS ports, a plain client's their plain ports; the ports the methods take and return are
+/// the plain ones.
+///
 /// # Example
 /// ```no_run
 /// let cluster = zklock::testing::TestingRedisCluster::start()?;
@@ -39,6 +46,8 @@ const SLOTS: u32 = 16384;
 pub struct TestingRedisCluster {
     /// The three first primaries, then their replicas (roles change with failovers).
     nodes: Vec<TestingRedis>,
+    /// A TLS cluster's certificates, and the directory of their files (removed last).
+    tls: Option<(super::TestingTls, tempfile::TempDir)>,
 }
 
 /// One line of `CLUSTER NODES`.
@@ -61,7 +70,18 @@ impl TestingRedisCluster {
     /// # Errors
     /// As [`TestingRedis::start`]; `TimedOut` if the cluster is not formed within 60 s.
     pub fn start() -> io::Result<TestingRedisCluster> {
-        Self::launch(false)
+        Self::launch(false, false)
+    }
+
+    /// As [`start`](Self::start), every node also listening for TLS on a second port
+    /// (`tls-port`, no client certificate asked of clients) with certificates of one
+    /// throwaway CA made with the `openssl` command, which name `localhost` and `127.0.0.1`;
+    /// the cluster bus and replication over TLS.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls() -> io::Result<TestingRedisCluster> {
+        Self::launch(false, true)
     }
 
     /// As [`start`](Self::start), with every node's writes in an append-only file fsynced
@@ -70,15 +90,28 @@ impl TestingRedisCluster {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedisCluster> {
-        Self::launch(true)
+        Self::launch(true, false)
     }
 
-    fn launch(persistent: bool) -> io::Result<TestingRedisCluster> {
+    fn launch(persistent: bool, tls: bool) -> io::Result<TestingRedisCluster> {
+        let tls = match tls {
+            true => {
+                let dir = tempfile::Builder::new()
+                    .prefix("zklock-redis-cluster-tls-")
+                    .tempdir()?;
+                let (certificates, _) = super::tls::certificates(dir.path(), false)?;
+                Some((certificates, dir))
+            }
+            false => None,
+        };
         let mut nodes = Vec::new();
         for _ in 0..6 {
-            nodes.push(TestingRedis::start_cluster_node(persistent)?);
+            let choice = tls.as_ref().map(|(certificates, dir)| {
+                TlsChoice::Shared(certificates.clone(), dir.path().join("tls"))
+            });
+            nodes.push(TestingRedis::start_cluster_node(persistent, choice)?);
         }
-        let cluster = TestingRedisCluster { nodes };
+        let cluster = TestingRedisCluster { nodes, tls };
         for (i, node) in cluster.nodes[..3].iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(0);
             let (start, end) = (SLOTS * i / 3, SLOTS * (i + 1) / 3 - 1);
@@ -151,6 +184,22 @@ impl TestingRedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// `rediss+cluster://localhost:T1,localhost:T2,localhost:T3` (the first three nodes' TLS
+    /// ports as seeds) for a [`start_tls`](Self::start_tls) cluster; `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        let seeds: Option<Vec<String>> = self.nodes[..3]
+            .iter()
+            .map(|n| n.tls_port().map(|p| format!("localhost:{p}")))
+            .collect();
+        Some(format!("rediss+cluster://{}", seeds?.join(",")))
+    }
+
+    /// The certificates of a [`start_tls`](Self::start_tls) cluster: one CA signed every
+    /// node's.
+    pub fn tls(&self) -> Option<&super::TestingTls> {
+        self.tls.as_ref().map(|(certificates, _)| certificates)
     }
 
     /// The six nodes: the three first primaries, then their replicas (roles change with
@@ -239,6 +288,31 @@ impl TestingRedisCluster {
         Ok(port)
     }
 
+    /// Starts the node on `port` again on its port and directory after a
+    /// [`kill_primary_of`](Self::kill_primary_of) (stopping it first if it runs): it rejoins
+    /// the cluster from its `nodes.conf`, as a replica of the node that took its slots over,
+    /// and is waited for until it has synced with that primary.
+    ///
+    /// # Errors
+    /// As [`TestingRedis::restart`]; `TimedOut` if it is not a synced replica within 60 s.
+    pub fn restart_node(&mut self, port: u16) -> io::Result<()> {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .ok_or_else(|| io::Error::other(format!("no node on port {port}")))?;
+        node.restart()?;
+        self.wait_until(
+            Instant::now() + PATIENCE,
+            "the restarted node to sync as a replica",
+            |c| {
+                c.node(port)
+                    .and_then(|n| n.command(&["INFO", "replication"]))
+                    .is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+            },
+        )
+    }
+
     /// Stops the primary serving `key` with SIGSTOP; returns its port. Its replica takes
     /// over after the node timeout; [`resume_node`](Self::resume_node) lets it run again (it
     /// then becomes a replica).
@@ -259,18 +333,37 @@ impl TestingRedisCluster {
         self.node(port)?.resume()
     }
 
-    /// `CLUSTER FAILOVER` on a replica of the primary serving `key`: the replica takes over
-    /// while the old primary runs (which becomes its replica and redirects its clients with
-    /// `MOVED`). Returns the old primary's port.
+    /// `CLUSTER FAILOVER` on a replica of the primary serving `key`, once the replica is in
+    /// step with it (a replica still syncing — one just demoted by the last failover —
+    /// accepts the command and then lets it time out): the replica takes over while the old
+    /// primary runs (which becomes its replica and redirects its clients with `MOVED`).
+    /// Returns the old primary's port.
     ///
     /// # Errors
-    /// When the primary has no replica, or the replica refuses.
+    /// When the primary has no replica, the replica is not in step within 60 s, or it refuses.
     pub fn failover(&self, key: &str) -> io::Result<u16> {
         let old = self.primary_of(key)?.port();
         let replica = *self
             .replicas_of(old)?
             .first()
             .ok_or_else(|| io::Error::other(format!("the primary on {old} has no replica")))?;
+        // The replica names its primary by the port it replicates from: the TLS port in a TLS
+        // cluster.
+        let ports = [Some(old), self.node(old)?.tls_port()];
+        self.wait_until(
+            Instant::now() + PATIENCE,
+            "the replica to be in step with its primary",
+            |_| {
+                command_at(replica, &["INFO", "replication"]).is_ok_and(|info| {
+                    let line = |l: &str| info.lines().any(|i| i.trim_end() == l);
+                    line("master_link_status:up")
+                        && ports
+                            .iter()
+                            .flatten()
+                            .any(|p| line(&format!("master_port:{p}")))
+                })
+            },
+        )?;
         command_at(replica, &["CLUSTER", "FAILOVER"])?;
         Ok(old)
     }
@@ -282,8 +375,24 @@ impl TestingRedisCluster {
     /// # Errors
     /// `TimedOut` after 60 s.
     pub fn wait_for_new_primary(&self, key: &str, old: u16) -> io::Result<u16> {
+        self.wait_for_new_primary_within(key, old, PATIENCE)
+    }
+
+    /// [`wait_for_new_primary`](Self::wait_for_new_primary) for at most `within`: a
+    /// [`failover`](Self::failover) that the cluster gave up can be tried again. (A primary
+    /// votes for a replica of the same primary at most once in two node timeouts, 2 s here:
+    /// a manual failover back to a primary demoted less than that ago times out, 5 s later.)
+    ///
+    /// # Errors
+    /// `TimedOut` after `within`.
+    pub fn wait_for_new_primary_within(
+        &self,
+        key: &str,
+        old: u16,
+        within: Duration,
+    ) -> io::Result<u16> {
         let slot = self.slot_of(key)?;
-        let deadline = Instant::now() + PATIENCE;
+        let deadline = Instant::now() + within;
         loop {
             let seen: Vec<Option<u16>> = self
                 .nodes
@@ -301,7 +410,9 @@ impl TestingRedisCluster {
             if Instant::now() > deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("slot {slot} has no new primary within 60 s: the nodes see {seen:?}"),
+                    format!(
+                        "slot {slot} has no new primary within {within:?}: the nodes see {seen:?}"
+                    ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -439,5 +550,17 @@ mod tests {
         let new = cluster.wait_for_new_primary("zklock:{x}", old).unwrap();
         assert_ne!(new, old);
         assert_eq!(cluster.primary_of("zklock:{x}").unwrap().port(), new);
+    }
+
+    #[test]
+    fn a_tls_cluster_starts_and_fails_over() {
+        let cluster = TestingRedisCluster::start_tls().expect("the cluster starts");
+        assert!(cluster
+            .tls_url()
+            .unwrap()
+            .starts_with("rediss+cluster://localhost:"));
+        let old = cluster.failover("zklock:{x}").unwrap();
+        let new = cluster.wait_for_new_primary("zklock:{x}", old).unwrap();
+        assert_ne!(new, old);
     }
 }

@@ -11,7 +11,7 @@ use rustix::process::Signal;
 use super::config::free_ports;
 use super::process::{signal, spawn};
 use super::redis::{command_at, program};
-use super::TestingRedis;
+use super::{TestingRedis, TestingTls};
 
 /// How long the set may take to come up, and a failover to finish.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -31,6 +31,12 @@ const NAME: &str = "zklock";
 /// [`wait_for_new_primary`](Self::wait_for_new_primary). Every process is killed when it is
 /// dropped, and by the kernel if the test process dies.
 ///
+/// [`start_tls`](Self::start_tls) starts a set that also listens for TLS, every node and
+/// sentinel on a second port with certificates of one throwaway CA ([`tls`](Self::tls)),
+/// replication and the sentinels' own connections over TLS; [`tls_url`](Self::tls_url) is
+/// its `rediss+sentinel://` URL. The ports the methods take and return are the plain ones
+/// (the sentinels of a TLS set name the primary's TLS port; these methods translate).
+///
 /// # Example
 /// ```no_run
 /// let set = zklock::testing::TestingSentinel::start()?;
@@ -40,12 +46,16 @@ const NAME: &str = "zklock";
 pub struct TestingSentinel {
     nodes: Vec<TestingRedis>,
     sentinels: Vec<Sentinel>,
+    /// A TLS set's certificates, and the directory of their files (removed last).
+    tls: Option<(TestingTls, tempfile::TempDir)>,
 }
 
 /// One sentinel process.
 struct Sentinel {
     child: Option<Child>,
     port: u16,
+    /// Its TLS port, in a TLS set.
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
 }
 
@@ -64,13 +74,51 @@ impl TestingSentinel {
         ];
         let mut nodes = vec![primary];
         nodes.extend(replicas);
-        let mut set = TestingSentinel {
+        Self::watch(TestingSentinel {
             nodes,
             sentinels: Vec::new(),
-        };
-        let primary_port = set.nodes[0].port();
-        for port in free_ports(3)? {
-            set.sentinels.push(Sentinel::start(port, primary_port)?);
+            tls: None,
+        })
+    }
+
+    /// As [`start`](Self::start), every node and sentinel also listening for TLS on a second
+    /// port (`tls-port`, no client certificate asked of clients), with certificates of one
+    /// throwaway CA made with the `openssl` command, which name `localhost` and `127.0.0.1`;
+    /// the replicas replicate and the sentinels talk to the nodes and to each other over TLS
+    /// (`tls-replication yes`).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when `openssl` does not run.
+    pub fn start_tls() -> io::Result<TestingSentinel> {
+        let dir = tempfile::Builder::new()
+            .prefix("zklock-redis-sentinel-tls-")
+            .tempdir()?;
+        let (certificates, files) = super::tls::certificates(dir.path(), false)?;
+        let shared = (&certificates, files.as_path());
+        let primary = TestingRedis::start_tls_set_node(shared, None)?;
+        let replicas = [
+            TestingRedis::start_tls_set_node(shared, Some(&primary))?,
+            TestingRedis::start_tls_set_node(shared, Some(&primary))?,
+        ];
+        let mut nodes = vec![primary];
+        nodes.extend(replicas);
+        Self::watch(TestingSentinel {
+            nodes,
+            sentinels: Vec::new(),
+            tls: Some((certificates, dir)),
+        })
+    }
+
+    /// Starts the three sentinels of `set` and waits until each sees the whole set.
+    fn watch(mut set: TestingSentinel) -> io::Result<TestingSentinel> {
+        let primary = &set.nodes[0];
+        let primary_port = primary.tls_port().unwrap_or(primary.port());
+        let files = set.tls.as_ref().map(|(_, dir)| dir.path().join("tls"));
+        let ports = free_ports(6)?;
+        for i in 0..3 {
+            let tls_port = files.as_ref().map(|f| (ports[3 + i], f.as_path()));
+            set.sentinels
+                .push(Sentinel::start(ports[i], tls_port, primary_port)?);
         }
         let deadline = Instant::now() + PATIENCE;
         for i in 0..set.sentinels.len() {
@@ -108,6 +156,32 @@ impl TestingSentinel {
         format!("redis+sentinel://{}/{NAME}", hosts.join(","))
     }
 
+    /// `rediss+sentinel://localhost:T1,localhost:T2,localhost:T3/zklock` for a
+    /// [`start_tls`](Self::start_tls) set (the sentinels' TLS ports); `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        let hosts: Option<Vec<String>> = self
+            .sentinels
+            .iter()
+            .map(|s| s.tls_port.map(|p| format!("localhost:{p}")))
+            .collect();
+        Some(format!("rediss+sentinel://{}/{NAME}", hosts?.join(",")))
+    }
+
+    /// The certificates of a [`start_tls`](Self::start_tls) set: one CA signed every node's
+    /// and sentinel's.
+    pub fn tls(&self) -> Option<&TestingTls> {
+        self.tls.as_ref().map(|(certificates, _)| certificates)
+    }
+
+    /// The plain port of the node the sentinels name by `port` (a TLS set's sentinels name
+    /// its TLS port).
+    fn plain(&self, port: u16) -> u16 {
+        self.nodes
+            .iter()
+            .find(|n| n.tls_port() == Some(port))
+            .map_or(port, TestingRedis::port)
+    }
+
     /// The name the sentinels monitor the primary under (`zklock`).
     pub fn master_name(&self) -> &str {
         NAME
@@ -142,9 +216,10 @@ impl TestingSentinel {
             match self.sentinel_command(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", NAME]) {
                 Ok(addr) => {
                     let port = addr.lines().nth(1).unwrap_or_default();
-                    return port.parse().map_err(|_| {
+                    let port = port.parse().map_err(|_| {
                         io::Error::new(io::ErrorKind::InvalidData, format!("address {addr:?}"))
-                    });
+                    })?;
+                    return Ok(self.plain(port));
                 }
                 Err(e) => last = Some(e),
             }
@@ -222,6 +297,7 @@ impl TestingSentinel {
                     self.sentinel_command(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", NAME])
                         .ok()
                         .and_then(|a| a.lines().nth(1).and_then(|p| p.parse().ok()))
+                        .map(|p| self.plain(p))
                 })
                 .collect();
             if let Some(Some(port)) = named.first() {
@@ -266,23 +342,42 @@ fn fields(answer: &str) -> Vec<(String, String)> {
 }
 
 impl Sentinel {
-    fn start(port: u16, primary: u16) -> io::Result<Sentinel> {
+    /// A sentinel on `port` (and on a TLS port, with the certificates in the directory given)
+    /// monitoring the primary on `primary` (its TLS port in a TLS set).
+    fn start(
+        port: u16,
+        tls: Option<(u16, &std::path::Path)>,
+        primary: u16,
+    ) -> io::Result<Sentinel> {
         let dir = tempfile::Builder::new()
             .prefix("zklock-redis-sentinel-")
             .tempdir()?;
         let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
-                 logfile sentinel.log\ndir {dir}\n\
-                 sentinel monitor {NAME} 127.0.0.1 {primary} 2\n\
-                 sentinel down-after-milliseconds {NAME} 1000\n\
-                 sentinel failover-timeout {NAME} 5000\n\
-                 sentinel parallel-syncs {NAME} 2\n",
-                dir = dir.path().display()
-            ),
-        )?;
+        let mut text = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
+             logfile sentinel.log\ndir {dir}\n",
+            dir = dir.path().display()
+        );
+        if let Some((tls_port, files)) = tls {
+            let file = |name: &str| files.join(name).display().to_string();
+            text.push_str(&format!(
+                "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-client-cert-file {}\ntls-client-key-file {}\ntls-ca-cert-file {}\n\
+                 tls-auth-clients no\ntls-replication yes\n",
+                file("server.pem"),
+                file("server.key"),
+                file("client.pem"),
+                file("client.key"),
+                file("ca.pem"),
+            ));
+        }
+        text.push_str(&format!(
+            "sentinel monitor {NAME} 127.0.0.1 {primary} 2\n\
+             sentinel down-after-milliseconds {NAME} 1000\n\
+             sentinel failover-timeout {NAME} 5000\n\
+             sentinel parallel-syncs {NAME} 2\n"
+        ));
+        std::fs::write(&conf, text)?;
         let mut cmd = Command::new(program());
         cmd.current_dir(dir.path())
             .arg(&conf)
@@ -297,6 +392,7 @@ impl Sentinel {
         let mut sentinel = Sentinel {
             child: Some(spawn(cmd)?),
             port,
+            tls_port: tls.map(|(p, _)| p),
             dir,
         };
         let deadline = Instant::now() + PATIENCE;
@@ -357,5 +453,25 @@ mod tests {
         let new = set.wait_for_new_primary(old).unwrap();
         assert_ne!(new, first);
         assert_eq!(set.primary().unwrap().port(), new);
+    }
+
+    #[test]
+    fn a_tls_sentinel_set_starts_and_fails_over() {
+        let set = TestingSentinel::start_tls().expect("the set starts");
+        assert!(set
+            .tls_url()
+            .unwrap()
+            .starts_with("rediss+sentinel://localhost:"));
+        let first = set.primary().unwrap().port();
+        assert_eq!(first, set.nodes()[0].port());
+        let old = set.failover().unwrap();
+        let new = set.wait_for_new_primary(old).unwrap();
+        assert_ne!(new, first);
+        // The sentinels name the new primary by its TLS port.
+        let named = set
+            .sentinel_command(0, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", NAME])
+            .unwrap();
+        let tls_port = set.primary().unwrap().tls_port().unwrap();
+        assert_eq!(named.lines().nth(1), Some(tls_port.to_string().as_str()));
     }
 }

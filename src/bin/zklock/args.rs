@@ -29,8 +29,8 @@ Examples:
 
 --connect (or $ZKLOCK_CONNECT) picks the backend: host:port,... or zk://host:port,.../chroot
 for ZooKeeper (a name is the path /name), redis://, rediss://,
-redis+sentinel://host,.../primary or redis+cluster://host,..., postgres:// or
-postgresql://, mysql:// or mariadb://.
+redis+sentinel://host,.../primary or redis+cluster://host,... (rediss+sentinel://,
+rediss+cluster:// for TLS), postgres:// or postgresql://, mysql:// or mariadb://.
 
 Exit codes of `run` and `elect`: the command's own status (128+N if it died of signal N);
 123 the lock or leadership was lost and the command was terminated; 124 --timeout expired

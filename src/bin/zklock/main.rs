@@ -119,8 +119,8 @@ pub const ZOOKEEPER_LOST: &str = "its session expired or its node was deleted";
 
 /// The URL schemes `--connect` takes besides a bare ZooKeeper connect string.
 const SCHEMES: &str =
-    "zk://, redis://, rediss://, redis+sentinel://, redis+cluster://, postgres://, \
-     postgresql://, mysql://, mariadb://";
+    "zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
+     rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// The server `--connect` names: ZooKeeper hosts (or a `zk://` URL), a `redis://`
 /// (`rediss://`) URL, a `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
@@ -157,7 +157,8 @@ impl Backend {
         };
         match scheme.as_str() {
             "zk" => Ok(Backend::ZooKeeper),
-            "redis" | "rediss" | "redis+sentinel" | "redis+cluster" => Ok(Backend::Redis),
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => Ok(Backend::Redis),
             "postgres" | "postgresql" => Ok(Backend::Postgres),
             "mysql" | "mariadb" => Ok(Backend::MySql),
             other => Err(Failure::usage(format!(
