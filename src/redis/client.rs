@@ -176,7 +176,8 @@ impl RedisClient {
     ///     "redis://:secret@10.0.0.3:7000",
     /// ])
     /// .connect()?;
-    /// let guard = RedisMutex::new(&client, "ledger")?.lock()?;
+    /// let mutex = RedisMutex::new(&client, "ledger")?;
+    /// let guard = mutex.lock()?;
     /// # drop(guard);
     /// # Ok(()) }
     /// ```
