@@ -466,8 +466,10 @@ impl<'a, L: Lock> LockGuard<'a, L> {
         self.held.release(Some(timeout))
     }
 
-    /// This hold's fencing token (read from the server the first time on PostgreSQL); 0 once
-    /// the hold is gone, or when the token cannot be read (a fence refuses 0).
+    /// This hold's fencing token (read from the server the first time on PostgreSQL), kept by
+    /// the guard once read; 0 when it was never read and cannot be now: the hold is gone (its
+    /// session ended, or it was released through the lock) or the server did not answer (a
+    /// fence refuses 0).
     pub fn fencing_token(&self) -> u64 {
         self.held.fencing_token()
     }
@@ -539,8 +541,10 @@ impl<L: Lock> ArcLockGuard<L> {
         self.held.release(Some(timeout))
     }
 
-    /// This hold's fencing token (read from the server the first time on PostgreSQL); 0 once
-    /// the hold is gone, or when the token cannot be read (a fence refuses 0).
+    /// This hold's fencing token (read from the server the first time on PostgreSQL), kept by
+    /// the guard once read; 0 when it was never read and cannot be now: the hold is gone (its
+    /// session ended, or it was released through the lock) or the server did not answer (a
+    /// fence refuses 0).
     pub fn fencing_token(&self) -> u64 {
         self.held.fencing_token()
     }
@@ -571,6 +575,8 @@ where
     lock: P,
     /// The id of the hold the guard was made for: what tells it from a later hold.
     hold: Option<u64>,
+    /// The hold's token, once read through this guard: what a stale guard still reports.
+    token: std::cell::Cell<Option<u64>>,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -582,6 +588,7 @@ where
     fn new(lock: P) -> Self {
         Held {
             hold: lock.hold_id(),
+            token: std::cell::Cell::new(None),
             lock,
             released: false,
             _not_send: PhantomData,
@@ -594,10 +601,10 @@ where
     }
 
     fn fencing_token(&self) -> u64 {
-        match self.current() {
-            true => self.lock.fencing_token().unwrap_or_default(),
-            false => 0,
+        if self.token.get().is_none() && self.current() {
+            self.token.set(self.lock.fencing_token());
         }
+        self.token.get().unwrap_or_default()
     }
 
     fn health(&self) -> LockHealth {

@@ -102,8 +102,8 @@ enum Mode {
 /// in increasing order and a successor is granted only after its predecessor released, so
 /// tokens rise strictly across successive holders. Its transaction is committed with
 /// `synchronous_commit = on`, so a restart or crash of the server does not hand out a lower id
-/// again. Once the hold's session is gone no token can be read: 0 on the guard, `None` on the
-/// mutex. It needs no privilege.
+/// again. Once the hold's session is gone a token not read before cannot be: 0 on the guard
+/// (a guard keeps a token it read), `None` on the mutex. It needs no privilege.
 /// It can fail to rise after a failover to a replica that had not received the holder's commit
 /// (asynchronous replication) or after `pg_resetwal`.
 ///
