@@ -7,9 +7,12 @@
 //! cargo bench --features testing,redis --bench redis
 //! cargo bench --features testing,redis --bench redis -- --only=contended --secs=10
 //! cargo bench --features testing,redis --bench redis -- --only=handoff
+//! cargo bench --features testing,redis --bench redis -- --only=replicated
 //! ```
 //!
 //! The hand-off across processes (`handoff.rs`) runs beside python-redis-lock and redis-py.
+//! Replicated grants against plain grants (`replicated.rs`) run on a Sentinel set, and only
+//! when asked (`--only=replicated`): neither the default run nor the short pass runs them.
 //!
 //! The floor (`floor.rs`) runs the very same Lua scripts (this file includes the library's
 //! `scripts.rs`) on blocking sockets with hand-encoded commands and a subscriber socket per
@@ -37,6 +40,7 @@
 mod common;
 mod floor;
 mod handoff;
+mod replicated;
 #[path = "../../src/redis/scripts.rs"]
 #[allow(dead_code, unused_imports, unreachable_pub)]
 mod scripts;
@@ -78,6 +82,14 @@ fn main() -> Res<()> {
     }
     if plan.runs("handoff") {
         handoff::handoff(plan.short, &server)?;
+    }
+    let asked = |case: &str| {
+        plan.only
+            .as_deref()
+            .is_some_and(|only| only.split(',').any(|c| c == case))
+    };
+    if asked("replicated") {
+        replicated::replicated(&plan)?;
     }
     Ok(())
 }
