@@ -11,17 +11,6 @@ use zklock::testing::TestingServer;
 use zklock::{Acl, Client, Error, Perms};
 
 /// The error's whole chain, as one line.
-fn chain(e: &Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(" <- ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
-
 fn connect(connect: &str) -> Error {
     Client::builder(connect)
         .session_timeout(Duration::from_secs(4))

@@ -5,23 +5,14 @@
 //! TLS options are refused before any I/O.
 #![cfg(feature = "tls")]
 
-use std::error::Error as _;
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
+use common::chain;
 use zklock::testing::TestingMariaDb;
 use zklock::{Error, Lock, MySqlClient, MySqlMutex};
-
-fn chain(e: &Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(" <- ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
 
 fn connect(url: &str) -> zklock::Result<MySqlClient> {
     MySqlClient::builder(url)

@@ -4,24 +4,15 @@
 //! (`rediss+cluster://`).
 #![cfg(feature = "tls")]
 
-use std::error::Error as _;
+mod common;
+
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::chain;
 use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel};
 use zklock::{Error, RedisClient, RedisClientBuilder, RedisMutex};
-
-fn chain(e: &Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(" <- ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
 
 fn tls_builder(server: &TestingRedis) -> RedisClientBuilder {
     RedisClient::builder(&server.tls_url().unwrap()).connect_timeout(Duration::from_secs(5))

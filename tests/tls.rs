@@ -4,23 +4,11 @@
 
 mod common;
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use common::*;
 use zklock::testing::TestingServer;
 use zklock::{Client, ClientBuilder, Error, InterProcessMutex};
-
-fn chain(e: &Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(" <- ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
 
 fn tls_builder(server: &TestingServer) -> ClientBuilder {
     Client::builder(&server.tls_connect_string().unwrap())

@@ -11,6 +11,18 @@ pub mod java;
 pub mod postgres;
 pub mod worker;
 
+/// An error and its causes, `error <- cause <- …`: what a test's message shows of it.
+pub fn chain(e: &zklock::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        out.push_str(" <- ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
 /// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
 pub fn timing() -> u32 {
     std::env::var("ZKLOCK_TIMING_FACTOR")
