@@ -795,7 +795,10 @@ impl Inner {
                     Some(left) => left.min(self.operation_timeout),
                     None => self.operation_timeout,
                 };
-                let shortened = io < self.operation_timeout;
+                // A bound of one operation timeout from a moment ago (a release's) keeps the
+                // connection's own timeouts: setting and restoring them costs four system
+                // calls, for a bound shorter by microseconds.
+                let shortened = io + TIMEOUT_SLACK < self.operation_timeout;
                 if shortened {
                     set_timeouts(&conn, io).map_err(error)?;
                 }
@@ -959,6 +962,10 @@ pub(crate) enum Calling {
     /// Yes: a closing Client's waiter cleans up after an answer that came in after the close.
     Closing,
 }
+
+/// How much shorter than the operation timeout a call's bound must be for the call to set its
+/// connection's timeouts to it: a call may end this much after its bound.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
 /// How many `MOVED` or `ASK` answers one call follows before it fails with the last.
 const MAX_REDIRECTS: u32 = 5;
