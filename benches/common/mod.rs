@@ -19,6 +19,26 @@ pub fn process_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
+/// The CPU time process `pid` has used so far (user and system, from `/proc/<pid>/stat`),
+/// zero if it cannot be read: what a server spent on a case.
+pub fn pid_cpu(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // In clock ticks of USER_HZ, which Linux fixes at 100 for this file.
+    Duration::from_millis(ticks * 10)
+}
+
 /// A field of `/proc/self/status` (`Threads`, `VmRSS` in kB, …).
 fn status(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -165,7 +185,8 @@ pub fn secs(s: Option<&String>) -> Duration {
 
 /// What a bench run does, from its arguments: `--bench` for the real run (without it, as
 /// `cargo test` runs a bench, a short pass whose figures mean nothing), `--secs=S` for each
-/// contended row, `--only=CASE,…` for some cases.
+/// contended row, `--only=CASE,…` for some cases, `--rows=ROW,…` for some rows of a contended
+/// case (the rows whose name starts with one of them; for profiling one row alone).
 pub struct Plan {
     args: Vec<String>,
     pub short: bool,
@@ -173,6 +194,7 @@ pub struct Plan {
     pub cycles: usize,
     pub contended: Duration,
     pub only: Option<String>,
+    pub rows: Option<String>,
 }
 
 impl Plan {
@@ -191,12 +213,20 @@ impl Plan {
                 Duration::from_secs_f64(secs)
             },
             only: value("only"),
+            rows: value("rows"),
         }
     }
 
     /// The value of `--NAME=VALUE` among the arguments.
     pub fn value(&self, name: &str) -> Option<String> {
         value(&self.args, name)
+    }
+
+    /// Whether the row `row` of a contended case runs.
+    pub fn runs_row(&self, row: &str) -> bool {
+        self.rows
+            .as_deref()
+            .is_none_or(|rows| rows.split(',').any(|r| row.starts_with(r)))
     }
 
     /// Whether the case `case` runs.

@@ -10,8 +10,8 @@
 //!
 //! Rows:
 //! * **zklock**: one MySqlClient per session (as separate processes would have), `lock()` and
-//!   `release()`, in the `GET_LOCK` mode: a new connection per acquisition (a hold keeps it;
-//!   the release closes it);
+//!   `release()`, in the `GET_LOCK` mode: a connection per hold, taken from the Client's idle
+//!   ones (a release the server confirmed gives it back);
 //! * **zklock, table mode**: the same on `?lock_mode=table` (a lease row, waiters polling every
 //!   100 ms);
 //! * **floor**: MySqlMutex's very statements (`GET_LOCK` and the token's bump in one request,
@@ -29,7 +29,8 @@
 //! most acquisitions of one session; "wait" is the time `lock` took, p50 and p99. Statements
 //! and connections are the server's `Questions` and `Connections` counters (less the bench's
 //! own reading of them). Client CPU is this process's for the Rust rows and the Python
-//! processes' own for PyMySQL.
+//! processes' own for PyMySQL; the server's is `mariadbd`'s (in steps of 10 ms a turn).
+//! `--rows=zklock,floor` runs only the contended rows whose names start so (for profiling).
 //!
 //! Takeover (`--only=takeover`): a holder process (this bench run again, a MySqlClient with a
 //! session timeout T of 3 s, in the `GET_LOCK` mode and in the table mode; or PyMySQL doing
@@ -49,7 +50,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, secs, Counts, Plan, Res};
+use common::{num, pid_cpu, process_cpu, secs, Counts, Plan, Res};
 use hdrhistogram::Histogram;
 use mysql::prelude::Queryable;
 use zklock::testing::TestingMariaDb;
@@ -62,6 +63,7 @@ fn main() -> Res<()> {
         return holder(&args);
     }
     let plan = Plan::from_args();
+    let _ = SOCKET.set(std::env::args().any(|a| a == "--socket"));
     let server = TestingMariaDb::start()?;
     if plan.short {
         println!("(short pass: the figures mean nothing)");
@@ -94,20 +96,23 @@ fn counters(server: &TestingMariaDb) -> Res<(u64, u64)> {
     Ok((get("Questions")?, get("Connections")?))
 }
 
-/// What one case cost: statements and connections the server counted, client CPU.
+/// What one case cost: statements and connections the server counted, client CPU, the
+/// server's CPU.
 #[derive(Default)]
 struct Cost {
     statements: u64,
     connections: u64,
     cpu: Duration,
+    server_cpu: Duration,
 }
 
 /// Runs `f` (which returns its result and the CPU of processes other than this one) and counts
 /// what it cost.
 fn measure<T>(server: &TestingMariaDb, f: impl FnOnce() -> Res<(T, Duration)>) -> Res<(T, Cost)> {
-    let ((q0, c0), cpu0) = (counters(server)?, process_cpu());
+    let server_cpu = || server.pid().map_or(Duration::ZERO, pid_cpu);
+    let ((q0, c0), cpu0, s0) = (counters(server)?, process_cpu(), server_cpu());
     let (out, child_cpu) = f()?;
-    let cpu = process_cpu() - cpu0 + child_cpu;
+    let (cpu, s1) = (process_cpu() - cpu0 + child_cpu, server_cpu());
     let (q1, c1) = counters(server)?;
     // Less the reading's own statement and connection.
     Ok((
@@ -116,6 +121,7 @@ fn measure<T>(server: &TestingMariaDb, f: impl FnOnce() -> Res<(T, Duration)>) -
             statements: (q1 - q0).saturating_sub(1),
             connections: (c1 - c0).saturating_sub(1),
             cpu,
+            server_cpu: s1.saturating_sub(s0),
         },
     ))
 }
@@ -123,17 +129,32 @@ fn measure<T>(server: &TestingMariaDb, f: impl FnOnce() -> Res<(T, Duration)>) -
 fn per(cost: &Cost, ops: u64) -> String {
     let ops = ops.max(1) as f64;
     format!(
-        "{:.2} stmts, {:.2} conns, {:.3} ms CPU",
+        "{:.2} stmts, {:.2} conns, {:.3} ms CPU, server {:.3} ms",
         cost.statements as f64 / ops,
         cost.connections as f64 / ops,
-        cost.cpu.as_secs_f64() * 1e3 / ops
+        cost.cpu.as_secs_f64() * 1e3 / ops,
+        cost.server_cpu.as_secs_f64() * 1e3 / ops
     )
 }
 
+/// Whether the Rust and Python rows connect through the server's Unix socket (`--socket`)
+/// rather than TCP on loopback.
+static SOCKET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// The server's URL for the rows: TCP on loopback, or its Unix socket with `--socket`.
+fn url(server: &TestingMariaDb) -> String {
+    match SOCKET.get() {
+        Some(true) => format!("{}?socket={}", server.url(), server.socket().display()),
+        _ => server.url(),
+    }
+}
+
 fn client(server: &TestingMariaDb, table: bool) -> Res<MySqlClient> {
+    let url = url(server);
     let url = match table {
-        false => server.url(),
-        true => format!("{}?lock_mode=table", server.url()),
+        false => url,
+        true if url.contains('?') => format!("{url}&lock_mode=table"),
+        true => format!("{url}?lock_mode=table"),
     };
     Ok(MySqlClient::connect(&url)?)
 }
@@ -160,7 +181,10 @@ struct Floor {
 
 impl Floor {
     fn open(server: &TestingMariaDb, name: &str, sql: Sql) -> Res<Floor> {
-        let mut conn = mysql::Conn::new(mysql::Opts::from_url(&server.url())?)?;
+        // The transport the zklock rows use: the URL's, never a switch to a local socket.
+        let opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&url(server))?)
+            .prefer_socket(false);
+        let mut conn = mysql::Conn::new(opts)?;
         conn.query_drop(
             "CREATE TABLE IF NOT EXISTS zklock_tokens (name VARCHAR(64) CHARACTER SET utf8mb4 \
              COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) \
@@ -306,20 +330,27 @@ fn contended(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
         let d = plan.contended / turns;
         let mut rows: Vec<Option<(Vec<Counts>, Cost)>> = (0..ROWS.len()).map(|_| None).collect();
         for _ in 0..turns {
+            let row = |i: usize, f: &dyn Fn() -> Res<(Vec<Counts>, Duration)>| {
+                if plan.runs_row(ROWS[i]) {
+                    measure(server, f)
+                } else {
+                    Ok((Vec::new(), Cost::default()))
+                }
+            };
             let turn = [
-                measure(server, || {
+                row(0, &|| {
                     Ok((zklock_contended(server, s, d, false)?, Duration::ZERO))
                 })?,
-                measure(server, || {
+                row(1, &|| {
                     Ok((zklock_contended(server, s, d, true)?, Duration::ZERO))
                 })?,
-                measure(server, || {
+                row(2, &|| {
                     Ok((floor_contended(server, s, d, Sql::Same)?, Duration::ZERO))
                 })?,
-                measure(server, || {
+                row(3, &|| {
                     Ok((floor_contended(server, s, d, Sql::Plain)?, Duration::ZERO))
                 })?,
-                measure(server, || python_contended(server, s, d))?,
+                row(4, &|| python_contended(server, s, d))?,
             ];
             for (row, more) in rows.iter_mut().zip(turn) {
                 *row = Some(match row.take() {
@@ -337,12 +368,16 @@ fn contended(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
         let handoffs = |r: &[Counts]| r.iter().map(|c| c.handoffs).sum::<u64>();
         let (floor, python) = (&rows[2].0, &rows[4].0);
         for (what, (r, cost)) in ROWS.iter().zip(&rows) {
+            if !plan.runs_row(what) {
+                continue;
+            }
             let mut waits = Histogram::<u64>::new(3)?;
             for c in r {
                 waits.add(&c.waits)?;
             }
-            let ratio = |other: &[Counts]| {
-                format!("{:.2}×", handoffs(r) as f64 / handoffs(other).max(1) as f64)
+            let ratio = |other: &[Counts]| match handoffs(other) {
+                0 => "—".to_owned(),
+                h => format!("{:.2}×", handoffs(r) as f64 / h as f64),
             };
             println!(
                 "| {s} | {what} | {:.0} | {:.0} | {}–{} | {:.2} / {:.2} ms | {} | {} | {} |",
@@ -386,6 +421,7 @@ fn add(
     cost.statements += more_cost.statements;
     cost.connections += more_cost.connections;
     cost.cpu += more_cost.cpu;
+    cost.server_cpu += more_cost.server_cpu;
     Ok((run, cost))
 }
 
@@ -487,7 +523,7 @@ fn pymysql(
     arg: &str,
     file: Option<&str>,
 ) -> Res<common::Python> {
-    let url = server.url();
+    let url = url(server);
     let mut args = vec![url.as_str(), mode, arg];
     args.extend(file);
     common::Python::start("pymysql_bench.py", &args, "python3-pymysql")

@@ -14,13 +14,15 @@ import os
 import resource
 import sys
 import time
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pymysql
 
 url, mode, arg = sys.argv[1], sys.argv[2], sys.argv[3]
 u = urlparse(url)
+socket = parse_qs(u.query).get("socket", [None])[0]  # the Unix socket, if the URL names one
 conn = pymysql.connect(
+    unix_socket=socket,
     host=u.hostname,
     port=u.port or 3306,
     user=u.username,
