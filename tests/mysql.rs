@@ -232,6 +232,52 @@ fn a_released_session_is_reused() {
     theirs.read_lock().release().unwrap();
 }
 
+/// A URL with `socket=` connects through the server's Unix socket (the server sees the session
+/// from `localhost`), holds and excludes as on TCP, and a hold whose session is killed reads
+/// `Lost`; a URL without it stays on TCP even to a loopback address (the `mysql` crate's own
+/// default would switch to a local socket).
+#[test]
+fn a_socket_url_connects_through_the_unix_socket_and_a_tcp_url_stays_on_tcp() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let host_of = |id: u32| {
+        server
+            .root_sql(&format!(
+                "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = {id}"
+            ))
+            .unwrap()[0][0]
+            .clone()
+    };
+    let url = format!("{}?socket={}", server.url(), server.socket().display());
+    let on_socket = MySqlClient::builder(&url)
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .expect("connects through the socket");
+    let on_tcp = client(&server, Duration::from_secs(10));
+    let mine = MySqlMutex::new(&on_socket, "by-socket").unwrap();
+    let theirs = MySqlMutex::new(&on_tcp, "by-socket").unwrap();
+    assert!(mine.acquire_timeout(patience()).unwrap());
+    let host = host_of(mine.connection_id().unwrap());
+    println!("a socket URL's session comes from {host:?}");
+    assert_eq!(host, "localhost", "not on the Unix socket");
+    assert!(!theirs.acquire_timeout(Duration::ZERO).unwrap());
+    mine.release().unwrap();
+    assert!(theirs.acquire_timeout(patience()).unwrap());
+    let host = host_of(theirs.connection_id().unwrap());
+    println!("a TCP URL's session comes from {host:?}");
+    assert!(host.starts_with("127.0.0.1:"), "not on TCP: {host}");
+    theirs.release().unwrap();
+    // The watch of an idle held session works on a Unix socket too.
+    assert!(mine.acquire_timeout(patience()).unwrap());
+    assert!(server
+        .kill_session(u64::from(mine.connection_id().unwrap()))
+        .unwrap());
+    wait_for("the killed hold reads Lost", || {
+        mine.health() == Some(LockHealth::Lost)
+    });
+    assert!(theirs.acquire_timeout(patience()).unwrap());
+    theirs.release().unwrap();
+}
+
 /// Time for the server to end a killed session's socket.
 fn thread_sleep_a_moment() {
     std::thread::sleep(Duration::from_millis(200));
