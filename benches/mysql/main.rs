@@ -44,14 +44,16 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/holder.rs"]
+mod holder;
 
-use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{num, pid_cpu, process_cpu, secs, Counts, Plan, Res};
 use hdrhistogram::Histogram;
+use holder::{hold, Holder};
 use mysql::prelude::Queryable;
 use zklock::testing::TestingMariaDb;
 use zklock::{MySqlClient, MySqlMutex};
@@ -546,69 +548,7 @@ fn holder(args: &str) -> Res<()> {
         .session_timeout(Duration::from_millis(ms.parse()?))
         .connect()?;
     let mutex = MySqlMutex::new(&client, name)?;
-    let _held = mutex.lock()?;
-    println!("held");
-    std::io::stdout().flush()?;
-    let _ = std::io::stdin().read_line(&mut String::new());
-    Ok(())
-}
-
-/// A holder process: zklock's (this bench run as [`holder`]) or PyMySQL's; killed and reaped
-/// when dropped.
-enum Holder {
-    Zklock(std::process::Child),
-    PyMySql(common::Python),
-}
-
-impl Holder {
-    /// A zklock holder of `name` on `url` with session timeout `t`, once it holds.
-    fn zklock(url: &str, name: &str, t: Duration) -> Res<Holder> {
-        let mut child = std::process::Command::new(std::env::current_exe()?)
-            .env(HOLDER, format!("{url} {name} {}", t.as_millis()))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()?;
-        let mut line = String::new();
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        std::io::BufReader::new(stdout).read_line(&mut line)?;
-        if line.trim() != "held" {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("the holder process said {line:?}, not \"held\"").into());
-        }
-        Ok(Holder::Zklock(child))
-    }
-
-    /// A PyMySQL holder of `name` (`GET_LOCK` on the server's defaults: no limit of
-    /// zklock's), once it holds.
-    fn pymysql(server: &TestingMariaDb, name: &str) -> Res<Holder> {
-        let mut py = pymysql(server, "hold", name, None)?;
-        py.go()?;
-        match py.line()?.as_str() {
-            "held" => Ok(Holder::PyMySql(py)),
-            other => Err(format!("the PyMySQL holder said {other:?}, not \"held\"").into()),
-        }
-    }
-
-    fn signal(&self, signal: rustix::process::Signal) -> Res<()> {
-        let pid = match self {
-            Holder::Zklock(child) => child.id(),
-            Holder::PyMySql(py) => py.pid(),
-        };
-        let pid = rustix::process::Pid::from_raw(i32::try_from(pid)?).ok_or("pid 0")?;
-        rustix::process::kill_process(pid, signal)?;
-        Ok(())
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.signal(rustix::process::Signal::CONT);
-        if let Holder::Zklock(child) = self {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    hold(|| Ok(mutex.lock()?))
 }
 
 /// kill -9 and SIGSTOP of a holder process with session timeout T, in each mode: how long
@@ -642,7 +582,7 @@ fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
             let mut took = Vec::new();
             for i in 0..trials {
                 let name = format!("bench-takeover-{}-{key}-{i}", u8::from(table));
-                let holder = Holder::zklock(&url, &name, t)?;
+                let holder = Holder::zklock(HOLDER, &format!("{url} {name} {}", t.as_millis()))?;
                 let mutex = MySqlMutex::new(&client, &name)?;
                 // At a different point of the holder's heartbeat period each trial.
                 std::thread::sleep(t * i / trials);
@@ -676,7 +616,7 @@ fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
         .session_timeout(t)
         .connect()?;
     let name = "bench-takeover-pymysql-kill";
-    let holder = Holder::pymysql(server, name)?;
+    let holder = Holder::python(pymysql(server, "hold", name, None)?, "PyMySQL")?;
     let mutex = MySqlMutex::new(&client, name)?;
     let started = Instant::now();
     holder.signal(Signal::KILL)?;
@@ -690,7 +630,7 @@ fn takeover(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
     guard.release()?;
     drop(holder);
     let name = "bench-takeover-pymysql-stop";
-    let holder = Holder::pymysql(server, name)?;
+    let holder = Holder::python(pymysql(server, "hold", name, None)?, "PyMySQL")?;
     let mutex = MySqlMutex::new(&client, name)?;
     holder.signal(Signal::STOP)?;
     let waited = t * 3;

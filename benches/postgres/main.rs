@@ -59,6 +59,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod floor;
+#[path = "../common/holder.rs"]
+mod holder;
 #[path = "../../src/postgres/sql.rs"]
 #[allow(dead_code, unused_imports, unused_macros, unreachable_pub)]
 mod sql;
@@ -71,6 +73,7 @@ use std::time::{Duration, Instant};
 
 use common::{num, process_cpu, rss_mib, secs, threads, Counts, Plan, Res};
 use hdrhistogram::Histogram;
+use holder::{hold, Holder};
 use zklock::testing::TestingPostgres;
 use zklock::{PgClient, PgMutex};
 
@@ -839,67 +842,7 @@ fn holder(args: &str) -> Res<()> {
         .session_timeout(Duration::from_millis(ms.parse()?))
         .connect()?;
     let mutex = PgMutex::new(&client, name)?;
-    let _held = mutex.lock()?;
-    println!("held");
-    std::io::stdout().flush()?;
-    let _ = std::io::stdin().read_line(&mut String::new());
-    Ok(())
-}
-
-/// A holder process: zklock's (this bench run as [`holder`]) or psycopg2's.
-enum Holder {
-    Zklock(std::process::Child),
-    Psycopg2(common::Python),
-}
-
-impl Holder {
-    /// A zklock holder of `name` with session timeout `t`, once it holds.
-    fn zklock(server: &TestingPostgres, name: &str, t: Duration) -> Res<Holder> {
-        let mut child = std::process::Command::new(std::env::current_exe()?)
-            .env(HOLDER, format!("{} {name} {}", server.url(), t.as_millis()))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()?;
-        let mut line = String::new();
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        std::io::BufReader::new(stdout).read_line(&mut line)?;
-        if line.trim() != "held" {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("the holder process said {line:?}, not \"held\"").into());
-        }
-        Ok(Holder::Zklock(child))
-    }
-
-    /// A psycopg2 holder of `name` (the server's defaults: no limit of zklock's), once it holds.
-    fn psycopg2(server: &TestingPostgres, name: &str) -> Res<Holder> {
-        let mut py = psycopg2(server, "hold", name, None)?;
-        py.go()?;
-        match py.line()?.as_str() {
-            "held" => Ok(Holder::Psycopg2(py)),
-            other => Err(format!("the psycopg2 holder said {other:?}, not \"held\"").into()),
-        }
-    }
-
-    fn signal(&self, signal: rustix::process::Signal) -> Res<()> {
-        let pid = match self {
-            Holder::Zklock(child) => child.id(),
-            Holder::Psycopg2(py) => py.pid(),
-        };
-        let pid = rustix::process::Pid::from_raw(i32::try_from(pid)?).ok_or("pid 0")?;
-        rustix::process::kill_process(pid, signal)?;
-        Ok(())
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.signal(rustix::process::Signal::CONT);
-        if let Holder::Zklock(child) = self {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    hold(|| Ok(mutex.lock()?))
 }
 
 /// kill -9 and SIGSTOP of a holder process, zklock's (session timeout T) and psycopg2's (the
@@ -925,7 +868,10 @@ fn takeover(plan: &Plan, server: &TestingPostgres) -> Res<()> {
         let mut took = Vec::new();
         for i in 0..trials {
             let name = format!("bench-takeover-{key}-{i}");
-            let holder = Holder::zklock(server, &name, t)?;
+            let holder = Holder::zklock(
+                HOLDER,
+                &format!("{} {name} {}", server.url(), t.as_millis()),
+            )?;
             let mutex = PgMutex::new(&client, &name)?;
             // At a different point of the holder's heartbeat period each trial.
             thread::sleep(t * i / trials);
@@ -953,7 +899,7 @@ fn takeover(plan: &Plan, server: &TestingPostgres) -> Res<()> {
     // The server's defaults: a killed holder's kernel closes its connection; a frozen one's
     // keeps answering the keepalives, and nothing else ends its session.
     let name = "bench-takeover-psycopg2-kill";
-    let holder = Holder::psycopg2(server, name)?;
+    let holder = Holder::python(psycopg2(server, "hold", name, None)?, "psycopg2")?;
     let mutex = PgMutex::new(&client, name)?;
     let started = Instant::now();
     holder.signal(Signal::KILL)?;
@@ -967,7 +913,7 @@ fn takeover(plan: &Plan, server: &TestingPostgres) -> Res<()> {
     guard.release()?;
     drop(holder);
     let name = "bench-takeover-psycopg2-stop";
-    let holder = Holder::psycopg2(server, name)?;
+    let holder = Holder::python(psycopg2(server, "hold", name, None)?, "psycopg2")?;
     let mutex = PgMutex::new(&client, name)?;
     holder.signal(Signal::STOP)?;
     let waited = t * 3;
