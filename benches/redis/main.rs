@@ -31,7 +31,12 @@
 //! `INFO` — the commands inside scripts too, so this is the server's work, renewals and
 //! wake-up messages included — and, in brackets, the scripts among them (`EVAL`/`EVALSHA`,
 //! one round trip each). Client CPU is this process's for zklock and
-//! the floor, and the Python processes' own for redis-py.
+//! the floor, and the Python processes' own for redis-py; the server's is `redis-server`'s (in
+//! steps of 10 ms a turn).
+//!
+//! The contended rows take turns of at most half a second each, so that a drift of the
+//! machine's speed falls on every row alike; a row's figures are the sums over its turns.
+//! `--rows=zklock,floor` runs only the contended rows whose names start so (for profiling).
 //!
 //! `cargo test` runs this bench once too, as a short pass (it keeps the bench working; its
 //! figures mean nothing).
@@ -50,7 +55,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{num, process_cpu, secs, Plan, Res};
+use common::{num, pid_cpu, process_cpu, secs, Plan, Res};
 use hdrhistogram::Histogram;
 use zklock::testing::TestingRedis;
 use zklock::{RedisClient, RedisMutex};
@@ -113,21 +118,35 @@ fn requests(server: &TestingRedis) -> Res<(u64, u64)> {
     Ok((all, scripts))
 }
 
-/// What one case cost: server commands (all, and scripts) and client CPU.
+/// What one case cost: server commands (all, and scripts), client CPU, the server's CPU.
+#[derive(Default)]
 struct Cost {
     commands: u64,
     scripts: u64,
     cpu: Duration,
+    server_cpu: Duration,
+}
+
+impl Cost {
+    fn add(&mut self, more: &Cost) {
+        self.commands += more.commands;
+        self.scripts += more.scripts;
+        self.cpu += more.cpu;
+        self.server_cpu += more.server_cpu;
+    }
 }
 
 fn measure<T>(server: &TestingRedis, f: impl FnOnce() -> Res<(T, Duration)>) -> Res<(T, Cost)> {
-    let (r0, c0) = (requests(server)?, process_cpu());
+    let server_cpu = || server.pid().map_or(Duration::ZERO, pid_cpu);
+    let (r0, c0, s0) = (requests(server)?, process_cpu(), server_cpu());
     let (out, child_cpu) = f()?;
+    let (cpu, s1) = (process_cpu() - c0 + child_cpu, server_cpu());
     let r1 = requests(server)?;
     let cost = Cost {
         commands: r1.0 - r0.0,
         scripts: r1.1 - r0.1,
-        cpu: process_cpu() - c0 + child_cpu,
+        cpu,
+        server_cpu: s1.saturating_sub(s0),
     };
     Ok((out, cost))
 }
@@ -136,10 +155,11 @@ fn per(cost: &Cost, ops: u64) -> String {
     let ops = ops.max(1);
     let ops = ops as f64;
     format!(
-        "{:.1} cmds ({:.2} scripts), {:.3} ms CPU",
+        "{:.1} cmds ({:.2} scripts), {:.3} ms CPU, server {:.3} ms",
         cost.commands as f64 / ops,
         cost.scripts as f64 / ops,
-        cost.cpu.as_secs_f64() * 1e3 / ops
+        cost.cpu.as_secs_f64() * 1e3 / ops,
+        cost.server_cpu.as_secs_f64() * 1e3 / ops
     )
 }
 
@@ -204,37 +224,74 @@ fn row(what: &str, h: &Histogram<u64>, cost: &Cost, ops: usize) {
 // Contended: S sessions in a loop of acquire + release on one lock.
 // ---------------------------------------------------------------------------
 
+/// The contended rows, in the order each turn runs them.
+const ROWS: [&str; 4] = [
+    "zklock (fair)",
+    "zklock (barging)",
+    "floor (fair)",
+    "redis-py",
+];
+
+/// The longest turn of a contended row: the rows take turns, so that a drift of the machine's
+/// speed (other load, the host) falls on all of them alike.
+const TURN: Duration = Duration::from_millis(500);
+
 fn contended(plan: &Plan, server: &TestingRedis) -> Res<()> {
+    let turns = (plan.contended.as_secs_f64() / TURN.as_secs_f64())
+        .ceil()
+        .clamp(1.0, 1000.0) as u32;
+    let d = plan.contended / turns;
     println!(
-        "## contended: S sessions, acquire + release in a loop, {:?} each\n",
-        plan.contended
+        "## contended: S sessions, acquire + release in a loop, {:?} each, in turns of {d:?}\n",
+        plan.contended,
     );
     println!(
         "| S | | acquisitions/s | handoffs/s | spread | per acquisition | handoffs ÷ floor | ÷ redis-py |\n\
          |---|---|---|---|---|---|---|---|"
     );
     for s in SESSIONS {
-        let run = |f: &dyn Fn() -> Res<(Counts, Duration)>| measure(server, f);
-        let (fair, fair_cost) = run(&|| {
-            Ok((
-                zklock_contended(server, s, plan.contended, true)?,
-                Duration::ZERO,
-            ))
-        })?;
-        let (barging, barging_cost) = run(&|| {
-            Ok((
-                zklock_contended(server, s, plan.contended, false)?,
-                Duration::ZERO,
-            ))
-        })?;
-        let (fl, fl_cost) =
-            run(&|| Ok((floor_contended(server, s, plan.contended)?, Duration::ZERO)))?;
-        let (py, py_cost) = run(&|| python_contended(server, s, plan.contended))?;
+        let row = |i: usize, f: &dyn Fn() -> Res<(Counts, Duration)>| {
+            if plan.runs_row(ROWS[i]) {
+                measure(server, f)
+            } else {
+                Ok((Vec::new(), Cost::default()))
+            }
+        };
+        let mut rows: Vec<(Counts, Cost)> = (0..ROWS.len())
+            .map(|_| (Vec::new(), Cost::default()))
+            .collect();
+        for _ in 0..turns {
+            let turn = [
+                row(0, &|| {
+                    Ok((zklock_contended(server, s, d, true)?, Duration::ZERO))
+                })?,
+                row(1, &|| {
+                    Ok((zklock_contended(server, s, d, false)?, Duration::ZERO))
+                })?,
+                row(2, &|| Ok((floor_contended(server, s, d)?, Duration::ZERO)))?,
+                row(3, &|| python_contended(server, s, d))?,
+            ];
+            for ((counts, cost), (more, more_cost)) in rows.iter_mut().zip(turn) {
+                counts.resize(more.len().max(counts.len()), (0, 0));
+                for (c, m) in counts.iter_mut().zip(more) {
+                    *c = (c.0 + m.0, c.1 + m.1);
+                }
+                cost.add(&more_cost);
+            }
+        }
         let total = |v: &[(u64, u64)]| v.iter().map(|(n, _)| n).sum::<u64>();
         let handoffs = |v: &[(u64, u64)]| v.iter().map(|(_, h)| h).sum::<u64>();
         let rate = |n: u64| n as f64 / plan.contended.as_secs_f64();
-        let line = |what: &str, v: &[(u64, u64)], cost: &Cost, ratios: bool| {
-            let ratio = |other: &[(u64, u64)]| handoffs(v) as f64 / handoffs(other).max(1) as f64;
+        let (fl, py) = (&rows[2].0, &rows[3].0);
+        for (i, (what, (v, cost))) in ROWS.iter().zip(&rows).enumerate() {
+            if !plan.runs_row(what) {
+                continue;
+            }
+            let ratio = |other: &[(u64, u64)]| match handoffs(other) {
+                _ if i >= 2 => String::new(),
+                0 => "—".to_owned(),
+                h => format!("{:.2}×", handoffs(v) as f64 / h as f64),
+            };
             println!(
                 "| {s} | {what} | {:.0} | {:.0} | {}–{} | {} | {} | {} |",
                 rate(total(v)),
@@ -242,22 +299,10 @@ fn contended(plan: &Plan, server: &TestingRedis) -> Res<()> {
                 v.iter().map(|(n, _)| n).min().unwrap_or(&0),
                 v.iter().map(|(n, _)| n).max().unwrap_or(&0),
                 per(cost, total(v)),
-                if ratios {
-                    format!("{:.2}×", ratio(&fl))
-                } else {
-                    String::new()
-                },
-                if ratios {
-                    format!("{:.2}×", ratio(&py))
-                } else {
-                    String::new()
-                },
+                ratio(fl),
+                ratio(py),
             );
-        };
-        line("zklock (fair)", &fair, &fair_cost, true);
-        line("zklock (barging)", &barging, &barging_cost, true);
-        line("floor (fair)", &fl, &fl_cost, false);
-        line("redis-py", &py, &py_cost, false);
+        }
     }
     println!();
     Ok(())
