@@ -10,7 +10,9 @@
 //! as long as the server's wall clock, on which Redis keeps every expiry, does not step. Each
 //! round also reads the server's `TIME`; a step found there (see [`super::clock`]) is logged,
 //! and the holds read `Suspended` until the clocks have agreed for a renewal period again (a
-//! hold whose key the step expired reads `Lost`, as the renewal finds it gone).
+//! hold whose key the step expired reads `Lost`, as the renewal finds it gone). Through
+//! Sentinel each round also asks the sentinels which node is the primary, and renews again at
+//! once on a new one (the old may go on answering as a primary for a while).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -297,6 +299,11 @@ impl Run {
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + period;
                 self.renew();
+                if self.server.primary_moved(self.timeout()) {
+                    // Renew at once on the new primary: a hold its key lacks reads Lost now,
+                    // and a step between the two primaries' clocks is found now.
+                    self.renew();
+                }
             }
             self.report();
             self.states.judge();

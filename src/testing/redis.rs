@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
-use super::clock::{offset_us, SteppedClock};
+use super::clock::{ClockOffset, SteppedClock};
 use super::config::free_ports;
 use super::process::{all_threads_stopped, signal, spawn};
 
@@ -81,7 +81,7 @@ impl TestingRedis {
     /// `NotFound` with what to install when there is no `redis-server`; the server's log when
     /// it does not answer within 30 s.
     pub fn start() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None, false, false)
+        Self::launch_new(false, None, None, None, false)
     }
 
     /// Starts a server without persistence whose wall clock — what `TIME` answers and what
@@ -99,7 +99,13 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when the C compiler cannot be run or fails (its message).
     pub fn start_with_stepped_clock() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None, true, false)
+        Self::launch_new(
+            false,
+            None,
+            None,
+            Some(ClockOffset::Ahead(Duration::ZERO)),
+            false,
+        )
     }
 
     /// The server's wall clock reads the host's plus `by` from its next reading on (`ZERO`:
@@ -110,7 +116,7 @@ impl TestingRedis {
     /// [`start_with_stepped_clock`](Self::start_with_stepped_clock); when the offset file
     /// cannot be written.
     pub fn set_clock_ahead(&self, by: Duration) -> io::Result<()> {
-        self.stepped_clock()?.set(offset_us(by, true))
+        self.stepped_clock()?.set(ClockOffset::Ahead(by).micros())
     }
 
     /// The server's wall clock reads the host's minus `by` from its next reading on.
@@ -118,7 +124,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`set_clock_ahead`](Self::set_clock_ahead).
     pub fn set_clock_behind(&self, by: Duration) -> io::Result<()> {
-        self.stepped_clock()?.set(offset_us(by, false))
+        self.stepped_clock()?.set(ClockOffset::Behind(by).micros())
     }
 
     fn stepped_clock(&self) -> io::Result<&SteppedClock> {
@@ -144,7 +150,7 @@ impl TestingRedis {
             false,
             None,
             Some(TlsChoice::Own(require_client_certificate)),
-            false,
+            None,
             false,
         )
     }
@@ -155,7 +161,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedis> {
-        Self::launch_new(true, None, None, false, false)
+        Self::launch_new(true, None, None, None, false)
     }
 
     /// Starts a node of a Redis Cluster (`cluster-enabled yes`, node timeout 1 s), alone: no
@@ -164,7 +170,7 @@ impl TestingRedis {
         persistent: bool,
         tls: Option<TlsChoice>,
     ) -> io::Result<TestingRedis> {
-        Self::launch_new(persistent, None, tls, false, true)
+        Self::launch_new(persistent, None, tls, None, true)
     }
 
     /// Starts a node of a TLS Sentinel set with the set's certificates: the first primary
@@ -176,12 +182,12 @@ impl TestingRedis {
     ) -> io::Result<TestingRedis> {
         let tls = TlsChoice::Shared(shared.0.clone(), shared.1.to_owned());
         let Some(primary) = replica_of else {
-            return Self::launch_new(false, None, Some(tls), false, false);
+            return Self::launch_new(false, None, Some(tls), None, false);
         };
         let port = primary.tls_port().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "the primary has no TLS port")
         })?;
-        let replica = Self::launch_new(false, Some(port), Some(tls), false, false)?;
+        let replica = Self::launch_new(false, Some(port), Some(tls), None, false)?;
         replica.wait_synced()?;
         Ok(replica)
     }
@@ -196,7 +202,17 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
     pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
-        let replica = Self::launch_new(false, Some(primary.port), None, false, false)?;
+        Self::replica_with_clock(primary, None)
+    }
+
+    /// As [`replica_of`](Self::replica_of); with an `offset`, the replica's wall clock reads
+    /// that far from the host's from its start (and can be stepped later, as
+    /// [`start_with_stepped_clock`](Self::start_with_stepped_clock)'s can).
+    pub(super) fn replica_with_clock(
+        primary: &TestingRedis,
+        offset: Option<ClockOffset>,
+    ) -> io::Result<TestingRedis> {
+        let replica = Self::launch_new(false, Some(primary.port), None, offset, false)?;
         replica.wait_synced()?;
         Ok(replica)
     }
@@ -223,7 +239,7 @@ impl TestingRedis {
         persistent: bool,
         replica_of: Option<u16>,
         tls: Option<TlsChoice>,
-        stepped_clock: bool,
+        stepped_clock: Option<ClockOffset>,
         cluster: bool,
     ) -> io::Result<TestingRedis> {
         let program = program();
@@ -267,8 +283,12 @@ impl TestingRedis {
                 None => None,
             };
             let clock = match stepped_clock {
-                true => Some(SteppedClock::build(dir.path())?),
-                false => None,
+                Some(offset) => {
+                    let clock = SteppedClock::build(dir.path())?;
+                    clock.set(offset.micros())?;
+                    Some(clock)
+                }
+                None => None,
             };
             let mut server = TestingRedis {
                 child: None,

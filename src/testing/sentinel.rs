@@ -11,7 +11,7 @@ use rustix::process::Signal;
 use super::config::free_ports;
 use super::process::{signal, spawn};
 use super::redis::{command_at, program};
-use super::{TestingRedis, TestingTls};
+use super::{ClockOffset, TestingRedis, TestingTls};
 
 /// How long the set may take to come up, and a failover to finish.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -67,11 +67,48 @@ impl TestingSentinel {
     /// As [`TestingRedis::start`]; `TimedOut` if the sentinels do not see the whole set
     /// within 60 s.
     pub fn start() -> io::Result<TestingSentinel> {
+        Self::start_plain(None)
+    }
+
+    /// As [`start`](Self::start), with the wall clock of the first replica, `nodes()[1]`,
+    /// reading `offset` from the host's from its start (the library of
+    /// [`TestingRedis::start_with_stepped_clock`] preloaded into it; the host's clock and the
+    /// other nodes' are left alone), and the second replica, `nodes()[2]`, never promoted
+    /// (`replica-priority 0`): a failover ([`failover`](Self::failover),
+    /// [`kill_primary`](Self::kill_primary), [`pause_primary`](Self::pause_primary)) promotes
+    /// the replica whose clock differs. Its clock can be stepped again with
+    /// [`TestingRedis::set_clock_ahead`] and [`TestingRedis::set_clock_behind`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use zklock::testing::{ClockOffset, TestingSentinel};
+    ///
+    /// let behind = ClockOffset::Behind(Duration::from_secs(3600));
+    /// let set = TestingSentinel::start_with_replica_clock(behind)?;
+    /// let old = set.failover()?;
+    /// assert_eq!(set.wait_for_new_primary(old)?, set.nodes()[1].port());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) and [`TestingRedis::start_with_stepped_clock`].
+    pub fn start_with_replica_clock(offset: ClockOffset) -> io::Result<TestingSentinel> {
+        Self::start_plain(Some(offset))
+    }
+
+    /// A set without TLS; with an `offset`, as
+    /// [`start_with_replica_clock`](Self::start_with_replica_clock).
+    fn start_plain(offset: Option<ClockOffset>) -> io::Result<TestingSentinel> {
         let primary = TestingRedis::start()?;
         let replicas = [
-            TestingRedis::replica_of(&primary)?,
+            TestingRedis::replica_with_clock(&primary, offset)?,
             TestingRedis::replica_of(&primary)?,
         ];
+        if offset.is_some() {
+            // Before the sentinels start, so that their first look at it sees the priority.
+            replicas[1].command(&["CONFIG", "SET", "replica-priority", "0"])?;
+        }
         let mut nodes = vec![primary];
         nodes.extend(replicas);
         Self::watch(TestingSentinel {

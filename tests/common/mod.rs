@@ -23,6 +23,83 @@ pub fn chain(e: &zklock::Error) -> String {
     out
 }
 
+/// zklock's warnings in this test binary, captured from the first call on (the first call
+/// installs the tracing subscriber): the lines that contain `needle`. The tests of a binary run
+/// side by side, each on servers of its own, so a test picks its lines by its server's address.
+pub fn warnings_naming(needle: &str) -> Vec<String> {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    static LOG: OnceLock<Captured> = OnceLock::new();
+    let captured = LOG.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter("zklock=warn")
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        captured
+    });
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until a Client's keeper has just renewed `key` on `server` (its TTL jumped back up),
+/// so that its next renewal is a whole period away.
+#[cfg(all(feature = "redis", feature = "testing"))]
+pub fn just_renewed(server: &zklock::testing::TestingRedis, key: &str) {
+    let pttl = || {
+        server
+            .command(&["PTTL", key])
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    let mut last = pttl();
+    let deadline = Instant::now() + patience();
+    loop {
+        let now = pttl();
+        if now > last {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{key} was never renewed");
+        last = now;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How long after `from` `health` first reads something other than `Held`, and what.
+pub fn until_not_held(
+    from: Instant,
+    health: impl Fn() -> zklock::LockHealth,
+) -> (Duration, zklock::LockHealth) {
+    loop {
+        let h = health();
+        if h != zklock::LockHealth::Held {
+            return (from.elapsed(), h);
+        }
+        assert!(from.elapsed() < patience(), "still Held");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
 pub fn timing() -> u32 {
     std::env::var("ZKLOCK_TIMING_FACTOR")
