@@ -67,8 +67,9 @@ struct TlsPort {
 
 /// The TLS a new [`TestingRedis`] listens with.
 pub(super) enum TlsChoice {
-    /// Certificates of its own; whether a client certificate is required.
-    Own(bool),
+    /// Certificates of its own; whether a client certificate is required, and the names the
+    /// server's certificate gives.
+    Own(bool, Vec<String>),
     /// A set's certificates (made by [`super::tls::certificates`] in the given directory),
     /// with replication and the cluster bus over TLS.
     Shared(super::TestingTls, PathBuf),
@@ -146,10 +147,33 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedis> {
+        Self::start_tls_naming(require_client_certificate, &super::tls::SERVER_NAMES)
+    }
+
+    /// As [`start_tls`](Self::start_tls), the server's certificate (of the same CA) naming
+    /// `names` — DNS names or IP addresses — instead of `localhost` and `127.0.0.1`. With a
+    /// name that is not the host the client dials (`start_tls_naming(false,
+    /// &["elsewhere.invalid"])`, dialed at [`tls_url`](Self::tls_url)'s `localhost`), a client
+    /// that trusts the CA is refused for the name alone.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let server = zklock::testing::TestingRedis::start_tls_naming(false, &["elsewhere.invalid"])?;
+    /// let ca = server.tls().unwrap().ca_pem();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start_tls`](Self::start_tls).
+    pub fn start_tls_naming(
+        require_client_certificate: bool,
+        names: &[&str],
+    ) -> io::Result<TestingRedis> {
+        let names = names.iter().map(|n| (*n).to_owned()).collect();
         Self::launch_new(
             false,
             None,
-            Some(TlsChoice::Own(require_client_certificate)),
+            Some(TlsChoice::Own(require_client_certificate, names)),
             None,
             false,
         )
@@ -265,8 +289,10 @@ impl TestingRedis {
             let ports = free_ports(3)?;
             let dir = tempfile::Builder::new().prefix("zklock-redis-").tempdir()?;
             let tls = match &tls {
-                Some(TlsChoice::Own(need)) => {
-                    let (certificates, files) = super::tls::certificates(dir.path(), *need)?;
+                Some(TlsChoice::Own(need, names)) => {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    let (certificates, files) =
+                        super::tls::certificates_naming(dir.path(), *need, &names)?;
                     Some(TlsPort {
                         certificates,
                         port: ports[1],

@@ -119,18 +119,21 @@ impl TestingSentinel {
     }
 
     /// As [`start`](Self::start), every node and sentinel also listening for TLS on a second
-    /// port (`tls-port`, no client certificate asked of clients), with certificates of one
-    /// throwaway CA made with the `openssl` command, which name `localhost` and `127.0.0.1`;
-    /// the replicas replicate and the sentinels talk to the nodes and to each other over TLS
-    /// (`tls-replication yes`).
+    /// port (`tls-port`), with certificates of one throwaway CA made with the `openssl`
+    /// command, which name `localhost` and `127.0.0.1`; the replicas replicate and the
+    /// sentinels talk to the nodes and to each other over TLS (`tls-replication yes`, each
+    /// presenting the client certificate). With `require_client_certificate` every node and
+    /// sentinel asks its TLS clients for a certificate of that CA (`tls-auth-clients yes`;
+    /// [`TestingTls::client_cert_pem`]).
     ///
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
-    pub fn start_tls() -> io::Result<TestingSentinel> {
+    pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingSentinel> {
         let dir = tempfile::Builder::new()
             .prefix("zklock-redis-sentinel-tls-")
             .tempdir()?;
-        let (certificates, files) = super::tls::certificates(dir.path(), false)?;
+        let (certificates, files) =
+            super::tls::certificates(dir.path(), require_client_certificate)?;
         let shared = (&certificates, files.as_path());
         let primary = TestingRedis::start_tls_set_node(shared, None)?;
         let replicas = [
@@ -151,9 +154,13 @@ impl TestingSentinel {
         let primary = &set.nodes[0];
         let primary_port = primary.tls_port().unwrap_or(primary.port());
         let files = set.tls.as_ref().map(|(_, dir)| dir.path().join("tls"));
+        let need = set
+            .tls
+            .as_ref()
+            .is_some_and(|(c, _)| c.requires_client_certificate());
         let ports = free_ports(6)?;
         for i in 0..3 {
-            let tls_port = files.as_ref().map(|f| (ports[3 + i], f.as_path()));
+            let tls_port = files.as_ref().map(|f| (ports[3 + i], f.as_path(), need));
             set.sentinels
                 .push(Sentinel::start(ports[i], tls_port, primary_port)?);
         }
@@ -379,11 +386,11 @@ fn fields(answer: &str) -> Vec<(String, String)> {
 }
 
 impl Sentinel {
-    /// A sentinel on `port` (and on a TLS port, with the certificates in the directory given)
-    /// monitoring the primary on `primary` (its TLS port in a TLS set).
+    /// A sentinel on `port` (and on a TLS port, with the certificates in the directory given,
+    /// asking clients for a certificate if told to) monitoring the primary on `primary` (its TLS port in a TLS set).
     fn start(
         port: u16,
-        tls: Option<(u16, &std::path::Path)>,
+        tls: Option<(u16, &std::path::Path, bool)>,
         primary: u16,
     ) -> io::Result<Sentinel> {
         let dir = tempfile::Builder::new()
@@ -395,17 +402,18 @@ impl Sentinel {
              logfile sentinel.log\ndir {dir}\n",
             dir = dir.path().display()
         );
-        if let Some((tls_port, files)) = tls {
+        if let Some((tls_port, files, need)) = tls {
             let file = |name: &str| files.join(name).display().to_string();
             text.push_str(&format!(
                 "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
                  tls-client-cert-file {}\ntls-client-key-file {}\ntls-ca-cert-file {}\n\
-                 tls-auth-clients no\ntls-replication yes\n",
+                 tls-auth-clients {}\ntls-replication yes\n",
                 file("server.pem"),
                 file("server.key"),
                 file("client.pem"),
                 file("client.key"),
                 file("ca.pem"),
+                if need { "yes" } else { "no" },
             ));
         }
         text.push_str(&format!(
@@ -429,7 +437,7 @@ impl Sentinel {
         let mut sentinel = Sentinel {
             child: Some(spawn(cmd)?),
             port,
-            tls_port: tls.map(|(p, _)| p),
+            tls_port: tls.map(|(p, _, _)| p),
             dir,
         };
         let deadline = Instant::now() + PATIENCE;
@@ -494,7 +502,7 @@ mod tests {
 
     #[test]
     fn a_tls_sentinel_set_starts_and_fails_over() {
-        let set = TestingSentinel::start_tls().expect("the set starts");
+        let set = TestingSentinel::start_tls(false).expect("the set starts");
         assert!(set
             .tls_url()
             .unwrap()
