@@ -116,10 +116,11 @@ fn log_saying(set: &TestingSentinel, words: &[&str]) -> Vec<String> {
 }
 
 /// An hour ahead: the holder's key (and the token key) expire on the new primary at once.
-/// Another Client is granted the lock as soon as the failover is done, while the holder reads
-/// `Held` until its next renewal there finds the key gone: `Lost`, the log naming the forward
-/// step. The new holder's token is higher (the new primary's clock, an hour ahead), so a
-/// fence refuses the old holder.
+/// A Client that connects after the failover is granted the lock at once, while the holder
+/// reads `Held` until its keeper's next round moves it to the new primary and finds the key
+/// gone: `Lost`, the log naming the forward step. A Client connected before is moved by its
+/// own keeper within a renewal period too. The new holders' tokens are higher (the new
+/// primary's clock, an hour ahead), so a fence refuses the old holder.
 #[test]
 fn a_failover_to_a_replica_an_hour_ahead_makes_the_holder_lost_and_the_lock_free_at_once() {
     let set = TestingSentinel::start_with_replica_clock(ClockOffset::Ahead(HOUR)).unwrap();
@@ -129,8 +130,9 @@ fn a_failover_to_a_replica_an_hour_ahead_makes_the_holder_lost_and_the_lock_free
     let guard = mutex.lock().unwrap();
     let theirs = RedisMutex::new(&other, NAME).unwrap();
     assert!(theirs.try_lock().unwrap().is_none());
+    let ours = guard.fencing_token();
     let f = thread::scope(|s| {
-        // Another Client tries from the failover on, every 20 ms.
+        // A Client connected before the failover tries from then on, every 20 ms.
         let taking = s.spawn(|| loop {
             if let Ok(Some(g)) = theirs.try_lock() {
                 let granted = (Instant::now(), g.fencing_token());
@@ -139,18 +141,51 @@ fn a_failover_to_a_replica_an_hour_ahead_makes_the_holder_lost_and_the_lock_free
             }
             thread::sleep(Duration::from_millis(20));
         });
+        // A Client that connects once the failover is done tries once.
+        let fresh = s.spawn(|| {
+            let new = set.nodes()[1].port();
+            wait_for("the new primary", || {
+                set.primary().is_ok_and(|p| p.port() == new)
+            });
+            let c = client(&set);
+            let m = RedisMutex::new(&c, NAME).unwrap();
+            let tried = Instant::now();
+            let got = m.try_lock().unwrap().map(|g| {
+                let token = g.fencing_token();
+                g.release().unwrap();
+                (Instant::now(), token)
+            });
+            c.close();
+            (tried, got)
+        });
         let f = fail_over_under(&set, || guard.health());
         let (granted, token) = taking.join().unwrap();
+        let (tried, fresh) = fresh.join().unwrap();
         println!(
-            "another Client was granted the lock {} ms after the failover was seen ({} ms \
-             before the holder read {:?}); tokens: holder {}, new holder {token} (+{})",
+            "the Client connected before was granted the lock {} ms after the failover was \
+             seen ({} ms before the holder read {:?}); tokens: holder {ours}, new holder \
+             {token} (+{})",
             after(granted, f.seen),
             after(f.changed, granted),
             f.health,
-            guard.fencing_token(),
-            token.saturating_sub(guard.fencing_token())
+            token.saturating_sub(ours)
         );
-        assert!(token > guard.fencing_token(), "the token rose");
+        assert!(token > ours, "the token rose");
+        match fresh {
+            Some((at, token)) => {
+                println!(
+                    "a Client connected after the failover was granted the lock {} ms after \
+                     it was seen ({} ms before the holder read {:?}), token +{}",
+                    after(at, f.seen),
+                    after(f.changed, at),
+                    f.health,
+                    token.saturating_sub(ours)
+                );
+                assert!(token > ours, "the token rose");
+            }
+            // Only if the Client connected before had it then.
+            None => assert!(granted <= tried, "the lock was not free on the new primary"),
+        }
         f
     });
     assert_eq!(f.health, LockHealth::Lost);

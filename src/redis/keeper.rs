@@ -298,10 +298,12 @@ impl Run {
             self.pay_owed(None);
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + period;
-                self.renew();
-                if self.server.primary_moved(self.timeout()) {
-                    // Renew at once on the new primary: a hold its key lacks reads Lost now,
-                    // and a step between the two primaries' clocks is found now.
+                // Through Sentinel, a server that answered may no longer be the primary the
+                // sentinels name (one that does not answer is left at once, the next
+                // connection asking them): renew at once on the new one, so that a hold its
+                // key lacks reads Lost now, and a step between the two primaries' clocks is
+                // found now.
+                if self.renew() && self.server.primary_moved(self.timeout()) {
                     self.renew();
                 }
             }
@@ -461,8 +463,9 @@ impl Run {
 
     /// Renews every hold: one pipeline per node (one on a single server), each reading the
     /// node's clock first. On a cluster a group that met a redirect or a failed connection is
-    /// sent once more, grouped by the slot map read again.
-    fn renew(&mut self) {
+    /// sent once more, grouped by the slot map read again. Whether the server answered (no
+    /// connection found broken).
+    fn renew(&mut self) -> bool {
         let batch: Vec<Renewing> = self
             .shared
             .holds
@@ -474,8 +477,7 @@ impl Run {
             })
             .collect();
         if batch.is_empty() {
-            self.ping();
-            return;
+            return self.ping();
         }
         self.fresh_map(None);
         let mut pending = batch;
@@ -504,6 +506,7 @@ impl Run {
         if broken {
             self.states.failed();
         }
+        !broken
     }
 
     /// Renews the holds of one node in one pipeline; the error and the holds back if it
@@ -599,12 +602,12 @@ impl Run {
         Ok(())
     }
 
-    /// Without holds to renew, a `TIME` tells whether the server answers, and keeps the
-    /// watch on its clock.
-    fn ping(&mut self) {
+    /// Without holds to renew, a `TIME` tells whether the server answers (returned), and
+    /// keeps the watch on its clock.
+    fn ping(&mut self) -> bool {
         let Some((node, conn)) = self.conn_by(None, None) else {
             self.states.failed();
-            return;
+            return false;
         };
         let sent = boot_clock();
         match redis::cmd("TIME").query::<redis::Value>(conn) {
@@ -613,6 +616,7 @@ impl Run {
                 if let Some(step) = self.clock_read(&node, &time, sent, boot_clock()) {
                     self.log_step(&node, step, 0);
                 }
+                true
             }
             Err(e) => {
                 tracing::debug!("zklock: Redis TIME failed: {e}");
@@ -621,6 +625,7 @@ impl Run {
                     cluster.suspect();
                 }
                 self.states.failed();
+                false
             }
         }
     }
