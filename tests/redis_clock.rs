@@ -11,10 +11,8 @@ use std::time::{Duration, Instant};
 use zklock::testing::TestingRedis;
 use zklock::{Error, LockHealth, RedisMutex, RedisSemaphore};
 
-mod common;
 mod redis_common;
-use common::{just_renewed, until_not_held, warnings_naming};
-use redis_common::{client, patience, wait_for};
+use redis_common::{client, just_renewed, patience, until_not_held, wait_for, warnings_naming};
 
 /// The log lines that name `server` (the tests run side by side, each on a server of its own).
 fn log_of(server: &TestingRedis) -> Vec<String> {

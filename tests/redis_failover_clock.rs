@@ -25,6 +25,15 @@ const HOUR: Duration = Duration::from_secs(3600);
 const NAME: &str = "failover-clock";
 const KEY: &str = "zklock:{failover-clock}";
 
+/// A set whose replica's clock reads `offset` from the host's (the one a failover promotes),
+/// its warnings captured, and two Clients through its sentinels: the holder's and another's.
+fn start(offset: ClockOffset) -> (TestingSentinel, RedisClient, RedisClient) {
+    let set = TestingSentinel::start_with_replica_clock(offset).unwrap();
+    let _ = warnings_naming(&set.url());
+    let (holder, other) = (client(&set), client(&set));
+    (set, holder, other)
+}
+
 fn client(set: &TestingSentinel) -> RedisClient {
     RedisClient::builder(&set.url())
         .ttl(TTL)
@@ -123,9 +132,7 @@ fn log_saying(set: &TestingSentinel, words: &[&str]) -> Vec<String> {
 /// primary's clock, an hour ahead), so a fence refuses the old holder.
 #[test]
 fn a_failover_to_a_replica_an_hour_ahead_makes_the_holder_lost_and_the_lock_free_at_once() {
-    let set = TestingSentinel::start_with_replica_clock(ClockOffset::Ahead(HOUR)).unwrap();
-    let _ = warnings_naming(&set.url());
-    let (holder, other) = (client(&set), client(&set));
+    let (set, holder, other) = start(ClockOffset::Ahead(HOUR));
     let mutex = RedisMutex::new(&holder, NAME).unwrap();
     let guard = mutex.lock().unwrap();
     let theirs = RedisMutex::new(&other, NAME).unwrap();
@@ -204,9 +211,7 @@ fn a_failover_to_a_replica_an_hour_ahead_makes_the_holder_lost_and_the_lock_free
 /// the new primary's clock is behind it).
 #[test]
 fn a_failover_to_a_replica_an_hour_behind_makes_the_holder_suspended_for_a_renewal_period() {
-    let set = TestingSentinel::start_with_replica_clock(ClockOffset::Behind(HOUR)).unwrap();
-    let _ = warnings_naming(&set.url());
-    let (holder, other) = (client(&set), client(&set));
+    let (set, holder, other) = start(ClockOffset::Behind(HOUR));
     let mutex = RedisMutex::new(&holder, NAME).unwrap();
     let guard = mutex.lock().unwrap();
     let theirs = RedisMutex::new(&other, NAME).unwrap();

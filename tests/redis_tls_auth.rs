@@ -8,9 +8,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::chain;
+use common::{chain, held_then_handed_over};
 use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel, TestingTls};
-use zklock::{Error, RedisClient, RedisClientBuilder, RedisMutex};
+use zklock::{Error, RedisClient, RedisClientBuilder};
 
 fn builder(url: &str, tls: &TestingTls) -> RedisClientBuilder {
     RedisClient::builder(url)
@@ -51,15 +51,7 @@ fn refused_without_and_served_with_a_client_certificate(url: &str, tls: &Testing
             .unwrap()
     };
     let (a, b) = (connect(), connect());
-    let mutex = RedisMutex::new(&a, "tls-auth").unwrap();
-    let guard = mutex.lock().unwrap();
-    let theirs = RedisMutex::new(&b, "tls-auth").unwrap();
-    assert!(theirs.try_lock().unwrap().is_none(), "held");
-    let token = guard.fencing_token();
-    guard.release().unwrap();
-    let again = theirs.try_lock().unwrap().expect("free after the release");
-    assert!(again.fencing_token() > token);
-    again.release().unwrap();
+    held_then_handed_over(&a, &b, "tls-auth", || {});
     a.close();
     b.close();
 }

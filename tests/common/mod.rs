@@ -23,39 +23,50 @@ pub fn chain(e: &zklock::Error) -> String {
     out
 }
 
-/// zklock's warnings in this test binary, captured from the first call on (the first call
-/// installs the tracing subscriber): the lines that contain `needle`. The tests of a binary run
-/// side by side, each on servers of its own, so a test picks its lines by its server's address.
-pub fn warnings_naming(needle: &str) -> Vec<String> {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex, OnceLock};
+/// A tracing subscriber's output, kept for the test to read (a writer for
+/// `tracing_subscriber::fmt().with_writer(move || captured.clone())`).
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    static LOG: OnceLock<Captured> = OnceLock::new();
-    let captured = LOG.get_or_init(|| {
+impl Captured {
+    /// Installs a tracing subscriber for this test binary with `filter` (an `EnvFilter`
+    /// directive) that writes here.
+    pub fn install(filter: &str) -> Captured {
         let captured = Captured::default();
         let writer = captured.clone();
         tracing_subscriber::fmt()
-            .with_env_filter("zklock=warn")
+            .with_env_filter(filter)
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .init();
         captured
-    });
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
-    text.lines()
+    }
+
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// zklock's warnings in this test binary, captured from the first call on (the first call
+/// installs the tracing subscriber): the lines that contain `needle`. The tests of a binary run
+/// side by side, each on servers of its own, so a test picks its lines by its server's address.
+pub fn warnings_naming(needle: &str) -> Vec<String> {
+    static LOG: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    let captured = LOG.get_or_init(|| Captured::install("zklock=warn"));
+    captured
+        .text()
+        .lines()
         .filter(|l| l.contains(needle))
         .map(str::to_owned)
         .collect()
@@ -83,6 +94,27 @@ pub fn just_renewed(server: &zklock::testing::TestingRedis, key: &str) {
         last = now;
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// `a` takes the Redis lock `name`; while it holds, `while_held` runs and `b`'s `try_lock` is
+/// refused; after `a`'s release `b` is granted it, with a higher fencing token, and releases it.
+#[cfg(feature = "redis")]
+pub fn held_then_handed_over(
+    a: &zklock::RedisClient,
+    b: &zklock::RedisClient,
+    name: &str,
+    while_held: impl FnOnce(),
+) {
+    let mutex = zklock::RedisMutex::new(a, name).unwrap();
+    let guard = mutex.lock().unwrap();
+    while_held();
+    let theirs = zklock::RedisMutex::new(b, name).unwrap();
+    assert!(theirs.try_lock().unwrap().is_none(), "{name} is held");
+    let token = guard.fencing_token();
+    guard.release().unwrap();
+    let again = theirs.try_lock().unwrap().expect("free after the release");
+    assert!(again.fencing_token() > token);
+    again.release().unwrap();
 }
 
 /// How long after `from` `health` first reads something other than `Held`, and what.
