@@ -300,11 +300,15 @@ impl Run {
                 next_renewal = Instant::now() + period;
                 // Through Sentinel, a server that answered may no longer be the primary the
                 // sentinels name (one that does not answer is left at once, the next
-                // connection asking them): renew at once on the new one, so that a hold its
-                // key lacks reads Lost now, and a step between the two primaries' clocks is
-                // found now.
-                if self.renew() && self.server.primary_moved(self.timeout()) {
-                    self.renew();
+                // connection asking them), asked within what is left of the round's bound:
+                // renew at once on the new one, so that a hold its key lacks reads Lost now,
+                // and a step between the two primaries' clocks is found now.
+                let began = Instant::now();
+                if self.renew() {
+                    let left = self.timeout().saturating_sub(began.elapsed());
+                    if left >= Duration::from_millis(1) && self.server.primary_moved(left) {
+                        self.renew();
+                    }
                 }
             }
             self.report();
