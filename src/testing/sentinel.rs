@@ -129,11 +129,26 @@ impl TestingSentinel {
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingSentinel> {
+        Self::start_tls_naming(require_client_certificate, &super::tls::SERVER_NAMES)
+    }
+
+    /// As [`start_tls`](Self::start_tls), every node's and sentinel's certificate naming
+    /// `names` (DNS names or IP addresses) instead of `localhost` and `127.0.0.1`. With
+    /// `&["localhost"]` the sentinels, dialed as `localhost` ([`tls_url`](Self::tls_url)), are
+    /// trusted, and the primary they name by its address, `127.0.0.1`, is not: a certificate
+    /// must name the address the sentinels give.
+    ///
+    /// # Errors
+    /// As [`start_tls`](Self::start_tls).
+    pub fn start_tls_naming(
+        require_client_certificate: bool,
+        names: &[&str],
+    ) -> io::Result<TestingSentinel> {
         let dir = tempfile::Builder::new()
             .prefix("zklock-redis-sentinel-tls-")
             .tempdir()?;
         let (certificates, files) =
-            super::tls::certificates(dir.path(), require_client_certificate)?;
+            super::tls::certificates_naming(dir.path(), require_client_certificate, names)?;
         let shared = (&certificates, files.as_path());
         let primary = TestingRedis::start_tls_set_node(shared, None)?;
         let replicas = [

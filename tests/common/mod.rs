@@ -132,6 +132,19 @@ pub fn until_not_held(
     }
 }
 
+/// Asserts that `e` is `Error::ConnectFailed` caused by `Error::Tls` (a refused handshake);
+/// returns its chain of causes, for the test to read and print.
+pub fn refused_by_tls(e: &zklock::Error) -> String {
+    let text = chain(e);
+    match e {
+        zklock::Error::ConnectFailed { cause, .. } => {
+            assert!(matches!(**cause, zklock::Error::Tls(_)), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    text
+}
+
 /// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
 pub fn timing() -> u32 {
     std::env::var("ZKLOCK_TIMING_FACTOR")
