@@ -3,9 +3,8 @@
 //! not touched), and a long run with renewals in which the clock is not stepped: the keeper's
 //! step detector says nothing there.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,76 +12,11 @@ use zklock::testing::TestingRedis;
 use zklock::{Error, LockHealth, RedisMutex, RedisSemaphore};
 
 mod redis_common;
-use redis_common::{client, patience, wait_for};
-
-/// Everything zklock logged in this test binary.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use redis_common::{client, just_renewed, patience, until_not_held, wait_for, warnings_naming};
 
 /// The log lines that name `server` (the tests run side by side, each on a server of its own).
 fn log_of(server: &TestingRedis) -> Vec<String> {
-    static LOG: OnceLock<Captured> = OnceLock::new();
-    let captured = LOG.get_or_init(|| {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        tracing_subscriber::fmt()
-            .with_env_filter("zklock=warn")
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .init();
-        captured
-    });
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
-    let me = format!("127.0.0.1:{} ", server.port());
-    text.lines()
-        .filter(|l| l.contains(&me))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Waits until the keeper has just renewed `key` (its TTL jumped back up), so that the next
-/// renewal is a whole period away.
-fn just_renewed(server: &TestingRedis, key: &str) {
-    let pttl = || {
-        server
-            .command(&["PTTL", key])
-            .unwrap()
-            .parse::<i64>()
-            .unwrap()
-    };
-    let mut last = pttl();
-    let deadline = Instant::now() + patience();
-    loop {
-        let now = pttl();
-        if now > last {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{key} was never renewed");
-        last = now;
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// How long after `from` `health` first reads something other than `Held`, and what.
-fn until_not_held(from: Instant, health: impl Fn() -> LockHealth) -> (Duration, LockHealth) {
-    loop {
-        let h = health();
-        if h != LockHealth::Held {
-            return (from.elapsed(), h);
-        }
-        assert!(from.elapsed() < patience(), "still Held");
-        thread::sleep(Duration::from_millis(2));
-    }
+    warnings_naming(&format!("127.0.0.1:{} ", server.port()))
 }
 
 /// Forward an hour: every key on the server expires at once, and another Client can take the

@@ -11,7 +11,7 @@ use zklock::testing::{FencedRegister, TestingRedis, TestingRedisCluster};
 use zklock::{Error, LockHealth, RedisClient, RedisMutex};
 
 mod redis_common;
-use redis_common::{patience, wait_for};
+use redis_common::{held_then_handed_over, patience, wait_for};
 
 fn client(cluster: &TestingRedisCluster, ttl: Duration) -> RedisClient {
     RedisClient::builder(&cluster.url())
@@ -499,22 +499,15 @@ fn a_client_from_seed_node_urls() {
         .connect()
         .unwrap();
     let b = client(&cluster, Duration::from_secs(10));
-    let mutex = RedisMutex::new(&a, "seeded").unwrap();
-    let guard = mutex.lock().unwrap();
-    assert!(
-        pttl(
-            &cluster,
-            cluster.primary_of(&holder_key("seeded")).unwrap().port(),
-            &holder_key("seeded")
-        ) > 0
-    );
-    let theirs = RedisMutex::new(&b, "seeded").unwrap();
-    assert!(theirs.try_lock().unwrap().is_none(), "held");
-    let token = guard.fencing_token();
-    guard.release().unwrap();
-    let again = theirs.try_lock().unwrap().expect("free");
-    assert!(again.fencing_token() > token);
-    again.release().unwrap();
+    held_then_handed_over(&a, &b, "seeded", || {
+        assert!(
+            pttl(
+                &cluster,
+                cluster.primary_of(&holder_key("seeded")).unwrap().port(),
+                &holder_key("seeded")
+            ) > 0
+        );
+    });
     a.close();
 
     let empty: Vec<String> = Vec::new();

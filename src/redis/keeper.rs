@@ -10,7 +10,9 @@
 //! as long as the server's wall clock, on which Redis keeps every expiry, does not step. Each
 //! round also reads the server's `TIME`; a step found there (see [`super::clock`]) is logged,
 //! and the holds read `Suspended` until the clocks have agreed for a renewal period again (a
-//! hold whose key the step expired reads `Lost`, as the renewal finds it gone).
+//! hold whose key the step expired reads `Lost`, as the renewal finds it gone). Through
+//! Sentinel each round also asks the sentinels which node is the primary, and renews again at
+//! once on a new one (the old may go on answering as a primary for a while).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -296,7 +298,18 @@ impl Run {
             self.pay_owed(None);
             if Instant::now() >= next_renewal {
                 next_renewal = Instant::now() + period;
-                self.renew();
+                // Through Sentinel, a server that answered may no longer be the primary the
+                // sentinels name (one that does not answer is left at once, the next
+                // connection asking them), asked within what is left of the round's bound:
+                // renew at once on the new one, so that a hold its key lacks reads Lost now,
+                // and a step between the two primaries' clocks is found now.
+                let began = Instant::now();
+                if self.renew() {
+                    let left = self.timeout().saturating_sub(began.elapsed());
+                    if left >= Duration::from_millis(1) && self.server.primary_moved(left) {
+                        self.renew();
+                    }
+                }
             }
             self.report();
             self.states.judge();
@@ -454,8 +467,9 @@ impl Run {
 
     /// Renews every hold: one pipeline per node (one on a single server), each reading the
     /// node's clock first. On a cluster a group that met a redirect or a failed connection is
-    /// sent once more, grouped by the slot map read again.
-    fn renew(&mut self) {
+    /// sent once more, grouped by the slot map read again. Whether the server answered (no
+    /// connection found broken).
+    fn renew(&mut self) -> bool {
         let batch: Vec<Renewing> = self
             .shared
             .holds
@@ -467,8 +481,7 @@ impl Run {
             })
             .collect();
         if batch.is_empty() {
-            self.ping();
-            return;
+            return self.ping();
         }
         self.fresh_map(None);
         let mut pending = batch;
@@ -497,6 +510,7 @@ impl Run {
         if broken {
             self.states.failed();
         }
+        !broken
     }
 
     /// Renews the holds of one node in one pipeline; the error and the holds back if it
@@ -592,12 +606,12 @@ impl Run {
         Ok(())
     }
 
-    /// Without holds to renew, a `TIME` tells whether the server answers, and keeps the
-    /// watch on its clock.
-    fn ping(&mut self) {
+    /// Without holds to renew, a `TIME` tells whether the server answers (returned), and
+    /// keeps the watch on its clock.
+    fn ping(&mut self) -> bool {
         let Some((node, conn)) = self.conn_by(None, None) else {
             self.states.failed();
-            return;
+            return false;
         };
         let sent = boot_clock();
         match redis::cmd("TIME").query::<redis::Value>(conn) {
@@ -606,6 +620,7 @@ impl Run {
                 if let Some(step) = self.clock_read(&node, &time, sent, boot_clock()) {
                     self.log_step(&node, step, 0);
                 }
+                true
             }
             Err(e) => {
                 tracing::debug!("zklock: Redis TIME failed: {e}");
@@ -614,6 +629,7 @@ impl Run {
                     cluster.suspect();
                 }
                 self.states.failed();
+                false
             }
         }
     }

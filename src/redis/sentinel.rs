@@ -7,7 +7,10 @@
 //! `NAME` each time it opens a connection — the command pool's, the keeper's, the
 //! subscriber's and the waiting slots' — and checks with `ROLE` that the node it names is a
 //! primary. A failover closes the Client's connections to the old primary (the sentinels
-//! send `CLIENT KILL` to it, or it died); each is opened again on the new one: the keeper
+//! send `CLIENT KILL` to it, or it died) — or leaves them open on a node that still answers as
+//! a primary until the sentinels reconfigure it, which the keeper finds by asking the
+//! sentinels at every renewal round ([`Sentinels::primary_moved`]); each is opened again on
+//! the new one: the keeper
 //! renews there (a hold whose key the new primary lacks reads `Lost`), the subscriber and
 //! the slots subscribe again there, and waiters look again.
 //!
@@ -239,6 +242,53 @@ impl Sentinels {
         }
     }
 
+    /// Whether the sentinels now name a primary other than the one the Client's connections
+    /// go to: the first sentinel that answers within `timeout` is believed (the one that
+    /// answered last is asked first). If so, the count of moves is raised, so that every
+    /// connection to the old primary is dropped at its next use or read slice and opened again
+    /// on the new one. The keeper asks at every renewal round: after a `SENTINEL FAILOVER` the
+    /// old primary goes on answering as a primary, and its connections stay open, until the
+    /// sentinels reconfigure it (about 10 s later with Redis 7's sentinels), and a node cut off
+    /// by a partition may answer as a primary for as long as it lasts. No answer is no move.
+    pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
+        if self.primary.lock().is_empty() {
+            return false;
+        }
+        let until = Instant::now() + timeout;
+        let n = self.sentinels.len();
+        let first = self.first.load(Ordering::Relaxed);
+        for i in (0..n).map(|i| (first + i) % n) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let asked = self.sentinels[i].connect(left, left).and_then(|mut c| {
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.url.master)
+                    .query::<Option<(String, u16)>>(&mut c)
+            });
+            let Ok(Some((host, port))) = asked else {
+                continue;
+            };
+            self.first.store(i, Ordering::Relaxed);
+            let node = node_address(host, port);
+            let mut primary = self.primary.lock();
+            if *primary == node {
+                return false;
+            }
+            tracing::info!(
+                "zklock: the sentinels name {node} as the Redis primary {:?}, where this \
+                 Client's connections went to {primary}: they are opened again there",
+                self.url.master
+            );
+            *primary = node;
+            self.moves.fetch_add(1, Ordering::AcqRel);
+            return true;
+        }
+        false
+    }
+
     /// Each sentinel asked once.
     fn round(&self, until: Instant, io: Duration) -> Round {
         let n = self.sentinels.len();
@@ -282,12 +332,7 @@ impl Sentinels {
                     continue;
                 }
             };
-            let host = if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host
-            };
-            let node = format!("{host}:{port}");
+            let node = node_address(host, port);
             let left = until.saturating_duration_since(Instant::now());
             let opened = self
                 .tls
@@ -350,6 +395,15 @@ impl Sentinels {
             )));
         }
         Round::Again(why, answered)
+    }
+}
+
+/// `host:port` of a node the sentinels name (`[host]:port` for an IPv6 address).
+fn node_address(host: String, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 

@@ -142,6 +142,15 @@ impl Server {
         Ok(conn)
     }
 
+    /// Whether the sentinels name another primary than the one connections went to (see
+    /// [`Sentinels::primary_moved`]); always `false` for one server or a cluster.
+    pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
+        match &self.target {
+            Target::Sentinels(s) => s.primary_moved(timeout),
+            _ => false,
+        }
+    }
+
     /// How many times the primary has moved (sentinels only; always 0 for one server): a
     /// connection opened before the count last changed should be opened again.
     pub(crate) fn moves(&self) -> u64 {

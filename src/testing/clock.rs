@@ -123,12 +123,32 @@ impl SteppedClock {
     }
 }
 
-/// A signed offset in µs.
-pub(super) fn offset_us(by: Duration, ahead: bool) -> i128 {
-    let us = by.as_micros() as i128;
-    if ahead {
-        us
-    } else {
-        -us
+/// How far a testing server's wall clock reads from the host's: ahead of it or behind it.
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use zklock::testing::{ClockOffset, TestingSentinel};
+///
+/// // A set whose replica `nodes()[1]` reads an hour ahead of the host, and is the one a
+/// // failover promotes.
+/// let set = TestingSentinel::start_with_replica_clock(ClockOffset::Ahead(Duration::from_secs(3600)))?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockOffset {
+    /// The server's wall clock reads the host's plus this.
+    Ahead(Duration),
+    /// The server's wall clock reads the host's minus this.
+    Behind(Duration),
+}
+
+impl ClockOffset {
+    /// The offset in µs, signed.
+    pub(super) fn micros(self) -> i128 {
+        match self {
+            ClockOffset::Ahead(by) => by.as_micros() as i128,
+            ClockOffset::Behind(by) => -(by.as_micros() as i128),
+        }
     }
 }

@@ -88,6 +88,9 @@ mod server;
 mod session;
 mod tls;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use clock::ClockOffset;
 pub use cluster::TestingCluster;
 pub use fence::{
     FenceClient, FenceEvent, FenceEventKind, FenceReport, FencedRegister, Overlap, WorkerStats,

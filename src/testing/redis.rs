@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
-use super::clock::{offset_us, SteppedClock};
+use super::clock::{ClockOffset, SteppedClock};
 use super::config::free_ports;
 use super::process::{all_threads_stopped, signal, spawn};
 
@@ -67,8 +67,9 @@ struct TlsPort {
 
 /// The TLS a new [`TestingRedis`] listens with.
 pub(super) enum TlsChoice {
-    /// Certificates of its own; whether a client certificate is required.
-    Own(bool),
+    /// Certificates of its own; whether a client certificate is required, and the names the
+    /// server's certificate gives.
+    Own(bool, Vec<String>),
     /// A set's certificates (made by [`super::tls::certificates`] in the given directory),
     /// with replication and the cluster bus over TLS.
     Shared(super::TestingTls, PathBuf),
@@ -81,7 +82,7 @@ impl TestingRedis {
     /// `NotFound` with what to install when there is no `redis-server`; the server's log when
     /// it does not answer within 30 s.
     pub fn start() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None, false, false)
+        Self::launch_new(false, None, None, None, false)
     }
 
     /// Starts a server without persistence whose wall clock — what `TIME` answers and what
@@ -99,7 +100,13 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when the C compiler cannot be run or fails (its message).
     pub fn start_with_stepped_clock() -> io::Result<TestingRedis> {
-        Self::launch_new(false, None, None, true, false)
+        Self::launch_new(
+            false,
+            None,
+            None,
+            Some(ClockOffset::Ahead(Duration::ZERO)),
+            false,
+        )
     }
 
     /// The server's wall clock reads the host's plus `by` from its next reading on (`ZERO`:
@@ -110,7 +117,7 @@ impl TestingRedis {
     /// [`start_with_stepped_clock`](Self::start_with_stepped_clock); when the offset file
     /// cannot be written.
     pub fn set_clock_ahead(&self, by: Duration) -> io::Result<()> {
-        self.stepped_clock()?.set(offset_us(by, true))
+        self.stepped_clock()?.set(ClockOffset::Ahead(by).micros())
     }
 
     /// The server's wall clock reads the host's minus `by` from its next reading on.
@@ -118,7 +125,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`set_clock_ahead`](Self::set_clock_ahead).
     pub fn set_clock_behind(&self, by: Duration) -> io::Result<()> {
-        self.stepped_clock()?.set(offset_us(by, false))
+        self.stepped_clock()?.set(ClockOffset::Behind(by).micros())
     }
 
     fn stepped_clock(&self) -> io::Result<&SteppedClock> {
@@ -140,11 +147,34 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
     pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedis> {
+        Self::start_tls_naming(require_client_certificate, &super::tls::SERVER_NAMES)
+    }
+
+    /// As [`start_tls`](Self::start_tls), the server's certificate (of the same CA) naming
+    /// `names` — DNS names or IP addresses — instead of `localhost` and `127.0.0.1`. With a
+    /// name that is not the host the client dials (`start_tls_naming(false,
+    /// &["elsewhere.invalid"])`, dialed at [`tls_url`](Self::tls_url)'s `localhost`), a client
+    /// that trusts the CA is refused for the name alone.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let server = zklock::testing::TestingRedis::start_tls_naming(false, &["elsewhere.invalid"])?;
+    /// let ca = server.tls().unwrap().ca_pem();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start_tls`](Self::start_tls).
+    pub fn start_tls_naming(
+        require_client_certificate: bool,
+        names: &[&str],
+    ) -> io::Result<TestingRedis> {
+        let names = names.iter().map(|n| (*n).to_owned()).collect();
         Self::launch_new(
             false,
             None,
-            Some(TlsChoice::Own(require_client_certificate)),
-            false,
+            Some(TlsChoice::Own(require_client_certificate, names)),
+            None,
             false,
         )
     }
@@ -155,7 +185,7 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedis> {
-        Self::launch_new(true, None, None, false, false)
+        Self::launch_new(true, None, None, None, false)
     }
 
     /// Starts a node of a Redis Cluster (`cluster-enabled yes`, node timeout 1 s), alone: no
@@ -164,7 +194,7 @@ impl TestingRedis {
         persistent: bool,
         tls: Option<TlsChoice>,
     ) -> io::Result<TestingRedis> {
-        Self::launch_new(persistent, None, tls, false, true)
+        Self::launch_new(persistent, None, tls, None, true)
     }
 
     /// Starts a node of a TLS Sentinel set with the set's certificates: the first primary
@@ -176,12 +206,12 @@ impl TestingRedis {
     ) -> io::Result<TestingRedis> {
         let tls = TlsChoice::Shared(shared.0.clone(), shared.1.to_owned());
         let Some(primary) = replica_of else {
-            return Self::launch_new(false, None, Some(tls), false, false);
+            return Self::launch_new(false, None, Some(tls), None, false);
         };
         let port = primary.tls_port().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "the primary has no TLS port")
         })?;
-        let replica = Self::launch_new(false, Some(port), Some(tls), false, false)?;
+        let replica = Self::launch_new(false, Some(port), Some(tls), None, false)?;
         replica.wait_synced()?;
         Ok(replica)
     }
@@ -196,7 +226,17 @@ impl TestingRedis {
     /// # Errors
     /// As [`start`](Self::start); `TimedOut` if the replica does not sync within 30 s.
     pub fn replica_of(primary: &TestingRedis) -> io::Result<TestingRedis> {
-        let replica = Self::launch_new(false, Some(primary.port), None, false, false)?;
+        Self::replica_with_clock(primary, None)
+    }
+
+    /// As [`replica_of`](Self::replica_of); with an `offset`, the replica's wall clock reads
+    /// that far from the host's from its start (and can be stepped later, as
+    /// [`start_with_stepped_clock`](Self::start_with_stepped_clock)'s can).
+    pub(super) fn replica_with_clock(
+        primary: &TestingRedis,
+        offset: Option<ClockOffset>,
+    ) -> io::Result<TestingRedis> {
+        let replica = Self::launch_new(false, Some(primary.port), None, offset, false)?;
         replica.wait_synced()?;
         Ok(replica)
     }
@@ -223,7 +263,7 @@ impl TestingRedis {
         persistent: bool,
         replica_of: Option<u16>,
         tls: Option<TlsChoice>,
-        stepped_clock: bool,
+        stepped_clock: Option<ClockOffset>,
         cluster: bool,
     ) -> io::Result<TestingRedis> {
         let program = program();
@@ -249,8 +289,10 @@ impl TestingRedis {
             let ports = free_ports(3)?;
             let dir = tempfile::Builder::new().prefix("zklock-redis-").tempdir()?;
             let tls = match &tls {
-                Some(TlsChoice::Own(need)) => {
-                    let (certificates, files) = super::tls::certificates(dir.path(), *need)?;
+                Some(TlsChoice::Own(need, names)) => {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    let (certificates, files) =
+                        super::tls::certificates_naming(dir.path(), *need, &names)?;
                     Some(TlsPort {
                         certificates,
                         port: ports[1],
@@ -267,8 +309,12 @@ impl TestingRedis {
                 None => None,
             };
             let clock = match stepped_clock {
-                true => Some(SteppedClock::build(dir.path())?),
-                false => None,
+                Some(offset) => {
+                    let clock = SteppedClock::build(dir.path())?;
+                    clock.set(offset.micros())?;
+                    Some(clock)
+                }
+                None => None,
             };
             let mut server = TestingRedis {
                 child: None,

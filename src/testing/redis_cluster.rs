@@ -70,18 +70,19 @@ impl TestingRedisCluster {
     /// # Errors
     /// As [`TestingRedis::start`]; `TimedOut` if the cluster is not formed within 60 s.
     pub fn start() -> io::Result<TestingRedisCluster> {
-        Self::launch(false, false)
+        Self::launch(false, None)
     }
 
     /// As [`start`](Self::start), every node also listening for TLS on a second port
-    /// (`tls-port`, no client certificate asked of clients) with certificates of one
-    /// throwaway CA made with the `openssl` command, which name `localhost` and `127.0.0.1`;
-    /// the cluster bus and replication over TLS.
+    /// (`tls-port`) with certificates of one throwaway CA made with the `openssl` command,
+    /// which name `localhost` and `127.0.0.1`; the cluster bus and replication over TLS. With
+    /// `require_client_certificate` every node asks its TLS clients for a certificate of that
+    /// CA (`tls-auth-clients yes`; [`TestingTls::client_cert_pem`](super::TestingTls::client_cert_pem)).
     ///
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
-    pub fn start_tls() -> io::Result<TestingRedisCluster> {
-        Self::launch(false, true)
+    pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingRedisCluster> {
+        Self::launch(false, Some(require_client_certificate))
     }
 
     /// As [`start`](Self::start), with every node's writes in an append-only file fsynced
@@ -90,19 +91,19 @@ impl TestingRedisCluster {
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_persistent() -> io::Result<TestingRedisCluster> {
-        Self::launch(true, false)
+        Self::launch(true, None)
     }
 
-    fn launch(persistent: bool, tls: bool) -> io::Result<TestingRedisCluster> {
+    fn launch(persistent: bool, tls: Option<bool>) -> io::Result<TestingRedisCluster> {
         let tls = match tls {
-            true => {
+            Some(need) => {
                 let dir = tempfile::Builder::new()
                     .prefix("zklock-redis-cluster-tls-")
                     .tempdir()?;
-                let (certificates, _) = super::tls::certificates(dir.path(), false)?;
+                let (certificates, _) = super::tls::certificates(dir.path(), need)?;
                 Some((certificates, dir))
             }
-            false => None,
+            None => None,
         };
         let mut nodes = Vec::new();
         for _ in 0..6 {
@@ -554,7 +555,7 @@ mod tests {
 
     #[test]
     fn a_tls_cluster_starts_and_fails_over() {
-        let cluster = TestingRedisCluster::start_tls().expect("the cluster starts");
+        let cluster = TestingRedisCluster::start_tls(false).expect("the cluster starts");
         assert!(cluster
             .tls_url()
             .unwrap()

@@ -11,7 +11,7 @@ use rustix::process::Signal;
 use super::config::free_ports;
 use super::process::{signal, spawn};
 use super::redis::{command_at, program};
-use super::{TestingRedis, TestingTls};
+use super::{ClockOffset, TestingRedis, TestingTls};
 
 /// How long the set may take to come up, and a failover to finish.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -67,11 +67,48 @@ impl TestingSentinel {
     /// As [`TestingRedis::start`]; `TimedOut` if the sentinels do not see the whole set
     /// within 60 s.
     pub fn start() -> io::Result<TestingSentinel> {
+        Self::start_plain(None)
+    }
+
+    /// As [`start`](Self::start), with the wall clock of the first replica, `nodes()[1]`,
+    /// reading `offset` from the host's from its start (the library of
+    /// [`TestingRedis::start_with_stepped_clock`] preloaded into it; the host's clock and the
+    /// other nodes' are left alone), and the second replica, `nodes()[2]`, never promoted
+    /// (`replica-priority 0`): a failover ([`failover`](Self::failover),
+    /// [`kill_primary`](Self::kill_primary), [`pause_primary`](Self::pause_primary)) promotes
+    /// the replica whose clock differs. Its clock can be stepped again with
+    /// [`TestingRedis::set_clock_ahead`] and [`TestingRedis::set_clock_behind`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use zklock::testing::{ClockOffset, TestingSentinel};
+    ///
+    /// let behind = ClockOffset::Behind(Duration::from_secs(3600));
+    /// let set = TestingSentinel::start_with_replica_clock(behind)?;
+    /// let old = set.failover()?;
+    /// assert_eq!(set.wait_for_new_primary(old)?, set.nodes()[1].port());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) and [`TestingRedis::start_with_stepped_clock`].
+    pub fn start_with_replica_clock(offset: ClockOffset) -> io::Result<TestingSentinel> {
+        Self::start_plain(Some(offset))
+    }
+
+    /// A set without TLS; with an `offset`, as
+    /// [`start_with_replica_clock`](Self::start_with_replica_clock).
+    fn start_plain(offset: Option<ClockOffset>) -> io::Result<TestingSentinel> {
         let primary = TestingRedis::start()?;
         let replicas = [
-            TestingRedis::replica_of(&primary)?,
+            TestingRedis::replica_with_clock(&primary, offset)?,
             TestingRedis::replica_of(&primary)?,
         ];
+        if offset.is_some() {
+            // Before the sentinels start, so that their first look at it sees the priority.
+            replicas[1].command(&["CONFIG", "SET", "replica-priority", "0"])?;
+        }
         let mut nodes = vec![primary];
         nodes.extend(replicas);
         Self::watch(TestingSentinel {
@@ -82,18 +119,36 @@ impl TestingSentinel {
     }
 
     /// As [`start`](Self::start), every node and sentinel also listening for TLS on a second
-    /// port (`tls-port`, no client certificate asked of clients), with certificates of one
-    /// throwaway CA made with the `openssl` command, which name `localhost` and `127.0.0.1`;
-    /// the replicas replicate and the sentinels talk to the nodes and to each other over TLS
-    /// (`tls-replication yes`).
+    /// port (`tls-port`), with certificates of one throwaway CA made with the `openssl`
+    /// command, which name `localhost` and `127.0.0.1`; the replicas replicate and the
+    /// sentinels talk to the nodes and to each other over TLS (`tls-replication yes`, each
+    /// presenting the client certificate). With `require_client_certificate` every node and
+    /// sentinel asks its TLS clients for a certificate of that CA (`tls-auth-clients yes`;
+    /// [`TestingTls::client_cert_pem`]).
     ///
     /// # Errors
     /// As [`start`](Self::start); when `openssl` does not run.
-    pub fn start_tls() -> io::Result<TestingSentinel> {
+    pub fn start_tls(require_client_certificate: bool) -> io::Result<TestingSentinel> {
+        Self::start_tls_naming(require_client_certificate, &super::tls::SERVER_NAMES)
+    }
+
+    /// As [`start_tls`](Self::start_tls), every node's and sentinel's certificate naming
+    /// `names` (DNS names or IP addresses) instead of `localhost` and `127.0.0.1`. With
+    /// `&["localhost"]` the sentinels, dialed as `localhost` ([`tls_url`](Self::tls_url)), are
+    /// trusted, and the primary they name by its address, `127.0.0.1`, is not: a certificate
+    /// must name the address the sentinels give.
+    ///
+    /// # Errors
+    /// As [`start_tls`](Self::start_tls).
+    pub fn start_tls_naming(
+        require_client_certificate: bool,
+        names: &[&str],
+    ) -> io::Result<TestingSentinel> {
         let dir = tempfile::Builder::new()
             .prefix("zklock-redis-sentinel-tls-")
             .tempdir()?;
-        let (certificates, files) = super::tls::certificates(dir.path(), false)?;
+        let (certificates, files) =
+            super::tls::certificates_naming(dir.path(), require_client_certificate, names)?;
         let shared = (&certificates, files.as_path());
         let primary = TestingRedis::start_tls_set_node(shared, None)?;
         let replicas = [
@@ -114,9 +169,13 @@ impl TestingSentinel {
         let primary = &set.nodes[0];
         let primary_port = primary.tls_port().unwrap_or(primary.port());
         let files = set.tls.as_ref().map(|(_, dir)| dir.path().join("tls"));
+        let need = set
+            .tls
+            .as_ref()
+            .is_some_and(|(c, _)| c.requires_client_certificate());
         let ports = free_ports(6)?;
         for i in 0..3 {
-            let tls_port = files.as_ref().map(|f| (ports[3 + i], f.as_path()));
+            let tls_port = files.as_ref().map(|f| (ports[3 + i], f.as_path(), need));
             set.sentinels
                 .push(Sentinel::start(ports[i], tls_port, primary_port)?);
         }
@@ -342,11 +401,11 @@ fn fields(answer: &str) -> Vec<(String, String)> {
 }
 
 impl Sentinel {
-    /// A sentinel on `port` (and on a TLS port, with the certificates in the directory given)
-    /// monitoring the primary on `primary` (its TLS port in a TLS set).
+    /// A sentinel on `port` (and on a TLS port, with the certificates in the directory given,
+    /// asking clients for a certificate if told to) monitoring the primary on `primary` (its TLS port in a TLS set).
     fn start(
         port: u16,
-        tls: Option<(u16, &std::path::Path)>,
+        tls: Option<(u16, &std::path::Path, bool)>,
         primary: u16,
     ) -> io::Result<Sentinel> {
         let dir = tempfile::Builder::new()
@@ -358,17 +417,18 @@ impl Sentinel {
              logfile sentinel.log\ndir {dir}\n",
             dir = dir.path().display()
         );
-        if let Some((tls_port, files)) = tls {
+        if let Some((tls_port, files, need)) = tls {
             let file = |name: &str| files.join(name).display().to_string();
             text.push_str(&format!(
                 "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
                  tls-client-cert-file {}\ntls-client-key-file {}\ntls-ca-cert-file {}\n\
-                 tls-auth-clients no\ntls-replication yes\n",
+                 tls-auth-clients {}\ntls-replication yes\n",
                 file("server.pem"),
                 file("server.key"),
                 file("client.pem"),
                 file("client.key"),
                 file("ca.pem"),
+                if need { "yes" } else { "no" },
             ));
         }
         text.push_str(&format!(
@@ -392,7 +452,7 @@ impl Sentinel {
         let mut sentinel = Sentinel {
             child: Some(spawn(cmd)?),
             port,
-            tls_port: tls.map(|(p, _)| p),
+            tls_port: tls.map(|(p, _, _)| p),
             dir,
         };
         let deadline = Instant::now() + PATIENCE;
@@ -457,7 +517,7 @@ mod tests {
 
     #[test]
     fn a_tls_sentinel_set_starts_and_fails_over() {
-        let set = TestingSentinel::start_tls().expect("the set starts");
+        let set = TestingSentinel::start_tls(false).expect("the set starts");
         assert!(set
             .tls_url()
             .unwrap()

@@ -110,15 +110,24 @@ fn ca(dir: &Path, name: &str) -> io::Result<()> {
     )
 }
 
-/// `name.pem` (signed by `ca`) with key `name.key`.
-fn leaf(dir: &Path, name: &str, cn: &str, usage: &str) -> io::Result<()> {
+/// `name.pem` (signed by `ca`) with key `name.key`, naming `names` (DNS names, or IP
+/// addresses) as its subject alternative names.
+fn leaf(dir: &Path, name: &str, cn: &str, usage: &str, names: &[&str]) -> io::Result<()> {
+    let san: Vec<String> = names
+        .iter()
+        .map(|n| match n.parse::<std::net::IpAddr>() {
+            Ok(_) => format!("IP:{n}"),
+            Err(_) => format!("DNS:{n}"),
+        })
+        .collect();
     fs::write(
         dir.join(format!("{name}.ext")),
         format!(
             "basicConstraints=CA:FALSE\n\
              keyUsage=digitalSignature,keyEncipherment\n\
              extendedKeyUsage={usage}\n\
-             subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+             subjectAltName={}\n",
+            san.join(",")
         ),
     )?;
     let (key, csr, pem, ext) = (
@@ -166,15 +175,35 @@ fn leaf(dir: &Path, name: &str, cn: &str, usage: &str) -> io::Result<()> {
     )
 }
 
+/// The names a testing server's certificate gives unless asked otherwise.
+pub(super) const SERVER_NAMES: [&str; 2] = ["localhost", "127.0.0.1"];
+
 /// Makes a CA, an untrusted CA, a server and a client certificate in `dir/tls` (PEM, keys in
-/// `NAME.key`); returns them and that directory.
+/// `NAME.key`); returns them and that directory. The server's certificate names `localhost`
+/// and `127.0.0.1`.
 pub(super) fn certificates(dir: &Path, client_auth: bool) -> io::Result<(TestingTls, PathBuf)> {
+    certificates_naming(dir, client_auth, &SERVER_NAMES)
+}
+
+/// As [`certificates`], the server's certificate naming `names` (DNS names, or IP addresses)
+/// and nothing else.
+pub(super) fn certificates_naming(
+    dir: &Path,
+    client_auth: bool,
+    names: &[&str],
+) -> io::Result<(TestingTls, PathBuf)> {
     let tls = dir.join("tls");
     fs::create_dir_all(&tls)?;
     ca(&tls, "ca")?;
     ca(&tls, "untrusted-ca")?;
-    leaf(&tls, "server", "localhost", "serverAuth")?;
-    leaf(&tls, "client", "zklock-client", "clientAuth")?;
+    leaf(
+        &tls,
+        "server",
+        names.first().unwrap_or(&"localhost"),
+        "serverAuth",
+        names,
+    )?;
+    leaf(&tls, "client", "zklock-client", "clientAuth", &SERVER_NAMES)?;
     let read = |name: &str| fs::read_to_string(tls.join(name));
     let certificates = TestingTls {
         ca: read("ca.pem")?,

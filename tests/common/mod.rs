@@ -23,6 +23,128 @@ pub fn chain(e: &zklock::Error) -> String {
     out
 }
 
+/// A tracing subscriber's output, kept for the test to read (a writer for
+/// `tracing_subscriber::fmt().with_writer(move || captured.clone())`).
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Installs a tracing subscriber for this test binary with `filter` (an `EnvFilter`
+    /// directive) that writes here.
+    pub fn install(filter: &str) -> Captured {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        captured
+    }
+
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// zklock's warnings in this test binary, captured from the first call on (the first call
+/// installs the tracing subscriber): the lines that contain `needle`. The tests of a binary run
+/// side by side, each on servers of its own, so a test picks its lines by its server's address.
+pub fn warnings_naming(needle: &str) -> Vec<String> {
+    static LOG: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    let captured = LOG.get_or_init(|| Captured::install("zklock=warn"));
+    captured
+        .text()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until a Client's keeper has just renewed `key` on `server` (its TTL jumped back up),
+/// so that its next renewal is a whole period away.
+#[cfg(all(feature = "redis", feature = "testing"))]
+pub fn just_renewed(server: &zklock::testing::TestingRedis, key: &str) {
+    let pttl = || {
+        server
+            .command(&["PTTL", key])
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    let mut last = pttl();
+    let deadline = Instant::now() + patience();
+    loop {
+        let now = pttl();
+        if now > last {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{key} was never renewed");
+        last = now;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `a` takes the Redis lock `name`; while it holds, `while_held` runs and `b`'s `try_lock` is
+/// refused; after `a`'s release `b` is granted it, with a higher fencing token, and releases it.
+#[cfg(feature = "redis")]
+pub fn held_then_handed_over(
+    a: &zklock::RedisClient,
+    b: &zklock::RedisClient,
+    name: &str,
+    while_held: impl FnOnce(),
+) {
+    let mutex = zklock::RedisMutex::new(a, name).unwrap();
+    let guard = mutex.lock().unwrap();
+    while_held();
+    let theirs = zklock::RedisMutex::new(b, name).unwrap();
+    assert!(theirs.try_lock().unwrap().is_none(), "{name} is held");
+    let token = guard.fencing_token();
+    guard.release().unwrap();
+    let again = theirs.try_lock().unwrap().expect("free after the release");
+    assert!(again.fencing_token() > token);
+    again.release().unwrap();
+}
+
+/// How long after `from` `health` first reads something other than `Held`, and what.
+pub fn until_not_held(
+    from: Instant,
+    health: impl Fn() -> zklock::LockHealth,
+) -> (Duration, zklock::LockHealth) {
+    loop {
+        let h = health();
+        if h != zklock::LockHealth::Held {
+            return (from.elapsed(), h);
+        }
+        assert!(from.elapsed() < patience(), "still Held");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Asserts that `e` is `Error::ConnectFailed` caused by `Error::Tls` (a refused handshake);
+/// returns its chain of causes, for the test to read and print.
+pub fn refused_by_tls(e: &zklock::Error) -> String {
+    let text = chain(e);
+    match e {
+        zklock::Error::ConnectFailed { cause, .. } => {
+            assert!(matches!(**cause, zklock::Error::Tls(_)), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    text
+}
+
 /// Multiplies every wait (set `ZKLOCK_TIMING_FACTOR` on a slow machine).
 pub fn timing() -> u32 {
     std::env::var("ZKLOCK_TIMING_FACTOR")

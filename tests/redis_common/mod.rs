@@ -4,9 +4,13 @@
 // Each test binary uses part of this module.
 #![allow(dead_code)]
 
-#[path = "../common/worker.rs"]
-mod worker;
-pub use worker::{say, wait_to_be_killed, Worker};
+// The helpers every test shares (a test binary that uses this module reaches them here, as
+// it cannot load `tests/common` a second time).
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::worker::{say, wait_to_be_killed, Worker};
+#[allow(unused_imports)] // each test binary uses some of them
+pub use common::{held_then_handed_over, just_renewed, until_not_held, warnings_naming};
 
 use std::thread;
 use std::time::{Duration, Instant};
