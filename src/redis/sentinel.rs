@@ -243,20 +243,26 @@ impl Sentinels {
     }
 
     /// Whether the sentinels now name a primary other than the one the Client's connections
-    /// go to: the first sentinel that answers within `timeout` is believed (the one that
-    /// answered last is asked first). If so, the count of moves is raised, so that every
-    /// connection to the old primary is dropped at its next use or read slice and opened again
-    /// on the new one. The keeper asks at every renewal round: after a `SENTINEL FAILOVER` the
-    /// old primary goes on answering as a primary, and its connections stay open, until the
-    /// sentinels reconfigure it (about 10 s later with Redis 7's sentinels), and a node cut off
-    /// by a partition may answer as a primary for as long as it lasts. No answer is no move.
+    /// go to, each asked within what is left of `timeout` (the one that answered last is asked
+    /// first). A first answer that names the current primary ends the question: no move. A
+    /// new primary is believed once a majority of the sentinels name it, so that one sentinel
+    /// that has not yet heard of a failover, or still names a primary it lost, does not move
+    /// the Client. If so, the count of moves is raised, so that every connection to the old
+    /// primary is dropped at its next use or read slice and opened again on the new one. The
+    /// keeper asks at every renewal round: after a `SENTINEL FAILOVER` the old primary goes on
+    /// answering as a primary, and its connections stay open, until the sentinels reconfigure
+    /// it (about 10 s later with Redis 7's sentinels), and a node cut off by a partition may
+    /// answer as a primary for as long as it lasts. No majority is no move.
     pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
-        if self.primary.lock().is_empty() {
+        let current = self.primary.lock().clone();
+        if current.is_empty() {
             return false;
         }
         let until = Instant::now() + timeout;
         let n = self.sentinels.len();
+        let majority = n / 2 + 1;
         let first = self.first.load(Ordering::Relaxed);
+        let mut votes: Vec<(String, usize)> = Vec::new();
         for i in (0..n).map(|i| (first + i) % n) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -271,15 +277,37 @@ impl Sentinels {
             let Ok(Some((host, port))) = asked else {
                 continue;
             };
-            self.first.store(i, Ordering::Relaxed);
             let node = node_address(host, port);
+            if votes.is_empty() {
+                self.first.store(i, Ordering::Relaxed);
+                if node == current {
+                    return false;
+                }
+            }
+            let count = match votes.iter_mut().find(|(v, _)| *v == node) {
+                Some((_, count)) => {
+                    *count += 1;
+                    *count
+                }
+                None => {
+                    votes.push((node.clone(), 1));
+                    1
+                }
+            };
+            if count < majority {
+                continue;
+            }
+            if node == current {
+                return false;
+            }
             let mut primary = self.primary.lock();
             if *primary == node {
+                // A connection opened meanwhile asked the sentinels and moved there.
                 return false;
             }
             tracing::info!(
-                "zklock: the sentinels name {node} as the Redis primary {:?}, where this \
-                 Client's connections went to {primary}: they are opened again there",
+                "zklock: {count} of {n} sentinels name {node} as the Redis primary {:?}, where \
+                 this Client's connections went to {primary}: they are opened again there",
                 self.url.master
             );
             *primary = node;
