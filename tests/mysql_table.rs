@@ -6,82 +6,26 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::mysql::{client, one_winner_per_round, Sections};
 use common::{patience, wait_for};
 use parking_lot::Mutex;
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, Lock, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
-
-fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
-    let client = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
-        .session_timeout(session)
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .expect("connect");
-    assert_eq!(client.mode(), MySqlMode::Table);
-    client
-}
-
-/// Enter/exit of each critical section, and the tokens in the order the sections ran.
-#[derive(Default)]
-struct Sections {
-    inside: AtomicBool,
-    overlaps: AtomicUsize,
-    tokens: Mutex<Vec<u64>>,
-}
-
-impl Sections {
-    fn run(&self, token: u64) {
-        if self.inside.swap(true, Ordering::SeqCst) {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-        self.tokens.lock().push(token);
-        thread::sleep(Duration::from_millis(2));
-        self.inside.store(false, Ordering::SeqCst);
-    }
-
-    fn check(&self, sections: usize) {
-        assert_eq!(
-            self.overlaps.load(Ordering::SeqCst),
-            0,
-            "overlapping sections"
-        );
-        let tokens = self.tokens.lock();
-        assert_eq!(tokens.len(), sections);
-        assert!(
-            tokens.windows(2).all(|w| w[0] < w[1]),
-            "tokens not strictly rising: {tokens:?}"
-        );
-    }
-}
+use zklock::{Error, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
 
 /// Three Clients, two threads each, 60 sections in all: never two inside, and the tokens
 /// strictly rising in the order the sections ran.
 #[test]
 fn exclusion_and_rising_tokens_across_clients() {
     let server = TestingMariaDb::start().expect("mariadbd starts");
-    let log = Arc::new(Sections::default());
+    let mutexes: Vec<MySqlMutex> = (0..3)
+        .map(|_| MySqlMutex::new(&client(&server, Duration::from_secs(10)), "ledger").unwrap())
+        .collect();
     let started = Instant::now();
-    let mut threads = Vec::new();
-    for _ in 0..3 {
-        let c = client(&server, Duration::from_secs(10));
-        let mutex = Arc::new(MySqlMutex::new(&c, "ledger").unwrap());
-        for _ in 0..2 {
-            let (mutex, log) = (mutex.clone(), log.clone());
-            threads.push(thread::spawn(move || {
-                for _ in 0..10 {
-                    let guard = mutex.lock().unwrap();
-                    log.run(guard.fencing_token());
-                    drop(guard);
-                }
-            }));
-        }
-    }
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    let log = Sections::each_twice(&mutexes, 10);
     println!("60 sections on 3 Clients in {:?}", started.elapsed());
     log.check(60);
 }
@@ -100,7 +44,6 @@ fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
     let contenders: Vec<MySqlMutex> = (0..8)
         .map(|_| MySqlMutex::new(&client(&server, Duration::from_secs(10)), "expired").unwrap())
         .collect();
-    let contenders = Arc::new(contenders);
     assert!(
         !contenders[0].acquire_timeout(Duration::ZERO).unwrap(),
         "held"
@@ -112,36 +55,10 @@ fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
              WHERE lock_name = 'expired'",
         )
         .unwrap();
-    let mut last = first;
-    for round in 0..21 {
-        // All eight try at once; the winner lets go only after every other has tried.
-        let (start, tried) = (Arc::new(Barrier::new(8)), Arc::new(Barrier::new(8)));
-        let threads: Vec<_> = (0..8)
-            .map(|i| {
-                let (contenders, start, tried) = (contenders.clone(), start.clone(), tried.clone());
-                thread::spawn(move || {
-                    let mutex = &contenders[i];
-                    start.wait();
-                    let won = mutex.acquire_timeout(Duration::ZERO).unwrap();
-                    let token = won.then(|| mutex.fencing_token().unwrap());
-                    tried.wait();
-                    if won {
-                        mutex.release().unwrap();
-                    }
-                    token
-                })
-            })
-            .collect();
-        let won: Vec<(usize, u64)> = threads
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.join().unwrap().map(|token| (i, token)))
-            .collect();
-        assert_eq!(won.len(), 1, "round {round}: winners {won:?}");
-        assert_eq!(won[0].1, last + 1, "round {round}");
-        last = won[0].1;
-        if round == 0 {
-            // The old holder's next renewal matches nothing: Lost.
+    // Round 0 takes the expired record over; before round 1, the old holder's next renewal
+    // has matched nothing: Lost.
+    one_winner_per_round(&contenders, first, 21, |round| {
+        if round == 1 {
             let t = Instant::now();
             wait_for("the old holder reads Lost", || {
                 held.health() == Some(LockHealth::Lost)
@@ -152,7 +69,7 @@ fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
             );
             assert_eq!(held.release(), Err(Error::LockLost));
         }
-    }
+    });
 }
 
 /// A `mariadb` client running `lock_sql()` (with `@owner` and `@ms` set) and a zklock holder
