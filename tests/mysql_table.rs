@@ -1,7 +1,8 @@
 //! The MySQL backend's table mode (`lock_mode=table`) on a real MariaDB: what the conformance
 //! suite (`mariadb_table::`) does not cover — exclusion and tokens across Clients, an expired
 //! record taken over by exactly one of eight contenders, the SQL any client runs, tokens across
-//! a restart and a kill -9 of the server, the recipes it refuses.
+//! a restart and a kill -9 of the server, the recipes it refuses, and a failover to an
+//! asynchronous and to a semi-synchronous replica.
 
 mod common;
 
@@ -323,45 +324,93 @@ fn a_looping_thread_does_not_starve_the_other_clients() {
     assert!(handoffs >= 3, "{handoffs} hand-overs in 4 s");
 }
 
-/// A failover to a replica (MariaDB binlog replication, the replica promoted by hand after a
-/// kill -9 of the primary): a lease record that reached the replica is still there, held
-/// until it expires by the new primary's clock, and the next grant's token is above the lost
-/// holder's — the version is a column of the replicated row.
-#[test]
-fn failover_keeps_a_replicated_lease_until_it_expires() {
-    let (mut primary, replica) = TestingMariaDb::start_with_replica().expect("mariadbd pair");
-    let session = Duration::from_secs(20);
+/// A primary and its replica (semi-synchronous, with a timeout of 60 s, if `semi_sync`), and
+/// a Client of the primary with a lease of `session` and its mutex `name`, held and released
+/// three times: the record's version is 3.
+fn replicated(
+    semi_sync: bool,
+    name: &str,
+    session: Duration,
+) -> (TestingMariaDb, TestingMariaDb, MySqlClient, MySqlMutex) {
+    let (primary, replica) = match semi_sync {
+        true => TestingMariaDb::start_with_semi_sync_replica(Duration::from_secs(60)),
+        false => TestingMariaDb::start_with_replica(),
+    }
+    .expect("mariadbd pair");
     let a = client(&primary, session);
-    let mutex = MySqlMutex::new(&a, "failover").unwrap();
+    let mutex = MySqlMutex::new(&a, name).unwrap();
     for _ in 0..3 {
         assert!(mutex.acquire_timeout(patience()).unwrap());
         mutex.release().unwrap();
     }
-    assert!(mutex.acquire_timeout(patience()).unwrap());
-    let held = mutex.fencing_token().unwrap();
-    replica.catch_up(&primary).unwrap();
+    (primary, replica, a, mutex)
+}
+
+/// Kills `primary`, promotes `replica` and connects a Client there (lease `session`) with a
+/// mutex `name`: the Client, the mutex, and when the kill was.
+fn fail_over(
+    primary: &mut TestingMariaDb,
+    replica: &TestingMariaDb,
+    name: &str,
+    session: Duration,
+) -> (MySqlClient, MySqlMutex, Instant) {
     primary.kill().unwrap();
     let killed = Instant::now();
     replica.promote().unwrap();
-    let b = client(&replica, session);
-    let other = MySqlMutex::new(&b, "failover").unwrap();
-    // The record came with the row: its lease (20 s from the last renewal, at most 7 s
-    // before the kill) still holds on the new primary.
+    let b = client(replica, session);
+    let other = MySqlMutex::new(&b, name).unwrap();
+    (b, other, killed)
+}
+
+/// `other`, on the new primary, is granted at once: its token, released.
+fn granted_at_once(other: &MySqlMutex) -> u64 {
+    assert!(other.acquire_timeout(Duration::ZERO).unwrap());
+    let token = other.fencing_token().unwrap();
+    other.release().unwrap();
+    token
+}
+
+/// `other`, on the new primary, is refused while the lost holder's lease (`session`, token
+/// `held`) runs and granted after it with the next token; `what` names the run in the output.
+fn refused_until_the_lease_ends(
+    other: &MySqlMutex,
+    killed: Instant,
+    session: Duration,
+    held: u64,
+    what: &str,
+) {
     assert!(
         !other.acquire_timeout(Duration::ZERO).unwrap(),
-        "granted at once after the failover, {:?} after the kill",
+        "{what}: granted at once after the failover, {:?} after the kill",
         killed.elapsed()
     );
     let refused = killed.elapsed();
     assert!(other.acquire_timeout(patience() + session).unwrap());
     let token = other.fencing_token().unwrap();
     println!(
-        "refused {refused:?} after the kill; granted {:?} after it (lease {session:?}), \
-         token {token} after the lost holder's {held}",
+        "{what}: refused {refused:?} after the kill; granted {:?} after it (lease \
+         {session:?}), token {token} after the lost holder's {held}",
         killed.elapsed()
     );
-    assert!(token > held, "{token} after {held}");
+    assert_eq!(token, held + 1);
     other.release().unwrap();
+}
+
+/// A failover to a replica (MariaDB binlog replication, the replica promoted by hand after a
+/// kill -9 of the primary): a lease record that reached the replica is still there, held
+/// until it expires by the new primary's clock, and the next grant's token is above the lost
+/// holder's — the version is a column of the replicated row.
+#[test]
+fn failover_keeps_a_replicated_lease_until_it_expires() {
+    let session = Duration::from_secs(20);
+    let (mut primary, replica, a, mutex) = replicated(false, "failover", session);
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let held = mutex.fencing_token().unwrap();
+    replica.catch_up(&primary).unwrap();
+    let (b, other, killed) = fail_over(&mut primary, &replica, "failover", session);
+    // The record came with the row: its lease (20 s from the last renewal, at most 7 s
+    // before the kill) still holds on the new primary.
+    refused_until_the_lease_ends(&other, killed, session, held, "asynchronous");
     b.close();
     drop(a);
 }
@@ -373,27 +422,61 @@ fn failover_keeps_a_replicated_lease_until_it_expires() {
 /// on asynchronous replication.
 #[test]
 fn failover_to_a_replica_that_missed_the_grant_grants_it_again() {
-    let (mut primary, replica) = TestingMariaDb::start_with_replica().expect("mariadbd pair");
     let session = Duration::from_secs(20);
-    let a = client(&primary, session);
-    let mutex = MySqlMutex::new(&a, "lagging").unwrap();
-    for _ in 0..3 {
-        assert!(mutex.acquire_timeout(patience()).unwrap());
-        mutex.release().unwrap();
-    }
+    let (mut primary, replica, a, mutex) = replicated(false, "lagging", session);
     replica.catch_up(&primary).unwrap();
     replica.stop_replication().unwrap();
     assert!(mutex.acquire_timeout(patience()).unwrap());
     let held = mutex.fencing_token().unwrap();
-    primary.kill().unwrap();
-    replica.promote().unwrap();
-    let b = client(&replica, session);
-    let other = MySqlMutex::new(&b, "lagging").unwrap();
-    assert!(other.acquire_timeout(Duration::ZERO).unwrap());
-    let token = other.fencing_token().unwrap();
+    let (b, other, _) = fail_over(&mut primary, &replica, "lagging", session);
+    let token = granted_at_once(&other);
     println!("second grant with token {token}; the lost holder's is {held}");
     assert_eq!((held, token), (4, 4));
-    other.release().unwrap();
+    b.close();
+    drop(a);
+}
+
+/// The failover on semi-synchronous replication (`AFTER_SYNC`): a grant is answered only once
+/// the replica has it in its relay log, so a primary killed right after a grant leaves the
+/// record on the replica even when the replica had not applied it yet (its SQL thread is
+/// stopped here): the promotion applies the relay log first, and a contender on the new
+/// primary is refused while the lost holder's lease runs and granted after it, with the next
+/// token.
+#[test]
+fn semi_sync_failover_keeps_an_answered_grant() {
+    let session = Duration::from_secs(8);
+    let (mut primary, replica, a, mutex) = replicated(true, "semisync", session);
+    // The replica receives and acknowledges, but does not apply.
+    replica.root_sql("STOP SLAVE SQL_THREAD").unwrap();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let held = mutex.fencing_token().unwrap();
+    let (b, other, killed) = fail_over(&mut primary, &replica, "semisync", session);
+    refused_until_the_lease_ends(&other, killed, session, held, "semi-sync");
+    b.close();
+    drop(a);
+}
+
+/// Semi-synchronous replication with the replica's replication stopped (a replica cut off):
+/// the primary does not answer a take the replica has not acknowledged, so the Client on the
+/// primary is not granted; after a failover to the replica a Client there is granted at once,
+/// with the token the unanswered take would have had — and nobody held before it.
+#[test]
+fn semi_sync_answers_no_grant_the_replica_lacks() {
+    let session = Duration::from_secs(8);
+    let (mut primary, replica, a, mutex) = replicated(true, "cutoff", session);
+    replica.catch_up(&primary).unwrap();
+    replica.stop_replication().unwrap();
+    let t = Instant::now();
+    let got = mutex.acquire_timeout(Duration::from_secs(2));
+    println!(
+        "semi-sync, the replica stopped: the take on the primary returned {:?} after {:?}",
+        got.as_ref().map_err(common::chain),
+        t.elapsed()
+    );
+    assert!(!matches!(got, Ok(true)), "granted without the replica");
+    assert_eq!(mutex.health(), None);
+    let (b, other, _) = fail_over(&mut primary, &replica, "cutoff", session);
+    assert_eq!(granted_at_once(&other), 4);
     b.close();
     drop(a);
 }

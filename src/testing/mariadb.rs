@@ -285,14 +285,106 @@ impl TestingMariaDb {
         self.root_sql("STOP SLAVE").map(drop)
     }
 
-    /// Makes this replica a primary: replication stopped and forgotten (`STOP SLAVE; RESET
-    /// SLAVE ALL`) and writes allowed (`read_only = OFF`).
+    /// Makes this replica a primary: what it has received from its primary applied
+    /// (`STOP SLAVE IO_THREAD; START SLAVE SQL_THREAD`, then `MASTER_POS_WAIT` of the last
+    /// position read), replication stopped and forgotten (`STOP SLAVE; RESET SLAVE ALL`, which
+    /// deletes the relay log) and writes allowed (`read_only = OFF`).
     ///
     /// # Errors
-    /// When the server cannot be reached.
+    /// When the server cannot be reached, or has not applied its relay log within 60 s.
     pub fn promote(&self) -> io::Result<()> {
+        self.root_sql("STOP SLAVE IO_THREAD; START SLAVE SQL_THREAD")?;
+        let status = self.slave_status()?;
+        let field = |name: &str| {
+            status
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let (file, pos) = (field("Master_Log_File"), field("Read_Master_Log_Pos"));
+        if !file.is_empty() {
+            let waited = self.root_sql(&format!(
+                "SELECT MASTER_POS_WAIT('{}', {}, 60)",
+                file.replace('\'', "''"),
+                pos.parse::<u64>().unwrap_or(0)
+            ))?;
+            let waited = waited.first().and_then(|r| r.first()).cloned();
+            if !waited
+                .as_deref()
+                .is_some_and(|w| w.parse::<i64>().is_ok_and(|w| w >= 0))
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the replica did not apply its relay log up to {file}:{pos}: {waited:?}"
+                    ),
+                ));
+            }
+        }
         self.root_sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF")
             .map(drop)
+    }
+
+    /// As [`start_with_replica`](Self::start_with_replica), with MariaDB's semi-synchronous
+    /// replication: the primary answers a commit only once the replica has acknowledged it
+    /// (written it to its relay log), and other sessions see it only then
+    /// (`rpl_semi_sync_master_enabled`, `rpl_semi_sync_master_wait_point = AFTER_SYNC`;
+    /// `rpl_semi_sync_slave_enabled` on the replica). A commit not acknowledged within
+    /// `timeout` (`rpl_semi_sync_master_timeout`) is answered anyway, and the primary goes on
+    /// asynchronously until the replica catches up. Set with `SET GLOBAL`: a restart of either
+    /// server turns it off. Returned once the primary counts the replica as acknowledging
+    /// (`Rpl_semi_sync_master_clients = 1`, `Rpl_semi_sync_master_status = ON`).
+    ///
+    /// # Errors
+    /// As [`start_with_replica`](Self::start_with_replica); when the replica is not
+    /// acknowledging within 60 s.
+    pub fn start_with_semi_sync_replica(
+        timeout: Duration,
+    ) -> io::Result<(TestingMariaDb, TestingMariaDb)> {
+        let (primary, replica) = TestingMariaDb::start_with_replica()?;
+        primary.root_sql(&format!(
+            "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC; \
+             SET GLOBAL rpl_semi_sync_master_timeout = {}; \
+             SET GLOBAL rpl_semi_sync_master_enabled = ON",
+            timeout.as_millis().max(1)
+        ))?;
+        replica.root_sql(
+            "SET GLOBAL rpl_semi_sync_slave_enabled = ON; STOP SLAVE IO_THREAD; \
+             START SLAVE IO_THREAD",
+        )?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let status = primary.root_sql(
+                "SHOW STATUS WHERE Variable_name IN ('Rpl_semi_sync_master_clients', \
+                 'Rpl_semi_sync_master_status')",
+            )?;
+            let on = status
+                .iter()
+                .any(|r| r == &["Rpl_semi_sync_master_clients", "1"])
+                && status
+                    .iter()
+                    .any(|r| r == &["Rpl_semi_sync_master_status", "ON"]);
+            if on {
+                return Ok((primary, replica));
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the replica is not acknowledging within 60 s: {status:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `SHOW SLAVE STATUS` as (column, value) pairs; none on a server that replicates nothing.
+    fn slave_status(&self) -> io::Result<Vec<(String, String)>> {
+        let rows = self.run_sql("SHOW SLAVE STATUS", true)?;
+        Ok(match rows.as_slice() {
+            [names, values, ..] => names.iter().cloned().zip(values.iter().cloned()).collect(),
+            _ => Vec::new(),
+        })
     }
 
     /// As [`start`](Self::start), with TLS required of every TCP connection
@@ -767,10 +859,16 @@ impl TestingMariaDb {
     /// When the client cannot run, the server does not answer within 30 s, or it answers
     /// with an error (its message).
     pub fn root_sql(&self, sql: &str) -> io::Result<Vec<Vec<String>>> {
+        self.run_sql(sql, false)
+    }
+
+    /// [`root_sql`](Self::root_sql), with the columns' names as the first row if `names`.
+    fn run_sql(&self, sql: &str, names: bool) -> io::Result<Vec<Vec<String>>> {
         let mut child = Command::new(&self.client)
             .arg("--no-defaults")
             .arg(format!("--socket={}", self.socket().display()))
-            .args(["-uroot", "-N", "-B", "--connect-timeout=5", "-e", sql])
+            .args(["-uroot", "-B", "--connect-timeout=5", "-e", sql])
+            .args((!names).then_some("-N"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
