@@ -7,6 +7,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,46 @@ fn counted(nodes: &[TestingMariaDb], names: &[&str]) -> u64 {
         })
         .map(|row| row[1].parse::<u64>().unwrap_or(0))
         .sum()
+}
+
+/// Two sessions, on nodes `a` and `b`, each without the server's retry
+/// (`wsrep_retry_autocommit = 0`), update one row at the same moment, `rounds` times: the
+/// errors the statements that lost certification were answered with.
+fn conflicting_updates(a: &TestingMariaDb, b: &TestingMariaDb, rounds: usize) -> Vec<String> {
+    use mysql::prelude::Queryable;
+    let session = |node: &TestingMariaDb| {
+        let mut c = mysql::Conn::new(mysql::Opts::from_url(&node.url()).unwrap()).unwrap();
+        c.query_drop("SET SESSION wsrep_retry_autocommit = 0")
+            .unwrap();
+        c
+    };
+    let (mut first, mut second) = (session(a), session(b));
+    first
+        .query_drop(
+            "CREATE TABLE conflict (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; \
+             INSERT INTO conflict VALUES (1, 0)",
+        )
+        .unwrap();
+    applied(b);
+    let mut errors = Vec::new();
+    for _ in 0..rounds {
+        let start = Barrier::new(2);
+        thread::scope(|s| {
+            let updates = [&mut first, &mut second].map(|c| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    c.query_drop("UPDATE conflict SET v = v + 1 WHERE id = 1")
+                })
+            });
+            for update in updates {
+                if let Err(e) = update.join().unwrap() {
+                    errors.push(e.to_string());
+                }
+            }
+        });
+    }
+    errors
 }
 
 /// The `GET_LOCK` mode is refused at connect on a Galera node, with a cause that names
@@ -112,10 +153,21 @@ fn the_get_lock_mode_is_refused_on_a_galera_node() {
 /// database's clock) is taken over by exactly one of eight contenders spread over the nodes,
 /// and 20 more rounds of eight at once on a released record, half of them with the servers'
 /// retry of a conflicting autocommit statement turned off (`wsrep_retry_autocommit = 0`) so
-/// that certification conflicts reach zklock as error 1213: one winner each round, no error.
+/// that certification conflicts reach zklock as error 1213 (what they are answered with, seen
+/// first with two plain sessions): one winner each round, no error.
 #[test]
 fn the_table_mode_excludes_across_nodes() {
     let nodes = start(3);
+    let errors = conflicting_updates(&nodes[0], &nodes[1], 30);
+    println!(
+        "30 pairs of updates of one row on two nodes at once: {} lost certification; {:?}",
+        errors.len(),
+        errors.first()
+    );
+    assert!(
+        errors.iter().all(|e| e.contains("1213")),
+        "not all deadlock errors: {errors:?}"
+    );
     let mutexes: Vec<MySqlMutex> = nodes
         .iter()
         .map(|n| MySqlMutex::new(&client(n, Duration::from_secs(10)), "ledger").unwrap())
