@@ -324,17 +324,17 @@ fn a_looping_thread_does_not_starve_the_other_clients() {
     assert!(handoffs >= 3, "{handoffs} hand-overs in 4 s");
 }
 
-/// A primary and its replica (semi-synchronous, with a timeout of 60 s, if `semi_sync`), and
+/// A primary and its replica (semi-synchronous with a timeout of `semi_sync`, if given), and
 /// a Client of the primary with a lease of `session` and its mutex `name`, held and released
 /// three times: the record's version is 3.
 fn replicated(
-    semi_sync: bool,
+    semi_sync: Option<Duration>,
     name: &str,
     session: Duration,
 ) -> (TestingMariaDb, TestingMariaDb, MySqlClient, MySqlMutex) {
     let (primary, replica) = match semi_sync {
-        true => TestingMariaDb::start_with_semi_sync_replica(Duration::from_secs(60)),
-        false => TestingMariaDb::start_with_replica(),
+        Some(timeout) => TestingMariaDb::start_with_semi_sync_replica(timeout),
+        None => TestingMariaDb::start_with_replica(),
     }
     .expect("mariadbd pair");
     let a = client(&primary, session);
@@ -344,6 +344,13 @@ fn replicated(
         mutex.release().unwrap();
     }
     (primary, replica, a, mutex)
+}
+
+/// Lets `replica` catch up with `primary`, then stops its replication: what the primary
+/// writes next does not reach it.
+fn cut_off(primary: &TestingMariaDb, replica: &TestingMariaDb) {
+    replica.catch_up(primary).unwrap();
+    replica.stop_replication().unwrap();
 }
 
 /// Kills `primary`, promotes `replica` and connects a Client there (lease `session`) with a
@@ -403,7 +410,7 @@ fn refused_until_the_lease_ends(
 #[test]
 fn failover_keeps_a_replicated_lease_until_it_expires() {
     let session = Duration::from_secs(20);
-    let (mut primary, replica, a, mutex) = replicated(false, "failover", session);
+    let (mut primary, replica, a, mutex) = replicated(None, "failover", session);
     assert!(mutex.acquire_timeout(patience()).unwrap());
     let held = mutex.fencing_token().unwrap();
     replica.catch_up(&primary).unwrap();
@@ -423,9 +430,8 @@ fn failover_keeps_a_replicated_lease_until_it_expires() {
 #[test]
 fn failover_to_a_replica_that_missed_the_grant_grants_it_again() {
     let session = Duration::from_secs(20);
-    let (mut primary, replica, a, mutex) = replicated(false, "lagging", session);
-    replica.catch_up(&primary).unwrap();
-    replica.stop_replication().unwrap();
+    let (mut primary, replica, a, mutex) = replicated(None, "lagging", session);
+    cut_off(&primary, &replica);
     assert!(mutex.acquire_timeout(patience()).unwrap());
     let held = mutex.fencing_token().unwrap();
     let (b, other, _) = fail_over(&mut primary, &replica, "lagging", session);
@@ -445,7 +451,8 @@ fn failover_to_a_replica_that_missed_the_grant_grants_it_again() {
 #[test]
 fn semi_sync_failover_keeps_an_answered_grant() {
     let session = Duration::from_secs(8);
-    let (mut primary, replica, a, mutex) = replicated(true, "semisync", session);
+    let (mut primary, replica, a, mutex) =
+        replicated(Some(Duration::from_secs(60)), "semisync", session);
     // The replica receives and acknowledges, but does not apply.
     replica.root_sql("STOP SLAVE SQL_THREAD").unwrap();
     assert!(mutex.acquire_timeout(patience()).unwrap());
@@ -463,9 +470,9 @@ fn semi_sync_failover_keeps_an_answered_grant() {
 #[test]
 fn semi_sync_answers_no_grant_the_replica_lacks() {
     let session = Duration::from_secs(8);
-    let (mut primary, replica, a, mutex) = replicated(true, "cutoff", session);
-    replica.catch_up(&primary).unwrap();
-    replica.stop_replication().unwrap();
+    let (mut primary, replica, a, mutex) =
+        replicated(Some(Duration::from_secs(60)), "cutoff", session);
+    cut_off(&primary, &replica);
     let t = Instant::now();
     let got = mutex.acquire_timeout(Duration::from_secs(2));
     println!(
@@ -477,6 +484,29 @@ fn semi_sync_answers_no_grant_the_replica_lacks() {
     assert_eq!(mutex.health(), None);
     let (b, other, _) = fail_over(&mut primary, &replica, "cutoff", session);
     assert_eq!(granted_at_once(&other), 4);
+    b.close();
+    drop(a);
+}
+
+/// Semi-synchronous replication gives up waiting after its timeout: with the replica's
+/// replication stopped and a timeout of 1 s, the primary answers the take after that second
+/// (and goes on asynchronously), so the grant is given without the replica — and after a
+/// failover it is given again with the same token, as on asynchronous replication.
+#[test]
+fn semi_sync_past_its_timeout_is_asynchronous() {
+    let session = Duration::from_secs(20);
+    let (mut primary, replica, a, mutex) =
+        replicated(Some(Duration::from_secs(1)), "timeout", session);
+    cut_off(&primary, &replica);
+    let t = Instant::now();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let held = mutex.fencing_token().unwrap();
+    println!(
+        "semi-sync with a 1 s timeout, the replica stopped: granted after {:?}",
+        t.elapsed()
+    );
+    let (b, other, _) = fail_over(&mut primary, &replica, "timeout", session);
+    assert_eq!((held, granted_at_once(&other)), (4, 4));
     b.close();
     drop(a);
 }
