@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure Debian's MariaDB server and client are present (the MySQL backend's tests start
 # their own servers with mariadb-install-db and mariadbd, and talk to them as root with the
-# `mariadb` client over their socket), installing the package with apt-get if not. Oracle's
+# `mariadb` client over their socket), installing the package with apt-get if not; also
+# Debian's galera-4 and rsync, for the Galera cluster of tests/mysql_galera.rs. Oracle's
 # MySQL is not in Debian's archive: the tests run on MariaDB only. Nothing is installed when
 # MARIADB_BINDIR names a directory with your own.
 set -euo pipefail
@@ -11,6 +12,11 @@ if [ -z "${MARIADB_BINDIR:-}" ] && ! [ -x /usr/sbin/mariadbd ]; then
   need+=(mariadb-server)
 fi
 command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
+# TestingMariaDb::start_galera: the Galera provider, and rsync for its state transfers.
+if [ -z "${GALERA_PROVIDER:-}" ] && ! [ -e /usr/lib/galera/libgalera_smm.so ]; then
+  need+=(galera-4)
+fi
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "zklock: installing ${need[*]} with apt-get" >&2

@@ -1,87 +1,32 @@
 //! The MySQL backend's table mode (`lock_mode=table`) on a real MariaDB: what the conformance
 //! suite (`mariadb_table::`) does not cover — exclusion and tokens across Clients, an expired
 //! record taken over by exactly one of eight contenders, the SQL any client runs, tokens across
-//! a restart and a kill -9 of the server, the recipes it refuses.
+//! a restart and a kill -9 of the server, the recipes it refuses, and a failover to an
+//! asynchronous and to a semi-synchronous replica.
 
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::mysql::{client, one_winner_per_round, Sections};
 use common::{patience, wait_for};
 use parking_lot::Mutex;
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, Lock, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
-
-fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
-    let client = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
-        .session_timeout(session)
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .expect("connect");
-    assert_eq!(client.mode(), MySqlMode::Table);
-    client
-}
-
-/// Enter/exit of each critical section, and the tokens in the order the sections ran.
-#[derive(Default)]
-struct Sections {
-    inside: AtomicBool,
-    overlaps: AtomicUsize,
-    tokens: Mutex<Vec<u64>>,
-}
-
-impl Sections {
-    fn run(&self, token: u64) {
-        if self.inside.swap(true, Ordering::SeqCst) {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-        self.tokens.lock().push(token);
-        thread::sleep(Duration::from_millis(2));
-        self.inside.store(false, Ordering::SeqCst);
-    }
-
-    fn check(&self, sections: usize) {
-        assert_eq!(
-            self.overlaps.load(Ordering::SeqCst),
-            0,
-            "overlapping sections"
-        );
-        let tokens = self.tokens.lock();
-        assert_eq!(tokens.len(), sections);
-        assert!(
-            tokens.windows(2).all(|w| w[0] < w[1]),
-            "tokens not strictly rising: {tokens:?}"
-        );
-    }
-}
+use zklock::{Error, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
 
 /// Three Clients, two threads each, 60 sections in all: never two inside, and the tokens
 /// strictly rising in the order the sections ran.
 #[test]
 fn exclusion_and_rising_tokens_across_clients() {
     let server = TestingMariaDb::start().expect("mariadbd starts");
-    let log = Arc::new(Sections::default());
+    let mutexes: Vec<MySqlMutex> = (0..3)
+        .map(|_| MySqlMutex::new(&client(&server, Duration::from_secs(10)), "ledger").unwrap())
+        .collect();
     let started = Instant::now();
-    let mut threads = Vec::new();
-    for _ in 0..3 {
-        let c = client(&server, Duration::from_secs(10));
-        let mutex = Arc::new(MySqlMutex::new(&c, "ledger").unwrap());
-        for _ in 0..2 {
-            let (mutex, log) = (mutex.clone(), log.clone());
-            threads.push(thread::spawn(move || {
-                for _ in 0..10 {
-                    let guard = mutex.lock().unwrap();
-                    log.run(guard.fencing_token());
-                    drop(guard);
-                }
-            }));
-        }
-    }
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    let log = Sections::each_twice(&mutexes, 10);
     println!("60 sections on 3 Clients in {:?}", started.elapsed());
     log.check(60);
 }
@@ -100,7 +45,6 @@ fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
     let contenders: Vec<MySqlMutex> = (0..8)
         .map(|_| MySqlMutex::new(&client(&server, Duration::from_secs(10)), "expired").unwrap())
         .collect();
-    let contenders = Arc::new(contenders);
     assert!(
         !contenders[0].acquire_timeout(Duration::ZERO).unwrap(),
         "held"
@@ -112,36 +56,10 @@ fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
              WHERE lock_name = 'expired'",
         )
         .unwrap();
-    let mut last = first;
-    for round in 0..21 {
-        // All eight try at once; the winner lets go only after every other has tried.
-        let (start, tried) = (Arc::new(Barrier::new(8)), Arc::new(Barrier::new(8)));
-        let threads: Vec<_> = (0..8)
-            .map(|i| {
-                let (contenders, start, tried) = (contenders.clone(), start.clone(), tried.clone());
-                thread::spawn(move || {
-                    let mutex = &contenders[i];
-                    start.wait();
-                    let won = mutex.acquire_timeout(Duration::ZERO).unwrap();
-                    let token = won.then(|| mutex.fencing_token().unwrap());
-                    tried.wait();
-                    if won {
-                        mutex.release().unwrap();
-                    }
-                    token
-                })
-            })
-            .collect();
-        let won: Vec<(usize, u64)> = threads
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.join().unwrap().map(|token| (i, token)))
-            .collect();
-        assert_eq!(won.len(), 1, "round {round}: winners {won:?}");
-        assert_eq!(won[0].1, last + 1, "round {round}");
-        last = won[0].1;
-        if round == 0 {
-            // The old holder's next renewal matches nothing: Lost.
+    // Round 0 takes the expired record over; before round 1, the old holder's next renewal
+    // has matched nothing: Lost.
+    one_winner_per_round(&contenders, first, 21, |round| {
+        if round == 1 {
             let t = Instant::now();
             wait_for("the old holder reads Lost", || {
                 held.health() == Some(LockHealth::Lost)
@@ -152,7 +70,7 @@ fn an_expired_record_is_taken_over_by_exactly_one_of_8() {
             );
             assert_eq!(held.release(), Err(Error::LockLost));
         }
-    }
+    });
 }
 
 /// A `mariadb` client running `lock_sql()` (with `@owner` and `@ms` set) and a zklock holder
@@ -406,45 +324,100 @@ fn a_looping_thread_does_not_starve_the_other_clients() {
     assert!(handoffs >= 3, "{handoffs} hand-overs in 4 s");
 }
 
-/// A failover to a replica (MariaDB binlog replication, the replica promoted by hand after a
-/// kill -9 of the primary): a lease record that reached the replica is still there, held
-/// until it expires by the new primary's clock, and the next grant's token is above the lost
-/// holder's — the version is a column of the replicated row.
-#[test]
-fn failover_keeps_a_replicated_lease_until_it_expires() {
-    let (mut primary, replica) = TestingMariaDb::start_with_replica().expect("mariadbd pair");
-    let session = Duration::from_secs(20);
+/// A primary and its replica (semi-synchronous with a timeout of `semi_sync`, if given), and
+/// a Client of the primary with a lease of `session` and its mutex `name`, held and released
+/// three times: the record's version is 3.
+fn replicated(
+    semi_sync: Option<Duration>,
+    name: &str,
+    session: Duration,
+) -> (TestingMariaDb, TestingMariaDb, MySqlClient, MySqlMutex) {
+    let (primary, replica) = match semi_sync {
+        Some(timeout) => TestingMariaDb::start_with_semi_sync_replica(timeout),
+        None => TestingMariaDb::start_with_replica(),
+    }
+    .expect("mariadbd pair");
     let a = client(&primary, session);
-    let mutex = MySqlMutex::new(&a, "failover").unwrap();
+    let mutex = MySqlMutex::new(&a, name).unwrap();
     for _ in 0..3 {
         assert!(mutex.acquire_timeout(patience()).unwrap());
         mutex.release().unwrap();
     }
-    assert!(mutex.acquire_timeout(patience()).unwrap());
-    let held = mutex.fencing_token().unwrap();
-    replica.catch_up(&primary).unwrap();
+    (primary, replica, a, mutex)
+}
+
+/// Lets `replica` catch up with `primary`, then stops its replication: what the primary
+/// writes next does not reach it.
+fn cut_off(primary: &TestingMariaDb, replica: &TestingMariaDb) {
+    replica.catch_up(primary).unwrap();
+    replica.stop_replication().unwrap();
+}
+
+/// Kills `primary`, promotes `replica` and connects a Client there (lease `session`) with a
+/// mutex `name`: the Client, the mutex, and when the kill was.
+fn fail_over(
+    primary: &mut TestingMariaDb,
+    replica: &TestingMariaDb,
+    name: &str,
+    session: Duration,
+) -> (MySqlClient, MySqlMutex, Instant) {
     primary.kill().unwrap();
     let killed = Instant::now();
     replica.promote().unwrap();
-    let b = client(&replica, session);
-    let other = MySqlMutex::new(&b, "failover").unwrap();
-    // The record came with the row: its lease (20 s from the last renewal, at most 7 s
-    // before the kill) still holds on the new primary.
+    let b = client(replica, session);
+    let other = MySqlMutex::new(&b, name).unwrap();
+    (b, other, killed)
+}
+
+/// `other`, on the new primary, is granted at once: its token, released.
+fn granted_at_once(other: &MySqlMutex) -> u64 {
+    assert!(other.acquire_timeout(Duration::ZERO).unwrap());
+    let token = other.fencing_token().unwrap();
+    other.release().unwrap();
+    token
+}
+
+/// `other`, on the new primary, is refused while the lost holder's lease (`session`, token
+/// `held`) runs and granted after it with the next token; `what` names the run in the output.
+fn refused_until_the_lease_ends(
+    other: &MySqlMutex,
+    killed: Instant,
+    session: Duration,
+    held: u64,
+    what: &str,
+) {
     assert!(
         !other.acquire_timeout(Duration::ZERO).unwrap(),
-        "granted at once after the failover, {:?} after the kill",
+        "{what}: granted at once after the failover, {:?} after the kill",
         killed.elapsed()
     );
     let refused = killed.elapsed();
     assert!(other.acquire_timeout(patience() + session).unwrap());
     let token = other.fencing_token().unwrap();
     println!(
-        "refused {refused:?} after the kill; granted {:?} after it (lease {session:?}), \
-         token {token} after the lost holder's {held}",
+        "{what}: refused {refused:?} after the kill; granted {:?} after it (lease \
+         {session:?}), token {token} after the lost holder's {held}",
         killed.elapsed()
     );
-    assert!(token > held, "{token} after {held}");
+    assert_eq!(token, held + 1);
     other.release().unwrap();
+}
+
+/// A failover to a replica (MariaDB binlog replication, the replica promoted by hand after a
+/// kill -9 of the primary): a lease record that reached the replica is still there, held
+/// until it expires by the new primary's clock, and the next grant's token is above the lost
+/// holder's — the version is a column of the replicated row.
+#[test]
+fn failover_keeps_a_replicated_lease_until_it_expires() {
+    let session = Duration::from_secs(20);
+    let (mut primary, replica, a, mutex) = replicated(None, "failover", session);
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let held = mutex.fencing_token().unwrap();
+    replica.catch_up(&primary).unwrap();
+    let (b, other, killed) = fail_over(&mut primary, &replica, "failover", session);
+    // The record came with the row: its lease (20 s from the last renewal, at most 7 s
+    // before the kill) still holds on the new primary.
+    refused_until_the_lease_ends(&other, killed, session, held, "asynchronous");
     b.close();
     drop(a);
 }
@@ -456,27 +429,84 @@ fn failover_keeps_a_replicated_lease_until_it_expires() {
 /// on asynchronous replication.
 #[test]
 fn failover_to_a_replica_that_missed_the_grant_grants_it_again() {
-    let (mut primary, replica) = TestingMariaDb::start_with_replica().expect("mariadbd pair");
     let session = Duration::from_secs(20);
-    let a = client(&primary, session);
-    let mutex = MySqlMutex::new(&a, "lagging").unwrap();
-    for _ in 0..3 {
-        assert!(mutex.acquire_timeout(patience()).unwrap());
-        mutex.release().unwrap();
-    }
-    replica.catch_up(&primary).unwrap();
-    replica.stop_replication().unwrap();
+    let (mut primary, replica, a, mutex) = replicated(None, "lagging", session);
+    cut_off(&primary, &replica);
     assert!(mutex.acquire_timeout(patience()).unwrap());
     let held = mutex.fencing_token().unwrap();
-    primary.kill().unwrap();
-    replica.promote().unwrap();
-    let b = client(&replica, session);
-    let other = MySqlMutex::new(&b, "lagging").unwrap();
-    assert!(other.acquire_timeout(Duration::ZERO).unwrap());
-    let token = other.fencing_token().unwrap();
+    let (b, other, _) = fail_over(&mut primary, &replica, "lagging", session);
+    let token = granted_at_once(&other);
     println!("second grant with token {token}; the lost holder's is {held}");
     assert_eq!((held, token), (4, 4));
-    other.release().unwrap();
+    b.close();
+    drop(a);
+}
+
+/// The failover on semi-synchronous replication (`AFTER_SYNC`): a grant is answered only once
+/// the replica has it in its relay log, so a primary killed right after a grant leaves the
+/// record on the replica even when the replica had not applied it yet (its SQL thread is
+/// stopped here): the promotion applies the relay log first, and a contender on the new
+/// primary is refused while the lost holder's lease runs and granted after it, with the next
+/// token.
+#[test]
+fn semi_sync_failover_keeps_an_answered_grant() {
+    let session = Duration::from_secs(8);
+    let (mut primary, replica, a, mutex) =
+        replicated(Some(Duration::from_secs(60)), "semisync", session);
+    // The replica receives and acknowledges, but does not apply.
+    replica.root_sql("STOP SLAVE SQL_THREAD").unwrap();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let held = mutex.fencing_token().unwrap();
+    let (b, other, killed) = fail_over(&mut primary, &replica, "semisync", session);
+    refused_until_the_lease_ends(&other, killed, session, held, "semi-sync");
+    b.close();
+    drop(a);
+}
+
+/// Semi-synchronous replication with the replica's replication stopped (a replica cut off):
+/// the primary does not answer a take the replica has not acknowledged, so the Client on the
+/// primary is not granted; after a failover to the replica a Client there is granted at once,
+/// with the token the unanswered take would have had — and nobody held before it.
+#[test]
+fn semi_sync_answers_no_grant_the_replica_lacks() {
+    let session = Duration::from_secs(8);
+    let (mut primary, replica, a, mutex) =
+        replicated(Some(Duration::from_secs(60)), "cutoff", session);
+    cut_off(&primary, &replica);
+    let t = Instant::now();
+    let got = mutex.acquire_timeout(Duration::from_secs(2));
+    println!(
+        "semi-sync, the replica stopped: the take on the primary returned {:?} after {:?}",
+        got.as_ref().map_err(common::chain),
+        t.elapsed()
+    );
+    assert!(!matches!(got, Ok(true)), "granted without the replica");
+    assert_eq!(mutex.health(), None);
+    let (b, other, _) = fail_over(&mut primary, &replica, "cutoff", session);
+    assert_eq!(granted_at_once(&other), 4);
+    b.close();
+    drop(a);
+}
+
+/// Semi-synchronous replication gives up waiting after its timeout: with the replica's
+/// replication stopped and a timeout of 1 s, the primary answers the take after that second
+/// (and goes on asynchronously), so the grant is given without the replica — and after a
+/// failover it is given again with the same token, as on asynchronous replication.
+#[test]
+fn semi_sync_past_its_timeout_is_asynchronous() {
+    let session = Duration::from_secs(20);
+    let (mut primary, replica, a, mutex) =
+        replicated(Some(Duration::from_secs(1)), "timeout", session);
+    cut_off(&primary, &replica);
+    let t = Instant::now();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let held = mutex.fencing_token().unwrap();
+    println!(
+        "semi-sync with a 1 s timeout, the replica stopped: granted after {:?}",
+        t.elapsed()
+    );
+    let (b, other, _) = fail_over(&mut primary, &replica, "timeout", session);
+    assert_eq!((held, granted_at_once(&other)), (4, 4));
     b.close();
     drop(a);
 }

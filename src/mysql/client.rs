@@ -614,6 +614,8 @@ fn lock_mode(url: &str) -> Result<(String, Option<MySqlMode>)> {
 /// Why `GET_LOCK` cannot exclude on a server of `version` with `vars` (`SHOW VARIABLES` of
 /// `wsrep_on` and Group Replication's), if it cannot.
 pub(crate) fn refusal(version: &str, vars: &[(String, String)]) -> Option<String> {
+    const TABLE_MODE: &str = "use the table mode, whose locks are rows every server sees \
+        (lock_mode=table in the URL, or MySqlClientBuilder::mode(MySqlMode::Table))";
     let var = |name: &str| {
         vars.iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -622,27 +624,26 @@ pub(crate) fn refusal(version: &str, vars: &[(String, String)]) -> Option<String
     if version.contains("TiDB") {
         return Some(format!(
             "the server is TiDB ({version}): its GET_LOCK is not one lock across the cluster's \
-             servers, so zklock's MySQL locks cannot exclude there"
+             servers, so zklock's GET_LOCK mode cannot exclude there; {TABLE_MODE}"
         ));
     }
     if var("wsrep_on").is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1") {
-        return Some(
-            "the server is a Galera cluster node (@@wsrep_on = ON): GET_LOCK is not replicated \
-             to the other nodes (MariaDB refuses it under wsrep), so zklock's MySQL locks \
-             cannot exclude there; connect to a server outside the cluster"
-                .into(),
-        );
+        return Some(format!(
+            "the server is a Galera cluster node (@@wsrep_on = ON): GET_LOCK is this node's \
+             alone and not replicated (MariaDB 10.11 grants one name on two nodes at once; \
+             some releases refuse GET_LOCK under wsrep), so zklock's GET_LOCK mode cannot \
+             exclude there; {TABLE_MODE}"
+        ));
     }
     if var("group_replication_group_name").is_some_and(|v| !v.is_empty())
         && var("group_replication_single_primary_mode")
             .is_some_and(|v| v.eq_ignore_ascii_case("OFF"))
     {
-        return Some(
+        return Some(format!(
             "the server is in a multi-primary Group Replication group: GET_LOCK is one \
-             server's and certification ignores it, so zklock's MySQL locks cannot exclude \
-             there"
-                .into(),
-        );
+             server's and certification ignores it, so zklock's GET_LOCK mode cannot exclude \
+             there; {TABLE_MODE}"
+        ));
     }
     None
 }
@@ -1141,7 +1142,10 @@ mod tests {
         let maria = "10.11.19-MariaDB-0+deb12u1";
         assert_eq!(refusal(maria, &vars(&[("wsrep_on", "OFF")])), None);
         let why = refusal(maria, &vars(&[("wsrep_on", "ON")])).unwrap();
-        assert!(why.contains("Galera"), "{why}");
+        assert!(
+            why.contains("Galera") && why.contains("lock_mode=table"),
+            "{why}"
+        );
         let why = refusal("8.0.11-TiDB-v7.5.0", &[]).unwrap();
         assert!(why.contains("TiDB"), "{why}");
         let gr = vars(&[

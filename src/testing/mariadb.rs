@@ -30,7 +30,8 @@ const DATABASE: &str = "zklock";
 /// services do. Nothing of the system's configuration is read (`--no-defaults`). When the test
 /// runs as root the server runs as root too (`--user=root`).
 /// [`start_tls`](Self::start_tls) requires TLS of TCP connections;
-/// [`start_with_replica`](Self::start_with_replica) starts a primary and its binlog replica.
+/// [`start_with_replica`](Self::start_with_replica) starts a primary and its binlog replica;
+/// [`start_galera`](Self::start_galera) starts a Galera cluster, a `TestingMariaDb` per node.
 ///
 /// [`stop`](Self::stop) is a normal shutdown (SIGTERM), [`restart`](Self::restart) stops and
 /// starts it on the same port and data, [`kill`](Self::kill) is `kill -9`,
@@ -60,7 +61,22 @@ pub struct TestingMariaDb {
     /// The certificates of a server that requires TLS (in `dir/tls`).
     tls: Option<super::TestingTls>,
     role: Role,
+    /// A Galera node's ports and peers.
+    galera: Option<Galera>,
     dir: tempfile::TempDir,
+}
+
+/// What a Galera node listens on, and whom it joins.
+#[derive(Clone)]
+struct Galera {
+    /// Group communication (`gmcast.listen_addr`, also the node's `wsrep_node_address`).
+    gcomm: u16,
+    /// Incremental state transfers received (`ist.recv_addr`).
+    ist: u16,
+    /// Full state transfers received (`wsrep_sst_receive_address`, rsync's daemon).
+    sst: u16,
+    /// The group communication ports of the nodes it joins; none: it starts a new cluster.
+    peers: Vec<u16>,
 }
 
 /// What a server is to replication.
@@ -72,6 +88,8 @@ enum Role {
     Primary,
     /// `server_id` 2, no binary log of its own; its users come from its primary.
     Replica,
+    /// A Galera node (wsrep on); one that joins gets everything from its donor.
+    Galera,
 }
 
 impl TestingMariaDb {
@@ -111,6 +129,128 @@ impl TestingMariaDb {
         Ok((primary, replica))
     }
 
+    /// A Galera cluster of `nodes` MariaDB servers on `127.0.0.1` (Debian's `galera-4`
+    /// provider, `/usr/lib/galera/libgalera_smm.so`, or the file named by `GALERA_PROVIDER`),
+    /// each a `TestingMariaDb` with its own directory and free ports for its clients, its group
+    /// communication (`gmcast.listen_addr`), incremental state transfers (`ist.recv_addr`) and
+    /// full ones (`wsrep_sst_receive_address`). The first node starts a new cluster
+    /// (`--wsrep-new-cluster`) and gets the user `zklock`; each of the others joins it in turn
+    /// with an empty directory and receives everything by rsync (`wsrep_sst_method = rsync`:
+    /// `rsync` must be installed; as root, the nodes run as `nobody`, the user rsync's daemon
+    /// writes as, and their directories are `nobody`'s). They are returned once every node reads
+    /// `wsrep_cluster_size = nodes` and `Synced` ([`await_galera`](Self::await_galera)).
+    ///
+    /// A node is left by [`kill`](Self::kill) (`kill -9`) or [`stop`](Self::stop), and
+    /// [`restart`](Self::restart) has it join the others again (it receives what it missed by
+    /// a state transfer). A node is suspected after 3 s of silence and dropped from the
+    /// cluster after 6 s (`evs.suspect_timeout`, `evs.inactive_timeout`); with 3 nodes the 2
+    /// that remain keep a quorum, with 2 the one left does not (it refuses queries until the
+    /// other is back). Each node's [`url`](Self::url) reaches that node only.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::testing::TestingMariaDb;
+    ///
+    /// let mut nodes = TestingMariaDb::start_galera(3)?;
+    /// for node in &nodes {
+    ///     println!("a Galera node at {}", node.url());
+    /// }
+    /// nodes[0].kill()?;
+    /// nodes[1].await_galera(2)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `NotFound` with what to install when there is no MariaDB, no Galera provider or no
+    /// `rsync`; a node's log when it does not start or join within 60 s.
+    pub fn start_galera(nodes: usize) -> io::Result<Vec<TestingMariaDb>> {
+        if nodes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a Galera cluster needs at least one node",
+            ));
+        }
+        galera_provider()?;
+        let first = TestingMariaDb::create(false, Role::Galera, None)?;
+        let password = first.password.clone();
+        let mut all = vec![first];
+        for _ in 1..nodes {
+            let donors = all
+                .iter()
+                .filter_map(|n| n.galera.as_ref())
+                .map(|g| g.gcomm);
+            let node = TestingMariaDb::create_joiner(password.clone(), donors.collect())?;
+            node.await_galera(all.len() + 1)?;
+            all.push(node);
+        }
+        // Each node restarts by joining the others.
+        let ports: Vec<u16> = all
+            .iter()
+            .filter_map(|n| n.galera.as_ref())
+            .map(|g| g.gcomm)
+            .collect();
+        for node in &mut all {
+            if let Some(g) = node.galera.as_mut() {
+                g.peers = ports.iter().copied().filter(|&p| p != g.gcomm).collect();
+            }
+        }
+        for node in &all {
+            node.await_galera(nodes)?;
+        }
+        Ok(all)
+    }
+
+    /// This Galera node's `wsrep_cluster_size` and `wsrep_local_state_comment` (`Synced`,
+    /// `Donor/Desynced`, `Joining`, …).
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn galera_state(&self) -> io::Result<(usize, String)> {
+        let rows = self.root_sql(
+            "SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_size', \
+             'wsrep_local_state_comment')",
+        )?;
+        let value = |name: &str| {
+            rows.iter()
+                .find(|r| r.first().map(String::as_str) == Some(name))
+                .and_then(|r| r.get(1))
+                .cloned()
+                .unwrap_or_default()
+        };
+        Ok((
+            value("wsrep_cluster_size").parse().unwrap_or(0),
+            value("wsrep_local_state_comment"),
+        ))
+    }
+
+    /// Waits until this Galera node sees a cluster of `size` nodes and is `Synced`.
+    ///
+    /// # Errors
+    /// When it has not within 60 s (its last state, and its log).
+    pub fn await_galera(&self, size: usize) -> io::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let state = self.galera_state();
+            if let Ok((n, ref s)) = state {
+                if n == size && s == "Synced" {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the Galera node on port {} is not Synced in a cluster of {size} \
+                         within 60 s ({state:?}); its log:\n{}",
+                        self.port,
+                        self.log_tail()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until this replica has applied everything `primary` has written so far
     /// (`MASTER_GTID_WAIT` of the primary's `@@gtid_binlog_pos`).
     ///
@@ -145,14 +285,106 @@ impl TestingMariaDb {
         self.root_sql("STOP SLAVE").map(drop)
     }
 
-    /// Makes this replica a primary: replication stopped and forgotten (`STOP SLAVE; RESET
-    /// SLAVE ALL`) and writes allowed (`read_only = OFF`).
+    /// Makes this replica a primary: what it has received from its primary applied
+    /// (`STOP SLAVE IO_THREAD; START SLAVE SQL_THREAD`, then `MASTER_POS_WAIT` of the last
+    /// position read), replication stopped and forgotten (`STOP SLAVE; RESET SLAVE ALL`, which
+    /// deletes the relay log) and writes allowed (`read_only = OFF`).
     ///
     /// # Errors
-    /// When the server cannot be reached.
+    /// When the server cannot be reached, or has not applied its relay log within 60 s.
     pub fn promote(&self) -> io::Result<()> {
+        self.root_sql("STOP SLAVE IO_THREAD; START SLAVE SQL_THREAD")?;
+        let status = self.slave_status()?;
+        let field = |name: &str| {
+            status
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let (file, pos) = (field("Master_Log_File"), field("Read_Master_Log_Pos"));
+        if !file.is_empty() {
+            let waited = self.root_sql(&format!(
+                "SELECT MASTER_POS_WAIT('{}', {}, 60)",
+                file.replace('\'', "''"),
+                pos.parse::<u64>().unwrap_or(0)
+            ))?;
+            let waited = waited.first().and_then(|r| r.first()).cloned();
+            if !waited
+                .as_deref()
+                .is_some_and(|w| w.parse::<i64>().is_ok_and(|w| w >= 0))
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the replica did not apply its relay log up to {file}:{pos}: {waited:?}"
+                    ),
+                ));
+            }
+        }
         self.root_sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF")
             .map(drop)
+    }
+
+    /// As [`start_with_replica`](Self::start_with_replica), with MariaDB's semi-synchronous
+    /// replication: the primary answers a commit only once the replica has acknowledged it
+    /// (written it to its relay log), and other sessions see it only then
+    /// (`rpl_semi_sync_master_enabled`, `rpl_semi_sync_master_wait_point = AFTER_SYNC`;
+    /// `rpl_semi_sync_slave_enabled` on the replica). A commit not acknowledged within
+    /// `timeout` (`rpl_semi_sync_master_timeout`) is answered anyway, and the primary goes on
+    /// asynchronously until the replica catches up. Set with `SET GLOBAL`: a restart of either
+    /// server turns it off. Returned once the primary counts the replica as acknowledging
+    /// (`Rpl_semi_sync_master_clients = 1`, `Rpl_semi_sync_master_status = ON`).
+    ///
+    /// # Errors
+    /// As [`start_with_replica`](Self::start_with_replica); when the replica is not
+    /// acknowledging within 60 s.
+    pub fn start_with_semi_sync_replica(
+        timeout: Duration,
+    ) -> io::Result<(TestingMariaDb, TestingMariaDb)> {
+        let (primary, replica) = TestingMariaDb::start_with_replica()?;
+        primary.root_sql(&format!(
+            "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC; \
+             SET GLOBAL rpl_semi_sync_master_timeout = {}; \
+             SET GLOBAL rpl_semi_sync_master_enabled = ON",
+            timeout.as_millis().max(1)
+        ))?;
+        replica.root_sql(
+            "SET GLOBAL rpl_semi_sync_slave_enabled = ON; STOP SLAVE IO_THREAD; \
+             START SLAVE IO_THREAD",
+        )?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let status = primary.root_sql(
+                "SHOW STATUS WHERE Variable_name IN ('Rpl_semi_sync_master_clients', \
+                 'Rpl_semi_sync_master_status')",
+            )?;
+            let on = status
+                .iter()
+                .any(|r| r == &["Rpl_semi_sync_master_clients", "1"])
+                && status
+                    .iter()
+                    .any(|r| r == &["Rpl_semi_sync_master_status", "ON"]);
+            if on {
+                return Ok((primary, replica));
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the replica is not acknowledging within 60 s: {status:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `SHOW SLAVE STATUS` as (column, value) pairs; none on a server that replicates nothing.
+    fn slave_status(&self) -> io::Result<Vec<(String, String)>> {
+        let rows = self.run_sql("SHOW SLAVE STATUS", true)?;
+        Ok(match rows.as_slice() {
+            [names, values, ..] => names.iter().cloned().zip(values.iter().cloned()).collect(),
+            _ => Vec::new(),
+        })
     }
 
     /// As [`start`](Self::start), with TLS required of every TCP connection
@@ -193,7 +425,7 @@ impl TestingMariaDb {
     }
 
     /// A server of `role`; a replica gets `password` (its primary's, for the user it will
-    /// replicate) and creates no user of its own.
+    /// replicate) and creates no user of its own. A Galera node made here starts a new cluster.
     fn create(tls: bool, role: Role, password: Option<String>) -> io::Result<TestingMariaDb> {
         let (install, mariadbd, client) = programs()?;
         let dir = tempfile::Builder::new()
@@ -202,6 +434,9 @@ impl TestingMariaDb {
         // Temporary tables of their own: servers bootstrapping at once in a shared /tmp trip
         // over each other's.
         fs::create_dir(dir.path().join("tmp"))?;
+        if role == Role::Galera {
+            own_for_galera(dir.path())?;
+        }
         let mut cmd = Command::new(&install);
         cmd.env("TMPDIR", dir.path().join("tmp"))
             .arg("--no-defaults")
@@ -219,8 +454,8 @@ impl TestingMariaDb {
                 ),
             );
         }
-        if rustix::process::getuid().is_root() {
-            cmd.arg("--user=root");
+        if let Some(user) = server_user(role) {
+            cmd.arg(format!("--user={user}"));
         }
         super::process::run_to_end(cmd.current_dir(dir.path()), "mariadb-install-db")?;
         let tls = if tls {
@@ -241,11 +476,12 @@ impl TestingMariaDb {
             client,
             tls,
             role,
+            galera: None,
             dir,
         };
         let mut last = None;
         for _ in 0..5 {
-            server.port = free_ports(1)?[0];
+            server.pick_ports(Vec::new())?;
             match server.launch() {
                 Ok(()) if role == Role::Replica => return Ok(server),
                 Ok(()) => {
@@ -261,6 +497,90 @@ impl TestingMariaDb {
             }
         }
         Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port")))
+    }
+
+    /// A Galera node that joins the nodes listening on `donors` (group communication ports)
+    /// with an empty data directory, which it receives whole from one of them; its user
+    /// `zklock` has `password`, as on the donor.
+    fn create_joiner(password: String, donors: Vec<u16>) -> io::Result<TestingMariaDb> {
+        let (_, mariadbd, client) = programs()?;
+        let dir = tempfile::Builder::new()
+            .prefix("zklock-mariadb-")
+            .tempdir()?;
+        fs::create_dir(dir.path().join("tmp"))?;
+        fs::create_dir(dir.path().join("data"))?;
+        own_for_galera(dir.path())?;
+        let mut node = TestingMariaDb {
+            child: None,
+            paused: Mutex::new(false),
+            port: 0,
+            password,
+            mariadbd,
+            client,
+            tls: None,
+            role: Role::Galera,
+            galera: None,
+            dir,
+        };
+        let mut last = None;
+        for _ in 0..5 {
+            node.pick_ports(donors.clone())?;
+            match node.launch() {
+                Ok(()) => return Ok(node),
+                Err(e) if node.log().contains("Address already in use") => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port")))
+    }
+
+    /// Free ports for the server's clients and, for a Galera node (joining `peers`), its
+    /// group communication and state transfers.
+    fn pick_ports(&mut self, peers: Vec<u16>) -> io::Result<()> {
+        let ports = free_ports(4)?;
+        self.port = ports[0];
+        if self.role == Role::Galera {
+            self.galera = Some(Galera {
+                gcomm: ports[1],
+                ist: ports[2],
+                sst: ports[3],
+                peers,
+            });
+        }
+        Ok(())
+    }
+
+    /// The options of a Galera node: the provider, its addresses, whom it joins (no one: it
+    /// starts a new cluster), rsync for full state transfers, and shorter failure detection
+    /// than the defaults (5 s and 15 s) so that a test sees a killed node dropped soon.
+    fn galera_args(&self) -> io::Result<Vec<String>> {
+        let Some(g) = &self.galera else {
+            return Ok(Vec::new());
+        };
+        let peers: Vec<String> = g.peers.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let mut args = vec![
+            "--binlog-format=ROW".to_owned(),
+            "--innodb-autoinc-lock-mode=2".to_owned(),
+            "--wsrep-on=ON".to_owned(),
+            format!("--wsrep-provider={}", galera_provider()?.display()),
+            "--wsrep-cluster-name=zklock".to_owned(),
+            format!("--wsrep-cluster-address=gcomm://{}", peers.join(",")),
+            format!("--wsrep-node-address=127.0.0.1:{}", g.gcomm),
+            format!("--wsrep-node-incoming-address=127.0.0.1:{}", self.port),
+            "--wsrep-sst-method=rsync".to_owned(),
+            format!("--wsrep-sst-receive-address=127.0.0.1:{}", g.sst),
+            format!(
+                "--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{}; \
+                 ist.recv_addr=127.0.0.1:{}; gcache.size=16M; evs.suspect_timeout=PT3S; \
+                 evs.inactive_timeout=PT6S; evs.inactive_check_period=PT0.5S; \
+                 evs.keepalive_period=PT0.5S",
+                g.gcomm, g.ist
+            ),
+        ];
+        if g.peers.is_empty() {
+            args.push("--wsrep-new-cluster".to_owned());
+        }
+        Ok(args)
     }
 
     fn launch(&mut self) -> io::Result<()> {
@@ -300,7 +620,9 @@ impl TestingMariaDb {
                     "--relay-log=replica-relay-bin",
                     "--read-only",
                 ],
+                Role::Galera => vec!["--skip-log-bin"],
             })
+            .args(self.galera_args()?)
             .arg("--innodb-buffer-pool-size=16M")
             .args([
                 "--innodb-flush-log-at-trx-commit=2",
@@ -312,8 +634,19 @@ impl TestingMariaDb {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        if rustix::process::getuid().is_root() {
-            cmd.arg("--user=root");
+        if let Some(user) = server_user(self.role) {
+            cmd.arg(format!("--user={user}"));
+        }
+        if let Some(dir) = self.mariadbd.parent().filter(|_| self.galera.is_some()) {
+            // The state transfer scripts (wsrep_sst_rsync) are looked for on the PATH.
+            cmd.env(
+                "PATH",
+                format!(
+                    "{}:/usr/bin:{}",
+                    dir.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            );
         }
         self.child = Some(spawn(cmd)?);
         let deadline = Instant::now() + START_TIMEOUT;
@@ -526,10 +859,16 @@ impl TestingMariaDb {
     /// When the client cannot run, the server does not answer within 30 s, or it answers
     /// with an error (its message).
     pub fn root_sql(&self, sql: &str) -> io::Result<Vec<Vec<String>>> {
+        self.run_sql(sql, false)
+    }
+
+    /// [`root_sql`](Self::root_sql), with the columns' names as the first row if `names`.
+    fn run_sql(&self, sql: &str, names: bool) -> io::Result<Vec<Vec<String>>> {
         let mut child = Command::new(&self.client)
             .arg("--no-defaults")
             .arg(format!("--socket={}", self.socket().display()))
-            .args(["-uroot", "-N", "-B", "--connect-timeout=5", "-e", sql])
+            .args(["-uroot", "-B", "--connect-timeout=5", "-e", sql])
+            .args((!names).then_some("-N"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -594,6 +933,71 @@ fn programs() -> io::Result<(PathBuf, PathBuf, PathBuf)> {
              scripts/ensure-mariadb.sh) or set MARIADB_BINDIR",
         )),
     }
+}
+
+/// The Galera provider: `GALERA_PROVIDER`, else Debian's `galera-4`; and `rsync`, which its
+/// state transfers use.
+fn galera_provider() -> io::Result<PathBuf> {
+    let provider = std::env::var_os("GALERA_PROVIDER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/galera/libgalera_smm.so"));
+    let rsync = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("rsync").exists()))
+        .unwrap_or(false)
+        || Path::new("/usr/bin/rsync").exists();
+    if provider.exists() && rsync {
+        return Ok(provider);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!(
+            "no Galera provider at {} or no rsync: install Debian's galera-4 and rsync \
+             packages (apt-get install galera-4 rsync, or scripts/ensure-mariadb.sh) or set \
+             GALERA_PROVIDER",
+            provider.display()
+        ),
+    ))
+}
+
+/// The user a server started as root runs as: `root`, but `nobody` for a Galera node — its
+/// state transfers run rsync's daemon, which as root writes as `nobody`, so the node's files
+/// must be `nobody`'s. `None` when the tests do not run as root (the server runs as them).
+fn server_user(role: Role) -> Option<&'static str> {
+    match (rustix::process::getuid().is_root(), role) {
+        (false, _) => None,
+        (true, Role::Galera) => Some("nobody"),
+        (true, _) => Some("root"),
+    }
+}
+
+/// As root, gives a Galera node's directory `dir`, and its `tmp` and `data` if they exist, to
+/// `nobody` ([`server_user`]).
+fn own_for_galera(dir: &Path) -> io::Result<()> {
+    if server_user(Role::Galera) != Some("nobody") {
+        return Ok(());
+    }
+    let (uid, gid) = nobody()?;
+    for path in [dir.to_owned(), dir.join("tmp"), dir.join("data")] {
+        if path.exists() {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// The uid and gid of `nobody`, from `/etc/passwd`.
+fn nobody() -> io::Result<(u32, u32)> {
+    fs::read_to_string("/etc/passwd")?
+        .lines()
+        .find_map(|line| {
+            // name:password:uid:gid:…
+            let mut fields = line.split(':');
+            if fields.next()? != "nobody" {
+                return None;
+            }
+            Some((fields.nth(1)?.parse().ok()?, fields.next()?.parse().ok()?))
+        })
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no user nobody in /etc/passwd"))
 }
 
 fn not_running() -> io::Error {

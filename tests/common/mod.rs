@@ -7,6 +7,8 @@ use zklock::Receiver;
 use zklock::{Client, ConnectionState};
 
 pub mod java;
+#[cfg(all(feature = "mysql", feature = "testing"))]
+pub mod mysql;
 #[cfg(all(feature = "postgres", feature = "testing"))]
 pub mod postgres;
 pub mod worker;
