@@ -24,6 +24,22 @@ pub(crate) mod code {
     pub(crate) const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
     /// `ER_NO_SUCH_THREAD`: `KILL` of a session that has ended.
     pub(crate) const NO_SUCH_THREAD: u16 = 1094;
+    /// `ER_UNKNOWN_COM_ERROR`, which a Galera node answers while it is not part of the
+    /// cluster's primary component ("WSREP has not yet prepared node for application use").
+    pub(crate) const WSREP_NOT_READY: u16 = 1047;
+    /// `ER_ERROR_DURING_COMMIT`, which a Galera node answers to a write it cannot replicate
+    /// ("… Not connected to Primary Component").
+    pub(crate) const ERROR_DURING_COMMIT: u16 = 1180;
+}
+
+/// Whether `e` says the server is a Galera node outside the cluster's primary component (it
+/// lost its quorum, or is joining): unavailable as a whole server is, until it rejoins.
+fn galera_unavailable(e: &mysql::MySqlError) -> bool {
+    match e.code {
+        code::WSREP_NOT_READY => e.message.contains("WSREP"),
+        code::ERROR_DURING_COMMIT => e.message.contains("Primary Component"),
+        _ => false,
+    }
 }
 
 /// A server session: its connection (`None` once ended), its `CONNECTION_ID()` and socket.
@@ -177,6 +193,16 @@ pub(crate) fn error(e: &mysql::Error) -> Error {
                 Error::AuthFailed(format!("{} (error {})", e.message, e.code))
             }
             code::CONNECTION_KILLED | code::SERVER_SHUTDOWN => Error::ConnectionLoss,
+            // Retried through the retry policy, on a new session, as a server that went away.
+            _ if galera_unavailable(e) => {
+                tracing::debug!(
+                    "zklock: the MySQL server is a Galera node outside the primary component: \
+                     {} (error {})",
+                    e.message,
+                    e.code
+                );
+                Error::ConnectionLoss
+            }
             _ => Error::MySql(format!(
                 "{} (error {}, SQLSTATE {})",
                 e.message, e.code, e.state
@@ -215,5 +241,40 @@ pub(crate) fn connect_error(e: &mysql::Error) -> Error {
             message: e.to_string(),
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(code: u16, message: &str) -> mysql::Error {
+        mysql::Error::MySqlError(mysql::MySqlError {
+            state: "HY000".into(),
+            message: message.into(),
+            code,
+        })
+    }
+
+    #[test]
+    fn a_galera_node_outside_the_primary_component_is_a_lost_connection() {
+        let lost = [
+            server_error(1047, "WSREP has not yet prepared node for application use"),
+            server_error(
+                1180,
+                "Error while appending streaming replication fragment(provider status: Not \
+                 connected to Primary Component)",
+            ),
+        ];
+        for e in &lost {
+            assert!(matches!(error(e), Error::ConnectionLoss), "{e}");
+        }
+        // The same codes for another reason stay the server's error.
+        for e in [
+            server_error(1047, "Unknown command"),
+            server_error(1180, "Got error 5 during COMMIT"),
+        ] {
+            assert!(matches!(error(&e), Error::MySql(_)), "{e}");
+        }
     }
 }
