@@ -253,7 +253,12 @@ impl Instance {
         };
         if let Some(what) = exited {
             let tail = self.log_tail();
-            let kind = if tail.contains("Address already in use") || tail.contains("BindException")
+            // A member that could not bind its election port gives up after a few tries and
+            // says so last ("… after 3 errors. Use zookeeper.electionPortBindRetry …"), the
+            // bind error itself having scrolled out of the tail.
+            let kind = if tail.contains("Address already in use")
+                || tail.contains("BindException")
+                || tail.contains("electionPortBindRetry")
             {
                 io::ErrorKind::AddrInUse
             } else {
