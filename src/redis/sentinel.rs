@@ -260,9 +260,8 @@ impl Sentinels {
         }
         let until = Instant::now() + timeout;
         let n = self.sentinels.len();
-        let majority = n / 2 + 1;
         let first = self.first.load(Ordering::Relaxed);
-        let mut votes: Vec<(String, usize)> = Vec::new();
+        let mut tally = Tally::new(current, n);
         for i in (0..n).map(|i| (first + i) % n) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -277,29 +276,14 @@ impl Sentinels {
             let Ok(Some((host, port))) = asked else {
                 continue;
             };
-            let node = node_address(host, port);
-            if votes.is_empty() {
+            if tally.is_empty() {
                 self.first.store(i, Ordering::Relaxed);
-                if node == current {
-                    return false;
-                }
             }
-            let count = match votes.iter_mut().find(|(v, _)| *v == node) {
-                Some((_, count)) => {
-                    *count += 1;
-                    *count
-                }
-                None => {
-                    votes.push((node.clone(), 1));
-                    1
-                }
+            let (node, count) = match tally.answer(node_address(host, port)) {
+                Verdict::Stay => return false,
+                Verdict::Ask => continue,
+                Verdict::Move { node, votes } => (node, votes),
             };
-            if count < majority {
-                continue;
-            }
-            if node == current {
-                return false;
-            }
             let mut primary = self.primary.lock();
             if *primary == node {
                 // A connection opened meanwhile asked the sentinels and moved there.
@@ -426,6 +410,63 @@ impl Sentinels {
     }
 }
 
+/// The sentinels' answers to "which node is the primary?", one at a time, against the primary
+/// the Client's connections go to: a first answer naming it ends the question, and a new
+/// primary is believed once a majority of the sentinels name it.
+struct Tally {
+    current: String,
+    majority: usize,
+    votes: Vec<(String, usize)>,
+}
+
+/// What the answers so far say.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The current primary stays.
+    Stay,
+    /// Not decided: ask the next sentinel.
+    Ask,
+    /// A majority (`votes`) names `node`.
+    Move { node: String, votes: usize },
+}
+
+impl Tally {
+    fn new(current: String, sentinels: usize) -> Tally {
+        Tally {
+            current,
+            majority: sentinels / 2 + 1,
+            votes: Vec::new(),
+        }
+    }
+
+    /// Whether no answer has come yet.
+    fn is_empty(&self) -> bool {
+        self.votes.is_empty()
+    }
+
+    /// One more sentinel's answer: it names `node`.
+    fn answer(&mut self, node: String) -> Verdict {
+        if self.votes.is_empty() && node == self.current {
+            return Verdict::Stay;
+        }
+        let votes = match self.votes.iter_mut().find(|(v, _)| *v == node) {
+            Some((_, count)) => {
+                *count += 1;
+                *count
+            }
+            None => {
+                self.votes.push((node.clone(), 1));
+                1
+            }
+        };
+        match votes >= self.majority {
+            false => Verdict::Ask,
+            true if node == self.current => Verdict::Stay,
+            true => Verdict::Move { node, votes },
+        }
+    }
+}
+
 /// `host:port` of a node the sentinels name (`[host]:port` for an IPv6 address).
 fn node_address(host: String, port: u16) -> String {
     if host.contains(':') {
@@ -463,6 +504,45 @@ fn is_primary(role: &redis::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_primary_is_believed_once_a_majority_of_the_sentinels_name_it() {
+        let answers = |sentinels: usize, names: &[&str]| {
+            let mut tally = Tally::new("a:1".to_owned(), sentinels);
+            names
+                .iter()
+                .map(|n| tally.answer((*n).to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let to_b = |votes| Verdict::Move {
+            node: "b:1".to_owned(),
+            votes,
+        };
+        // The first answer names the current primary: one question, no move.
+        assert_eq!(answers(3, &["a:1"]), [Verdict::Stay]);
+        // One stale sentinel names another node: the others are asked and keep the primary.
+        assert_eq!(
+            answers(3, &["b:1", "a:1", "a:1"]),
+            [Verdict::Ask, Verdict::Ask, Verdict::Stay]
+        );
+        // Two of three name the new primary.
+        assert_eq!(answers(3, &["b:1", "b:1"]), [Verdict::Ask, to_b(2)]);
+        assert_eq!(
+            answers(3, &["b:1", "a:1", "b:1"]),
+            [Verdict::Ask, Verdict::Ask, to_b(2)]
+        );
+        // Three different answers: no majority, no move.
+        assert_eq!(
+            answers(3, &["b:1", "c:1", "a:1"]),
+            [Verdict::Ask, Verdict::Ask, Verdict::Ask]
+        );
+        // One sentinel is its own majority; of five, three must agree.
+        assert_eq!(answers(1, &["b:1"]), [to_b(1)]);
+        assert_eq!(
+            answers(5, &["b:1", "b:1", "c:1", "b:1"]),
+            [Verdict::Ask, Verdict::Ask, Verdict::Ask, to_b(3)]
+        );
+    }
 
     #[test]
     fn a_sentinel_url_names_the_sentinels_the_primary_and_the_database() {
