@@ -253,12 +253,14 @@ impl Instance {
         };
         if let Some(what) = exited {
             let tail = self.log_tail();
-            // A member that could not bind its election port gives up after a few tries and
-            // says so last ("… after 3 errors. Use zookeeper.electionPortBindRetry …"), the
-            // bind error itself having scrolled out of the tail.
+            // The bind error itself may have scrolled out of the tail: a member that could
+            // not bind its election port says so last ("… after 3 errors. Use
+            // zookeeper.electionPortBindRetry …"), and a failed bind of the TLS port ends
+            // with the stack of the bind (`ServerSocketChannelImpl.netBind`).
             let kind = if tail.contains("Address already in use")
                 || tail.contains("BindException")
                 || tail.contains("electionPortBindRetry")
+                || tail.contains("netBind")
             {
                 io::ErrorKind::AddrInUse
             } else {
