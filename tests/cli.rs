@@ -828,6 +828,83 @@ fn running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// `zklock run` killed with SIGKILL takes its command with it, before the lock can pass on: the
+/// kernel kills the command when zklock dies. Each holder's command, once it holds, checks that
+/// every earlier holder's command is gone, then runs on until its zklock is killed; `rounds` times
+/// (`ZKLOCK_CLI_KILL_ROUNDS` overrides it). `connect` is the `--connect` argument.
+fn a_killed_run_takes_its_command_along(connect: &str, rounds: usize) {
+    let rounds = std::env::var("ZKLOCK_CLI_KILL_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(rounds);
+    let scratch = Scratch::new();
+    let (pids, checks) = (scratch.file("pids"), scratch.file("checks"));
+    fs::write(&pids, "").unwrap();
+    let script = format!(
+        "for p in $(cat '{pids}'); do \
+           s=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$p/status 2>/dev/null); \
+           case \"$s\" in ''|Z|X) ;; *) echo \"alive $p $s\" >> '{checks}';; esac; \
+         done; echo checked >> '{checks}'; echo $$ >> '{pids}'; exec sleep 600",
+        pids = pids.display(),
+        checks = checks.display(),
+    );
+    let start = || {
+        let mut c = Command::new(ZKLOCK);
+        c.args([
+            "--connect",
+            connect,
+            "--session-timeout",
+            "2s",
+            "run",
+            "killed",
+        ])
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null());
+        Proc::spawn(c)
+    };
+    let checked = || lines(&checks).iter().filter(|l| *l == "checked").count();
+    // Commands left by a failure are ended here, not left to run for ten minutes.
+    struct Commands(PathBuf);
+    impl Drop for Commands {
+        fn drop(&mut self) {
+            for pid in read(&self.0).split_whitespace() {
+                signal(pid.parse().unwrap_or(0), "KILL");
+            }
+        }
+    }
+    let _commands = Commands(pids.clone());
+    let mut holder = start();
+    wait_for("the first command", || checked() == 1);
+    for round in 1..=rounds {
+        let next = start();
+        holder.signal("KILL");
+        wait_for("the next command", || checked() == round + 1);
+        holder = next;
+    }
+    let alive: Vec<_> = lines(&checks)
+        .into_iter()
+        .filter(|l| l.starts_with("alive"))
+        .collect();
+    assert!(
+        alive.is_empty(),
+        "a command ran on after its zklock was killed: {alive:?}"
+    );
+    holder.signal("KILL");
+    let last: u32 = read(&pids)
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    wait_for("the last command to end with its zklock", || !running(last));
+}
+
+#[test]
+fn a_killed_run_takes_its_command_along_on_zookeeper() {
+    let server = TestingServer::start().unwrap();
+    a_killed_run_takes_its_command_along(&server.connect_string(), 3);
+}
+
 /// When the lock is lost, what the command started stops with it: the command leads a process
 /// group of its own and the whole group is signalled. (With `--foreground`, as before, only the
 /// command is.)
@@ -923,6 +1000,12 @@ mod on_redis {
         let mut c = zklock_redis(server, &["run", name]);
         c.args(opts).arg("--").args(command);
         c
+    }
+
+    #[test]
+    fn a_killed_run_takes_its_command_along_on_redis() {
+        let server = TestingRedis::start().unwrap();
+        a_killed_run_takes_its_command_along(&server.url(), 3);
     }
 
     #[test]
@@ -1193,6 +1276,12 @@ mod on_postgres {
         let mut c = zklock_pg(server, &["run", name]);
         c.args(opts).arg("--").args(command);
         c
+    }
+
+    #[test]
+    fn a_killed_run_takes_its_command_along_on_postgres() {
+        let server = TestingPostgres::start().unwrap();
+        a_killed_run_takes_its_command_along(&server.url(), 5);
     }
 
     #[test]
@@ -1484,6 +1573,12 @@ mod on_mariadb {
         let mut c = zklock_my(server, &["run", name]);
         c.args(opts).arg("--").args(command);
         c
+    }
+
+    #[test]
+    fn a_killed_run_takes_its_command_along_on_mariadb() {
+        let server = TestingMariaDb::start().unwrap();
+        a_killed_run_takes_its_command_along(&server.url(), 5);
     }
 
     #[test]

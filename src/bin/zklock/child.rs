@@ -50,6 +50,31 @@ pub fn catch_signals() -> CliResult<Receiver<Caught>> {
     Ok(rx)
 }
 
+/// Has the kernel send the command SIGKILL when zklock dies, of SIGKILL too: the lock zklock
+/// held is freed when it dies, so the command must not run on without it. Only the command
+/// itself is killed; what it started in the background lives on (a shell script should `exec`
+/// its last command). The signal comes when the thread that spawned the command ends, so the
+/// command is spawned on a thread that outlives it (`main`, or the term that waits for it).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_zklock(command: &mut Command) {
+    use rustix::process::{getpid, getppid, set_parent_process_death_signal};
+    let zklock = getpid();
+    let ask = move || -> std::io::Result<()> {
+        set_parent_process_death_signal(Some(Signal::KILL))?;
+        // zklock died before the request took: the command has already outlived it.
+        if getppid() != Some(zklock) {
+            return Err(rustix::io::Errno::SRCH.into());
+        }
+        Ok(())
+    };
+    // SAFETY: `ask` runs in the forked child before exec; it makes only the prctl and getppid
+    // system calls (async-signal-safe) and allocates nothing on its success path.
+    unsafe {
+        command.pre_exec(ask);
+    }
+}
+
 /// A running command.
 pub struct Child {
     pid: u32,
@@ -75,6 +100,8 @@ impl Child {
         if group {
             command.process_group(0);
         }
+        #[cfg(target_os = "linux")]
+        die_with_zklock(&mut command);
         let mut child = command.spawn().map_err(|e| {
             let code = if e.kind() == ErrorKind::NotFound {
                 code::NOT_FOUND
