@@ -7,7 +7,8 @@ module file (`mod.rs` or `<folder>.rs`, which is not itself a node: it only gath
 strongly connected group of two or more sibling files is a circle, printed with one route
 around it. Exits 1 when there is any.
 
-    scripts/import-cycles.py [SRC]      # SRC defaults to the crate's src/
+    scripts/import-cycles.py [-v] [SRC]   # SRC defaults to the crate's src/; -v: what each
+                                          # file of a circle names in the next
 """
 import os
 import re
@@ -186,6 +187,7 @@ def circles(mods):
     for folder, children in sorted(folders.items()):
         nodes = set(children)
         edges = {n: set() for n in nodes}
+        why = {}
         for n in nodes:
             for ref in mods[n].refs:
                 o = owner(mods, ref)
@@ -200,9 +202,10 @@ def circles(mods):
                     continue
                 if t != n and t in nodes:
                     edges[n].add(t)
+                    why.setdefault((n, t), set()).add("::".join(ref[len(folder):]))
         for comp in scc(nodes, edges):
             if len(comp) > 1:
-                found.append((folder, comp, edges))
+                found.append((folder, comp, edges, why))
     return found
 
 
@@ -271,7 +274,10 @@ def name(crate, folder, node):
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    args = sys.argv[1:]
+    verbose = "-v" in args
+    args = [a for a in args if a != "-v"]
+    src = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     src = os.path.normpath(src)
     crates = []
     lib = os.path.join(src, "lib.rs")
@@ -292,12 +298,17 @@ def main():
     for crate, root, files in crates:
         mods = load(src, root, files)
         scan(mods)
-        for folder, comp, edges in circles(mods):
+        for folder, comp, edges, why in circles(mods):
             total += 1
             where = "/".join(folder) or "."
             walk = route(comp, edges)
             print(f"circle in {crate} {where}/: " + " -> ".join(name(crate, folder, n) for n in walk)
                   + f"  ({len(comp)} files: " + ", ".join(name(crate, folder, n) for n in comp) + ")")
+            if verbose:
+                for a in comp:
+                    for b in comp:
+                        if (a, b) in why:
+                            print(f"    {a[-1]} -> {b[-1]}: " + ", ".join(sorted(why[(a, b)])))
     print(f"import circles: {total}")
     sys.exit(1 if total else 0)
 

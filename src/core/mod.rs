@@ -23,5 +23,6 @@ pub(crate) mod listeners;
 pub(crate) mod lock;
 pub(crate) mod metrics;
 pub(crate) mod multi;
-pub(crate) mod reentrant;
 pub(crate) mod retry;
+pub(crate) mod thread_holds;
+pub(crate) mod token;

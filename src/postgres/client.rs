@@ -17,9 +17,10 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::connect::{self, Limit, Watch};
+use super::connect::{Live, Ties};
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
-use super::session::{Live, Session, Ties};
+use super::session::Session;
 use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
@@ -86,7 +87,7 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// ```
 #[derive(Clone)]
 pub struct PgClient {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -200,22 +201,6 @@ impl PgClient {
     /// locks with it.
     pub fn session_timeout(&self) -> Duration {
         self.inner.session_timeout
-    }
-
-    /// Who holds and who waits for the advisory locks of `name` in this database — its mutex
-    /// (and leader latch), its read-write lock, and leases 1 to `max_leases` of its semaphore
-    /// — zklock's sessions and any other SQL client's, from `pg_locks` and
-    /// `pg_stat_activity` (PostgreSQL 14 or later, for the time a wait began). Holders first,
-    /// then waiters in the server's queue order.
-    ///
-    /// # Blocking
-    /// One statement on a pooled session, within the operation timeout.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name, before any I/O; [`Error::Closed`];
-    /// [`Error::Timeout`] or a connection error from the statement.
-    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<super::PgParticipant>> {
-        super::participants::read(&self.inner, name, max_leases)
     }
 
     /// The server's version, as `server_version_num` (e.g. 150004 for 15.4).

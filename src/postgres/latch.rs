@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
+use super::advisory::{attempt, check_name, Key};
 use super::client::PgClient;
 use super::hold::Holding;
 use super::keeper::Report;
-use super::mutex::{attempt, check_name, Key};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthCell, LockHealth};

@@ -14,11 +14,13 @@
 //! # Ok(()) }
 //! ```
 
+mod advisory;
 mod client;
 mod connect;
 /// The caller-driven session: an eventfd and epoll, so Linux only.
 #[cfg(target_os = "linux")]
 mod drive;
+mod error;
 mod hold;
 mod keeper;
 mod latch;

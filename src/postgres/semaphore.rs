@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::advisory::{attempt, check_name, granted, Grant, Key};
 use super::client::{Inner, PgClient};
-use super::hold::{Grant, Holding};
-use super::mutex::{attempt, check_name, granted, Key};
-use super::session::{int, retryable, Session};
+use super::error::retryable;
+use super::hold::Holding;
+use super::session::{int, Session};
 use super::sql::own;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
