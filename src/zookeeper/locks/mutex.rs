@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::driver::{LockDriver, StandardDriver};
 use super::kazoo::KazooDriver;
-use super::reentrant::{self, NodeLock, Reentrant};
+use super::raw::{self, NodeLock, Reentrant};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;
@@ -178,7 +178,7 @@ impl InterProcessMutex {
 
     /// The calling thread's lock node, if it holds the lock.
     pub fn lock_node(&self) -> Option<String> {
-        reentrant::lock_node(&self.core)
+        raw::lock_node(&self.core)
     }
 
     /// The health of the calling thread's hold, if it holds the lock.
