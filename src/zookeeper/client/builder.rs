@@ -6,23 +6,12 @@ use std::time::Duration;
 use super::acl::{AclProvider, AclSource, SharedAcl};
 use super::config::{Config, TlsConfig};
 use super::hosts::{parse_hosts, probe, probe_tls, refused_by_every_host, TCP_PREFIX, TLS_PREFIX};
+use super::limits::MAX_DATA_LEN;
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
 use crate::core::error::{Error, Result};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::zookeeper::path;
-
-/// The largest request a ZooKeeper server reads by default: `jute.maxbuffer`, 1 MiB − 1 bytes,
-/// for the whole request after its length prefix (header, path, data, ACL). A larger one makes
-/// the server drop the connection.
-pub(crate) const MAX_PACKET: usize = 1024 * 1024 - 1;
-
-/// What a request takes besides its path, data and ACL: the header (8 bytes), the path's and
-/// the data's lengths (4 each), and a version or the create's flags and ACL count (4 + 4).
-pub(crate) const REQUEST_OVERHEAD: usize = 24;
-
-/// The most node data any request can carry (with the shortest path, `/x`, and no ACL).
-pub(crate) const MAX_DATA_LEN: usize = MAX_PACKET - REQUEST_OVERHEAD - 2;
 
 /// Builds a [`Client`] (Curator's `CuratorFrameworkFactory.builder()`).
 ///
@@ -395,7 +384,7 @@ impl ClientBuilder {
                     provider: self.acl.clone(),
                     namespace: None,
                 };
-                let mut acls = super::create::ancestor_acls(ns, |p| source.zk_acl(p));
+                let mut acls = super::parents::ancestor_acls(ns, |p| source.zk_acl(p));
                 acls.push((ns.clone(), source.zk_acl(ns)));
                 if let Some((p, _)) = acls.iter().find(|(_, a)| a.is_empty()) {
                     return Err(Error::invalid(format!("the ACL provider gives {p} no ACL")));
