@@ -16,9 +16,10 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::error::error;
-use super::keeper::Keeper;
+use super::keeper::{join_by, Keeper, Replicas};
+use super::node::Tls;
 use super::scripts::{invocation, Keys, Scripts};
-use super::server::{route, Route, Server, Tls};
+use super::server::{route, Route, Server};
 use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
@@ -427,7 +428,7 @@ impl RedisClientBuilder {
                 super::sentinel::Sentinels::new(parsed, tls).map_err(|e| not_redis(&e))?;
             Server::sentinel(sentinels)
         } else {
-            tls.open(url).map_err(|e| not_redis(&e))?
+            Server::direct(tls.open(url).map_err(|e| not_redis(&e))?)
         };
         for (what, d, min) in [
             ("TTL", self.ttl, Duration::from_millis(100)),
@@ -550,7 +551,7 @@ pub(crate) fn shown_url(url: &str) -> String {
     if (url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://"))
         && url.contains('?')
     {
-        return super::sentinel::shown(url);
+        return shown_sentinel_url(url);
     }
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
@@ -560,6 +561,23 @@ pub(crate) fn shown_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// A Sentinel `url` with the passwords hidden (the data nodes' and the sentinels').
+fn shown_sentinel_url(url: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = shown_url(base);
+    if query.is_empty() {
+        return base;
+    }
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("sentinel_password", _)) => "sentinel_password=***".to_owned(),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
 }
 
 fn check_version(conn: &mut redis::Connection) -> Result<()> {
@@ -937,23 +955,6 @@ impl Inner {
     }
 }
 
-/// Replicated grants: `WAIT count timeout` after each grant and with each renewal batch.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Replicas {
-    pub(crate) count: u32,
-    pub(crate) timeout: Duration,
-}
-
-impl Replicas {
-    /// The `WAIT` command.
-    pub(crate) fn wait(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.count)
-            .arg(super::keeper::ms(self.timeout).max(1));
-        cmd
-    }
-}
-
 /// Whether a call may still be made once the Client has begun to close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Calling {
@@ -977,25 +978,6 @@ const THREADS_GRACE: Duration = Duration::from_millis(250);
 fn set_timeouts(conn: &redis::Connection, d: Duration) -> redis::RedisResult<()> {
     conn.set_read_timeout(Some(d))?;
     conn.set_write_timeout(Some(d))
-}
-
-/// Joins `thread` if it ends by `until`; lets it end by itself otherwise (or if it is the
-/// calling thread: a callback dropped the last handle of its Client).
-pub(crate) fn join_by(thread: JoinHandle<()>, until: Instant) {
-    if thread.thread().id() == std::thread::current().id() {
-        return;
-    }
-    while !thread.is_finished() {
-        if Instant::now() >= until {
-            tracing::debug!(
-                "zklock: Redis thread {:?} still busy at close: it ends by itself",
-                thread.thread().name()
-            );
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let _ = thread.join();
 }
 
 impl Drop for Inner {
@@ -1036,6 +1018,18 @@ impl fmt::Debug for RedisClientBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_passwords_are_hidden() {
+        assert_eq!(
+            shown_sentinel_url("redis+sentinel://u:pw@h/m?sentinel_password=x&sentinel_username=s"),
+            "redis+sentinel://u:***@h/m?sentinel_password=***&sentinel_username=s"
+        );
+        assert_eq!(
+            shown_sentinel_url("rediss+sentinel://:pw@h/m?sentinel_password=x"),
+            "rediss+sentinel://:***@h/m?sentinel_password=***"
+        );
+    }
 
     #[test]
     fn a_password_is_not_shown() {

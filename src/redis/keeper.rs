@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::client::Replicas;
 use super::clock::{time_us, ServerClock, Step};
 use super::scripts::{wake_channel, Keys, Scripts};
 use super::server::{route, Route, Server};
@@ -211,7 +210,7 @@ impl Keeper {
     pub(crate) fn stop(&self, give_up: Instant) {
         self.shared.wake();
         if let Some(t) = self.thread.lock().take() {
-            super::client::join_by(t, give_up + Duration::from_millis(50));
+            join_by(t, give_up + Duration::from_millis(50));
         }
     }
 
@@ -936,6 +935,41 @@ impl Keeping<'_> {
             (*self.run.shared.give_up.lock()).unwrap_or_else(|| Instant::now() + self.run.ttl);
         self.run.shared.owe(keys, owner, give_up, leave);
     }
+}
+
+/// Replicated grants: `WAIT count timeout` after each grant and with each renewal batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// The `WAIT` command.
+    pub(crate) fn wait(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.count).arg(ms(self.timeout).max(1));
+        cmd
+    }
+}
+
+/// Joins `thread` if it ends by `until`; lets it end by itself otherwise (or if it is the
+/// calling thread: a callback dropped the last handle of its Client).
+pub(crate) fn join_by(thread: JoinHandle<()>, until: Instant) {
+    if thread.thread().id() == std::thread::current().id() {
+        return;
+    }
+    while !thread.is_finished() {
+        if Instant::now() >= until {
+            tracing::debug!(
+                "zklock: Redis thread {:?} still busy at close: it ends by itself",
+                thread.thread().name()
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = thread.join();
 }
 
 #[cfg(test)]

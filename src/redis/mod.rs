@@ -21,6 +21,7 @@ mod error;
 mod keeper;
 mod latch;
 mod mutex;
+mod node;
 mod participants;
 mod read_write;
 mod scripts;

@@ -353,7 +353,7 @@ impl RawLock for Raw {
 /// do within `r.timeout`, releases it (with `release`) and says so as an error.
 pub(crate) fn replicated(
     c: &mut redis::Connection,
-    r: super::client::Replicas,
+    r: super::keeper::Replicas,
     release: &redis::Script,
     keys: &Keys,
     owner: &str,
