@@ -15,8 +15,9 @@ use common::postgres::Psql;
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
+use zklock::postgres::PgMutex;
 use zklock::testing::{FencedRegister, TestingPostgres};
-use zklock::{Error, InterProcessMultiLock, Lock, LockHealth, PgClient, PgMutex};
+use zklock::{Error, InterProcessMultiLock, Lock, LockHealth, PgClient};
 
 const WORKER: &str = "ZKLOCK_PG_WORKER";
 
@@ -717,10 +718,10 @@ fn a_role_without_privileges_locks_and_gets_rising_tokens() {
     tokens.push(guard.fencing_token());
     drop(guard);
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
-    let rw = zklock::PgReadWriteLock::new(&c, "unprivileged-rw").unwrap();
+    let rw = zklock::postgres::PgReadWriteLock::new(&c, "unprivileged-rw").unwrap();
     rw.read_lock().lock().unwrap().release().unwrap();
     rw.write_lock().lock().unwrap().release().unwrap();
-    let semaphore = zklock::PgSemaphore::new(&c, "unprivileged-sem", 2).unwrap();
+    let semaphore = zklock::postgres::PgSemaphore::new(&c, "unprivileged-sem", 2).unwrap();
     let a = semaphore.acquire().unwrap();
     let b = semaphore.acquire().unwrap();
     assert!(semaphore

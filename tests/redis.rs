@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::RedisMutex;
 use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
-use zklock::{Error, LockHealth, RedisClient, RedisMutex};
+use zklock::{Error, LockHealth, RedisClient};
 
 mod redis_common;
 use redis_common::{client, lock_keys, patience, start_worker, wait_for};

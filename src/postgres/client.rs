@@ -74,7 +74,8 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock::{PgClient, PgMutex};
+/// use zklock::PgClient;
+/// use zklock::postgres::PgMutex;
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let client = PgClient::builder("postgres://app:secret@127.0.0.1:5432/app")

@@ -77,7 +77,7 @@ enum Mode {
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
-/// let mutex = zklock::PgMutex::new(&client, "ledger")?;
+/// let mutex = zklock::postgres::PgMutex::new(&client, "ledger")?;
 /// if let Some(guard) = mutex.try_lock_for(std::time::Duration::from_secs(5))? {
 ///     if guard.health() == zklock::LockHealth::Held {
 ///         println!("write with token {}", guard.fencing_token());

@@ -49,7 +49,8 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock::{RedisClient, RedisMutex};
+/// use zklock::RedisClient;
+/// use zklock::redis::RedisMutex;
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let client = RedisClient::builder("redis://127.0.0.1:6379/0")
@@ -168,7 +169,8 @@ impl RedisClient {
     ///
     /// # Example
     /// ```no_run
-    /// use zklock::{RedisClient, RedisMutex};
+    /// use zklock::RedisClient;
+    /// use zklock::redis::RedisMutex;
     ///
     /// # fn main() -> zklock::Result<()> {
     /// let client = RedisClient::cluster_builder([

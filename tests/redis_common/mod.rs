@@ -15,8 +15,9 @@ pub use common::{held_then_handed_over, just_renewed, until_not_held, warnings_n
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::{RedisLeaderLatch, RedisMutex, RedisSemaphore};
 use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
-use zklock::{LockHealth, RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
+use zklock::{LockHealth, RedisClient};
 
 const WORKER: &str = "ZKLOCK_REDIS_WORKER";
 

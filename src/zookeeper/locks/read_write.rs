@@ -35,7 +35,7 @@ struct Inner {
 /// lock the readers queued meanwhile get in beside it — Java readers too — while a queued writer
 /// still waits for the downgraded read (CURATOR-621: Curator 5.4 let that writer in). Taking the
 /// write lock while holding the read lock (upgrade) would wait for itself forever — Curator
-/// deadlocks there; zklock refuses it with [`Error::WouldDeadlock`].
+/// deadlocks there; zklock refuses it with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
 ///
 /// # Example
 /// ```no_run
@@ -93,7 +93,7 @@ impl InterProcessReadWriteLock {
     ///
     /// Both halves are re-entrant, but the write holder cannot take the read half (a downgrade):
     /// in this layout its read node would queue behind its own write node, so the read half
-    /// refuses it with [`Error::WouldDeadlock`].
+    /// refuses it with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
     ///
     /// kazoo 2.8's `ReadLock` also waits for writers queued *behind* it, so a kazoo reader
     /// that waits while a writer (of either language) queues after it can wait for that writer
