@@ -316,6 +316,30 @@ pub mod testing;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+/// The backends [`connect`] reaches, by URL scheme: each one's feature, schemes and adapter.
+/// A new backend adds its line.
+const DRIVERS: &[any::Driver] = &[
+    any::driver!("zookeeper", ["zk"], crate::zookeeper::any::connect),
+    any::driver!(
+        "redis",
+        [
+            "redis",
+            "rediss",
+            "redis+sentinel",
+            "rediss+sentinel",
+            "redis+cluster",
+            "rediss+cluster",
+        ],
+        crate::redis::any::connect
+    ),
+    any::driver!(
+        "postgres",
+        ["postgres", "postgresql"],
+        crate::postgres::any::connect
+    ),
+    any::driver!("mysql", ["mysql", "mariadb"], crate::mysql::any::connect),
+];
+
 pub use crate::any::{
     connect, AnyClient, AnyClientBuilder, AnyLeaderLatch, AnyLease, AnyReadWriteLock, AnySemaphore,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT,

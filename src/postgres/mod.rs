@@ -15,6 +15,7 @@
 //! ```
 
 mod advisory;
+pub(crate) mod any;
 mod client;
 mod connect;
 /// The caller-driven session: an eventfd and epoll, so Linux only.
