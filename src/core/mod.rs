@@ -6,7 +6,12 @@
 // the check that the core compiles alone) leaves parts unused. Dead code in the core is judged
 // in the build with all of them (CI lints `--all-features`).
 #![cfg_attr(
-    not(all(feature = "zookeeper", feature = "redis", feature = "postgres")),
+    not(all(
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql"
+    )),
     allow(dead_code, unused_imports, unused_macros)
 )]
 
