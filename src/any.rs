@@ -12,17 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::connection::ConnectionState;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lock::Lock;
-
-/// The session timeout every backend gets unless told otherwise: the server frees a silent
-/// holder's locks this long after its last heartbeat.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The connect timeout every backend gets unless told otherwise; it also bounds each round
-/// trip (the operation timeout) unless that is set.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///

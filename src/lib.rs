@@ -149,7 +149,7 @@
 //! the session times out.
 //!
 //! A process that ends without running destructors frees nothing itself: the server frees its
-//! locks when the session times out ([`ClientBuilder::session_timeout`]: up to 60 s by default,
+//! locks when the session times out ([`ClientBuilder::session_timeout`]: up to 30 s by default,
 //! as for a crashed holder below). That is the case of
 //!
 //! * [`std::process::exit`] (and `std::process::abort`), called anywhere, `main` included: no
@@ -173,7 +173,7 @@
 //!
 //! A holder that crashes, is killed (`kill -9`) or is cut off keeps its lock node until
 //! ZooKeeper expires its session: the others wait up to the session timeout
-//! ([`ClientBuilder::session_timeout`], default 60 s as Curator's; the server bounds it to 2–20
+//! ([`ClientBuilder::session_timeout`], default [`DEFAULT_SESSION_TIMEOUT`], 30 s as on every backend; the server bounds it to 2–20
 //! of its `tickTime`s). Size it as the longest stall you want to survive without losing locks
 //! (a GC pause, a network blip) against how long the others may wait for a dead holder; 5–15 s
 //! is common. A holder that stands still past its session reads [`LockHealth::Lost`] from
@@ -342,10 +342,10 @@ const DRIVERS: &[any::Driver] = &[
 
 pub use crate::any::{
     connect, AnyClient, AnyClientBuilder, AnyLeaderLatch, AnyLease, AnyReadWriteLock, AnySemaphore,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT,
 };
 pub use crate::core::channel::Receiver;
 pub use crate::core::connection::ConnectionState;
+pub use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 pub use crate::core::error::{Error, Result};
 pub use crate::core::health::{HealthEvent, LockHealth};
 pub use crate::core::leadership::LeadershipChange;

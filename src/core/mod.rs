@@ -18,6 +18,7 @@
 pub(crate) mod channel;
 pub(crate) mod connection;
 pub(crate) mod deadline;
+pub(crate) mod defaults;
 pub(crate) mod error;
 pub(crate) mod half;
 pub(crate) mod health;

@@ -25,6 +25,7 @@ use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
@@ -142,7 +143,7 @@ pub struct PgClientBuilder {
     url: String,
     session_timeout: Duration,
     /// The connection timeout set on the builder; else the string's (or PGCONNECT_TIMEOUT's),
-    /// else 5 s.
+    /// else 10 s.
     connect_timeout: Option<Duration>,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
@@ -150,7 +151,8 @@ pub struct PgClientBuilder {
 }
 
 impl PgClient {
-    /// Connects with the default options (session timeout 30 s, connection timeout 5 s).
+    /// Connects with the default options (session timeout 30 s, connection timeout 10 s: see
+    /// [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT)).
     ///
     /// # Errors
     /// As [`PgClientBuilder::connect`].
@@ -190,7 +192,7 @@ impl PgClient {
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
-            session_timeout: Duration::from_secs(30),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_timeout: None,
             operation_timeout: None,
             retry: None,
@@ -325,7 +327,7 @@ impl PgClientBuilder {
     }
 
     /// How long opening a session may take (default: the connection string's
-    /// `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 5 s).
+    /// `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
@@ -531,7 +533,7 @@ impl PgClientBuilder {
         let connect_timeout = self
             .connect_timeout
             .or(settings.connect_timeout)
-            .unwrap_or(Duration::from_secs(5));
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let operation_timeout = self.operation_timeout.unwrap_or(connect_timeout);
         for (what, d, min) in [
             (
@@ -847,7 +849,7 @@ mod tests {
             assert_eq!(c.operation_timeout, Duration::from_secs(60));
         }
         let c = PgClient::builder("postgres://").check(&Empty).unwrap();
-        assert_eq!(c.connect_timeout, Duration::from_secs(5));
+        assert_eq!(c.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(c.shown, "postgres://os@localhost:5432/os");
         // A keyword tokio-postgres does not know is refused with its name.
         assert!(refused(PgClient::builder("postgres://u@h/db?service=x")).contains("service"));

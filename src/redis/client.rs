@@ -25,6 +25,7 @@ use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
 use crate::core::connection::States;
 use crate::core::deadline::Deadline;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
@@ -116,7 +117,8 @@ pub struct RedisClientBuilder {
 }
 
 impl RedisClient {
-    /// Connects with the default options (TTL 30 s, connection timeout 5 s).
+    /// Connects with the default options (TTL 30 s, connection timeout 10 s: see
+    /// [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT)).
     ///
     /// # Errors
     /// As [`RedisClientBuilder::connect`].
@@ -145,8 +147,8 @@ impl RedisClient {
         RedisClientBuilder {
             url: url.to_owned(),
             seeds: None,
-            ttl: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            ttl: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: None,
             retry: None,
             replicas: None,
@@ -257,7 +259,7 @@ impl RedisClientBuilder {
         self.ttl(timeout)
     }
 
-    /// How long opening a connection may take (default 5 s).
+    /// How long opening a connection may take (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

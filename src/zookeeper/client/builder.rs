@@ -9,13 +9,16 @@ use super::hosts::{parse_hosts, probe, probe_tls, refused_by_every_host, TCP_PRE
 use super::limits::MAX_DATA_LEN;
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::zookeeper::path;
 
 /// Builds a [`Client`] (Curator's `CuratorFrameworkFactory.builder()`).
 ///
-/// Defaults: session timeout 60 s, connection timeout 15 s, `ExponentialBackoffRetry(1 s, 3)`
+/// Defaults: session timeout 30 s, connection timeout 10 s (as on every backend:
+/// [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT),
+/// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT)), `ExponentialBackoffRetry(1 s, 3)`
 /// (Curator's recipe defaults), no namespace, no auth, ACL `world:anyone` all, default node data
 /// = this host's IP address as text (Curator's), no per-operation timeout.
 ///
@@ -75,8 +78,8 @@ impl ClientBuilder {
     pub(crate) fn new(connect_string: &str) -> ClientBuilder {
         ClientBuilder {
             connect_string: connect_string.to_owned(),
-            session_timeout: Duration::from_secs(60),
-            connection_timeout: Duration::from_secs(15),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: None,
             retry: Arc::new(
                 ExponentialBackoffRetry::new(Duration::from_secs(1), 3).expect("valid default"),

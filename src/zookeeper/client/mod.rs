@@ -197,7 +197,8 @@ impl Client {
         ClientBuilder::new(connect_string)
     }
 
-    /// Connects with the defaults and waits for the first session (up to 15 s).
+    /// Connects with the defaults and waits for the first session (up to 10 s, the default
+    /// connection timeout).
     pub fn connect(connect_string: &str) -> Result<Client> {
         Client::builder(connect_string).connect()
     }
