@@ -542,8 +542,48 @@ macro_rules! adapters {
         }
     };
 }
+/// What an [`AnyClient`] needs of a backend whose recipes take a name as it is: `From` its
+/// Client, [`Backend`] for the Client, and the adapters of its types (`$name` as
+/// [`AnyClient::backend`] says it).
+#[allow(unused_macros)] // unused in a build without backends
+macro_rules! named_backend {
+    ($name:literal, $client:ty, $mutex:ty, $rw:ty, $sem:ty, $lease:ty, $latch:ty) => {
+        $crate::any::from_client!($client);
+
+        impl $crate::any::Backend for $client {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn mutex(&self, name: &str) -> $crate::Result<std::sync::Arc<dyn $crate::Lock>> {
+                Ok(std::sync::Arc::new(<$mutex>::new(self, name)?))
+            }
+            fn read_write(&self, name: &str) -> $crate::Result<Box<dyn $crate::any::ReadWrite>> {
+                Ok(Box::new(<$rw>::new(self, name)?))
+            }
+            fn semaphore(
+                &self,
+                name: &str,
+                max_leases: u32,
+            ) -> $crate::Result<Box<dyn $crate::any::Semaphore>> {
+                Ok(Box::new(<$sem>::new(self, name, max_leases)?))
+            }
+            fn latch(&self, name: &str) -> $crate::Result<Box<dyn $crate::any::Latch>> {
+                Ok(Box::new(<$latch>::start(self, name)?))
+            }
+            fn state(&self) -> $crate::ConnectionState {
+                <$client>::state(self)
+            }
+            fn close(&self) {
+                <$client>::close(self)
+            }
+        }
+
+        $crate::any::adapters!($rw, $sem, $lease, $latch);
+    };
+}
+
 #[allow(unused_imports)] // unused in a build without backends
-pub(crate) use {adapters, from_client};
+pub(crate) use {adapters, from_client, named_backend};
 
 /// How a backend's adapter (its `any.rs`) opens its Client for an [`AnyClientBuilder`], given
 /// the operation timeout.

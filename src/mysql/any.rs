@@ -4,13 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore,
-};
-use crate::any::{AnyClientBuilder, Backend, Latch, ReadWrite, Semaphore};
-use crate::core::connection::ConnectionState;
+use super::MySqlClient;
+use crate::any::{AnyClientBuilder, Backend};
 use crate::core::error::Result;
-use crate::core::lock::Lock;
 
 pub(crate) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
     let client = MySqlClient::builder(&b.url)
@@ -21,35 +17,12 @@ pub(crate) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Back
     Ok(Arc::new(client))
 }
 
-crate::any::from_client!(MySqlClient);
-
-impl Backend for MySqlClient {
-    fn name(&self) -> &'static str {
-        "mysql"
-    }
-    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-        Ok(Arc::new(MySqlMutex::new(self, name)?))
-    }
-    fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
-        Ok(Box::new(MySqlReadWriteLock::new(self, name)?))
-    }
-    fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
-        Ok(Box::new(MySqlSemaphore::new(self, name, max_leases)?))
-    }
-    fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
-        Ok(Box::new(MySqlLeaderLatch::start(self, name)?))
-    }
-    fn state(&self) -> ConnectionState {
-        MySqlClient::state(self)
-    }
-    fn close(&self) {
-        MySqlClient::close(self)
-    }
-}
-
-crate::any::adapters!(
-    MySqlReadWriteLock,
-    MySqlSemaphore,
-    MySqlLease,
-    MySqlLeaderLatch
+crate::any::named_backend!(
+    "mysql",
+    MySqlClient,
+    super::MySqlMutex,
+    super::MySqlReadWriteLock,
+    super::MySqlSemaphore,
+    super::MySqlLease,
+    super::MySqlLeaderLatch
 );

@@ -4,11 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{PgClient, PgLeaderLatch, PgLease, PgMutex, PgReadWriteLock, PgSemaphore};
-use crate::any::{AnyClientBuilder, Backend, Latch, ReadWrite, Semaphore};
-use crate::core::connection::ConnectionState;
+use super::PgClient;
+use crate::any::{AnyClientBuilder, Backend};
 use crate::core::error::Result;
-use crate::core::lock::Lock;
 
 pub(crate) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
     let client = PgClient::builder(&b.url)
@@ -19,30 +17,12 @@ pub(crate) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Back
     Ok(Arc::new(client))
 }
 
-crate::any::from_client!(PgClient);
-
-impl Backend for PgClient {
-    fn name(&self) -> &'static str {
-        "postgres"
-    }
-    fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-        Ok(Arc::new(PgMutex::new(self, name)?))
-    }
-    fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
-        Ok(Box::new(PgReadWriteLock::new(self, name)?))
-    }
-    fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
-        Ok(Box::new(PgSemaphore::new(self, name, max_leases)?))
-    }
-    fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
-        Ok(Box::new(PgLeaderLatch::start(self, name)?))
-    }
-    fn state(&self) -> ConnectionState {
-        PgClient::state(self)
-    }
-    fn close(&self) {
-        PgClient::close(self)
-    }
-}
-
-crate::any::adapters!(PgReadWriteLock, PgSemaphore, PgLease, PgLeaderLatch);
+crate::any::named_backend!(
+    "postgres",
+    PgClient,
+    super::PgMutex,
+    super::PgReadWriteLock,
+    super::PgSemaphore,
+    super::PgLease,
+    super::PgLeaderLatch
+);
