@@ -542,12 +542,24 @@ macro_rules! adapters {
         }
     };
 }
-/// What an [`AnyClient`] needs of a backend whose recipes take a name as it is: `From` its
-/// Client, [`Backend`] for the Client, and the adapters of its types (`$name` as
-/// [`AnyClient::backend`] says it).
+/// What an [`AnyClient`] needs of a backend whose recipes take a name as it is: its
+/// [`Connect`] (its Client's builder given the shared options), `From` its Client, [`Backend`]
+/// for the Client, and the adapters of its types (`$name` as [`AnyClient::backend`] says it).
 #[allow(unused_macros)] // unused in a build without backends
 macro_rules! named_backend {
     ($name:literal, $client:ty, $mutex:ty, $rw:ty, $sem:ty, $lease:ty, $latch:ty) => {
+        pub(crate) fn connect(
+            b: &$crate::any::AnyClientBuilder,
+            op: std::time::Duration,
+        ) -> $crate::Result<std::sync::Arc<dyn $crate::any::Backend>> {
+            let client = <$client>::builder(&b.url)
+                .session_timeout(b.session_timeout)
+                .connect_timeout(b.connect_timeout)
+                .operation_timeout(op)
+                .connect()?;
+            Ok(std::sync::Arc::new(client))
+        }
+
         $crate::any::from_client!($client);
 
         impl $crate::any::Backend for $client {
