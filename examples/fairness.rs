@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zklock::{Client, InterProcessMutex, UnfairDriver};
+use zklock::zookeeper::UnfairDriver;
+use zklock::{Client, InterProcessMutex};
 
 const THREADS: usize = 10;
 const ASK_EVERY: Duration = Duration::from_millis(300);

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use zklock::redis::{RedisLeaderLatch, RedisMutex, RedisSemaphore};
 use zklock::testing::TestingRedis;
-use zklock::{RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
+use zklock::RedisClient;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server;

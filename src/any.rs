@@ -4,28 +4,18 @@
 //! `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
 //! forms `rediss+sentinel://`, `rediss+cluster://`), `postgres://`, `postgresql://`,
 //! `mysql://` and `mariadb://` URLs give the same recipes with the same options and defaults
-//! (sqlx's `AnyPool` is the model).
+//! (sqlx's `AnyPool` is the model). This file holds the neutral types and the dispatch by
+//! scheme; each backend's adapter is in its own folder (`redis/any.rs`), and the crate root
+//! lists every backend's schemes (`DRIVERS`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::connection::ConnectionState;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lock::Lock;
-
-/// The session timeout every backend gets unless told otherwise: the server frees a silent
-/// holder's locks this long after its last heartbeat.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The connect timeout every backend gets unless told otherwise; it also bounds each round
-/// trip (the operation timeout) unless that is set.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The URL schemes [`connect`] takes in this build.
-const SCHEMES: &str =
-    "zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
-     rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///
@@ -75,7 +65,7 @@ pub fn connect(url: &str) -> Result<AnyClient> {
 /// ```
 #[derive(Clone)]
 pub struct AnyClient {
-    inner: Arc<dyn Backend>,
+    pub(crate) inner: Arc<dyn Backend>,
 }
 
 /// How to connect an [`AnyClient`]: the URL and the options every backend shares.
@@ -91,9 +81,9 @@ pub struct AnyClient {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect`"]
 pub struct AnyClientBuilder {
-    url: String,
-    session_timeout: Duration,
-    connect_timeout: Duration,
+    pub(crate) url: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     operation_timeout: Option<Duration>,
 }
 
@@ -205,29 +195,26 @@ impl AnyClientBuilder {
     pub fn connect(self) -> Result<AnyClient> {
         let Some((scheme, _)) = self.url.split_once("://") else {
             return Err(Error::invalid(format!(
-                "{:?} is not a lock URL: it must start with one of {SCHEMES}",
-                self.url
+                "{:?} is not a lock URL: it must start with one of {}",
+                self.url,
+                schemes()
             )));
         };
-        let op = self.operation_timeout.unwrap_or(self.connect_timeout);
-        let inner: Arc<dyn Backend> = match scheme {
-            "zk" => zookeeper::connect(&self, op)?,
-            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-            | "rediss+cluster" => redis::connect(&self, op)?,
-            "postgres" | "postgresql" => postgres::connect(&self, op)?,
-            "mysql" | "mariadb" => mysql::connect(&self, op)?,
-            other => {
-                return Err(Error::invalid(format!(
-                    "unknown lock URL scheme {other}://: use one of {SCHEMES}"
-                )))
-            }
+        let Some(driver) = crate::DRIVERS.iter().find(|d| d.schemes.contains(&scheme)) else {
+            return Err(Error::invalid(format!(
+                "unknown lock URL scheme {scheme}://: use one of {}",
+                schemes()
+            )));
         };
-        Ok(AnyClient { inner })
+        let connect = driver.connect.ok_or_else(|| not_built(driver.backend))?;
+        let op = self.operation_timeout.unwrap_or(self.connect_timeout);
+        Ok(AnyClient {
+            inner: connect(&self, op)?,
+        })
     }
 }
 
 /// The refusal of a URL whose backend this build left out.
-#[allow(dead_code)] // unused when every backend is built
 fn not_built(backend: &str) -> Error {
     Error::invalid(format!(
         "this build of zklock has no {backend} backend: enable its cargo feature `{backend}`"
@@ -336,7 +323,7 @@ impl std::fmt::Debug for AnySemaphore {
 /// # Ok(()) }
 /// ```
 pub struct AnyLease {
-    inner: Box<dyn Lease>,
+    pub(crate) inner: Box<dyn Lease>,
 }
 
 impl AnyLease {
@@ -437,7 +424,7 @@ impl std::fmt::Debug for AnyLeaderLatch {
 }
 
 /// What each backend's Client offers an [`AnyClient`].
-trait Backend: Send + Sync {
+pub(crate) trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>>;
     fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>>;
@@ -447,25 +434,25 @@ trait Backend: Send + Sync {
     fn close(&self);
 }
 
-trait ReadWrite: Send + Sync {
+pub(crate) trait ReadWrite: Send + Sync {
     fn read(&self) -> &dyn Lock;
     fn write(&self) -> &dyn Lock;
 }
 
-trait Semaphore: Send + Sync {
+pub(crate) trait Semaphore: Send + Sync {
     /// `None`: without limit.
     fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>>;
     fn cancel_waiters(&self);
 }
 
-trait Lease: Send + Sync {
+pub(crate) trait Lease: Send + Sync {
     fn id(&self) -> &str;
     fn fencing_token(&self) -> u64;
     fn health(&self) -> LockHealth;
     fn release(self: Box<Self>) -> Result<()>;
 }
 
-trait Latch: Send + Sync {
+pub(crate) trait Latch: Send + Sync {
     fn has_leadership(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
     fn health(&self) -> Option<LockHealth>;
@@ -479,10 +466,10 @@ trait Latch: Send + Sync {
 #[allow(unused_macros)] // unused in a build without backends
 macro_rules! from_client {
     ($client:ty) => {
-        impl From<$client> for AnyClient {
-            fn from(client: $client) -> AnyClient {
-                AnyClient {
-                    inner: Arc::new(client),
+        impl From<$client> for $crate::AnyClient {
+            fn from(client: $client) -> $crate::AnyClient {
+                $crate::AnyClient {
+                    inner: std::sync::Arc::new(client),
                 }
             }
         }
@@ -493,51 +480,57 @@ macro_rules! from_client {
 #[allow(unused_macros)] // unused in a build without backends
 macro_rules! adapters {
     ($rw:ty, $sem:ty, $lease:ty, $latch:ty) => {
-        impl ReadWrite for $rw {
-            fn read(&self) -> &dyn Lock {
+        impl $crate::any::ReadWrite for $rw {
+            fn read(&self) -> &dyn $crate::Lock {
                 self.read_lock()
             }
-            fn write(&self) -> &dyn Lock {
+            fn write(&self) -> &dyn $crate::Lock {
                 self.write_lock()
             }
         }
-        impl Semaphore for $sem {
-            fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>> {
+        impl $crate::any::Semaphore for $sem {
+            fn acquire(
+                &self,
+                timeout: Option<std::time::Duration>,
+            ) -> $crate::Result<Option<$crate::AnyLease>> {
                 let lease = match timeout {
                     None => Some(<$sem>::acquire(self)?),
                     Some(t) => <$sem>::acquire_timeout(self, t)?,
                 };
-                Ok(lease.map(|l| AnyLease { inner: Box::new(l) }))
+                Ok(lease.map(|l| $crate::AnyLease { inner: Box::new(l) }))
             }
             fn cancel_waiters(&self) {
                 <$sem>::cancel_waiters(self)
             }
         }
-        impl Lease for $lease {
+        impl $crate::any::Lease for $lease {
             fn id(&self) -> &str {
                 <$lease>::id(self)
             }
             fn fencing_token(&self) -> u64 {
                 <$lease>::fencing_token(self)
             }
-            fn health(&self) -> LockHealth {
+            fn health(&self) -> $crate::LockHealth {
                 <$lease>::health(self)
             }
-            fn release(self: Box<Self>) -> Result<()> {
+            fn release(self: Box<Self>) -> $crate::Result<()> {
                 (*self).release()
             }
         }
-        impl Latch for $latch {
+        impl $crate::any::Latch for $latch {
             fn has_leadership(&self) -> bool {
                 <$latch>::has_leadership(self)
             }
             fn epoch(&self) -> Option<u64> {
                 <$latch>::epoch(self)
             }
-            fn health(&self) -> Option<LockHealth> {
+            fn health(&self) -> Option<$crate::LockHealth> {
                 <$latch>::health(self)
             }
-            fn await_leadership(&self, timeout: Option<Duration>) -> Result<bool> {
+            fn await_leadership(
+                &self,
+                timeout: Option<std::time::Duration>,
+            ) -> $crate::Result<bool> {
                 match timeout {
                     None => <$latch>::await_leadership(self).map(|_| true),
                     Some(t) => <$latch>::await_leadership_timeout(self, t),
@@ -549,265 +542,97 @@ macro_rules! adapters {
         }
     };
 }
-
-mod zookeeper {
-    use super::*;
-
-    #[cfg(not(feature = "zookeeper"))]
-    pub(super) fn connect(_: &AnyClientBuilder, _: Duration) -> Result<Arc<dyn Backend>> {
-        Err(not_built("zookeeper"))
-    }
-
-    #[cfg(feature = "zookeeper")]
-    pub(super) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
-        let rest = &b.url["zk://".len()..];
-        let (hosts, chroot) = match rest.split_once('/') {
-            Some((hosts, chroot)) => (hosts, chroot.trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        if hosts.is_empty() {
-            return Err(Error::invalid(format!("{:?} names no host", b.url)));
+/// What an [`AnyClient`] needs of a backend whose recipes take a name as it is: its
+/// [`Connect`] (its Client's builder given the shared options), `From` its Client, [`Backend`]
+/// for the Client, and the adapters of its types (`$name` as [`AnyClient::backend`] says it).
+#[allow(unused_macros)] // unused in a build without backends
+macro_rules! named_backend {
+    ($name:literal, $client:ty, $mutex:ty, $rw:ty, $sem:ty, $lease:ty, $latch:ty) => {
+        pub(crate) fn connect(
+            b: &$crate::any::AnyClientBuilder,
+            op: std::time::Duration,
+        ) -> $crate::Result<std::sync::Arc<dyn $crate::any::Backend>> {
+            let client = <$client>::builder(&b.url)
+                .session_timeout(b.session_timeout)
+                .connect_timeout(b.connect_timeout)
+                .operation_timeout(op)
+                .connect()?;
+            Ok(std::sync::Arc::new(client))
         }
-        let mut builder = Client::builder(hosts)
-            .session_timeout(b.session_timeout)
-            .connect_timeout(b.connect_timeout)
-            .operation_timeout(op);
-        if !chroot.is_empty() {
-            builder = builder.namespace(chroot);
-        }
-        Ok(Arc::new(builder.connect()?))
-    }
 
-    #[cfg(feature = "zookeeper")]
-    use crate::zookeeper::{
-        client::Client,
-        leader::LeaderLatch,
-        locks::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2},
+        $crate::any::from_client!($client);
+
+        impl $crate::any::Backend for $client {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn mutex(&self, name: &str) -> $crate::Result<std::sync::Arc<dyn $crate::Lock>> {
+                Ok(std::sync::Arc::new(<$mutex>::new(self, name)?))
+            }
+            fn read_write(&self, name: &str) -> $crate::Result<Box<dyn $crate::any::ReadWrite>> {
+                Ok(Box::new(<$rw>::new(self, name)?))
+            }
+            fn semaphore(
+                &self,
+                name: &str,
+                max_leases: u32,
+            ) -> $crate::Result<Box<dyn $crate::any::Semaphore>> {
+                Ok(Box::new(<$sem>::new(self, name, max_leases)?))
+            }
+            fn latch(&self, name: &str) -> $crate::Result<Box<dyn $crate::any::Latch>> {
+                Ok(Box::new(<$latch>::start(self, name)?))
+            }
+            fn state(&self) -> $crate::ConnectionState {
+                <$client>::state(self)
+            }
+            fn close(&self) {
+                <$client>::close(self)
+            }
+        }
+
+        $crate::any::adapters!($rw, $sem, $lease, $latch);
     };
-
-    /// A name's path, in the layout Curator's users write.
-    #[cfg(feature = "zookeeper")]
-    fn path(name: &str) -> String {
-        format!("/{name}")
-    }
-
-    #[cfg(feature = "zookeeper")]
-    from_client!(Client);
-
-    #[cfg(feature = "zookeeper")]
-    impl Backend for Client {
-        fn name(&self) -> &'static str {
-            "zookeeper"
-        }
-        fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-            Ok(Arc::new(InterProcessMutex::new(self, &path(name))?))
-        }
-        fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
-            Ok(Box::new(InterProcessReadWriteLock::new(self, &path(name))?))
-        }
-        fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
-            Ok(Box::new(InterProcessSemaphoreV2::new(
-                self,
-                &path(name),
-                max_leases,
-            )?))
-        }
-        fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
-            let latch = LeaderLatch::new(self, &path(name))?;
-            latch.start()?;
-            Ok(Box::new(latch))
-        }
-        fn state(&self) -> ConnectionState {
-            // `None` only before the first connection, which `connect` waited for.
-            Client::state(self).unwrap_or(ConnectionState::Suspended)
-        }
-        fn close(&self) {
-            Client::close(self)
-        }
-    }
-
-    #[cfg(feature = "zookeeper")]
-    adapters!(
-        InterProcessReadWriteLock,
-        InterProcessSemaphoreV2,
-        crate::zookeeper::locks::Lease,
-        LeaderLatch
-    );
 }
 
-mod redis {
-    use super::*;
+#[allow(unused_imports)] // unused in a build without backends
+pub(crate) use {adapters, from_client, named_backend};
 
-    #[cfg(not(feature = "redis"))]
-    pub(super) fn connect(_: &AnyClientBuilder, _: Duration) -> Result<Arc<dyn Backend>> {
-        Err(not_built("redis"))
-    }
+/// How a backend's adapter (its `any.rs`) opens its Client for an [`AnyClientBuilder`], given
+/// the operation timeout.
+pub(crate) type Connect = fn(&AnyClientBuilder, Duration) -> Result<Arc<dyn Backend>>;
 
-    #[cfg(feature = "redis")]
-    pub(super) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
-        let client = RedisClient::builder(&b.url)
-            .ttl(b.session_timeout)
-            .connect_timeout(b.connect_timeout)
-            .operation_timeout(op)
-            .connect()?;
-        Ok(Arc::new(client))
-    }
-
-    #[cfg(feature = "redis")]
-    use crate::redis::{
-        RedisClient, RedisLeaderLatch, RedisLease, RedisMutex, RedisReadWriteLock, RedisSemaphore,
-    };
-
-    #[cfg(feature = "redis")]
-    from_client!(RedisClient);
-
-    #[cfg(feature = "redis")]
-    impl Backend for RedisClient {
-        fn name(&self) -> &'static str {
-            "redis"
-        }
-        fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-            Ok(Arc::new(RedisMutex::new(self, name)?))
-        }
-        fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
-            Ok(Box::new(RedisReadWriteLock::new(self, name)?))
-        }
-        fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
-            Ok(Box::new(RedisSemaphore::new(self, name, max_leases)?))
-        }
-        fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
-            Ok(Box::new(RedisLeaderLatch::start(self, name)?))
-        }
-        fn state(&self) -> ConnectionState {
-            RedisClient::state(self)
-        }
-        fn close(&self) {
-            RedisClient::close(self)
-        }
-    }
-
-    #[cfg(feature = "redis")]
-    adapters!(
-        RedisReadWriteLock,
-        RedisSemaphore,
-        RedisLease,
-        RedisLeaderLatch
-    );
+/// A backend as [`connect`] knows it: its cargo feature, its URL schemes, and its adapter's
+/// [`Connect`] when the feature is built. The crate root lists every backend's (`DRIVERS`).
+pub(crate) struct Driver {
+    pub(crate) backend: &'static str,
+    pub(crate) schemes: &'static [&'static str],
+    pub(crate) connect: Option<Connect>,
 }
 
-mod postgres {
-    use super::*;
-
-    #[cfg(not(feature = "postgres"))]
-    pub(super) fn connect(_: &AnyClientBuilder, _: Duration) -> Result<Arc<dyn Backend>> {
-        Err(not_built("postgres"))
-    }
-
-    #[cfg(feature = "postgres")]
-    pub(super) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
-        let client = PgClient::builder(&b.url)
-            .session_timeout(b.session_timeout)
-            .connect_timeout(b.connect_timeout)
-            .operation_timeout(op)
-            .connect()?;
-        Ok(Arc::new(client))
-    }
-
-    #[cfg(feature = "postgres")]
-    use crate::postgres::{
-        PgClient, PgLeaderLatch, PgLease, PgMutex, PgReadWriteLock, PgSemaphore,
-    };
-
-    #[cfg(feature = "postgres")]
-    from_client!(PgClient);
-
-    #[cfg(feature = "postgres")]
-    impl Backend for PgClient {
-        fn name(&self) -> &'static str {
-            "postgres"
+/// The [`Driver`] of the backend of feature `$feature`: `$connect` is left out of a build
+/// without it.
+macro_rules! driver {
+    ($feature:literal, [$($scheme:literal),+ $(,)?], $connect:path) => {{
+        #[cfg(feature = $feature)]
+        const CONNECT: Option<$crate::any::Connect> = Some($connect);
+        #[cfg(not(feature = $feature))]
+        const CONNECT: Option<$crate::any::Connect> = None;
+        $crate::any::Driver {
+            backend: $feature,
+            schemes: &[$($scheme),+],
+            connect: CONNECT,
         }
-        fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-            Ok(Arc::new(PgMutex::new(self, name)?))
-        }
-        fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
-            Ok(Box::new(PgReadWriteLock::new(self, name)?))
-        }
-        fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
-            Ok(Box::new(PgSemaphore::new(self, name, max_leases)?))
-        }
-        fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
-            Ok(Box::new(PgLeaderLatch::start(self, name)?))
-        }
-        fn state(&self) -> ConnectionState {
-            PgClient::state(self)
-        }
-        fn close(&self) {
-            PgClient::close(self)
-        }
-    }
-
-    #[cfg(feature = "postgres")]
-    adapters!(PgReadWriteLock, PgSemaphore, PgLease, PgLeaderLatch);
+    }};
 }
+pub(crate) use driver;
 
-mod mysql {
-    use super::*;
-
-    #[cfg(not(feature = "mysql"))]
-    pub(super) fn connect(_: &AnyClientBuilder, _: Duration) -> Result<Arc<dyn Backend>> {
-        Err(not_built("mysql"))
-    }
-
-    #[cfg(feature = "mysql")]
-    pub(super) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
-        let client = MySqlClient::builder(&b.url)
-            .session_timeout(b.session_timeout)
-            .connect_timeout(b.connect_timeout)
-            .operation_timeout(op)
-            .connect()?;
-        Ok(Arc::new(client))
-    }
-
-    #[cfg(feature = "mysql")]
-    use crate::mysql::{
-        MySqlClient, MySqlLeaderLatch, MySqlLease, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore,
-    };
-
-    #[cfg(feature = "mysql")]
-    from_client!(MySqlClient);
-
-    #[cfg(feature = "mysql")]
-    impl Backend for MySqlClient {
-        fn name(&self) -> &'static str {
-            "mysql"
-        }
-        fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-            Ok(Arc::new(MySqlMutex::new(self, name)?))
-        }
-        fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>> {
-            Ok(Box::new(MySqlReadWriteLock::new(self, name)?))
-        }
-        fn semaphore(&self, name: &str, max_leases: u32) -> Result<Box<dyn Semaphore>> {
-            Ok(Box::new(MySqlSemaphore::new(self, name, max_leases)?))
-        }
-        fn latch(&self, name: &str) -> Result<Box<dyn Latch>> {
-            Ok(Box::new(MySqlLeaderLatch::start(self, name)?))
-        }
-        fn state(&self) -> ConnectionState {
-            MySqlClient::state(self)
-        }
-        fn close(&self) {
-            MySqlClient::close(self)
-        }
-    }
-
-    #[cfg(feature = "mysql")]
-    adapters!(
-        MySqlReadWriteLock,
-        MySqlSemaphore,
-        MySqlLease,
-        MySqlLeaderLatch
-    );
+/// The URL schemes [`connect`] takes: every backend's, built or not.
+fn schemes() -> String {
+    let all: Vec<String> = crate::DRIVERS
+        .iter()
+        .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
+        .collect();
+    all.join(", ")
 }
 
 #[cfg(test)]

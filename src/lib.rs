@@ -1,5 +1,5 @@
-//! zklock — Apache Curator's distributed-lock recipes for Rust, on ZooKeeper, Redis and
-//! PostgreSQL.
+//! zklock — Apache Curator's distributed-lock recipes for Rust on ZooKeeper, and the same
+//! blocking API on Redis, PostgreSQL and MySQL/MariaDB.
 //!
 //! zklock gives plain threaded Rust programs what Java programs get from Apache Curator, with
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
@@ -10,28 +10,28 @@
 //! | you need | use |
 //! |---|---|
 //! | one holder at a time, re-entrant per thread, fair | [`InterProcessMutex`] |
-//! | the same, granted in random order | [`InterProcessMutex::with_driver`] with [`UnfairDriver`] |
+//! | the same, granted in random order | [`InterProcessMutex::with_driver`] with [`UnfairDriver`](zookeeper::UnfairDriver) |
 //! | your own ordering rule | a [`LockDriver`] of your own |
 //! | many readers or one writer | [`InterProcessReadWriteLock`] |
 //! | at most N holders | [`InterProcessSemaphoreV2`] (N fixed, or a [`SharedCount`]) |
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
-//! | a mutex on Redis | `RedisMutex` (feature `redis`) |
-//! | many readers or one writer on Redis | `RedisReadWriteLock` (feature `redis`) |
-//! | at most N holders on Redis | `RedisSemaphore` (feature `redis`) |
-//! | one leader among many on Redis | `RedisLeaderLatch` (feature `redis`) |
-//! | a mutex on PostgreSQL, shared with any SQL client | `PgMutex` (feature `postgres`) |
-//! | many readers or one writer on PostgreSQL | `PgReadWriteLock` (feature `postgres`) |
-//! | at most N holders on PostgreSQL | `PgSemaphore` (feature `postgres`) |
-//! | one leader among many on PostgreSQL | `PgLeaderLatch` (feature `postgres`) |
-//! | a mutex on MySQL or MariaDB, shared with any SQL client | `MySqlMutex` (feature `mysql`) |
-//! | many readers or one writer on MySQL or MariaDB | `MySqlReadWriteLock` (feature `mysql`) |
-//! | at most N holders on MySQL or MariaDB | `MySqlSemaphore` (feature `mysql`) |
-//! | one leader among many on MySQL or MariaDB | `MySqlLeaderLatch` (feature `mysql`) |
-//! | a mutex or a leader on Galera, Group Replication or TiDB | `MySqlMutex`, `MySqlLeaderLatch` of a `MySqlClient` in `MySqlMode::Table` (feature `mysql`) |
+//! | a mutex on Redis | `redis::RedisMutex` (feature `redis`) |
+//! | many readers or one writer on Redis | `redis::RedisReadWriteLock` (feature `redis`) |
+//! | at most N holders on Redis | `redis::RedisSemaphore` (feature `redis`) |
+//! | one leader among many on Redis | `redis::RedisLeaderLatch` (feature `redis`) |
+//! | a mutex on PostgreSQL, shared with any SQL client | `postgres::PgMutex` (feature `postgres`) |
+//! | many readers or one writer on PostgreSQL | `postgres::PgReadWriteLock` (feature `postgres`) |
+//! | at most N holders on PostgreSQL | `postgres::PgSemaphore` (feature `postgres`) |
+//! | one leader among many on PostgreSQL | `postgres::PgLeaderLatch` (feature `postgres`) |
+//! | a mutex on MySQL or MariaDB, shared with any SQL client | `mysql::MySqlMutex` (feature `mysql`) |
+//! | many readers or one writer on MySQL or MariaDB | `mysql::MySqlReadWriteLock` (feature `mysql`) |
+//! | at most N holders on MySQL or MariaDB | `mysql::MySqlSemaphore` (feature `mysql`) |
+//! | one leader among many on MySQL or MariaDB | `mysql::MySqlLeaderLatch` (feature `mysql`) |
+//! | a mutex or a leader on Galera, Group Replication or TiDB | `mysql::MySqlMutex`, `mysql::MySqlLeaderLatch` of a `MySqlClient` in `mysql::MySqlMode::Table` (feature `mysql`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
-//! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`] |
-//! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`], [`KazooElection`] (kazoo's layout; see below) |
+//! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`](zookeeper::elect) |
+//! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`](zookeeper::KazooSemaphore), [`KazooElection`](zookeeper::KazooElection) (kazoo's layout; see below) |
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -49,6 +49,17 @@
 //! } // released here
 //! # Ok(()) }
 //! ```
+//!
+//! # Names
+//!
+//! The crate root holds what every backend shares — the [`Lock`] trait and its guards,
+//! [`LockHealth`] and [`HealthEvent`], [`Error`], the retry policies, the URL factory
+//! [`connect`] and the `Any*` types it returns — and the ZooKeeper backend's [`Client`] and
+//! recipes under Curator's names. Every other backend keeps its types in its module
+//! (`zklock::redis::RedisMutex`, `zklock::postgres::PgSemaphore`, as `sqlx::postgres::PgPool`)
+//! and only its Client at the root (`RedisClient`, `PgClient`, `MySqlClient`); ZooKeeper's
+//! other types (kazoo's recipes, node operations, the parts of a custom driver) are in
+//! [`zookeeper`].
 //!
 //! # The Client
 //!
@@ -138,7 +149,7 @@
 //! the session times out.
 //!
 //! A process that ends without running destructors frees nothing itself: the server frees its
-//! locks when the session times out ([`ClientBuilder::session_timeout`]: up to 60 s by default,
+//! locks when the session times out ([`ClientBuilder::session_timeout`]: up to 30 s by default,
 //! as for a crashed holder below). That is the case of
 //!
 //! * [`std::process::exit`] (and `std::process::abort`), called anywhere, `main` included: no
@@ -162,7 +173,7 @@
 //!
 //! A holder that crashes, is killed (`kill -9`) or is cut off keeps its lock node until
 //! ZooKeeper expires its session: the others wait up to the session timeout
-//! ([`ClientBuilder::session_timeout`], default 60 s as Curator's; the server bounds it to 2–20
+//! ([`ClientBuilder::session_timeout`], default [`DEFAULT_SESSION_TIMEOUT`], 30 s as on every backend; the server bounds it to 2–20
 //! of its `tickTime`s). Size it as the longest stall you want to survive without losing locks
 //! (a GC pause, a network blip) against how long the others may wait for a dead holder; 5–15 s
 //! is common. A holder that stands still past its session reads [`LockHealth::Lost`] from
@@ -196,25 +207,25 @@
 //! * `zookeeper` (default) — the ZooKeeper backend: [`Client`], the lock recipes and leader
 //!   election. Without it (and with no other backend) only the backend-neutral core is built:
 //!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
-//! * `redis` — the Redis backend: `RedisClient`, `RedisMutex` (fair or barging, and
-//!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
-//!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
+//! * `redis` — the Redis backend: `RedisClient`, `redis::RedisMutex` (fair or barging, and
+//!   redis-py's `Lock` layout), `redis::RedisReadWriteLock`, `redis::RedisSemaphore` and
+//!   `redis::RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
 //!   promise is in the repository's `docs/redis.md`.
-//! * `postgres` — the PostgreSQL backend: `PgClient` (with connection states), `PgMutex`,
-//!   `PgReadWriteLock` (its halves on shared and exclusive locks), `PgSemaphore` (N keys, a
-//!   lease holds one) and `PgLeaderLatch` (an epoch per term), on session-level advisory locks
-//!   whose keys (`hashtextextended(name, 0)` for a mutex) any SQL client can take too, with
+//! * `postgres` — the PostgreSQL backend: `PgClient` (with connection states),
+//!   `postgres::PgMutex`, `postgres::PgReadWriteLock` (its halves on shared and exclusive
+//!   locks), `postgres::PgSemaphore` (N keys, a lease holds one) and `postgres::PgLeaderLatch`
+//!   (an epoch per term), on session-level advisory locks whose keys (`hashtextextended(name, 0)` for a mutex) any SQL client can take too, with
 //!   server-side limits that free a dead or frozen holder within the session timeout, health
 //!   and fencing tokens. Runs tokio-postgres on a small runtime of its own per Client (thread
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
 //!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
-//! * `mysql` — the MySQL / MariaDB backend: `MySqlClient`, `MySqlMutex` on `GET_LOCK`,
-//!   `MySqlReadWriteLock`, `MySqlSemaphore` and `MySqlLeaderLatch`, a
+//! * `mysql` — the MySQL / MariaDB backend: `MySqlClient`, `mysql::MySqlMutex` on `GET_LOCK`,
+//!   `mysql::MySqlReadWriteLock`, `mysql::MySqlSemaphore` and `mysql::MySqlLeaderLatch`, a
 //!   connection per hold and per waiting thread, with `wait_timeout` set from the session
 //!   timeout so the server frees a silent holder, health and fencing tokens from a counter
 //!   table; or, in the table mode (`?lock_mode=table`, for Galera, Group Replication, TiDB),
-//!   `MySqlMutex` as a lease row renewed by the Client and polled for by waiters. On the
+//!   `mysql::MySqlMutex` as a lease row renewed by the Client and polled for by waiters. On the
 //!   `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
@@ -239,13 +250,13 @@
 //! | Curator | zklock |
 //! |---|---|
 //! | `CuratorFrameworkFactory.builder()` | [`Client::builder`] → [`ClientBuilder`] |
-//! | `create().creatingParentContainersIfNeeded().withProtection().withMode(m).forPath(p)` | `client.create(p).parents_as_containers().protected().mode(m).call()` ([`Create`]) |
+//! | `create().creatingParentContainersIfNeeded().withProtection().withMode(m).forPath(p)` | `client.create(p).parents_as_containers().protected().mode(m).call()` ([`Create`](zookeeper::Create)) |
 //! | `delete().guaranteed()` | [`Client::delete_guaranteed`] |
 //! | `authorization(scheme, auth)`, `aclProvider(p)`, `ACLProvider` | [`ClientBuilder::auth`] / [`ClientBuilder::digest_auth`], [`ClientBuilder::acl_provider`], [`AclProvider`] |
 //! | `ZooDefs.Ids.CREATOR_ALL_ACL`, `READ_ACL_UNSAFE`, `OPEN_ACL_UNSAFE`, `DigestAuthenticationProvider.generateDigest` | [`Acl::creator_all`], [`Acl::read_unsafe`], [`Acl::open_unsafe`], [`Acl::digest`] |
 //! | `getZooKeeper().addAuthInfo(s, a)`, `getACL()`, `setACL()` | [`Client::add_auth`], [`Client::acl`], [`Client::set_acl`] |
-//! | `getData().usingWatcher(w)` | [`Client::data_watch`] → [`Watch`] |
-//! | `getChildren().usingWatcher(w)` | [`Client::children_watch`] → [`Watch`] |
+//! | `getData().usingWatcher(w)` | [`Client::data_watch`] → [`Watch`](zookeeper::Watch) |
+//! | `getChildren().usingWatcher(w)` | [`Client::children_watch`] → [`Watch`](zookeeper::Watch) |
 //! | `ConnectionStateListener` | [`Client::on_connection_state`], [`Client::connection_states`] |
 //! | `InterProcessMutex(client, path)` | [`InterProcessMutex::new`] |
 //! | `InterProcessMutex(client, path, driver)`, `LockInternalsDriver`, `StandardLockInternalsDriver` | [`InterProcessMutex::with_driver`], [`LockDriver`], [`StandardDriver`] |
@@ -272,15 +283,15 @@
 //! | kazoo | zklock | nodes |
 //! |---|---|---|
 //! | `zk.Lock(path, identifier)` | [`InterProcessMutex::kazoo`] | `<path>/<uuid hex>__lock__<seq10>`, data = identifier |
-//! | `Lock(..., extra_lock_patterns=[..])` | [`InterProcessMutex::with_driver`] with [`KazooDriver::extra_lock_patterns`] | also queues with `<anything><pattern><seq10>` |
+//! | `Lock(..., extra_lock_patterns=[..])` | [`InterProcessMutex::with_driver`] with [`KazooDriver::extra_lock_patterns`](zookeeper::KazooDriver::extra_lock_patterns) | also queues with `<anything><pattern><seq10>` |
 //! | `zk.ReadLock` / `zk.WriteLock(path, identifier)` | [`InterProcessReadWriteLock::kazoo`] | `__rlock__` / `__lock__` |
-//! | `zk.Semaphore(path, identifier, max_leases)`, `lease_holders()` | [`KazooSemaphore`] → [`KazooLease`] (with [`health`](KazooLease::health) and a fencing token), [`KazooSemaphore::lease_holders`] | `<path>` records `max_leases`; leases `<path>/<uuid hex>`; queue `<path>-__lock__` |
+//! | `zk.Semaphore(path, identifier, max_leases)`, `lease_holders()` | [`KazooSemaphore`](zookeeper::KazooSemaphore) → [`KazooLease`](zookeeper::KazooLease) (with [`health`](zookeeper::KazooLease::health) and a fencing token), [`KazooSemaphore::lease_holders`](zookeeper::KazooSemaphore::lease_holders) | `<path>` records `max_leases`; leases `<path>/<uuid hex>`; queue `<path>-__lock__` |
 //! | `ValueError("Inconsistent max leases")` | [`Error::LeaseCountMismatch`], before taking anything | |
-//! | `zk.Election(path, identifier).run(f)` | [`KazooElection::run`] | a kazoo lock at `<path>` |
+//! | `zk.Election(path, identifier).run(f)` | [`KazooElection::run`](zookeeper::KazooElection::run) | a kazoo lock at `<path>` |
 //! | `contenders()` | [`InterProcessMutex::contenders`] (on Curator's layouts too) | |
-//! | `Lock.cancel()` | [`cancel_waiters`](InterProcessMutex::cancel_waiters), [`KazooElection::cancel`] | |
+//! | `Lock.cancel()` | [`cancel_waiters`](InterProcessMutex::cancel_waiters), [`KazooElection::cancel`](zookeeper::KazooElection::cancel) | |
 //!
-//! On Curator's layout, [`elect`] is the closure-style election (`Election.run`'s shape) among
+//! On Curator's layout, [`elect`](zookeeper::elect) is the closure-style election (`Election.run`'s shape) among
 //! [`LeaderSelector`]s.
 //!
 //! # Errors
@@ -305,12 +316,36 @@ pub mod testing;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+/// The backends [`connect`] reaches, by URL scheme: each one's feature, schemes and adapter.
+/// A new backend adds its line.
+const DRIVERS: &[any::Driver] = &[
+    any::driver!("zookeeper", ["zk"], crate::zookeeper::any::connect),
+    any::driver!(
+        "redis",
+        [
+            "redis",
+            "rediss",
+            "redis+sentinel",
+            "rediss+sentinel",
+            "redis+cluster",
+            "rediss+cluster",
+        ],
+        crate::redis::any::connect
+    ),
+    any::driver!(
+        "postgres",
+        ["postgres", "postgresql"],
+        crate::postgres::any::connect
+    ),
+    any::driver!("mysql", ["mysql", "mariadb"], crate::mysql::any::connect),
+];
+
 pub use crate::any::{
     connect, AnyClient, AnyClientBuilder, AnyLeaderLatch, AnyLease, AnyReadWriteLock, AnySemaphore,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT,
 };
 pub use crate::core::channel::Receiver;
 pub use crate::core::connection::ConnectionState;
+pub use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 pub use crate::core::error::{Error, Result};
 pub use crate::core::health::{HealthEvent, LockHealth};
 pub use crate::core::leadership::LeadershipChange;
@@ -322,36 +357,21 @@ pub use crate::core::retry::{
 };
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub use crate::mysql::{
-    MySqlClient, MySqlClientBuilder, MySqlLeaderLatch, MySqlLease, MySqlMode, MySqlMutex,
-    MySqlParticipant, MySqlReadLock, MySqlReadWriteLock, MySqlSemaphore, MySqlWriteLock,
-};
+pub use crate::mysql::MySqlClient;
+// The MySQL backend's own doc examples still name these at the root; they live in `mysql`.
+#[cfg(feature = "mysql")]
+#[doc(hidden)]
+pub use crate::mysql::{MySqlLeaderLatch, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use crate::postgres::{
-    PgClient, PgClientBuilder, PgLeaderLatch, PgLease, PgMutex, PgParticipant, PgReadLock,
-    PgReadWriteLock, PgSemaphore, PgWriteLock,
-};
+pub use crate::postgres::PgClient;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use crate::redis::{
-    RedisClient, RedisClientBuilder, RedisLeaderLatch, RedisLease, RedisMutex, RedisParticipant,
-    RedisReadLock, RedisReadWriteLock, RedisSemaphore, RedisWriteLock,
-};
+pub use crate::redis::RedisClient;
 #[cfg(feature = "zookeeper")]
-pub use crate::zookeeper::client::{
-    Acl, AclProvider, Client, ClientBuilder, Create, CreateMode, ErrorPolicy, Perms, Stat, Watch,
-    WatchEvent, WatchEventKind,
-};
-#[cfg(feature = "zookeeper")]
-pub use crate::zookeeper::leader::{
-    elect, CloseMode, KazooElection, LeaderLatch, LeaderLatchBuilder, LeaderSelector,
-    LeaderSelectorBuilder, Leadership, Participant,
-};
-#[cfg(feature = "zookeeper")]
-pub use crate::zookeeper::locks::{
-    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreMutex,
-    InterProcessSemaphoreV2, KazooDriver, KazooLease, KazooSemaphore, Lease, LockDriver, LockNode,
-    MutexGuard, Predicate, ReadLock, Revoker, SharedCount, StandardDriver, UnfairDriver,
-    VersionedCount, WriteLock,
+pub use crate::zookeeper::{
+    Acl, AclProvider, Client, ClientBuilder, CloseMode, CreateMode, ErrorPolicy, InterProcessMutex,
+    InterProcessReadWriteLock, InterProcessSemaphoreMutex, InterProcessSemaphoreV2, LeaderLatch,
+    LeaderSelector, Leadership, Lease, LockDriver, MutexGuard, Participant, ReadLock, Revoker,
+    SharedCount, StandardDriver, WriteLock,
 };

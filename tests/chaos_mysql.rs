@@ -18,8 +18,9 @@ use std::thread;
 use std::time::Duration;
 
 use chaos_lab::{patience, row, Lab};
+use zklock::mysql::MySqlMutex;
 use zklock::testing::TestingMariaDb;
-use zklock::{MySqlClient, MySqlMutex};
+use zklock::MySqlClient;
 
 const WORKER: &str = "ZKLOCK_MYSQL_CHAOS_WORKER";
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);

@@ -20,8 +20,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use chaos_lab::{patience, row, Lab};
+use zklock::postgres::PgMutex;
 use zklock::testing::TestingPostgres;
-use zklock::{PgClient, PgMutex};
+use zklock::PgClient;
 
 const WORKER: &str = "ZKLOCK_PG_CHAOS_WORKER";
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);

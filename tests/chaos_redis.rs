@@ -29,8 +29,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use chaos_lab::{patience, row, Lab};
+use zklock::redis::RedisMutex;
 use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel};
-use zklock::{RedisClient, RedisMutex};
+use zklock::RedisClient;
 
 const WORKER: &str = "ZKLOCK_REDIS_CHAOS_WORKER";
 const TTL: Duration = Duration::from_secs(2);

@@ -1262,8 +1262,9 @@ mod on_redis {
 #[cfg(feature = "postgres")]
 mod on_postgres {
     use super::*;
+    use zklock::postgres::PgMutex;
     use zklock::testing::TestingPostgres;
-    use zklock::{PgClient, PgMutex};
+    use zklock::PgClient;
 
     fn zklock_pg(server: &TestingPostgres, args: &[&str]) -> Command {
         let mut c = Command::new(ZKLOCK);
@@ -1686,7 +1687,7 @@ mod on_mariadb {
             "{out:?}"
         );
         let client = zklock::MySqlClient::connect(&server.url()).unwrap();
-        let mutex = zklock::MySqlMutex::new(&client, "seen").unwrap();
+        let mutex = zklock::mysql::MySqlMutex::new(&client, "seen").unwrap();
         let guard = mutex.lock().unwrap();
         let out = zklock_my(&server, &["holders", "seen", "--json"])
             .output()

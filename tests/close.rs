@@ -34,7 +34,7 @@ fn close_and_drop_end_every_thread_the_client_started() {
     assert!(
         event
             .as_ref()
-            .is_none_or(|e| e.kind == zklock::WatchEventKind::SessionEnded),
+            .is_none_or(|e| e.kind == zklock::zookeeper::WatchEventKind::SessionEnded),
         "{event:?}"
     );
     drop(clone);

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use zklock::testing::TestingServer;
-use zklock::{Acl, Client, Error, Perms};
+use zklock::zookeeper::Perms;
+use zklock::{Acl, Client, Error};
 
 /// The error's whole chain, as one line.
 fn connect(connect: &str) -> Error {

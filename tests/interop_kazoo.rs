@@ -24,9 +24,8 @@ use common::*;
 use zklock::testing::{
     FenceClient, FenceEvent, FenceEventKind, FenceReport, FencedRegister, TestingServer,
 };
-use zklock::{
-    Error, InterProcessMutex, InterProcessReadWriteLock, KazooElection, KazooSemaphore, LockHealth,
-};
+use zklock::zookeeper::{KazooElection, KazooSemaphore};
+use zklock::{Error, InterProcessMutex, InterProcessReadWriteLock, LockHealth};
 
 const SESSION: Duration = Duration::from_secs(20);
 const WORKER_VAR: &str = "ZKLOCK_KAZOO_WORKER";

@@ -1,6 +1,7 @@
 //! The layers, checked on the source text:
 //!
-//! * the backend-neutral core (`src/core/`) knows no ZooKeeper;
+//! * the backend-neutral core (`src/core/`) knows no backend;
+//! * no backend's module imports another backend's;
 //! * the ZooKeeper Client (`src/zookeeper/client/`) offers mechanism — calls, spawning, code to
 //!   run when a watch fires — and knows nothing of locks: it neither imports the lock recipes or
 //!   leader election nor speaks their vocabulary (holders, marks, claims, waiters, keepers, lock
@@ -40,15 +41,20 @@ const LOCK_PHRASES: &[&str] = &[
     "crate::zookeeper::leader",
 ];
 
-/// What the core must not use: a backend's client or module. (Its docs may name a backend as
-/// an example, and the error enum keeps the ZooKeeper backend's catch-all variant.)
-const BACKEND_PHRASES: &[&str] = &[
-    "zookeeper_client",
-    "zk::",
-    "crate::zookeeper",
-    "redis::",
-    "postgres::",
-];
+/// Every backend: its module under `src/` (and its feature). A new backend adds its name here.
+const BACKENDS: &[&str] = &["zookeeper", "redis", "postgres", "mysql"];
+
+/// What the core must not use: a backend's client or module — `crate::<backend>` and
+/// `<backend>::` for each of [`BACKENDS`], and the ZooKeeper wire client. (Its docs may name a
+/// backend as an example, and the error enum keeps the ZooKeeper backend's catch-all variant.)
+fn backend_phrases() -> Vec<String> {
+    let mut out = vec!["zookeeper_client".to_owned(), "zk::".to_owned()];
+    for b in BACKENDS {
+        out.push(format!("crate::{b}"));
+        out.push(format!("{b}::"));
+    }
+    out
+}
 
 fn src(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir)
@@ -120,7 +126,26 @@ fn client_offences(dir: &Path) -> Vec<String> {
 }
 
 fn core_offences(dir: &Path) -> Vec<String> {
-    offences(dir, BACKEND_PHRASES, &[])
+    let phrases = backend_phrases();
+    offences(
+        dir,
+        &phrases.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+}
+
+/// What backend `name`'s module names of the other backends' modules.
+fn backend_offences(dir: &Path, name: &str) -> Vec<String> {
+    let others: Vec<String> = BACKENDS
+        .iter()
+        .filter(|b| **b != name)
+        .map(|b| format!("crate::{b}"))
+        .collect();
+    offences(
+        dir,
+        &others.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
 }
 
 #[test]
@@ -139,6 +164,19 @@ fn the_core_knows_no_backend() {
     assert!(
         found.is_empty(),
         "the core names a backend:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn no_backend_imports_another() {
+    let found: Vec<String> = BACKENDS
+        .iter()
+        .flat_map(|b| backend_offences(&src(b), b))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a backend names another:\n{}",
         found.join("\n")
     );
 }
@@ -169,10 +207,18 @@ fn the_checks_catch_a_planted_offence() {
     for planted in [
         "use zookeeper_client as zk;",
         "let s = zk::Stat::default();",
+        "use crate::mysql::MySqlClient;",
+        "let c: redis::RedisClient;",
     ] {
         plant(planted);
         assert_eq!(core_offences(&dir).len(), 1, "{planted:?} not caught");
     }
+    plant("use crate::postgres::PgClient;");
+    assert_eq!(backend_offences(&dir, "redis").len(), 1, "not caught");
+    assert!(
+        backend_offences(&dir, "postgres").is_empty(),
+        "its own module flagged"
+    );
     fs::remove_dir_all(&dir).unwrap();
 }
 

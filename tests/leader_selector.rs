@@ -164,7 +164,7 @@ fn elect_runs_the_closure_as_leader_on_the_calling_thread() {
     let (inside_tx, inside) = crossbeam_channel::unbounded();
     let (leave_tx, leave) = crossbeam_channel::unbounded::<()>();
     let first = thread::spawn(move || {
-        zklock::elect(&a, path, "a", |l| {
+        zklock::zookeeper::elect(&a, path, "a", |l| {
             inside_tx.send(l.fencing_token()).unwrap();
             leave.recv().unwrap();
             l.fencing_token()
@@ -173,7 +173,8 @@ fn elect_runs_the_closure_as_leader_on_the_calling_thread() {
     });
     let first_epoch = inside.recv_timeout(patience()).unwrap();
     let b2 = b.clone();
-    let second = thread::spawn(move || zklock::elect(&b2, path, "b", |l| l.fencing_token()));
+    let second =
+        thread::spawn(move || zklock::zookeeper::elect(&b2, path, "b", |l| l.fencing_token()));
     wait_for("b to queue", || {
         b.children(path).map(|c| c.len() == 2).unwrap_or(false)
     });

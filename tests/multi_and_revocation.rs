@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use common::*;
 use zklock::testing::TestingServer;
+use zklock::zookeeper::UnfairDriver;
 use zklock::{
     Acl, Client, Error, InterProcessMultiLock, InterProcessMutex, Lock, LockHealth, Revoker,
-    UnfairDriver,
 };
 
 fn session_client(server: &TestingServer) -> Client {

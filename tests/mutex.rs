@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use zklock::testing::{expire_session, FaultProxy, TestingCluster, TestingServer};
-use zklock::{Client, Error, InterProcessMutex, LockHealth, UnfairDriver};
+use zklock::zookeeper::UnfairDriver;
+use zklock::{Client, Error, InterProcessMutex, LockHealth};
 
 /// Counts entries and flags any overlap of two holders.
 #[derive(Default)]

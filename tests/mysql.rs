@@ -7,8 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{patience, wait_for};
+use zklock::mysql::{MySqlMutex, MySqlSemaphore};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient, MySqlMutex, MySqlSemaphore};
+use zklock::{Error, LockHealth, MySqlClient};
 
 fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
     MySqlClient::builder(&server.url())
@@ -168,7 +169,7 @@ fn bad_connections_are_refused_with_their_cause() {
 fn read_write_refuses_downgrade_and_upgrade() {
     let server = TestingMariaDb::start().expect("mariadbd starts");
     let c = client(&server, Duration::from_secs(10));
-    let rw = zklock::MySqlReadWriteLock::new(&c, "catalogue").unwrap();
+    let rw = zklock::mysql::MySqlReadWriteLock::new(&c, "catalogue").unwrap();
     assert!(rw.read_lock().acquire_timeout(patience()).unwrap());
     let read_token = rw.read_lock().fencing_token().unwrap();
     assert_eq!(
@@ -215,8 +216,8 @@ fn a_released_session_is_reused() {
     let after_kill = session(&mutex);
     assert_ne!(after_kill, first, "a killed session was used again");
     assert_eq!(session(&mutex), after_kill);
-    let rw = zklock::MySqlReadWriteLock::new(&c, "reused-rw").unwrap();
-    let write = |w: &zklock::MySqlWriteLock| {
+    let rw = zklock::mysql::MySqlReadWriteLock::new(&c, "reused-rw").unwrap();
+    let write = |w: &zklock::mysql::MySqlWriteLock| {
         assert!(w.acquire_timeout(patience()).unwrap());
         let id = w.connection_id().unwrap();
         w.release().unwrap();
@@ -227,7 +228,7 @@ fn a_released_session_is_reused() {
     assert_ne!(next, writer, "a writer's session was reused");
     // Nothing of the writer's is held any more: another Client reads at once.
     let other = client(&server, Duration::from_secs(10));
-    let theirs = zklock::MySqlReadWriteLock::new(&other, "reused-rw").unwrap();
+    let theirs = zklock::mysql::MySqlReadWriteLock::new(&other, "reused-rw").unwrap();
     assert!(theirs.read_lock().acquire_timeout(Duration::ZERO).unwrap());
     theirs.read_lock().release().unwrap();
 }

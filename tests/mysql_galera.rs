@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::mysql::{client, one_winner_per_round, Sections};
 use common::{chain, patience, wait_for};
+use zklock::mysql::{MySqlMode, MySqlMutex};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
+use zklock::{Error, LockHealth, MySqlClient};
 
 fn start(nodes: usize) -> Vec<TestingMariaDb> {
     let t = Instant::now();

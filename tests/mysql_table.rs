@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use common::mysql::{client, one_winner_per_round, Sections};
 use common::{patience, wait_for};
 use parking_lot::Mutex;
+use zklock::mysql::{MySqlMode, MySqlMutex};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
+use zklock::{Error, LockHealth, MySqlClient};
 
 /// Three Clients, two threads each, 60 sections in all: never two inside, and the tokens
 /// strictly rising in the order the sections ran.
@@ -158,8 +159,8 @@ fn recipes_and_modes() {
     let server = TestingMariaDb::start().expect("mariadbd starts");
     let c = client(&server, Duration::from_secs(10));
     for refused in [
-        zklock::MySqlSemaphore::new(&c, "sem", 2).map(|_| ()),
-        zklock::MySqlReadWriteLock::new(&c, "rw").map(|_| ()),
+        zklock::mysql::MySqlSemaphore::new(&c, "sem", 2).map(|_| ()),
+        zklock::mysql::MySqlReadWriteLock::new(&c, "rw").map(|_| ()),
     ] {
         match refused {
             Err(Error::InvalidArgument(why)) => assert!(why.contains("table mode"), "{why}"),
@@ -167,7 +168,7 @@ fn recipes_and_modes() {
         }
     }
     // A latch leads on the mutex's record of the same name: the mutex waits until it closes.
-    let latch = zklock::MySqlLeaderLatch::start(&c, "leader").unwrap();
+    let latch = zklock::mysql::MySqlLeaderLatch::start(&c, "leader").unwrap();
     assert!(latch.await_leadership_timeout(patience()).unwrap());
     let epoch = latch.epoch().unwrap();
     let mutex = MySqlMutex::new(&client(&server, Duration::from_secs(10)), "leader").unwrap();

@@ -11,8 +11,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::chain;
+use zklock::mysql::MySqlMutex;
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, Lock, MySqlClient, MySqlMutex};
+use zklock::{Error, Lock, MySqlClient};
 
 fn connect(url: &str) -> zklock::Result<MySqlClient> {
     MySqlClient::builder(url)

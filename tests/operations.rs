@@ -197,7 +197,10 @@ fn children_watch_fires_on_a_new_child_and_refuses_a_missing_node() {
     client.create("/w/b").call().unwrap();
     let event = watch.wait_timeout(patience()).expect("the watch fires");
     assert_eq!(event.path, "/w");
-    assert_eq!(event.kind, zklock::WatchEventKind::NodeChildrenChanged);
+    assert_eq!(
+        event.kind,
+        zklock::zookeeper::WatchEventKind::NodeChildrenChanged
+    );
 }
 
 #[test]

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use common::postgres::Psql;
 use common::{patience, wait_for};
 
+use zklock::postgres::{PgLeaderLatch, PgMutex, PgSemaphore};
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LockHealth, PgClient, PgLeaderLatch, PgMutex, PgSemaphore};
+use zklock::{Error, LockHealth, PgClient};
 
 /// The URLs of `server` for a Client whose sessions show as `app` in `pg_stat_activity`: one
 /// host, and two hosts (the first refusing connections).

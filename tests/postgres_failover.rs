@@ -11,8 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{patience, wait_for};
+use zklock::postgres::PgMutex;
 use zklock::testing::TestingPostgres;
-use zklock::{LockHealth, PgClient, PgMutex, RetryForever};
+use zklock::{LockHealth, PgClient, RetryForever};
 
 /// A Client that retries for ever (the test's own deadlines bound it), so that a waiter rides
 /// out the time without a primary.

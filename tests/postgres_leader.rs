@@ -10,8 +10,9 @@ use common::postgres::{client, worker_client};
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
+use zklock::postgres::PgLeaderLatch;
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LeadershipChange, LockHealth, PgLeaderLatch};
+use zklock::{Error, LeadershipChange, LockHealth};
 
 const WORKER: &str = "ZKLOCK_PG_LEADER_WORKER";
 

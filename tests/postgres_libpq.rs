@@ -14,8 +14,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use common::worker::Worker;
+use zklock::postgres::PgMutex;
 use zklock::testing::TestingPostgres;
-use zklock::{Error, PgClient, PgMutex};
+use zklock::{Error, PgClient};
 
 /// The variable that makes a run of this binary a worker, and names the lock it takes.
 const WORKER: &str = "ZKLOCK_LIBPQ_WORKER";

@@ -11,8 +11,9 @@ use std::time::Duration;
 use common::postgres::client;
 use common::{patience, wait_for};
 
+use zklock::postgres::PgReadWriteLock;
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LockHealth, PgReadWriteLock};
+use zklock::{Error, LockHealth};
 
 /// The modes `pg_locks` shows granted on the key of `name`, sorted.
 fn granted_modes(server: &TestingPostgres, name: &str) -> Vec<String> {

@@ -13,8 +13,9 @@ use common::postgres::{client, worker_client};
 use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
+use zklock::postgres::PgSemaphore;
 use zklock::testing::TestingPostgres;
-use zklock::{Error, LockHealth, PgClient, PgSemaphore};
+use zklock::{Error, LockHealth, PgClient};
 
 const WORKER: &str = "ZKLOCK_PG_SEMAPHORE_WORKER";
 
@@ -258,7 +259,7 @@ fn a_try_on_a_stopped_server_is_an_error_not_a_refusal() {
         .connect()
         .unwrap();
     let semaphore = PgSemaphore::new(&c, "stopped", 2).unwrap();
-    let mutex = zklock::PgMutex::new(&c, "stopped").unwrap();
+    let mutex = zklock::postgres::PgMutex::new(&c, "stopped").unwrap();
     server.stop().unwrap();
     let tried = semaphore.try_acquire();
     assert!(tried.is_err(), "{tried:?}");

@@ -9,8 +9,9 @@ use std::time::Duration;
 use common::postgres::client;
 use common::{patience, wait_for};
 
+use zklock::postgres::PgMutex;
 use zklock::testing::TestingPostgres;
-use zklock::{ConnectionState, PgClient, PgMutex};
+use zklock::{ConnectionState, PgClient};
 
 /// Every state `rx` receives until `last`, in order.
 fn states_until(

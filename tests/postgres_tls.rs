@@ -4,8 +4,9 @@
 
 mod common;
 
+use zklock::postgres::PgMutex;
 use zklock::testing::TestingPostgres;
-use zklock::{Error, PgClient, PgMutex};
+use zklock::{Error, PgClient};
 
 /// `url` (the server's) with `host` in place of 127.0.0.1 (reached at 127.0.0.1 through
 /// `hostaddr`) and `params` added.

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::{RedisMutex, RedisSemaphore};
 use zklock::testing::TestingRedis;
-use zklock::{Error, LockHealth, RedisMutex, RedisSemaphore};
+use zklock::{Error, LockHealth};
 
 mod redis_common;
 use redis_common::{client, just_renewed, patience, until_not_held, wait_for, warnings_naming};

@@ -7,8 +7,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::RedisMutex;
 use zklock::testing::{FencedRegister, TestingRedis, TestingRedisCluster};
-use zklock::{Error, LockHealth, RedisClient, RedisMutex};
+use zklock::{Error, LockHealth, RedisClient};
 
 mod redis_common;
 use redis_common::{held_then_handed_over, patience, wait_for};

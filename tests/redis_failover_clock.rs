@@ -13,8 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{just_renewed, patience, until_not_held, wait_for, warnings_naming};
+use zklock::redis::RedisMutex;
 use zklock::testing::{ClockOffset, TestingSentinel};
-use zklock::{Error, LockHealth, RedisClient, RedisMutex};
+use zklock::{Error, LockHealth, RedisClient};
 
 /// Long enough that the holder stays `Held` through the failover itself (a renewal period of
 /// 3.3 s, `Suspended` for lateness only 5 s after the last renewal).

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use zklock::redis::{RedisLeaderLatch, RedisMutex};
 use zklock::testing::{FencedRegister, TestingRedis};
-use zklock::{Error, LeadershipChange, RedisLeaderLatch, RedisMutex};
+use zklock::{Error, LeadershipChange};
 
 mod redis_common;
 use redis_common::{client, lock_keys, patience, start_worker, wait_for};

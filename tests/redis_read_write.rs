@@ -8,8 +8,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
+use zklock::redis::RedisReadWriteLock;
 use zklock::testing::TestingRedis;
-use zklock::{Error, LockHealth, RedisReadWriteLock};
+use zklock::{Error, LockHealth};
 
 mod redis_common;
 use redis_common::{client, lock_keys, patience, wait_for};

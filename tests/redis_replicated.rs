@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use zklock::redis::{RedisLeaderLatch, RedisMutex, RedisSemaphore};
 use zklock::testing::TestingRedis;
-use zklock::{Error, LockHealth, RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
+use zklock::{Error, LockHealth, RedisClient};
 
 mod redis_common;
 use redis_common::wait_for;

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::RedisSemaphore;
 use zklock::testing::{FencedRegister, TestingRedis};
-use zklock::{Error, LockHealth, RedisSemaphore};
+use zklock::{Error, LockHealth};
 
 mod redis_common;
 use redis_common::{client, lock_keys, patience, start_worker, wait_for};

@@ -6,8 +6,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::RedisMutex;
 use zklock::testing::{TestingRedis, TestingSentinel};
-use zklock::{ConnectionState, Error, LockHealth, RedisClient, RedisMutex};
+use zklock::{ConnectionState, Error, LockHealth, RedisClient};
 
 mod redis_common;
 use redis_common::{patience, wait_for};

@@ -11,8 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{chain, refused_by_tls};
+use zklock::redis::{RedisClientBuilder, RedisMutex};
 use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel};
-use zklock::{Error, RedisClient, RedisClientBuilder, RedisMutex};
+use zklock::{Error, RedisClient};
 
 fn tls_builder(server: &TestingRedis) -> RedisClientBuilder {
     RedisClient::builder(&server.tls_url().unwrap()).connect_timeout(Duration::from_secs(5))

@@ -9,8 +9,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{held_then_handed_over, refused_by_tls};
+use zklock::redis::RedisClientBuilder;
 use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel, TestingTls};
-use zklock::{RedisClient, RedisClientBuilder};
+use zklock::RedisClient;
 
 fn builder(url: &str, tls: &TestingTls) -> RedisClientBuilder {
     RedisClient::builder(url)

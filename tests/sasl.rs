@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use zklock::testing::TestingServer;
-use zklock::{Acl, Client, ClientBuilder, Error, InterProcessMutex, Perms};
+use zklock::zookeeper::Perms;
+use zklock::{Acl, Client, ClientBuilder, Error, InterProcessMutex};
 
 fn builder(server: &TestingServer) -> ClientBuilder {
     Client::builder(&server.connect_string())

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use common::*;
 use zklock::testing::{expire_session, TestingServer};
+use zklock::zookeeper::Perms;
 use zklock::{
-    Acl, AclProvider, Client, ConnectionState, Error, InterProcessMutex, LockHealth, Perms, Revoker,
+    Acl, AclProvider, Client, ConnectionState, Error, InterProcessMutex, LockHealth, Revoker,
 };
 
 /// The recommended set-up: lock nodes creator-only, everything else (the lock's parents)

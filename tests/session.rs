@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use zklock::testing::{expire_session, TestingCluster, TestingServer};
-use zklock::{ConnectionState::*, CreateMode, WatchEventKind};
+use zklock::zookeeper::WatchEventKind;
+use zklock::{ConnectionState::*, CreateMode};
 
 #[test]
 fn restart_within_session_timeout_keeps_session_ephemerals_and_watches() {

@@ -55,8 +55,9 @@ use common::{num, pid_cpu, process_cpu, secs, Counts, Plan, Res};
 use hdrhistogram::Histogram;
 use holder::{hold, Holder};
 use mysql::prelude::Queryable;
+use zklock::mysql::MySqlMutex;
 use zklock::testing::TestingMariaDb;
-use zklock::{MySqlClient, MySqlMutex};
+use zklock::MySqlClient;
 
 const SESSIONS: [usize; 2] = [2, 8];
 

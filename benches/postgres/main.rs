@@ -74,8 +74,9 @@ use std::time::{Duration, Instant};
 use common::{num, process_cpu, rss_mib, secs, threads, Counts, Plan, Res};
 use hdrhistogram::Histogram;
 use holder::{hold, Holder};
+use zklock::postgres::PgMutex;
 use zklock::testing::TestingPostgres;
-use zklock::{PgClient, PgMutex};
+use zklock::PgClient;
 
 const SESSIONS: [usize; 2] = [2, 8];
 

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use zklock::redis::RedisMutex;
 use zklock::testing::TestingRedis;
-use zklock::{RedisClient, RedisMutex};
+use zklock::RedisClient;
 
 use crate::common::Res;
 

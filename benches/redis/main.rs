@@ -57,8 +57,9 @@ use std::time::{Duration, Instant};
 
 use common::{num, pid_cpu, process_cpu, secs, Plan, Res};
 use hdrhistogram::Histogram;
+use zklock::redis::RedisMutex;
 use zklock::testing::TestingRedis;
-use zklock::{RedisClient, RedisMutex};
+use zklock::RedisClient;
 
 const SESSIONS: [usize; 2] = [2, 8];
 const DRAIN_CLIENTS: usize = 10;

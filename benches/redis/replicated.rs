@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use zklock::redis::RedisMutex;
 use zklock::testing::{TestingRedis, TestingSentinel};
-use zklock::{RedisClient, RedisMutex};
+use zklock::RedisClient;
 
 use crate::common::{self, Counts, Plan, Res};
 use crate::{floor, measure, Cost, SESSIONS};

@@ -146,7 +146,7 @@ impl HealthFeed {
         dispatch: Dispatch,
         lock: &str,
         node: &str,
-        token: impl Into<crate::core::hold::Token>,
+        token: impl Into<crate::core::token::Token>,
     ) -> (HealthCell, Arc<dyn Fn(LockHealth) + Send + Sync>) {
         let token = token.into();
         let cell = Arc::new(Mutex::new(LockHealth::Held));

@@ -6,13 +6,19 @@
 // the check that the core compiles alone) leaves parts unused. Dead code in the core is judged
 // in the build with all of them (CI lints `--all-features`).
 #![cfg_attr(
-    not(all(feature = "zookeeper", feature = "redis", feature = "postgres")),
+    not(all(
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql"
+    )),
     allow(dead_code, unused_imports, unused_macros)
 )]
 
 pub(crate) mod channel;
 pub(crate) mod connection;
 pub(crate) mod deadline;
+pub(crate) mod defaults;
 pub(crate) mod error;
 pub(crate) mod half;
 pub(crate) mod health;
@@ -23,5 +29,6 @@ pub(crate) mod listeners;
 pub(crate) mod lock;
 pub(crate) mod metrics;
 pub(crate) mod multi;
-pub(crate) mod reentrant;
 pub(crate) mod retry;
+pub(crate) mod thread_holds;
+pub(crate) mod token;

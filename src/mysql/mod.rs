@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod any;
 mod client;
 mod latch;
 mod mutex;

@@ -17,13 +17,15 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::connect::{self, Limit, Watch};
+use super::connect::{Live, Ties};
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
-use super::session::{Live, Session, Ties};
+use super::session::Session;
 use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
@@ -73,7 +75,8 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock::{PgClient, PgMutex};
+/// use zklock::PgClient;
+/// use zklock::postgres::PgMutex;
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let client = PgClient::builder("postgres://app:secret@127.0.0.1:5432/app")
@@ -86,7 +89,7 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// ```
 #[derive(Clone)]
 pub struct PgClient {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -140,7 +143,7 @@ pub struct PgClientBuilder {
     url: String,
     session_timeout: Duration,
     /// The connection timeout set on the builder; else the string's (or PGCONNECT_TIMEOUT's),
-    /// else 5 s.
+    /// else 10 s.
     connect_timeout: Option<Duration>,
     operation_timeout: Option<Duration>,
     retry: Option<Arc<dyn RetryPolicy>>,
@@ -148,7 +151,8 @@ pub struct PgClientBuilder {
 }
 
 impl PgClient {
-    /// Connects with the default options (session timeout 30 s, connection timeout 5 s).
+    /// Connects with the default options (session timeout 30 s, connection timeout 10 s: see
+    /// [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT)).
     ///
     /// # Errors
     /// As [`PgClientBuilder::connect`].
@@ -188,7 +192,7 @@ impl PgClient {
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
-            session_timeout: Duration::from_secs(30),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_timeout: None,
             operation_timeout: None,
             retry: None,
@@ -200,22 +204,6 @@ impl PgClient {
     /// locks with it.
     pub fn session_timeout(&self) -> Duration {
         self.inner.session_timeout
-    }
-
-    /// Who holds and who waits for the advisory locks of `name` in this database — its mutex
-    /// (and leader latch), its read-write lock, and leases 1 to `max_leases` of its semaphore
-    /// — zklock's sessions and any other SQL client's, from `pg_locks` and
-    /// `pg_stat_activity` (PostgreSQL 14 or later, for the time a wait began). Holders first,
-    /// then waiters in the server's queue order.
-    ///
-    /// # Blocking
-    /// One statement on a pooled session, within the operation timeout.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name, before any I/O; [`Error::Closed`];
-    /// [`Error::Timeout`] or a connection error from the statement.
-    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<super::PgParticipant>> {
-        super::participants::read(&self.inner, name, max_leases)
     }
 
     /// The server's version, as `server_version_num` (e.g. 150004 for 15.4).
@@ -339,7 +327,7 @@ impl PgClientBuilder {
     }
 
     /// How long opening a session may take (default: the connection string's
-    /// `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 5 s).
+    /// `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
@@ -545,7 +533,7 @@ impl PgClientBuilder {
         let connect_timeout = self
             .connect_timeout
             .or(settings.connect_timeout)
-            .unwrap_or(Duration::from_secs(5));
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let operation_timeout = self.operation_timeout.unwrap_or(connect_timeout);
         for (what, d, min) in [
             (
@@ -861,7 +849,7 @@ mod tests {
             assert_eq!(c.operation_timeout, Duration::from_secs(60));
         }
         let c = PgClient::builder("postgres://").check(&Empty).unwrap();
-        assert_eq!(c.connect_timeout, Duration::from_secs(5));
+        assert_eq!(c.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(c.shown, "postgres://os@localhost:5432/os");
         // A keyword tokio-postgres does not know is refused with its name.
         assert!(refused(PgClient::builder("postgres://u@h/db?service=x")).contains("service"));

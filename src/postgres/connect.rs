@@ -5,11 +5,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use tokio::sync::{watch, Notify};
 
-use super::session::{error, Live, Ties};
+use super::error::error;
 use super::tls::Tls;
 use crate::core::error::{Error, Result};
 
@@ -211,6 +213,60 @@ pub(crate) fn set_keepalives(config: &mut tokio_postgres::Config, timeout: Durat
 
 /// Where a caller cannot drive its session (there is no eventfd and epoll to do it with): the
 /// types that stand for it, never made.
+/// What ties a session to its Client.
+pub(crate) struct Ties {
+    /// Turns true when the Client closes: the session's connection ends.
+    pub(crate) close: watch::Receiver<bool>,
+    /// Notified when the session's connection ends.
+    pub(crate) on_end: Arc<Notify>,
+    /// Where the session's socket waits while no caller drives it; `None` when callers do not
+    /// drive their sessions.
+    pub(crate) sockets: Option<Arc<Watch>>,
+    /// Counts the Client's sessions whose connection has not ended.
+    pub(crate) live: Arc<Live>,
+}
+
+/// The number of a Client's sessions whose connection has not ended, so that closing the
+/// Client can wait until every one has.
+#[derive(Default)]
+pub(crate) struct Live {
+    count: Mutex<usize>,
+    none: parking_lot::Condvar,
+}
+
+impl Live {
+    /// Counts one more session until the returned guard is dropped.
+    pub(crate) fn one(self: &Arc<Live>) -> LiveOne {
+        *self.count.lock() += 1;
+        LiveOne(self.clone())
+    }
+
+    /// Waits until no session's connection is left, for at most `timeout`; whether none is.
+    pub(crate) fn wait_none(&self, timeout: Duration) -> bool {
+        let mut count = self.count.lock();
+        let end = Instant::now() + timeout;
+        while *count > 0 {
+            if self.none.wait_until(&mut count, end).timed_out() {
+                return *count == 0;
+            }
+        }
+        true
+    }
+}
+
+/// One session counted in [`Live`].
+pub(crate) struct LiveOne(Arc<Live>);
+
+impl Drop for LiveOne {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock();
+        *count -= 1;
+        if *count == 0 {
+            self.0.none.notify_all();
+        }
+    }
+}
+
 #[cfg(not(target_os = "linux"))]
 mod elsewhere {
     use std::future::Future;

@@ -2,13 +2,13 @@
 //! kept and let go of, for the mutex, the semaphore's leases and the leader latch.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio_postgres::types::{ToSql, Type};
 
+use super::advisory::{Grant, Key};
 use super::client::Inner;
 use super::keeper::{Keeping, Report};
-use super::mutex::Key;
 use super::session::Session;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -163,12 +163,4 @@ pub(crate) fn lease(inner: &Inner, grant: &Grant) -> Arc<LocalLease> {
     let lease = LocalLease::new();
     lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
     Arc::new(lease)
-}
-
-/// A grant: the session that holds, the token (unless it is read when asked for), when the
-/// lease starts.
-pub(crate) struct Grant {
-    pub(crate) session: Arc<Session>,
-    pub(crate) token: Option<u64>,
-    pub(crate) sent: Duration,
 }

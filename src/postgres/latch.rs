@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
+use super::advisory::{attempt, check_name, Key};
 use super::client::PgClient;
 use super::hold::Holding;
 use super::keeper::Report;
-use super::mutex::{attempt, check_name, Key};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{HealthCell, LockHealth};
@@ -55,7 +55,7 @@ const AGAIN_AFTER: Duration = Duration::from_secs(1);
 /// use std::time::Duration;
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
-/// let latch = zklock::PgLeaderLatch::start(&client, "billing-leader")?;
+/// let latch = zklock::postgres::PgLeaderLatch::start(&client, "billing-leader")?;
 /// if latch.await_leadership_timeout(Duration::from_secs(30))? {
 ///     println!("leading in epoch {:?}", latch.epoch());
 /// }

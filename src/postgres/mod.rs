@@ -14,11 +14,14 @@
 //! # Ok(()) }
 //! ```
 
+mod advisory;
+pub(crate) mod any;
 mod client;
 mod connect;
 /// The caller-driven session: an eventfd and epoll, so Linux only.
 #[cfg(target_os = "linux")]
 mod drive;
+mod error;
 mod hold;
 mod keeper;
 mod latch;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio_postgres::types::Type;
 
-use super::client::Inner;
+use super::client::PgClient;
 use crate::core::error::{Error, Result};
 
 /// A session that holds or waits for one of the advisory locks of a name: the mutex's (and the
@@ -63,26 +63,40 @@ WHERE l.locktype = 'advisory' AND l.objsubid = 1 \
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
 ORDER BY l.granted DESC, l.waitstart NULLS FIRST, k.seed, l.pid";
 
-/// Reads the participants of `name` (leases 1 to `max_leases`) within the operation timeout.
-pub(crate) fn read(inner: &Inner, name: &str, max_leases: u32) -> Result<Vec<PgParticipant>> {
-    if name.is_empty() {
-        return Err(Error::invalid("a PostgreSQL lock name must not be empty"));
+impl PgClient {
+    /// Who holds and who waits for the advisory locks of `name` in this database — its mutex
+    /// (and leader latch), its read-write lock, and leases 1 to `max_leases` of its semaphore
+    /// — zklock's sessions and any other SQL client's, from `pg_locks` and
+    /// `pg_stat_activity` (PostgreSQL 14 or later, for the time a wait began). Holders first,
+    /// then waiters in the server's queue order.
+    ///
+    /// # Blocking
+    /// One statement on a pooled session, within the operation timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, before any I/O; [`Error::Closed`];
+    /// [`Error::Timeout`] or a connection error from the statement.
+    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<PgParticipant>> {
+        let inner = &self.inner;
+        if name.is_empty() {
+            return Err(Error::invalid("a PostgreSQL lock name must not be empty"));
+        }
+        let leases = i32::try_from(max_leases).map_err(|_| {
+            Error::invalid(format!(
+                "{max_leases} leases: a semaphore has at most {}",
+                i32::MAX
+            ))
+        })?;
+        let rows = inner.block_on(async {
+            let (session, _) = inner.session().await?;
+            let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
+                [(&name, Type::TEXT), (&leases, Type::INT4)];
+            let rows = session.rows(inner.operation_timeout, VIEW, &params).await;
+            inner.give_back(session);
+            rows
+        })?;
+        rows.iter().map(participant).collect()
     }
-    let leases = i32::try_from(max_leases).map_err(|_| {
-        Error::invalid(format!(
-            "{max_leases} leases: a semaphore has at most {}",
-            i32::MAX
-        ))
-    })?;
-    let rows = inner.block_on(async {
-        let (session, _) = inner.session().await?;
-        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
-            [(&name, Type::TEXT), (&leases, Type::INT4)];
-        let rows = session.rows(inner.operation_timeout, VIEW, &params).await;
-        inner.give_back(session);
-        rows
-    })?;
-    rows.iter().map(participant).collect()
 }
 
 fn participant(r: &tokio_postgres::Row) -> Result<PgParticipant> {

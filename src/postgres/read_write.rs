@@ -33,7 +33,7 @@ use crate::core::error::Result;
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
-/// let lock = zklock::PgReadWriteLock::new(&client, "catalogue")?;
+/// let lock = zklock::postgres::PgReadWriteLock::new(&client, "catalogue")?;
 /// {
 ///     let _write = lock.write_lock().lock()?;
 ///     // change the catalogue; then downgrade:
@@ -81,7 +81,7 @@ crate::core::half::lock_half!(
     /// ```no_run
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
-    /// let lock = zklock::PgReadWriteLock::new(&client, "catalogue")?;
+    /// let lock = zklock::postgres::PgReadWriteLock::new(&client, "catalogue")?;
     /// let half: &zklock::postgres::PgReadLock = lock.read_lock();
     /// let guard = half.lock()?;
     /// println!("token {}", guard.fencing_token());
@@ -112,7 +112,7 @@ crate::core::half::lock_half!(
     /// ```no_run
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
-    /// let lock = zklock::PgReadWriteLock::new(&client, "catalogue")?;
+    /// let lock = zklock::postgres::PgReadWriteLock::new(&client, "catalogue")?;
     /// let half: &zklock::postgres::PgWriteLock = lock.write_lock();
     /// let guard = half.lock()?;
     /// println!("token {}", guard.fencing_token());

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::advisory::{attempt, check_name, granted, Grant, Key};
 use super::client::{Inner, PgClient};
-use super::hold::{Grant, Holding};
-use super::mutex::{attempt, check_name, granted, Key};
-use super::session::{int, retryable, Session};
+use super::error::retryable;
+use super::hold::Holding;
+use super::session::{int, Session};
 use super::sql::own;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -71,7 +72,7 @@ const TRY_ANY: &str = concat!(
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
-/// let pool = zklock::PgSemaphore::new(&client, "report-workers", 3)?;
+/// let pool = zklock::postgres::PgSemaphore::new(&client, "report-workers", 3)?;
 /// if let Some(lease) = pool.acquire_timeout(std::time::Duration::from_secs(5))? {
 ///     println!("lease {} of 3, token {}", lease.index(), lease.fencing_token());
 ///     lease.release()?;
@@ -311,7 +312,7 @@ impl std::fmt::Debug for PgSemaphore {
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::PgClient::connect("postgres://app:secret@127.0.0.1/app")?;
-/// let pool = zklock::PgSemaphore::new(&client, "uploads", 2)?;
+/// let pool = zklock::postgres::PgSemaphore::new(&client, "uploads", 2)?;
 /// let lease = pool.acquire()?;
 /// if lease.health() == zklock::LockHealth::Held {
 ///     // work under the lease

@@ -4,16 +4,17 @@
 
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::connect::{self, set_sql, Limit, Own, Watch};
+use super::connect::{self, set_sql, Limit, Own, Ties};
+use super::error::{error, not_own_session};
 use super::sql;
-use super::tls::{refusal, Tls};
+use super::tls::Tls;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 
@@ -262,69 +263,6 @@ impl Drop for Session {
     }
 }
 
-/// What ties a session to its Client.
-pub(crate) struct Ties {
-    /// Turns true when the Client closes: the session's connection ends.
-    pub(crate) close: watch::Receiver<bool>,
-    /// Notified when the session's connection ends.
-    pub(crate) on_end: Arc<Notify>,
-    /// Where the session's socket waits while no caller drives it; `None` when callers do not
-    /// drive their sessions.
-    pub(crate) sockets: Option<Arc<Watch>>,
-    /// Counts the Client's sessions whose connection has not ended.
-    pub(crate) live: Arc<Live>,
-}
-
-/// The number of a Client's sessions whose connection has not ended, so that closing the
-/// Client can wait until every one has.
-#[derive(Default)]
-pub(crate) struct Live {
-    count: Mutex<usize>,
-    none: parking_lot::Condvar,
-}
-
-impl Live {
-    /// Counts one more session until the returned guard is dropped.
-    pub(crate) fn one(self: &Arc<Live>) -> LiveOne {
-        *self.count.lock() += 1;
-        LiveOne(self.clone())
-    }
-
-    /// Waits until no session's connection is left, for at most `timeout`; whether none is.
-    pub(crate) fn wait_none(&self, timeout: Duration) -> bool {
-        let mut count = self.count.lock();
-        let end = Instant::now() + timeout;
-        while *count > 0 {
-            if self.none.wait_until(&mut count, end).timed_out() {
-                return *count == 0;
-            }
-        }
-        true
-    }
-}
-
-/// One session counted in [`Live`].
-pub(crate) struct LiveOne(Arc<Live>);
-
-impl Drop for LiveOne {
-    fn drop(&mut self) {
-        let mut count = self.0.count.lock();
-        *count -= 1;
-        if *count == 0 {
-            self.0.none.notify_all();
-        }
-    }
-}
-
-/// The message for a statement run on a server session that is not the session's own, or is
-/// shared with another zklock session.
-fn not_own_session() -> String {
-    "a lock's statement ran on a server session shared with another zklock session, or not \
-     its own: a pooler in transaction mode (PgBouncer's pool_mode = transaction) is between \
-     zklock and the server, and session locks cannot work through it"
-        .to_owned()
-}
-
 /// After the first statement failed with `undefined_function`: the server's version, read with
 /// `SHOW server_version_num` on the same connection, refused when it is older than PostgreSQL
 /// 11. `Ok` when the version cannot be read or is not too old (the statement's own error then
@@ -389,73 +327,6 @@ pub(crate) fn int(row: &tokio_postgres::Row, i: usize) -> Result<i64> {
             "unexpected type {other:?} in column {i} of an answer"
         ))),
     }
-}
-
-/// A tokio-postgres error as zklock's: refused credentials are [`Error::AuthFailed`]; a broken
-/// or ended session [`Error::ConnectionLoss`] (retried by the policy) — or, `connecting`,
-/// [`Error::Io`] with the operating system's reason; the server's other answers
-/// [`Error::Postgres`] with their SQLSTATE.
-pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
-    if let Some(db) = e.as_db_error() {
-        let code = db.code();
-        let text = format!("{} ({}): {}", db.severity(), code.code(), db.message());
-        if *code == SqlState::INVALID_PASSWORD
-            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-        {
-            return Error::AuthFailed(text);
-        }
-        // Class 57P (the server ends or refuses sessions: shutdown, pg_terminate_backend,
-        // crash, starting up, idle timeouts) and, on an open session, class 08 (connection
-        // exception). A class 08 refusal at connect keeps its words: it is how a pooler says it
-        // will not pass the session's limits on ("unsupported startup parameter: options").
-        if code.code().starts_with("57P") || (code.code().starts_with("08") && !connecting) {
-            tracing::debug!("zklock: PostgreSQL session ended: {text}");
-            return Error::ConnectionLoss;
-        }
-        // A statement prepared on this session unknown to the server session that runs it, or
-        // one of another session's name there: its statements reach more than one server
-        // session (a pooler in transaction mode).
-        if *code == SqlState::INVALID_SQL_STATEMENT_NAME || *code == SqlState::DUPLICATE_PSTATEMENT
-        {
-            return Error::Postgres(format!("{}: {text}", not_own_session()));
-        }
-        return Error::Postgres(text);
-    }
-    if let Some(why) = refusal(e) {
-        return Error::Tls(why);
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if connecting {
-                return Error::io("connecting to PostgreSQL", io);
-            }
-            return Error::ConnectionLoss;
-        }
-        source = s.source();
-    }
-    if e.is_closed() {
-        return Error::ConnectionLoss;
-    }
-    if connecting {
-        // The cause, if any, says what: "invalid configuration: …".
-        let message = match std::error::Error::source(e) {
-            Some(cause) => format!("{e}: {cause}"),
-            None => e.to_string(),
-        };
-        return Error::Io {
-            context: "connecting to PostgreSQL".into(),
-            kind: std::io::ErrorKind::Other,
-            message,
-        };
-    }
-    Error::Postgres(e.to_string())
-}
-
-/// Whether the retry policy may try again after `e`: a session lost, or one that could not be
-/// opened for a reason of the network.
-pub(crate) fn retryable(e: &Error) -> bool {
-    matches!(e, Error::ConnectionLoss | Error::Io { .. })
 }
 
 #[cfg(test)]

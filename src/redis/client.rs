@@ -16,14 +16,16 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::error::error;
-use super::keeper::Keeper;
+use super::keeper::{join_by, Keeper, Replicas};
+use super::node::Tls;
 use super::scripts::{invocation, Keys, Scripts};
-use super::server::{route, Route, Server, Tls};
+use super::server::{route, Route, Server};
 use super::slots::Slots;
 use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
 use crate::core::connection::States;
 use crate::core::deadline::Deadline;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
@@ -48,7 +50,8 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock::{RedisClient, RedisMutex};
+/// use zklock::RedisClient;
+/// use zklock::redis::RedisMutex;
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let client = RedisClient::builder("redis://127.0.0.1:6379/0")
@@ -114,7 +117,8 @@ pub struct RedisClientBuilder {
 }
 
 impl RedisClient {
-    /// Connects with the default options (TTL 30 s, connection timeout 5 s).
+    /// Connects with the default options (TTL 30 s, connection timeout 10 s: see
+    /// [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT)).
     ///
     /// # Errors
     /// As [`RedisClientBuilder::connect`].
@@ -143,8 +147,8 @@ impl RedisClient {
         RedisClientBuilder {
             url: url.to_owned(),
             seeds: None,
-            ttl: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            ttl: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: None,
             retry: None,
             replicas: None,
@@ -167,7 +171,8 @@ impl RedisClient {
     ///
     /// # Example
     /// ```no_run
-    /// use zklock::{RedisClient, RedisMutex};
+    /// use zklock::RedisClient;
+    /// use zklock::redis::RedisMutex;
     ///
     /// # fn main() -> zklock::Result<()> {
     /// let client = RedisClient::cluster_builder([
@@ -254,7 +259,7 @@ impl RedisClientBuilder {
         self.ttl(timeout)
     }
 
-    /// How long opening a connection may take (default 5 s).
+    /// How long opening a connection may take (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -427,7 +432,7 @@ impl RedisClientBuilder {
                 super::sentinel::Sentinels::new(parsed, tls).map_err(|e| not_redis(&e))?;
             Server::sentinel(sentinels)
         } else {
-            tls.open(url).map_err(|e| not_redis(&e))?
+            Server::direct(tls.open(url).map_err(|e| not_redis(&e))?)
         };
         for (what, d, min) in [
             ("TTL", self.ttl, Duration::from_millis(100)),
@@ -550,7 +555,7 @@ pub(crate) fn shown_url(url: &str) -> String {
     if (url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://"))
         && url.contains('?')
     {
-        return super::sentinel::shown(url);
+        return shown_sentinel_url(url);
     }
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
@@ -560,6 +565,23 @@ pub(crate) fn shown_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// A Sentinel `url` with the passwords hidden (the data nodes' and the sentinels').
+fn shown_sentinel_url(url: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = shown_url(base);
+    if query.is_empty() {
+        return base;
+    }
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("sentinel_password", _)) => "sentinel_password=***".to_owned(),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
 }
 
 fn check_version(conn: &mut redis::Connection) -> Result<()> {
@@ -937,23 +959,6 @@ impl Inner {
     }
 }
 
-/// Replicated grants: `WAIT count timeout` after each grant and with each renewal batch.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Replicas {
-    pub(crate) count: u32,
-    pub(crate) timeout: Duration,
-}
-
-impl Replicas {
-    /// The `WAIT` command.
-    pub(crate) fn wait(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.count)
-            .arg(super::keeper::ms(self.timeout).max(1));
-        cmd
-    }
-}
-
 /// Whether a call may still be made once the Client has begun to close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Calling {
@@ -977,25 +982,6 @@ const THREADS_GRACE: Duration = Duration::from_millis(250);
 fn set_timeouts(conn: &redis::Connection, d: Duration) -> redis::RedisResult<()> {
     conn.set_read_timeout(Some(d))?;
     conn.set_write_timeout(Some(d))
-}
-
-/// Joins `thread` if it ends by `until`; lets it end by itself otherwise (or if it is the
-/// calling thread: a callback dropped the last handle of its Client).
-pub(crate) fn join_by(thread: JoinHandle<()>, until: Instant) {
-    if thread.thread().id() == std::thread::current().id() {
-        return;
-    }
-    while !thread.is_finished() {
-        if Instant::now() >= until {
-            tracing::debug!(
-                "zklock: Redis thread {:?} still busy at close: it ends by itself",
-                thread.thread().name()
-            );
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let _ = thread.join();
 }
 
 impl Drop for Inner {
@@ -1036,6 +1022,18 @@ impl fmt::Debug for RedisClientBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_passwords_are_hidden() {
+        assert_eq!(
+            shown_sentinel_url("redis+sentinel://u:pw@h/m?sentinel_password=x&sentinel_username=s"),
+            "redis+sentinel://u:***@h/m?sentinel_password=***&sentinel_username=s"
+        );
+        assert_eq!(
+            shown_sentinel_url("rediss+sentinel://:pw@h/m?sentinel_password=x"),
+            "rediss+sentinel://:***@h/m?sentinel_password=***"
+        );
+    }
 
     #[test]
     fn a_password_is_not_shown() {

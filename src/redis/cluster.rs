@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::server::{Server, Tls};
+use super::node::{Node, Tls};
 
 /// The default port of a cluster node.
 const NODE_PORT: u16 = 6379;
@@ -144,7 +144,7 @@ pub(crate) struct Cluster {
     /// The TLS options, for a `rediss+cluster://` URL.
     tls: Tls,
     /// One direct server per node met, with the URL's credentials.
-    servers: Mutex<HashMap<String, Server>>,
+    servers: Mutex<HashMap<String, Node>>,
     map: RwLock<Vec<Range>>,
     /// Slots a `MOVED` answer placed elsewhere than the map says, until a map agrees.
     moved: RwLock<HashMap<u16, String>>,
@@ -211,7 +211,7 @@ impl Cluster {
             .map(|r| r.node.clone())
     }
 
-    fn server(&self, node: &str) -> redis::RedisResult<Server> {
+    fn server(&self, node: &str) -> redis::RedisResult<Node> {
         let mut servers = self.servers.lock();
         if let Some(s) = servers.get(node) {
             return Ok(s.clone());

@@ -22,15 +22,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::client::Replicas;
-use super::clock::{time_us, ServerClock, Step};
-use super::scripts::{wake_channel, Keys, Scripts};
+use super::clock::ServerClock;
+use super::scripts::{Keys, Scripts};
 use super::server::{route, Route, Server};
 use super::wake::{Registered, Wakes};
 use crate::core::connection::States;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
 use crate::core::lease::{boot_clock, LocalLease};
+
+mod clock_check;
+mod owed;
+mod renewal;
 
 /// What a hold's health is reported through.
 pub(crate) type Report = Arc<dyn Fn(LockHealth) + Send + Sync>;
@@ -211,7 +214,7 @@ impl Keeper {
     pub(crate) fn stop(&self, give_up: Instant) {
         self.shared.wake();
         if let Some(t) = self.thread.lock().take() {
-            super::client::join_by(t, give_up + Duration::from_millis(50));
+            join_by(t, give_up + Duration::from_millis(50));
         }
     }
 
@@ -465,224 +468,6 @@ impl Run {
         groups.into_iter().map(|(_, r, g)| (r, g)).collect()
     }
 
-    /// Renews every hold: one pipeline per node (one on a single server), each reading the
-    /// node's clock first. On a cluster a group that met a redirect or a failed connection is
-    /// sent once more, grouped by the slot map read again. Whether the server answered (no
-    /// connection found broken).
-    fn renew(&mut self) -> bool {
-        let batch: Vec<Renewing> = self
-            .shared
-            .holds
-            .lock()
-            .iter()
-            .map(|(id, k)| {
-                let (keys, owner) = (k.keys.clone(), k.owner.clone());
-                (*id, keys, owner, k.lease.clone(), k.report.clone())
-            })
-            .collect();
-        if batch.is_empty() {
-            return self.ping();
-        }
-        self.fresh_map(None);
-        let mut pending = batch;
-        let mut broken = false;
-        for pass in 0..2 {
-            let groups = self.group(std::mem::take(&mut pending), |r| &r.1);
-            for (route, items) in groups {
-                match self.renew_group(route, items) {
-                    Ok(()) => {}
-                    Err((e, items)) => {
-                        if pass == 0 && self.server.as_cluster().is_some() {
-                            pending.extend(items);
-                        } else {
-                            tracing::debug!("zklock: Redis renewal failed: {e}");
-                            broken |=
-                                super::error::broken(&e) || self.server.as_cluster().is_some();
-                        }
-                    }
-                }
-            }
-            if pending.is_empty() {
-                break;
-            }
-            self.fresh_map(None);
-        }
-        if broken {
-            self.states.failed();
-        }
-        !broken
-    }
-
-    /// Renews the holds of one node in one pipeline; the error and the holds back if it
-    /// failed.
-    fn renew_group(
-        &mut self,
-        route: Route,
-        batch: Vec<Renewing>,
-    ) -> std::result::Result<(), (redis::RedisError, Vec<Renewing>)> {
-        let ttl_ms = ms(self.ttl).to_string();
-        let scripts = self.scripts.clone();
-        // The server's clock first, then every renewal: a step it shows happened before the
-        // renewals ran, so they see its effect (a key it expired is gone).
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
-        let mut used = Vec::new();
-        for (_, keys, owner, _, _) in &batch {
-            let renew = scripts.renew(keys.layout);
-            pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms]));
-            used.push(renew);
-        }
-        if let Some(r) = self.replicas {
-            pipe.add_command(r.wait());
-        }
-        let mut sent = Duration::ZERO;
-        let (mut node, mut answers): (String, redis::RedisResult<Vec<redis::Value>>) =
-            self.query(route, &pipe, &used, None, &mut sent);
-        if matches!(&answers, Err(e) if !e.is_timeout() && super::error::broken(e)) {
-            // The connection was found closed (the server restarted, or dropped it, or is no
-            // longer the primary): renew at once on a new one, so that a hold the server
-            // forgot reads Lost now rather than a period later. A server that does not answer
-            // is not asked twice.
-            (node, answers) = self.query(route, &pipe, &used, None, &mut sent);
-        }
-        let answered = boot_clock();
-        let mut answers = match answers {
-            Ok(answers) => answers,
-            Err(e) => return Err((e, batch)),
-        };
-        self.states.heard(sent);
-        // Replicated grants: the batch counts only if enough replicas have it.
-        let confirmed = match self.replicas {
-            None => true,
-            Some(r) => {
-                let acked = answers
-                    .pop()
-                    .and_then(|a| redis::from_redis_value::<i64>(a).ok())
-                    .unwrap_or(0);
-                if acked < i64::from(r.count) {
-                    tracing::warn!(
-                        "zklock: a Redis renewal reached {acked} of the {} replicas asked for \
-                         within {:?}: it does not count",
-                        r.count,
-                        r.timeout
-                    );
-                }
-                acked >= i64::from(r.count)
-            }
-        };
-        let mut answers = answers.into_iter();
-        let step = answers
-            .next()
-            .and_then(|time| self.clock_read(&node, &time, sent, answered));
-        let mut lost = 0;
-        for ((id, _, _, lease, report), ours) in batch.into_iter().zip(answers) {
-            if redis::from_redis_value::<i64>(ours).is_ok_and(|ours| ours == 1) {
-                if confirmed {
-                    lease.heard_at(sent);
-                }
-                if let Some(k) = self.shared.holds.lock().get_mut(&id) {
-                    k.doubted = step.is_some();
-                }
-            } else {
-                match step {
-                    Some(Step::Forward(by)) => tracing::warn!(
-                        "zklock: a Redis lock or lease was lost: the clock of the server {} \
-                         stepped forward by {:.1} s, and its key expired early",
-                        self.shown,
-                        by.as_secs_f64()
-                    ),
-                    _ => tracing::warn!(
-                        "zklock: a Redis lock or lease was lost: it expired or was taken"
-                    ),
-                }
-                lost += 1;
-                self.shared.holds.lock().remove(&id);
-                report(LockHealth::Lost);
-            }
-        }
-        if let Some(step) = step {
-            self.log_step(&node, step, lost);
-        }
-        Ok(())
-    }
-
-    /// Without holds to renew, a `TIME` tells whether the server answers (returned), and
-    /// keeps the watch on its clock.
-    fn ping(&mut self) -> bool {
-        let Some((node, conn)) = self.conn_by(None, None) else {
-            self.states.failed();
-            return false;
-        };
-        let sent = boot_clock();
-        match redis::cmd("TIME").query::<redis::Value>(conn) {
-            Ok(time) => {
-                self.states.heard(sent);
-                if let Some(step) = self.clock_read(&node, &time, sent, boot_clock()) {
-                    self.log_step(&node, step, 0);
-                }
-                true
-            }
-            Err(e) => {
-                tracing::debug!("zklock: Redis TIME failed: {e}");
-                self.conns.remove(&node);
-                if let Some(cluster) = self.server.as_cluster() {
-                    cluster.suspect();
-                }
-                self.states.failed();
-                false
-            }
-        }
-    }
-
-    /// A reading of the clock of `node` (its `TIME` answer to a round sent at `sent` and
-    /// answered at `answered`): the step since the last reading, if any.
-    fn clock_read(
-        &mut self,
-        node: &str,
-        time: &redis::Value,
-        sent: Duration,
-        answered: Duration,
-    ) -> Option<Step> {
-        let ttl = self.ttl;
-        let clock = self
-            .clocks
-            .entry(node.to_owned())
-            .or_insert_with(|| ServerClock::new(ttl));
-        let Some(us) = time_us(time) else {
-            tracing::debug!("zklock: Redis TIME answered {time:?}");
-            clock.forget();
-            return None;
-        };
-        clock.observe(us, sent, answered)
-    }
-
-    /// Says in the log what a step of the server's clock does to this Client's holds (`lost`
-    /// of them found gone by the renewal that saw it).
-    fn log_step(&self, node: &str, step: Step, lost: usize) {
-        let holds = self.shared.holds.lock().len();
-        let what = match step {
-            Step::Forward(_) => {
-                "every key on it expires early by as much (another Client may have been \
-                 granted a lock its holder still believed held)"
-            }
-            Step::Back(_) => {
-                "every key on it outlives its TTL by as much (a holder or waiter that dies now \
-                 blocks its lock that much longer; this Client's holds were renewed on the new \
-                 clock)"
-            }
-        };
-        tracing::warn!(
-            "zklock: the clock of the Redis server {} stepped {step} against this host's \
-             monotonic clock (more than the {:.1} s allowed): {what}; {lost} hold(s) found \
-             lost, {holds} read Suspended until the clocks agree for a renewal period",
-            match node {
-                "" | super::server::ANY => self.shown.clone(),
-                node => format!("{} (node {node})", self.shown),
-            },
-            super::clock::slack(self.ttl).as_secs_f64()
-        );
-    }
-
     /// Reports each hold's health as its lease reads now (`Suspended` at best while the
     /// server's clock is in doubt).
     fn report(&self) {
@@ -703,74 +488,6 @@ impl Run {
         }
     }
 
-    /// Pays what is owed, every release and queue exit in one pipeline; what fails stays owed
-    /// until its own give-up time. With `by` (a close), waits for the connection and the
-    /// answer until then at most, and publishes the close's wake-ups in the same pipeline.
-    fn pay_owed(&mut self, by: Option<Instant>) {
-        let owed = std::mem::take(&mut *self.shared.owed.lock());
-        let wakes = match by {
-            Some(_) => std::mem::take(&mut *self.shared.closing_wakes.lock()),
-            None => Vec::new(),
-        };
-        let scripts = self.scripts.clone();
-        // A layout without a queue has nothing to leave.
-        let owed: Vec<Owed> = owed
-            .into_iter()
-            .filter(|o| !o.leave || scripts.leave(o.keys.layout).is_some())
-            .collect();
-        if owed.is_empty() && wakes.is_empty() {
-            return;
-        }
-        if !owed.is_empty() {
-            self.fresh_map(by);
-        }
-        let mut groups = self.group(owed, |o| &o.keys);
-        if groups.is_empty() {
-            groups.push((None, Vec::new()));
-        }
-        // A close's wake-ups go with the first group: a PUBLISH on any node of a cluster
-        // reaches every node's subscribers.
-        let mut wakes = Some(wakes);
-        for (route, paying) in groups {
-            let mut pipe = redis::pipe();
-            for client in wakes.take().unwrap_or_default() {
-                pipe.cmd("PUBLISH")
-                    .arg(wake_channel(&client))
-                    .arg("")
-                    .ignore();
-            }
-            let mut used = Vec::new();
-            for o in &paying {
-                let script = match o.leave {
-                    true => scripts.leave(o.keys.layout),
-                    false => Some(scripts.release(o.keys.layout)),
-                };
-                let Some(script) = script else { continue };
-                pipe.add_command(evalsha(script, &o.keys, &[&o.owner]));
-                used.push(script);
-            }
-            let mut sent = Duration::ZERO;
-            let (_, paid): (String, redis::RedisResult<Vec<redis::Value>>) =
-                self.query(route, &pipe, &used, by, &mut sent);
-            match paid {
-                Ok(_) => {}
-                Err(e) if !super::error::broken(&e) && self.server.as_cluster().is_none() => {
-                    // Sending it again would not help.
-                    tracing::warn!("zklock: Redis refused a release or a queue exit: {e}");
-                }
-                Err(e) => {
-                    // (On a cluster a refusal is most likely a redirect: sent again next round,
-                    // by the map read again.)
-                    tracing::debug!("zklock: Redis release failed, will retry: {e}");
-                    let now = Instant::now();
-                    let mut paying = paying;
-                    paying.retain(|o| now < o.give_up);
-                    self.shared.owed.lock().extend(paying);
-                }
-            }
-        }
-    }
-
     /// Every [`Tick`]'s step.
     fn tick_all(&mut self) {
         self.ticks_arrive();
@@ -782,43 +499,6 @@ impl Run {
     fn ticks_arrive(&mut self) {
         let arriving = std::mem::take(&mut *self.shared.arriving.lock());
         self.ticking.extend(arriving);
-    }
-
-    /// The Client is closing: what it holds is released, its waiters' queue entries taken
-    /// out, what it owes paid, all in one pipeline, giving up at the close's give-up time.
-    fn finish(&mut self) {
-        let give_up = (*self.shared.give_up.lock())
-            .unwrap_or_else(|| Instant::now() + self.operation_timeout);
-        self.ticks_arrive();
-        for mut t in std::mem::take(&mut self.ticking) {
-            t.finish(&mut Keeping { run: self });
-        }
-        let queued: Vec<(String, Keys)> = self.shared.queued.lock().drain().collect();
-        for (owner, keys) in &queued {
-            self.shared.owe(keys, owner, give_up, true);
-        }
-        let holds: Vec<Kept> = self.shared.holds.lock().drain().map(|(_, k)| k).collect();
-        for k in &holds {
-            self.shared.owe(&k.keys, &k.owner, give_up, false);
-        }
-        for k in holds {
-            (k.report)(LockHealth::Lost);
-        }
-        loop {
-            self.pay_owed(Some(give_up));
-            let now = Instant::now();
-            if self.shared.owed.lock().is_empty() || now >= give_up {
-                break;
-            }
-            std::thread::sleep((give_up - now).min(Duration::from_millis(20)));
-        }
-        let left = self.shared.owed.lock().len();
-        if left > 0 {
-            tracing::warn!(
-                "zklock: {left} Redis release(s) or queue exit(s) not done at close: they expire \
-                 by their TTL"
-            );
-        }
     }
 }
 
@@ -936,6 +616,41 @@ impl Keeping<'_> {
             (*self.run.shared.give_up.lock()).unwrap_or_else(|| Instant::now() + self.run.ttl);
         self.run.shared.owe(keys, owner, give_up, leave);
     }
+}
+
+/// Replicated grants: `WAIT count timeout` after each grant and with each renewal batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl Replicas {
+    /// The `WAIT` command.
+    pub(crate) fn wait(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.count).arg(ms(self.timeout).max(1));
+        cmd
+    }
+}
+
+/// Joins `thread` if it ends by `until`; lets it end by itself otherwise (or if it is the
+/// calling thread: a callback dropped the last handle of its Client).
+pub(crate) fn join_by(thread: JoinHandle<()>, until: Instant) {
+    if thread.thread().id() == std::thread::current().id() {
+        return;
+    }
+    while !thread.is_finished() {
+        if Instant::now() >= until {
+            tracing::debug!(
+                "zklock: Redis thread {:?} still busy at close: it ends by itself",
+                thread.thread().name()
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = thread.join();
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ use crate::core::lease::boot_clock;
 /// use std::time::Duration;
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-/// let latch = zklock::RedisLeaderLatch::start(&client, "billing-leader")?;
+/// let latch = zklock::redis::RedisLeaderLatch::start(&client, "billing-leader")?;
 /// if latch.await_leadership_timeout(Duration::from_secs(30))? {
 ///     println!("leading in epoch {:?}", latch.epoch());
 /// }

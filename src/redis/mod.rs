@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod any;
 mod client;
 mod clock;
 mod cluster;
@@ -21,6 +22,7 @@ mod error;
 mod keeper;
 mod latch;
 mod mutex;
+mod node;
 mod participants;
 mod read_write;
 mod scripts;

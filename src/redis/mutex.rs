@@ -42,7 +42,7 @@ const PY_POLL: Duration = Duration::from_millis(100);
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-/// let mutex = zklock::RedisMutex::new(&client, "ledger")?;
+/// let mutex = zklock::redis::RedisMutex::new(&client, "ledger")?;
 /// if let Some(guard) = mutex.try_lock_for(std::time::Duration::from_secs(5))? {
 ///     if guard.health() == zklock::LockHealth::Held {
 ///         println!("write with token {}", guard.fencing_token());
@@ -125,7 +125,7 @@ impl RedisMutex {
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
     /// // Python: with redis.Redis().lock("reports", timeout=30): ...
-    /// let shared = zklock::RedisMutex::redis_py(&client, "reports")?;
+    /// let shared = zklock::redis::RedisMutex::redis_py(&client, "reports")?;
     /// let _guard = shared.lock()?;
     /// # Ok(()) }
     /// ```
@@ -353,7 +353,7 @@ impl RawLock for Raw {
 /// do within `r.timeout`, releases it (with `release`) and says so as an error.
 pub(crate) fn replicated(
     c: &mut redis::Connection,
-    r: super::client::Replicas,
+    r: super::keeper::Replicas,
     release: &redis::Script,
     keys: &Keys,
     owner: &str,

@@ -16,7 +16,7 @@ use crate::core::error::Result;
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-/// let mutex = zklock::RedisMutex::new(&client, "ledger")?;
+/// let mutex = zklock::redis::RedisMutex::new(&client, "ledger")?;
 /// for p in mutex.participants()? {
 ///     let what = if p.holds { "holds" } else { "waits" };
 ///     println!("{} {what}, {:?} left", p.id, p.expires_in);

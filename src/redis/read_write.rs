@@ -28,7 +28,7 @@ use crate::core::error::Result;
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-/// let lock = zklock::RedisReadWriteLock::new(&client, "catalogue")?;
+/// let lock = zklock::redis::RedisReadWriteLock::new(&client, "catalogue")?;
 /// {
 ///     let _write = lock.write_lock().lock()?;
 ///     // change the catalogue; then downgrade:
@@ -76,7 +76,7 @@ crate::core::half::lock_half!(
     /// ```no_run
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-    /// let lock = zklock::RedisReadWriteLock::new(&client, "catalogue")?;
+    /// let lock = zklock::redis::RedisReadWriteLock::new(&client, "catalogue")?;
     /// let half: &zklock::redis::RedisReadLock = lock.read_lock();
     /// let guard = half.lock()?;
     /// println!("token {}", guard.fencing_token());
@@ -111,7 +111,7 @@ crate::core::half::lock_half!(
     /// ```no_run
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-    /// let lock = zklock::RedisReadWriteLock::new(&client, "catalogue")?;
+    /// let lock = zklock::redis::RedisReadWriteLock::new(&client, "catalogue")?;
     /// let half: &zklock::redis::RedisWriteLock = lock.write_lock();
     /// let guard = half.lock()?;
     /// println!("token {}", guard.fencing_token());

@@ -36,7 +36,7 @@ use crate::core::lock::Release;
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-/// let pool = zklock::RedisSemaphore::new(&client, "report-workers", 3)?;
+/// let pool = zklock::redis::RedisSemaphore::new(&client, "report-workers", 3)?;
 /// if let Some(lease) = pool.acquire_timeout(std::time::Duration::from_secs(5))? {
 ///     println!("one of 3, token {}", lease.fencing_token());
 ///     lease.release()?;
@@ -208,7 +208,7 @@ impl std::fmt::Debug for RedisSemaphore {
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
-/// let pool = zklock::RedisSemaphore::new(&client, "uploads", 2)?;
+/// let pool = zklock::redis::RedisSemaphore::new(&client, "uploads", 2)?;
 /// let lease = pool.acquire()?;
 /// if lease.health() == zklock::LockHealth::Held {
 ///     // work under the permit

@@ -28,7 +28,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::server::{Server, Tls};
+use super::node::{Node, Tls};
 
 /// The sentinels' default port.
 const SENTINEL_PORT: u16 = 26379;
@@ -145,28 +145,11 @@ pub(crate) fn split_port(host: &str) -> Option<(&str, Option<u16>)> {
     }
 }
 
-/// `url` with the passwords hidden.
-pub(crate) fn shown(url: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let base = super::client::shown_url(base);
-    if query.is_empty() {
-        return base;
-    }
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some(("sentinel_password", _)) => "sentinel_password=***".to_owned(),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{base}?{}", query.join("&"))
-}
-
 /// The sentinels of one primary, asked for it at every new connection.
 pub(crate) struct Sentinels {
     url: SentinelUrl,
     /// One direct server per sentinel, with the sentinels' credentials.
-    sentinels: Vec<Server>,
+    sentinels: Vec<Node>,
     /// How the data nodes are reached: `redis` or `rediss`, with the TLS options.
     scheme: &'static str,
     tls: Tls,
@@ -186,7 +169,7 @@ impl Sentinels {
             .sentinels
             .iter()
             .map(|s| tls.open(&format!("{scheme}://{}{s}", url.sentinel_auth)))
-            .collect::<redis::RedisResult<Vec<Server>>>()?;
+            .collect::<redis::RedisResult<Vec<Node>>>()?;
         Ok(Sentinels {
             url,
             sentinels,
@@ -578,17 +561,5 @@ mod tests {
             let e = parse(url).unwrap_err();
             assert!(e.contains(why), "{url}: {e}");
         }
-    }
-
-    #[test]
-    fn passwords_are_hidden() {
-        assert_eq!(
-            shown("redis+sentinel://u:pw@h/m?sentinel_password=x&sentinel_username=s"),
-            "redis+sentinel://u:***@h/m?sentinel_password=***&sentinel_username=s"
-        );
-        assert_eq!(
-            shown("rediss+sentinel://:pw@h/m?sentinel_password=x"),
-            "rediss+sentinel://:***@h/m?sentinel_password=***"
-        );
     }
 }

@@ -6,22 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cluster::Cluster;
+use super::node::Node;
 use super::scripts::Keys;
 use super::sentinel::Sentinels;
 
-/// The `redis` crate's client for the server, and how many replies a new connection's setup
-/// waits for; or the sentinels that name the primary.
+/// One server, the sentinels that name the primary, or a cluster's primaries.
 #[derive(Clone)]
 pub(crate) struct Server {
     target: Target,
-    /// `AUTH` (or `HELLO`) and `SELECT`, each when the URL asks for it.
-    setup_replies: u32,
 }
 
 #[derive(Clone)]
 enum Target {
     /// One server.
-    Direct(Box<redis::Client>),
+    Direct(Node),
     /// The primary the sentinels name.
     Sentinels(Arc<Sentinels>),
     /// The primaries of a cluster.
@@ -38,28 +36,17 @@ pub(crate) fn route(keys: &Keys) -> Route {
 }
 
 impl Server {
-    /// The server `info` names, its client made by `open`, with new connections that send no
-    /// `CLIENT SETINFO` (two more replies to wait for on each).
-    pub(crate) fn new(
-        info: redis::ConnectionInfo,
-        open: impl FnOnce(redis::ConnectionInfo) -> redis::RedisResult<redis::Client>,
-    ) -> redis::RedisResult<Server> {
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let resp3 = settings.protocol().supports_resp3();
-        let setup_replies =
-            u32::from(resp3 || settings.password().is_some()) + u32::from(settings.db() != 0);
-        let redis = open(info.set_redis_settings(settings))?;
-        Ok(Server {
-            target: Target::Direct(Box::new(redis)),
-            setup_replies,
-        })
+    /// One server, reached directly.
+    pub(crate) fn direct(node: Node) -> Server {
+        Server {
+            target: Target::Direct(node),
+        }
     }
 
     /// The primary that `sentinels` name, looked up at each new connection.
     pub(crate) fn sentinel(sentinels: Sentinels) -> Server {
         Server {
             target: Target::Sentinels(Arc::new(sentinels)),
-            setup_replies: 0,
         }
     }
 
@@ -67,7 +54,6 @@ impl Server {
     pub(crate) fn cluster(cluster: Cluster) -> Server {
         Server {
             target: Target::Cluster(Arc::new(cluster)),
-            setup_replies: 0,
         }
     }
 
@@ -120,26 +106,18 @@ impl Server {
         }
     }
 
-    /// A new connection, opened within `timeout` even when the server accepts it and then
-    /// says nothing (the `redis` crate gives each setup reply the whole timeout that is left
-    /// after the TCP connect, so each is given its share), with reads and writes bounded by
-    /// `io`.
+    /// A new connection, opened within `timeout` (see [`Node::connect`]), with reads and
+    /// writes bounded by `io`.
     pub(crate) fn connect(
         &self,
         timeout: Duration,
         io: Duration,
     ) -> redis::RedisResult<redis::Connection> {
-        let redis = match &self.target {
-            Target::Direct(redis) => redis,
-            Target::Sentinels(s) => return s.connect(timeout, io.max(Duration::from_millis(1))),
-            Target::Cluster(c) => return c.connect_any(timeout, io.max(Duration::from_millis(1))),
-        };
-        let share = (timeout / self.setup_replies.max(1)).max(Duration::from_millis(1));
-        let conn = redis.get_connection_with_timeout(share)?;
-        let io = io.max(Duration::from_millis(1));
-        conn.set_read_timeout(Some(io))?;
-        conn.set_write_timeout(Some(io))?;
-        Ok(conn)
+        match &self.target {
+            Target::Direct(node) => node.connect(timeout, io),
+            Target::Sentinels(s) => s.connect(timeout, io.max(Duration::from_millis(1))),
+            Target::Cluster(c) => c.connect_any(timeout, io.max(Duration::from_millis(1))),
+        }
     }
 
     /// Whether the sentinels name another primary than the one connections went to (see
@@ -162,64 +140,5 @@ impl Server {
     }
 }
 
-/// The TLS options of a Client (feature `tls`), for every server it opens a `rediss://`
-/// connection to: the one server, each sentinel and each primary they name, each cluster
-/// node. Without a CA the system's are trusted; without an identity none is presented.
-#[derive(Clone, Default)]
-pub(crate) struct Tls {
-    /// The CA certificates to trust instead of the system's (PEM).
-    #[cfg(feature = "tls")]
-    pub(crate) ca: Option<String>,
-    /// A client certificate and its key (PEM).
-    #[cfg(feature = "tls")]
-    pub(crate) identity: Option<(String, String)>,
-}
-
-impl Tls {
-    /// The server at `url` (`redis://` or `rediss://`), its `rediss://` connections made
-    /// with these options. Each server's certificate is checked against the host `url`
-    /// names (a name, or an IP address).
-    pub(crate) fn open(&self, url: &str) -> redis::RedisResult<Server> {
-        let info = redis::IntoConnectionInfo::into_connection_info(url)?;
-        #[cfg(feature = "tls")]
-        if self.ca.is_some() || self.identity.is_some() {
-            let certificates = redis::TlsCertificates {
-                client_tls: self
-                    .identity
-                    .as_ref()
-                    .map(|(cert, key)| redis::ClientTlsConfig {
-                        client_cert: cert.clone().into_bytes(),
-                        client_key: key.clone().into_bytes(),
-                    }),
-                root_cert: self.ca.as_ref().map(|pem| pem.clone().into_bytes()),
-            };
-            return Server::new(info, |info| {
-                redis::Client::build_with_tls(info, certificates)
-            });
-        }
-        Server::new(info, redis::Client::open)
-    }
-}
-
 /// The node name of a cluster connection for no lock (any primary).
 pub(crate) const ANY: &str = "*";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_connection_waits_for_one_setup_reply_per_command_the_url_asks_for() {
-        let replies = |url: &str| {
-            let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
-            Server::new(info, redis::Client::open)
-                .unwrap()
-                .setup_replies
-        };
-        assert_eq!(replies("redis://127.0.0.1:6379"), 0);
-        assert_eq!(replies("redis://127.0.0.1:6379/3"), 1);
-        assert_eq!(replies("redis://:pw@127.0.0.1:6379"), 1);
-        assert_eq!(replies("redis://user:pw@127.0.0.1:6379/2"), 2);
-        assert_eq!(replies("redis://127.0.0.1:6379/?protocol=resp3"), 1);
-    }
-}

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod any;
 pub(crate) mod client;
 mod error;
 pub(crate) mod leader;

@@ -107,10 +107,10 @@ pub fn held_then_handed_over(
     name: &str,
     while_held: impl FnOnce(),
 ) {
-    let mutex = zklock::RedisMutex::new(a, name).unwrap();
+    let mutex = zklock::redis::RedisMutex::new(a, name).unwrap();
     let guard = mutex.lock().unwrap();
     while_held();
-    let theirs = zklock::RedisMutex::new(b, name).unwrap();
+    let theirs = zklock::redis::RedisMutex::new(b, name).unwrap();
     assert!(theirs.try_lock().unwrap().is_none(), "{name} is held");
     let token = guard.fencing_token();
     guard.release().unwrap();

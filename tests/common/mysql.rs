@@ -7,8 +7,9 @@ use std::thread;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use zklock::mysql::{MySqlMode, MySqlMutex};
 use zklock::testing::TestingMariaDb;
-use zklock::{MySqlClient, MySqlMode, MySqlMutex};
+use zklock::MySqlClient;
 
 /// A table-mode Client of `server` with a session (the lease) of `session`.
 pub fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {

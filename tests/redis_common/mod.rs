@@ -15,8 +15,9 @@ pub use common::{held_then_handed_over, just_renewed, until_not_held, warnings_n
 use std::thread;
 use std::time::{Duration, Instant};
 
+use zklock::redis::{RedisLeaderLatch, RedisMutex, RedisSemaphore};
 use zklock::testing::{FenceClient, FencedRegister, TestingRedis};
-use zklock::{LockHealth, RedisClient, RedisLeaderLatch, RedisMutex, RedisSemaphore};
+use zklock::{LockHealth, RedisClient};
 
 const WORKER: &str = "ZKLOCK_REDIS_WORKER";
 
@@ -54,15 +55,6 @@ fn holder_worker() {
     };
     let args: Vec<&str> = args.split(' ').collect();
     let (url, fence, mode) = (args[0], args[1], args[2]);
-    if mode == "exit" {
-        // The idiomatic program: the guard, the lock and the Client (default TTL) are dropped
-        // at the end of `main`, and the process exits.
-        let client = RedisClient::connect(url).unwrap();
-        let mutex = RedisMutex::new(&client, "worker").unwrap();
-        let _guard = mutex.lock().unwrap();
-        say("held");
-        return;
-    }
     let client = RedisClient::builder(url)
         .ttl(Duration::from_secs(2))
         .connect()
@@ -103,9 +95,7 @@ fn holder_worker() {
 
 /// A worker that holds the mutex `worker` and writes to `register`, checking its health before
 /// each write (`"check"`) or not (`"blind"`); that holds the one lease of the semaphore
-/// `worker` (`"lease"`); that leads the election `worker` (`"latch"`); or that takes the
-/// mutex `worker` and ends at once, dropping its guard and Client as a program's `main` does
-/// (`"exit"`).
+/// `worker` (`"lease"`); or that leads the election `worker` (`"latch"`).
 pub fn start_worker(server: &TestingRedis, register: &FencedRegister, mode: &str) -> Worker {
     Worker::start(
         "redis_common::holder_worker",

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use zklock::{AnyClient, MySqlClient, MySqlMutex, MySqlParticipant};
+use zklock::mysql::{MySqlMutex, MySqlParticipant};
+use zklock::{AnyClient, MySqlClient};
 
 use crate::args::Global;
 use crate::contender::{refuse_zookeeper_options, Site};

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use zklock::{AnyClient, PgClient, PgMutex, PgParticipant};
+use zklock::postgres::{PgMutex, PgParticipant};
+use zklock::{AnyClient, PgClient};
 
 use crate::args::Global;
 #[cfg(feature = "tls")]

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use zklock::{AnyClient, RedisClient, RedisMutex, RedisReadWriteLock, RedisSemaphore};
+use zklock::redis::{RedisMutex, RedisReadWriteLock, RedisSemaphore};
+use zklock::{AnyClient, RedisClient};
 
 use crate::args::Global;
 #[cfg(feature = "tls")]
@@ -53,7 +54,7 @@ pub fn site(global: &Global) -> CliResult<Site> {
 fn listing(client: &RedisClient, name: &str) -> CliResult<Listing> {
     let read = || -> zklock::Result<Vec<Entry>> {
         let mut entries = Vec::new();
-        let mut add = |kind: &str, who: zklock::RedisParticipant| {
+        let mut add = |kind: &str, who: zklock::redis::RedisParticipant| {
             let owner = match (&who.host, who.pid) {
                 (Some(host), Some(pid)) => Some(format!("{host} pid {pid}")),
                 _ => None,

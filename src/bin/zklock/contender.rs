@@ -1,4 +1,5 @@
-//! `run` on every backend but ZooKeeper, through the library's [`AnyClient`]: a mutex, a half
+//! What `run` contends on and holds ([`Contend`], [`Held`]), and the contender of every
+//! backend but ZooKeeper, through the library's [`AnyClient`]: a mutex, a half
 //! of a read-write lock or a lease of a semaphore, by name. What the command line adds per
 //! backend — the node it tells the command of, its holders listing, its words for a lost hold —
 //! comes with the Client as a [`Site`].
@@ -12,8 +13,34 @@ use zklock::{AnyClient, AnyLease, AnyReadWriteLock, AnySemaphore, Lock, LockHeal
 
 use crate::args::{Global, RunArgs};
 use crate::listing::{report_waiting, Listing};
-use crate::run::{Contend, Held};
 use crate::{CliResult, Context, Failure};
+
+/// What `run` contends on: ZooKeeper's own recipes (revocation, node data: `run.rs`), or any
+/// backend's locks through the library's `AnyClient` (below).
+pub trait Contend {
+    /// Revocation requests on a channel (where the backend has them).
+    fn revocations(&self) -> Receiver<()>;
+    fn canceller(&self) -> Box<dyn Fn() + Send>;
+    /// Waits up to `timeout` (forever if `None`): the hold, or `None` on timeout.
+    fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>>;
+    /// Who holds and waits now.
+    fn listing(&self, max_leases: Option<u32>) -> CliResult<Listing>;
+    /// While `waiting` on a terminal: says who holds the lock, each time that changes.
+    fn report_holders(&self, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>);
+    /// Why a lost hold ended, in the backend's words.
+    fn lost(&self) -> &'static str;
+    /// Closes the connection.
+    fn close(&self);
+}
+
+/// A hold `run` has, on any backend.
+pub trait Held {
+    fn fencing_token(&self) -> u64;
+    /// What the command is told it holds (`ZKLOCK_NODE`).
+    fn node(&self) -> String;
+    fn health(&self) -> LockHealth;
+    fn release(self: Box<Self>) -> zklock::Result<()>;
+}
 
 /// Reads the holders and waiters of a name (a semaphore's first N leases with `Some(N)`).
 pub type ReadListing = dyn Fn(&str, Option<u32>) -> CliResult<Listing> + Send + Sync;

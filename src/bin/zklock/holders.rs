@@ -9,7 +9,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use zklock::{Client, Error, LockDriver, StandardDriver, Watch};
+use zklock::zookeeper::Watch;
+use zklock::{Client, Error, LockDriver, StandardDriver};
 
 use crate::args::{Global, HoldersArgs};
 use crate::listing::{Entry as ListingEntry, Listing};

@@ -3,7 +3,8 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use zklock::{Client, Error, Revoker, Stat};
+use zklock::zookeeper::Stat;
+use zklock::{Client, Error, Revoker};
 
 use crate::args::{BreakArgs, Global, NodeArgs};
 use crate::holders::{kind_of, session_hex, Kind};

@@ -16,36 +16,10 @@ use zklock::{
 
 use crate::args::{Global, RunArgs};
 use crate::child::{catch_signals, status_code, Child, Outcome, Watchdog};
+use crate::contender::{Contend, Held};
 use crate::holders;
 use crate::listing::{report_waiting, Listing};
 use crate::{code, connect, hostname, CliResult, Context, Failure};
-
-/// What `run` contends on: ZooKeeper's own recipes (revocation, node data), or any backend's
-/// locks through the library's `AnyClient` (`contender.rs`).
-pub trait Contend {
-    /// Revocation requests on a channel (where the backend has them).
-    fn revocations(&self) -> Receiver<()>;
-    fn canceller(&self) -> Box<dyn Fn() + Send>;
-    /// Waits up to `timeout` (forever if `None`): the hold, or `None` on timeout.
-    fn acquire(&self, timeout: Option<Duration>) -> zklock::Result<Option<Box<dyn Held>>>;
-    /// Who holds and waits now.
-    fn listing(&self, max_leases: Option<u32>) -> CliResult<Listing>;
-    /// While `waiting` on a terminal: says who holds the lock, each time that changes.
-    fn report_holders(&self, path: String, max_leases: Option<u32>, waiting: Arc<AtomicBool>);
-    /// Why a lost hold ended, in the backend's words.
-    fn lost(&self) -> &'static str;
-    /// Closes the connection.
-    fn close(&self);
-}
-
-/// A hold `run` has, on any backend.
-pub trait Held {
-    fn fencing_token(&self) -> u64;
-    /// What the command is told it holds (`ZKLOCK_NODE`).
-    fn node(&self) -> String;
-    fn health(&self) -> LockHealth;
-    fn release(self: Box<Self>) -> zklock::Result<()>;
-}
 
 /// A ZooKeeper lock `run` contends on, and its Client.
 struct ZkContender {

@@ -15,7 +15,7 @@ use tokio_postgres::tls::MakeTlsConnect;
 use super::{open_error, timed_out, End};
 use crate::core::error::{Error, Result};
 use crate::postgres::drive::{Conn, Sock, Socket, Watch};
-use crate::postgres::session::error;
+use crate::postgres::error::error;
 use crate::postgres::tls::Tls;
 
 /// A session's connection on a socket zklock connected, and where its cancel requests go.

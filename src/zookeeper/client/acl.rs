@@ -26,7 +26,8 @@ use super::types::{Acl, Perms};
 ///
 /// # Example
 /// ```
-/// use zklock::{Acl, AclProvider, Perms};
+/// use zklock::{Acl, AclProvider};
+/// use zklock::zookeeper::Perms;
 ///
 /// /// Lock nodes (under `/locks/…/`) creator-only; everything else readable by all.
 /// struct Locks;
@@ -122,7 +123,8 @@ impl Acl {
     /// [`Client::add_auth`](crate::Client::add_auth)) with the same user and password.
     ///
     /// ```
-    /// use zklock::{Acl, Perms};
+    /// use zklock::Acl;
+    /// use zklock::zookeeper::Perms;
     /// let acl = Acl::digest("user", "pw", Perms::ALL);
     /// assert_eq!(acl.id(), "user:2Om+GBbT2q/tS6pdvACZbbm7/1A=");
     /// ```

@@ -6,27 +6,19 @@ use std::time::Duration;
 use super::acl::{AclProvider, AclSource, SharedAcl};
 use super::config::{Config, TlsConfig};
 use super::hosts::{parse_hosts, probe, probe_tls, refused_by_every_host, TCP_PREFIX, TLS_PREFIX};
+use super::limits::MAX_DATA_LEN;
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::zookeeper::path;
 
-/// The largest request a ZooKeeper server reads by default: `jute.maxbuffer`, 1 MiB − 1 bytes,
-/// for the whole request after its length prefix (header, path, data, ACL). A larger one makes
-/// the server drop the connection.
-pub(crate) const MAX_PACKET: usize = 1024 * 1024 - 1;
-
-/// What a request takes besides its path, data and ACL: the header (8 bytes), the path's and
-/// the data's lengths (4 each), and a version or the create's flags and ACL count (4 + 4).
-pub(crate) const REQUEST_OVERHEAD: usize = 24;
-
-/// The most node data any request can carry (with the shortest path, `/x`, and no ACL).
-pub(crate) const MAX_DATA_LEN: usize = MAX_PACKET - REQUEST_OVERHEAD - 2;
-
 /// Builds a [`Client`] (Curator's `CuratorFrameworkFactory.builder()`).
 ///
-/// Defaults: session timeout 60 s, connection timeout 15 s, `ExponentialBackoffRetry(1 s, 3)`
+/// Defaults: session timeout 30 s, connection timeout 10 s (as on every backend:
+/// [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT),
+/// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT)), `ExponentialBackoffRetry(1 s, 3)`
 /// (Curator's recipe defaults), no namespace, no auth, ACL `world:anyone` all, default node data
 /// = this host's IP address as text (Curator's), no per-operation timeout.
 ///
@@ -86,8 +78,8 @@ impl ClientBuilder {
     pub(crate) fn new(connect_string: &str) -> ClientBuilder {
         ClientBuilder {
             connect_string: connect_string.to_owned(),
-            session_timeout: Duration::from_secs(60),
-            connection_timeout: Duration::from_secs(15),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: None,
             retry: Arc::new(
                 ExponentialBackoffRetry::new(Duration::from_secs(1), 3).expect("valid default"),
@@ -395,7 +387,7 @@ impl ClientBuilder {
                     provider: self.acl.clone(),
                     namespace: None,
                 };
-                let mut acls = super::create::ancestor_acls(ns, |p| source.zk_acl(p));
+                let mut acls = super::parents::ancestor_acls(ns, |p| source.zk_acl(p));
                 acls.push((ns.clone(), source.zk_acl(ns)));
                 if let Some((p, _)) = acls.iter().find(|(_, a)| a.is_empty()) {
                     return Err(Error::invalid(format!("the ACL provider gives {p} no ACL")));

@@ -13,7 +13,7 @@ use zookeeper_client as zk;
 
 use super::backoff::Backoff;
 use super::runtime::{sleep, Signal};
-use super::session::Shared;
+use super::shared::Shared;
 use crate::core::error::{Error, Result};
 use crate::zookeeper::path;
 

@@ -16,7 +16,7 @@ use zookeeper_client as zk;
 use super::backoff::Backoff;
 use super::hosts::parse_hosts;
 use super::runtime::{sleep, Signal};
-use super::session::Shared;
+use super::shared::Shared;
 
 /// The client addresses of every member (participants and observers) named by the data of
 /// `/zookeeper/config`, as a checked connect string in server-id order; `None` if the data

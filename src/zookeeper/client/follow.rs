@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 
 use super::backoff::Backoff;
 use super::runtime::{sleep, Signal};
-use super::session::Shared;
+use super::shared::Shared;
 use super::Client;
 
 /// How long a followed node's watch, once told to stop, waits to be cleared by the node's

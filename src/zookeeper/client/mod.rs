@@ -10,9 +10,12 @@ mod create;
 mod ensemble;
 mod follow;
 mod hosts;
+mod limits;
 mod ops;
+mod parents;
 mod runtime;
 mod session;
+mod shared;
 #[cfg(feature = "tls")]
 mod tls;
 mod types;
@@ -26,16 +29,16 @@ use std::time::Duration;
 pub use self::acl::AclProvider;
 pub(crate) use self::acl::{RecipeAcl, SharedAcl};
 pub use self::builder::ClientBuilder;
-pub(crate) use self::builder::{MAX_DATA_LEN, MAX_PACKET, REQUEST_OVERHEAD};
 pub(crate) use self::call::Call;
 pub(crate) use self::cleanup::Doomed;
 pub use self::create::Create;
 pub(crate) use self::create::{create_protected, NodeOps, NodeSpec, Siblings};
 pub(crate) use self::follow::{FollowGuard, NodeNews, NodeRead};
+pub(crate) use self::limits::MAX_DATA_LEN;
 pub(crate) use self::ops::MultiOp;
 pub(crate) use self::runtime::Signal;
 pub(crate) use self::runtime::{on_io_thread, Runtime};
-use self::session::Shared;
+use self::shared::Shared;
 pub(crate) use self::types::ConnectionState;
 pub use self::types::{
     Acl, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,
@@ -194,7 +197,8 @@ impl Client {
         ClientBuilder::new(connect_string)
     }
 
-    /// Connects with the defaults and waits for the first session (up to 15 s).
+    /// Connects with the defaults and waits for the first session (up to 10 s, the default
+    /// connection timeout).
     pub fn connect(connect_string: &str) -> Result<Client> {
         Client::builder(connect_string).connect()
     }

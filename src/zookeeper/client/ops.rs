@@ -4,9 +4,7 @@
 
 use zookeeper_client as zk;
 
-use super::{
-    builder, Acl, Call, Client, Doomed, Signal, Stat, MAX_DATA_LEN, MAX_PACKET, REQUEST_OVERHEAD,
-};
+use super::{builder, Acl, Call, Client, Doomed, Signal, Stat};
 use crate::core::error::{Error, Result};
 use crate::zookeeper::path;
 
@@ -328,35 +326,5 @@ impl MultiOp<'_> {
         match self {
             MultiOp::Check { path, .. } | MultiOp::SetData { path, .. } => path,
         }
-    }
-}
-
-/// Refuses data no request could carry (see [`MAX_DATA_LEN`]).
-pub(super) fn check_data(data: &[u8]) -> Result<()> {
-    if data.len() > MAX_DATA_LEN {
-        return Err(Error::invalid(format!(
-            "node data of {} bytes cannot fit in a request: ZooKeeper's packet limit is {MAX_PACKET} \
-             bytes for the whole request (jute.maxbuffer)",
-            data.len()
-        )));
-    }
-    Ok(())
-}
-
-impl Client {
-    /// Refuses, before any I/O, a request the server would drop the connection for: `path` (as
-    /// given; the namespace is added here, as the wire client adds it) with `data` and `acl`
-    /// bytes more than its packet limit.
-    pub(super) fn check_request(&self, path: &str, data: usize, acl: usize) -> Result<()> {
-        let namespace = self.namespace().map_or(0, |ns| ns.len() + 1);
-        let size = REQUEST_OVERHEAD + namespace + path.len() + data + acl;
-        if size > MAX_PACKET {
-            return Err(Error::invalid(format!(
-                "{path:?}: a request of {size} bytes ({data} bytes of data) is over ZooKeeper's \
-                 packet limit of {MAX_PACKET} bytes for the whole request (jute.maxbuffer); the \
-                 server would drop the connection"
-            )));
-        }
-        Ok(())
     }
 }

@@ -109,7 +109,8 @@ impl Perms {
 ///
 /// # Example
 /// ```
-/// use zklock::{Acl, Perms};
+/// use zklock::Acl;
+/// use zklock::zookeeper::Perms;
 /// let acl = vec![Acl::creator_all(), Acl::new(Perms::READ, "world", "anyone")];
 /// assert_eq!(acl[1].scheme(), "world");
 /// ```
@@ -264,7 +265,7 @@ pub enum WatchEventKind {
 ///
 /// # Example
 /// ```no_run
-/// use zklock::WatchEventKind;
+/// use zklock::zookeeper::WatchEventKind;
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
 /// let (_data, _stat, watch) = client.data_watch("/config")?;

@@ -1,4 +1,4 @@
-//! Watches, routed one way: a fired watch goes to a user's [`Watch`](crate::Watch) through the
+//! Watches, routed one way: a fired watch goes to a user's [`Watch`](crate::zookeeper::Watch) through the
 //! watcher thread, or to the crate's own code on the I/O thread (see [`WatchTarget`]).
 
 use futures_lite::future;

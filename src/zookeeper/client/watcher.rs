@@ -1,5 +1,5 @@
 //! The watcher thread: one per Client. It receives user watches' events and connection-state
-//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::Watch), and runs
+//! changes over a crossbeam channel, hands each event to its [`Watch`](crate::zookeeper::Watch), and runs
 //! state listeners in order. (The crate's own watches are told on the I/O thread itself, and
 //! everything parked on the Client is woken there on a state change.) Nothing here does
 //! ZooKeeper I/O, so a slow listener delays only other listeners and `Watch` deliveries, never
@@ -41,7 +41,7 @@ pub(crate) trait Parked: Send + Sync {
 
 /// Where a fired watch goes.
 pub(crate) enum WatchTarget {
-    /// A user's [`Watch`](crate::Watch), through the watcher thread.
+    /// A user's [`Watch`](crate::zookeeper::Watch), through the watcher thread.
     Channel(Sender<WatchEvent>),
     /// Code of the crate's own, called on the I/O thread with the event; it must not block.
     Call(Box<dyn FnOnce(WatchEvent) + Send>),
@@ -63,7 +63,7 @@ pub(crate) fn is_watcher_thread() -> bool {
 pub(crate) enum Message {
     /// The n-th state emitted, counting from 1.
     State(u64, ConnectionState),
-    /// A fired watch for a user's [`Watch`](crate::Watch) (the crate's own watches are told
+    /// A fired watch for a user's [`Watch`](crate::zookeeper::Watch) (the crate's own watches are told
     /// on the I/O thread directly).
     Watch(Sender<WatchEvent>, WatchEvent),
     /// A user callback that must not run on the I/O thread.

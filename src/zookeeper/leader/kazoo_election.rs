@@ -25,7 +25,7 @@ use crate::zookeeper::locks::InterProcessMutex;
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
 /// // Python beside it: zk.Election("/election/billing", "py-1").run(lead)
-/// let election = zklock::KazooElection::new(&client, "/election/billing", "rust-1")?;
+/// let election = zklock::zookeeper::KazooElection::new(&client, "/election/billing", "rust-1")?;
 /// let served = election.run(|epoch| {
 ///     println!("leading, epoch {epoch}");
 ///     42

@@ -72,7 +72,7 @@ pub enum CloseMode {
 /// Client's operation, else connection, timeout at most). Dropping the latch closes it, waiting
 /// for that step at most 1 s (or the operation timeout, if shorter); our node's delete goes to
 /// the background. Listeners run on the Client's watcher thread: a listener that blocks delays the
-/// later listener calls and [`Watch`](crate::Watch) deliveries of its Client, and the wake-ups
+/// later listener calls and [`Watch`](crate::zookeeper::Watch) deliveries of its Client, and the wake-ups
 /// of parked waiters on a connection-state change (they come through that thread); it never
 /// delays a latch's grant, its channels or another latch's step.
 ///

@@ -40,7 +40,7 @@ const LOCK_NAME: &str = "lock-";
 /// use std::time::Duration;
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// zklock::elect(&client, "/election", "worker-1", |leadership| {
+/// zklock::zookeeper::elect(&client, "/election", "worker-1", |leadership| {
 ///     while !leadership.wait_cancelled(Duration::from_secs(1)) {
 ///         println!("leading in epoch {}", leadership.fencing_token());
 ///     }
@@ -424,7 +424,7 @@ fn run_term<T>(path: &str, leadership: &Leadership, f: impl FnOnce(&Leadership) 
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// let epoch = zklock::elect(&client, "/jobs/nightly", "host-a", |leadership| {
+/// let epoch = zklock::zookeeper::elect(&client, "/jobs/nightly", "host-a", |leadership| {
 ///     // run the nightly job once, as the only leader
 ///     leadership.fencing_token()
 /// })?;

@@ -8,7 +8,7 @@ use crate::zookeeper::path::Layout;
 ///
 /// # Example
 /// ```
-/// use zklock::Predicate;
+/// use zklock::zookeeper::Predicate;
 ///
 /// // FIFO: the first node holds; every other watches the one just ahead of it.
 /// fn verdict(sorted: &[&str], ours: usize) -> Predicate {
@@ -72,7 +72,8 @@ impl LockNode {
 /// A LIFO lock — the newest contender goes first — on Curator's node layout:
 ///
 /// ```no_run
-/// use zklock::{CreateMode, InterProcessMutex, LockDriver, LockNode, Predicate};
+/// use zklock::{CreateMode, InterProcessMutex, LockDriver};
+/// use zklock::zookeeper::{LockNode, Predicate};
 ///
 /// struct Lifo;
 ///
@@ -203,7 +204,7 @@ impl LockDriver for StandardDriver {
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// let unfair = zklock::InterProcessMutex::with_driver(&client, "/locks/a", zklock::UnfairDriver)?;
+/// let unfair = zklock::InterProcessMutex::with_driver(&client, "/locks/a", zklock::zookeeper::UnfairDriver)?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]

@@ -41,7 +41,8 @@ enum Kind {
 ///
 /// # Example
 /// ```no_run
-/// use zklock::{InterProcessMutex, KazooDriver};
+/// use zklock::InterProcessMutex;
+/// use zklock::zookeeper::KazooDriver;
 ///
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;

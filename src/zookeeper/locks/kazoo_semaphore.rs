@@ -52,7 +52,7 @@ use crate::zookeeper::path::{self, Layout};
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
 /// // Python beside it: zk.Semaphore("/sem/render", "py-1", max_leases=3)
-/// let sem = zklock::KazooSemaphore::new(&client, "/sem/render", "rust-1", 3)?;
+/// let sem = zklock::zookeeper::KazooSemaphore::new(&client, "/sem/render", "rust-1", 3)?;
 /// let lease = sem.acquire()?;
 /// assert!(sem.lease_holders()?.contains(&"rust-1".to_owned()));
 /// lease.return_lease()?;
@@ -224,7 +224,7 @@ impl KazooSemaphore {
         data: &[u8],
         mode: CreateMode,
         call: &mut Call,
-    ) -> Result<crate::Stat> {
+    ) -> Result<crate::zookeeper::Stat> {
         let spec = NodeSpec {
             path,
             data,
@@ -311,7 +311,7 @@ impl KazooSemaphore {
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
-/// let sem = zklock::KazooSemaphore::new(&client, "/sem/render", "rust-1", 3)?;
+/// let sem = zklock::zookeeper::KazooSemaphore::new(&client, "/sem/render", "rust-1", 3)?;
 /// let lease = sem.acquire()?;
 /// if lease.health() == zklock::LockHealth::Held {
 ///     println!("{} (token {})", lease.path(), lease.fencing_token());

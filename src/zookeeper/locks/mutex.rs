@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::driver::{LockDriver, StandardDriver};
 use super::kazoo::KazooDriver;
-use super::reentrant::{self, NodeLock, Reentrant};
+use super::raw::{self, NodeLock, Reentrant};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;
@@ -23,7 +23,7 @@ const LOCK_NAME: &str = "lock-";
 ///
 /// # Fairness
 /// With the default [`StandardDriver`] waiters are granted in the order they asked (their
-/// nodes' sequence order). [`UnfairDriver`](crate::UnfairDriver) grants in random order.
+/// nodes' sequence order). [`UnfairDriver`](crate::zookeeper::UnfairDriver) grants in random order.
 ///
 /// # Re-entrancy
 /// Re-entrant per (mutex object, thread): a thread that holds it may acquire it again and must
@@ -107,7 +107,7 @@ impl InterProcessMutex {
 
     /// A mutex on `path` in kazoo's layout, shared with Python processes using kazoo's
     /// `Lock(path, identifier)`: nodes `<path>/<uuid hex>__lock__<seq10>` holding `identifier`
-    /// (see [`KazooDriver`](crate::KazooDriver), which also takes kazoo's extra lock patterns).
+    /// (see [`KazooDriver`](crate::zookeeper::KazooDriver), which also takes kazoo's extra lock patterns).
     /// Fair, re-entrant, and with lock health and fencing tokens, like every mutex here; kazoo's
     /// own `Lock` is not re-entrant.
     ///
@@ -178,7 +178,7 @@ impl InterProcessMutex {
 
     /// The calling thread's lock node, if it holds the lock.
     pub fn lock_node(&self) -> Option<String> {
-        reentrant::lock_node(&self.core)
+        raw::lock_node(&self.core)
     }
 
     /// The health of the calling thread's hold, if it holds the lock.

@@ -3,103 +3,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::driver::{sequence_key, LockDriver, LockNode, Predicate};
 use super::kazoo::{KazooDriver, KAZOO_LOCK_NAME, KAZOO_READ_NAME};
-use super::reentrant::{self, Downgrade, NodeLock, Reentrant};
+use super::raw::{self, Downgrade, NodeLock, Reentrant};
+use super::read_write_driver::{ReadDriver, WriteDriver, READ_LOCK_NAME, WRITE_LOCK_NAME};
 use crate::core::channel::Receiver;
 use crate::core::deadline::Deadline;
-use crate::core::error::{Error, Result};
+use crate::core::error::Result;
 use crate::core::health::HealthEvent;
 use crate::core::health::LockHealth;
 use crate::core::lock::{forward_lock_api, Lock, Release, Sealed};
-use crate::zookeeper::client::{AclProvider, Client, CreateMode, SharedAcl};
-
-/// Curator's node names: `<path>/_c_<uuid>-__READ__<seq>` and `..-__WRIT__<seq>`.
-const READ_LOCK_NAME: &str = "__READ__";
-const WRITE_LOCK_NAME: &str = "__WRIT__";
-
-/// Readers and writers sort together, by sequence. A downgrading writer's read node carries the
-/// writer's sequence before its own (`__READ__<writer seq><own seq>`, Curator 5.5's fix of
-/// CURATOR-621), so it sorts right behind the writer's node and ahead of everyone who queued
-/// after the writer; as text, the same order Curator's string sort gives.
-fn rw_sort_key(node: &str) -> u64 {
-    let (name, digits) = match node.rfind(WRITE_LOCK_NAME) {
-        Some(i) => (WRITE_LOCK_NAME, &node[i + WRITE_LOCK_NAME.len()..]),
-        None => match node.rfind(READ_LOCK_NAME) {
-            Some(i) => (READ_LOCK_NAME, &node[i + READ_LOCK_NAME.len()..]),
-            None => return u64::MAX,
-        },
-    };
-    // A sequence is 10 digits, or a minus and 10 digits past the signed wrap.
-    let first = if digits.starts_with('-') { 11 } else { 10 };
-    let seq = |d: &str| sequence_key(&format!("{name}{d}"), name);
-    match digits.get(first..) {
-        Some(own) if !own.is_empty() && name == READ_LOCK_NAME => {
-            let own = seq(own).saturating_add(1).min(u64::from(u32::MAX));
-            (seq(&digits[..first]) << 32) | own
-        }
-        _ => seq(digits).saturating_mul(1 << 32),
-    }
-}
-
-/// The read node a writer takes when it downgrades: named after its write node's sequence.
-pub(crate) fn downgrade_node(write_node: &str) -> Option<LockNode> {
-    let i = write_node.rfind(WRITE_LOCK_NAME)?;
-    let seq = &write_node[i + WRITE_LOCK_NAME.len()..];
-    Some(LockNode::new(
-        format!("{READ_LOCK_NAME}{seq}"),
-        CreateMode::EphemeralSequential,
-    ))
-}
-
-/// Writers: exclusive and fair against readers and writers alike.
-struct WriteDriver;
-
-impl LockDriver for WriteDriver {
-    fn create_lock_node(&self, _lock_name: &str) -> LockNode {
-        LockNode::new(WRITE_LOCK_NAME, CreateMode::EphemeralSequential)
-    }
-
-    fn sort_key(&self, node: &str, _lock_name: &str) -> u64 {
-        rw_sort_key(node)
-    }
-
-    // Not creation order: a downgrading writer's read node (ours or a Curator 5.5 process's)
-    // sorts ahead of nodes created before it, so a writer must list again when the node it
-    // watches goes rather than take the lock on the deletion alone.
-}
-
-/// Readers: granted while no writer is queued ahead; else wait on the first writer ahead.
-struct ReadDriver;
-
-impl LockDriver for ReadDriver {
-    fn create_lock_node(&self, _lock_name: &str) -> LockNode {
-        LockNode::new(READ_LOCK_NAME, CreateMode::EphemeralSequential)
-    }
-
-    fn gets_the_lock(
-        &self,
-        children: &[String],
-        our_node: &str,
-        _max_leases: usize,
-    ) -> Result<Predicate> {
-        let ours = children
-            .iter()
-            .position(|c| c == our_node)
-            .ok_or_else(|| Error::NoNode(our_node.to_owned()))?;
-        match children[..ours]
-            .iter()
-            .find(|c| c.contains(WRITE_LOCK_NAME))
-        {
-            None => Ok(Predicate::Granted),
-            Some(writer) => Ok(Predicate::Watch(writer.clone())),
-        }
-    }
-
-    fn sort_key(&self, node: &str, _lock_name: &str) -> u64 {
-        rw_sort_key(node)
-    }
-}
+use crate::zookeeper::client::{AclProvider, Client, SharedAcl};
 
 struct Inner {
     read: Reentrant,
@@ -122,7 +35,7 @@ struct Inner {
 /// lock the readers queued meanwhile get in beside it — Java readers too — while a queued writer
 /// still waits for the downgraded read (CURATOR-621: Curator 5.4 let that writer in). Taking the
 /// write lock while holding the read lock (upgrade) would wait for itself forever — Curator
-/// deadlocks there; zklock refuses it with [`Error::WouldDeadlock`].
+/// deadlocks there; zklock refuses it with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
 ///
 /// # Example
 /// ```no_run
@@ -180,7 +93,7 @@ impl InterProcessReadWriteLock {
     ///
     /// Both halves are re-entrant, but the write holder cannot take the read half (a downgrade):
     /// in this layout its read node would queue behind its own write node, so the read half
-    /// refuses it with [`Error::WouldDeadlock`].
+    /// refuses it with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
     ///
     /// kazoo 2.8's `ReadLock` also waits for writers queued *behind* it, so a kazoo reader
     /// that waits while a writer (of either language) queues after it can wait for that writer
@@ -391,7 +304,7 @@ impl ReadLock {
 
     /// The calling thread's read node, if it holds the read lock.
     pub fn lock_node(&self) -> Option<String> {
-        reentrant::lock_node(&self.inner.read)
+        raw::lock_node(&self.inner.read)
     }
 }
 
@@ -448,7 +361,7 @@ impl WriteLock {
 
     /// The calling thread's write node, if it holds the write lock.
     pub fn lock_node(&self) -> Option<String> {
-        reentrant::lock_node(&self.inner.write)
+        raw::lock_node(&self.inner.write)
     }
 }
 
@@ -525,102 +438,5 @@ impl Lock for WriteLock {
 
     fn health(&self) -> Option<LockHealth> {
         self.inner.write.health()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn readers_share_until_a_writer_is_queued_ahead() {
-        let c = names(&[
-            "a-__READ__0000000001",
-            "b-__READ__0000000002",
-            "c-__WRIT__0000000003",
-        ]);
-        assert_eq!(
-            ReadDriver.gets_the_lock(&c, &c[1], 1).unwrap(),
-            Predicate::Granted
-        );
-        let c = names(&[
-            "a-__READ__0000000001",
-            "w-__WRIT__0000000002",
-            "x-__WRIT__0000000003",
-            "r-__READ__0000000004",
-        ]);
-        assert_eq!(
-            ReadDriver.gets_the_lock(&c, &c[3], 1).unwrap(),
-            Predicate::Watch(c[1].clone())
-        );
-        assert_eq!(
-            WriteDriver.gets_the_lock(&c, &c[1], 1).unwrap(),
-            Predicate::Watch(c[0].clone())
-        );
-        assert!(ReadDriver.gets_the_lock(&c, "gone", 1).is_err());
-    }
-
-    #[test]
-    fn readers_and_writers_sort_by_sequence_together() {
-        let mut c = names(&[
-            "z-__WRIT__0000000003",
-            "y-__READ__0000000001",
-            "a-__READ__0000000002",
-        ]);
-        c.sort_by_key(|n| rw_sort_key(n));
-        assert_eq!(
-            c,
-            names(&[
-                "y-__READ__0000000001",
-                "a-__READ__0000000002",
-                "z-__WRIT__0000000003"
-            ])
-        );
-    }
-
-    #[test]
-    fn a_downgraded_read_sorts_behind_its_writer_and_ahead_of_later_nodes() {
-        let w = "w-__WRIT__0000000005";
-        let down = downgrade_node(w).unwrap();
-        assert_eq!(down.name, "__READ__0000000005");
-        let mut c = names(&[
-            "r2-__READ__0000000008",
-            "d-__READ__00000000050000000009",
-            "w2-__WRIT__0000000006",
-            w,
-            "r1-__READ__0000000007",
-            "old-__READ__0000000004",
-        ]);
-        c.sort_by_key(|n| rw_sort_key(n));
-        // As Curator's string sort of what follows the lock name orders them.
-        let mut curator = c.clone();
-        curator.sort_by_key(|n| n.split("__").last().unwrap().to_owned());
-        assert_eq!(c, curator);
-        assert_eq!(
-            c,
-            names(&[
-                "old-__READ__0000000004",
-                w,
-                "d-__READ__00000000050000000009",
-                "w2-__WRIT__0000000006",
-                "r1-__READ__0000000007",
-                "r2-__READ__0000000008",
-            ])
-        );
-        // Once the writer goes, the queued writer waits for the downgraded read.
-        let after: Vec<String> = c.iter().filter(|n| *n != w).cloned().collect();
-        assert_eq!(
-            WriteDriver
-                .gets_the_lock(&after, "w2-__WRIT__0000000006", 1)
-                .unwrap(),
-            Predicate::Watch("d-__READ__00000000050000000009".into())
-        );
-        // Past the signed wrap, a minus and ten digits.
-        let neg = rw_sort_key("d-__READ__-00000000010000000003");
-        assert!(neg > rw_sort_key("w-__WRIT__-0000000001"));
     }
 }

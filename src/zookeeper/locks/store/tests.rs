@@ -36,7 +36,7 @@ fn a_watch_wakes_only_its_waiter_and_state_changes_wake_all() {
     );
     assert_eq!(
         watched.watched_since(seen_w, "/w/a"),
-        Some(crate::WatchEventKind::NodeDeleted)
+        Some(crate::zookeeper::WatchEventKind::NodeDeleted)
     );
     assert_eq!(
         bystander.epoch(),

@@ -114,7 +114,7 @@ impl RawLock for NodeLock {
             (Some(Downgrade::Refused), Some(_)) => return Err(Error::WouldDeadlock),
             // A downgrade: granted at once, as Curator grants the write holder's read.
             (Some(Downgrade::AtOnce), Some(write_node)) => {
-                let node = super::read_write::downgrade_node(&write_node)
+                let node = super::read_write_driver::downgrade_node(&write_node)
                     .ok_or_else(|| Error::ZooKeeper(format!("{write_node:?} is no write node")))?;
                 self.internals.create_held(node)?
             }
