@@ -24,7 +24,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The URL schemes [`connect`] takes in this build.
 const SCHEMES: &str =
-    "zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
+    "mem://, zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
      rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
@@ -75,7 +75,7 @@ pub fn connect(url: &str) -> Result<AnyClient> {
 /// ```
 #[derive(Clone)]
 pub struct AnyClient {
-    inner: Arc<dyn Backend>,
+    pub(crate) inner: Arc<dyn Backend>,
 }
 
 /// How to connect an [`AnyClient`]: the URL and the options every backend shares.
@@ -211,6 +211,9 @@ impl AnyClientBuilder {
         };
         let op = self.operation_timeout.unwrap_or(self.connect_timeout);
         let inner: Arc<dyn Backend> = match scheme {
+            "mem" => {
+                crate::mem::any::connect(&self.url["mem://".len()..], self.session_timeout, op)?
+            }
             "zk" => zookeeper::connect(&self, op)?,
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
             | "rediss+cluster" => redis::connect(&self, op)?,
@@ -336,7 +339,7 @@ impl std::fmt::Debug for AnySemaphore {
 /// # Ok(()) }
 /// ```
 pub struct AnyLease {
-    inner: Box<dyn Lease>,
+    pub(crate) inner: Box<dyn Lease>,
 }
 
 impl AnyLease {
@@ -437,7 +440,7 @@ impl std::fmt::Debug for AnyLeaderLatch {
 }
 
 /// What each backend's Client offers an [`AnyClient`].
-trait Backend: Send + Sync {
+pub(crate) trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>>;
     fn read_write(&self, name: &str) -> Result<Box<dyn ReadWrite>>;
@@ -447,25 +450,25 @@ trait Backend: Send + Sync {
     fn close(&self);
 }
 
-trait ReadWrite: Send + Sync {
+pub(crate) trait ReadWrite: Send + Sync {
     fn read(&self) -> &dyn Lock;
     fn write(&self) -> &dyn Lock;
 }
 
-trait Semaphore: Send + Sync {
+pub(crate) trait Semaphore: Send + Sync {
     /// `None`: without limit.
     fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>>;
     fn cancel_waiters(&self);
 }
 
-trait Lease: Send + Sync {
+pub(crate) trait Lease: Send + Sync {
     fn id(&self) -> &str;
     fn fencing_token(&self) -> u64;
     fn health(&self) -> LockHealth;
     fn release(self: Box<Self>) -> Result<()>;
 }
 
-trait Latch: Send + Sync {
+pub(crate) trait Latch: Send + Sync {
     fn has_leadership(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
     fn health(&self) -> Option<LockHealth>;
@@ -488,6 +491,7 @@ macro_rules! from_client {
         }
     };
 }
+pub(crate) use from_client;
 
 /// The read-write, semaphore, lease and latch adapters of one backend's types.
 #[allow(unused_macros)] // unused in a build without backends
@@ -549,6 +553,7 @@ macro_rules! adapters {
         }
     };
 }
+pub(crate) use adapters;
 
 mod zookeeper {
     use super::*;
