@@ -89,3 +89,6 @@ pub use mutex::MemMutex;
 pub use read_write::{MemReadLock, MemReadWriteLock, MemWriteLock};
 pub use semaphore::{MemLease, MemSemaphore};
 pub use store::MemParticipant;
+
+#[cfg(test)]
+mod tests;
