@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, FairMutex, Mutex};
 
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
@@ -194,7 +194,9 @@ impl Gate {
 /// The locks of one `mem://NAME`.
 pub(crate) struct Store {
     name: String,
-    queues: Mutex<[HashMap<String, Queue>; 3]>,
+    /// Fair: a thread that lets go of the store and asks again at once finds one that was
+    /// waiting for the store ahead of it (arrival at the store is arrival in the queue).
+    queues: FairMutex<[HashMap<String, Queue>; 3]>,
     gate: Mutex<Gate>,
     /// Whether anything is frozen: the gate is looked at only then.
     any_frozen: AtomicBool,
@@ -210,7 +212,7 @@ impl Store {
         }
         let store = Arc::new(Store {
             name: name.to_owned(),
-            queues: Mutex::default(),
+            queues: FairMutex::default(),
             gate: Mutex::default(),
             any_frozen: AtomicBool::new(false),
             thawed: Condvar::new(),
@@ -463,15 +465,14 @@ impl Store {
     /// whoever that lets in.
     pub(crate) fn release(&self, place: &Place) {
         let mut effects = Vec::new();
-        {
-            let mut queues = self.queues.lock();
-            let map = &mut queues[place.kind.index()];
-            if let Some(queue) = map.get_mut(&place.name) {
-                queue.entries.retain(|e| e.id != place.entry);
-                settle(queue, &mut effects);
-            }
-            drop_if_empty(map, &place.name);
+        let mut queues = self.queues.lock();
+        let map = &mut queues[place.kind.index()];
+        if let Some(queue) = map.get_mut(&place.name) {
+            queue.entries.retain(|e| e.id != place.entry);
+            settle(queue, &mut effects);
         }
+        drop_if_empty(map, &place.name);
+        drop(queues);
         self.run(effects);
     }
 
