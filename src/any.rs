@@ -1,7 +1,7 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
+//! `mem://` (in this process only: unit tests), `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
 //! forms `rediss+sentinel://`, `rediss+cluster://`), `postgres://`, `postgresql://`,
 //! `mysql://` and `mariadb://` URLs give the same recipes with the same options and defaults
 //! (sqlx's `AnyPool` is the model).
@@ -108,7 +108,8 @@ impl AnyClient {
         }
     }
 
-    /// Which backend the URL named: `"zookeeper"`, `"redis"`, `"postgres"` or `"mysql"`.
+    /// Which backend the URL named: `"mem"`, `"zookeeper"`, `"redis"`, `"postgres"` or
+    /// `"mysql"`.
     pub fn backend(&self) -> &'static str {
         self.inner.name()
     }
@@ -198,7 +199,7 @@ impl AnyClientBuilder {
     /// Connects to the backend the URL names.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a scheme that is not one of `zk://`, `redis://`,
+    /// [`Error::InvalidArgument`] for a scheme that is not one of `mem://`, `zk://`, `redis://`,
     /// `rediss://`, `postgres://`, `postgresql://`, `mysql://`, `mariadb://`, or whose backend
     /// this build left out (its cargo feature), before any I/O; otherwise as the backend's own
     /// `connect`.
@@ -344,7 +345,8 @@ pub struct AnyLease {
 
 impl AnyLease {
     /// The lease's identity: its node's path on ZooKeeper, its id in the semaphore's set on
-    /// Redis, `NAME:INDEX` on PostgreSQL, the `GET_LOCK` name on MySQL.
+    /// Redis, `NAME:INDEX` on PostgreSQL, the `GET_LOCK` name on MySQL, `NAME#ENTRY` on
+    /// `mem://`.
     pub fn id(&self) -> &str {
         self.inner.id()
     }
