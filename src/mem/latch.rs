@@ -148,7 +148,8 @@ impl Contender for Contest {
     }
 
     fn lost(self: Arc<Self>, closed: bool) {
-        if let Some(ends) = self.term.lock().take() {
+        let ends = self.term.lock().take();
+        if let Some(ends) = ends {
             ends(LockHealth::Lost);
         }
         *self.entry.lock() = None;

@@ -500,8 +500,7 @@ impl Store {
             other => Fault::Health(other),
         };
         self.end(&mut |_, name, e| {
-            (e.token.is_some() && pick(e.client, name) && e.health != LockHealth::Lost)
-                .then_some(fault)
+            (e.token.is_some() && pick(e.client, name) && e.health != health).then_some(fault)
         })
     }
 

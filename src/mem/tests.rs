@@ -350,3 +350,28 @@ fn names_and_urls_are_checked() {
     let any = crate::connect(&format!("mem://{}", client.store_name())).unwrap();
     assert_eq!(any.backend(), "mem");
 }
+
+#[test]
+fn a_multi_lock_of_mem_mutexes_takes_all_or_none() {
+    let (a, b) = store();
+    let all = crate::InterProcessMultiLock::from_locks(vec![
+        Box::new(MemMutex::new(&a, "m1").unwrap()),
+        Box::new(MemMutex::new(&a, "m2").unwrap()),
+    ])
+    .unwrap();
+    let theirs = MemMutex::new(&b, "m2").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            theirs.acquire().unwrap();
+        })
+        .join()
+        .unwrap();
+        assert!(!all.acquire_timeout(Duration::ZERO).unwrap(), "m2 is taken");
+        let m1 = MemMutex::new(&b, "m1").unwrap();
+        assert!(m1.acquire_timeout(Duration::ZERO).unwrap(), "m1 was let go");
+        m1.release().unwrap();
+    });
+    a.restart_store();
+    assert!(all.acquire_timeout(Duration::ZERO).unwrap());
+    all.release().unwrap();
+}
