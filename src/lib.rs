@@ -16,6 +16,7 @@
 //! | at most N holders | [`InterProcessSemaphoreV2`] (N fixed, or a [`SharedCount`]) |
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
+//! | any of these in unit tests, or among one process's threads, with no server | [`mem`]: [`MemClient`], [`mem::MemMutex`] and the others, or `connect("mem://NAME")` |
 //! | a mutex on Redis | `RedisMutex` (feature `redis`) |
 //! | many readers or one writer on Redis | `RedisReadWriteLock` (feature `redis`) |
 //! | at most N holders on Redis | `RedisSemaphore` (feature `redis`) |
@@ -195,7 +196,8 @@
 //!
 //! * `zookeeper` (default) — the ZooKeeper backend: [`Client`], the lock recipes and leader
 //!   election. Without it (and with no other backend) only the backend-neutral core is built:
-//!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
+//!   [`Lock`], [`LockHealth`], [`Error`], the retry policies, and the in-process backend
+//!   [`mem`] (always built, no feature); no ZooKeeper client is compiled.
 //! * `redis` — the Redis backend: `RedisClient`, `RedisMutex` (fair or barging, and
 //!   redis-py's `Lock` layout), `RedisReadWriteLock`, `RedisSemaphore` and
 //!   `RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
