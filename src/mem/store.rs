@@ -684,3 +684,21 @@ fn settle(queue: &mut Queue, effects: &mut Vec<Effect>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_keeps_one_store_while_used_and_none_after() {
+        let name = format!("registry-{}", next_id());
+        let a = Store::open(&name);
+        let b = Store::open(&name);
+        assert!(Arc::ptr_eq(&a, &b), "one store per name");
+        assert!(!Arc::ptr_eq(&a, &Store::open("another")));
+        drop(a);
+        assert!(registry().lock().contains_key(&name));
+        drop(b);
+        assert!(!registry().lock().contains_key(&name), "freed when unused");
+    }
+}
