@@ -656,7 +656,9 @@ fn drop_if_empty(map: &mut HashMap<String, Queue>, name: &str) {
     }
 }
 
-/// Grants every entry of `queue` that its role lets in now.
+/// Grants every entry of `queue` that its role lets in now. A waiting mutex or write entry past
+/// the head, or a reader behind a writer, blocks every entry after it: the walk stops there
+/// rather than looking at every waiter behind.
 fn settle(queue: &mut Queue, effects: &mut Vec<Effect>) {
     let mut writer_ahead = false;
     for i in 0..queue.entries.len() {
@@ -669,8 +671,14 @@ fn settle(queue: &mut Queue, effects: &mut Vec<Effect>) {
         if e.role == Role::Write {
             writer_ahead = true;
         }
-        if e.token.is_some() || !grantable {
+        if e.token.is_some() {
             continue;
+        }
+        if !grantable {
+            if matches!(e.role, Role::Lease(_)) {
+                continue;
+            }
+            break;
         }
         let token = next_token();
         let e = &mut queue.entries[i];
