@@ -1,7 +1,7 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
+//! `mem://` (in this process only: unit tests), `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
 //! forms `rediss+sentinel://`, `rediss+cluster://`), `postgres://`, `postgresql://`,
 //! `mysql://` and `mariadb://` URLs give the same recipes with the same options and defaults
 //! (sqlx's `AnyPool` is the model). This file holds the neutral types and the dispatch by
@@ -610,8 +610,15 @@ pub(crate) struct Driver {
 }
 
 /// The [`Driver`] of the backend of feature `$feature`: `$connect` is left out of a build
-/// without it.
+/// without it. An `always` backend is built in every build.
 macro_rules! driver {
+    (always $backend:literal, [$($scheme:literal),+ $(,)?], $connect:path) => {
+        $crate::any::Driver {
+            backend: $backend,
+            schemes: &[$($scheme),+],
+            connect: Some($connect),
+        }
+    };
     ($feature:literal, [$($scheme:literal),+ $(,)?], $connect:path) => {{
         #[cfg(feature = $feature)]
         const CONNECT: Option<$crate::any::Connect> = Some($connect);

@@ -16,6 +16,7 @@
 //! | at most N holders | [`InterProcessSemaphoreV2`] (N fixed, or a [`SharedCount`]) |
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
+//! | any of these in unit tests, or among one process's threads, with no server | [`mem`]: [`MemClient`], [`mem::MemMutex`] and the others, or `connect("mem://NAME")` |
 //! | a mutex on Redis | `redis::RedisMutex` (feature `redis`) |
 //! | many readers or one writer on Redis | `redis::RedisReadWriteLock` (feature `redis`) |
 //! | at most N holders on Redis | `redis::RedisSemaphore` (feature `redis`) |
@@ -206,7 +207,8 @@
 //!
 //! * `zookeeper` (default) — the ZooKeeper backend: [`Client`], the lock recipes and leader
 //!   election. Without it (and with no other backend) only the backend-neutral core is built:
-//!   [`Lock`], [`LockHealth`], [`Error`], the retry policies; no ZooKeeper client is compiled.
+//!   [`Lock`], [`LockHealth`], [`Error`], the retry policies, and the in-process backend
+//!   [`mem`] (always built, no feature); no ZooKeeper client is compiled.
 //! * `redis` — the Redis backend: `RedisClient`, `redis::RedisMutex` (fair or barging, and
 //!   redis-py's `Lock` layout), `redis::RedisReadWriteLock`, `redis::RedisSemaphore` and
 //!   `redis::RedisLeaderLatch`, on the `redis` crate's blocking API. What Redis can and cannot
@@ -304,6 +306,7 @@
 
 mod any;
 mod core;
+pub mod mem;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -319,6 +322,7 @@ pub mod zookeeper;
 /// The backends [`connect`] reaches, by URL scheme: each one's feature, schemes and adapter.
 /// A new backend adds its line.
 const DRIVERS: &[any::Driver] = &[
+    any::driver!(always "mem", ["mem"], crate::mem::any::connect),
     any::driver!("zookeeper", ["zk"], crate::zookeeper::any::connect),
     any::driver!(
         "redis",
@@ -355,6 +359,7 @@ pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
+pub use crate::mem::MemClient;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::MySqlClient;

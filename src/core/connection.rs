@@ -128,7 +128,7 @@ impl States {
         }
     }
 
-    fn change(&self, next: ConnectionState) {
+    pub(crate) fn change(&self, next: ConnectionState) {
         let seq = {
             let mut state = self.state.lock();
             if *state == next {

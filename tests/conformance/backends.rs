@@ -54,6 +54,11 @@ pub trait Backend: Sync {
     fn has_latch(&self) -> bool {
         true
     }
+    /// Whether its locks are shared within this process only (`mem://`): the scenarios whose
+    /// holder is another process are skipped, and say so.
+    fn in_process(&self) -> bool {
+        false
+    }
 
     /// A Client of the server at `url`.
     fn connect(&self, url: &str, opts: Opts) -> AnyClient {
@@ -101,6 +106,45 @@ macro_rules! server {
             }
         }
     };
+}
+
+/// The in-process store (`mem://`), a store of its own per test. Its "server" is the store:
+/// pausing it freezes every Client of it (calls wait for the thaw up to their bound, as against
+/// a frozen server), a restart loses every hold in it (a server that kept no session). Clients
+/// of other processes never share it.
+pub struct Mem;
+
+impl Backend for Mem {
+    fn name(&self) -> &'static str {
+        "mem"
+    }
+    fn start(&self) -> Box<dyn Server> {
+        Box::new(MemStore(zklock::mem::MemClient::isolated()))
+    }
+    fn fifo(&self) -> bool {
+        true
+    }
+    fn in_process(&self) -> bool {
+        true
+    }
+}
+
+/// A `mem://` store, reached through a Client of its own.
+struct MemStore(zklock::mem::MemClient);
+
+impl Server for MemStore {
+    fn url(&self) -> String {
+        format!("mem://{}", self.0.store_name())
+    }
+    fn pause(&self) {
+        self.0.freeze_store()
+    }
+    fn resume(&self) {
+        self.0.unfreeze_store()
+    }
+    fn restart(&mut self) {
+        self.0.restart_store();
+    }
 }
 
 pub struct ZooKeeper;

@@ -360,6 +360,17 @@ pub fn frozen_server(b: &dyn Backend) {
     assert_eq!(results, [true; 4], "calls overran their bounds (see above)");
 }
 
+/// Says that `scenario` is skipped on `b`, whose locks no other process shares: never a
+/// silent pass.
+fn skipped_in_process(b: &dyn Backend, scenario: &str) {
+    println!(
+        "{}: SKIPPED {scenario}: its holder is another process, and the backend's locks are \
+         shared within one process only (a lost hold is staged with its Client's controls \
+         instead, see its docs page)",
+        b.name()
+    );
+}
+
 /// Says that `scenario` is skipped on `b`, which does not have `recipe`: never a silent pass.
 fn skipped(b: &dyn Backend, scenario: &str, recipe: &str) {
     println!(
@@ -701,6 +712,9 @@ pub fn holder_worker(b: &dyn Backend) {
 /// A holder process killed (`kill -9`) or frozen (SIGSTOP) is replaced within the server's
 /// stated bound; the frozen one reads `Lost` on waking, and the next token is higher.
 pub fn silent_holder(b: &dyn Backend, signal: &str) {
+    if b.in_process() {
+        return skipped_in_process(b, &format!("silent_holder {signal}"));
+    }
     let server = b.start();
     let name = format!("silent{}", signal.to_lowercase());
     let test = format!("{}::holder_worker", b.name());
@@ -751,6 +765,9 @@ pub fn exit_worker(b: &dyn Backend) {
 /// as it exits: a waiter of another Client is served within the hand-off bound of the exit,
 /// not after the session timeout (30 s by default).
 pub fn exit_frees_the_lock(b: &dyn Backend) {
+    if b.in_process() {
+        return skipped_in_process(b, "exit_frees_the_lock");
+    }
     let server = b.start();
     let test = format!("{}::exit_worker", b.name());
     let mut worker =

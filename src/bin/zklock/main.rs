@@ -161,6 +161,10 @@ impl Backend {
             | "rediss+cluster" => Ok(Backend::Redis),
             "postgres" | "postgresql" => Ok(Backend::Postgres),
             "mysql" | "mariadb" => Ok(Backend::MySql),
+            "mem" => Err(Failure::usage(
+                "--connect mem://: an in-process store lives in one process, and a command's \
+                 lock would exclude nobody else: use a server's URL",
+            )),
             other => Err(Failure::usage(format!(
                 "--connect: unknown scheme {other}://: use host:port,… for ZooKeeper or one of \
                  {SCHEMES}"
