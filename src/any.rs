@@ -24,7 +24,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The URL schemes [`connect`] takes in this build.
 const SCHEMES: &str =
-    "zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
+    "file://, zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
      rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
@@ -211,6 +211,7 @@ impl AnyClientBuilder {
         };
         let op = self.operation_timeout.unwrap_or(self.connect_timeout);
         let inner: Arc<dyn Backend> = match scheme {
+            "file" => file::connect(&self, op)?,
             "zk" => zookeeper::connect(&self, op)?,
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
             | "rediss+cluster" => redis::connect(&self, op)?,
@@ -549,6 +550,9 @@ macro_rules! adapters {
         }
     };
 }
+
+#[path = "file/any.rs"]
+mod file;
 
 mod zookeeper {
     use super::*;

@@ -293,6 +293,7 @@
 
 mod any;
 mod core;
+pub mod file;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -320,6 +321,7 @@ pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
+pub use crate::file::FileClient;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::{
