@@ -29,10 +29,12 @@
 mod client;
 mod latch;
 mod mutex;
+mod participants;
 mod queue;
 mod semaphore;
 
 pub use client::FileClient;
 pub use latch::FileLeaderLatch;
 pub use mutex::{FileMutex, FileReadWriteLock};
+pub use participants::FileParticipant;
 pub use semaphore::{FileLease, FileSemaphore};

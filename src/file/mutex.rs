@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::client::{FileClient, Held};
+use super::participants::FileParticipant;
 use super::queue::{Kind, Listed, Queue, Stop, Verdict};
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;
@@ -89,19 +90,13 @@ impl FileMutex {
         &self.lock.raw.queue.dir
     }
 
-    /// The entries of the lock now, lowest (the holder, or the holders of a read lock) first:
-    /// `(fencing token, entry name)`. Dead entries found on the way are removed.
+    /// Who holds the lock and who waits, in that order (a read-write lock's half: both
+    /// halves' entries). Dead entries found on the way are removed.
     ///
     /// # Errors
     /// [`Error::Io`](crate::Error::Io) if the directory cannot be read.
-    pub fn participants(&self) -> Result<Vec<(u64, String)>> {
-        let queue = &self.lock.raw.queue;
-        let listing = queue.list()?;
-        Ok(listing
-            .into_iter()
-            .filter(|l| queue.alive(&l.name))
-            .map(|l| (l.seq, l.name))
-            .collect())
+    pub fn participants(&self) -> Result<Vec<FileParticipant>> {
+        super::participants::read(&self.lock.raw.queue, 1)
     }
 
     /// Whether any thread of this process holds the lock through this object.

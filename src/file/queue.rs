@@ -46,6 +46,11 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The suffix of its entries' names.
+    pub(crate) fn name(self) -> &'static str {
+        self.suffix()
+    }
+
     fn suffix(self) -> &'static str {
         match self {
             Kind::Lock => "lock",

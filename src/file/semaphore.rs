@@ -72,6 +72,15 @@ impl FileSemaphore {
         self.max_leases
     }
 
+    /// Who has a lease and who waits, in that order (the first `max_leases` of this
+    /// participant hold). Dead entries found on the way are removed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the directory cannot be read.
+    pub fn participants(&self) -> Result<Vec<super::FileParticipant>> {
+        super::participants::read(&self.queue, self.max_leases as usize)
+    }
+
     /// Waits for a lease, for as long as it takes.
     ///
     /// # Errors
