@@ -22,15 +22,32 @@ use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 
 /// The shortest pause of a waiter between two looks at the entry it waits for.
-const FIRST_PAUSE: Duration = Duration::from_micros(50);
+const FIRST_PAUSE: Duration = Duration::from_micros(10);
 
 /// The longest pause of a waiter between two looks: the most a hand-off (or a cancellation,
 /// or a close) waits for the waiter to notice it.
 pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(1);
 
+/// How many numbers are given per sync of the counter (where the boot can be told).
+const RESERVE: u64 = 1024;
+
+/// This boot's id (Linux's `/proc/sys/kernel/random/boot_id`); `None` elsewhere.
+fn boot_id() -> Option<&'static str> {
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = id.trim();
+        (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+    })
+    .as_deref()
+}
+
 /// How old a `tmp-…` file is before a sweep may remove it: a maker numbers its file within
 /// microseconds, or within its own deadline when the `state` file is busy.
 const TMP_AGE: Duration = Duration::from_secs(600);
+
+/// The longest pause of a process waiting for the `state` file's lock.
+const STATE_PAUSE: Duration = Duration::from_micros(20);
 
 /// What an entry is for: the suffix of its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,9 +203,19 @@ pub(crate) fn io(context: impl std::fmt::Display, e: &std::io::Error) -> Error {
 fn until_done<T>(
     deadline: Deadline,
     stop: &Stop<'_>,
+    f: impl FnMut() -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    until_done_every(MAX_PAUSE, deadline, stop, f)
+}
+
+/// As [`until_done`], the pauses growing to `max_pause`.
+fn until_done_every<T>(
+    max_pause: Duration,
+    deadline: Deadline,
+    stop: &Stop<'_>,
     mut f: impl FnMut() -> Result<Option<T>>,
 ) -> Result<Option<T>> {
-    let mut pause = FIRST_PAUSE;
+    let mut pause = FIRST_PAUSE.min(max_pause);
     loop {
         stop.check()?;
         if let Some(t) = f()? {
@@ -200,7 +227,7 @@ fn until_done<T>(
             return Ok(None);
         };
         std::thread::sleep(left);
-        pause = (pause * 2).min(MAX_PAUSE);
+        pause = (pause * 2).min(max_pause);
     }
 }
 
@@ -239,7 +266,9 @@ impl Queue {
             .truncate(false)
             .open(&state_path);
         let mut state = opened.map_err(|e| io(format!("opening {}", state_path.display()), &e))?;
-        let locked = until_done(deadline, stop, || match state.try_lock() {
+        // Held by others for microseconds (no sync in most turns): looked at again every
+        // few microseconds, so that the order of numbers is the order of asking.
+        let locked = until_done_every(STATE_PAUSE, deadline, stop, || match state.try_lock() {
             Ok(()) => Ok(Some(())),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => {
@@ -302,32 +331,59 @@ impl Queue {
         )))
     }
 
-    /// Reads the counter, writes it one higher and syncs it; called under the `state` lock.
+    /// Gives the next number; called under the `state` lock. The file holds the last number
+    /// given, a reserved bound synced to disk, and the boot it was written in: numbers up to
+    /// the bound are given without a sync, and a new bound ([`RESERVE`] higher) is synced
+    /// before any number above the old one is given. After a reboot (another boot id) the
+    /// count goes on from the bound, above every number given before the machine went down,
+    /// whatever the disk had kept of the unsynced writes. Where the boot cannot be told, every
+    /// number is synced.
     fn next_seq(&self, state: &mut File, path: &Path) -> Result<u64> {
         let fail = |e: std::io::Error| io(format!("updating {}", path.display()), &e);
         let mut text = String::new();
         state.seek(SeekFrom::Start(0)).map_err(fail)?;
         state.read_to_string(&mut text).map_err(fail)?;
         let fresh = text.is_empty();
-        let last: u64 = match text.trim() {
-            "" => 0,
-            t => t.parse().map_err(|_| {
-                Error::invalid(format!(
-                    "{} holds {t:?}, not a counter: remove the lock's directory when nothing \
-                     uses it",
-                    path.display()
-                ))
-            })?,
+        let mut fields = text.split_whitespace();
+        let mut number = |what: &str| -> Result<u64> {
+            match fields.next() {
+                None => Ok(0),
+                Some(t) => t.parse().map_err(|_| {
+                    Error::invalid(format!(
+                        "{} holds {t:?} as its {what}, not a number: remove the lock's \
+                         directory when nothing uses it",
+                        path.display()
+                    ))
+                }),
+            }
         };
+        let (mut last, reserved) = (number("last number")?, number("reserved bound")?);
+        let written_in = fields.next().unwrap_or("");
+        let boot = boot_id();
+        if boot.is_none_or(|b| b != written_in) {
+            // Numbers up to the bound may have been given before a crash of the machine.
+            last = last.max(reserved);
+        }
         let next = last.checked_add(1).ok_or_else(|| {
             Error::invalid(format!("the counter of {} is exhausted", path.display()))
         })?;
-        let line = format!("{next:020}\n");
+        let sync = boot.is_none() || next > reserved;
+        let reserved = match (sync, boot) {
+            (false, _) => reserved,
+            (true, Some(_)) => next.saturating_add(RESERVE),
+            (true, None) => next,
+        };
+        let line = format!("{next:020} {reserved:020} {}\n", boot.unwrap_or("-"));
         state.seek(SeekFrom::Start(0)).map_err(fail)?;
         state.write_all(line.as_bytes()).map_err(fail)?;
-        state.sync_data().map_err(fail)?;
-        if fresh {
-            sync_dir(&self.dir);
+        if text.len() > line.len() {
+            state.set_len(line.len() as u64).map_err(fail)?;
+        }
+        if sync {
+            state.sync_data().map_err(fail)?;
+            if fresh {
+                sync_dir(&self.dir);
+            }
         }
         Ok(next)
     }
@@ -469,6 +525,38 @@ fn sync_dir(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn counter(dir: &Path) -> (Queue, File, PathBuf) {
+        let path = dir.join("state");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap();
+        (Queue::new(dir.to_owned()), file, path)
+    }
+
+    #[test]
+    fn numbers_rise_and_a_reboot_goes_on_above_the_synced_bound() {
+        let dir = std::env::temp_dir().join(format!("zklock-counter-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (q, mut f, path) = counter(&dir);
+        let numbers: Vec<u64> = (0..5).map(|_| q.next_seq(&mut f, &path).unwrap()).collect();
+        assert_eq!(numbers, [1, 2, 3, 4, 5]);
+        if boot_id().is_some() {
+            // As the disk may hold it after a crash of the machine: an old last number, the
+            // synced bound, another boot.
+            let bound = 1 + RESERVE;
+            fs::write(&path, format!("{:020} {bound:020} another-boot\n", 2)).unwrap();
+            assert_eq!(q.next_seq(&mut f, &path).unwrap(), bound + 1);
+            assert_eq!(q.next_seq(&mut f, &path).unwrap(), bound + 2);
+        }
+        fs::write(&path, "garbage").unwrap();
+        assert!(q.next_seq(&mut f, &path).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn names_parse_and_others_are_ignored() {
