@@ -80,14 +80,14 @@ fn run_n_fails_on_a_busy_lock_and_tokens_rise() {
 fn a_removed_lock_directory_stops_the_command() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
-    let mut holder = zklock(&url, &["run", "lost", "--", "sleep", "60"])
+    let running = dir.path().join("running");
+    let script = format!("touch {}; sleep 60", running.display());
+    let mut holder = zklock(&url, &["run", "lost", "--", "sh", "-c", &script])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let lock_dir = dir.path().join("lock.lost");
-    wait_for("the holder's entry", || {
-        std::fs::read_dir(&lock_dir).is_ok_and(|d| d.count() >= 2)
-    });
+    wait_for("the holder's command", || running.exists());
     let removed = Instant::now();
     std::fs::remove_dir_all(&lock_dir).unwrap();
     let end = Instant::now() + patience();
