@@ -203,3 +203,32 @@ fn waiter_killed_mid_queue_leaves_nothing_behind() {
     let left = entries(&dir.path().join("lock.queue"));
     assert!(left.is_empty(), "entries left behind: {left:?}");
 }
+
+/// A hold whose entry is removed under it reads `Lost`, its subscribers hear it, and its
+/// release says so; after `close()` no thread of the Client is left.
+#[test]
+fn a_removed_entry_reads_lost_and_close_leaves_no_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = FileClient::open(dir.path()).unwrap();
+    let lock = FileMutex::new(&client, "removed").unwrap();
+    let events = lock.health_events();
+    lock.acquire().unwrap();
+    assert_eq!(lock.health(), Some(zklock::LockHealth::Held));
+    let entry = lock.participants().unwrap()[0].id.clone();
+    std::fs::remove_file(dir.path().join("lock.removed").join(entry)).unwrap();
+    assert_eq!(lock.health(), Some(zklock::LockHealth::Lost));
+    let heard = events.recv_timeout(patience()).expect("a health event");
+    assert_eq!(heard, zklock::LockHealth::Lost);
+    assert_eq!(lock.release(), Err(zklock::Error::LockLost));
+    let threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.starts_with("zklock-file"))
+            .count()
+    };
+    assert!(threads() >= 2, "the keeper and the events thread run");
+    client.close();
+    drop((lock, client));
+    common::wait_for("the Client's threads to end", || threads() == 0);
+}
