@@ -10,6 +10,7 @@
 //! | you need | use |
 //! |---|---|
 //! | one holder at a time, re-entrant per thread, fair | [`InterProcessMutex`] |
+//! | a lock, read-write lock, semaphore or leader among one host's processes, no server | [`FileClient`] and [`file`](mod@file)'s locks, or `zklock::connect("file:///dir")` |
 //! | the same, granted in random order | [`InterProcessMutex::with_driver`] with [`UnfairDriver`] |
 //! | your own ordering rule | a [`LockDriver`] of your own |
 //! | many readers or one writer | [`InterProcessReadWriteLock`] |
