@@ -1,7 +1,8 @@
 //! [`connect`]: one URL picks the backend at run time, and the locks are made by name.
 //!
 //! A service whose operators choose the backend writes its locking once, on [`AnyClient`]:
-//! `mem://` (in this process only: unit tests), `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
+//! `mem://` (in this process only: unit tests), `file:///dir` (the processes of one host, no
+//! server), `zk://`, `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` (and their TLS
 //! forms `rediss+sentinel://`, `rediss+cluster://`), `postgres://`, `postgresql://`,
 //! `mysql://` and `mariadb://` URLs give the same recipes with the same options and defaults
 //! (sqlx's `AnyPool` is the model). This file holds the neutral types and the dispatch by
@@ -98,7 +99,8 @@ impl AnyClient {
         }
     }
 
-    /// Which backend the URL named: `"zookeeper"`, `"redis"`, `"postgres"` or `"mysql"`.
+    /// Which backend the URL named: `"file"`, `"zookeeper"`, `"redis"`, `"postgres"` or
+    /// `"mysql"`.
     pub fn backend(&self) -> &'static str {
         self.inner.name()
     }
@@ -188,7 +190,7 @@ impl AnyClientBuilder {
     /// Connects to the backend the URL names.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a scheme that is not one of `zk://`, `redis://`,
+    /// [`Error::InvalidArgument`] for a scheme that is not one of `file://`, `zk://`, `redis://`,
     /// `rediss://`, `postgres://`, `postgresql://`, `mysql://`, `mariadb://`, or whose backend
     /// this build left out (its cargo feature), before any I/O; otherwise as the backend's own
     /// `connect`.

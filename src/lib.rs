@@ -10,6 +10,7 @@
 //! | you need | use |
 //! |---|---|
 //! | one holder at a time, re-entrant per thread, fair | [`InterProcessMutex`] |
+//! | a lock, read-write lock, semaphore or leader among one host's processes, no server | [`FileClient`] and [`file`](mod@file)'s locks, or `zklock::connect("file:///dir")` |
 //! | the same, granted in random order | [`InterProcessMutex::with_driver`] with [`UnfairDriver`](zookeeper::UnfairDriver) |
 //! | your own ordering rule | a [`LockDriver`] of your own |
 //! | many readers or one writer | [`InterProcessReadWriteLock`] |
@@ -306,6 +307,7 @@
 
 mod any;
 mod core;
+pub mod file;
 pub mod mem;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -323,6 +325,7 @@ pub mod zookeeper;
 /// A new backend adds its line.
 const DRIVERS: &[any::Driver] = &[
     any::driver!(always "mem", ["mem"], crate::mem::any::connect),
+    any::driver!(always "file", ["file"], crate::file::any::connect),
     any::driver!("zookeeper", ["zk"], crate::zookeeper::any::connect),
     any::driver!(
         "redis",
@@ -359,6 +362,7 @@ pub use crate::core::retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed,
 };
+pub use crate::file::FileClient;
 pub use crate::mem::MemClient;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]

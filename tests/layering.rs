@@ -42,7 +42,7 @@ const LOCK_PHRASES: &[&str] = &[
 ];
 
 /// Every backend: its module under `src/` (and its feature). A new backend adds its name here.
-const BACKENDS: &[&str] = &["zookeeper", "redis", "postgres", "mysql", "mem"];
+const BACKENDS: &[&str] = &["zookeeper", "redis", "postgres", "mysql", "mem", "file"];
 
 /// What the core must not use: a backend's client or module — `crate::<backend>` and
 /// `<backend>::` for each of [`BACKENDS`], and the ZooKeeper wire client. (Its docs may name a

@@ -59,6 +59,16 @@ pub trait Backend: Sync {
     fn in_process(&self) -> bool {
         false
     }
+    /// Why the backend has no server to freeze or restart, if it has none (its scenarios are
+    /// then skipped, saying so).
+    fn no_server(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether a frozen (SIGSTOP) holder keeps the lock until it wakes, as promised where no
+    /// server-side timer frees it.
+    fn frozen_holder_keeps_the_lock(&self) -> bool {
+        false
+    }
 
     /// A Client of the server at `url`.
     fn connect(&self, url: &str, opts: Opts) -> AnyClient {
@@ -315,5 +325,47 @@ impl Server for TableMode {
     }
     fn restart(&mut self) {
         self.0.restart().unwrap()
+    }
+}
+
+/// The file backend: a fresh temporary directory plays the server.
+pub struct File;
+
+impl Backend for File {
+    fn name(&self) -> &'static str {
+        "file"
+    }
+    fn start(&self) -> Box<dyn Server> {
+        Box::new(TempDir(tempfile::tempdir().expect("a temporary directory")))
+    }
+    fn fifo(&self) -> bool {
+        true
+    }
+    fn no_server(&self) -> Option<&'static str> {
+        Some(
+            "file:// has no server: its locks are the kernel's, freed when a process dies; a \
+             frozen process that holds a lock is `holder_frozen_is_replaced_and_reads_lost`",
+        )
+    }
+    fn frozen_holder_keeps_the_lock(&self) -> bool {
+        true
+    }
+}
+
+/// A directory of locks, removed at the end of the test.
+struct TempDir(tempfile::TempDir);
+
+impl Server for TempDir {
+    fn url(&self) -> String {
+        format!("file://{}", self.0.path().display())
+    }
+    fn pause(&self) {
+        unreachable!("file:// has no server to pause")
+    }
+    fn resume(&self) {
+        unreachable!("file:// has no server to resume")
+    }
+    fn restart(&mut self) {
+        unreachable!("file:// has no server to restart")
     }
 }

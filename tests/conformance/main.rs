@@ -117,6 +117,7 @@ macro_rules! backend {
 }
 
 // The backends: one line each.
+backend!(file => backends::File);
 backend!(mem => backends::Mem);
 backend!(zookeeper => backends::ZooKeeper);
 #[cfg(feature = "redis")]

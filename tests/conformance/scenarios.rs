@@ -323,6 +323,9 @@ pub fn close_while_holding(b: &dyn Backend) {
 /// With the server frozen (SIGSTOP), every call returns within its documented bound: a try or
 /// a release within a few round trips' timeouts, a timed wait within its timeout plus those.
 pub fn frozen_server(b: &dyn Backend) {
+    if let Some(why) = b.no_server() {
+        return println!("{}: SKIPPED frozen_server: {why}", b.name());
+    }
     let server = b.start();
     let op = Duration::from_secs(1);
     let opts = Opts {
@@ -588,6 +591,9 @@ fn takeover_bound() -> Duration {
 /// once — and never while the holder still reads `Held`. A waiter whose wait failed with the
 /// connection (its own session ended) tries again, as a caller would.
 pub fn server_restart(b: &dyn Backend) {
+    if let Some(why) = b.no_server() {
+        return println!("{}: SKIPPED server_restart: {why}", b.name());
+    }
     let mut server = b.start_durable();
     let opts = Opts {
         session: WORKER_SESSION,
@@ -710,10 +716,15 @@ pub fn holder_worker(b: &dyn Backend) {
 }
 
 /// A holder process killed (`kill -9`) or frozen (SIGSTOP) is replaced within the server's
-/// stated bound; the frozen one reads `Lost` on waking, and the next token is higher.
+/// stated bound; the frozen one reads `Lost` on waking, and the next token is higher. Where a
+/// frozen holder keeps the lock (no server-side timer: file://), it does: a waiter is not
+/// served while it is frozen, it reads `Held` on waking, and once killed it is replaced.
 pub fn silent_holder(b: &dyn Backend, signal: &str) {
     if b.in_process() {
         return skipped_in_process(b, &format!("silent_holder {signal}"));
+    }
+    if signal == "-STOP" && b.frozen_holder_keeps_the_lock() {
+        return frozen_holder_keeps_the_lock(b);
     }
     let server = b.start();
     let name = format!("silent{}", signal.to_lowercase());
@@ -739,6 +750,39 @@ pub fn silent_holder(b: &dyn Backend, signal: &str) {
         let health = worker.expect("health ");
         assert_eq!(health, "Some(Lost)", "the frozen holder on waking");
     }
+    lock.release().unwrap();
+}
+
+/// The frozen holder of a backend without a server-side timer keeps its lock.
+fn frozen_holder_keeps_the_lock(b: &dyn Backend) {
+    let server = b.start();
+    let test = format!("{}::holder_worker", b.name());
+    let mut worker =
+        crate::common::worker::Worker::start(&test, WORKER, &format!("{} frozen", server.url()));
+    let token: u64 = worker.expect("held ").parse().unwrap();
+    let conn = connect(b, &server.url());
+    let lock = conn.mutex("frozen").unwrap();
+    worker.signal("-STOP");
+    assert!(
+        !lock.acquire_timeout(Duration::from_secs(2)).unwrap(),
+        "a waiter was served while the holder was frozen"
+    );
+    worker.signal("-CONT");
+    worker.tell("health?");
+    assert_eq!(
+        worker.expect("health "),
+        "Some(Held)",
+        "the frozen holder on waking"
+    );
+    let killed = Instant::now();
+    worker.signal("-KILL");
+    assert!(lock.acquire_timeout(patience()).unwrap());
+    println!(
+        "{}: the frozen holder kept the lock; once killed, taken over in {:?}",
+        b.name(),
+        killed.elapsed()
+    );
+    assert!(lock.fencing_token().unwrap() > token, "tokens rise");
     lock.release().unwrap();
 }
 

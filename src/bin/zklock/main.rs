@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod args;
+mod backend_file;
 #[cfg(feature = "mysql")]
 mod backend_mysql;
 #[cfg(feature = "postgres")]
@@ -119,13 +120,14 @@ pub const ZOOKEEPER_LOST: &str = "its session expired or its node was deleted";
 
 /// The URL schemes `--connect` takes besides a bare ZooKeeper connect string.
 const SCHEMES: &str =
-    "zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
+    "file://, zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
      rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
 
-/// The server `--connect` names: ZooKeeper hosts (or a `zk://` URL), a `redis://`
+/// The server `--connect` names: a `file:///dir` URL, ZooKeeper hosts (or a `zk://` URL), a `redis://`
 /// (`rediss://`) URL, a `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
+    File,
     ZooKeeper,
     Redis,
     Postgres,
@@ -156,6 +158,7 @@ impl Backend {
             }
         };
         match scheme.as_str() {
+            "file" => Ok(Backend::File),
             "zk" => Ok(Backend::ZooKeeper),
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
             | "rediss+cluster" => Ok(Backend::Redis),
@@ -177,6 +180,7 @@ impl Backend {
     pub fn site(self, global: &Global) -> CliResult<Site> {
         match self {
             Backend::ZooKeeper => unreachable!("ZooKeeper's commands use its own recipes"),
+            Backend::File => backend_file::site(global),
             #[cfg(feature = "redis")]
             Backend::Redis => backend_redis::site(global),
             #[cfg(feature = "postgres")]
