@@ -20,6 +20,8 @@
 //!   refuses writes with a stale fencing token and logs enters, exits and writes in one serial
 //!   order; [`FenceReport::check`] finds overlapping holders and accepted stale writes in such
 //!   a log. Workers in other processes reach it with [`FenceClient`].
+//! * [`SilentListener`]: a host that accepts connections and never answers (a powered-off or
+//!   partitioned host, a frozen process), to put in a URL's host list in place of one member.
 //!
 //! # Requirements
 //!
@@ -86,6 +88,7 @@ mod redis_cluster;
 mod sentinel;
 mod server;
 mod session;
+mod silent;
 mod tls;
 
 #[cfg(feature = "redis")]
@@ -114,6 +117,7 @@ pub use redis_cluster::TestingRedisCluster;
 pub use sentinel::TestingSentinel;
 pub use server::TestingServer;
 pub use session::expire_session;
+pub use silent::SilentListener;
 pub use tls::TestingTls;
 
 /// Where examples and benchmarks connect: `ZK_CONNECT` if it is set, else a throwaway
