@@ -25,7 +25,7 @@
 //! certificate refused by every sentinel, or by the primary they name, fails the connection
 //! at once with rustls's reason (it would be refused again).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::node::{Node, Tls};
@@ -155,6 +155,9 @@ pub(crate) struct Sentinels {
     tls: Tls,
     /// The sentinel that answered last: asked first next time.
     first: AtomicUsize,
+    /// Per sentinel: whether it failed to answer its last question (silent, refused, gone):
+    /// asked after every other until it answers again.
+    silent: Vec<AtomicBool>,
     /// The primary the last connection went to, and how many times that changed: a
     /// connection made before a change is to a node that is no longer the primary, which may
     /// say nothing (paused, cut off) rather than close it.
@@ -171,6 +174,7 @@ impl Sentinels {
             .map(|s| tls.open(&format!("{scheme}://{}{s}", url.sentinel_auth)))
             .collect::<redis::RedisResult<Vec<Node>>>()?;
         Ok(Sentinels {
+            silent: sentinels.iter().map(|_| AtomicBool::new(false)).collect(),
             url,
             sentinels,
             scheme,
@@ -188,9 +192,14 @@ impl Sentinels {
 
     /// A connection to the primary, opened within `timeout` (the sentinels' answers
     /// included), with reads and writes bounded by `io`. Each sentinel is asked in turn
-    /// (the one that answered last first) until one names a node that says it is a primary;
-    /// while none does (a failover under way: the primary named is down, or not yet
-    /// promoted), they are asked again every 100 ms until `timeout` runs out.
+    /// ([`order`](Self::order): the one that answered last first, one that did not answer
+    /// last) until one names a node that says it is a primary, each within an even share of
+    /// the time left for the sentinels not yet asked (at least 200 ms): its answer, the
+    /// connection to the node it names and the `ROLE` check. While none names a primary (a
+    /// failover under way: the primary named is down, or not yet promoted), they are asked
+    /// again every 100 ms until `timeout` runs out; a sentinel that did not answer is asked
+    /// again only while no other has answered. So a silent sentinel costs one share, a
+    /// third of `timeout` with three sentinels, once per call.
     ///
     /// The error says what each sentinel answered: a refused connection when no sentinel
     /// answered; a lost connection (retried by the caller's policy) when the sentinels
@@ -202,8 +211,9 @@ impl Sentinels {
         io: Duration,
     ) -> redis::RedisResult<redis::Connection> {
         let until = Instant::now() + timeout;
+        let mut heard = Heard::new(self.sentinels.len());
         loop {
-            match self.round(until, io) {
+            match self.round(until, io, &mut heard) {
                 Round::Connected(c) => return Ok(c),
                 Round::Failed(e) => return Err(e),
                 Round::Again(why, answered) => {
@@ -226,8 +236,9 @@ impl Sentinels {
     }
 
     /// Whether the sentinels now name a primary other than the one the Client's connections
-    /// go to, each asked within what is left of `timeout` (the one that answered last is asked
-    /// first). A first answer that names the current primary ends the question: no move. A
+    /// go to, each asked in [`order`](Self::order) within an even share of what is left of
+    /// `timeout` for those not yet asked (a silent sentinel costs its share, and is asked last
+    /// from then on). A first answer that names the current primary ends the question: no move. A
     /// new primary is believed once a majority of the sentinels name it, so that one sentinel
     /// that has not yet heard of a failover, or still names a primary it lost, does not move
     /// the Client. If so, the count of moves is raised, so that every connection to the old
@@ -243,19 +254,13 @@ impl Sentinels {
         }
         let until = Instant::now() + timeout;
         let n = self.sentinels.len();
-        let first = self.first.load(Ordering::Relaxed);
+        let order = self.order();
         let mut tally = Tally::new(current, n);
-        for i in (0..n).map(|i| (first + i) % n) {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+        for (j, &i) in order.iter().enumerate() {
+            let Some(share) = share(until, n - j) else {
                 return false;
-            }
-            let asked = self.sentinels[i].connect(left, left).and_then(|mut c| {
-                redis::cmd("SENTINEL")
-                    .arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(&self.url.master)
-                    .query::<Option<(String, u16)>>(&mut c)
-            });
+            };
+            let asked = self.ask(i, share, share);
             let Ok(Some((host, port))) = asked else {
                 continue;
             };
@@ -284,33 +289,77 @@ impl Sentinels {
         false
     }
 
-    /// Each sentinel asked once.
-    fn round(&self, until: Instant, io: Duration) -> Round {
+    /// The order to ask the sentinels in: the one that answered last first, then the others
+    /// in the URL's order from there, and those that did not answer their last question after
+    /// every other.
+    fn order(&self) -> Vec<usize> {
         let n = self.sentinels.len();
         let first = self.first.load(Ordering::Relaxed);
+        let mut order: Vec<usize> = (0..n).map(|i| (first + i) % n).collect();
+        order.sort_by_key(|&i| self.silent[i].load(Ordering::Relaxed));
+        order
+    }
+
+    /// Sentinel `i`'s answer to "which node is the primary?", the connection opened within
+    /// `timeout` and the answer read within `io`; whether it answered is remembered for
+    /// [`order`](Self::order). A node that answers with an error (it is not a sentinel)
+    /// answered too.
+    fn ask(
+        &self,
+        i: usize,
+        timeout: Duration,
+        io: Duration,
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        let asked = self.sentinels[i].connect(timeout, io).and_then(|mut c| {
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.url.master)
+                .query::<Option<(String, u16)>>(&mut c)
+        });
+        let answered = asked
+            .as_ref()
+            .map_or_else(|e| !super::error::broken(e), |_| true);
+        if self.silent[i].swap(!answered, Ordering::Relaxed) != !answered {
+            match answered {
+                true => tracing::debug!("zklock: sentinel {} answers again", self.url.sentinels[i]),
+                false => tracing::debug!(
+                    "zklock: sentinel {} did not answer within {timeout:?}: asked after the \
+                     others until it does",
+                    self.url.sentinels[i]
+                ),
+            }
+        }
+        asked
+    }
+
+    /// Each sentinel asked once (one that did not answer earlier in this call only while none
+    /// has), each within its share of the time left.
+    fn round(&self, until: Instant, io: Duration, heard: &mut Heard) -> Round {
+        let n = self.sentinels.len();
         let master = &self.url.master;
         let mut why = Vec::new();
         let (mut unknown, mut answered, mut not_sentinel) = (0, false, 0);
         let mut refused_tls = None;
-        for i in (0..n).map(|i| (first + i) % n) {
+        let order: Vec<usize> = self
+            .order()
+            .into_iter()
+            .filter(|&i| !(heard.any && heard.silent[i]))
+            .collect();
+        let skipped = n - order.len();
+        for (j, &i) in order.iter().enumerate() {
             let at = &self.url.sentinels[i];
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let Some(share) = share(until, order.len() - j) else {
                 why.push(format!("no time left to ask sentinel {at}"));
                 break;
-            }
-            let asked = self.sentinels[i]
-                .connect(left, left.min(io))
-                .and_then(|mut c| {
-                    redis::cmd("SENTINEL")
-                        .arg("GET-MASTER-ADDR-BY-NAME")
-                        .arg(master)
-                        .query::<Option<(String, u16)>>(&mut c)
-                });
-            // A node that answers with an error (it is not a sentinel) answered too.
-            answered |= asked
+            };
+            let attempt = Instant::now() + share;
+            let asked = self.ask(i, share, share.min(io));
+            let answered_now = asked
                 .as_ref()
                 .map_or_else(|e| !super::error::broken(e), |_| true);
+            answered |= answered_now;
+            heard.any |= answered_now;
+            heard.silent[i] = !answered_now;
             let (host, port) = match asked {
                 Ok(Some(addr)) => addr,
                 Ok(None) => {
@@ -328,14 +377,14 @@ impl Sentinels {
                 }
             };
             let node = node_address(host, port);
-            let left = until.saturating_duration_since(Instant::now());
+            let left = attempt.saturating_duration_since(Instant::now());
             let opened = self
                 .tls
                 .open(&format!(
                     "{}://{}{node}/{}",
                     self.scheme, self.url.node_auth, self.url.db
                 ))
-                .and_then(|server| server.connect(left, io))
+                .and_then(|server| server.connect(left, left.min(io)))
                 .and_then(|mut c| {
                     let role: redis::Value = redis::cmd("ROLE").query(&mut c)?;
                     Ok((c, role))
@@ -369,20 +418,25 @@ impl Sentinels {
                 Err(e) => why.push(format!("sentinel {at} names {node}: {e}")),
             }
         }
+        if skipped > 0 {
+            why.push(format!(
+                "{skipped} sentinel(s) that did not answer earlier not asked again"
+            ));
+        }
         let why = why.join("; ");
         match refused_tls {
             // No sentinel answered, and one refused over TLS: a wrong CA or certificate.
             Some(e) if !answered => return Round::Failed(e),
             _ => {}
         }
-        if unknown == n {
+        if skipped == 0 && unknown == n {
             return Round::Failed(redis::RedisError::from((
                 redis::ErrorKind::MasterNameNotFoundBySentinel,
                 "no sentinel knows the primary",
                 why,
             )));
         }
-        if not_sentinel > 0 && unknown + not_sentinel == n {
+        if skipped == 0 && not_sentinel > 0 && unknown + not_sentinel == n {
             return Round::Failed(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "not a sentinel, or no sentinel knows the primary",
@@ -461,6 +515,36 @@ fn node_address(host: String, port: u16) -> String {
 
 /// How long between two rounds of questions to the sentinels.
 const RETRY: Duration = Duration::from_millis(100);
+
+/// The least time a sentinel is given, however little is left for each.
+const MIN_SHARE: Duration = Duration::from_millis(200);
+
+/// An even share of what is left until `until` for each of `n` more sentinels (at least
+/// [`MIN_SHARE`], at most what is left); `None` when nothing is left.
+fn share(until: Instant, n: usize) -> Option<Duration> {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+    Some((left / n).max(MIN_SHARE).min(left))
+}
+
+/// What one call to [`Sentinels::connect`] has heard so far: whether any sentinel answered,
+/// and which did not.
+struct Heard {
+    any: bool,
+    silent: Vec<bool>,
+}
+
+impl Heard {
+    fn new(n: usize) -> Heard {
+        Heard {
+            any: false,
+            silent: vec![false; n],
+        }
+    }
+}
 
 /// What one round of questions to the sentinels gave.
 enum Round {
