@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::connect::{self, Limit, Watch};
-use super::connect::{Live, Ties};
+use super::connect::{HostOrder, Live, Ties};
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
 use super::session::Session;
@@ -127,6 +127,8 @@ pub(crate) struct Inner {
     sockets: Option<Arc<Watch>>,
     /// The sessions whose connection has not ended.
     live: Arc<Live>,
+    /// The order a new session tries the URL's hosts in.
+    hosts: Arc<HostOrder>,
 }
 
 /// Options of a [`PgClient`], from [`PgClient::builder`].
@@ -422,6 +424,7 @@ impl PgClientBuilder {
         let (close, _) = watch::channel(false);
         let ended = Arc::new(tokio::sync::Notify::new());
         let live = Arc::new(Live::default());
+        let hosts = Arc::new(HostOrder::default());
         let sent = boot_clock();
         let probe = handle.block_on(Session::open(
             &config,
@@ -434,6 +437,7 @@ impl PgClientBuilder {
                 on_end: ended.clone(),
                 sockets: sockets.clone(),
                 live: live.clone(),
+                hosts: hosts.clone(),
             },
         ));
         let (probe, version) = probe.map_err(failed)?;
@@ -498,6 +502,7 @@ impl PgClientBuilder {
             keeper,
             sockets,
             live,
+            hosts,
         });
         inner.spawn(watch_connection(Arc::downgrade(&inner)));
         inner.spawn(Keeper::run(
@@ -696,6 +701,7 @@ impl Inner {
                 on_end: self.keeper.ended.clone(),
                 sockets: self.sockets.clone(),
                 live: self.live.clone(),
+                hosts: self.hosts.clone(),
             },
         ))
         .await?;

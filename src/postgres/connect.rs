@@ -2,8 +2,16 @@
 //! Client's runtime drives, or, on Linux for a URL with one host, on a socket zklock connects
 //! itself, so that a caller in a blocking call drives it ([`Own`], `drive.rs`) — and the
 //! server-side limits it opens with.
+//!
+//! The connection timeout bounds each host of a URL, as libpq's `connect_timeout` does: the
+//! TCP connection, the startup (TLS, authentication, parameters) and the check of
+//! `target_session_attrs`, all within it. The hosts are tried in [`HostOrder`]: the one that
+//! gave the last session first, one that did not answer within its timeout after every other,
+//! so that a silent host (powered off, cut off, frozen) costs one timeout, then nothing while
+//! another answers.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +49,7 @@ pub(crate) async fn connect(
         on_end,
         sockets,
         live,
+        hosts,
     } = ties;
     let (ended_tx, ended) = watch::channel(false);
     let end = End {
@@ -56,7 +65,7 @@ pub(crate) async fn connect(
             (client, Some(own))
         }
         _ => (
-            by_tokio_postgres(config, tls, connect_timeout, end).await?,
+            by_tokio_postgres(config, tls, connect_timeout, end, &hosts).await?,
             None,
         ),
     };
@@ -64,17 +73,56 @@ pub(crate) async fn connect(
 }
 
 /// A connection tokio-postgres makes, driven by a task on the Client's runtime: every answer
-/// is read there and handed to the caller.
+/// is read there and handed to the caller. With several hosts, each is tried on its own in
+/// `hosts`' order, within `connect_timeout`; the error is the last host's, unless it did not
+/// answer and another said why it refused.
 async fn by_tokio_postgres(
     config: &tokio_postgres::Config,
     tls: &Tls,
     connect_timeout: Duration,
     end: End,
+    hosts: &HostOrder,
 ) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
-        .await
-        .map_err(|_| timed_out(connect_timeout))?
-        .map_err(|e| open_error(&e, config))?;
+    let n = host_count(config);
+    let (client, connection) = if n <= 1 {
+        one_host(config, tls, connect_timeout, None).await?
+    } else {
+        let random =
+            config.get_load_balance_hosts() == tokio_postgres::config::LoadBalanceHosts::Random;
+        let (mut silent, mut refused) = (None, None);
+        let mut found = None;
+        for i in hosts.order(n, random) {
+            let host = only_host(config, i);
+            match one_host(&host, tls, connect_timeout, Some(&shown_host(&host))).await {
+                Ok(c) => {
+                    hosts.answered(i, true);
+                    hosts.gave(i);
+                    found = Some(c);
+                    break;
+                }
+                Err(e) => {
+                    let quiet = matches!(
+                        e,
+                        Error::Timeout
+                            | Error::Io {
+                                kind: std::io::ErrorKind::TimedOut,
+                                ..
+                            }
+                    );
+                    hosts.answered(i, !quiet);
+                    match quiet {
+                        true => silent = Some(e),
+                        false => refused = Some(e),
+                    }
+                }
+            }
+        }
+        match (found, refused, silent) {
+            (Some(c), _, _) => c,
+            (None, Some(e), _) | (None, None, Some(e)) => return Err(e),
+            (None, None, None) => return Err(Error::invalid("a URL without a host")),
+        }
+    };
     // The way out drops the connection, which closes its socket.
     end.spawn(
         async {
@@ -127,6 +175,166 @@ impl End {
             drop(one);
             on_end.notify_one();
         });
+    }
+}
+
+/// A connection to the one host of `config` (several only where tokio-postgres tries them),
+/// made within `connect_timeout`: the TCP connection, the startup and the check of
+/// `target_session_attrs`. `host` names it in a timeout's message.
+async fn one_host(
+    config: &tokio_postgres::Config,
+    tls: &Tls,
+    connect_timeout: Duration,
+    host: Option<&str>,
+) -> Result<(
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>,
+)> {
+    tokio::time::timeout(connect_timeout, config.connect(tls.clone()))
+        .await
+        .map_err(|_| match host {
+            Some(host) => Error::Io {
+                context: format!("connecting to PostgreSQL at {host}"),
+                kind: std::io::ErrorKind::TimedOut,
+                message: format!("no session within {connect_timeout:?}"),
+            },
+            None => timed_out(connect_timeout),
+        })?
+        .map_err(|e| open_error(&e, config))
+}
+
+/// The stream of a connection tokio-postgres makes with the Client's TLS options.
+type TlsStream = <Tls as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream;
+
+/// How many hosts `config` names (`host` or `hostaddr` entries).
+fn host_count(config: &tokio_postgres::Config) -> usize {
+    config.get_hosts().len().max(config.get_hostaddrs().len())
+}
+
+/// `config` with only its `i`th host (its `host`, `hostaddr` and port), every other setting
+/// kept.
+fn only_host(config: &tokio_postgres::Config, i: usize) -> tokio_postgres::Config {
+    use tokio_postgres::config::Host;
+    let mut one = tokio_postgres::Config::new();
+    if let Some(user) = config.get_user() {
+        one.user(user);
+    }
+    if let Some(password) = config.get_password() {
+        one.password(password);
+    }
+    if let Some(dbname) = config.get_dbname() {
+        one.dbname(dbname);
+    }
+    if let Some(options) = config.get_options() {
+        one.options(options);
+    }
+    if let Some(name) = config.get_application_name() {
+        one.application_name(name);
+    }
+    match config.get_hosts().get(i) {
+        Some(Host::Tcp(host)) => {
+            one.host(host);
+        }
+        #[cfg(unix)]
+        Some(Host::Unix(path)) => {
+            one.host_path(path);
+        }
+        None => {}
+    }
+    if let Some(addr) = config.get_hostaddrs().get(i) {
+        one.hostaddr(*addr);
+    }
+    let ports = config.get_ports();
+    if let Some(port) = ports.get(i).or(ports.first()) {
+        one.port(*port);
+    }
+    if let Some(timeout) = config.get_connect_timeout() {
+        one.connect_timeout(*timeout);
+    }
+    if let Some(timeout) = config.get_tcp_user_timeout() {
+        one.tcp_user_timeout(*timeout);
+    }
+    one.keepalives(config.get_keepalives())
+        .keepalives_idle(config.get_keepalives_idle());
+    if let Some(interval) = config.get_keepalives_interval() {
+        one.keepalives_interval(interval);
+    }
+    if let Some(retries) = config.get_keepalives_retries() {
+        one.keepalives_retries(retries);
+    }
+    one.ssl_mode(config.get_ssl_mode())
+        .ssl_negotiation(config.get_ssl_negotiation())
+        .target_session_attrs(config.get_target_session_attrs())
+        .channel_binding(config.get_channel_binding())
+        .load_balance_hosts(config.get_load_balance_hosts());
+    one
+}
+
+/// `host:port` of a one-host `config`, for messages.
+fn shown_host(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let host = match (config.get_hosts().first(), config.get_hostaddrs().first()) {
+        (Some(Host::Tcp(host)), _) => host.clone(),
+        #[cfg(unix)]
+        (Some(Host::Unix(path)), _) => path.display().to_string(),
+        (None, Some(addr)) => addr.to_string(),
+        (None, None) => String::new(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
+/// The order a Client tries its URL's hosts in: the one that gave the last session first,
+/// then the others in the URL's order (shuffled with `load_balance_hosts=random`, and then
+/// without a first), those that did not answer within their timeout the last time after every
+/// other, until one answers again.
+#[derive(Default)]
+pub(crate) struct HostOrder {
+    /// The host that gave the last session, plus one (0: none yet).
+    last: AtomicUsize,
+    /// Per host: whether it did not answer within its timeout the last time it was tried.
+    silent: Mutex<Vec<bool>>,
+}
+
+impl HostOrder {
+    /// The order to try `n` hosts in.
+    fn order(&self, n: usize, random: bool) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..n).collect();
+        if random {
+            fastrand::shuffle(&mut order);
+        } else if let Some(last) = self.last.load(Ordering::Relaxed).checked_sub(1) {
+            if last < n {
+                order.retain(|&i| i != last);
+                order.insert(0, last);
+            }
+        }
+        let silent = self.silent.lock();
+        order.sort_by_key(|&i| silent.get(i).copied().unwrap_or(false));
+        order
+    }
+
+    /// Host `i` gave a session (`true`: it is tried first from now on), refused one, or did
+    /// not answer within its timeout (`false`: it is tried last until it answers again).
+    fn answered(&self, i: usize, answered: bool) {
+        let mut silent = self.silent.lock();
+        if silent.len() <= i {
+            silent.resize(i + 1, false);
+        }
+        if silent[i] == answered {
+            silent[i] = !answered;
+            match answered {
+                true => tracing::debug!("zklock: PostgreSQL host {} answers again", i + 1),
+                false => tracing::debug!(
+                    "zklock: PostgreSQL host {} did not answer: tried last until it does",
+                    i + 1
+                ),
+            }
+        }
+    }
+
+    /// Host `i` gave a session: tried first from now on.
+    fn gave(&self, i: usize) {
+        self.last.store(i + 1, Ordering::Relaxed);
     }
 }
 
@@ -224,6 +432,8 @@ pub(crate) struct Ties {
     pub(crate) sockets: Option<Arc<Watch>>,
     /// Counts the Client's sessions whose connection has not ended.
     pub(crate) live: Arc<Live>,
+    /// The order the URL's hosts are tried in.
+    pub(crate) hosts: Arc<HostOrder>,
 }
 
 /// The number of a Client's sessions whose connection has not ended, so that closing the
@@ -326,6 +536,50 @@ mod elsewhere {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
+
+    #[test]
+    fn one_host_of_a_url_keeps_every_other_setting() {
+        let options = "user=u password=pw dbname=d options=-cx=1 application_name=app \
+                       connect_timeout=7 keepalives=0 keepalives_idle=9 \
+                       target_session_attrs=read-write channel_binding=disable \
+                       sslmode=disable tcp_user_timeout=3000";
+        let several = tokio_postgres::Config::from_str(&format!(
+            "host=a,b,c hostaddr=10.0.0.1,10.0.0.2,10.0.0.3 port=1,2,3 {options}"
+        ))
+        .unwrap();
+        assert_eq!(host_count(&several), 3);
+        let second =
+            tokio_postgres::Config::from_str(&format!("host=b hostaddr=10.0.0.2 port=2 {options}"))
+                .unwrap();
+        assert_eq!(only_host(&several, 1), second);
+        assert_eq!(shown_host(&second), "b:2");
+        // One port for every host.
+        let one_port = tokio_postgres::Config::from_str("host=a,b port=7 user=u").unwrap();
+        let b = tokio_postgres::Config::from_str("host=b port=7 user=u").unwrap();
+        assert_eq!(only_host(&one_port, 1), b);
+    }
+
+    #[test]
+    fn the_host_that_gave_the_last_session_goes_first_and_a_silent_one_last() {
+        let order = HostOrder::default();
+        assert_eq!(order.order(3, false), [0, 1, 2]);
+        order.answered(0, false);
+        assert_eq!(order.order(3, false), [1, 2, 0]);
+        order.answered(1, true);
+        order.gave(1);
+        assert_eq!(order.order(3, false), [1, 2, 0]);
+        order.answered(0, true);
+        assert_eq!(order.order(3, false), [1, 0, 2]);
+        order.answered(1, false);
+        assert_eq!(order.order(3, false), [0, 2, 1]);
+        let mut shuffled = order.order(3, true);
+        assert_eq!(
+            shuffled.pop(),
+            Some(1),
+            "a silent host last, shuffled or not"
+        );
+    }
 
     #[test]
     fn limits_follow_the_timeout_and_the_server_version() {

@@ -32,8 +32,9 @@ impl Own {
         Peer::of(config).is_some()
     }
 
-    /// Connects a session (one that [`fits`](Self::fits)) within `connect_timeout`, with its
-    /// socket in `watch`, and starts its monitor.
+    /// Connects a session (one that [`fits`](Self::fits)) within `connect_timeout` (the TCP
+    /// connection and the startup together), with its socket in `watch`, and starts its
+    /// monitor.
     pub(super) async fn connect(
         watch: &Arc<Watch>,
         config: &tokio_postgres::Config,
@@ -44,14 +45,16 @@ impl Own {
         let peer = Peer::of(config).ok_or_else(|| {
             Error::invalid("zklock cannot connect this URL's sessions on a socket of its own")
         })?;
-        let (socket, domain) = tokio::time::timeout(connect_timeout, peer.connect(config, watch))
+        // The TCP connection and the startup (TLS, authentication, parameters) within one bound.
+        let until = tokio::time::Instant::now() + connect_timeout;
+        let (socket, domain) = tokio::time::timeout_at(until, peer.connect(config, watch))
             .await
             .map_err(|_| timed_out(connect_timeout))??;
         let tls_connect = MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
             .map_err(|e| Error::Tls(e.to_string()))?;
         let handle = socket.handle();
         let (client, connection) =
-            tokio::time::timeout(connect_timeout, config.connect_raw(socket, tls_connect))
+            tokio::time::timeout_at(until, config.connect_raw(socket, tls_connect))
                 .await
                 .map_err(|_| timed_out(connect_timeout))?
                 .map_err(|e| open_error(&e, config))?;
