@@ -328,8 +328,10 @@ impl PgClientBuilder {
         self
     }
 
-    /// How long opening a session may take (default: the connection string's
-    /// `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 10 s).
+    /// How long opening a session on one host may take, the startup included (default: the
+    /// connection string's `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 10 s). With several
+    /// hosts each gets this long, as in libpq, the one that gave the last session first and
+    /// one that did not answer last.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
