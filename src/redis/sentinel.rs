@@ -319,7 +319,8 @@ impl Sentinels {
         let answered = asked
             .as_ref()
             .map_or_else(|e| !super::error::broken(e), |_| true);
-        if self.silent[i].swap(!answered, Ordering::Relaxed) != !answered {
+        let silent = !answered;
+        if self.silent[i].swap(silent, Ordering::Relaxed) != silent {
             match answered {
                 true => tracing::debug!("zklock: sentinel {} answers again", self.url.sentinels[i]),
                 false => tracing::debug!(

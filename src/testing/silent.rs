@@ -92,16 +92,13 @@ fn run(listener: &TcpListener, shared: &Shared) {
     let mut sink = [0u8; 4096];
     while !shared.stop.load(Ordering::Acquire) {
         let mut idle = true;
-        match listener.accept() {
-            Ok((conn, _)) => {
-                if conn.set_nonblocking(true).is_ok() {
-                    shared.accepted.fetch_add(1, Ordering::Relaxed);
-                    lock(shared).push(conn);
-                    idle = false;
-                }
+        // An error is nothing to accept now, or a connection that ended before it was taken.
+        if let Ok((conn, _)) = listener.accept() {
+            if conn.set_nonblocking(true).is_ok() {
+                shared.accepted.fetch_add(1, Ordering::Relaxed);
+                lock(shared).push(conn);
+                idle = false;
             }
-            // Nothing to accept now (or a connection that ended before it was taken).
-            Err(_) => {}
         }
         for mut conn in lock(shared).iter() {
             while let Ok(1..) = conn.read(&mut sink) {
