@@ -193,9 +193,10 @@ impl Sentinels {
     /// A connection to the primary, opened within `timeout` (the sentinels' answers
     /// included), with reads and writes bounded by `io`. Each sentinel is asked in turn
     /// ([`order`](Self::order): the one that answered last first, one that did not answer
-    /// last) until one names a node that says it is a primary, each within an even share of
-    /// the time left for the sentinels not yet asked (at least 200 ms): its answer, the
-    /// connection to the node it names and the `ROLE` check. While none names a primary (a
+    /// last) until a majority of the sentinels in the URL name one node, which must say it is
+    /// a primary (one stale sentinel decides nothing), each within an even share of the time
+    /// left for the sentinels not yet asked (at least 200 ms); the connection to the node
+    /// and its `ROLE` check get the next share. While no primary is found this way (a
     /// failover under way: the primary named is down, or not yet promoted), they are asked
     /// again every 100 ms until `timeout` runs out; a sentinel that did not answer is asked
     /// again only while no other has answered. So a silent sentinel costs one share, a
@@ -238,10 +239,11 @@ impl Sentinels {
     /// Whether the sentinels now name a primary other than the one the Client's connections
     /// go to, each asked in [`order`](Self::order) within an even share of what is left of
     /// `timeout` for those not yet asked (a silent sentinel costs its share, and is asked last
-    /// from then on). A first answer that names the current primary ends the question: no move. A
-    /// new primary is believed once a majority of the sentinels name it, so that one sentinel
-    /// that has not yet heard of a failover, or still names a primary it lost, does not move
-    /// the Client. If so, the count of moves is raised, so that every connection to the old
+    /// from then on). The answers are counted until a majority of the sentinels in the URL
+    /// name one node: the current primary (no move) or another (a move), so that one sentinel
+    /// that has not yet heard of a failover, or still names a primary it lost (cut off with
+    /// it by a partition), decides neither: it costs a majority of questions, two of three
+    /// sentinels, per renewal round. If another node, the count of moves is raised, so that every connection to the old
     /// primary is dropped at its next use or read slice and opened again on the new one. The
     /// keeper asks at every renewal round: after a `SENTINEL FAILOVER` the old primary goes on
     /// answering as a primary, and its connections stay open, until the sentinels reconfigure
@@ -347,14 +349,17 @@ impl Sentinels {
             .filter(|&i| !(heard.any && heard.silent[i]))
             .collect();
         let skipped = n - order.len();
+        // The primary is the node a majority of the sentinels name, not one sentinel's word.
+        let mut tally = Tally::new(String::new(), n);
+        let mut named = Vec::new();
+        let mut first_answer = None;
         for (j, &i) in order.iter().enumerate() {
             let at = &self.url.sentinels[i];
-            let Some(share) = share(until, order.len() - j) else {
+            let Some(bound) = share(until, order.len() - j) else {
                 why.push(format!("no time left to ask sentinel {at}"));
                 break;
             };
-            let attempt = Instant::now() + share;
-            let asked = self.ask(i, share, share.min(io));
+            let asked = self.ask(i, bound, bound.min(io));
             let answered_now = asked
                 .as_ref()
                 .map_or_else(|e| !super::error::broken(e), |_| true);
@@ -378,7 +383,16 @@ impl Sentinels {
                 }
             };
             let node = node_address(host, port);
-            let left = attempt.saturating_duration_since(Instant::now());
+            first_answer.get_or_insert(i);
+            named.push(format!("sentinel {at} names {node}"));
+            let node = match tally.answer(node) {
+                Verdict::Move { node, .. } => node,
+                Verdict::Ask | Verdict::Stay => continue,
+            };
+            let Some(left) = share(until, order.len() - j) else {
+                why.push(format!("no time left to connect to {node}"));
+                break;
+            };
             let opened = self
                 .tls
                 .open(&format!(
@@ -392,7 +406,8 @@ impl Sentinels {
                 });
             match opened {
                 Ok((c, role)) if is_primary(&role) => {
-                    self.first.store(i, Ordering::Relaxed);
+                    self.first
+                        .store(first_answer.unwrap_or(i), Ordering::Relaxed);
                     let mut primary = self.primary.lock();
                     if *primary != node {
                         if !primary.is_empty() {
@@ -404,8 +419,8 @@ impl Sentinels {
                     return Round::Connected(c);
                 }
                 Ok(_) => why.push(format!(
-                    "sentinel {at} names {node} for {master:?}, which is not a primary (a \
-                     failover is under way)"
+                    "a majority of the sentinels name {node} for {master:?}, which is not a \
+                     primary (a failover is under way)"
                 )),
                 // A refused password or database is the caller's to hear as it is.
                 Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
@@ -416,8 +431,17 @@ impl Sentinels {
                 }
                 // So is a certificate refused: it would be refused again.
                 Err(e) if super::error::tls_refused(&e) => return Round::Failed(e),
-                Err(e) => why.push(format!("sentinel {at} names {node}: {e}")),
+                Err(e) => why.push(format!("a majority of the sentinels name {node}: {e}")),
             }
+            // No other node can have a majority: ask again in the next round.
+            break;
+        }
+        if !tally.decided() && !named.is_empty() {
+            why.push(format!(
+                "no node named by a majority ({} of {n}): {}",
+                n / 2 + 1,
+                named.join(", ")
+            ));
         }
         if skipped > 0 {
             why.push(format!(
@@ -449,8 +473,8 @@ impl Sentinels {
 }
 
 /// The sentinels' answers to "which node is the primary?", one at a time, against the primary
-/// the Client's connections go to: a first answer naming it ends the question, and a new
-/// primary is believed once a majority of the sentinels name it.
+/// the Client's connections go to: a node is believed, to stay on or to move to, once a
+/// majority of the sentinels in the URL name it, so that one stale sentinel decides nothing.
 struct Tally {
     current: String,
     majority: usize,
@@ -482,11 +506,13 @@ impl Tally {
         self.votes.is_empty()
     }
 
+    /// Whether a node has a majority.
+    fn decided(&self) -> bool {
+        self.votes.iter().any(|(_, v)| *v >= self.majority)
+    }
+
     /// One more sentinel's answer: it names `node`.
     fn answer(&mut self, node: String) -> Verdict {
-        if self.votes.is_empty() && node == self.current {
-            return Verdict::Stay;
-        }
         let votes = match self.votes.iter_mut().find(|(v, _)| *v == node) {
             Some((_, count)) => {
                 *count += 1;
@@ -586,12 +612,17 @@ mod tests {
             node: "b:1".to_owned(),
             votes,
         };
-        // The first answer names the current primary: one question, no move.
-        assert_eq!(answers(3, &["a:1"]), [Verdict::Stay]);
+        // Staying takes a majority too: two questions of three.
+        assert_eq!(answers(3, &["a:1", "a:1"]), [Verdict::Ask, Verdict::Stay]);
         // One stale sentinel names another node: the others are asked and keep the primary.
         assert_eq!(
             answers(3, &["b:1", "a:1", "a:1"]),
             [Verdict::Ask, Verdict::Ask, Verdict::Stay]
+        );
+        // One stale sentinel names the old primary: the others move the Client.
+        assert_eq!(
+            answers(3, &["a:1", "b:1", "b:1"]),
+            [Verdict::Ask, Verdict::Ask, to_b(2)]
         );
         // Two of three name the new primary.
         assert_eq!(answers(3, &["b:1", "b:1"]), [Verdict::Ask, to_b(2)]);
