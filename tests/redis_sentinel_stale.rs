@@ -9,10 +9,10 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zklock::redis::RedisMutex;
-use zklock::testing::{TestingRedis, TestingSentinel};
+use zklock::testing::{FaultProxy, TestingRedis, TestingSentinel};
 use zklock::RedisClient;
 
 /// A sentinel that names `127.0.0.1:port` as the primary for ever and answers `+OK` to
@@ -139,4 +139,49 @@ fn a_single_stale_sentinel_cannot_send_a_client_to_its_old_primary() {
     );
     assert_eq!(both, 0, "two holders of one lock");
     assert_eq!(on_old, "", "no lock on the stale sentinel's primary");
+}
+
+/// What deciding by a majority costs a holder: its keeper asks a majority of the sentinels
+/// (two of three) at every renewal round, where one answer used to do. Each sentinel is
+/// reached through a proxy that counts the connections.
+#[test]
+fn the_keeper_asks_a_majority_of_the_sentinels_each_round() {
+    let ttl = Duration::from_secs(3);
+    let set = TestingSentinel::start().unwrap();
+    let proxies: Vec<FaultProxy> = set
+        .sentinel_ports()
+        .iter()
+        .map(|p| FaultProxy::start_raw(("127.0.0.1", *p)).unwrap())
+        .collect();
+    let hosts: Vec<String> = proxies.iter().map(FaultProxy::connect_string).collect();
+    let url = format!(
+        "redis+sentinel://{}/{}",
+        hosts.join(","),
+        set.master_name()
+    );
+    let client = RedisClient::builder(&url).ttl(ttl).connect().unwrap();
+    let mutex = RedisMutex::new(&client, "majority-cost").unwrap();
+    let guard = mutex.lock().unwrap();
+    let count = || -> Vec<u64> {
+        proxies
+            .iter()
+            .map(|p| p.stats().connections_accepted)
+            .collect()
+    };
+    let before = count();
+    let began = Instant::now();
+    // Four renewal periods (a third of the TTL each).
+    thread::sleep(ttl / 3 * 4);
+    let after = count();
+    let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let rounds = began.elapsed().as_secs_f64() / (ttl / 3).as_secs_f64();
+    println!(
+        "sentinel connections over {rounds:.1} renewal periods: {delta:?}, {:.2} per round",
+        delta.iter().sum::<u64>() as f64 / rounds
+    );
+    assert!(
+        delta.iter().filter(|d| **d > 0).count() >= 2,
+        "the keeper asked fewer than a majority: {delta:?}"
+    );
+    guard.release().unwrap();
 }
