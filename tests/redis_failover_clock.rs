@@ -149,11 +149,18 @@ fn a_failover_to_a_replica_an_hour_ahead_makes_the_holder_lost_and_the_lock_free
             }
             thread::sleep(Duration::from_millis(20));
         });
-        // A Client that connects once the failover is done tries once.
+        // A Client that connects once the failover is done (every sentinel names the new
+        // primary: a Client goes where a majority of them say) tries once.
         let fresh = s.spawn(|| {
-            let new = set.nodes()[1].port();
-            wait_for("the new primary", || {
-                set.primary().is_ok_and(|p| p.port() == new)
+            let new = set.nodes()[1].port().to_string();
+            wait_for("every sentinel to name the new primary", || {
+                (0..set.sentinel_ports().len()).all(|i| {
+                    set.sentinel_command(
+                        i,
+                        &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", set.master_name()],
+                    )
+                    .is_ok_and(|a| a.lines().nth(1) == Some(new.as_str()))
+                })
             });
             let c = client(&set);
             let m = RedisMutex::new(&c, NAME).unwrap();

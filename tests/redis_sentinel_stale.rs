@@ -154,11 +154,7 @@ fn the_keeper_asks_a_majority_of_the_sentinels_each_round() {
         .map(|p| FaultProxy::start_raw(("127.0.0.1", *p)).unwrap())
         .collect();
     let hosts: Vec<String> = proxies.iter().map(FaultProxy::connect_string).collect();
-    let url = format!(
-        "redis+sentinel://{}/{}",
-        hosts.join(","),
-        set.master_name()
-    );
+    let url = format!("redis+sentinel://{}/{}", hosts.join(","), set.master_name());
     let client = RedisClient::builder(&url).ttl(ttl).connect().unwrap();
     let mutex = RedisMutex::new(&client, "majority-cost").unwrap();
     let guard = mutex.lock().unwrap();
