@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::client::{MySqlClient, Waiter, TOKENS};
-use super::mutex::{
-    attempt, check_name, granted, key_sql, last_row, let_go, refuse_in_table_mode, Grant, Waits,
-};
+use super::client::{MySqlClient, Waiter};
+use super::get_lock::{attempt, granted, last_row, let_go, refuse_in_table_mode, Grant, Waits};
+use super::sql::{check_name, key_sql, TOKENS};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -188,7 +187,9 @@ impl MySqlSemaphore {
         let (health, report) = self
             .feed
             .hold(inner.dispatch(), &self.name, &node, grant.token);
-        let kept = inner.keep(grant.session.clone(), grant.lease.clone(), report);
+        let kept = inner
+            .keeper
+            .keep(grant.session.clone(), grant.lease.clone(), report);
         Ok(Some(MySqlLease {
             client: self.client.clone(),
             key: self.keys[index as usize - 1].clone(),
@@ -363,7 +364,7 @@ impl MySqlLease {
             return Ok(());
         };
         let inner = self.client.inner();
-        inner.forget(self.kept);
+        inner.keeper.forget(self.kept);
         crate::core::metrics::released(&self.name, self.since.elapsed());
         let_go(inner, &self.key, grant.session, how, lost, true)
     }
