@@ -70,6 +70,18 @@ fn a_sql_client_and_zklock_exclude_each_other() {
     }
 }
 
+/// Names that differ only in bytes MariaDB or a collation would merge are distinct locks, and
+/// every name of 1 to 1024 bytes can be taken (a 256-byte name of four-byte characters too).
+#[test]
+fn distinct_names_are_distinct_locks() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let (a, b) = (
+        client(&server, Duration::from_secs(30)),
+        client(&server, Duration::from_secs(30)),
+    );
+    common::mysql::distinct_names_are_distinct_locks(&a, &b);
+}
+
 /// `KILL <session>` of the holder's session: its hold reads `Lost` within a watch tick, and
 /// another takes the lock at once.
 #[test]

@@ -31,6 +31,18 @@ fn exclusion_and_rising_tokens_across_clients() {
     log.check(60);
 }
 
+/// Names that differ only in bytes a collation would merge (`"x"` and `"x "` under a
+/// pad-space one) are distinct records, and every name of 1 to 1024 bytes can be taken.
+#[test]
+fn distinct_names_are_distinct_locks() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let (a, b) = (
+        client(&server, Duration::from_secs(30)),
+        client(&server, Duration::from_secs(30)),
+    );
+    common::mysql::distinct_names_are_distinct_locks(&a, &b);
+}
+
 /// A record whose expiry has passed by the database's clock while its holder still had it:
 /// of eight Clients that try at the same moment exactly one takes it over (the optimistic
 /// update on the version), with the next token, and the old holder reads `Lost`. Then twenty

@@ -16,9 +16,11 @@ use crate::core::lock::Release;
 /// fencing tokens.
 ///
 /// # The name
-/// A name of up to 64 characters is the `GET_LOCK` name itself; a longer one (MySQL refuses
-/// those, MariaDB takes them) is `SHA2(NAME, 256)` on both, its 64 hex digits, computed by the
-/// server. Any SQL client
+/// Any text of 1 to 1024 bytes; two distinct names are two locks, byte for byte (no case
+/// folding, no trailing space dropped, a NUL byte kept). A *plain* name — 1 to 64 bytes of
+/// lower-case ASCII letters, digits and `_-.:;/`, not 64 hex digits — is the `GET_LOCK` name
+/// itself; any other is the 64 hex digits of the SHA-256 of its UTF-8 bytes, computed by the
+/// server (`SHA2(…, 256)`), within MySQL's and MariaDB's limits. Any SQL client
 /// takes the same lock with the SQL [`lock_sql`](Self::lock_sql) gives (`SELECT
 /// GET_LOCK('NAME', TIMEOUT)`, then `SELECT RELEASE_LOCK('NAME')`), so a `mysql` script or a
 /// Python or Java service excludes zklock and is excluded by it.
@@ -123,10 +125,10 @@ impl MySqlMutex {
     /// The SQL that takes the same lock from any client.
     ///
     /// In the `GET_LOCK` mode, waiting up to a year: `SELECT GET_LOCK('NAME', 31536000)` for a
-    /// name of up to 64 characters, `SELECT GET_LOCK(SHA2('NAME', 256), 31536000)` for a
-    /// longer one. The name is quoted so that it reads the same under every `sql_mode`: `'…'`
-    /// with `'` doubled, or, for a name with a quote or a backslash, `CONVERT(X'…' USING
-    /// utf8mb4)`. Release it with `SELECT RELEASE_LOCK(…)` of the same expression, or by
+    /// plain name (see the type's docs), `SELECT GET_LOCK(SHA2('NAME', 256), 31536000)` for
+    /// another of printable ASCII without a quote or backslash, and `SELECT
+    /// GET_LOCK(SHA2(X'…', 256), 31536000)` of its bytes for any other (the same under every
+    /// `sql_mode` and character set). Release it with `SELECT RELEASE_LOCK(…)` of the same expression, or by
     /// closing the connection.
     ///
     /// In the table mode ([`MySqlMode::Table`]), one try at the lease record with the owner

@@ -7,9 +7,9 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 
 use super::client::{Inner, MySqlClient, MySqlMode};
+use super::semaphore::MAX_LEASES;
 use super::sql::{check_name, key_sql, RECORDS};
 use crate::core::error::{Error, Result};
-use super::semaphore::MAX_LEASES;
 
 /// A connection that holds or waits for one of the locks of a name — the mutex's (and the
 /// leader latch's) or a semaphore's lease — or, in the table mode, the lease record's holder.

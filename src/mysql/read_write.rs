@@ -11,8 +11,8 @@ use crate::core::error::Result;
 /// [`Lock`](crate::Lock) trait.
 ///
 /// # The names
-/// `GET_LOCK` has no shared mode, so the lock is made of `GET_LOCK` names (each hashed as a
-/// [`MySqlMutex`]'s beyond 64 characters): a gate `NAME;w` and 64 reader names `NAME;r1` …
+/// `GET_LOCK` has no shared mode, so the lock is made of `GET_LOCK` names (each mapped to its key
+/// as a [`MySqlMutex`]'s name is): a gate `NAME;w` and 64 reader names `NAME;r1` …
 /// `NAME;r64`. A reader takes the gate (waiting behind any writer that holds it or waits for
 /// it), takes the first free reader name and lets the gate go, all in one request; it holds
 /// its reader name. A writer takes the gate, then every reader name — waiting for the readers

@@ -26,8 +26,8 @@ const WAIT_SLICE: Duration = Duration::from_secs(1);
 ///
 /// # The names
 /// Lease `i` (from 1 to `max_leases`) is the `GET_LOCK` name of the text `NAME;i`, as a
-/// [`MySqlMutex`](super::MySqlMutex) named `NAME;i` takes it (so hashed by `SHA2` beyond 64
-/// characters). A lease is one of these locks held on a connection of its own: when a holder
+/// [`MySqlMutex`](super::MySqlMutex) named `NAME;i` takes it (so hashed by `SHA2` unless
+/// plain). A lease is one of these locks held on a connection of its own: when a holder
 /// crashes, is frozen or is cut off, the server ends its session within the Client's session
 /// timeout and the lease is free again. Any SQL client can take a lease:
 /// `SELECT GET_LOCK('NAME;i', 0)` for some `i` up to N.

@@ -9,29 +9,41 @@ use crate::core::error::{Error, Result};
 /// The longest lock name, in bytes.
 const MAX_NAME: usize = 1024;
 
-/// The longest `GET_LOCK` name, in characters: longer names are hashed.
-const MAX_KEY: usize = 64;
+/// The longest name that is its own key, in bytes: MySQL's limit of a `GET_LOCK` name (64
+/// characters), which MariaDB's (in bytes) exceeds for these one-byte characters.
+const MAX_PLAIN: usize = 64;
 
-/// The `GET_LOCK` name of `name` as an SQL expression: the quoted name up to 64 characters,
-/// `SHA2(…, 256)` of it beyond.
-pub(crate) fn key_sql(name: &str) -> String {
-    let literal = literal(name);
-    if name.chars().count() <= MAX_KEY {
-        literal
-    } else {
-        format!("SHA2({literal}, 256)")
-    }
+/// Whether `name` is its own key: 1 to 64 bytes of lower-case ASCII letters, digits and
+/// `_-.:;/`, other than 64 hex digits (the form of a hashed key). Every server compares these
+/// byte for byte: no case to fold (MySQL folds `GET_LOCK` names), no trailing space for a
+/// pad-space collation to drop, no NUL byte for MariaDB to cut the name at.
+fn plain(name: &str) -> bool {
+    let hash_like = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+    !name.is_empty()
+        && name.len() <= MAX_PLAIN
+        && !hash_like
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.:;/".contains(&b))
 }
 
-/// `s` as an SQL string that reads the same under every `sql_mode`: `'…'` with `'` doubled,
-/// or `CONVERT(X'…' USING utf8mb4)` for text with a quote or backslash (whose escaping
-/// depends on `NO_BACKSLASH_ESCAPES`).
-fn literal(s: &str) -> String {
-    if s.contains(['\'', '\\']) || s.chars().any(char::is_control) {
-        let hex: String = s.bytes().map(|b| format!("{b:02X}")).collect();
-        format!("CONVERT(X'{hex}' USING utf8mb4)")
+/// The key of `name` — its `GET_LOCK` name, its lease record's and tokens' row — as an SQL
+/// expression: the name itself (quoted) when it is [plain](plain), else the 64 hex digits of
+/// the SHA-256 of its UTF-8 bytes, computed by the server: `SHA2('NAME', 256)` for printable
+/// ASCII without a quote or backslash, `SHA2(X'…', 256)` of its bytes for any other. So two
+/// distinct names are two keys (a plain key never has the form of a hash), and every key is
+/// 1 to 64 ASCII characters, within MySQL's and MariaDB's limits.
+pub(crate) fn key_sql(name: &str) -> String {
+    if plain(name) {
+        format!("'{name}'")
+    } else if name
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'\'' && b != b'\\')
+    {
+        format!("SHA2('{name}', 256)")
     } else {
-        format!("'{s}'")
+        let hex: String = name.bytes().map(|b| format!("{b:02X}")).collect();
+        format!("SHA2(X'{hex}', 256)")
     }
 }
 
@@ -127,15 +139,26 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_the_name_or_its_sha2() {
+    fn keys_are_plain_names_or_their_sha2() {
         assert_eq!(key_sql("ledger"), "'ledger'");
-        assert_eq!(key_sql(&"é".repeat(64)), format!("'{}'", "é".repeat(64)));
+        assert_eq!(key_sql("jobs/nightly;3"), "'jobs/nightly;3'");
+        assert_eq!(key_sql(&"x".repeat(64)), format!("'{}'", "x".repeat(64)));
         assert_eq!(
             key_sql(&"x".repeat(65)),
             format!("SHA2('{}', 256)", "x".repeat(65))
         );
-        assert_eq!(key_sql("it's"), "CONVERT(X'69742773' USING utf8mb4)");
-        assert_eq!(key_sql("a\\b"), "CONVERT(X'615C62' USING utf8mb4)");
+        // Upper case, a space, a quote: hashed, printable ASCII as text.
+        assert_eq!(key_sql("Ledger"), "SHA2('Ledger', 256)");
+        assert_eq!(key_sql("x "), "SHA2('x ', 256)");
+        assert_eq!(key_sql("it's"), "SHA2(X'69742773', 256)");
+        assert_eq!(key_sql("a\\b"), "SHA2(X'615C62', 256)");
+        // NUL and multi-byte characters: their bytes.
+        assert_eq!(key_sql("a\0x"), "SHA2(X'610078', 256)");
+        assert_eq!(key_sql("é"), "SHA2(X'C3A9', 256)");
+        // A name of the form of a hash is hashed, so it is not another name's key.
+        let hex = "ee69eb4afc76aae085cdfb153ca55d587b819e19d84145b5438be7f2bc25ec83";
+        assert_eq!(key_sql(hex), format!("SHA2('{hex}', 256)"));
+        assert_eq!(key_sql(&hex[1..]), format!("'{}'", &hex[1..]));
     }
 
     #[test]
