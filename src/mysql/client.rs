@@ -119,6 +119,9 @@ pub enum MySqlMode {
     Table,
 }
 
+/// The longest connection and operation timeouts: a longer one is taken as this.
+const LONGEST_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 /// The most idle sessions a Client keeps for its next acquisitions.
 const IDLE_SESSIONS: usize = 8;
 
@@ -257,14 +260,15 @@ impl MySqlClientBuilder {
         self
     }
 
-    /// How long opening a session may take (default 5 s).
+    /// How long opening a session may take (default 5 s, more than zero; longer than a day is
+    /// a day).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// How long one statement that does not wait for a lock may wait for its answer
-    /// (default: the connection timeout).
+    /// (default: the connection timeout; more than zero, longer than a day is a day).
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = Some(timeout);
         self
@@ -307,10 +311,15 @@ impl MySqlClientBuilder {
     /// mode).
     pub fn connect(self) -> Result<MySqlClient> {
         let (opts, shown, mode, tls) = self.check()?;
-        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        // Longer than a day is a day: every sum of a deadline and these stays in range.
+        let connect_timeout = self.connect_timeout.min(LONGEST_TIMEOUT);
+        let operation_timeout = self
+            .operation_timeout
+            .unwrap_or(connect_timeout)
+            .min(LONGEST_TIMEOUT);
         let secs = whole_seconds(self.session_timeout);
         let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
-            .tcp_connect_timeout(Some(self.connect_timeout))
+            .tcp_connect_timeout(Some(connect_timeout))
             .read_timeout(Some(operation_timeout))
             .write_timeout(Some(operation_timeout))
             .prefer_socket(false)

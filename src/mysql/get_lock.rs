@@ -238,7 +238,7 @@ pub(crate) fn attempt_sql(
     // fractions on MariaDB); the client gives up an operation timeout later.
     let (wait, read) = match deadline.remaining() {
         None => (FOREVER as f64, None),
-        Some(left) => (left.as_secs_f64(), Some(left + op)),
+        Some(left) => (left.as_secs_f64(), Some(left.saturating_add(op))),
     };
     let sql = sql(&format!("{wait:.3}"));
     // The lease starts no later than the lock statement is sent.
@@ -422,7 +422,7 @@ impl Raw {
                         return Ok(None);
                     }
                     tracing::debug!("zklock: MySQL session lost ({e}), retrying in {sleep:?}");
-                    let until = Instant::now() + sleep;
+                    let until = crate::core::deadline::instant_after(sleep);
                     while Instant::now() < until {
                         if inner.closed() {
                             return Err(Error::Closed);
