@@ -159,6 +159,59 @@ fn extreme_durations_are_refused_or_work() {
     }
 }
 
+/// A mutex bumps its fencing token only when it is asked for, on the holding session: holds
+/// that never read it write nothing; the token read is kept, rises from holder to holder
+/// (also over holds that did not read theirs), and cannot be read once the session is gone.
+#[test]
+fn a_mutex_reads_its_token_only_when_asked_for() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = MySqlMutex::new(&c, "token-when-asked").unwrap();
+    let counter = || -> u64 {
+        let rows = server
+            .root_sql(
+                "SELECT COALESCE(MAX(token), 0) FROM zklock.zklock_tokens \
+                 WHERE name = 'token-when-asked'",
+            )
+            .unwrap();
+        rows[0][0].parse().unwrap()
+    };
+    let mut tokens = Vec::new();
+    for round in 0..3 {
+        let before = counter();
+        for _ in 0..10 {
+            mutex.lock().unwrap().release().unwrap();
+        }
+        assert_eq!(
+            counter(),
+            before,
+            "round {round}: holds without their token wrote"
+        );
+        for _ in 0..10 {
+            let guard = mutex.lock().unwrap();
+            let token = guard.fencing_token();
+            assert_eq!(guard.fencing_token(), token, "read once, then kept");
+            assert_eq!(mutex.fencing_token(), Some(token));
+            tokens.push(token);
+            guard.release().unwrap();
+        }
+        assert_eq!(
+            counter(),
+            before + 10,
+            "round {round}: one bump per token read"
+        );
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // A hold whose session is gone has no token to give: 0, which every fence refuses.
+    let guard = mutex.lock().unwrap();
+    let id = mutex.connection_id().unwrap();
+    assert!(server.kill_session(u64::from(id)).unwrap());
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    assert_eq!(mutex.fencing_token(), None);
+    assert_eq!(guard.fencing_token(), 0);
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
+}
+
 /// `KILL <session>` of the holder's session: its hold reads `Lost` within a watch tick, and
 /// another takes the lock at once.
 #[test]

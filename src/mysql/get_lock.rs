@@ -5,18 +5,18 @@
 //! leader latch all take their locks here.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
 use super::client::{Inner, MySqlClient, MySqlMode, Waiter};
 use super::session::Session;
-use super::sql::{check_name, key_sql, BUMP, TOKENS};
+use super::sql::{check_name, key_sql, token_sql, BUMP, TOKENS};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
-use crate::core::hold::{Granted, Report};
+use crate::core::hold::{Granted, Report, Token};
 use crate::core::lease::{boot_clock, LocalLease};
 use crate::core::listeners::Dispatch;
 use crate::core::lock::Release;
@@ -149,9 +149,18 @@ impl Raw {
             gen,
         };
         let granted = match self.mode {
-            Mode::Mutex => attempt(inner, &self.key, deadline, &waits)?.map(|g| (1, g)),
-            Mode::Read => attempt_sql(inner, &|wait| self.read_sql(wait), deadline, &waits)?,
-            Mode::Write => attempt_sql(inner, &|wait| self.write_sql(wait), deadline, &waits)?,
+            Mode::Mutex => {
+                let sql = |wait: &str| format!("SELECT GET_LOCK({}, {wait})", self.key);
+                attempt_sql(inner, &sql, Bump::WhenAsked, deadline, &waits)?
+            }
+            Mode::Read => {
+                let sql = |wait: &str| self.read_sql(wait);
+                attempt_sql(inner, &sql, Bump::WithGrant, deadline, &waits)?
+            }
+            Mode::Write => {
+                let sql = |wait: &str| self.write_sql(wait);
+                attempt_sql(inner, &sql, Bump::WithGrant, deadline, &waits)?
+            }
         };
         Ok(granted.map(|(got, grant)| {
             let key = match self.mode {
@@ -162,9 +171,17 @@ impl Raw {
                     .unwrap_or_else(|| self.key.clone()),
                 Mode::Mutex | Mode::Write => self.key.clone(),
             };
+            let token = match grant.token {
+                Some(token) => token.into(),
+                None => {
+                    let (session, key) = (Arc::downgrade(&grant.session), key.clone());
+                    let op = inner.operation_timeout;
+                    Token::later(move || read_token(&session, &key, op))
+                }
+            };
             Granted {
                 node: format!("GET_LOCK {key} (connection {})", grant.session.id),
-                token: grant.token.into(),
+                token,
                 grant: Kept {
                     session: grant.session,
                     key,
@@ -190,10 +207,11 @@ impl Waits<'_> {
     }
 }
 
-/// A grant: the session that holds, the token, the lease from the lock statement's send time.
+/// A grant: the session that holds, the token (`None` for a mutex's, read when asked for), the
+/// lease from the lock statement's send time.
 pub(crate) struct Grant {
     pub(crate) session: Arc<Session>,
-    pub(crate) token: u64,
+    pub(crate) token: Option<u64>,
     pub(crate) lease: Arc<LocalLease>,
 }
 
@@ -213,7 +231,31 @@ pub(crate) fn attempt(
              {BUMP} SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)"
         )
     };
-    Ok(attempt_sql(inner, &sql, deadline, waits)?.map(|(_, grant)| grant))
+    Ok(attempt_sql(inner, &sql, Bump::WithGrant, deadline, waits)?.map(|(_, grant)| grant))
+}
+
+/// When a grant's fencing token is bumped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bump {
+    /// In the grant's own request: its statements' last row is (granted, token).
+    WithGrant,
+    /// Later, when the token is first asked for ([`read_token`]): the request is the one
+    /// `GET_LOCK` statement, whose row is (granted).
+    WhenAsked,
+}
+
+/// Bumps and reads the token of `key` on `session`, which must hold it: the first time a
+/// mutex's token is asked for, within the operation timeout `op`. [`Error::LockLost`] when
+/// the session has ended or no longer holds `key`.
+fn read_token(session: &Weak<Session>, key: &str, op: Duration) -> Result<u64> {
+    let Some(session) = session.upgrade().filter(|s| !s.ended()) else {
+        return Err(Error::LockLost);
+    };
+    let sql = token_sql(key);
+    match session.with(Some(op), op, |c| last_row(c, &sql))? {
+        Some((Some(1), Some(token))) => Ok(token),
+        _ => Err(Error::LockLost),
+    }
 }
 
 /// One attempt on an idle or new session with the statements `sql` gives for a wait of so many
@@ -223,6 +265,7 @@ pub(crate) fn attempt(
 pub(crate) fn attempt_sql(
     inner: &Inner,
     sql: &dyn Fn(&str) -> String,
+    bump: Bump,
     deadline: Deadline,
     waits: &Waits<'_>,
 ) -> Result<Option<(i64, Grant)>> {
@@ -246,7 +289,12 @@ pub(crate) fn attempt_sql(
     let answer = if waits.cancelled() || inner.closed() {
         Err(Error::Cancelled)
     } else {
-        session.with(read, op, |c| last_row(c, &sql))
+        session.with(read, op, |c| match bump {
+            Bump::WithGrant => last_row(c, &sql),
+            Bump::WhenAsked => Ok(c
+                .query_first::<Option<i64>, _>(&sql)?
+                .map(|got| (got, None))),
+        })
     };
     // From here the session is not killed by a cancel (it may hold): a cancel that came
     // first is seen below.
@@ -273,7 +321,8 @@ pub(crate) fn attempt_sql(
         }
     };
     match (got, token) {
-        (Some(got @ 1..), Some(token)) => {
+        // Granted: with its token, or with none yet when it is read when asked for.
+        (Some(got @ 1..), _) if token.is_some() || bump == Bump::WhenAsked => {
             granted(inner, session, token, sent).map(|grant| Some((got, grant)))
         }
         (Some(1..), None) => {
@@ -314,7 +363,7 @@ pub(crate) fn last_row(
 pub(crate) fn granted(
     inner: &Inner,
     session: Arc<Session>,
-    token: u64,
+    token: Option<u64>,
     sent: Duration,
 ) -> Result<Grant> {
     let lease = LocalLease::new();

@@ -206,7 +206,7 @@ fn contend(client: &MySqlClient, key: &str, election: &Arc<Election>, shared: &S
         }
         *shared.ended.lock() = false;
         // A lost hold ends the term (`term_ended`), which the wait below looks at.
-        let report: Report = election.gained(grant.token, grant.lease.clone());
+        let report: Report = election.gained(grant.token.unwrap_or_default(), grant.lease.clone());
         let kept = inner
             .keeper
             .keep(grant.session.clone(), grant.lease.clone(), report);

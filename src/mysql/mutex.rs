@@ -46,13 +46,16 @@ use crate::core::lock::Release;
 /// the session timeout, at most every 500 ms) or a heartbeat fails.
 ///
 /// # Fencing
-/// The token is a counter in the table `zklock_tokens`, one row per `GET_LOCK` name, bumped by
-/// the grant's own round trip (`GET_LOCK`, then `INSERT … ON DUPLICATE KEY UPDATE token =
-/// token + 1` only if granted, in one multi-statement request) and committed (autocommit,
-/// InnoDB) before the answer comes back: it rises across successive holders that go through
-/// zklock, also across a restart or a kill -9 of the server with InnoDB's default
-/// `innodb_flush_log_at_trx_commit = 1` (with 2, across a kill of the server but not a crash
-/// of its machine). A holder that took the lock with plain SQL bumps nothing.
+/// The token is a counter in the table `zklock_tokens`, one row per `GET_LOCK` name, bumped
+/// the first time the hold's token is asked for ([`fencing_token`](Self::fencing_token) or the
+/// guard's), on the holding session and only while it holds the lock (`INSERT … ON DUPLICATE
+/// KEY UPDATE token = token + 1`, committed before the answer comes back), then kept for the
+/// hold: a hold whose token is never asked for writes nothing. The tokens read rise across
+/// successive holders that go through zklock, also across a restart or a kill -9 of the server
+/// with InnoDB's default `innodb_flush_log_at_trx_commit = 1` (with 2, across a kill of the
+/// server but not a crash of its machine). Once the hold's session is gone, a token not read
+/// before cannot be: `None` here, 0 on the guard. A holder that took the lock with plain SQL
+/// bumps nothing.
 ///
 /// # The table mode
 /// A mutex of a Client in [`MySqlMode::Table`] is a lease row of `zklock_lock_record` instead:

@@ -184,9 +184,12 @@ impl MySqlSemaphore {
             "semaphore {:?} lease {index} (connection {})",
             self.name, grant.session.id
         );
-        let (health, report) = self
-            .feed
-            .hold(inner.dispatch(), &self.name, &node, grant.token);
+        let (health, report) = self.feed.hold(
+            inner.dispatch(),
+            &self.name,
+            &node,
+            grant.token.unwrap_or_default(),
+        );
         let kept = inner
             .keeper
             .keep(grant.session.clone(), grant.lease.clone(), report);
@@ -252,7 +255,7 @@ impl MySqlSemaphore {
                     .filter(|i| (1..=self.max_leases).contains(i))
                     .ok_or_else(|| Error::MySql(format!("a lease out of range: {slot}")));
                 match index {
-                    Ok(index) => Ok(Some((granted(inner, session, token, sent)?, index))),
+                    Ok(index) => Ok(Some((granted(inner, session, Some(token), sent)?, index))),
                     Err(e) => {
                         session.close();
                         Err(e)
@@ -324,7 +327,10 @@ impl MySqlLease {
     /// The fencing token of this grant: the counter of its name in `zklock_tokens`, rising
     /// across successive holders of this lease's name.
     pub fn fencing_token(&self) -> u64 {
-        self.grant.as_ref().map_or(0, |g| g.token)
+        self.grant
+            .as_ref()
+            .and_then(|g| g.token)
+            .unwrap_or_default()
     }
 
     /// The lease's health, computed now.

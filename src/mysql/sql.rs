@@ -75,6 +75,19 @@ pub(crate) const BUMP: &str =
     "INSERT INTO zklock_tokens (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) \
     FROM DUAL WHERE @zklock_got >= 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);";
 
+/// Bumps the token of `key` (an SQL expression) if this session holds its `GET_LOCK`, in two
+/// statements: the last row is (1, the token), or (0 or `NULL`, `NULL`) when the session does
+/// not hold it (and bumped nothing).
+pub(crate) fn token_sql(key: &str) -> String {
+    format!(
+        "INSERT INTO zklock_tokens (name, token) SELECT {key}, LAST_INSERT_ID(1) FROM DUAL \
+         WHERE IS_USED_LOCK({key}) = CONNECTION_ID() \
+         ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
+         SELECT IS_USED_LOCK({key}) = CONNECTION_ID(), \
+         IF(IS_USED_LOCK({key}) = CONNECTION_ID(), LAST_INSERT_ID(), NULL)"
+    )
+}
+
 /// The lease table.
 pub(crate) const RECORDS: &str = "zklock_lock_record";
 
