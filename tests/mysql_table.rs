@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use common::mysql::{client, one_winner_per_round, Sections};
 use common::{patience, wait_for};
 use parking_lot::Mutex;
+use zklock::mysql::{MySqlClient, MySqlMode, MySqlMutex};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient, MySqlMode, MySqlMutex};
+use zklock::{ConnectionState, Error, LockHealth};
 
 /// Three Clients, two threads each, 60 sections in all: never two inside, and the tokens
 /// strictly rising in the order the sections ran.
@@ -41,6 +42,39 @@ fn distinct_names_are_distinct_locks() {
         client(&server, Duration::from_secs(30)),
     );
     common::mysql::distinct_names_are_distinct_locks(&a, &b);
+}
+
+/// A renewal that finds the Client's own connection dead after a server restart runs again at
+/// once on a new one: the first renewal after the restart reaches the server, and the Client
+/// never reads `Suspended` (the renewal used to fail and wait a whole renewal period).
+#[test]
+fn the_first_renewal_after_a_restart_goes_through_a_new_connection() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    // Renewals every 20 s: the restart fits between two of them.
+    let c = client(&server, Duration::from_secs(60));
+    let mutex = MySqlMutex::new(&c, "renewal").unwrap();
+    let guard = mutex.lock().unwrap();
+    let expiry = |server: &TestingMariaDb| {
+        server
+            .root_sql(
+                "SELECT expire_time FROM zklock.zklock_lock_record WHERE lock_name = 'renewal'",
+            )
+            .unwrap()[0][0]
+            .clone()
+    };
+    // Right after a renewal, the server restarts.
+    let granted = expiry(&server);
+    wait_for("a renewal", || expiry(&server) != granted);
+    let states = c.connection_states();
+    let t = Instant::now();
+    server.restart().unwrap();
+    println!("restarted in {:?}", t.elapsed());
+    let before = expiry(&server);
+    wait_for("a renewal after the restart", || expiry(&server) != before);
+    let seen: Vec<ConnectionState> = states.try_iter().collect();
+    assert!(!seen.contains(&ConnectionState::Suspended), "{seen:?}");
+    assert_eq!(guard.health(), LockHealth::Held);
+    guard.release().unwrap();
 }
 
 /// A record whose expiry has passed by the database's clock while its holder still had it:

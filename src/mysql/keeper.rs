@@ -201,7 +201,8 @@ impl Keeper {
         Ok(())
     }
 
-    /// `f` on the Client's own session, opened again (once) if it has ended, its answer awaited
+    /// `f` on the Client's own session, opened again if it has ended or the server has ended it
+    /// (a restart: the request goes through a new connection at once, not a failed one), its answer awaited
     /// for at most `timeout`.
     pub(crate) fn on_side<T>(
         &self,
@@ -209,7 +210,7 @@ impl Keeper {
         f: impl Fn(&mut mysql::Conn) -> mysql::Result<T>,
     ) -> Result<T> {
         let mut side = self.side.lock();
-        let session = match side.take().filter(|s| !s.ended()) {
+        let session = match side.take().filter(|s| s.usable()) {
             Some(s) => s,
             None => Session::open(&self.opts).map_err(|e| error(&e))?,
         };
@@ -223,7 +224,7 @@ impl Keeper {
         let op = self.operation_timeout;
         let mut side = self.side.lock();
         for _ in 0..2 {
-            let session = match side.take().filter(|s| !s.ended()) {
+            let session = match side.take().filter(|s| s.usable()) {
                 Some(s) => s,
                 None => match Session::open(&self.opts) {
                     Ok(s) => s,
@@ -415,7 +416,7 @@ impl Keeper {
         if !heard && !self.closed() {
             let sent = boot_clock();
             let mut side = self.side.lock();
-            let beat = match side.take().filter(|s| !s.ended()) {
+            let beat = match side.take().filter(|s| s.usable()) {
                 Some(s) => Ok(s),
                 None => Session::open(&self.opts).map_err(|e| error(&e)),
             }
