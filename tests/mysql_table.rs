@@ -77,6 +77,37 @@ fn the_first_renewal_after_a_restart_goes_through_a_new_connection() {
     guard.release().unwrap();
 }
 
+/// `close()` against a frozen server (SIGSTOP) while the keeper waits on the Client's own
+/// connection to let go of a released record: it returns within its bound, the operation
+/// timeout and a quarter second (the events thread), not behind the keeper's request too.
+#[test]
+fn close_against_a_frozen_server_keeps_its_bound() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let op = Duration::from_secs(3);
+    let c = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .session_timeout(Duration::from_secs(30))
+        .operation_timeout(op)
+        .connect()
+        .unwrap();
+    let released = MySqlMutex::new(&c, "frozen-released").unwrap();
+    let held = MySqlMutex::new(&c, "frozen-held").unwrap();
+    released.acquire().unwrap();
+    held.acquire().unwrap();
+    server.pause().unwrap();
+    // Unanswered: the record goes to the keeper, which waits on the frozen server for it.
+    assert!(released.release().is_err());
+    // The keeper, woken by the release, is in its request on the Client's own connection.
+    thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    c.close();
+    let took = t.elapsed();
+    server.resume().unwrap();
+    println!("close against a frozen server: {took:?} (operation timeout {op:?})");
+    // The slack is for a loaded machine; waiting behind the keeper took a second timeout.
+    assert!(took < op + Duration::from_millis(1500), "{took:?}");
+    assert_eq!(held.health(), Some(LockHealth::Lost));
+}
+
 /// A record whose expiry has passed by the database's clock while its holder still had it:
 /// of eight Clients that try at the same moment exactly one takes it over (the optimistic
 /// update on the version), with the next token, and the old holder reads `Lost`. Then twenty

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 use parking_lot::{Condvar, Mutex};
@@ -125,10 +125,37 @@ impl Keeper {
             (leased.report)(LockHealth::Lost);
         }
         records.extend(self.releases.lock().drain(..));
-        if let Err(e) = self.expire(&records, self.operation_timeout) {
+        if let Err(e) = self.expire_within(&records, self.operation_timeout) {
             tracing::debug!("zklock: could not let go of MySQL table leases at close: {e}");
         }
         self.wake_waiters();
+    }
+
+    /// At close: lets go of `records` within `bound` in all, waiting for the keeper's request
+    /// on the Client's own session included; not at all if that session cannot be had by then
+    /// or the server has closed it (the records expire by themselves within the lease).
+    fn expire_within(&self, records: &[Record], bound: Duration) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let until = crate::core::deadline::instant_after(bound);
+        let Some(mut side) = self.side.try_lock_until(until) else {
+            return Err(Error::Timeout);
+        };
+        let Some(session) = side.take().filter(|s| s.usable()) else {
+            return Err(Error::ConnectionLoss);
+        };
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let sql = expire_sql(records);
+        let answer = session.with(Some(left), self.operation_timeout, |c| {
+            let mut result = c.query_iter(&sql)?;
+            while result.iter().is_some() {}
+            Ok(())
+        });
+        *side = Some(session);
+        answer
     }
 
     /// When the Client is dropped: every hold's session ended (the server frees its lock).
