@@ -414,7 +414,10 @@ fn contended(plan: &Plan, server: &TestingMariaDb) -> Res<()> {
             );
         }
     }
-    println!();
+    match TOKENS_NOT_READ.load(Ordering::Relaxed) {
+        0 => println!(),
+        n => println!("\n{n} holds of the token rows could not read their token\n"),
+    }
     Ok(())
 }
 
@@ -445,6 +448,9 @@ fn add(
     cost.server_cpu += more_cost.server_cpu;
     Ok((run, cost))
 }
+
+/// Holds of the "token read" rows whose token could not be read (the reason is logged).
+static TOKENS_NOT_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The holder before: swaps in session `i`, 1 if another session held the lock last.
 fn handoff(last: &AtomicUsize, i: usize) -> u64 {
@@ -480,7 +486,8 @@ fn zklock_contended(
                 c.waits.record(t.elapsed().as_micros() as u64)?;
                 c.handoffs += handoff(&last, i);
                 if token && guard.fencing_token() == 0 {
-                    return Err("no fencing token".into());
+                    // Not read within the operation timeout (logged): counted, not fatal.
+                    TOKENS_NOT_READ.fetch_add(1, Ordering::Relaxed);
                 }
                 guard.release()?;
                 c.n += 1;

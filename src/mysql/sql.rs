@@ -61,7 +61,8 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The table of fencing tokens: one counter row per lock key, bumped at each grant.
+/// The table of fencing tokens: one counter row per lock key, bumped when a mutex's token is
+/// first asked for, and in the grant of a semaphore lease, a read-write half or a latch term.
 pub(crate) const TOKENS: &str = "zklock_tokens";
 
 /// The fencing tokens' table, created at connect if missing.
