@@ -96,7 +96,8 @@ impl MySqlMutex {
     /// A mutex named `name` (any text of 1 to 1024 bytes).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty or over-long name; nothing is sent.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty or over-long
+    /// name; nothing is sent.
     pub fn new(client: &MySqlClient, name: &str) -> Result<MySqlMutex> {
         let raw = match client.inner().mode {
             MySqlMode::GetLock => Either::GetLock(get_lock::Raw::new(client, name, Mode::Mutex)?),
