@@ -2,7 +2,8 @@
 # Makes sure Debian's MariaDB server and client are present (the MySQL backend's tests start
 # their own servers with mariadb-install-db and mariadbd, and talk to them as root with the
 # `mariadb` client over their socket), installing the package with apt-get if not; also
-# Debian's galera-4 and rsync, for the Galera cluster of tests/mysql_galera.rs. Oracle's
+# Debian's galera-4 and rsync, for the Galera cluster of tests/mysql_galera.rs, and
+# python3-pymysql, the MySQL bench's peer. Oracle's
 # MySQL is not in Debian's archive: the tests run on MariaDB only. Nothing is installed when
 # MARIADB_BINDIR names a directory with your own.
 set -euo pipefail
@@ -17,6 +18,8 @@ if [ -z "${GALERA_PROVIDER:-}" ] && ! [ -e /usr/lib/galera/libgalera_smm.so ]; t
   need+=(galera-4)
 fi
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
+# The MySQL bench's peer row: PyMySQL's plain GET_LOCK (benches/python/pymysql_bench.py).
+python3 -c 'import pymysql' >/dev/null 2>&1 || need+=(python3-pymysql)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 echo "zklock: installing ${need[*]} with apt-get" >&2

@@ -367,10 +367,6 @@ pub use crate::mem::MemClient;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use crate::mysql::MySqlClient;
-// The MySQL backend's own doc examples still name these at the root; they live in `mysql`.
-#[cfg(feature = "mysql")]
-#[doc(hidden)]
-pub use crate::mysql::{MySqlLeaderLatch, MySqlMutex, MySqlReadWriteLock, MySqlSemaphore};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::PgClient;

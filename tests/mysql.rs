@@ -7,9 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{patience, wait_for};
-use zklock::mysql::{MySqlMutex, MySqlSemaphore};
+use zklock::mysql::{MySqlClient, MySqlLeaderLatch, MySqlMutex, MySqlSemaphore};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient};
+use zklock::{Error, LockHealth};
 
 fn client(server: &TestingMariaDb, session: Duration) -> MySqlClient {
     MySqlClient::builder(&server.url())
@@ -69,6 +69,147 @@ fn a_sql_client_and_zklock_exclude_each_other() {
         );
         mutex.release().unwrap();
     }
+}
+
+/// Names that differ only in bytes MariaDB or a collation would merge are distinct locks, and
+/// every name of 1 to 1024 bytes can be taken (a 256-byte name of four-byte characters too).
+#[test]
+fn distinct_names_are_distinct_locks() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let (a, b) = (
+        client(&server, Duration::from_secs(30)),
+        client(&server, Duration::from_secs(30)),
+    );
+    common::mysql::distinct_names_are_distinct_locks(&a, &b);
+}
+
+/// `Duration::MAX` and `Duration::ZERO` for every option and every call, in both modes: an
+/// option out of range is refused with `InvalidArgument`, every other value works — nothing
+/// panics, nothing hangs.
+#[test]
+fn extreme_durations_are_refused_or_work() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    for url in [server.url(), format!("{}?lock_mode=table", server.url())] {
+        let refused = |b: zklock::mysql::MySqlClientBuilder, what: &str| match b.connect() {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("{url}: {what}: {other:?}"),
+        };
+        let b = || MySqlClient::builder(&url);
+        refused(b().session_timeout(Duration::ZERO), "session_timeout(ZERO)");
+        refused(b().session_timeout(Duration::MAX), "session_timeout(MAX)");
+        refused(b().connect_timeout(Duration::ZERO), "connect_timeout(ZERO)");
+        refused(
+            b().operation_timeout(Duration::ZERO),
+            "operation_timeout(ZERO)",
+        );
+        refused(b().poll_interval(Duration::ZERO), "poll_interval(ZERO)");
+        refused(b().poll_interval(Duration::MAX), "poll_interval(MAX)");
+        let builders = [
+            ("connect_timeout(MAX)", b().connect_timeout(Duration::MAX)),
+            (
+                "operation_timeout(MAX)",
+                b().operation_timeout(Duration::MAX),
+            ),
+            (
+                "both MAX",
+                b().connect_timeout(Duration::MAX)
+                    .operation_timeout(Duration::MAX),
+            ),
+        ];
+        for (what, builder) in builders {
+            let c = builder.connect().unwrap_or_else(|e| panic!("{what}: {e}"));
+            let table = url.contains("lock_mode=table");
+            let m = MySqlMutex::new(&c, "durations").unwrap();
+            let other = MySqlMutex::new(&c, "durations").unwrap();
+            // A bounded wait beside them: its bound plus the operation timeout.
+            for t in [Duration::MAX, Duration::ZERO, Duration::from_secs(1)] {
+                assert!(
+                    m.acquire_timeout(t).unwrap(),
+                    "{what}: acquire_timeout({t:?})"
+                );
+                for wait in [Duration::ZERO, Duration::from_millis(50)] {
+                    assert!(!other.acquire_timeout(wait).unwrap(), "{what}: {wait:?}");
+                }
+                m.release_timeout(t).unwrap();
+                let guard = m.try_lock_for(t).unwrap().expect("free");
+                guard.release_timeout(t).unwrap();
+            }
+            let latch = MySqlLeaderLatch::start(&c, "durations-latch").unwrap();
+            assert!(
+                latch.await_leadership_timeout(Duration::MAX).unwrap(),
+                "{what}"
+            );
+            assert!(
+                latch.await_leadership_timeout(Duration::ZERO).unwrap(),
+                "{what}"
+            );
+            latch.close();
+            if !table {
+                let pool = MySqlSemaphore::new(&c, "durations-pool", 1).unwrap();
+                let lease = pool.acquire_timeout(Duration::MAX).unwrap().expect("free");
+                for wait in [Duration::ZERO, Duration::from_millis(50)] {
+                    assert!(pool.acquire_timeout(wait).unwrap().is_none(), "{what}");
+                }
+                lease.release_timeout(Duration::MAX).unwrap();
+                let lease = pool.acquire_timeout(Duration::ZERO).unwrap().expect("free");
+                lease.release_timeout(Duration::ZERO).unwrap();
+            }
+            c.close();
+        }
+    }
+}
+
+/// A mutex bumps its fencing token only when it is asked for, on the holding session: holds
+/// that never read it write nothing; the token read is kept, rises from holder to holder
+/// (also over holds that did not read theirs), and cannot be read once the session is gone.
+#[test]
+fn a_mutex_reads_its_token_only_when_asked_for() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = MySqlMutex::new(&c, "token-when-asked").unwrap();
+    let counter = || -> u64 {
+        let rows = server
+            .root_sql(
+                "SELECT COALESCE(MAX(token), 0) FROM zklock.zklock_tokens \
+                 WHERE name = 'token-when-asked'",
+            )
+            .unwrap();
+        rows[0][0].parse().unwrap()
+    };
+    let mut tokens = Vec::new();
+    for round in 0..3 {
+        let before = counter();
+        for _ in 0..10 {
+            mutex.lock().unwrap().release().unwrap();
+        }
+        assert_eq!(
+            counter(),
+            before,
+            "round {round}: holds without their token wrote"
+        );
+        for _ in 0..10 {
+            let guard = mutex.lock().unwrap();
+            let token = guard.fencing_token();
+            assert_eq!(guard.fencing_token(), token, "read once, then kept");
+            assert_eq!(mutex.fencing_token(), Some(token));
+            tokens.push(token);
+            guard.release().unwrap();
+        }
+        assert_eq!(
+            counter(),
+            before + 10,
+            "round {round}: one bump per token read"
+        );
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // A hold whose session is gone has no token to give: 0, which every fence refuses.
+    let guard = mutex.lock().unwrap();
+    let id = mutex.connection_id().unwrap();
+    assert!(server.kill_session(u64::from(id)).unwrap());
+    wait_for("Lost", || guard.health() == LockHealth::Lost);
+    assert_eq!(mutex.fencing_token(), None);
+    assert_eq!(guard.fencing_token(), 0);
+    assert!(matches!(guard.release(), Err(Error::LockLost)));
 }
 
 /// `KILL <session>` of the holder's session: its hold reads `Lost` within a watch tick, and

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use common::mysql::{client, one_winner_per_round, Sections};
 use common::{patience, wait_for};
 use parking_lot::Mutex;
-use zklock::mysql::{MySqlMode, MySqlMutex};
+use zklock::mysql::{MySqlClient, MySqlMode, MySqlMutex};
 use zklock::testing::TestingMariaDb;
-use zklock::{Error, LockHealth, MySqlClient};
+use zklock::{ConnectionState, Error, LockHealth};
 
 /// Three Clients, two threads each, 60 sections in all: never two inside, and the tokens
 /// strictly rising in the order the sections ran.
@@ -30,6 +30,82 @@ fn exclusion_and_rising_tokens_across_clients() {
     let log = Sections::each_twice(&mutexes, 10);
     println!("60 sections on 3 Clients in {:?}", started.elapsed());
     log.check(60);
+}
+
+/// Names that differ only in bytes a collation would merge (`"x"` and `"x "` under a
+/// pad-space one) are distinct records, and every name of 1 to 1024 bytes can be taken.
+#[test]
+fn distinct_names_are_distinct_locks() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let (a, b) = (
+        client(&server, Duration::from_secs(30)),
+        client(&server, Duration::from_secs(30)),
+    );
+    common::mysql::distinct_names_are_distinct_locks(&a, &b);
+}
+
+/// A renewal that finds the Client's own connection dead after a server restart runs again at
+/// once on a new one: the first renewal after the restart reaches the server, and the Client
+/// never reads `Suspended` (the renewal used to fail and wait a whole renewal period).
+#[test]
+fn the_first_renewal_after_a_restart_goes_through_a_new_connection() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    // Renewals every 20 s: the restart fits between two of them.
+    let c = client(&server, Duration::from_secs(60));
+    let mutex = MySqlMutex::new(&c, "renewal").unwrap();
+    let guard = mutex.lock().unwrap();
+    let expiry = |server: &TestingMariaDb| {
+        server
+            .root_sql(
+                "SELECT expire_time FROM zklock.zklock_lock_record WHERE lock_name = 'renewal'",
+            )
+            .unwrap()[0][0]
+            .clone()
+    };
+    // Right after a renewal, the server restarts.
+    let granted = expiry(&server);
+    wait_for("a renewal", || expiry(&server) != granted);
+    let states = c.connection_states();
+    let t = Instant::now();
+    server.restart().unwrap();
+    println!("restarted in {:?}", t.elapsed());
+    let before = expiry(&server);
+    wait_for("a renewal after the restart", || expiry(&server) != before);
+    let seen: Vec<ConnectionState> = states.try_iter().collect();
+    assert!(!seen.contains(&ConnectionState::Suspended), "{seen:?}");
+    assert_eq!(guard.health(), LockHealth::Held);
+    guard.release().unwrap();
+}
+
+/// `close()` against a frozen server (SIGSTOP) while the keeper waits on the Client's own
+/// connection to let go of a released record: it returns within its bound, the operation
+/// timeout and a quarter second (the events thread), not behind the keeper's request too.
+#[test]
+fn close_against_a_frozen_server_keeps_its_bound() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let op = Duration::from_secs(3);
+    let c = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .session_timeout(Duration::from_secs(30))
+        .operation_timeout(op)
+        .connect()
+        .unwrap();
+    let released = MySqlMutex::new(&c, "frozen-released").unwrap();
+    let held = MySqlMutex::new(&c, "frozen-held").unwrap();
+    released.acquire().unwrap();
+    held.acquire().unwrap();
+    server.pause().unwrap();
+    // Unanswered: the record goes to the keeper, which waits on the frozen server for it.
+    assert!(released.release().is_err());
+    // The keeper, woken by the release, is in its request on the Client's own connection.
+    thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    c.close();
+    let took = t.elapsed();
+    server.resume().unwrap();
+    println!("close against a frozen server: {took:?} (operation timeout {op:?})");
+    // The slack is for a loaded machine; waiting behind the keeper took a second timeout.
+    assert!(took < op + Duration::from_millis(1500), "{took:?}");
+    assert_eq!(held.health(), Some(LockHealth::Lost));
 }
 
 /// A record whose expiry has passed by the database's clock while its holder still had it:

@@ -5,26 +5,23 @@
 //! the server end a silent one within the session timeout.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mysql::prelude::Queryable;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-use super::participants::MySqlParticipant;
-use super::session::{code, connect_error, Session};
+use super::keeper::Keeper;
+use super::session::{connect_error, Session};
+use super::sql::{RECORDS, RECORDS_DDL, TOKENS, TOKENS_DDL};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
+use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
-use crate::core::health::LockHealth;
-use crate::core::hold::Report;
-use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
-
-/// The table of fencing tokens: one counter row per lock key, bumped at each grant.
-pub(crate) const TOKENS: &str = "zklock_tokens";
 
 /// A connection to one MySQL or MariaDB server (the primary of a replicated set), shared by
 /// every MySQL lock made from it. Cheap to clone; its sessions and threads end with the last
@@ -64,7 +61,7 @@ pub(crate) const TOKENS: &str = "zklock_tokens";
 /// # Example
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock::{MySqlClient, MySqlMutex};
+/// use zklock::{mysql::MySqlMutex, MySqlClient};
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let client = MySqlClient::builder("mysql://app:secret@127.0.0.1:3306/app")
@@ -95,29 +92,15 @@ pub(crate) struct Inner {
     pub(crate) states: Arc<States>,
     /// The sessions waiting for a lock now.
     waiters: Mutex<Vec<Waiter>>,
-    /// The sessions holding a lock now, which the keeper keeps alive.
-    holds: Mutex<Vec<Kept>>,
-    next_hold: AtomicU64,
-    /// The Client's own session: `KILL`s and its heartbeat when nothing is held.
-    side: Mutex<Option<Session>>,
-    /// Wakes the keeper at close and when a table lease is let go of in the background.
-    wake: Condvar,
-    keeper: Mutex<Option<JoinHandle<()>>>,
+    /// The holds' and leases' keeper, with the Client's own session.
+    pub(crate) keeper: Arc<Keeper>,
     /// How the locks of this Client lock: `GET_LOCK`, or rows of the lease table.
     pub(crate) mode: MySqlMode,
     /// How often a table-mode waiter reads the record it waits for.
     pub(crate) poll_interval: Duration,
-    /// The table mode's leases held now, which the keeper renews.
-    leases: Mutex<Vec<Leased>>,
-    /// Table leases let go of in the background, which the keeper expires.
-    pub(crate) releases: Mutex<Vec<Record>>,
     /// Idle sessions (at most [`IDLE_SESSIONS`]), holding no lock: the table mode's
     /// statements, and the `GET_LOCK` mode's next waits after a confirmed release.
     idle: Mutex<Vec<Session>>,
-    /// Wakes the table mode's waiters between polls (a cancel, a close, a lease let go of
-    /// here); the count says how often.
-    pub(crate) nap: Mutex<u64>,
-    pub(crate) naps: Condvar,
 }
 
 /// How the locks of a [`MySqlClient`] lock, chosen by [`MySqlClientBuilder::mode`] or the URL
@@ -137,24 +120,11 @@ pub enum MySqlMode {
     Table,
 }
 
+/// The longest connection and operation timeouts: a longer one is taken as this.
+const LONGEST_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 /// The most idle sessions a Client keeps for its next acquisitions.
 const IDLE_SESSIONS: usize = 8;
-
-/// One table lease: the record's name (an SQL expression), owner and version.
-#[derive(Clone)]
-pub(crate) struct Record {
-    pub(crate) key: String,
-    pub(crate) owner: String,
-    pub(crate) version: u64,
-}
-
-/// A table lease the keeper renews.
-struct Leased {
-    id: u64,
-    record: Record,
-    lease: Arc<LocalLease>,
-    report: Report,
-}
 
 /// A thread waiting for a lock on `session`, for `cancel_waiters` (of the lock `owner`) and
 /// `close`. `done` is set by the waiter when its answer is in: from then on the session is
@@ -163,14 +133,6 @@ pub(crate) struct Waiter {
     pub(crate) owner: usize,
     pub(crate) session: Arc<Session>,
     pub(crate) done: Arc<AtomicBool>,
-}
-
-/// A hold the keeper keeps alive.
-struct Kept {
-    id: u64,
-    session: Arc<Session>,
-    lease: Arc<LocalLease>,
-    report: Report,
 }
 
 /// Options of a [`MySqlClient`], from [`MySqlClient::builder`].
@@ -210,8 +172,8 @@ impl MySqlClient {
     pub fn builder(url: &str) -> MySqlClientBuilder {
         MySqlClientBuilder {
             url: url.to_owned(),
-            session_timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             operation_timeout: None,
             retry: None,
             mode: None,
@@ -222,26 +184,6 @@ impl MySqlClient {
     /// How this Client's locks lock: `GET_LOCK` or the lease table.
     pub fn mode(&self) -> MySqlMode {
         self.inner.mode
-    }
-
-    /// Who holds and who waits for the locks of `name` — its mutex (and leader latch) and
-    /// leases 1 to `max_leases` of its semaphore. In the `GET_LOCK` mode: the connection that
-    /// holds each (`IS_USED_LOCK`), and the connections whose statement waits in `GET_LOCK` on
-    /// it — zklock's and any SQL client's that runs the form of
-    /// [`lock_sql`](super::MySqlMutex::lock_sql) — from the process list (the `PROCESS`
-    /// privilege shows other users' connections). In the table
-    /// mode: the lease record, if unexpired, with its owner, token and time left; its waiters
-    /// poll and are not seen. Holders first, then waiters, longest first.
-    ///
-    /// # Blocking
-    /// Two statements on the Client's own session, each within the operation timeout.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or more leases than a semaphore has, before
-    /// any I/O; [`Error::Closed`]; [`Error::Timeout`] or a connection error from the
-    /// statements.
-    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<MySqlParticipant>> {
-        super::participants::read(self.inner(), self.mode(), name, max_leases)
     }
 
     /// The session timeout: the server ends a holder's session silent for this long, and its
@@ -270,11 +212,7 @@ impl MySqlClient {
         if inner.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let holds: Vec<Kept> = inner.holds.lock().drain(..).collect();
-        for kept in holds {
-            kept.session.end();
-            (kept.report)(LockHealth::Lost);
-        }
+        inner.keeper.lose_holds();
         let waiting: Vec<Arc<Session>> = inner
             .waiters
             .lock()
@@ -285,26 +223,14 @@ impl MySqlClient {
             session.end();
         }
         for session in &waiting {
-            inner.kill(session.id);
+            inner.keeper.kill(session.id);
         }
         // The table mode's leases: lost when this returns, and let go of on the server at once.
-        let leases: Vec<Leased> = inner.leases.lock().drain(..).collect();
-        let mut records: Vec<Record> = leases.iter().map(|l| l.record.clone()).collect();
-        for leased in leases {
-            (leased.report)(LockHealth::Lost);
-        }
-        records.extend(inner.releases.lock().drain(..));
-        if let Err(e) = inner.expire(&records, inner.operation_timeout) {
-            tracing::debug!("zklock: could not let go of MySQL table leases at close: {e}");
-        }
-        inner.wake_waiters();
+        inner.keeper.lose_leases();
         for session in inner.idle.lock().drain(..) {
             session.close();
         }
-        if let Some(side) = inner.side.lock().take() {
-            side.close();
-        }
-        inner.wake.notify_all();
+        inner.keeper.stop();
         if let Some(t) = inner.events_thread.lock().take() {
             let _ = t.join();
         }
@@ -335,14 +261,15 @@ impl MySqlClientBuilder {
         self
     }
 
-    /// How long opening a session may take (default 5 s).
+    /// How long opening a session may take (default 10 s, more than zero; longer than a day is
+    /// a day).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// How long one statement that does not wait for a lock may wait for its answer
-    /// (default: the connection timeout).
+    /// (default: the connection timeout; more than zero, longer than a day is a day).
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = Some(timeout);
         self
@@ -385,10 +312,15 @@ impl MySqlClientBuilder {
     /// mode).
     pub fn connect(self) -> Result<MySqlClient> {
         let (opts, shown, mode, tls) = self.check()?;
-        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        // Longer than a day is a day: every sum of a deadline and these stays in range.
+        let connect_timeout = self.connect_timeout.min(LONGEST_TIMEOUT);
+        let operation_timeout = self
+            .operation_timeout
+            .unwrap_or(connect_timeout)
+            .min(LONGEST_TIMEOUT);
         let secs = whole_seconds(self.session_timeout);
         let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
-            .tcp_connect_timeout(Some(self.connect_timeout))
+            .tcp_connect_timeout(Some(connect_timeout))
             .read_timeout(Some(operation_timeout))
             .write_timeout(Some(operation_timeout))
             .prefer_socket(false)
@@ -449,19 +381,12 @@ impl MySqlClientBuilder {
             return Err(failed(Error::MySql(why)));
         }
         let (table, ddl) = match mode {
-            MySqlMode::GetLock => (
-                TOKENS,
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {TOKENS} (\
-                     name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL \
-                     PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
-                ),
-            ),
-            MySqlMode::Table => (super::table::RECORDS, super::table::DDL.to_owned()),
+            MySqlMode::GetLock => (TOKENS, TOKENS_DDL),
+            MySqlMode::Table => (RECORDS, RECORDS_DDL),
         };
         probe
             .with(Some(operation_timeout), operation_timeout, |c| {
-                c.query_drop(&ddl)
+                c.query_drop(ddl)
             })
             .map_err(|e| {
                 failed(match e {
@@ -485,6 +410,14 @@ impl MySqlClientBuilder {
             sent,
             dispatch.clone(),
         ));
+        let keeper = Arc::new(Keeper::new(
+            opts.clone(),
+            self.session_timeout,
+            operation_timeout,
+            closed.clone(),
+            states.clone(),
+            probe,
+        ));
         let inner = Arc::new(Inner {
             opts,
             shown,
@@ -493,11 +426,7 @@ impl MySqlClientBuilder {
             operation_timeout,
             mode,
             poll_interval: self.poll_interval,
-            leases: Mutex::default(),
-            releases: Mutex::default(),
             idle: Mutex::default(),
-            nap: Mutex::new(0),
-            naps: Condvar::new(),
             retry: self.retry.unwrap_or_else(|| {
                 Arc::new(
                     ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
@@ -509,18 +438,9 @@ impl MySqlClientBuilder {
             events_thread: Mutex::new(Some(events_thread)),
             states,
             waiters: Mutex::default(),
-            holds: Mutex::default(),
-            next_hold: AtomicU64::new(0),
-            side: Mutex::new(Some(probe)),
-            wake: Condvar::new(),
-            keeper: Mutex::new(None),
+            keeper,
         });
-        let weak = Arc::downgrade(&inner);
-        let keeper = std::thread::Builder::new()
-            .name("zklock-mysql-keeper".into())
-            .spawn(move || keep_alive(weak))
-            .map_err(|e| Error::thread_start("zklock-mysql-keeper", &e))?;
-        *inner.keeper.lock() = Some(keeper);
+        inner.keeper.start()?;
         Ok(MySqlClient { inner })
     }
 
@@ -718,78 +638,6 @@ impl Inner {
         }
     }
 
-    /// Wakes the table mode's waiters that sleep between polls.
-    pub(crate) fn wake_waiters(&self) {
-        *self.nap.lock() += 1;
-        self.naps.notify_all();
-    }
-
-    /// Starts renewing the table lease `record`, its local lease `lease`; its health goes to
-    /// `report`. Returns the lease's number for [`forget_lease`](Self::forget_lease).
-    pub(crate) fn lease(&self, record: Record, lease: Arc<LocalLease>, report: Report) -> u64 {
-        let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
-        let mut leases = self.leases.lock();
-        if self.closed() {
-            drop(leases);
-            report(LockHealth::Lost);
-            return id;
-        }
-        leases.push(Leased {
-            id,
-            record,
-            lease,
-            report,
-        });
-        id
-    }
-
-    /// Stops renewing table lease `id`; whether it was renewed.
-    pub(crate) fn forget_lease(&self, id: u64) -> bool {
-        let mut leases = self.leases.lock();
-        let before = leases.len();
-        leases.retain(|l| l.id != id);
-        leases.len() != before
-    }
-
-    /// Has the keeper let go of `record` (a guard dropped, a release whose answer was lost).
-    pub(crate) fn release_later(&self, record: Record) {
-        self.releases.lock().push(record);
-        self.wake.notify_all();
-    }
-
-    /// Lets go of the table leases `records` on the Client's own session (also once closed),
-    /// waiting at most `timeout` for the answer.
-    pub(crate) fn expire(&self, records: &[Record], timeout: Duration) -> Result<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let sql = super::table::expire_sql(records);
-        self.on_side(timeout, |c| {
-            let mut result = c.query_iter(&sql)?;
-            while result.iter().is_some() {}
-            Ok(())
-        })?;
-        self.wake_waiters();
-        Ok(())
-    }
-
-    /// `f` on the Client's own session, opened again (once) if it has ended, its answer awaited
-    /// for at most `timeout`.
-    pub(crate) fn on_side<T>(
-        &self,
-        timeout: Duration,
-        f: impl Fn(&mut mysql::Conn) -> mysql::Result<T>,
-    ) -> Result<T> {
-        let mut side = self.side.lock();
-        let session = match side.take().filter(|s| !s.ended()) {
-            Some(s) => s,
-            None => Session::open(&self.opts).map_err(|e| super::session::error(&e))?,
-        };
-        let answer = session.with(Some(timeout), self.operation_timeout, f);
-        *side = Some(session);
-        answer
-    }
-
     /// Registers a waiter; it is taken out by [`forget_waiter`](Self::forget_waiter).
     pub(crate) fn add_waiter(&self, waiter: Waiter) {
         self.waiters.lock().push(waiter);
@@ -815,257 +663,7 @@ impl Inner {
             session.end();
         }
         for session in &waiting {
-            self.kill(session.id);
-        }
-    }
-
-    /// `KILL CONNECTION id` on the Client's own session (opened again if it has ended).
-    pub(crate) fn kill(&self, id: u32) {
-        let op = self.operation_timeout;
-        let mut side = self.side.lock();
-        for _ in 0..2 {
-            let session = match side.take().filter(|s| !s.ended()) {
-                Some(s) => s,
-                None => match Session::open(&self.opts) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::debug!("zklock: cannot open a MySQL session to KILL {id}: {e}");
-                        return;
-                    }
-                },
-            };
-            let killed = session.with(Some(op), op, |c| {
-                c.query_drop(format!("KILL CONNECTION {id}"))
-            });
-            *side = Some(session);
-            match killed {
-                Ok(()) => return,
-                Err(Error::MySql(why))
-                    if why.contains(&format!("error {}", code::NO_SUCH_THREAD)) =>
-                {
-                    return
-                }
-                Err(Error::ConnectionLoss) => continue,
-                Err(e) => {
-                    tracing::debug!("zklock: KILL CONNECTION {id} failed: {e}");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Starts keeping `session` alive (its heartbeat), renewing `lease`; its health goes to
-    /// `report`. Returns the hold's number for [`forget`](Self::forget).
-    pub(crate) fn keep(
-        &self,
-        session: Arc<Session>,
-        lease: Arc<LocalLease>,
-        report: Report,
-    ) -> u64 {
-        let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
-        if self.closed() {
-            session.end();
-            report(LockHealth::Lost);
-            return id;
-        }
-        self.holds.lock().push(Kept {
-            id,
-            session,
-            lease,
-            report,
-        });
-        id
-    }
-
-    /// Stops keeping hold `id` alive.
-    pub(crate) fn forget(&self, id: u64) {
-        self.holds.lock().retain(|k| k.id != id);
-    }
-
-    /// Looks at every idle held session's socket: one the server has ended (`KILL`, a
-    /// shutdown, a restart) makes its hold `Lost` now rather than at its next heartbeat.
-    fn watch(&self) {
-        let ended: Vec<(u64, Arc<Session>, Report)> = self
-            .holds
-            .lock()
-            .iter()
-            .filter(|k| k.session.ended_by_server())
-            .map(|k| (k.id, k.session.clone(), k.report.clone()))
-            .collect();
-        for (id, session, report) in ended {
-            tracing::debug!(
-                "zklock: the server ended MySQL session {} of a hold",
-                session.id
-            );
-            session.end();
-            self.forget(id);
-            report(LockHealth::Lost);
-        }
-    }
-
-    /// Renews every table lease on the Client's own session, each answer awaited for at most
-    /// `op`; whether the server answered.
-    fn renew(&self, op: Duration) -> bool {
-        let leases: Vec<(u64, Record, Arc<LocalLease>, Report)> = self
-            .leases
-            .lock()
-            .iter()
-            .map(|l| (l.id, l.record.clone(), l.lease.clone(), l.report.clone()))
-            .collect();
-        let mut heard = false;
-        for (id, record, lease, report) in leases {
-            let sql = super::table::renew_sql(&record, self.session_timeout);
-            let sent = boot_clock();
-            let renewed = self.on_side(op, |c| {
-                c.query_drop(&sql)?;
-                Ok(c.affected_rows())
-            });
-            match renewed {
-                Ok(1) => {
-                    lease.heard_at(sent);
-                    self.states.heard(sent);
-                    heard = true;
-                }
-                Ok(_) => {
-                    self.states.heard(sent);
-                    heard = true;
-                    // Expired by the database's clock, or taken: lost (unless let go of since).
-                    if self.forget_lease(id) {
-                        tracing::warn!(
-                            "zklock: a MySQL table lease was lost: {} version {} has expired \
-                             or was taken",
-                            record.key,
-                            record.version
-                        );
-                        report(LockHealth::Lost);
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!("zklock: a MySQL table lease's renewal failed: {e}");
-                    self.states.failed();
-                    // The server is not answering: the others would wait as long. They are
-                    // renewed at the next round, their leases reading Suspended meanwhile.
-                    if matches!(e, Error::ConnectionLoss | Error::Io { .. }) {
-                        break;
-                    }
-                }
-            }
-        }
-        heard
-    }
-
-    /// Reports each table lease's local reading (`Suspended` when renewals fail, `Lost` once
-    /// a whole lease has passed since the last one that was answered).
-    fn report_leases(&self) {
-        let leases: Vec<(u64, Arc<LocalLease>, Report)> = self
-            .leases
-            .lock()
-            .iter()
-            .map(|l| (l.id, l.lease.clone(), l.report.clone()))
-            .collect();
-        for (id, lease, report) in leases {
-            let health = lease.health();
-            if health == LockHealth::Lost {
-                self.forget_lease(id);
-            }
-            report(health);
-        }
-    }
-
-    /// Lets go of the table leases released in the background.
-    fn let_go(&self) {
-        let records: Vec<Record> = std::mem::take(&mut *self.releases.lock());
-        if let Err(e) = self.expire(&records, self.operation_timeout) {
-            // They expire by themselves within the session timeout.
-            tracing::debug!("zklock: could not let go of MySQL table leases: {e}");
-        }
-    }
-
-    /// One round of heartbeats: each hold's, or the Client's own when nothing is held.
-    fn beat(&self) {
-        let op = self
-            .operation_timeout
-            .min(self.session_timeout / 6)
-            .max(Duration::from_millis(10));
-        let holds: Vec<(u64, Arc<Session>, Arc<LocalLease>, Report)> = self
-            .holds
-            .lock()
-            .iter()
-            .map(|k| (k.id, k.session.clone(), k.lease.clone(), k.report.clone()))
-            .collect();
-        let mut heard = self.renew(op);
-        for (id, session, lease, report) in holds {
-            let sent = boot_clock();
-            match session.ping(op) {
-                Ok(()) => {
-                    lease.heard_at(sent);
-                    self.states.heard(sent);
-                    heard = true;
-                }
-                Err(e) => {
-                    // Its session is gone or its state unknown: the server has freed the lock
-                    // or will, so the hold is lost, and its session is ended now.
-                    tracing::debug!("zklock: a MySQL hold's heartbeat failed: {e}");
-                    session.end();
-                    self.forget(id);
-                    report(LockHealth::Lost);
-                    self.states.failed();
-                }
-            }
-        }
-        if !heard && !self.closed() {
-            let sent = boot_clock();
-            let mut side = self.side.lock();
-            let beat = match side.take().filter(|s| !s.ended()) {
-                Some(s) => Ok(s),
-                None => Session::open(&self.opts).map_err(|e| super::session::error(&e)),
-            }
-            .and_then(|s| {
-                s.ping(op)?;
-                Ok(s)
-            });
-            match beat {
-                Ok(s) => {
-                    *side = Some(s);
-                    self.states.heard(sent);
-                }
-                Err(e) => {
-                    tracing::debug!("zklock: a MySQL Client heartbeat failed: {e}");
-                    self.states.failed();
-                }
-            }
-        }
-        self.states.judge();
-    }
-}
-
-/// The keeper thread: a round of heartbeats every third of the session timeout, and the
-/// connection state judged in between, until the Client closes or is dropped.
-fn keep_alive(inner: std::sync::Weak<Inner>) {
-    let Some(timeout) = inner.upgrade().map(|i| i.session_timeout) else {
-        return;
-    };
-    let tick = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
-    let mut last = boot_clock();
-    loop {
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        if inner.closed() {
-            return;
-        }
-        inner.let_go();
-        if boot_clock().saturating_sub(last) >= timeout / 3 {
-            last = boot_clock();
-            inner.beat();
-        } else {
-            inner.watch();
-            inner.report_leases();
-            inner.states.judge();
-        }
-        let mut keeper = inner.keeper.lock();
-        if !inner.closed() && inner.releases.lock().is_empty() {
-            inner.wake.wait_for(&mut keeper, tick);
+            self.keeper.kill(session.id);
         }
     }
 }
@@ -1073,9 +671,7 @@ fn keep_alive(inner: std::sync::Weak<Inner>) {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
-        for kept in self.holds.get_mut().drain(..) {
-            kept.session.end();
-        }
+        self.keeper.end_holds();
     }
 }
 

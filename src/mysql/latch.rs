@@ -10,7 +10,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::client::MySqlClient;
 use super::client::MySqlMode;
-use super::mutex::{attempt, check_name, key_sql, Waits};
+use super::get_lock::{attempt, Waits};
+use super::sql::{check_name, key_sql};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
@@ -56,7 +57,7 @@ const AGAIN_AFTER: Duration = Duration::from_secs(1);
 /// use std::time::Duration;
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
-/// let latch = zklock::MySqlLeaderLatch::start(&client, "billing-leader")?;
+/// let latch = zklock::mysql::MySqlLeaderLatch::start(&client, "billing-leader")?;
 /// if latch.await_leadership_timeout(Duration::from_secs(30))? {
 ///     println!("leading in epoch {:?}", latch.epoch());
 /// }
@@ -149,7 +150,7 @@ impl MySqlLeaderLatch {
         match inner.mode {
             MySqlMode::GetLock => inner.cancel_waiters(self.shared.id),
             // The latch's thread looks at the election before each poll.
-            MySqlMode::Table => inner.wake_waiters(),
+            MySqlMode::Table => inner.keeper.wake_waiters(),
         }
     }
 }
@@ -205,8 +206,10 @@ fn contend(client: &MySqlClient, key: &str, election: &Arc<Election>, shared: &S
         }
         *shared.ended.lock() = false;
         // A lost hold ends the term (`term_ended`), which the wait below looks at.
-        let report: Report = election.gained(grant.token, grant.lease.clone());
-        let kept = inner.keep(grant.session.clone(), grant.lease.clone(), report);
+        let report: Report = election.gained(grant.token.unwrap_or_default(), grant.lease.clone());
+        let kept = inner
+            .keeper
+            .keep(grant.session.clone(), grant.lease.clone(), report);
         {
             let mut ended = shared.ended.lock();
             while !*ended && !election.term_ended() && !inner.closed() {
@@ -215,7 +218,7 @@ fn contend(client: &MySqlClient, key: &str, election: &Arc<Election>, shared: &S
                     .wait_for(&mut ended, Duration::from_millis(100));
             }
         }
-        inner.forget(kept);
+        inner.keeper.forget(kept);
         // Closing the connection frees the lock.
         grant.session.close();
         election.let_go();

@@ -16,12 +16,15 @@
 
 pub(crate) mod any;
 mod client;
+mod get_lock;
+mod keeper;
 mod latch;
 mod mutex;
 mod participants;
 mod read_write;
 mod semaphore;
 mod session;
+mod sql;
 mod table;
 mod tls;
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use mysql::prelude::Queryable;
 
-use super::client::{Inner, MySqlMode};
-use super::mutex::{check_name, key_sql};
-use super::table::RECORDS;
+use super::client::{Inner, MySqlClient, MySqlMode};
+use super::semaphore::MAX_LEASES;
+use super::sql::{check_name, key_sql, RECORDS};
 use crate::core::error::{Error, Result};
 
 /// A connection that holds or waits for one of the locks of a name — the mutex's (and the
@@ -71,6 +71,28 @@ impl MySqlParticipant {
     }
 }
 
+impl MySqlClient {
+    /// Who holds and who waits for the locks of `name` — its mutex (and leader latch) and
+    /// leases 1 to `max_leases` of its semaphore. In the `GET_LOCK` mode: the connection that
+    /// holds each (`IS_USED_LOCK`), and the connections whose statement waits in `GET_LOCK` on
+    /// it — zklock's and any SQL client's that runs the form of
+    /// [`lock_sql`](super::MySqlMutex::lock_sql) — from the process list (the `PROCESS`
+    /// privilege shows other users' connections). In the table
+    /// mode: the lease record, if unexpired, with its owner, token and time left; its waiters
+    /// poll and are not seen. Holders first, then waiters, longest first.
+    ///
+    /// # Blocking
+    /// Two statements on the Client's own session, each within the operation timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or more leases than a semaphore has, before
+    /// any I/O; [`Error::Closed`]; [`Error::Timeout`] or a connection error from the
+    /// statements.
+    pub fn participants(&self, name: &str, max_leases: u32) -> Result<Vec<MySqlParticipant>> {
+        read(self.inner(), self.mode(), name, max_leases)
+    }
+}
+
 /// Reads the participants of `name` (and of leases 1 to `max_leases` of its semaphore) on the
 /// Client's own session, within the operation timeout.
 pub(crate) fn read(
@@ -80,10 +102,10 @@ pub(crate) fn read(
     max_leases: u32,
 ) -> Result<Vec<MySqlParticipant>> {
     check_name(name)?;
-    if max_leases > super::semaphore::MAX_LEASES {
+    if max_leases > MAX_LEASES {
         return Err(Error::invalid(format!(
             "{max_leases} leases: a MySQL semaphore has at most {}",
-            super::semaphore::MAX_LEASES
+            MAX_LEASES
         )));
     }
     if inner.closed() {
@@ -91,12 +113,12 @@ pub(crate) fn read(
     }
     let timeout = inner.operation_timeout;
     match mode {
-        MySqlMode::Table => inner.on_side(timeout, |c| record(c, name)),
+        MySqlMode::Table => inner.keeper.on_side(timeout, |c| record(c, name)),
         MySqlMode::GetLock => {
             let keys: Vec<(Option<u32>, String)> = std::iter::once((None, key_sql(name)))
                 .chain((1..=max_leases).map(|i| (Some(i), key_sql(&format!("{name};{i}")))))
                 .collect();
-            inner.on_side(timeout, |c| get_lock(c, &keys))
+            inner.keeper.on_side(timeout, |c| get_lock(c, &keys))
         }
     }
 }

@@ -11,8 +11,8 @@ use crate::core::error::Result;
 /// [`Lock`](crate::Lock) trait.
 ///
 /// # The names
-/// `GET_LOCK` has no shared mode, so the lock is made of `GET_LOCK` names (each hashed as a
-/// [`MySqlMutex`]'s beyond 64 characters): a gate `NAME;w` and 64 reader names `NAME;r1` …
+/// `GET_LOCK` has no shared mode, so the lock is made of `GET_LOCK` names (each mapped to its key
+/// as a [`MySqlMutex`]'s name is): a gate `NAME;w` and 64 reader names `NAME;r1` …
 /// `NAME;r64`. A reader takes the gate (waiting behind any writer that holds it or waits for
 /// it), takes the first free reader name and lets the gate go, all in one request; it holds
 /// its reader name. A writer takes the gate, then every reader name — waiting for the readers
@@ -34,7 +34,7 @@ use crate::core::error::Result;
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
-/// let lock = zklock::MySqlReadWriteLock::new(&client, "catalogue")?;
+/// let lock = zklock::mysql::MySqlReadWriteLock::new(&client, "catalogue")?;
 /// {
 ///     let _write = lock.write_lock().lock()?;
 ///     // change the catalogue
@@ -81,7 +81,7 @@ crate::core::half::lock_half!(
     /// ```no_run
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
-    /// let lock = zklock::MySqlReadWriteLock::new(&client, "catalogue")?;
+    /// let lock = zklock::mysql::MySqlReadWriteLock::new(&client, "catalogue")?;
     /// let half: &zklock::mysql::MySqlReadLock = lock.read_lock();
     /// let guard = half.lock()?;
     /// println!("token {}", guard.fencing_token());
@@ -113,7 +113,7 @@ crate::core::half::lock_half!(
     /// ```no_run
     /// # fn main() -> zklock::Result<()> {
     /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
-    /// let lock = zklock::MySqlReadWriteLock::new(&client, "catalogue")?;
+    /// let lock = zklock::mysql::MySqlReadWriteLock::new(&client, "catalogue")?;
     /// let half: &zklock::mysql::MySqlWriteLock = lock.write_lock();
     /// let guard = half.lock()?;
     /// println!("token {}", guard.fencing_token());

@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::client::{MySqlClient, Waiter, TOKENS};
-use super::mutex::{
-    attempt, check_name, granted, key_sql, last_row, let_go, refuse_in_table_mode, Grant, Waits,
-};
+use super::client::{MySqlClient, Waiter};
+use super::get_lock::{attempt, granted, last_row, let_go, refuse_in_table_mode, Grant, Waits};
+use super::sql::{check_name, key_sql, TOKENS};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
@@ -27,8 +26,8 @@ const WAIT_SLICE: Duration = Duration::from_secs(1);
 ///
 /// # The names
 /// Lease `i` (from 1 to `max_leases`) is the `GET_LOCK` name of the text `NAME;i`, as a
-/// [`MySqlMutex`](super::MySqlMutex) named `NAME;i` takes it (so hashed by `SHA2` beyond 64
-/// characters). A lease is one of these locks held on a connection of its own: when a holder
+/// [`MySqlMutex`](super::MySqlMutex) named `NAME;i` takes it (so hashed by `SHA2` unless
+/// plain). A lease is one of these locks held on a connection of its own: when a holder
 /// crashes, is frozen or is cut off, the server ends its session within the Client's session
 /// timeout and the lease is free again. Any SQL client can take a lease:
 /// `SELECT GET_LOCK('NAME;i', 0)` for some `i` up to N.
@@ -47,7 +46,7 @@ const WAIT_SLICE: Duration = Duration::from_secs(1);
 /// ```no_run
 /// # fn main() -> zklock::Result<()> {
 /// let client = zklock::MySqlClient::connect("mysql://app:secret@127.0.0.1/app")?;
-/// let pool = zklock::MySqlSemaphore::new(&client, "report-workers", 3)?;
+/// let pool = zklock::mysql::MySqlSemaphore::new(&client, "report-workers", 3)?;
 /// if let Some(lease) = pool.acquire_timeout(std::time::Duration::from_secs(5))? {
 ///     println!("lease {} of 3, token {}", lease.index(), lease.fencing_token());
 ///     lease.release()?;
@@ -185,10 +184,15 @@ impl MySqlSemaphore {
             "semaphore {:?} lease {index} (connection {})",
             self.name, grant.session.id
         );
-        let (health, report) = self
-            .feed
-            .hold(inner.dispatch(), &self.name, &node, grant.token);
-        let kept = inner.keep(grant.session.clone(), grant.lease.clone(), report);
+        let (health, report) = self.feed.hold(
+            inner.dispatch(),
+            &self.name,
+            &node,
+            grant.token.unwrap_or_default(),
+        );
+        let kept = inner
+            .keeper
+            .keep(grant.session.clone(), grant.lease.clone(), report);
         Ok(Some(MySqlLease {
             client: self.client.clone(),
             key: self.keys[index as usize - 1].clone(),
@@ -251,7 +255,7 @@ impl MySqlSemaphore {
                     .filter(|i| (1..=self.max_leases).contains(i))
                     .ok_or_else(|| Error::MySql(format!("a lease out of range: {slot}")));
                 match index {
-                    Ok(index) => Ok(Some((granted(inner, session, token, sent)?, index))),
+                    Ok(index) => Ok(Some((granted(inner, session, Some(token), sent)?, index))),
                     Err(e) => {
                         session.close();
                         Err(e)
@@ -323,7 +327,10 @@ impl MySqlLease {
     /// The fencing token of this grant: the counter of its name in `zklock_tokens`, rising
     /// across successive holders of this lease's name.
     pub fn fencing_token(&self) -> u64 {
-        self.grant.as_ref().map_or(0, |g| g.token)
+        self.grant
+            .as_ref()
+            .and_then(|g| g.token)
+            .unwrap_or_default()
     }
 
     /// The lease's health, computed now.
@@ -363,7 +370,7 @@ impl MySqlLease {
             return Ok(());
         };
         let inner = self.client.inner();
-        inner.forget(self.kept);
+        inner.keeper.forget(self.kept);
         crate::core::metrics::released(&self.name, self.since.elapsed());
         let_go(inner, &self.key, grant.session, how, lost, true)
     }

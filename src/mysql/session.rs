@@ -132,6 +132,12 @@ impl Session {
         readable
     }
 
+    /// Whether an idle session can take a request: not ended, and not ended by the server
+    /// meanwhile (a restart closes every connection: the next request would fail on it).
+    pub(crate) fn usable(&self) -> bool {
+        !self.ended() && !self.ended_by_server()
+    }
+
     /// Ends the session from any thread, at once: its socket is shut down, so a thread reading
     /// an answer on it wakes with an error, and the server, reading the end, frees what the
     /// session held (at once if it was idle, as a holder is).

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
-use super::client::{Inner, MySqlClient, Record};
-use super::mutex::{check_name, key_sql};
+use super::client::{Inner, MySqlClient};
 use super::session::Session;
+use super::sql::{check_name, expire_sql, key_sql, Record, RECORDS, RELEASED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
@@ -29,22 +29,6 @@ use crate::core::hold::{Granted, Report};
 use crate::core::lease::{boot_clock, LocalLease};
 use crate::core::lock::Release;
 use crate::core::retry::RetryBudget;
-
-/// The lease table.
-pub(crate) const RECORDS: &str = "zklock_lock_record";
-
-/// The lease table, created at connect if missing. The name is the `GET_LOCK` mode's key (the
-/// name up to 64 characters, `SHA2(name, 256)` beyond); the primary key makes it unique (and
-/// Galera wants a primary key on every table).
-pub(crate) const DDL: &str = "CREATE TABLE IF NOT EXISTS zklock_lock_record (\
-    lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
-    lock_owner VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
-    expire_time DATETIME(6) NOT NULL, \
-    version BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB";
-
-/// The expiry a released record gets: before any `NOW(6)`, and telling a release from an
-/// expiry to whoever reads the table.
-const RELEASED: &str = "'1970-01-01 00:00:00'";
 
 /// `ER_DUP_ENTRY`: another waiter inserted the record first.
 const DUPLICATE: &str = "error 1062,";
@@ -120,7 +104,7 @@ impl Raw {
             if self.cancelled.load(Ordering::SeqCst) != gen || stop() {
                 return Err(Error::Cancelled);
             }
-            let seen = *inner.nap.lock();
+            let seen = *inner.keeper.nap.lock();
             match self.attempt(inner, &owner) {
                 Ok(Some(granted)) => return Ok(Some(granted)),
                 Ok(None) => {
@@ -180,10 +164,16 @@ impl Raw {
         let inner = self.client.inner();
         if inner.closed() {
             // Granted as the Client closed: the record is let go of at once.
-            let _ = inner.expire(std::slice::from_ref(&grant.record), inner.operation_timeout);
+            let _ = inner
+                .keeper
+                .expire(std::slice::from_ref(&grant.record), inner.operation_timeout);
             return Err(Error::Closed);
         }
-        grant.kept = Some(inner.lease(grant.record.clone(), grant.lease.clone(), report));
+        grant.kept = Some(
+            inner
+                .keeper
+                .lease(grant.record.clone(), grant.lease.clone(), report),
+        );
         Ok(())
     }
 
@@ -194,7 +184,7 @@ impl Raw {
     pub(crate) fn release(&self, grant: Kept, how: Release, lost: bool) -> Result<()> {
         let inner = self.client.inner();
         if let Some(kept) = grant.kept {
-            inner.forget_lease(kept);
+            inner.keeper.forget_lease(kept);
         }
         // Lost: the record has expired or was taken, there is nothing to let go of.
         if lost {
@@ -202,7 +192,7 @@ impl Raw {
         }
         let until = match how {
             Release::Background => {
-                inner.release_later(grant.record);
+                inner.keeper.release_later(grant.record);
                 return Ok(());
             }
             Release::Within(until) => until,
@@ -215,7 +205,7 @@ impl Raw {
         let session = match inner.pooled() {
             Ok(session) => session,
             Err(e) => {
-                inner.release_later(grant.record);
+                inner.keeper.release_later(grant.record);
                 return Err(e);
             }
         };
@@ -227,14 +217,14 @@ impl Raw {
         inner.put_back(session);
         match matched {
             Ok(1) => {
-                inner.wake_waiters();
+                inner.keeper.wake_waiters();
                 Ok(())
             }
             // Taken by another after it expired by the database's clock.
             Ok(_) => Err(Error::LockLost),
             Err(e) => {
                 // Its fate unknown: the keeper tries again; the record expires anyway.
-                inner.release_later(grant.record);
+                inner.keeper.release_later(grant.record);
                 Err(e)
             }
         }
@@ -242,7 +232,7 @@ impl Raw {
 
     pub(crate) fn cancel_waiters(&self) {
         self.cancelled.fetch_add(1, Ordering::SeqCst);
-        self.client.inner().wake_waiters();
+        self.client.inner().keeper.wake_waiters();
     }
 
     pub(crate) fn closed(&self) -> bool {
@@ -304,33 +294,6 @@ fn take(
     }
 }
 
-/// The statements that let go of `records` (one `UPDATE` each, in one request).
-pub(crate) fn expire_sql(records: &[Record]) -> String {
-    records
-        .iter()
-        .map(|r| {
-            format!(
-                "UPDATE {RECORDS} SET expire_time = {RELEASED} WHERE lock_name = {} \
-                 AND lock_owner = '{}' AND version = {}",
-                r.key, r.owner, r.version
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The statement that renews `record` for `lease`, if it is still ours and has not expired.
-pub(crate) fn renew_sql(record: &Record, lease: Duration) -> String {
-    format!(
-        "UPDATE {RECORDS} SET expire_time = NOW(6) + INTERVAL {} MICROSECOND \
-         WHERE lock_name = {} AND lock_owner = '{}' AND version = {} AND expire_time >= NOW(6)",
-        lease.as_micros(),
-        record.key,
-        record.owner,
-        record.version
-    )
-}
-
 /// An owner for one acquisition: 128 random bits and a count, in hex.
 fn new_owner() -> String {
     static COUNT: AtomicU64 = AtomicU64::new(0);
@@ -350,9 +313,9 @@ fn jittered(d: Duration) -> Duration {
 /// Sleeps `d`, or less if the Client's waiters are woken (a cancel, a close, a lease let go
 /// of here) after the count read `seen`.
 fn nap(inner: &Inner, seen: u64, d: Duration) {
-    let mut count = inner.nap.lock();
+    let mut count = inner.keeper.nap.lock();
     if *count == seen {
-        inner.naps.wait_for(&mut count, d);
+        inner.keeper.naps.wait_for(&mut count, d);
     }
 }
 
@@ -365,22 +328,5 @@ mod tests {
         let (a, b) = (new_owner(), new_owner());
         assert_ne!(a, b);
         assert!(a.len() <= 64 && a.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-'));
-    }
-
-    #[test]
-    fn renewals_and_releases_name_the_version() {
-        let r = Record {
-            key: "'ledger'".into(),
-            owner: "abc-1".into(),
-            version: 7,
-        };
-        let renew = renew_sql(&r, Duration::from_secs(30));
-        assert!(renew.contains("INTERVAL 30000000 MICROSECOND"), "{renew}");
-        assert!(
-            renew.contains("version = 7 AND expire_time >= NOW(6)"),
-            "{renew}"
-        );
-        let release = expire_sql(&[r.clone(), r]);
-        assert_eq!(release.matches("UPDATE").count(), 2, "{release}");
     }
 }

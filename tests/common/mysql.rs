@@ -122,3 +122,69 @@ pub fn one_winner_per_round(
     }
     last
 }
+
+/// Pairs of names that a collation, MariaDB's cut at a NUL byte or its limit in bytes would
+/// make one lock, and the longest names: each pair must be two locks.
+pub fn edge_names() -> Vec<(String, String)> {
+    let grin = "\u{1F600}";
+    vec![
+        // MariaDB cuts a GET_LOCK name at its first NUL byte.
+        ("a\0x".into(), "a\0y".into()),
+        // Pad-space collations compare "x" and "x " equal.
+        ("x".into(), "x ".into()),
+        // GET_LOCK names are case-insensitive.
+        ("Ledger".into(), "ledger".into()),
+        // Accent-insensitive collations.
+        ("é".into(), "e".into()),
+        // 256 bytes in 64 four-byte characters: over MariaDB's limit in bytes.
+        (grin.repeat(64), format!("{}\u{1F601}", grin.repeat(63))),
+        // 192 and 196 bytes: MariaDB locks the first and refuses the second.
+        (grin.repeat(48), grin.repeat(49)),
+        // The longest names, differing in their last byte.
+        ("n".repeat(1024), format!("{}m", "n".repeat(1023))),
+        // A name that is the hash the other one is mapped to.
+        (
+            "Ledger".into(),
+            "ee69eb4afc76aae085cdfb153ca55d587b819e19d84145b5438be7f2bc25ec83".into(),
+        ),
+    ]
+}
+
+/// For every pair of [`edge_names`]: the first name taken through `a` leaves the second free
+/// through `b`, and excludes its own name through `b`. Every broken pair is named.
+pub fn distinct_names_are_distinct_locks(a: &MySqlClient, b: &MySqlClient) {
+    let mut broken = Vec::new();
+    for (x, y) in edge_names() {
+        let (short_x, short_y) = (shown(&x), shown(&y));
+        let held = MySqlMutex::new(a, &x).unwrap();
+        match held.acquire_timeout(super::patience()) {
+            Ok(true) => {}
+            other => {
+                broken.push(format!("{short_x} cannot be taken: {other:?}"));
+                continue;
+            }
+        }
+        let same = MySqlMutex::new(b, &x).unwrap();
+        if !matches!(same.acquire_timeout(Duration::ZERO), Ok(false)) {
+            broken.push(format!("{short_x} does not exclude itself"));
+        }
+        let other = MySqlMutex::new(b, &y).unwrap();
+        match other.acquire_timeout(Duration::ZERO) {
+            Ok(true) => other.release().unwrap(),
+            got => broken.push(format!(
+                "{short_x} held, {short_y} is not free ({got:?}): one lock for two names"
+            )),
+        }
+        held.release().unwrap();
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// A name for a message: its first 16 characters and its length in bytes.
+fn shown(name: &str) -> String {
+    format!(
+        "{:?} ({} bytes)",
+        name.chars().take(16).collect::<String>(),
+        name.len()
+    )
+}
