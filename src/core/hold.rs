@@ -273,11 +273,34 @@ impl<R: RawLock> std::fmt::Debug for Reentrant<R> {
     }
 }
 
-/// `Lock` (and its sealed half, the guards' API and the health listeners) for a lock type whose
-/// `Reentrant` is the field `lock`, with `fencing_token` and `health` methods of its own;
-/// `$thread` says where health callbacks run.
+/// `Lock` (and its sealed half, the guards' API, the health listeners and the hold queries:
+/// `is_acquired_in_this_process`, `is_owned_by_current_thread`, `fencing_token`, `health`) for
+/// a lock type whose `Reentrant` is the field `lock`; `$thread` says where health callbacks
+/// run.
 macro_rules! reentrant_lock {
     ($ty:ty, $thread:literal) => {
+        impl $ty {
+            /// Whether any thread of this process holds the lock through this object.
+            pub fn is_acquired_in_this_process(&self) -> bool {
+                self.lock.is_acquired_in_this_process()
+            }
+
+            /// Whether the calling thread holds the lock through this object.
+            pub fn is_owned_by_current_thread(&self) -> bool {
+                self.lock.is_owned_by_current_thread()
+            }
+
+            /// The calling thread's fencing token, if it holds the lock.
+            pub fn fencing_token(&self) -> Option<u64> {
+                self.lock.fencing_token()
+            }
+
+            /// The health of the calling thread's hold, if it holds the lock, computed now.
+            pub fn health(&self) -> Option<$crate::LockHealth> {
+                self.lock.health()
+            }
+        }
+
         impl $crate::core::lock::Sealed for $ty {
             fn acquire_until(&self, until: Option<std::time::Instant>) -> $crate::Result<bool> {
                 self.lock

@@ -91,26 +91,6 @@ impl MemMutex {
         inner.pass(None)?;
         Ok(inner.store().participants(raw.kind, &raw.name))
     }
-
-    /// Whether any thread of this process holds the lock through this object.
-    pub fn is_acquired_in_this_process(&self) -> bool {
-        self.lock.is_acquired_in_this_process()
-    }
-
-    /// Whether the calling thread holds the lock through this object.
-    pub fn is_owned_by_current_thread(&self) -> bool {
-        self.lock.is_owned_by_current_thread()
-    }
-
-    /// The calling thread's fencing token, if it holds the lock.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock.fencing_token()
-    }
-
-    /// The health of the calling thread's hold, if it holds the lock.
-    pub fn health(&self) -> Option<LockHealth> {
-        self.lock.health()
-    }
 }
 
 impl Raw {

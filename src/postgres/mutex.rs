@@ -144,26 +144,6 @@ impl PgMutex {
         )
     }
 
-    /// Whether any thread of this process holds the lock through this object.
-    pub fn is_acquired_in_this_process(&self) -> bool {
-        self.lock.is_acquired_in_this_process()
-    }
-
-    /// Whether the calling thread holds the lock through this object.
-    pub fn is_owned_by_current_thread(&self) -> bool {
-        self.lock.is_owned_by_current_thread()
-    }
-
-    /// The calling thread's fencing token, if it holds the lock.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock.fencing_token()
-    }
-
-    /// The health of the calling thread's hold, if it holds the lock, computed now.
-    pub fn health(&self) -> Option<LockHealth> {
-        self.lock.health()
-    }
-
     /// The server process (`pg_backend_pid()`) of the calling thread's holding session, if it
     /// holds the lock: what `pg_locks` and `pg_stat_activity` show for it.
     pub fn backend_pid(&self) -> Option<i32> {
