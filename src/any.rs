@@ -223,17 +223,20 @@ fn not_built(backend: &str) -> Error {
     ))
 }
 
-/// A read-write lock of any backend: its halves are [`Lock`]s. Writers are preferred: a
-/// waiting writer goes before readers that came after it.
+/// A read-write lock of any backend: its halves are [`Lock`]s, `&dyn Lock`, whose guards
+/// [`LockGuard::acquire`](crate::LockGuard::acquire) and its siblings give. Writers are
+/// preferred: a waiting writer goes before readers that came after it.
 ///
 /// # Example
 /// ```no_run
-/// use zklock::Lock;
+/// use zklock::{Lock, LockGuard};
 ///
 /// # fn main() -> zklock::Result<()> {
 /// let rw = zklock::connect("postgres://app@127.0.0.1/app")?.read_write_lock("catalog")?;
 /// rw.read_lock().acquire()?; // shared with other readers
 /// rw.read_lock().release()?;
+/// let writing = LockGuard::acquire(rw.write_lock())?; // released when dropped
+/// # drop(writing);
 /// # Ok(()) }
 /// ```
 pub struct AnyReadWriteLock {

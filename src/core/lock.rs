@@ -174,7 +174,8 @@ pub trait Lock: Sealed + Send + Sync {
     /// The health of the calling thread's hold, if it holds the lock.
     fn health(&self) -> Option<LockHealth>;
 
-    /// [`acquire`](Lock::acquire), returning a guard that releases on drop.
+    /// [`acquire`](Lock::acquire), returning a guard that releases on drop. On a `&dyn Lock`,
+    /// which this cannot be called on, [`LockGuard::acquire`] does the same.
     ///
     /// # Blocking and errors
     /// As [`acquire`](Lock::acquire). Dropping the guard releases within a short bound (see
@@ -444,15 +445,71 @@ pub(crate) use forward_lock_api;
 /// # Ok(()) }
 /// ```
 #[must_use = "the lock is released when the guard is dropped"]
-pub struct LockGuard<'a, L: Lock> {
+pub struct LockGuard<'a, L: Lock + ?Sized> {
     held: Held<&'a L>,
 }
 
-impl<'a, L: Lock> LockGuard<'a, L> {
+impl<'a, L: Lock + ?Sized> LockGuard<'a, L> {
     pub(crate) fn new(lock: &'a L) -> Self {
         LockGuard {
             held: Held::new(lock),
         }
+    }
+
+    /// [`Lock::acquire`] on `lock`, returning its guard: what [`Lock::lock`] does, for a lock
+    /// known only as a trait object (`&dyn Lock`, such as an
+    /// [`AnyReadWriteLock`](crate::AnyReadWriteLock)'s halves) or a `?Sized` type parameter,
+    /// on which the trait's guard methods cannot be called.
+    ///
+    /// # Blocking and errors
+    /// As [`Lock::acquire`].
+    ///
+    /// # Example
+    /// ```
+    /// use zklock::{Lock, LockGuard};
+    ///
+    /// fn with_lock(lock: &dyn Lock, work: impl FnOnce(u64)) -> zklock::Result<()> {
+    ///     let guard = LockGuard::acquire(lock)?;
+    ///     work(guard.fencing_token());
+    ///     guard.release()
+    /// }
+    ///
+    /// # fn main() -> zklock::Result<()> {
+    /// let locks = zklock::connect("mem://guard-of-dyn-lock")?;
+    /// let rw = locks.read_write_lock("catalog")?;
+    /// with_lock(rw.write_lock(), |token| assert!(token > 0))?;
+    /// let reading = LockGuard::try_acquire(rw.read_lock())?.expect("no writer holds it");
+    /// let writer = || LockGuard::try_acquire(rw.write_lock()).map(|g| g.is_some());
+    /// std::thread::scope(|s| assert!(!s.spawn(writer).join().unwrap().unwrap()));
+    /// drop(reading);
+    /// std::thread::scope(|s| assert!(s.spawn(writer).join().unwrap().unwrap()));
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire(lock: &'a L) -> Result<Self> {
+        lock.acquire()?;
+        Ok(LockGuard::new(lock))
+    }
+
+    /// One attempt on `lock`, no wait: its guard if it was free (what [`Lock::try_lock`] does,
+    /// for a `&dyn Lock`; see [`acquire`](Self::acquire)).
+    ///
+    /// # Blocking and errors
+    /// As [`Lock::try_lock`].
+    #[must_use = "`None` means the lock was NOT acquired"]
+    pub fn try_acquire(lock: &'a L) -> Result<Option<Self>> {
+        Self::try_acquire_for(lock, Duration::ZERO)
+    }
+
+    /// Waits up to `timeout` for `lock`: its guard, or `None` (what [`Lock::try_lock_for`]
+    /// does, for a `&dyn Lock`; see [`acquire`](Self::acquire)).
+    ///
+    /// # Blocking and errors
+    /// As [`Lock::acquire_timeout`].
+    #[must_use = "`None` means the lock was NOT acquired"]
+    pub fn try_acquire_for(lock: &'a L, timeout: Duration) -> Result<Option<Self>> {
+        Ok(lock
+            .acquire_until(until(timeout))?
+            .then(|| LockGuard::new(lock)))
     }
 
     /// Releases now, reporting errors (dropping the guard only logs them). Bounded as
@@ -481,7 +538,7 @@ impl<'a, L: Lock> LockGuard<'a, L> {
     }
 }
 
-impl<L: Lock> std::fmt::Debug for LockGuard<'_, L> {
+impl<L: Lock + ?Sized> std::fmt::Debug for LockGuard<'_, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("released", &self.held.released)
