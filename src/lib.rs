@@ -5,6 +5,47 @@
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
 //! blocking: no future, runtime or `async` reaches the user.
 //!
+//! # Start here
+//!
+//! [`connect`] reads a URL and gives an [`AnyClient`], whose mutexes, read-write locks,
+//! semaphores and leader latches are the same on every backend. `file://` needs no server, so
+//! this runs as it is:
+//!
+//! ```
+//! use zklock::Lock;
+//!
+//! # fn main() -> zklock::Result<()> {
+//! let locks = zklock::connect("file:///tmp/zklock-doc")?;
+//! let ledger = locks.mutex("ledger")?;
+//! let guard = ledger.lock()?;
+//! println!("{} lock held, token {}", locks.backend(), guard.fencing_token());
+//! # Ok(()) }
+//! ```
+//!
+//! Moving to another backend is a change of URL: `zk://host:2181/chroot`, `redis://host:6379`,
+//! `postgres://user:pw@host/db`, `mysql://user:pw@host/db`, `mem://NAME` (this process only,
+//! for unit tests). Each backend also has types of its own, for what only it has: the
+//! ZooKeeper [`Client`] and Curator's recipes at the crate root; [`RedisClient`] and the
+//! [`zklock::redis`](crate::redis) module (feature `redis`); [`PgClient`] and the
+//! [`zklock::postgres`](crate::postgres) module (feature `postgres`); `MySqlClient` and the
+//! `zklock::mysql` module (feature `mysql`); [`FileClient`] and [`file`](mod@file);
+//! [`MemClient`] and [`mem`].
+//!
+//! # Which backend?
+//!
+//! | backend | needs | a holder's crash | the server's restart or failover | per acquisition |
+//! |---|---|---|---|---|
+//! | ZooKeeper | a server; an ensemble of 3 or 5 to survive losing one | freed when its session times out | survived: the Client keeps its session and locks | 3 requests in 2 round trips |
+//! | Redis | a server; Sentinel or Cluster to fail over | freed one TTL after its last renewal | a restart without persistence or a failover can grant a lock twice: the fencing token catches it | 2 scripts (round trips) |
+//! | PostgreSQL | PostgreSQL 11 or later | killed: freed at once; frozen: within the session timeout (PostgreSQL 14 or later) | holds read `Lost`, locks granted afresh; tokens rise across a failover only with a synchronous standby | 2 statements |
+//! | MySQL / MariaDB | one server | killed: freed at once; frozen: within the session timeout | holds read `Lost`, locks granted afresh; multi-primary clusters only in the table mode | 2 statements |
+//! | `file://` | a local directory | killed: freed at once; frozen: kept while it is frozen | no server; tokens rise across reboots | no round trip, about 67 µs |
+//! | `mem://` | nothing: one process | one process | no server | about 0.6 µs |
+//!
+//! The repository's README has the longer table and one example per backend; each backend's
+//! page in `docs/` (`redis.md`, `postgres.md`, `mysql.md`, `file.md`, `mem.md`) says what it
+//! guarantees and what it cannot.
+//!
 //! # Which lock?
 //!
 //! | you need | use |
@@ -18,14 +59,14 @@
 //! | a mutex any thread may release, not re-entrant | [`InterProcessSemaphoreMutex`] |
 //! | several locks, all or none (any backend) | [`InterProcessMultiLock`] |
 //! | any of these in unit tests, or among one process's threads, with no server | [`mem`]: [`MemClient`], [`mem::MemMutex`] and the others, or `connect("mem://NAME")` |
-//! | a mutex on Redis | `redis::RedisMutex` (feature `redis`) |
-//! | many readers or one writer on Redis | `redis::RedisReadWriteLock` (feature `redis`) |
-//! | at most N holders on Redis | `redis::RedisSemaphore` (feature `redis`) |
-//! | one leader among many on Redis | `redis::RedisLeaderLatch` (feature `redis`) |
-//! | a mutex on PostgreSQL, shared with any SQL client | `postgres::PgMutex` (feature `postgres`) |
-//! | many readers or one writer on PostgreSQL | `postgres::PgReadWriteLock` (feature `postgres`) |
-//! | at most N holders on PostgreSQL | `postgres::PgSemaphore` (feature `postgres`) |
-//! | one leader among many on PostgreSQL | `postgres::PgLeaderLatch` (feature `postgres`) |
+//! | a mutex on Redis | [`redis::RedisMutex`] (feature `redis`) |
+//! | many readers or one writer on Redis | [`redis::RedisReadWriteLock`] (feature `redis`) |
+//! | at most N holders on Redis | [`redis::RedisSemaphore`] (feature `redis`) |
+//! | one leader among many on Redis | [`redis::RedisLeaderLatch`] (feature `redis`) |
+//! | a mutex on PostgreSQL, shared with any SQL client | [`postgres::PgMutex`] (feature `postgres`) |
+//! | many readers or one writer on PostgreSQL | [`postgres::PgReadWriteLock`] (feature `postgres`) |
+//! | at most N holders on PostgreSQL | [`postgres::PgSemaphore`] (feature `postgres`) |
+//! | one leader among many on PostgreSQL | [`postgres::PgLeaderLatch`] (feature `postgres`) |
 //! | a mutex on MySQL or MariaDB, shared with any SQL client | `mysql::MySqlMutex` (feature `mysql`) |
 //! | many readers or one writer on MySQL or MariaDB | `mysql::MySqlReadWriteLock` (feature `mysql`) |
 //! | at most N holders on MySQL or MariaDB | `mysql::MySqlSemaphore` (feature `mysql`) |
@@ -243,7 +284,8 @@
 //!   and the like) and Redis (`rediss://`, `rediss+sentinel://` and `rediss+cluster://` URLs,
 //!   `RedisClientBuilder::tls_ca_pem`), through the clients' rustls support.
 //! * `sasl-digest-md5` — SASL DIGEST-MD5 authentication (`ClientBuilder::sasl_digest_md5`).
-//! * `cli` — the `zklock` command-line tool (`cargo install zklock --features cli`): run a
+//! * `cli` — the `zklock` command-line tool (`cargo install --path . --features cli` in a clone; add
+//!   `redis`, `postgres`, `mysql` for their URLs): run a
 //!   command under a lock and stop it if the lock is lost, see who holds what.
 //!
 //! Only `zookeeper` is on by default.
