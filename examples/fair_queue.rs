@@ -59,7 +59,10 @@ fn lead(url: &str, scratch: &Path) -> Result<(), BoxError> {
     if !lock.acquire_timeout(GIVE_UP)? {
         return Err("the lock stayed busy".into());
     }
-    say(&format!("main holds    (token {:?})", lock.fencing_token()));
+    say(&format!(
+        "main holds    (token {})",
+        lock.fencing_token().unwrap_or_default()
+    ));
     let (tx, lines) = std::sync::mpsc::channel();
     let spawner = {
         let (url, marks) = (url.to_owned(), marks.display().to_string());
