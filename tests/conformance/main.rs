@@ -112,6 +112,10 @@ macro_rules! backend {
             fn leader_latch_one_leader_rising_epochs() {
                 s::leader_latch(B)
             }
+            #[test]
+            fn extreme_durations() {
+                s::extreme_durations(B)
+            }
         }
     };
 }

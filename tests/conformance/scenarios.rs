@@ -867,3 +867,97 @@ pub fn drop_then_try_lock(b: &dyn Backend) {
     println!("{}: {granted} of 20 granted", b.name());
     assert_eq!(granted, 20);
 }
+
+/// `Duration::MAX` and `Duration::ZERO` for every option of the URL factory and for every timed
+/// call (a bounded wait of 50 ms beside them): refused with `InvalidArgument` or working, never
+/// a panic, never a hang. A release given no time may answer `Timeout` and finish in the
+/// background; the lock is free for others either way.
+pub fn extreme_durations(b: &dyn Backend) {
+    let server = b.start();
+    let url = server.url();
+    let other = connect(b, &url);
+    let builders = [
+        (
+            "session_timeout(ZERO)",
+            AnyClient::builder(&url).session_timeout(Duration::ZERO),
+        ),
+        (
+            "session_timeout(MAX)",
+            AnyClient::builder(&url).session_timeout(Duration::MAX),
+        ),
+        (
+            "connect_timeout(ZERO)",
+            AnyClient::builder(&url).connect_timeout(Duration::ZERO),
+        ),
+        (
+            "connect_timeout(MAX)",
+            AnyClient::builder(&url).connect_timeout(Duration::MAX),
+        ),
+        (
+            "operation_timeout(ZERO)",
+            AnyClient::builder(&url).operation_timeout(Duration::ZERO),
+        ),
+        (
+            "operation_timeout(MAX)",
+            AnyClient::builder(&url).operation_timeout(Duration::MAX),
+        ),
+    ];
+    for (what, builder) in builders {
+        let a = match builder.connect() {
+            Err(Error::InvalidArgument(why)) => {
+                println!("{}: {what}: refused ({why})", b.name());
+                continue;
+            }
+            Err(e) => panic!("{}: {what}: {e}", b.name()),
+            Ok(a) => a,
+        };
+        println!("{}: {what}: taken", b.name());
+        let mine = a.mutex("durations").unwrap();
+        let theirs = other.mutex("durations").unwrap();
+        for t in [Duration::MAX, Duration::ZERO, Duration::from_secs(1)] {
+            assert!(
+                mine.acquire_timeout(t).unwrap(),
+                "{what}: acquire_timeout({t:?})"
+            );
+            for wait in [Duration::ZERO, Duration::from_millis(50)] {
+                assert!(!theirs.acquire_timeout(wait).unwrap(), "{what}: {wait:?}");
+            }
+            match mine.release_timeout(t) {
+                Ok(()) => {}
+                // No time at all: the delete may go on in the background, as documented.
+                Err(Error::Timeout) if t.is_zero() => {}
+                Err(e) => panic!("{what}: release_timeout({t:?}): {e}"),
+            }
+            // Free for others (at once, or once the background release is done).
+            wait_for("the release", || {
+                let free = theirs.acquire_timeout(Duration::ZERO).unwrap();
+                if free {
+                    theirs.release().unwrap();
+                }
+                free
+            });
+        }
+        if b.has_semaphore() {
+            let pool = a.semaphore("durations-pool", 1).unwrap();
+            for t in [Duration::MAX, Duration::ZERO, Duration::from_secs(1)] {
+                let lease = pool.acquire_timeout(t).unwrap().expect("a free lease");
+                for wait in [Duration::ZERO, Duration::from_millis(50)] {
+                    assert!(pool.acquire_timeout(wait).unwrap().is_none(), "{what}");
+                }
+                lease.release().unwrap();
+            }
+        }
+        let latch = a.leader_latch("durations-latch").unwrap();
+        assert!(
+            latch.await_leadership_timeout(Duration::MAX).unwrap(),
+            "{what}"
+        );
+        assert!(
+            latch.await_leadership_timeout(Duration::ZERO).unwrap(),
+            "{what}"
+        );
+        latch.close();
+        a.close();
+    }
+    other.close();
+}
