@@ -1,5 +1,5 @@
 //! zklock — Apache Curator's distributed-lock recipes for Rust on ZooKeeper, and the same
-//! blocking API on Redis, PostgreSQL and MySQL/MariaDB.
+//! blocking API on Redis, PostgreSQL, MySQL/MariaDB, one host's files and in process.
 //!
 //! zklock gives plain threaded Rust programs what Java programs get from Apache Curator, with
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
