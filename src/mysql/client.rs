@@ -231,6 +231,8 @@ impl MySqlClient {
             session.close();
         }
         inner.keeper.stop();
+        // The events thread ends on the next callback once closed: this one.
+        (inner.dispatch)(Box::new(|| {}));
         if let Some(t) = inner.events_thread.lock().take() {
             let _ = t.join();
         }

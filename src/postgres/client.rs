@@ -246,6 +246,8 @@ impl PgClient {
                 inner.operation_timeout
             );
         }
+        // The events thread ends on the next callback once closed: this one.
+        (inner.dispatch)(Box::new(|| {}));
         if let Some(t) = inner.events_thread.lock().take() {
             let _ = t.join();
         }

@@ -947,6 +947,8 @@ impl Inner {
         };
         self.keeper.closing(give_up, wake);
         self.closed.store(true, Ordering::Release);
+        // The events thread ends on the next callback once closed: this one.
+        let _ = self.events.send(Box::new(|| {}));
         self.wakes.wake_all();
         self.keeper.stop(give_up);
         if all {
