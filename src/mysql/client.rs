@@ -321,7 +321,7 @@ impl MySqlClientBuilder {
             .unwrap_or(connect_timeout)
             .min(LONGEST_TIMEOUT);
         let secs = whole_seconds(self.session_timeout);
-        let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
+        let builder = mysql::OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(connect_timeout))
             .read_timeout(Some(operation_timeout))
             .write_timeout(Some(operation_timeout))
@@ -332,8 +332,11 @@ impl MySqlClientBuilder {
             // In whole seconds, as the kernel counts them (0 would be refused).
             .tcp_keepalive_time_ms(Some(1000 * whole_seconds(self.session_timeout / 3) as u32))
             .tcp_keepalive_probe_interval_secs(Some(whole_seconds(self.session_timeout / 9) as u32))
-            .tcp_keepalive_probe_count(Some(3))
-            .tcp_user_timeout_ms(Some(millis(self.session_timeout)))
+            .tcp_keepalive_probe_count(Some(3));
+        // Linux: unacknowledged data also ends the connection within the session timeout.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let builder = builder.tcp_user_timeout_ms(Some(millis(self.session_timeout)));
+        let opts: mysql::Opts = builder
             .init(vec![format!(
                 "SET SESSION wait_timeout = {secs}, net_read_timeout = {secs}, \
                  net_write_timeout = {secs}, autocommit = 1{zone}",
@@ -571,6 +574,7 @@ pub(crate) fn refusal(version: &str, vars: &[(String, String)]) -> Option<String
 }
 
 /// `d` in milliseconds, at least 1.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn millis(d: Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)
 }
