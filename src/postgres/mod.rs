@@ -33,6 +33,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod tls;
+mod xact;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use latch::PgLeaderLatch;
@@ -40,3 +41,4 @@ pub use mutex::PgMutex;
 pub use participants::PgParticipant;
 pub use read_write::{PgReadLock, PgReadWriteLock, PgWriteLock};
 pub use semaphore::{PgLease, PgSemaphore};
+pub use xact::PgXactLock;

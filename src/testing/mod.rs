@@ -77,6 +77,8 @@ mod instance;
 #[cfg(feature = "mysql")]
 mod mariadb;
 #[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod process;
 mod proxy;
@@ -102,6 +104,9 @@ pub use fence::{
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use mariadb::TestingMariaDb;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use pgbouncer::TestingPgBouncer;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::TestingPostgres;
