@@ -216,7 +216,9 @@ fn a_transaction_that_wrote_first_gets_no_token() {
     db.batch_execute("CREATE TABLE t (x int)").unwrap();
     let mut tx = db.transaction().unwrap();
     tx.execute("INSERT INTO t VALUES (1)", &[]).unwrap();
-    let lock = PgXactLock::acquire(&mut tx, "late", SHORT).unwrap().unwrap();
+    let lock = PgXactLock::acquire(&mut tx, "late", SHORT)
+        .unwrap()
+        .unwrap();
     assert_eq!(lock.fencing_token(), None);
     tx.commit().unwrap();
 }
@@ -238,16 +240,21 @@ fn outside_a_transaction_and_bad_names_are_refused() {
     let mut tx = db.transaction().unwrap();
     assert!(tx.batch_execute("SELECT 1/0").is_err());
     let e = PgXactLock::acquire(&mut tx, "failed", SHORT).unwrap_err();
-    assert!(matches!(e, Error::Postgres(ref why) if why.contains("25P02")), "{e:?}");
+    assert!(
+        matches!(e, Error::Postgres(ref why) if why.contains("25P02")),
+        "{e:?}"
+    );
     tx.rollback().unwrap();
     // Durations at the ends of their range are accepted.
     let mut tx = db.transaction().unwrap();
     assert!(PgXactLock::acquire(&mut tx, "ends", Duration::MAX)
         .unwrap()
         .is_some());
-    assert!(PgXactLock::acquire(&mut tx, "ends2", Duration::from_nanos(1))
-        .unwrap()
-        .is_some());
+    assert!(
+        PgXactLock::acquire(&mut tx, "ends2", Duration::from_nanos(1))
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[test]
@@ -280,7 +287,9 @@ fn tokio_postgres_transactions_take_the_same_lock() {
             .is_some());
         let tb = b.transaction().await.unwrap();
         assert_eq!(
-            PgXactLock::acquire_async(&tb, "async", SHORT).await.unwrap(),
+            PgXactLock::acquire_async(&tb, "async", SHORT)
+                .await
+                .unwrap(),
             None
         );
         ta.commit().await.unwrap();

@@ -1,5 +1,6 @@
 //! The PostgreSQL backend (feature `postgres`): [`PgClient`] and the PostgreSQL locks, on
-//! session-level advisory locks. See `docs/postgres.md` in the repository for what it
+//! session-level advisory locks; and [`PgXactLock`], the same lock inside a transaction of the
+//! caller's own connection (features `postgres-sync`, `postgres-async`). See `docs/postgres.md` in the repository for what it
 //! guarantees and what it cannot. The same names are at the crate root.
 //!
 //! # Example

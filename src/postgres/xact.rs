@@ -329,7 +329,9 @@ fn statements(name: &str, timeout: Duration) -> String {
             format!(
                 "SELECT 'lock', pg_backend_pid(), l, {} \
                  FROM pg_try_advisory_xact_lock({key}) AS l",
-                token.map(|t| format!("CASE WHEN l THEN {t} END")).join(", ")
+                token
+                    .map(|t| format!("CASE WHEN l THEN {t} END"))
+                    .join(", ")
             ),
         )
     } else {
@@ -416,7 +418,14 @@ mod tests {
             attempt
                 .granted(&[
                     row(&[Some("before"), before, Some("0")]),
-                    row(&[Some("lock"), Some("42"), Some("t"), Some("731"), Some("0/1"), Some("on")]),
+                    row(&[
+                        Some("lock"),
+                        Some("42"),
+                        Some("t"),
+                        Some("731"),
+                        Some("0/1"),
+                        Some("on"),
+                    ]),
                     row(&[Some("0")]),
                 ])
                 .unwrap()
