@@ -2,9 +2,7 @@
 # No foreign type in zklock's public API: reads the HTML that `cargo doc` made and fails on any
 # item of another crate (other than std/core/alloc) named in a public signature, field or trait
 # implementation. Blanket implementations (`impl<T> Foo for T` from dependencies) are not
-# zklock's API and are skipped. One exception: `PgXactLock`'s page may name the `postgres` and
-# `tokio_postgres` crates, whose connections its opt-in features (`postgres-sync`,
-# `postgres-async`) take by design, as it runs in the caller's own transaction. A bump of such a crate would otherwise be a breaking change.
+# zklock's API and are skipped. A bump of such a crate would otherwise be a breaking change.
 #
 #   scripts/api-check.sh [doc dir, default target/doc/zklock]   (run `cargo doc` first)
 set -euo pipefail
@@ -18,8 +16,6 @@ import re
 import sys
 
 allowed = {"zklock", "std", "core", "alloc"}
-# Pages whose API is another crate's connection, by design (opt-in features).
-interop = {"struct.PgXactLock.html": {"postgres", "tokio_postgres"}}
 title = re.compile(r'title="(?:struct|enum|trait|type|fn|union|primitive|macro|constant|mod|traitalias) ([A-Za-z0-9_]+)::([A-Za-z0-9_:]+)"')
 found = {}
 pages = 0
@@ -31,7 +27,7 @@ for page in pathlib.Path(sys.argv[1]).rglob("*.html"):
     if cut >= 0:
         text = text[:cut]
     for crate, item in title.findall(text):
-        if crate not in allowed and crate not in interop.get(page.name, ()):
+        if crate not in allowed:
             found.setdefault(f"{crate}::{item}", set()).add(page.name)
 if pages == 0:
     sys.exit(f"api-check: no HTML pages under {sys.argv[1]}")
