@@ -195,6 +195,13 @@ async fn ask(
                 session.cancel(inner.operation_timeout).await;
                 return Err(Error::Closed);
             }
+            // The server has not answered the Client for a session timeout: it has ended (or
+            // will end) this session too. The session is dropped, which closes it (a server
+            // that wakes sees the close and ends the wait), and the retry policy decides.
+            () = client_lost(inner, sent) => {
+                tracing::debug!("zklock: the PostgreSQL Client reads Lost: a wait gives up its session");
+                return Err(Error::ConnectionLoss);
+            }
             waited = bounded => match waited {
                 Ok(answer) => answer,
                 Err(_) => {
@@ -234,6 +241,23 @@ async fn ask(
         grant.sent = Box::pin(grant.session.beat(inner.operation_timeout)).await?;
     }
     Ok(Some(grant))
+}
+
+/// Ready once the Client reads `Lost` while a wait sent at `sent` has lasted half a session
+/// timeout: the server has answered none of the Client's heartbeats for a whole session
+/// timeout. (The half: a Client that read `Lost` as the wait began, against a server that
+/// answers again, reads `Reconnected` within it, as it sends a heartbeat at every look.)
+async fn client_lost(inner: &Inner, sent: Duration) {
+    let timeout = inner.session_timeout;
+    let look = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+    loop {
+        tokio::time::sleep(look).await;
+        if inner.states.state() == crate::core::connection::ConnectionState::Lost
+            && boot_clock().saturating_sub(sent) >= timeout / 2
+        {
+            return;
+        }
+    }
 }
 
 /// The grant in `row` (`pg_backend_pid()`, token or null, own) on `session`.
