@@ -196,7 +196,10 @@ async fn one_host(
             Some(host) => Error::Io {
                 context: format!("connecting to PostgreSQL at {host}"),
                 kind: std::io::ErrorKind::TimedOut,
-                message: format!("no session within {connect_timeout:?}"),
+                message: format!(
+                    "no session within {connect_timeout:?} (the connection timeout, per host): \
+                     no connection, or a host that accepts and does not answer"
+                ),
             },
             None => timed_out(connect_timeout),
         })?
@@ -359,7 +362,14 @@ fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Err
             config.get_user().unwrap_or_default()
         ));
     }
-    error(e, true)
+    match error(e, true) {
+        // PostgreSQL's words for a pg_hba.conf that has only `hostssl` lines for this client.
+        Error::AuthFailed(why) if why.contains("no encryption") => Error::AuthFailed(format!(
+            "the server accepts this client only over TLS (sslmode=require or verify-full, \
+             feature `tls`): {why}"
+        )),
+        other => other,
+    }
 }
 
 /// A server-side setting a session is opened with.
