@@ -107,6 +107,18 @@ fn every_bound_holds_against_a_frozen_server() {
             let _ = cancel_done.send((Instant::now(), format!("{outcome:?}")));
         });
     }
+    // A semaphore waiter without a deadline, its one lease held.
+    let sem_holder = PgSemaphore::new(&holder, "full", 1).unwrap();
+    let _lease = sem_holder.acquire().unwrap();
+    let (sem_done, sem_rx) = mpsc::channel();
+    {
+        let c = client(&server);
+        thread::spawn(move || {
+            let s = PgSemaphore::new(&c, "full", 1).unwrap();
+            let outcome = s.acquire().map(|_| ());
+            let _ = sem_done.send((Instant::now(), format!("{outcome:?}")));
+        });
+    }
     wait_for("two waiters queued", || {
         let queued = |n: &str| server.advisory_lock(n).map(|(_, w)| w.len()).unwrap_or(0);
         queued("busy") == 1 && queued("busy2") == 1
@@ -296,6 +308,15 @@ fn every_bound_holds_against_a_frozen_server() {
             "{:?} after the Client read Lost: {outcome}",
             at.saturating_duration_since(lost)
         ),
+    ));
+    let (at, outcome) = sem_rx
+        .recv_timeout(patience())
+        .expect("PgSemaphore::acquire() without a deadline returns");
+    table.push((
+        "PgSemaphore::acquire() waiting as it froze".into(),
+        "the retry policy".into(),
+        at - frozen,
+        outcome,
     ));
     server.resume().unwrap();
 
