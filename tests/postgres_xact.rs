@@ -106,6 +106,17 @@ fn commit_frees_the_lock_and_a_timeout_leaves_the_transaction_usable() {
     assert_eq!(row.get::<_, String>(0), "7s");
     assert_eq!(tb.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
 
+    // A shorter statement_timeout ends the wait first, as an error; the transaction goes on.
+    tb.batch_execute("SET LOCAL statement_timeout = '200ms'")
+        .unwrap();
+    let e = PgXactLock::acquire(&mut tb, "books", patience()).unwrap_err();
+    assert!(
+        matches!(e, Error::Postgres(ref why) if why.contains("57014")),
+        "{e:?}"
+    );
+    tb.batch_execute("SET LOCAL statement_timeout = 0").unwrap();
+    assert_eq!(tb.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+
     ta.commit().unwrap();
     let lock = PgXactLock::acquire(&mut tb, "books", SHORT)
         .unwrap()
@@ -280,11 +291,12 @@ fn tokio_postgres_transactions_take_the_same_lock() {
             .unwrap()
             .expect("granted");
         assert!(lock.fencing_token().is_some());
-        // Re-entrant within its transaction.
-        assert!(PgXactLock::acquire_async(&ta, "async", Duration::ZERO)
+        // Re-entrant within its transaction, without a token the second time.
+        let again = PgXactLock::acquire_async(&ta, "async", Duration::ZERO)
             .await
             .unwrap()
-            .is_some());
+            .expect("granted again");
+        assert_eq!(again.fencing_token(), None);
         let tb = b.transaction().await.unwrap();
         assert_eq!(
             PgXactLock::acquire_async(&tb, "async", SHORT)
