@@ -85,7 +85,8 @@ async fn by_tokio_postgres(
 ) -> Result<tokio_postgres::Client> {
     let n = host_count(config);
     let (client, connection) = if n <= 1 {
-        one_host(config, tls, connect_timeout, None).await?
+        let shown = (n == 1).then(|| shown_host(config));
+        one_host(config, tls, connect_timeout, shown.as_deref()).await?
     } else {
         let random =
             config.get_load_balance_hosts() == tokio_postgres::config::LoadBalanceHosts::Random;
@@ -198,12 +199,28 @@ async fn one_host(
                 kind: std::io::ErrorKind::TimedOut,
                 message: format!(
                     "no session within {connect_timeout:?} (the connection timeout, per host): \
-                     no connection, or a host that accepts and does not answer"
+                     no connection, or the connection was accepted and the server did not \
+                     answer"
                 ),
             },
             None => timed_out(connect_timeout),
         })?
-        .map_err(|e| open_error(&e, config))
+        .map_err(|e| match open_error(&e, config) {
+            // tokio-postgres's words for a name that does not resolve.
+            Error::Io {
+                context,
+                kind,
+                message,
+            } if message.contains("failed to lookup address") => Error::Io {
+                context,
+                kind,
+                message: format!(
+                    "the host name of {} does not resolve: {message}",
+                    host.unwrap_or("the connection string")
+                ),
+            },
+            other => other,
+        })
 }
 
 /// The stream of a connection tokio-postgres makes with the Client's TLS options.
