@@ -22,6 +22,8 @@
 //!   a log. Workers in other processes reach it with [`FenceClient`].
 //! * [`SilentListener`]: a host that accepts connections and never answers (a powered-off or
 //!   partitioned host, a frozen process), to put in a URL's host list in place of one member.
+//! * `TestingPgBouncer` (feature `postgres`): a throwaway PgBouncer in any pool mode in front of
+//!   a `TestingPostgres`, for what works through a connection pooler and what does not.
 //!
 //! # Requirements
 //!
