@@ -67,6 +67,7 @@
 //! | many readers or one writer on PostgreSQL | [`postgres::PgReadWriteLock`] (feature `postgres`) |
 //! | at most N holders on PostgreSQL | [`postgres::PgSemaphore`] (feature `postgres`) |
 //! | one leader among many on PostgreSQL | [`postgres::PgLeaderLatch`] (feature `postgres`) |
+//! | a lock inside your own PostgreSQL transaction, freed by its end | [`postgres::PgXactLock`] (features `postgres-sync`, `postgres-async`) |
 //! | a mutex on MySQL or MariaDB, shared with any SQL client | `mysql::MySqlMutex` (feature `mysql`) |
 //! | many readers or one writer on MySQL or MariaDB | `mysql::MySqlReadWriteLock` (feature `mysql`) |
 //! | at most N holders on MySQL or MariaDB | `mysql::MySqlSemaphore` (feature `mysql`) |
@@ -264,6 +265,10 @@
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
 //!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
+//! * `postgres-sync`, `postgres-async` — `postgres::PgXactLock::acquire` and `acquire_async`:
+//!   the same lock inside a transaction of the caller's own `postgres` or `tokio-postgres`
+//!   connection, released by its commit or rollback (so it works through PgBouncer in
+//!   transaction mode). `postgres-sync` pulls in the `postgres` crate.
 //! * `mysql` — the MySQL / MariaDB backend: `MySqlClient`, `mysql::MySqlMutex` on `GET_LOCK`,
 //!   `mysql::MySqlReadWriteLock`, `mysql::MySqlSemaphore` and `mysql::MySqlLeaderLatch`, a
 //!   connection per hold and per waiting thread, with `wait_timeout` set from the session
@@ -273,7 +278,8 @@
 //!   `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
-//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`; with `mysql`, a
+//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`, and PgBouncer in front
+//!   of it: `TestingPgBouncer`; with `mysql`, a
 //!   MariaDB server: `TestingMariaDb`). Pulls in `tempfile`
 //!   and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the

@@ -521,8 +521,9 @@ impl PgClientBuilder {
         let input = self.url.as_str();
         let settings = libpq::resolve(input, env).map_err(|why| {
             Error::invalid(format!(
-                "{:?} is not a PostgreSQL connection string: {why}",
-                hide_password(input)
+                "{:?} is not a PostgreSQL connection string: {}",
+                hide_password(input),
+                libpq::hide_quoted(&why, input)
             ))
         })?;
         let mut config = settings.config;
