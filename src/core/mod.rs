@@ -25,6 +25,7 @@ pub(crate) mod health;
 pub(crate) mod hold;
 pub(crate) mod leadership;
 pub(crate) mod lease;
+pub(crate) mod leased;
 pub(crate) mod listeners;
 pub(crate) mod lock;
 pub(crate) mod metrics;
