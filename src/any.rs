@@ -99,6 +99,21 @@ impl AnyClient {
         }
     }
 
+    /// Every URL scheme [`connect`] takes, each with the backend it opens (as
+    /// [`backend`](Self::backend) names it), whether or not this build has that backend.
+    ///
+    /// # Example
+    /// ```
+    /// let redis: Vec<&str> = zklock::AnyClient::schemes()
+    ///     .filter(|(_, backend)| *backend == "redis")
+    ///     .map(|(scheme, _)| scheme)
+    ///     .collect();
+    /// assert!(redis.contains(&"redis+sentinel"));
+    /// ```
+    pub fn schemes() -> impl Iterator<Item = (&'static str, &'static str)> {
+        (crate::DRIVERS.iter()).flat_map(|d| d.schemes.iter().map(move |s| (*s, d.backend)))
+    }
+
     /// Which backend the URL named: `"file"`, `"zookeeper"`, `"redis"`, `"postgres"` or
     /// `"mysql"`.
     pub fn backend(&self) -> &'static str {
@@ -640,9 +655,8 @@ pub(crate) use driver;
 
 /// The URL schemes [`connect`] takes: every backend's, built or not.
 fn schemes() -> String {
-    let all: Vec<String> = crate::DRIVERS
-        .iter()
-        .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
+    let all: Vec<String> = AnyClient::schemes()
+        .map(|(s, _)| format!("{s}://"))
         .collect();
     all.join(", ")
 }
