@@ -30,6 +30,7 @@ pub(crate) mod listeners;
 pub(crate) mod lock;
 pub(crate) mod metrics;
 pub(crate) mod multi;
+pub(crate) mod options;
 pub(crate) mod retry;
 pub(crate) mod thread_holds;
 pub(crate) mod token;
