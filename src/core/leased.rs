@@ -71,7 +71,9 @@ impl<R: RawLease> Leased<R> {
         if self.returned {
             return LockHealth::Lost;
         }
-        self.raw.health(*self.health.lock())
+        // Read apart: the backend may read the same cell.
+        let reported = *self.health.lock();
+        self.raw.health(reported)
     }
 
     /// Lets go of the lease by `timeout` from now (past what an `Instant` can hold: within the
