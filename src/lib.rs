@@ -129,6 +129,35 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Connection options
+//!
+//! Every backend's Client builder ([`ClientBuilder`], `RedisClientBuilder`, `PgClientBuilder`,
+//! `MySqlClientBuilder`, `MemClientBuilder`) and [`AnyClientBuilder`] take the same four
+//! options, with one default each:
+//!
+//! | option | what it bounds | default |
+//! |---|---|---|
+//! | `session_timeout` | how long after the Client's last heartbeat the server frees its holds: ZooKeeper's session timeout, the Redis keys' TTL, the PostgreSQL and MySQL sessions' limits | [`DEFAULT_SESSION_TIMEOUT`], 30 s |
+//! | `connect_timeout` | opening a connection | [`DEFAULT_CONNECT_TIMEOUT`], 10 s |
+//! | `operation_timeout` | one round trip to the server | the connect timeout |
+//! | `retry_policy` | how calls retry when a connection fails | [`ExponentialBackoffRetry`] from 100 ms, 3 retries |
+//!
+//! What differs is stated here, once. ZooKeeper's own builder keeps Curator's defaults where
+//! Curator users expect them: no operation timeout for the Client's own calls (the retry
+//! policy bounds them; recipes pass their own deadlines) and the retry policy of Curator's
+//! recipes, exponential backoff from 1 s, 3 retries (through a URL its operation timeout is the
+//! connect timeout, as on every backend). On PostgreSQL an unset connect timeout is the
+//! connection string's `connect_timeout`, or `PGCONNECT_TIMEOUT`, before the default. The
+//! `mem://` store has nothing to connect to: its connect timeout only stands in for an unset
+//! operation timeout (which bounds a call on a frozen Client), and it never retries.
+//! `connect` refuses, before any I/O, a value the backend cannot keep. On Redis and
+//! PostgreSQL every timeout lies between a millisecond and a day (the session timeout from
+//! 100 ms on Redis, from 1 s on PostgreSQL). MySQL takes a session timeout from 1 s to a day
+//! (rounded up to whole seconds) and any connect and operation timeout but zero, a longer one
+//! than a day as a day. ZooKeeper refuses zero anywhere and a connect timeout over a day, asks
+//! the server for its maximum for a longer session timeout, and takes an operation timeout over
+//! a day as none. `mem://` takes any value.
+//!
 //! # Blocking and Drop
 //!
 //! Every call that can block has a bound its docs state, `Drop` included:
