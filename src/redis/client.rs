@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
+use super::cluster::Redirect;
 use super::error::error;
 use super::keeper::{join_by, Keeper, Replicas};
 use super::node::Tls;
@@ -45,7 +46,7 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 /// `zklock-redis-keeper` (renews every hold at a third of the TTL, reports lock health, finishes
 /// background releases, leader latches' turns) and `zklock-redis-events` (runs callbacks).
 /// Calls use command connections from a pool: one per thread calling at the same time, kept for
-/// reuse; up to four waiting threads read their wake-ups on subscriber connections of their own.
+/// reuse (at most 16 to one node); up to four waiting threads read their wake-ups on subscriber connections of their own.
 ///
 /// # Example
 /// ```no_run
@@ -800,18 +801,14 @@ impl Inner {
             };
             let ask = asking.take();
             let taken = match &ask {
-                Some(node) => self
-                    .server
-                    .connect_node(node, io, self.operation_timeout)
-                    .map(|c| (node.clone(), c))
-                    .map_err(error),
+                Some(node) => self.take_node(node, io),
                 None => self.take(route, io),
             };
             let attempt = taken.and_then(|(node, mut conn)| {
                 // What is left once connected (a new connection took some of it).
                 let io = match by.remaining() {
                     Some(left) if left.is_zero() => {
-                        self.pool.lock().push((node, conn));
+                        self.pool_back(node, conn);
                         return Err(Error::Timeout);
                     }
                     Some(left) => left.min(self.operation_timeout),
@@ -834,7 +831,7 @@ impl Inner {
                 match answer {
                     Ok(v) => {
                         if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok() {
-                            self.pool.lock().push((node, conn));
+                            self.pool_back(node, conn);
                         }
                         Ok(Ok((v, sent)))
                     }
@@ -844,50 +841,44 @@ impl Inner {
                             self.pool.lock().retain(|(n, _)| *n != node);
                         } else if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok()
                         {
-                            self.pool.lock().push((node, conn));
+                            self.pool_back(node.clone(), conn);
                         }
-                        Ok(Err(e))
+                        Ok(Err((node, e)))
                     }
                 }
             });
             let failed = match attempt {
                 Ok(Ok(done)) => return Ok(done),
-                Ok(Err(e)) => {
-                    if let Some(cluster) = self.server.as_cluster() {
-                        let redirect = e.redirect_node().map(|(n, s)| (n.to_owned(), s));
-                        match (e.kind(), redirect) {
-                            (
-                                redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
-                                Some((node, slot)),
-                            ) if redirects < MAX_REDIRECTS => {
+                Ok(Err((node, e))) => match self.server.as_cluster() {
+                    Some(cluster) if super::cluster::redirect(&e, &node).is_some() => {
+                        match cluster.redirected(&e, &node) {
+                            _ if redirects >= MAX_REDIRECTS => error(e),
+                            Some(Redirect::Moved { .. }) => {
                                 redirects += 1;
-                                cluster.moved(slot, &node);
                                 continue;
                             }
-                            (
-                                redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
-                                Some((node, _)),
-                            ) if redirects < MAX_REDIRECTS => {
+                            Some(Redirect::Ask { node, .. }) => {
                                 redirects += 1;
                                 asking = Some(node);
                                 continue;
                             }
-                            (
-                                redis::ErrorKind::Server(
-                                    redis::ServerErrorKind::TryAgain
-                                    | redis::ServerErrorKind::ClusterDown,
-                                ),
-                                _,
-                            ) => {
-                                cluster.suspect();
-                                Error::ConnectionLoss
-                            }
-                            _ => error(e),
+                            None => error(e),
                         }
-                    } else {
-                        error(e)
                     }
-                }
+                    Some(cluster)
+                        if matches!(
+                            e.kind(),
+                            redis::ErrorKind::Server(
+                                redis::ServerErrorKind::TryAgain
+                                    | redis::ServerErrorKind::ClusterDown,
+                            )
+                        ) =>
+                    {
+                        cluster.suspect();
+                        Error::ConnectionLoss
+                    }
+                    _ => error(e),
+                },
                 Err(e) => e,
             };
             match failed {
@@ -906,6 +897,30 @@ impl Inner {
                 }
                 other => return Err(other),
             }
+        }
+    }
+
+    /// A pooled command connection to the cluster node `node` (an `ASK` answer's), or a new
+    /// one opened within `within`.
+    fn take_node(&self, node: &str, within: Duration) -> Result<(String, redis::Connection)> {
+        {
+            let mut pool = self.pool.lock();
+            if let Some(i) = pool.iter().rposition(|(n, _)| n == node) {
+                return Ok(pool.swap_remove(i));
+            }
+        }
+        self.server
+            .connect_node(node, within, self.operation_timeout)
+            .map(|c| (node.to_owned(), c))
+            .map_err(error)
+    }
+
+    /// Gives a command connection back to the pool, or closes it if the pool already keeps
+    /// [`POOL_PER_NODE`] connections to its node.
+    fn pool_back(&self, node: String, conn: redis::Connection) {
+        let mut pool = self.pool.lock();
+        if pool.iter().filter(|(n, _)| *n == node).count() < POOL_PER_NODE {
+            pool.push((node, conn));
         }
     }
 
@@ -971,6 +986,10 @@ pub(crate) enum Calling {
 /// How much shorter than the operation timeout a call's bound must be for the call to set its
 /// connection's timeouts to it: a call may end this much after its bound.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+/// How many command connections to one node the pool keeps: more threads calling at once
+/// open connections of their own, closed after their call.
+const POOL_PER_NODE: usize = 16;
 
 /// How many `MOVED` or `ASK` answers one call follows before it fails with the last.
 const MAX_REDIRECTS: u32 = 5;

@@ -390,15 +390,21 @@ impl Run {
     /// FLUSH`). `sent` is set to the lease clock's reading when the answered pipeline was
     /// sent; the node that answered is returned with the answer. A connection found broken
     /// is dropped; on a cluster, a redirect or a failed connection marks the slot map stale.
+    ///
+    /// `at` names the cluster node to send it to instead (an `ASK` answer's).
     fn query<T: redis::FromRedisValue>(
         &mut self,
-        route: Route,
+        (route, at): (Route, Option<&str>),
         pipe: &redis::Pipeline,
         scripts: &[&redis::Script],
         by: Option<Instant>,
         sent: &mut Duration,
     ) -> (String, redis::RedisResult<T>) {
-        let Some((node, conn)) = self.conn_by(route, by) else {
+        let conn = match at {
+            Some(node) => self.conn_at(node),
+            None => self.conn_by(route, by),
+        };
+        let Some((node, conn)) = conn else {
             if let Some(cluster) = self.server.as_cluster() {
                 cluster.suspect();
             }
@@ -424,14 +430,27 @@ impl Run {
                 self.conns.remove(&node);
             }
             if let Some(cluster) = self.server.as_cluster() {
-                if let Some((to, slot)) = e.redirect_node() {
-                    cluster.moved(slot, to);
-                } else {
-                    cluster.suspect();
-                }
+                cluster.redirected(e, &node);
             }
         }
         (node, answers)
+    }
+
+    /// The keeper's connection to the cluster node `node`, opened when missing.
+    fn conn_at(&mut self, node: &str) -> Option<(String, &mut redis::Connection)> {
+        if !self.conns.contains_key(node) {
+            let timeout = self.timeout();
+            match self.server.connect_node(node, timeout, timeout) {
+                Ok(c) => {
+                    self.conns.insert(node.to_owned(), c);
+                }
+                Err(e) => {
+                    tracing::debug!("zklock: Redis keeper cannot connect to {node}: {e}");
+                    return None;
+                }
+            }
+        }
+        self.conns.get_mut(node).map(|c| (node.to_owned(), c))
     }
 
     /// On a cluster whose map is stale, reads it (within the keeper's bound, and by `by`),
@@ -553,15 +572,13 @@ impl Keeping<'_> {
         self.run.conn(route(keys))
     }
 
-    /// On a cluster, what an error says of the slot map: a `MOVED` or `ASK` names the node
-    /// the slot is served by (the next attempt goes there), anything else makes the map be
-    /// read again.
-    pub(crate) fn redirected(&mut self, e: &redis::RedisError) {
+    /// On a cluster, what an error of a call for the lock with `keys` says of the slot map: a
+    /// `MOVED` names the node the slot is served by (the next attempt goes there), an `ASK`
+    /// nothing lasting, anything else makes the map be read again.
+    pub(crate) fn redirected(&mut self, keys: &Keys, e: &redis::RedisError) {
         if let Some(cluster) = self.run.server.as_cluster() {
-            match e.redirect_node() {
-                Some((node, slot)) => cluster.moved(slot, node),
-                None => cluster.suspect(),
-            }
+            let from = route(keys).and_then(|slot| cluster.serving(slot));
+            cluster.redirected(e, from.as_deref().unwrap_or_default());
         }
     }
 

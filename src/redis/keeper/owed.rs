@@ -56,7 +56,7 @@ impl Run {
             }
             let mut sent = Duration::ZERO;
             let (_, paid): (String, redis::RedisResult<Vec<redis::Value>>) =
-                self.query(route, &pipe, &used, by, &mut sent);
+                self.query((route, None), &pipe, &used, by, &mut sent);
             match paid {
                 Ok(_) => {}
                 Err(e)
