@@ -150,6 +150,9 @@ impl Run {
                 if let Some(k) = self.shared.holds.lock().get_mut(&id) {
                     k.doubted = step.is_some();
                 }
+            } else if self.shared.holds.lock().remove(&id).is_none() {
+                // Released while its renewal was in flight (the release reached the server
+                // first): no loss.
             } else {
                 match step {
                     Some(Step::Forward(by)) => tracing::warn!(
@@ -163,7 +166,6 @@ impl Run {
                     ),
                 }
                 lost += 1;
-                self.shared.holds.lock().remove(&id);
                 report(LockHealth::Lost);
             }
         }
