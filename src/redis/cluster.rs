@@ -3,9 +3,10 @@
 //! A Client given `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (port 6379
 //! unless given; `rediss+cluster://` for TLS to every node) reads the slot map (`CLUSTER SLOTS`) from the first seed node that answers,
 //! and sends every script of one lock to the primary owning the slot of the lock's keys (they
-//! share a hash tag, so one slot). A `MOVED` answer updates the map for that slot and the
-//! script is sent again there; an `ASK` answer sends it once to the node named, after
-//! `ASKING`; `TRYAGAIN` and `CLUSTERDOWN` are retried through the retry policy. A connection
+//! share a hash tag, so one slot). A `MOVED` answer stands for the slot's entry until the map
+//! is read again (before the next call, from the node named first) and the script is sent
+//! again there; an `ASK` answer sends it once to the node named, after `ASKING`, and changes
+//! nothing else (a redirect names its node as the map does, see [`redirect`]); `TRYAGAIN` and `CLUSTERDOWN` are retried through the retry policy. A connection
 //! that fails marks the map stale: the next call reads it again (from the node that answered
 //! last, the primaries it names, then the seeds), and while the slot's primary cannot be
 //! reached (a failover under way) the map is read again every 100 ms until the call's bound.
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::node::{Node, Tls};
+use super::sentinel::share;
 
 /// The default port of a cluster node.
 const NODE_PORT: u16 = 6379;
@@ -432,17 +434,6 @@ impl Cluster {
             *old = map;
         }
     }
-}
-
-/// An even share of what is left until `until` for each of `n` more tries (at least 200 ms,
-/// at most what is left); `None` when nothing is left.
-fn share(until: Instant, n: usize) -> Option<Duration> {
-    let left = until.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return None;
-    }
-    let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-    Some((left / n).max(Duration::from_millis(200)).min(left))
 }
 
 /// An error no other node would answer otherwise: a refused password, a refused certificate.
