@@ -333,7 +333,9 @@ impl RedisClientBuilder {
     /// without the primary's name, a cluster URL with a database), a `rediss://`,
     /// `rediss+sentinel://` or `rediss+cluster://` URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
-    /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
+    /// server, a host name that does not resolve, a server that accepts the connection and
+    /// answers nothing within the connection timeout, or one that closes it without an answer
+    /// (as a port that requires TLS does to a `redis://` URL), each saying which, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index, or a primary name
     /// no sentinel knows (the cause says what each sentinel answered), or a cluster seed that
     /// is not a cluster node or a cluster without slots (the cause says what each seed
@@ -351,11 +353,20 @@ impl RedisClientBuilder {
                 .read_map(self.connect_timeout, operation_timeout)
                 .map_err(|e| failed(error(e)))?;
         }
+        // One server's host, to tell a name that does not resolve.
+        let info = redis::IntoConnectionInfo::into_connection_info(shown.as_str()).ok();
+        let host = info.as_ref().and_then(|i| match i.addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.as_str(), *port)),
+            _ => None,
+        });
+        let bound = self.connect_timeout.max(operation_timeout);
+        let lost = |e| failed(super::error::connect_error(e, host, bound));
         let (node, mut conn) = server
             .connect_route(None, self.connect_timeout, operation_timeout)
-            .map_err(|e| failed(error(e)))?;
+            .map_err(lost)?;
         let sent = boot_clock();
-        check_version(&mut conn).map_err(failed)?;
+        check_version(&mut conn, lost)?;
         let id = client_id(fastrand::u64(..));
         let closed = Arc::new(AtomicBool::new(false));
         let wakes = Arc::new(Wakes::default());
@@ -585,11 +596,12 @@ fn shown_sentinel_url(url: &str) -> String {
     format!("{base}?{}", query.join("&"))
 }
 
-fn check_version(conn: &mut redis::Connection) -> Result<()> {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query(conn)
-        .map_err(error)?;
+/// Checks the server's version; an error of the `INFO` asked for it as `lost` gives it.
+fn check_version(
+    conn: &mut redis::Connection,
+    lost: impl FnOnce(redis::RedisError) -> Error,
+) -> Result<()> {
+    let info: String = redis::cmd("INFO").arg("server").query(conn).map_err(lost)?;
     let version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
