@@ -711,3 +711,62 @@ fn a_slot_in_migration_is_followed_through_ask_and_the_pool_stays_small() {
     println!("connections to the node importing the slot: {before} before, {after} after");
     assert!(after <= before + 17, "{before} before, {after} after");
 }
+
+/// One primary frozen (SIGSTOP) while a Client holds a lock on each of the three: `close()`
+/// returns within its bound (the operation timeout T and a quarter second), and the holds on
+/// the two others are gone when it returns, not left to their TTL — six times, so that the
+/// frozen primary's pipeline comes first in some (the keeper's order is a hash map's).
+#[test]
+fn close_with_a_frozen_primary_releases_the_holds_on_the_others() {
+    let op = Duration::from_secs(1);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let mut slowest = Duration::ZERO;
+    for trial in 0..6 {
+        wait_for("the cluster to be whole", || {
+            cluster.nodes().iter().all(|n| {
+                n.command(&["CLUSTER", "INFO"])
+                    .is_ok_and(|i| i.contains("cluster_state:ok"))
+            })
+        });
+        let a = RedisClient::builder(&cluster.url())
+            .ttl(Duration::from_secs(30))
+            .connect_timeout(op)
+            .operation_timeout(op)
+            .connect()
+            .unwrap();
+        // One name per primary.
+        let mut names: Vec<(String, u16)> = Vec::new();
+        for i in 0.. {
+            let name = format!("close-{trial}-{i}");
+            let port = cluster.primary_of(&holder_key(&name)).unwrap().port();
+            if !names.iter().any(|(_, p)| *p == port) {
+                names.push((name, port));
+            }
+            if names.len() == 3 {
+                break;
+            }
+        }
+        let mutexes: Vec<RedisMutex> = names
+            .iter()
+            .map(|(n, _)| RedisMutex::new(&a, n).unwrap())
+            .collect();
+        let guards: Vec<_> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+        let frozen = names[trial % 3].1;
+        cluster.node(frozen).unwrap().pause().unwrap();
+        let started = Instant::now();
+        a.close();
+        let took = started.elapsed();
+        cluster.resume_node(frozen).unwrap();
+        slowest = slowest.max(took);
+        for (name, port) in names.iter().filter(|(_, p)| *p != frozen) {
+            assert_eq!(
+                pttl(&cluster, *port, &holder_key(name)),
+                -2,
+                "trial {trial}: {name} on a primary that answers, released by close() in {took:?}"
+            );
+        }
+        drop(guards);
+        assert!(took < op * 3, "close() took {took:?}");
+    }
+    println!("close() with one primary of three frozen, T = {op:?}: at most {slowest:?}");
+}

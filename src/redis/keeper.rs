@@ -400,8 +400,9 @@ impl Run {
         by: Option<Instant>,
         sent: &mut Duration,
     ) -> (String, redis::RedisResult<T>) {
+        let timeout = self.timeout();
         let conn = match at {
-            Some(node) => self.conn_at(node),
+            Some(node) => self.conn_at(node, by),
             None => self.conn_by(route, by),
         };
         let Some((node, conn)) = conn else {
@@ -414,17 +415,25 @@ impl Run {
             ));
             return (String::new(), Err(e));
         };
+        let until = |by: Option<Instant>| {
+            let until = Instant::now() + timeout;
+            by.map_or(until, |by| by.min(until))
+        };
         *sent = boot_clock();
-        let answers = match pipe.query(conn) {
+        let answers = match pipe.query(&mut Until::new(conn, until(by))) {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 for script in scripts {
                     let _ = script.prepare_invoke().load(conn);
                 }
                 *sent = boot_clock();
-                pipe.query(conn)
+                pipe.query(&mut Until::new(conn, until(by)))
             }
             other => other,
         };
+        if answers.is_ok() && by.is_none() {
+            // Back to the keeper's bound for the next pipeline on this connection.
+            let _ = conn.set_read_timeout(Some(timeout));
+        }
         if let Err(e) = &answers {
             if super::error::broken(e) {
                 self.conns.remove(&node);
@@ -436,10 +445,28 @@ impl Run {
         (node, answers)
     }
 
-    /// The keeper's connection to the cluster node `node`, opened when missing.
-    fn conn_at(&mut self, node: &str) -> Option<(String, &mut redis::Connection)> {
+    /// The keeper's connection to the cluster node `node`, opened when missing; with `by`,
+    /// opened and answering by then.
+    fn conn_at(
+        &mut self,
+        node: &str,
+        by: Option<Instant>,
+    ) -> Option<(String, &mut redis::Connection)> {
+        let mut timeout = self.timeout();
+        if let Some(by) = by {
+            timeout = timeout.min(by.saturating_duration_since(Instant::now()));
+            if timeout.is_zero() {
+                return None;
+            }
+            if let Some(conn) = self.conns.get(node) {
+                if conn.set_read_timeout(Some(timeout)).is_err()
+                    || conn.set_write_timeout(Some(timeout)).is_err()
+                {
+                    return None;
+                }
+            }
+        }
         if !self.conns.contains_key(node) {
-            let timeout = self.timeout();
             match self.server.connect_node(node, timeout, timeout) {
                 Ok(c) => {
                     self.conns.insert(node.to_owned(), c);
@@ -518,6 +545,69 @@ impl Run {
     fn ticks_arrive(&mut self) {
         let arriving = std::mem::take(&mut *self.shared.arriving.lock());
         self.ticking.extend(arriving);
+    }
+}
+
+/// A keeper's connection whose pipelines end by `until`: the `redis` crate's own waits its read
+/// timeout for each answer of a pipeline, so against a frozen server a pipeline of n commands
+/// would wait n timeouts.
+struct Until<'a> {
+    conn: &'a mut redis::Connection,
+    until: Instant,
+}
+
+impl<'a> Until<'a> {
+    fn new(conn: &'a mut redis::Connection, until: Instant) -> Until<'a> {
+        Until { conn, until }
+    }
+
+    fn left(&self) -> redis::RedisResult<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        match left.is_zero() {
+            true => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no time left for the answer",
+            ))),
+            false => Ok(left),
+        }
+    }
+}
+
+impl redis::ConnectionLike for Until<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.conn.set_read_timeout(Some(self.left()?))?;
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.conn.set_write_timeout(Some(self.left()?))?;
+        self.conn.send_packed_command(cmd)?;
+        let mut answers = Vec::with_capacity(count);
+        for i in 0..offset + count {
+            self.conn.set_read_timeout(Some(self.left()?))?;
+            let answer = self.conn.recv_response()?;
+            if i >= offset {
+                answers.push(answer);
+            }
+        }
+        Ok(answers)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
     }
 }
 
