@@ -622,7 +622,7 @@ mod tests {
         ] {
             let node = node.to_owned();
             assert_eq!(
-                redirect(&e(moved.clone(), detail), from),
+                redirect(&e(moved, detail), from),
                 Some(Redirect::Moved {
                     slot: 3999,
                     node: node.clone()
@@ -630,13 +630,13 @@ mod tests {
                 "{detail}"
             );
             assert_eq!(
-                redirect(&e(ask.clone(), detail), from),
+                redirect(&e(ask, detail), from),
                 Some(Redirect::Ask { slot: 3999, node }),
                 "{detail}"
             );
         }
         for detail in ["3999", "x 127.0.0.1:7001", "3999 127.0.0.1", "3999 h:port"] {
-            assert_eq!(redirect(&e(moved.clone(), detail), from), None, "{detail}");
+            assert_eq!(redirect(&e(moved, detail), from), None, "{detail}");
         }
         let other = redis::RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),

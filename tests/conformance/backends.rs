@@ -102,6 +102,7 @@ pub trait Server: Send + Sync {
     /// throwaway Redis nothing).
     fn restart(&mut self);
     /// The loopback port its URL names as `127.0.0.1:PORT`, for a proxy in front of it.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn port(&self) -> Option<u16> {
         None
     }

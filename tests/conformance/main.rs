@@ -10,6 +10,7 @@ mod common;
 mod backends;
 mod checker;
 mod scenarios;
+#[cfg(feature = "metrics")]
 mod slow;
 mod zookeeper_kinds;
 

@@ -979,8 +979,8 @@ pub fn release_during_slow_renewal(b: &dyn Backend) {
 #[cfg(not(feature = "metrics"))]
 fn slow_releases(b: &dyn Backend) {
     println!(
-        "{}: SKIPPED release_during_slow_renewal: health events are counted through the \
-         `metrics` feature",
+        "{}: SKIPPED release_during_slow_renewal ({SLOW_RELEASES} releases): health events are \
+         counted through the `metrics` feature",
         b.name()
     );
 }

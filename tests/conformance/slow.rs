@@ -97,11 +97,7 @@ fn forward(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     ) else {
         return;
     };
-    shared
-        .sockets
-        .lock()
-        .unwrap()
-        .extend([client, server].into_iter());
+    shared.sockets.lock().unwrap().extend([client, server]);
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     let reading = shared.clone();
     thread::spawn(move || {
