@@ -1003,3 +1003,41 @@ fn connection_states_follow_the_server() {
         ]
     );
 }
+
+/// A failed connect says what happened: a host name that does not resolve; a port that
+/// accepts and never answers (a frozen process, a black-holed host), after the connect bound.
+#[test]
+fn connect_errors_name_what_happened() {
+    let e = RedisClient::builder("redis://nosuchhost.invalid:6379")
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .expect_err("no such host");
+    let chain = |e: &Error| {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    };
+    let text = chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("nosuchhost.invalid") && text.contains("did not resolve"),
+        "{text}"
+    );
+
+    let silent = zklock::testing::SilentListener::start().unwrap();
+    let bound = Duration::from_secs(1);
+    let started = Instant::now();
+    let e = RedisClient::builder(&format!("redis://127.0.0.1:{}", silent.port()))
+        .connect_timeout(bound)
+        .connect()
+        .expect_err("a port that never answers");
+    let took = started.elapsed();
+    let text = chain(&e);
+    println!("{text} ({took:?})");
+    assert!(text.contains("answered nothing within 1s"), "{text}");
+    assert!(took < patience(), "{took:?}");
+}

@@ -552,3 +552,221 @@ fn a_client_from_seed_node_urls() {
         "nothing touched"
     );
 }
+
+/// A node's id (`CLUSTER MYID`).
+fn id(cluster: &TestingRedisCluster, port: u16) -> String {
+    cluster
+        .node(port)
+        .and_then(|n| n.command(&["CLUSTER", "MYID"]))
+        .unwrap()
+}
+
+/// A primary other than the one on `port`.
+fn other_primary(cluster: &TestingRedisCluster, port: u16) -> u16 {
+    let nodes = cluster.any_command(&["CLUSTER", "NODES"]).unwrap();
+    nodes
+        .lines()
+        .filter(|l| l.contains("master") && !l.contains("fail"))
+        .filter_map(|l| l.split(' ').nth(1)?.split(['@', ':']).nth(1)?.parse().ok())
+        .find(|p| *p != port)
+        .expect("another primary")
+}
+
+/// Starts moving `slot` from the primary on `from` to the one on `to` as `redis-cli
+/// --cluster reshard` does, its keys moved with `MIGRATE`: from here on `from` answers `ASK`
+/// for them. With `finish`, the slot is then given to `to` on every primary: `from` answers
+/// `MOVED`.
+fn migrate(cluster: &TestingRedisCluster, slot: u32, from: u16, to: u16, finish: bool) {
+    let slot = slot.to_string();
+    let (from_id, to_id) = (id(cluster, from), id(cluster, to));
+    let (source, target) = (cluster.node(from).unwrap(), cluster.node(to).unwrap());
+    target
+        .command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id])
+        .unwrap();
+    source
+        .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id])
+        .unwrap();
+    let keys = source
+        .command(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"])
+        .unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+    if !keys.is_empty() {
+        let port = to.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(&keys);
+        source.command(&args).unwrap();
+    }
+    if finish {
+        for port in [to, from] {
+            cluster
+                .node(port)
+                .unwrap()
+                .command(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id])
+                .unwrap();
+        }
+        let s: u32 = slot.parse().unwrap();
+        let serves = |line: &str| {
+            line.starts_with(&to_id)
+                && line.split(' ').skip(8).any(|r| {
+                    let (a, b) = r.split_once('-').unwrap_or((r, r));
+                    a.parse::<u32>().is_ok_and(|a| a <= s) && b.parse::<u32>().is_ok_and(|b| s <= b)
+                })
+        };
+        wait_for("every node to see the slot moved", || {
+            cluster.nodes().iter().all(|n| {
+                n.command(&["CLUSTER", "NODES"])
+                    .is_ok_and(|nodes| nodes.lines().any(serves))
+            })
+        });
+    }
+}
+
+/// The nodes name no endpoint a client can use: no host name announced under
+/// `cluster-preferred-endpoint-type hostname` (`?` in maps and redirects), then `unknown-endpoint`
+/// (a nil in maps, an empty host in redirects): each stands for the node that answered. A
+/// slot moved under each is followed through its `MOVED` answer to the lock's new primary.
+#[test]
+fn redirects_without_an_endpoint_reach_the_node_that_answered() {
+    let cluster = TestingRedisCluster::start().unwrap();
+    let a = client(&cluster, Duration::from_secs(10));
+    for (kind, name) in [
+        ("hostname", "no-host-name"),
+        ("unknown-endpoint", "no-endpoint"),
+    ] {
+        for n in cluster.nodes() {
+            n.command(&["CONFIG", "SET", "cluster-preferred-endpoint-type", kind])
+                .unwrap();
+        }
+        let key = holder_key(name);
+        let from = cluster.primary_of(&key).unwrap().port();
+        let mutex = RedisMutex::new(&a, name).unwrap();
+        // The map read, a connection to the primary pooled.
+        mutex.lock().unwrap().release().unwrap();
+        let to = other_primary(&cluster, from);
+        migrate(&cluster, cluster.slot_of(&key).unwrap(), from, to, true);
+        let guard = mutex
+            .try_lock_for(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{kind}: {e}"))
+            .unwrap_or_else(|| panic!("{kind}: not granted"));
+        assert!(
+            pttl(&cluster, to, &key) > 0,
+            "{kind}: granted on the new primary"
+        );
+        guard.release().unwrap();
+    }
+}
+
+/// A slot in migration (`MIGRATING` on its primary, `IMPORTING` on the other, the lock's key
+/// moved): the primary answers `ASK`. A redis-py layout lock (one key: the scripts of the
+/// other layouts take several keys, which Redis answers with `TRYAGAIN` until the migration
+/// ends) is followed there: the holder's renewals go there after `ASKING`, so the hold reads
+/// `Held` through three TTLs and another Client is refused; that Client's calls go there once
+/// each, and 100 acquisitions open no more connections than the pool keeps to that node.
+#[test]
+fn a_slot_in_migration_is_followed_through_ask_and_the_pool_stays_small() {
+    let ttl = Duration::from_secs(2);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let (a, b) = (client(&cluster, ttl), client(&cluster, ttl));
+    let key = "migrating";
+    let from = cluster.primary_of(key).unwrap().port();
+    let to = other_primary(&cluster, from);
+    let mutex = RedisMutex::redis_py(&a, key).unwrap();
+    let theirs = RedisMutex::redis_py(&b, key).unwrap();
+    // b's map read, and a connection to the primary pooled.
+    theirs.try_lock().unwrap().expect("free").release().unwrap();
+    let guard = mutex.lock().unwrap();
+    migrate(&cluster, cluster.slot_of(key).unwrap(), from, to, false);
+    // The node importing the slot answers for it after ASKING only.
+    let pttl_there = || -> i64 {
+        let node = cluster.node(to).unwrap();
+        let answers = node.commands(&[&["ASKING"], &["PTTL", key]]).unwrap();
+        answers[1].parse().unwrap()
+    };
+    assert!(pttl_there() > 0, "the key moved");
+    let until = Instant::now() + ttl * 3;
+    while Instant::now() < until {
+        assert_eq!(guard.health(), LockHealth::Held, "renewed through ASK");
+        assert!(theirs.try_lock().unwrap().is_none(), "refused while held");
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(pttl_there() > 0, "renewed where the key is");
+    guard.release().unwrap();
+    assert_eq!(pttl_there(), -2, "released where the key is");
+    let clients = |port: u16| -> usize {
+        let info = cluster
+            .node(port)
+            .unwrap()
+            .command(&["INFO", "clients"])
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+    let before = clients(to);
+    for _ in 0..100 {
+        theirs.lock().unwrap().release().unwrap();
+    }
+    let after = clients(to);
+    println!("connections to the node importing the slot: {before} before, {after} after");
+    assert!(after <= before + 17, "{before} before, {after} after");
+}
+
+/// One primary frozen (SIGSTOP) while a Client holds a lock on each of the three: `close()`
+/// returns within its bound (the operation timeout T and a quarter second), and the holds on
+/// the two others are gone when it returns, not left to their TTL — six times, so that the
+/// frozen primary's pipeline comes first in some (the keeper's order is a hash map's).
+#[test]
+fn close_with_a_frozen_primary_releases_the_holds_on_the_others() {
+    let op = Duration::from_secs(1);
+    let cluster = TestingRedisCluster::start().unwrap();
+    let mut slowest = Duration::ZERO;
+    for trial in 0..6 {
+        wait_for("the cluster to be whole", || {
+            cluster.nodes().iter().all(|n| {
+                n.command(&["CLUSTER", "INFO"])
+                    .is_ok_and(|i| i.contains("cluster_state:ok"))
+            })
+        });
+        let a = RedisClient::builder(&cluster.url())
+            .ttl(Duration::from_secs(30))
+            .connect_timeout(op)
+            .operation_timeout(op)
+            .connect()
+            .unwrap();
+        // One name per primary.
+        let mut names: Vec<(String, u16)> = Vec::new();
+        for i in 0.. {
+            let name = format!("close-{trial}-{i}");
+            let port = cluster.primary_of(&holder_key(&name)).unwrap().port();
+            if !names.iter().any(|(_, p)| *p == port) {
+                names.push((name, port));
+            }
+            if names.len() == 3 {
+                break;
+            }
+        }
+        let mutexes: Vec<RedisMutex> = names
+            .iter()
+            .map(|(n, _)| RedisMutex::new(&a, n).unwrap())
+            .collect();
+        let guards: Vec<_> = mutexes.iter().map(|m| m.lock().unwrap()).collect();
+        let frozen = names[trial % 3].1;
+        cluster.node(frozen).unwrap().pause().unwrap();
+        let started = Instant::now();
+        a.close();
+        let took = started.elapsed();
+        cluster.resume_node(frozen).unwrap();
+        slowest = slowest.max(took);
+        for (name, port) in names.iter().filter(|(_, p)| *p != frozen) {
+            assert_eq!(
+                pttl(&cluster, *port, &holder_key(name)),
+                -2,
+                "trial {trial}: {name} on a primary that answers, released by close() in {took:?}"
+            );
+        }
+        drop(guards);
+        assert!(took < op * 3, "close() took {took:?}");
+    }
+    println!("close() with one primary of three frozen, T = {op:?}: at most {slowest:?}");
+}

@@ -142,3 +142,32 @@ fn a_running_client_follows_a_failover_past_a_silent_sentinel() {
     again.release().unwrap();
     proxy.heal();
 }
+
+/// The primary is frozen (SIGSTOP) just after its connections were cut, so that a guard's drop
+/// opens a new connection through the sentinels, which still name it: the drop's `ROLE` check
+/// waits for the drop's bound (one second), not the operation timeout (5 s here), then the
+/// release goes to the background.
+#[test]
+fn a_drop_through_sentinel_keeps_its_bound_against_a_frozen_primary() {
+    let op = Duration::from_secs(5);
+    let set = TestingSentinel::start().unwrap();
+    let client = RedisClient::builder(&set.url())
+        .ttl(Duration::from_secs(30))
+        .operation_timeout(op)
+        .connect()
+        .unwrap();
+    let mutex = RedisMutex::new(&client, "frozen-drop").unwrap();
+    let guard = mutex.lock().unwrap();
+    let primary = set.primary().unwrap();
+    primary
+        .command(&["CLIENT", "KILL", "TYPE", "normal"])
+        .unwrap();
+    let port = set.pause_primary().unwrap();
+    let started = Instant::now();
+    drop(guard);
+    let took = started.elapsed();
+    set.resume(port).unwrap();
+    println!("a guard's drop with a new connection to a frozen primary: {took:?} (T = {op:?})");
+    // Generous against a loaded machine: the bound is one second.
+    assert!(took < Duration::from_secs(3), "the drop took {took:?}");
+}

@@ -255,3 +255,18 @@ fn the_basic_lock_on_a_cluster_over_tls() {
     a.close();
     b.close();
 }
+
+/// A plain `redis://` connection to a port that requires TLS: the error says the server closed
+/// the connection without an answer, as one that requires TLS does, and names `rediss://`.
+#[test]
+fn a_plain_connection_to_a_tls_port_says_tls_may_be_required() {
+    let server = TestingRedis::start_tls(false).unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.tls_port().unwrap());
+    let e = RedisClient::builder(&url)
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .expect_err("a TLS port");
+    let text = chain(&e);
+    println!("{text}");
+    assert!(text.contains("rediss://"), "{text}");
+}

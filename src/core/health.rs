@@ -141,6 +141,11 @@ impl HealthFeed {
     /// A new hold's health cell (Held) and the report function its backend calls: it updates
     /// the cell and tells every subscriber of a change, callbacks through `dispatch`. `lock`
     /// names the lock in metrics.
+    ///
+    /// The hold's record owns the cell; the report function only refers to it. Once the record
+    /// is dropped — the hold released, before its release is sent — reports are not news: a
+    /// renewal that was in flight when the hold was released may find the lock already free,
+    /// and that is no loss.
     pub(crate) fn hold(
         self: &Arc<Self>,
         dispatch: Dispatch,
@@ -150,10 +155,17 @@ impl HealthFeed {
     ) -> (HealthCell, Arc<dyn Fn(LockHealth) + Send + Sync>) {
         let token = token.into();
         let cell = Arc::new(Mutex::new(LockHealth::Held));
-        let (health, feed, lock, node) =
-            (cell.clone(), self.clone(), lock.to_owned(), node.to_owned());
+        let (health, feed, lock, node) = (
+            Arc::downgrade(&cell),
+            self.clone(),
+            lock.to_owned(),
+            node.to_owned(),
+        );
         let report = move |new: LockHealth| {
             {
+                let Some(health) = health.upgrade() else {
+                    return;
+                };
                 let mut h = health.lock();
                 if *h == new || *h == LockHealth::Lost {
                     return;

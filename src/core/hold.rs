@@ -198,6 +198,9 @@ impl<R: RawLock> Reentrant<R> {
     fn finish(&self, hold: Hold<R::Grant>, how: Release) -> Result<()> {
         super::metrics::released(self.raw.name(), hold.since.elapsed());
         let lost = self.raw.health(&hold.grant, *hold.health.lock()) == LockHealth::Lost;
+        // The hold's record ends before its release is sent: what its keeper reports from here
+        // on (a renewal in flight that finds the lock released) is no event.
+        drop(hold.health);
         let released = self
             .raw
             .release(hold.grant, how, lost, self.partner_shared());

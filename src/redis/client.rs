@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
+use super::cluster::Redirect;
 use super::error::error;
 use super::keeper::{join_by, Keeper, Replicas};
 use super::node::Tls;
@@ -45,7 +46,7 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 /// `zklock-redis-keeper` (renews every hold at a third of the TTL, reports lock health, finishes
 /// background releases, leader latches' turns) and `zklock-redis-events` (runs callbacks).
 /// Calls use command connections from a pool: one per thread calling at the same time, kept for
-/// reuse; up to four waiting threads read their wake-ups on subscriber connections of their own.
+/// reuse (at most 16 to one node); up to four waiting threads read their wake-ups on subscriber connections of their own.
 ///
 /// # Example
 /// ```no_run
@@ -305,7 +306,9 @@ impl RedisClientBuilder {
     /// without the primary's name, a cluster URL with a database), a `rediss://`,
     /// `rediss+sentinel://` or `rediss+cluster://` URL in a build without the `tls` feature or a timeout or TTL out of range. Then
     /// [`Error::ConnectFailed`] with the cause: [`Error::Io`] for a refused or unreachable
-    /// server, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
+    /// server, a host name that does not resolve, a server that accepts the connection and
+    /// answers nothing within the connection timeout, or one that closes it without an answer
+    /// (as a port that requires TLS does to a `redis://` URL), each saying which, [`Error::AuthFailed`] for a refused password or user, [`Error::Redis`] for a
     /// server older than Redis 5.0 or one that refuses the database index, or a primary name
     /// no sentinel knows (the cause says what each sentinel answered), or a cluster seed that
     /// is not a cluster node or a cluster without slots (the cause says what each seed
@@ -323,11 +326,20 @@ impl RedisClientBuilder {
                 .read_map(self.options.connect_timeout(), operation_timeout)
                 .map_err(|e| failed(error(e)))?;
         }
+        // One server's host, to tell a name that does not resolve.
+        let info = redis::IntoConnectionInfo::into_connection_info(shown.as_str()).ok();
+        let host = info.as_ref().and_then(|i| match i.addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.as_str(), *port)),
+            _ => None,
+        });
+        let bound = self.options.connect_timeout().max(operation_timeout);
+        let lost = |e| failed(super::error::connect_error(e, host, bound));
         let (node, mut conn) = server
             .connect_route(None, self.options.connect_timeout(), operation_timeout)
-            .map_err(|e| failed(error(e)))?;
+            .map_err(lost)?;
         let sent = boot_clock();
-        check_version(&mut conn).map_err(failed)?;
+        check_version(&mut conn, lost)?;
         let id = client_id(fastrand::u64(..));
         let closed = Arc::new(AtomicBool::new(false));
         let wakes = Arc::new(Wakes::default());
@@ -561,11 +573,12 @@ fn shown_sentinel_url(url: &str) -> String {
     format!("{base}?{}", query.join("&"))
 }
 
-fn check_version(conn: &mut redis::Connection) -> Result<()> {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query(conn)
-        .map_err(error)?;
+/// Checks the server's version; an error of the `INFO` asked for it as `lost` gives it.
+fn check_version(
+    conn: &mut redis::Connection,
+    lost: impl FnOnce(redis::RedisError) -> Error,
+) -> Result<()> {
+    let info: String = redis::cmd("INFO").arg("server").query(conn).map_err(lost)?;
     let version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
@@ -777,18 +790,14 @@ impl Inner {
             };
             let ask = asking.take();
             let taken = match &ask {
-                Some(node) => self
-                    .server
-                    .connect_node(node, io, self.operation_timeout)
-                    .map(|c| (node.clone(), c))
-                    .map_err(error),
+                Some(node) => self.take_node(node, io),
                 None => self.take(route, io),
             };
             let attempt = taken.and_then(|(node, mut conn)| {
                 // What is left once connected (a new connection took some of it).
                 let io = match by.remaining() {
                     Some(left) if left.is_zero() => {
-                        self.pool.lock().push((node, conn));
+                        self.pool_back(node, conn);
                         return Err(Error::Timeout);
                     }
                     Some(left) => left.min(self.operation_timeout),
@@ -811,7 +820,7 @@ impl Inner {
                 match answer {
                     Ok(v) => {
                         if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok() {
-                            self.pool.lock().push((node, conn));
+                            self.pool_back(node, conn);
                         }
                         Ok(Ok((v, sent)))
                     }
@@ -821,50 +830,44 @@ impl Inner {
                             self.pool.lock().retain(|(n, _)| *n != node);
                         } else if !shortened || set_timeouts(&conn, self.operation_timeout).is_ok()
                         {
-                            self.pool.lock().push((node, conn));
+                            self.pool_back(node.clone(), conn);
                         }
-                        Ok(Err(e))
+                        Ok(Err((node, e)))
                     }
                 }
             });
             let failed = match attempt {
                 Ok(Ok(done)) => return Ok(done),
-                Ok(Err(e)) => {
-                    if let Some(cluster) = self.server.as_cluster() {
-                        let redirect = e.redirect_node().map(|(n, s)| (n.to_owned(), s));
-                        match (e.kind(), redirect) {
-                            (
-                                redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
-                                Some((node, slot)),
-                            ) if redirects < MAX_REDIRECTS => {
+                Ok(Err((node, e))) => match self.server.as_cluster() {
+                    Some(cluster) if super::cluster::redirect(&e, &node).is_some() => {
+                        match cluster.redirected(&e, &node) {
+                            _ if redirects >= MAX_REDIRECTS => error(e),
+                            Some(Redirect::Moved { .. }) => {
                                 redirects += 1;
-                                cluster.moved(slot, &node);
                                 continue;
                             }
-                            (
-                                redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
-                                Some((node, _)),
-                            ) if redirects < MAX_REDIRECTS => {
+                            Some(Redirect::Ask { node, .. }) => {
                                 redirects += 1;
                                 asking = Some(node);
                                 continue;
                             }
-                            (
-                                redis::ErrorKind::Server(
-                                    redis::ServerErrorKind::TryAgain
-                                    | redis::ServerErrorKind::ClusterDown,
-                                ),
-                                _,
-                            ) => {
-                                cluster.suspect();
-                                Error::ConnectionLoss
-                            }
-                            _ => error(e),
+                            None => error(e),
                         }
-                    } else {
-                        error(e)
                     }
-                }
+                    Some(cluster)
+                        if matches!(
+                            e.kind(),
+                            redis::ErrorKind::Server(
+                                redis::ServerErrorKind::TryAgain
+                                    | redis::ServerErrorKind::ClusterDown,
+                            )
+                        ) =>
+                    {
+                        cluster.suspect();
+                        Error::ConnectionLoss
+                    }
+                    _ => error(e),
+                },
                 Err(e) => e,
             };
             match failed {
@@ -883,6 +886,30 @@ impl Inner {
                 }
                 other => return Err(other),
             }
+        }
+    }
+
+    /// A pooled command connection to the cluster node `node` (an `ASK` answer's), or a new
+    /// one opened within `within`.
+    fn take_node(&self, node: &str, within: Duration) -> Result<(String, redis::Connection)> {
+        {
+            let mut pool = self.pool.lock();
+            if let Some(i) = pool.iter().rposition(|(n, _)| n == node) {
+                return Ok(pool.swap_remove(i));
+            }
+        }
+        self.server
+            .connect_node(node, within, self.operation_timeout)
+            .map(|c| (node.to_owned(), c))
+            .map_err(error)
+    }
+
+    /// Gives a command connection back to the pool, or closes it if the pool already keeps
+    /// [`POOL_PER_NODE`] connections to its node.
+    fn pool_back(&self, node: String, conn: redis::Connection) {
+        let mut pool = self.pool.lock();
+        if pool.iter().filter(|(n, _)| *n == node).count() < POOL_PER_NODE {
+            pool.push((node, conn));
         }
     }
 
@@ -950,6 +977,10 @@ pub(crate) enum Calling {
 /// How much shorter than the operation timeout a call's bound must be for the call to set its
 /// connection's timeouts to it: a call may end this much after its bound.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+/// How many command connections to one node the pool keeps: more threads calling at once
+/// open connections of their own, closed after their call.
+const POOL_PER_NODE: usize = 16;
 
 /// How many `MOVED` or `ASK` answers one call follows before it fails with the last.
 const MAX_REDIRECTS: u32 = 5;

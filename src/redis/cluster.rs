@@ -3,9 +3,10 @@
 //! A Client given `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (port 6379
 //! unless given; `rediss+cluster://` for TLS to every node) reads the slot map (`CLUSTER SLOTS`) from the first seed node that answers,
 //! and sends every script of one lock to the primary owning the slot of the lock's keys (they
-//! share a hash tag, so one slot). A `MOVED` answer updates the map for that slot and the
-//! script is sent again there; an `ASK` answer sends it once to the node named, after
-//! `ASKING`; `TRYAGAIN` and `CLUSTERDOWN` are retried through the retry policy. A connection
+//! share a hash tag, so one slot). A `MOVED` answer stands for the slot's entry until the map
+//! is read again (before the next call, from the node named first) and the script is sent
+//! again there; an `ASK` answer sends it once to the node named, after `ASKING`, and changes
+//! nothing else (a redirect names its node as the map does, see [`redirect`]); `TRYAGAIN` and `CLUSTERDOWN` are retried through the retry policy. A connection
 //! that fails marks the map stale: the next call reads it again (from the node that answered
 //! last, the primaries it names, then the seeds), and while the slot's primary cannot be
 //! reached (a failover under way) the map is read again every 100 ms until the call's bound.
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::node::{Node, Tls};
+use super::sentinel::share;
 
 /// The default port of a cluster node.
 const NODE_PORT: u16 = 6379;
@@ -185,11 +187,27 @@ impl Cluster {
         self.stale.store(true, Ordering::Release);
     }
 
-    /// A `MOVED slot node` answer: `slot` is served by `node` from now on.
+    /// A `MOVED slot node` answer (`node` as [`redirect`] gives it): `slot` is served by
+    /// `node` until the next map, which is read again before the next route, asking `node`
+    /// first.
     pub(crate) fn moved(&self, slot: u16, node: &str) {
         tracing::debug!("zklock: Redis Cluster slot {slot} moved to {node}");
         self.moved.write().insert(slot, node.to_owned());
+        *self.last.lock() = Some(node.to_owned());
         self.stale.store(true, Ordering::Release);
+    }
+
+    /// What an error answered by `from` (`host:port`) says of the slot map: a `MOVED` is
+    /// recorded (see [`moved`](Self::moved)); an `ASK` is not, it is for the one call that
+    /// met it; anything else marks the map stale. The redirect, if it is one.
+    pub(crate) fn redirected(&self, e: &redis::RedisError, from: &str) -> Option<Redirect> {
+        let found = redirect(e, from);
+        match &found {
+            Some(Redirect::Moved { slot, node }) => self.moved(*slot, node),
+            Some(Redirect::Ask { .. }) => {}
+            None => self.suspect(),
+        }
+        found
     }
 
     /// The primary of `slot` as known now, without I/O; `None` when the map is stale or
@@ -198,6 +216,11 @@ impl Cluster {
         if self.stale.load(Ordering::Acquire) {
             return None;
         }
+        self.lookup(slot)
+    }
+
+    /// The primary of `slot` as known now, stale or not.
+    pub(crate) fn serving(&self, slot: u16) -> Option<String> {
         self.lookup(slot)
     }
 
@@ -399,12 +422,10 @@ impl Cluster {
         Err(unreachable_why(why))
     }
 
+    /// Installs a map read just now: it replaces every `MOVED` answer met before it.
     fn install(&self, map: Vec<Range>) {
         let mut old = self.map.write();
-        self.moved.write().retain(|slot, node| {
-            !map.iter()
-                .any(|r| r.start <= *slot && *slot <= r.end && r.node == *node)
-        });
+        self.moved.write().clear();
         if *old != map {
             if !old.is_empty() {
                 tracing::info!("zklock: the Redis Cluster slot map changed");
@@ -413,17 +434,6 @@ impl Cluster {
             *old = map;
         }
     }
-}
-
-/// An even share of what is left until `until` for each of `n` more tries (at least 200 ms,
-/// at most what is left); `None` when nothing is left.
-fn share(until: Instant, n: usize) -> Option<Duration> {
-    let left = until.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return None;
-    }
-    let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-    Some((left / n).max(Duration::from_millis(200)).min(left))
 }
 
 /// An error no other node would answer otherwise: a refused password, a refused certificate.
@@ -451,13 +461,69 @@ fn unreachable_why(why: String) -> redis::RedisError {
     ))
 }
 
+/// A node's `host:port` as a node names it (in its map or in a redirect), as zklock keys
+/// its nodes: an IPv6 address in brackets, and no host (`""`, or `?` for a host name not
+/// announced) replaced by the host of `asked`, the node that answered.
+fn endpoint(host: &str, port: u16, asked: &str) -> String {
+    match host {
+        "" | "?" => {
+            let asked_host = asked.rsplit_once(':').map_or(asked, |(h, _)| h);
+            format!("{asked_host}:{port}")
+        }
+        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{port}"),
+        h => format!("{h}:{port}"),
+    }
+}
+
+/// A redirect answered by a cluster node, its node written as [`endpoint`] writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Redirect {
+    /// `MOVED`: the slot is served by `node` for good.
+    Moved { slot: u16, node: String },
+    /// `ASK`: this one call goes to `node`, after `ASKING` (the slot is being moved there).
+    Ask { slot: u16, node: String },
+}
+
+/// The redirect `e` is (or, for a pipeline's, its first failed command's), answered by `from`
+/// (`host:port`); `None` if it is none or names no valid node.
+pub(crate) fn redirect(e: &redis::RedisError, from: &str) -> Option<Redirect> {
+    if !matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::Ask | redis::ServerErrorKind::Moved)
+    ) {
+        return None;
+    }
+    // `MOVED 3999 host:port`; a pipeline's error keeps its commands' errors apart.
+    let detail = match e.detail() {
+        Some(detail) => detail.to_owned(),
+        None => e
+            .clone()
+            .into_server_errors()?
+            .first()?
+            .1
+            .details()?
+            .to_owned(),
+    };
+    let mut words = detail.split_ascii_whitespace();
+    let slot: u16 = words.next()?.parse().ok()?;
+    let (host, port) = words.next()?.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let node = endpoint(host, port.parse().ok()?, from);
+    match e.kind() {
+        redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => Some(Redirect::Ask { slot, node }),
+        _ => Some(Redirect::Moved { slot, node }),
+    }
+}
+
 /// The ranges of a `CLUSTER SLOTS` answer, asked of `asked` (whose host stands in for a
 /// node that gives none); `None` if the answer is not one.
 fn ranges(answer: &redis::Value, asked: &str) -> Option<Vec<Range>> {
     let redis::Value::Array(entries) = answer else {
         return None;
     };
-    let asked_host = asked.rsplit_once(':').map_or(asked, |(h, _)| h);
     let mut map = Vec::new();
     for entry in entries {
         let redis::Value::Array(parts) = entry else {
@@ -468,17 +534,16 @@ fn ranges(answer: &redis::Value, asked: &str) -> Option<Vec<Range>> {
         let redis::Value::Array(primary) = parts.get(2)? else {
             return None;
         };
-        let host: String = redis::from_redis_value(primary.first()?.clone()).ok()?;
-        let port: u16 = redis::from_redis_value(primary.get(1)?.clone()).ok()?;
-        let host = match host.as_str() {
-            "" | "?" => asked_host.to_owned(),
-            h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
-            h => h.to_owned(),
+        // No endpoint (`cluster-preferred-endpoint-type unknown-endpoint`) is a nil.
+        let host: String = match primary.first()? {
+            redis::Value::Nil => String::new(),
+            h => redis::from_redis_value(h.clone()).ok()?,
         };
+        let port: u16 = redis::from_redis_value(primary.get(1)?.clone()).ok()?;
         map.push(Range {
             start,
             end,
-            node: format!("{host}:{port}"),
+            node: endpoint(&host, port, asked),
         });
     }
     map.sort_by_key(|r| r.start);
@@ -534,6 +599,72 @@ mod tests {
             let e = parse(url).unwrap_err();
             assert!(e.contains(why), "{url}: {e}");
         }
+    }
+
+    #[test]
+    fn redirects_name_nodes_as_maps_do() {
+        let e = |kind, detail: &str| {
+            redis::RedisError::from((
+                redis::ErrorKind::Server(kind),
+                "redirect",
+                detail.to_owned(),
+            ))
+        };
+        let (moved, ask) = (redis::ServerErrorKind::Moved, redis::ServerErrorKind::Ask);
+        let from = "10.1.1.1:7000";
+        for (detail, node) in [
+            ("3999 127.0.0.1:7001", "127.0.0.1:7001"),
+            ("3999 ::1:7001", "[::1]:7001"),
+            ("3999 [::1]:7001", "[::1]:7001"),
+            ("3999 ?:7001", "10.1.1.1:7001"),
+            ("3999 :7001", "10.1.1.1:7001"),
+            ("3999 node-b:7001", "node-b:7001"),
+        ] {
+            let node = node.to_owned();
+            assert_eq!(
+                redirect(&e(moved, detail), from),
+                Some(Redirect::Moved {
+                    slot: 3999,
+                    node: node.clone()
+                }),
+                "{detail}"
+            );
+            assert_eq!(
+                redirect(&e(ask, detail), from),
+                Some(Redirect::Ask { slot: 3999, node }),
+                "{detail}"
+            );
+        }
+        for detail in ["3999", "x 127.0.0.1:7001", "3999 127.0.0.1", "3999 h:port"] {
+            assert_eq!(redirect(&e(moved, detail), from), None, "{detail}");
+        }
+        let other = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+            "x",
+        ));
+        assert_eq!(redirect(&other, from), None);
+    }
+
+    #[test]
+    fn a_moved_answer_lasts_until_the_next_map() {
+        let cluster = Cluster::new(
+            parse("redis+cluster://10.1.1.1:7000").unwrap(),
+            Tls::default(),
+        );
+        let range = |node: &str| Range {
+            start: 0,
+            end: SLOTS - 1,
+            node: node.to_owned(),
+        };
+        cluster.install(vec![range("10.1.1.1:7000")]);
+        cluster.stale.store(false, Ordering::Release);
+        cluster.moved(5, "10.1.1.1:7001");
+        assert_eq!(cluster.known(5), None, "the map is read again first");
+        assert_eq!(cluster.serving(5).as_deref(), Some("10.1.1.1:7001"));
+        assert_eq!(cluster.candidates()[0], "10.1.1.1:7001", "asked first");
+        // A map that names neither (the node moved to failed over since) replaces it.
+        cluster.install(vec![range("10.1.1.1:7002")]);
+        assert_eq!(cluster.serving(5).as_deref(), Some("10.1.1.1:7002"));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! policy), refused credentials [`Error::AuthFailed`], a refused TLS handshake [`Error::Tls`]
 //! with rustls's reason, the rest [`Error::Redis`].
 
+use std::net::ToSocketAddrs;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::core::error::Error;
 
@@ -28,6 +30,48 @@ pub(crate) fn error(e: redis::RedisError) -> Error {
         return Error::ConnectionLoss;
     }
     Error::Redis(e.to_string())
+}
+
+/// A Client's first connection's error, as [`error`] gives it, except that what would read as a
+/// lost connection says what happened: the name of `host` (`host` of `host:port`, for one
+/// server) did not resolve, the server accepted the connection and answered nothing within
+/// `bound`, or it closed the connection without an answer (as a server that requires TLS does).
+pub(crate) fn connect_error(
+    e: redis::RedisError,
+    host: Option<(&str, u16)>,
+    bound: Duration,
+) -> Error {
+    if !broken(&e) || e.is_connection_refusal() || e.code() == Some("READONLY") {
+        return error(e);
+    }
+    let (kind, message) = if e.is_timeout() {
+        (
+            std::io::ErrorKind::TimedOut,
+            format!("the server accepted the connection and answered nothing within {bound:?}"),
+        )
+    } else if let Some((name, port)) =
+        host.filter(|&(name, port)| (name, port).to_socket_addrs().is_err())
+    {
+        (
+            std::io::ErrorKind::NotFound,
+            format!("the host name {name:?} (port {port}) did not resolve: {e}"),
+        )
+    } else if e.is_connection_dropped() {
+        (
+            std::io::ErrorKind::ConnectionAborted,
+            format!(
+                "the server closed the connection without an answer (as one that requires TLS \
+                 does: rediss://): {e}"
+            ),
+        )
+    } else {
+        return error(e);
+    };
+    Error::Io {
+        context: "connecting to Redis".into(),
+        kind,
+        message,
+    }
 }
 
 /// Whether `e` says the connection is of no more use: it failed, timed out or was closed, or

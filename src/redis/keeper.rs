@@ -390,15 +390,22 @@ impl Run {
     /// FLUSH`). `sent` is set to the lease clock's reading when the answered pipeline was
     /// sent; the node that answered is returned with the answer. A connection found broken
     /// is dropped; on a cluster, a redirect or a failed connection marks the slot map stale.
+    ///
+    /// `at` names the cluster node to send it to instead (an `ASK` answer's).
     fn query<T: redis::FromRedisValue>(
         &mut self,
-        route: Route,
+        (route, at): (Route, Option<&str>),
         pipe: &redis::Pipeline,
         scripts: &[&redis::Script],
         by: Option<Instant>,
         sent: &mut Duration,
     ) -> (String, redis::RedisResult<T>) {
-        let Some((node, conn)) = self.conn_by(route, by) else {
+        let timeout = self.timeout();
+        let conn = match at {
+            Some(node) => self.conn_at(node, by),
+            None => self.conn_by(route, by),
+        };
+        let Some((node, conn)) = conn else {
             if let Some(cluster) = self.server.as_cluster() {
                 cluster.suspect();
             }
@@ -408,30 +415,69 @@ impl Run {
             ));
             return (String::new(), Err(e));
         };
+        let until = |by: Option<Instant>| {
+            let until = Instant::now() + timeout;
+            by.map_or(until, |by| by.min(until))
+        };
         *sent = boot_clock();
-        let answers = match pipe.query(conn) {
+        let answers = match pipe.query(&mut Until::new(conn, until(by))) {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 for script in scripts {
                     let _ = script.prepare_invoke().load(conn);
                 }
                 *sent = boot_clock();
-                pipe.query(conn)
+                pipe.query(&mut Until::new(conn, until(by)))
             }
             other => other,
         };
+        if answers.is_ok() && by.is_none() {
+            // Back to the keeper's bound for the next pipeline on this connection.
+            let _ = conn.set_read_timeout(Some(timeout));
+        }
         if let Err(e) = &answers {
             if super::error::broken(e) {
                 self.conns.remove(&node);
             }
             if let Some(cluster) = self.server.as_cluster() {
-                if let Some((to, slot)) = e.redirect_node() {
-                    cluster.moved(slot, to);
-                } else {
-                    cluster.suspect();
-                }
+                cluster.redirected(e, &node);
             }
         }
         (node, answers)
+    }
+
+    /// The keeper's connection to the cluster node `node`, opened when missing; with `by`,
+    /// opened and answering by then.
+    fn conn_at(
+        &mut self,
+        node: &str,
+        by: Option<Instant>,
+    ) -> Option<(String, &mut redis::Connection)> {
+        let mut timeout = self.timeout();
+        if let Some(by) = by {
+            timeout = timeout.min(by.saturating_duration_since(Instant::now()));
+            if timeout.is_zero() {
+                return None;
+            }
+            if let Some(conn) = self.conns.get(node) {
+                if conn.set_read_timeout(Some(timeout)).is_err()
+                    || conn.set_write_timeout(Some(timeout)).is_err()
+                {
+                    return None;
+                }
+            }
+        }
+        if !self.conns.contains_key(node) {
+            match self.server.connect_node(node, timeout, timeout) {
+                Ok(c) => {
+                    self.conns.insert(node.to_owned(), c);
+                }
+                Err(e) => {
+                    tracing::debug!("zklock: Redis keeper cannot connect to {node}: {e}");
+                    return None;
+                }
+            }
+        }
+        self.conns.get_mut(node).map(|c| (node.to_owned(), c))
     }
 
     /// On a cluster whose map is stale, reads it (within the keeper's bound, and by `by`),
@@ -502,6 +548,69 @@ impl Run {
     }
 }
 
+/// A keeper's connection whose pipelines end by `until`: the `redis` crate's own waits its read
+/// timeout for each answer of a pipeline, so against a frozen server a pipeline of n commands
+/// would wait n timeouts.
+struct Until<'a> {
+    conn: &'a mut redis::Connection,
+    until: Instant,
+}
+
+impl<'a> Until<'a> {
+    fn new(conn: &'a mut redis::Connection, until: Instant) -> Until<'a> {
+        Until { conn, until }
+    }
+
+    fn left(&self) -> redis::RedisResult<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        match left.is_zero() {
+            true => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no time left for the answer",
+            ))),
+            false => Ok(left),
+        }
+    }
+}
+
+impl redis::ConnectionLike for Until<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.conn.set_read_timeout(Some(self.left()?))?;
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.conn.set_write_timeout(Some(self.left()?))?;
+        self.conn.send_packed_command(cmd)?;
+        let mut answers = Vec::with_capacity(count);
+        for i in 0..offset + count {
+            self.conn.set_read_timeout(Some(self.left()?))?;
+            let answer = self.conn.recv_response()?;
+            if i >= offset {
+                answers.push(answer);
+            }
+        }
+        Ok(answers)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
+}
+
 /// `EVALSHA` of `script` with the lock's keys and `args`, for a pipeline.
 fn evalsha(script: &redis::Script, keys: &Keys, args: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
@@ -553,15 +662,13 @@ impl Keeping<'_> {
         self.run.conn(route(keys))
     }
 
-    /// On a cluster, what an error says of the slot map: a `MOVED` or `ASK` names the node
-    /// the slot is served by (the next attempt goes there), anything else makes the map be
-    /// read again.
-    pub(crate) fn redirected(&mut self, e: &redis::RedisError) {
+    /// On a cluster, what an error of a call for the lock with `keys` says of the slot map: a
+    /// `MOVED` names the node the slot is served by (the next attempt goes there), an `ASK`
+    /// nothing lasting, anything else makes the map be read again.
+    pub(crate) fn redirected(&mut self, keys: &Keys, e: &redis::RedisError) {
         if let Some(cluster) = self.run.server.as_cluster() {
-            match e.redirect_node() {
-                Some((node, slot)) => cluster.moved(slot, node),
-                None => cluster.suspect(),
-            }
+            let from = route(keys).and_then(|slot| cluster.serving(slot));
+            cluster.redirected(e, from.as_deref().unwrap_or_default());
         }
     }
 

@@ -214,7 +214,7 @@ impl Tick for Contending {
             }
             Err(e) => {
                 tracing::debug!("zklock: a Redis latch's attempt failed: {e}");
-                k.redirected(&e);
+                k.redirected(keys, &e);
                 if super::error::broken(&e) {
                     k.drop_conn(keys);
                     if replicas.is_some() {

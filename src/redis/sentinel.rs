@@ -543,12 +543,13 @@ fn node_address(host: String, port: u16) -> String {
 /// How long between two rounds of questions to the sentinels.
 const RETRY: Duration = Duration::from_millis(100);
 
-/// The least time a sentinel is given, however little is left for each.
+/// The least time a candidate is given, however little is left for each.
 const MIN_SHARE: Duration = Duration::from_millis(200);
 
-/// An even share of what is left until `until` for each of `n` more sentinels (at least
-/// [`MIN_SHARE`], at most what is left); `None` when nothing is left.
-fn share(until: Instant, n: usize) -> Option<Duration> {
+/// An even share of what is left until `until` for each of `n` more candidates — sentinels,
+/// cluster nodes, a close's pipelines to each primary — (at least [`MIN_SHARE`], at most what
+/// is left); `None` when nothing is left.
+pub(crate) fn share(until: Instant, n: usize) -> Option<Duration> {
     let left = until.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return None;

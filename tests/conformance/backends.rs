@@ -69,6 +69,12 @@ pub trait Backend: Sync {
     fn frozen_holder_keeps_the_lock(&self) -> bool {
         false
     }
+    /// Why a proxy cannot be put between a Client and the server, if it cannot (the scenarios
+    /// that slow the way to the server are then skipped, saying so); otherwise the server's
+    /// [`Server::port`] is where a proxy forwards to.
+    fn no_proxy(&self) -> Option<&'static str> {
+        self.no_server()
+    }
 
     /// A Client of the server at `url`.
     fn connect(&self, url: &str, opts: Opts) -> AnyClient {
@@ -95,16 +101,27 @@ pub trait Server: Send + Sync {
     /// port with what it keeps on disk (ZooKeeper, PostgreSQL and MariaDB their data; the
     /// throwaway Redis nothing).
     fn restart(&mut self);
+    /// The loopback port its URL names as `127.0.0.1:PORT`, for a proxy in front of it.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn port(&self) -> Option<u16> {
+        None
+    }
 }
 
-/// The [`Server`] of one `zklock::testing` type.
+/// The [`Server`] of one `zklock::testing` type; with a port, that of a server a proxy can
+/// stand in front of.
 macro_rules! server {
-    ($ty:ty, |$s:ident| $url:expr) => {
+    ($ty:ty, |$s:ident| $url:expr $(, port $port:ident)?) => {
         impl Server for $ty {
             fn url(&self) -> String {
                 let $s = self;
                 $url
             }
+            $(
+                fn port(&self) -> Option<u16> {
+                    Some(<$ty>::$port(self))
+                }
+            )?
             fn pause(&self) {
                 <$ty>::pause(self).unwrap()
             }
@@ -136,6 +153,9 @@ impl Backend for Mem {
     }
     fn in_process(&self) -> bool {
         true
+    }
+    fn no_proxy(&self) -> Option<&'static str> {
+        Some("mem:// has no connection to a server to slow down")
     }
 }
 
@@ -175,7 +195,7 @@ impl Backend for ZooKeeper {
 server!(zklock::testing::TestingServer, |s| format!(
     "zk://{}/conformance",
     s.connect_string()
-));
+), port port);
 
 #[cfg(feature = "redis")]
 pub struct Redis;
@@ -200,7 +220,7 @@ impl Backend for Redis {
 }
 
 #[cfg(feature = "redis")]
-server!(zklock::testing::TestingRedis, |s| s.url());
+server!(zklock::testing::TestingRedis, |s| s.url(), port port);
 
 /// A Redis Cluster of three primaries and three replicas (`redis+cluster://`): every script of
 /// a lock goes to the primary of its slot, wake-ups cross the cluster. Pause, resume and
@@ -229,6 +249,12 @@ impl Backend for RedisCluster {
     fn fifo(&self) -> bool {
         true
     }
+    fn no_proxy(&self) -> Option<&'static str> {
+        Some(
+            "a cluster's slot map names its nodes' own addresses: a proxy in front of the seeds \
+             would carry the first connection only",
+        )
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -251,7 +277,7 @@ impl Backend for Postgres {
 }
 
 #[cfg(feature = "postgres")]
-server!(zklock::testing::TestingPostgres, |s| s.url());
+server!(zklock::testing::TestingPostgres, |s| s.url(), port port);
 
 #[cfg(feature = "mysql")]
 pub struct Mariadb;
@@ -274,7 +300,7 @@ impl Backend for Mariadb {
 }
 
 #[cfg(feature = "mysql")]
-server!(zklock::testing::TestingMariaDb, |s| s.url());
+server!(zklock::testing::TestingMariaDb, |s| s.url(), port port);
 
 /// The MySQL backend's table mode (`lock_mode=table`) on MariaDB: leases as rows, waiters that
 /// poll. It has mutexes and leader latches only, and its waiters are not served in arrival order
@@ -325,6 +351,9 @@ impl Server for TableMode {
     }
     fn restart(&mut self) {
         self.0.restart().unwrap()
+    }
+    fn port(&self) -> Option<u16> {
+        Some(self.0.port())
     }
 }
 

@@ -10,6 +10,8 @@ mod common;
 mod backends;
 mod checker;
 mod scenarios;
+#[cfg(feature = "metrics")]
+mod slow;
 mod zookeeper_kinds;
 
 use std::time::Duration;
@@ -115,6 +117,10 @@ macro_rules! backend {
             #[test]
             fn extreme_durations() {
                 s::extreme_durations(B)
+            }
+            #[test]
+            fn release_during_slow_renewal_200_of_200() {
+                s::release_during_slow_renewal(B)
             }
         }
     };

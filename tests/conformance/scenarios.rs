@@ -961,3 +961,131 @@ pub fn extreme_durations(b: &dyn Backend) {
     }
     other.close();
 }
+
+/// How many holds [`release_during_slow_renewal`] releases while a renewal is in flight.
+const SLOW_RELEASES: usize = 200;
+
+/// A hold released while its renewal is slow — sent before the release, reaching the server
+/// after it, through a proxy that holds what the Client sends while it is slow — is no loss:
+/// in 200 such releases the lock's health turns neither `Lost` nor `Suspended` (its events,
+/// counted through the `metrics` feature), and the Client stays `Connected`.
+pub fn release_during_slow_renewal(b: &dyn Backend) {
+    if let Some(why) = b.no_proxy() {
+        return println!("{}: SKIPPED release_during_slow_renewal: {why}", b.name());
+    }
+    slow_releases(b);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn slow_releases(b: &dyn Backend) {
+    println!(
+        "{}: SKIPPED release_during_slow_renewal ({SLOW_RELEASES} releases): health events are \
+         counted through the `metrics` feature",
+        b.name()
+    );
+}
+
+#[cfg(feature = "metrics")]
+fn slow_releases(b: &dyn Backend) {
+    use crate::slow::SlowProxy;
+    use zklock::ConnectionState;
+
+    let server = b.start();
+    let port = server
+        .port()
+        .expect("a server a proxy can stand in front of");
+    let proxy = SlowProxy::start(port);
+    let url = server.url().replacen(
+        &format!("127.0.0.1:{port}"),
+        &format!("127.0.0.1:{}", proxy.port()),
+        1,
+    );
+    // Renewals every second or so (each backend's share of the session timeout), each held
+    // 100 ms: far within every backend's bound for a renewal (a sixth of the session timeout
+    // on Redis and PostgreSQL), also on a loaded machine.
+    let opts = Opts {
+        session: Duration::from_secs(3),
+        op: Duration::from_secs(5),
+    };
+    let client = b.connect(&url, opts);
+    let name = format!("slow-renewal-{}", b.name());
+    let lock = client.mutex(&name).unwrap();
+    let changes = health_changes();
+    let slow = Duration::from_millis(100);
+    let started = Instant::now();
+    for i in 0..=SLOW_RELEASES {
+        lock.acquire().unwrap();
+        let held = proxy.held();
+        proxy.set_delay(slow);
+        wait_for("the Client to send something while slow", || {
+            proxy.held() > held
+        });
+        proxy.set_delay(Duration::ZERO);
+        // The keeper sent again: it has read the answer to what it sent before the last
+        // release, and reported what it found.
+        let (lost, suspended) = changes(&name);
+        assert_eq!(
+            (lost, suspended),
+            (0, 0),
+            "{}: Lost and Suspended events after {i} releases during slow renewals",
+            b.name()
+        );
+        if i == SLOW_RELEASES {
+            wait_for("the slow bytes forwarded", || proxy.pending() == 0);
+        }
+        lock.release().unwrap();
+        assert_eq!(
+            client.state(),
+            ConnectionState::Connected,
+            "{}: after {} releases during slow renewals",
+            b.name(),
+            i + 1
+        );
+    }
+    println!(
+        "{}: {SLOW_RELEASES} releases during slow renewals in {:?}: no Lost, no Suspended",
+        b.name(),
+        started.elapsed()
+    );
+}
+
+/// Counts the health events of a lock, by its name: `(lost, suspended)`.
+#[cfg(feature = "metrics")]
+fn health_changes() -> impl Fn(&str) -> (u64, u64) {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+    use std::sync::OnceLock;
+
+    static SNAPSHOTS: OnceLock<Snapshotter> = OnceLock::new();
+    let snapshots = SNAPSHOTS.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other metrics recorder in this test binary");
+        snapshotter
+    });
+    move |name: &str| {
+        let (mut lost, mut suspended) = (0, 0);
+        for (key, _, _, value) in snapshots.snapshot().into_vec() {
+            let key = key.key();
+            let label = |l: &str| {
+                key.labels()
+                    .find(|x| x.key() == l)
+                    .map(|x| x.value().to_owned())
+                    .unwrap_or_default()
+            };
+            if key.name() != "zklock_health_changes_total" || !label("path").ends_with(name) {
+                continue;
+            }
+            let DebugValue::Counter(n) = value else {
+                continue;
+            };
+            match label("to").as_str() {
+                "lost" => lost += n,
+                "suspended" => suspended += n,
+                _ => {}
+            }
+        }
+        (lost, suspended)
+    }
+}

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::{evalsha, Keeping, Kept, Owed, Run};
 use crate::core::health::LockHealth;
 use crate::redis::scripts::{wake_channel, Keys};
+use crate::redis::sentinel::share;
 
 impl Run {
     /// Pays what is owed, every release and queue exit in one pipeline; what fails stays owed
@@ -36,7 +37,14 @@ impl Run {
         // A close's wake-ups go with the first group: a PUBLISH on any node of a cluster
         // reaches every node's subscribers.
         let mut wakes = Some(wakes);
-        for (route, paying) in groups {
+        let n = groups.len();
+        for (k, (route, paying)) in groups.into_iter().enumerate() {
+            // A close gives each node's pipeline a share of what is left: a frozen primary
+            // costs its share, and what the others hold is released.
+            let by = by.map(|by| match share(by, n - k) {
+                Some(share) => Instant::now() + share,
+                None => by,
+            });
             let mut pipe = redis::pipe();
             for client in wakes.take().unwrap_or_default() {
                 pipe.cmd("PUBLISH")
@@ -55,8 +63,14 @@ impl Run {
                 used.push(script);
             }
             let mut sent = Duration::ZERO;
+            // A close goes by the map it read first: a node that fails in its share marks the
+            // map stale, which must not make the others read it again in theirs.
+            let at = match (by, self.server.as_cluster(), route) {
+                (Some(_), Some(cluster), Some(slot)) => cluster.serving(slot),
+                _ => None,
+            };
             let (_, paid): (String, redis::RedisResult<Vec<redis::Value>>) =
-                self.query(route, &pipe, &used, by, &mut sent);
+                self.query((route, at.as_deref()), &pipe, &used, by, &mut sent);
             match paid {
                 Ok(_) => {}
                 Err(e)

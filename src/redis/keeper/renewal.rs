@@ -8,7 +8,8 @@ use super::{evalsha, ms, Renewing, Run};
 use crate::core::health::LockHealth;
 use crate::core::lease::boot_clock;
 use crate::redis::clock::Step;
-use crate::redis::server::Route;
+use crate::redis::cluster::Redirect;
+use crate::redis::server::{route as route_of, Route};
 
 impl Run {
     /// Renews every hold: one pipeline per node (one on a single server), each reading the
@@ -32,20 +33,33 @@ impl Run {
         self.fresh_map(None);
         let mut pending = batch;
         let mut broken = false;
+        // The holds of a slot being moved whose keys are on the node it moves to, which an
+        // `ASK` names: renewed there, after `ASKING`.
+        let mut asked: Vec<(String, Vec<Renewing>)> = Vec::new();
         for pass in 0..2 {
             let groups = self.group(std::mem::take(&mut pending), |r| &r.1);
             for (route, items) in groups {
-                match self.renew_group(route, items) {
+                match self.renew_group((route, None), items) {
                     Ok(()) => {}
-                    Err((e, items)) => {
-                        if pass == 0 && self.server.as_cluster().is_some() {
-                            pending.extend(items);
-                        } else {
-                            tracing::debug!("zklock: Redis renewal failed: {e}");
-                            broken |= crate::redis::error::broken(&e)
-                                || self.server.as_cluster().is_some();
-                        }
+                    Err((e, _, _)) if pass > 0 || self.server.as_cluster().is_none() => {
+                        tracing::debug!("zklock: Redis renewal failed: {e}");
+                        broken |=
+                            crate::redis::error::broken(&e) || self.server.as_cluster().is_some();
                     }
+                    Err((_, Some(Redirect::Ask { slot, node }), items)) => {
+                        let (there, rest) = items
+                            .into_iter()
+                            .partition(|r| route_of(&r.1) == Some(slot));
+                        asked.push((node, there));
+                        pending.extend(rest);
+                    }
+                    Err((_, _, items)) => pending.extend(items),
+                }
+            }
+            for (node, items) in std::mem::take(&mut asked) {
+                if let Err((e, _, _)) = self.renew_group((None, Some(&node)), items) {
+                    tracing::debug!("zklock: Redis renewal on {node} after ASK failed: {e}");
+                    broken = true;
                 }
             }
             if pending.is_empty() {
@@ -59,13 +73,14 @@ impl Run {
         !broken
     }
 
-    /// Renews the holds of one node in one pipeline; the error and the holds back if it
-    /// failed.
+    /// Renews the holds of one node in one pipeline, sent for `route`, or to the cluster node
+    /// `at` with `ASKING` before each renewal; the error (and the redirect it is, if one) and
+    /// the holds back if it failed.
     pub(super) fn renew_group(
         &mut self,
-        route: Route,
+        (route, at): (Route, Option<&str>),
         batch: Vec<Renewing>,
-    ) -> std::result::Result<(), (redis::RedisError, Vec<Renewing>)> {
+    ) -> std::result::Result<(), (redis::RedisError, Option<Redirect>, Vec<Renewing>)> {
         let ttl_ms = ms(self.ttl).to_string();
         let scripts = self.scripts.clone();
         // The server's clock first, then every renewal: a step it shows happened before the
@@ -75,6 +90,9 @@ impl Run {
         let mut used = Vec::new();
         for (_, keys, owner, _, _) in &batch {
             let renew = scripts.renew(keys.layout);
+            if at.is_some() {
+                pipe.cmd("ASKING").ignore();
+            }
             pipe.add_command(evalsha(renew, keys, &[owner, &ttl_ms]));
             used.push(renew);
         }
@@ -83,18 +101,21 @@ impl Run {
         }
         let mut sent = Duration::ZERO;
         let (mut node, mut answers): (String, redis::RedisResult<Vec<redis::Value>>) =
-            self.query(route, &pipe, &used, None, &mut sent);
+            self.query((route, at), &pipe, &used, None, &mut sent);
         if matches!(&answers, Err(e) if !e.is_timeout() && crate::redis::error::broken(e)) {
             // The connection was found closed (the server restarted, or dropped it, or is no
             // longer the primary): renew at once on a new one, so that a hold the server
             // forgot reads Lost now rather than a period later. A server that does not answer
             // is not asked twice.
-            (node, answers) = self.query(route, &pipe, &used, None, &mut sent);
+            (node, answers) = self.query((route, at), &pipe, &used, None, &mut sent);
         }
         let answered = boot_clock();
         let mut answers = match answers {
             Ok(answers) => answers,
-            Err(e) => return Err((e, batch)),
+            Err(e) => {
+                let redirect = crate::redis::cluster::redirect(&e, &node);
+                return Err((e, redirect, batch));
+            }
         };
         self.states.heard(sent);
         // Replicated grants: the batch counts only if enough replicas have it.
@@ -129,6 +150,9 @@ impl Run {
                 if let Some(k) = self.shared.holds.lock().get_mut(&id) {
                     k.doubted = step.is_some();
                 }
+            } else if self.shared.holds.lock().remove(&id).is_none() {
+                // Released while its renewal was in flight (the release reached the server
+                // first): no loss.
             } else {
                 match step {
                     Some(Step::Forward(by)) => tracing::warn!(
@@ -142,7 +166,6 @@ impl Run {
                     ),
                 }
                 lost += 1;
-                self.shared.holds.lock().remove(&id);
                 report(LockHealth::Lost);
             }
         }
