@@ -519,3 +519,81 @@ fn participants_show_the_holder_and_the_waiters() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Releases while a heartbeat (`GET_LOCK` mode) or a renewal (table mode) is out, made slow by
+/// a proxy that holds every packet 40 ms: 200 releases in each mode — guards dropped, `release`,
+/// and `release_timeout` of 20 ms, which ends the session rather than wait for the keeper's
+/// heartbeat — and no hold reads `Lost`, no `Lost` event, and the Client never leaves
+/// `Connected`.
+#[test]
+fn a_release_during_a_slow_renewal_is_not_a_loss() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zklock::testing::FaultProxy;
+    use zklock::ConnectionState;
+
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let proxy = FaultProxy::start_raw(("127.0.0.1", server.port())).unwrap();
+    let url = server.url().replace(
+        &format!(":{}/", server.port()),
+        &format!(":{}/", proxy.addr().port()),
+    );
+    assert_ne!(url, server.url());
+    for table in [false, true] {
+        let url = match table {
+            true => format!("{url}?lock_mode=table"),
+            false => url.clone(),
+        };
+        let c = MySqlClient::builder(&url)
+            .session_timeout(Duration::from_secs(3))
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .expect("connect");
+        let states = c.connection_states();
+        proxy.delay(Duration::from_millis(40));
+        let releases = AtomicUsize::new(0);
+        let lost = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (c, releases, lost) = (&c, &releases, &lost);
+                s.spawn(move || {
+                    let mutex = MySqlMutex::new(c, &format!("slow-{t}")).unwrap();
+                    let events = mutex.health_events();
+                    for i in 0..50 {
+                        let guard = mutex.lock().unwrap();
+                        std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
+                        if guard.health() == LockHealth::Lost {
+                            lost.fetch_add(1, Ordering::SeqCst);
+                        }
+                        match i % 3 {
+                            0 => drop(guard),
+                            1 => guard.release().unwrap(),
+                            // Ends the session if the keeper is using it; a timeout is fine.
+                            _ => match guard.release_timeout(Duration::from_millis(20)) {
+                                Ok(()) | Err(Error::Timeout) => {}
+                                Err(e) => panic!("{e:?}"),
+                            },
+                        }
+                        releases.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // The keeper's reports come through the events thread.
+                    std::thread::sleep(Duration::from_millis(500));
+                    let events: Vec<_> = events.try_iter().collect();
+                    let lost_events = events.iter().filter(|e| e.health == LockHealth::Lost);
+                    lost.fetch_add(lost_events.count(), Ordering::SeqCst);
+                });
+            }
+        });
+        proxy.delay(Duration::ZERO);
+        let changes: Vec<ConnectionState> = states.try_iter().collect();
+        let (releases, lost) = (releases.into_inner(), lost.into_inner());
+        println!("table mode {table}: {releases} releases, {lost} Lost, states {changes:?}");
+        assert_eq!(releases, 200);
+        assert_eq!(lost, 0, "a release during a renewal was reported Lost");
+        assert!(
+            changes.iter().all(|s| *s == ConnectionState::Connected),
+            "the Client left Connected: {changes:?}"
+        );
+        assert!(c.is_connected());
+        c.close();
+    }
+}

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::keeper::Keeper;
 use super::session::{connect_error, Session};
-use super::sql::{RECORDS, RECORDS_DDL, TOKENS, TOKENS_DDL};
+use super::sql::TOKENS;
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
@@ -380,22 +380,7 @@ impl MySqlClientBuilder {
         if let Some(why) = refusal(&version.0, &version.1).filter(|_| mode == MySqlMode::GetLock) {
             return Err(failed(Error::MySql(why)));
         }
-        let (table, ddl) = match mode {
-            MySqlMode::GetLock => (TOKENS, TOKENS_DDL),
-            MySqlMode::Table => (RECORDS, RECORDS_DDL),
-        };
-        probe
-            .with(Some(operation_timeout), operation_timeout, |c| {
-                c.query_drop(ddl)
-            })
-            .map_err(|e| {
-                failed(match e {
-                    Error::MySql(why) => {
-                        Error::MySql(format!("cannot create the lock table {table}: {why}"))
-                    }
-                    other => other,
-                })
-            })?;
+        super::tables::prepare(&probe, mode, operation_timeout).map_err(failed)?;
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-mysql-events", closed.clone())?;
         let dispatch: Dispatch = {
@@ -624,6 +609,31 @@ impl Inner {
         }
     }
 
+    /// An idle session, or a new one opened by `until` (its connection, handshake and set-up
+    /// each bounded by the time left); the new one is `true`, for the caller to close.
+    pub(crate) fn pooled_by(&self, until: std::time::Instant) -> Result<(Session, bool)> {
+        if let Some(session) = self.idle.lock().pop() {
+            if session.usable() {
+                return Ok((session, false));
+            }
+            session.close();
+        }
+        if self.closed() {
+            return Err(Error::Closed);
+        }
+        let left = until
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_millis(1));
+        let opts = mysql::OptsBuilder::from_opts(self.opts.clone())
+            .tcp_connect_timeout(Some(
+                left.min(self.opts.get_tcp_connect_timeout().unwrap_or(left)),
+            ))
+            .read_timeout(Some(left))
+            .write_timeout(Some(left));
+        let session = Session::open(&opts.into()).map_err(|e| super::session::error(&e))?;
+        Ok((session, true))
+    }
+
     /// Gives `session` back to the idle ones (or closes it).
     pub(crate) fn put_back(&self, session: Session) {
         if session.ended() || self.closed() {
@@ -640,6 +650,7 @@ impl Inner {
 
     /// Registers a waiter; it is taken out by [`forget_waiter`](Self::forget_waiter).
     pub(crate) fn add_waiter(&self, waiter: Waiter) {
+        self.keeper.watch_wait(&waiter.session, waiter.done.clone());
         self.waiters.lock().push(waiter);
     }
 

@@ -14,8 +14,8 @@ use mysql::prelude::Queryable;
 use parking_lot::{Condvar, Mutex};
 
 use super::session::{code, error, Session};
-use super::sql::{expire_sql, renew_sql, Record};
-use crate::core::connection::States;
+use super::sql::{dequeue_sql, expire_sql, renew_sql, Record};
+use crate::core::connection::{ConnectionState, States};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::hold::Report;
@@ -42,6 +42,11 @@ pub(crate) struct Keeper {
     leases: Mutex<Vec<Leased>>,
     /// Table leases let go of in the background, which the keeper expires.
     releases: Mutex<Vec<Record>>,
+    /// The `GET_LOCK` waits out now (their session, and whether their answer is in), ended
+    /// when the Client reads `Lost`.
+    waits: Mutex<Vec<(Weak<Session>, Arc<AtomicBool>)>>,
+    /// The table mode's queue rows (key, waiter) of waits that ended, which the keeper deletes.
+    dequeues: Mutex<Vec<(String, String)>>,
     /// Wakes the table mode's waiters between polls (a cancel, a close, a lease let go of
     /// here); the count says how often.
     pub(crate) nap: Mutex<u64>,
@@ -88,6 +93,8 @@ impl Keeper {
             thread: Mutex::new(None),
             leases: Mutex::default(),
             releases: Mutex::default(),
+            dequeues: Mutex::default(),
+            waits: Mutex::default(),
             nap: Mutex::new(0),
             naps: Condvar::new(),
         }
@@ -212,6 +219,38 @@ impl Keeper {
         self.wake.notify_all();
     }
 
+    /// Has the keeper end the wait on `session` if the Client reads `Lost` before `done` is
+    /// set (the wait's answer is in).
+    pub(crate) fn watch_wait(&self, session: &Arc<Session>, done: Arc<AtomicBool>) {
+        self.waits.lock().push((Arc::downgrade(session), done));
+    }
+
+    /// Judges the connection state; once it reads `Lost` (the server silent for the session
+    /// timeout), every wait still out is ended: a frozen server would never answer it.
+    fn judge(&self) {
+        self.states.judge();
+        let mut waits = self.waits.lock();
+        waits.retain(|(session, done)| session.strong_count() > 0 && !done.load(Ordering::SeqCst));
+        if self.states.state() != ConnectionState::Lost {
+            return;
+        }
+        for (session, _) in waits.drain(..) {
+            if let Some(session) = session.upgrade() {
+                tracing::debug!(
+                    "zklock: the MySQL server is lost: wait {} ended",
+                    session.id
+                );
+                session.end();
+            }
+        }
+    }
+
+    /// Has the keeper delete the queue row of `waiter` for the record `key` (its wait ended).
+    pub(crate) fn dequeue_later(&self, key: String, waiter: String) {
+        self.dequeues.lock().push((key, waiter));
+        self.wake.notify_all();
+    }
+
     /// Lets go of the table leases `records` on the Client's own session (also once closed),
     /// waiting at most `timeout` for the answer.
     pub(crate) fn expire(&self, records: &[Record], timeout: Duration) -> Result<()> {
@@ -304,9 +343,12 @@ impl Keeper {
         id
     }
 
-    /// Stops keeping hold `id` alive.
-    pub(crate) fn forget(&self, id: u64) {
-        self.holds.lock().retain(|k| k.id != id);
+    /// Stops keeping hold `id` alive; whether it was kept (not released meanwhile).
+    pub(crate) fn forget(&self, id: u64) -> bool {
+        let mut holds = self.holds.lock();
+        let before = holds.len();
+        holds.retain(|k| k.id != id);
+        holds.len() != before
     }
 
     /// Looks at every idle held session's socket: one the server has ended (`KILL`, a
@@ -320,12 +362,15 @@ impl Keeper {
             .map(|k| (k.id, k.session.clone(), k.report.clone()))
             .collect();
         for (id, session, report) in ended {
+            // Released meanwhile: its release ended the session, nothing was lost.
+            if !self.forget(id) {
+                continue;
+            }
             tracing::debug!(
                 "zklock: the server ended MySQL session {} of a hold",
                 session.id
             );
             session.end();
-            self.forget(id);
             report(LockHealth::Lost);
         }
     }
@@ -399,12 +444,27 @@ impl Keeper {
         }
     }
 
-    /// Lets go of the table leases released in the background.
+    /// Lets go of the table leases released in the background, and deletes the queue rows of
+    /// waits that ended.
     fn let_go(&self) {
         let records: Vec<Record> = std::mem::take(&mut *self.releases.lock());
         if let Err(e) = self.expire(&records, self.operation_timeout) {
             // They expire by themselves within the session timeout.
             tracing::debug!("zklock: could not let go of MySQL table leases: {e}");
+        }
+        let rows: Vec<(String, String)> = std::mem::take(&mut *self.dequeues.lock());
+        if rows.is_empty() {
+            return;
+        }
+        let sql = dequeue_sql(&rows);
+        let deleted = self.on_side(self.operation_timeout, |c| {
+            let mut result = c.query_iter(&sql)?;
+            while result.iter().is_some() {}
+            Ok(())
+        });
+        if let Err(e) = deleted {
+            // Dead rows do not count, and go with a later wait's.
+            tracing::debug!("zklock: could not delete MySQL queue rows: {e}");
         }
     }
 
@@ -429,12 +489,14 @@ impl Keeper {
                     self.states.heard(sent);
                     heard = true;
                 }
+                // Released while its heartbeat was out (the release ended the session): not
+                // a loss, and says nothing of the server.
+                Err(_) if !self.forget(id) => {}
                 Err(e) => {
                     // Its session is gone or its state unknown: the server has freed the lock
                     // or will, so the hold is lost, and its session is ended now.
                     tracing::debug!("zklock: a MySQL hold's heartbeat failed: {e}");
                     session.end();
-                    self.forget(id);
                     report(LockHealth::Lost);
                     self.states.failed();
                 }
@@ -462,7 +524,7 @@ impl Keeper {
                 }
             }
         }
-        self.states.judge();
+        self.judge();
     }
 }
 
@@ -488,10 +550,10 @@ fn keep_alive(keeper: Weak<Keeper>) {
         } else {
             inner.watch();
             inner.report_leases();
-            inner.states.judge();
+            inner.judge();
         }
         let mut thread = inner.thread.lock();
-        if !inner.closed() && inner.releases.lock().is_empty() {
+        if !inner.closed() && inner.releases.lock().is_empty() && inner.dequeues.lock().is_empty() {
             inner.wake.wait_for(&mut thread, tick);
         }
     }

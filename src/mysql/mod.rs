@@ -26,6 +26,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod table;
+mod tables;
 mod tls;
 
 pub use client::{MySqlClient, MySqlClientBuilder, MySqlMode};

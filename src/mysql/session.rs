@@ -3,7 +3,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -80,6 +80,29 @@ impl Session {
         f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
     ) -> Result<T> {
         let mut conn = self.conn.lock();
+        self.run(&mut conn, timeout, op, f)
+    }
+
+    /// As [`with`](Self::with), but `None` if the connection is still in use by another thread
+    /// (the keeper's heartbeat) at `until`.
+    pub(crate) fn try_with<T>(
+        &self,
+        until: Instant,
+        timeout: Option<Duration>,
+        op: Duration,
+        f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Option<Result<T>> {
+        let mut conn = self.conn.try_lock_until(until)?;
+        Some(self.run(&mut conn, timeout, op, f))
+    }
+
+    fn run<T>(
+        &self,
+        conn: &mut Option<mysql::Conn>,
+        timeout: Option<Duration>,
+        op: Duration,
+        f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T> {
         let Some(c) = conn.as_mut().filter(|_| !self.ended()) else {
             return Err(Error::ConnectionLoss);
         };
