@@ -598,3 +598,134 @@ fn a_release_during_a_slow_renewal_is_not_a_loss() {
         c.close();
     }
 }
+
+/// A guard dropped while the keeper's heartbeat waits on a frozen server (SIGSTOP) returns
+/// within the drop bound (1 s) instead of waiting for the heartbeat's answer: its connection
+/// is ended, which frees the lock once the server reads it. Session timeout 30 s: the
+/// heartbeat goes out 10 s after connect and waits up to 5 s.
+#[test]
+fn a_drop_does_not_wait_for_the_heartbeat_on_a_frozen_server() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = MySqlClient::builder(&server.url())
+        .session_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let connected = Instant::now();
+    let mutex = MySqlMutex::new(&c, "frozen-drop").unwrap();
+    let guard = mutex.lock().unwrap();
+    server.pause().unwrap();
+    // The heartbeat is out from 10 s after connect until it fails, 5 s later.
+    std::thread::sleep(
+        (connected + Duration::from_millis(11_500)).saturating_duration_since(Instant::now()),
+    );
+    let t = Instant::now();
+    drop(guard);
+    let took = t.elapsed();
+    server.resume().unwrap();
+    println!("a guard's drop during a heartbeat on a frozen server: {took:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    // The lock is free once the server has read the end of the connection.
+    let other = MySqlMutex::new(&client(&server, Duration::from_secs(30)), "frozen-drop").unwrap();
+    assert!(other.acquire_timeout(patience()).unwrap());
+    other.release().unwrap();
+    server.stop().unwrap();
+}
+
+/// `acquire()` without a deadline on a frozen server ends once the Client reads `Lost`
+/// (the session timeout without an answer) — with the error, after the retry policy's tries
+/// against the still frozen server — in both modes, rather than wait on a socket for ever.
+#[test]
+fn an_acquire_without_deadline_ends_once_the_client_reads_lost() {
+    use zklock::ConnectionState;
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    for table in [false, true] {
+        let url = match table {
+            true => format!("{}?lock_mode=table", server.url()),
+            false => server.url(),
+        };
+        let connect = || {
+            MySqlClient::builder(&url)
+                .session_timeout(Duration::from_secs(3))
+                .connect_timeout(Duration::from_secs(1))
+                .connect()
+                .unwrap()
+        };
+        let (a, b) = (connect(), connect());
+        let held = MySqlMutex::new(&a, "frozen-wait").unwrap();
+        assert!(held.acquire_timeout(Duration::ZERO).unwrap());
+        let waiter = MySqlMutex::new(&b, "frozen-wait").unwrap();
+        let states = b.connection_states();
+        let (lost_at, ended) = std::thread::scope(|s| {
+            let wait = s.spawn(|| {
+                let answer = waiter.acquire();
+                (Instant::now(), answer)
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            server.pause().unwrap();
+            let frozen = Instant::now();
+            let lost = loop {
+                match states.recv_timeout(patience()) {
+                    Ok(ConnectionState::Lost) => break Instant::now(),
+                    Ok(_) => {}
+                    Err(e) => panic!("never Lost: {e:?}"),
+                }
+            };
+            let (at, answer) = wait.join().unwrap();
+            println!(
+                "table mode {table}: Lost {:?} after the freeze; acquire() ended {:?} after \
+                 Lost with {answer:?}",
+                lost - frozen,
+                at.saturating_duration_since(lost)
+            );
+            (lost, answer)
+        });
+        let _ = lost_at;
+        assert!(ended.is_err(), "{ended:?}");
+        server.resume().unwrap();
+        held.release().unwrap_or_default();
+        a.close();
+        b.close();
+    }
+    server.stop().unwrap();
+}
+
+/// A table-mode release that finds no usable idle connection (the server restarted) on a
+/// frozen server keeps its bound: a guard's drop (1 s) and a `release_timeout(500 ms)` open a
+/// connection only within it.
+#[test]
+fn a_table_mode_release_opens_a_connection_only_within_its_bound() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .session_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let mutex = MySqlMutex::new(&c, "frozen-release").unwrap();
+    let mut took = Vec::new();
+    for drop_it in [true, false] {
+        let guard = mutex.lock().unwrap();
+        server.restart().unwrap();
+        server.pause().unwrap();
+        let t = Instant::now();
+        let answer = match drop_it {
+            true => {
+                drop(guard);
+                Ok(())
+            }
+            false => guard.release_timeout(Duration::from_millis(500)),
+        };
+        took.push(t.elapsed());
+        server.resume().unwrap();
+        println!("drop {drop_it}: {:?} ({answer:?})", t.elapsed());
+        // Let go of by the keeper, or expired: the next lock() waits for one or the other.
+    }
+    println!(
+        "table mode on a frozen server, no usable idle connection: drop {:?}, \
+         release_timeout(500 ms) {:?}",
+        took[0], took[1]
+    );
+    assert!(took[0] < Duration::from_millis(2500), "{took:?}");
+    assert!(took[1] < Duration::from_millis(2000), "{took:?}");
+    server.stop().unwrap();
+}
