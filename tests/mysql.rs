@@ -729,3 +729,111 @@ fn a_table_mode_release_opens_a_connection_only_within_its_bound() {
     assert!(took[1] < Duration::from_millis(2000), "{took:?}");
     server.stop().unwrap();
 }
+
+/// A port that accepts and never answers (a silent host) fails the connect after the
+/// handshake's bound with an error that names the host and says it did not answer — not the
+/// driver's `CodecError … os error 11`.
+#[test]
+fn a_port_that_never_answers_is_named() {
+    let silent = zklock::testing::SilentListener::start().unwrap();
+    let url = format!("mysql://app:secret@127.0.0.1:{}/app", silent.port());
+    let t = Instant::now();
+    let e = MySqlClient::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .expect_err("nothing answers there");
+    let text = common::chain(&e);
+    println!("after {:?}: {text}", t.elapsed());
+    assert!(matches!(e, Error::ConnectFailed { .. }), "{e:?}");
+    assert!(text.contains(&silent.port().to_string()), "{text}");
+    assert!(text.contains("did not answer"), "{text}");
+    assert!(
+        !text.contains("CodecError") && !text.contains("os error 11"),
+        "{text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+}
+
+/// The DDL an administrator runs for each table (as `docs/mysql.md` gives it).
+const TABLES_DDL: [&str; 3] = [
+    "CREATE TABLE zklock_tokens (name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+     NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+    "CREATE TABLE zklock_lock_record (lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE \
+     utf8mb4_bin NOT NULL PRIMARY KEY, lock_owner VARCHAR(64) CHARACTER SET ascii COLLATE \
+     ascii_bin NOT NULL, expire_time DATETIME(6) NOT NULL, version BIGINT UNSIGNED NOT NULL) \
+     ENGINE=InnoDB",
+    "CREATE TABLE zklock_lock_queue (lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE \
+     utf8mb4_bin NOT NULL, waiter VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+     since DATETIME(6) NOT NULL, expire_time DATETIME(6) NOT NULL, \
+     PRIMARY KEY (lock_name, waiter)) ENGINE=InnoDB",
+];
+
+/// A user without `CREATE` works with the tables an administrator created and granted it
+/// (both modes: a lock, its token); without them, or without a privilege on them, the error
+/// names the table and the privilege.
+#[test]
+fn a_user_without_create_uses_tables_an_administrator_created() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let root = |sql: &str| server.root_sql(sql).unwrap();
+    root("CREATE DATABASE admin_made");
+    root("CREATE USER 'plain'@'%' IDENTIFIED BY 'pw'");
+    root("CREATE USER 'plain'@'localhost' IDENTIFIED BY 'pw'");
+    let connect = |table: bool| {
+        let url = server.url_as("plain", "pw", "admin_made");
+        let url = match table {
+            true => format!("{url}?lock_mode=table"),
+            false => url,
+        };
+        MySqlClient::builder(&url)
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+    };
+    // No table, no CREATE: the error names the table and CREATE.
+    let grant_usage = "GRANT SELECT ON admin_made.* TO 'plain'@'%', 'plain'@'localhost'";
+    root(grant_usage);
+    let e = connect(false).expect_err("no table and no CREATE");
+    let text = common::chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("zklock_tokens") && text.contains("CREATE") && text.contains("missing"),
+        "{text}"
+    );
+    // The tables made by root; the user has SELECT but not INSERT: the error names INSERT.
+    for ddl in TABLES_DDL {
+        root(&format!("USE admin_made; {ddl}"));
+    }
+    let e = connect(false).expect_err("no INSERT");
+    let text = common::chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("zklock_tokens") && text.contains("INSERT"),
+        "{text}"
+    );
+    // Granted what the docs list: both modes work, with tokens.
+    for grant in [
+        "GRANT SELECT, INSERT, UPDATE ON admin_made.zklock_tokens TO 'plain'@'%', 'plain'@'localhost'",
+        "GRANT SELECT, INSERT, UPDATE ON admin_made.zklock_lock_record TO 'plain'@'%', 'plain'@'localhost'",
+    ] {
+        root(grant);
+    }
+    let c = connect(false).expect("the GET_LOCK mode with the admin's table");
+    let mutex = MySqlMutex::new(&c, "admin-made").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    drop(guard);
+    // The table mode without DELETE on the queue: named.
+    root("GRANT SELECT, INSERT, UPDATE ON admin_made.zklock_lock_queue TO 'plain'@'%', 'plain'@'localhost'");
+    let e = connect(true).expect_err("no DELETE on the queue");
+    let text = common::chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("zklock_lock_queue") && text.contains("DELETE"),
+        "{text}"
+    );
+    root("GRANT DELETE ON admin_made.zklock_lock_queue TO 'plain'@'%', 'plain'@'localhost'");
+    let c = connect(true).expect("the table mode with the admin's tables");
+    let mutex = MySqlMutex::new(&c, "admin-made").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    drop(guard);
+}

@@ -1,6 +1,7 @@
 //! One server session (a connection) of a [`MySqlClient`](super::MySqlClient): what a waiter
 //! waits on and a hold holds on, and how another thread ends it.
 
+use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -260,16 +261,37 @@ pub(crate) fn connect_error(e: &mysql::Error) -> Error {
             ));
         }
     }
-    match error(e) {
-        Error::ConnectionLoss => Error::Io {
+    let io = match e {
+        mysql::Error::IoError(io) => Some(io),
+        // The driver's packet codec wraps the socket's error.
+        mysql::Error::CodecError(c) => {
+            std::error::Error::source(c).and_then(|io| io.downcast_ref::<std::io::Error>())
+        }
+        _ => None,
+    };
+    match (error(e), io.map(std::io::Error::kind)) {
+        // The connection was accepted and nothing came back within the bound: the server's
+        // greeting or an answer of the set-up never arrived.
+        (Error::ConnectionLoss, Some(kind @ (ErrorKind::WouldBlock | ErrorKind::TimedOut))) => {
+            Error::Io {
+                context: "connecting".into(),
+                kind: if kind == ErrorKind::WouldBlock {
+                    ErrorKind::TimedOut
+                } else {
+                    kind
+                },
+                message: "the server accepted the connection but did not answer within the \
+                          operation timeout (a host that drops packets, a frozen server, or \
+                          not a MySQL server)"
+                    .into(),
+            }
+        }
+        (Error::ConnectionLoss, kind) => Error::Io {
             context: "connecting".into(),
-            kind: match e {
-                mysql::Error::IoError(io) => io.kind(),
-                _ => std::io::ErrorKind::Other,
-            },
+            kind: kind.unwrap_or(ErrorKind::Other),
             message: e.to_string(),
         },
-        other => other,
+        (other, _) => other,
     }
 }
 
