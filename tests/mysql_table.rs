@@ -637,3 +637,115 @@ fn semi_sync_past_its_timeout_is_asynchronous() {
     b.close();
     drop(a);
 }
+
+/// The database's clock stepping under a table lease (`TestingMariaDb` with a stepped clock,
+/// lease 30 s, so renewals 10 s apart): an hour forward expires the record at once — another
+/// Client is granted it — and the holder reads `Lost` within the keeper's next clock reading
+/// (at most 500 ms apart) rather than at its next renewal; an hour back keeps a hold, which
+/// reads `Suspended` for a renewal period, then `Held`.
+#[test]
+fn a_step_of_the_databases_clock_is_seen_before_the_next_renewal() {
+    let server = TestingMariaDb::start_with_stepped_clock().expect("mariadbd starts");
+    let c = client(&server, Duration::from_secs(30));
+    let m = MySqlMutex::new(&c, "clock").unwrap();
+    assert!(m.acquire_timeout(Duration::ZERO).unwrap());
+    // The keeper has read the clock at least once (every 500 ms: the step falls between two
+    // readings).
+    thread::sleep(Duration::from_millis(1250));
+    server.set_clock_ahead(Duration::from_secs(3600)).unwrap();
+    let stepped = Instant::now();
+    let other = MySqlMutex::new(&client(&server, Duration::from_secs(30)), "clock").unwrap();
+    assert!(
+        other.acquire_timeout(patience()).unwrap(),
+        "the record expired at once"
+    );
+    let granted = stepped.elapsed();
+    wait_for("the holder to read Lost", || {
+        m.health() == Some(LockHealth::Lost)
+    });
+    let lost = stepped.elapsed();
+    println!("an hour forward: another Client granted {granted:?} after the step, the holder Lost {lost:?} after it");
+    assert!(matches!(m.release(), Err(Error::LockLost)));
+    other.release().unwrap();
+    // An hour back, under the hold of a new Client (the first one doubts its clock readings
+    // for a renewal period after the first step).
+    let m = MySqlMutex::new(&client(&server, Duration::from_secs(30)), "clock").unwrap();
+    assert!(m.acquire_timeout(patience()).unwrap());
+    thread::sleep(Duration::from_millis(1250));
+    assert_eq!(m.health(), Some(LockHealth::Held));
+    server.set_clock_ahead(Duration::ZERO).unwrap();
+    let stepped = Instant::now();
+    wait_for("the holder to read Suspended", || {
+        m.health() == Some(LockHealth::Suspended)
+    });
+    let suspended = stepped.elapsed();
+    wait_for("the holder to read Held again", || {
+        m.health() == Some(LockHealth::Held)
+    });
+    println!(
+        "an hour back: Suspended {suspended:?} after the step, Held again {:?} after it",
+        stepped.elapsed()
+    );
+    m.release().unwrap();
+}
+
+/// A table-mode hold across restarts and kills (-9) of the server, alternately: after each, a
+/// renewal reaches the server (the record's expiry moves on), the hold reads `Held` with the
+/// same token, another Client is refused meanwhile, and a release and a new grant give the
+/// next token. `ZKLOCK_MYSQL_RESTART_ROUNDS` rounds (default 2: one restart, one kill).
+#[test]
+fn renewals_and_tokens_across_restarts_and_kills() {
+    let rounds: usize = std::env::var("ZKLOCK_MYSQL_RESTART_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    // Renewals every 4 s.
+    let c = client(&server, Duration::from_secs(12));
+    let mutex = MySqlMutex::new(&c, "rounds").unwrap();
+    let other = MySqlMutex::new(&client(&server, Duration::from_secs(12)), "rounds").unwrap();
+    let expiry = |server: &TestingMariaDb| {
+        server
+            .root_sql(
+                "SELECT expire_time FROM zklock.zklock_lock_record WHERE lock_name = 'rounds'",
+            )
+            .ok()
+            .and_then(|rows| rows.first().map(|r| r[0].clone()))
+    };
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let mut token = mutex.fencing_token().unwrap();
+    let mut passed = 0;
+    for round in 0..rounds {
+        let before = expiry(&server);
+        let t = Instant::now();
+        if round % 2 == 0 {
+            server.restart().unwrap();
+        } else {
+            server.kill().unwrap();
+            server.restart().unwrap();
+        }
+        let down = t.elapsed();
+        assert!(
+            !other.acquire_timeout(Duration::ZERO).unwrap_or(false),
+            "round {round}: taken while the lease runs"
+        );
+        wait_for("a renewal after the restart", || expiry(&server) != before);
+        let renewed = t.elapsed();
+        wait_for("the hold to read Held", || {
+            mutex.health() == Some(LockHealth::Held)
+        });
+        assert_eq!(mutex.fencing_token(), Some(token), "round {round}");
+        mutex.release().unwrap();
+        assert!(mutex.acquire_timeout(patience()).unwrap());
+        let next = mutex.fencing_token().unwrap();
+        assert_eq!(next, token + 1, "round {round}");
+        token = next;
+        passed += 1;
+        println!(
+            "round {round} ({}): down {down:?}, renewed {renewed:?} after, token {token}",
+            if round % 2 == 0 { "restart" } else { "kill -9" }
+        );
+    }
+    println!("{passed}/{rounds} rounds passed");
+    mutex.release().unwrap();
+}

@@ -46,14 +46,16 @@ use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 /// either, and the Client cannot tell: connect to one primary.
 ///
 /// The fencing tokens are counters in the table `zklock_tokens` of the URL's database, created
-/// at connect if missing (the user needs `CREATE`, `INSERT` and `UPDATE` on it).
+/// at connect if missing; a user without `CREATE` uses one an administrator created (with
+/// `SELECT`, `INSERT` and `UPDATE` on it), and the connect error names a missing privilege.
 ///
 /// # The table mode
 /// With [`MySqlMode::Table`] (or `?lock_mode=table` in the URL) a mutex is instead a lease row
 /// of the table `zklock_lock_record` (created at connect if missing): an owner, an expiry by the
 /// database's clock and a version that is the fencing token. The keeper thread renews every held
 /// row at a third of the session timeout on the Client's own session, waiters poll every
-/// [`poll_interval`](MySqlClientBuilder::poll_interval), and the setups refused above are not
+/// [`poll_interval`](MySqlClientBuilder::poll_interval) and queue in `zklock_lock_queue` (the
+/// one that has waited longest takes a free row), and the setups refused above are not
 /// refused. Leader latches poll for the same records; semaphores and read-write locks are
 /// refused in this mode. See
 /// `docs/mysql.md` for what a failover does to it.

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use parking_lot::{Condvar, Mutex};
 
+use super::clock::{DbClock, Step, NOW_SQL};
 use super::session::{code, error, Session};
 use super::sql::{dequeue_sql, expire_sql, renew_sql, Record};
 use crate::core::connection::{ConnectionState, States};
 use crate::core::error::{Error, Result};
-use crate::core::health::LockHealth;
+use crate::core::health::{worst, LockHealth};
 use crate::core::hold::Report;
 use crate::core::lease::{boot_clock, LocalLease};
 
@@ -51,6 +52,11 @@ pub(crate) struct Keeper {
     /// here); the count says how often.
     pub(crate) nap: Mutex<u64>,
     pub(crate) naps: Condvar,
+    /// The database's clock as the keeper reads it while table leases are held, when it was
+    /// last read, and until when (the lease clock) a step it found keeps leases `Suspended`.
+    clock: Mutex<DbClock>,
+    clock_read: Mutex<Duration>,
+    doubt_until: Mutex<Option<Duration>>,
 }
 
 /// A table lease the keeper renews.
@@ -97,6 +103,9 @@ impl Keeper {
             waits: Mutex::default(),
             nap: Mutex::new(0),
             naps: Condvar::new(),
+            clock: Mutex::new(DbClock::new(session_timeout)),
+            clock_read: Mutex::new(Duration::ZERO),
+            doubt_until: Mutex::new(None),
         }
     }
 
@@ -124,7 +133,8 @@ impl Keeper {
         }
     }
 
-    /// At close: every table lease reported `Lost`, and let go of on the server at once.
+    /// At close: every table lease reported `Lost`, and let go of on the server at once, with
+    /// the queue rows of waits that ended.
     pub(crate) fn lose_leases(&self) {
         let leases: Vec<Leased> = self.leases.lock().drain(..).collect();
         let mut records: Vec<Record> = leases.iter().map(|l| l.record.clone()).collect();
@@ -132,17 +142,23 @@ impl Keeper {
             (leased.report)(LockHealth::Lost);
         }
         records.extend(self.releases.lock().drain(..));
-        if let Err(e) = self.expire_within(&records, self.operation_timeout) {
+        let rows: Vec<(String, String)> = self.dequeues.lock().drain(..).collect();
+        if let Err(e) = self.expire_within(&records, &rows, self.operation_timeout) {
             tracing::debug!("zklock: could not let go of MySQL table leases at close: {e}");
         }
         self.wake_waiters();
     }
 
-    /// At close: lets go of `records` within `bound` in all, waiting for the keeper's request
+    /// At close: lets go of `records` and deletes the queue `rows` within `bound` in all, waiting for the keeper's request
     /// on the Client's own session included; not at all if that session cannot be had by then
     /// or the server has closed it (the records expire by themselves within the lease).
-    fn expire_within(&self, records: &[Record], bound: Duration) -> Result<()> {
-        if records.is_empty() {
+    fn expire_within(
+        &self,
+        records: &[Record],
+        rows: &[(String, String)],
+        bound: Duration,
+    ) -> Result<()> {
+        if records.is_empty() && rows.is_empty() {
             return Ok(());
         }
         let until = crate::core::deadline::instant_after(bound);
@@ -155,7 +171,11 @@ impl Keeper {
         let left = until
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
-        let sql = expire_sql(records);
+        let sql = [expire_sql(records), dequeue_sql(rows)]
+            .into_iter()
+            .filter(|sql| !sql.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         let answer = session.with(Some(left), self.operation_timeout, |c| {
             let mut result = c.query_iter(&sql)?;
             while result.iter().is_some() {}
@@ -426,8 +446,52 @@ impl Keeper {
         heard
     }
 
-    /// Reports each table lease's local reading (`Suspended` when renewals fail, `Lost` once
-    /// a whole lease has passed since the last one that was answered).
+    /// While table leases are held, reads the database's clock (every twelfth of the lease,
+    /// from 100 to 500 ms apart); whether it stepped since the last reading. A step is logged,
+    /// and keeps every lease `Suspended` for a renewal period.
+    fn watch_clock(&self) -> bool {
+        if self.leases.lock().is_empty() {
+            self.clock.lock().forget();
+            return false;
+        }
+        let every = (self.session_timeout / 12)
+            .clamp(Duration::from_millis(100), Duration::from_millis(500));
+        let sent = boot_clock();
+        {
+            let mut read = self.clock_read.lock();
+            if sent.saturating_sub(*read) < every {
+                return false;
+            }
+            *read = sent;
+        }
+        let op = self
+            .operation_timeout
+            .min(self.session_timeout / 6)
+            .max(Duration::from_millis(10));
+        let Ok(Some(db_us)) = self.on_side(op, |c| c.query_first::<i64, _>(NOW_SQL)) else {
+            // Unanswered: the renewals judge the server.
+            return false;
+        };
+        let answered = boot_clock();
+        self.states.heard(sent);
+        let Some(step) = self.clock.lock().observe(i128::from(db_us), sent, answered) else {
+            return false;
+        };
+        let effect = match step {
+            Step::Forward(_) => "table leases expire early by up to as much (renewing now)",
+            Step::Back(_) => "table leases outlive their lease by up to as much",
+        };
+        tracing::warn!(
+            "zklock: the MySQL server's clock stepped {step} against this host's: {effect}; \
+             held leases read Suspended for a renewal period"
+        );
+        *self.doubt_until.lock() = Some(answered + self.session_timeout / 3);
+        true
+    }
+
+    /// Reports each table lease's local reading (`Suspended` when renewals fail or the
+    /// database's clock stepped lately, `Lost` once a whole lease has passed since the last
+    /// renewal that was answered).
     fn report_leases(&self) {
         let leases: Vec<(u64, Arc<LocalLease>, Report)> = self
             .leases
@@ -435,8 +499,16 @@ impl Keeper {
             .iter()
             .map(|l| (l.id, l.lease.clone(), l.report.clone()))
             .collect();
+        let doubt = {
+            let mut until = self.doubt_until.lock();
+            *until = until.filter(|&u| boot_clock() < u);
+            until.is_some()
+        };
         for (id, lease, report) in leases {
-            let health = lease.health();
+            let mut health = lease.health();
+            if doubt {
+                health = worst(health, LockHealth::Suspended);
+            }
             if health == LockHealth::Lost {
                 self.forget_lease(id);
             }
@@ -544,9 +616,13 @@ fn keep_alive(keeper: Weak<Keeper>) {
             return;
         }
         inner.let_go();
-        if boot_clock().saturating_sub(last) >= timeout / 3 {
+        // A step of the database's clock: the leases are renewed now, so that one the step
+        // expired reads Lost at once.
+        let stepped = inner.watch_clock();
+        if stepped || boot_clock().saturating_sub(last) >= timeout / 3 {
             last = boot_clock();
             inner.beat();
+            inner.report_leases();
         } else {
             inner.watch();
             inner.report_leases();

@@ -16,6 +16,7 @@
 
 pub(crate) mod any;
 mod client;
+mod clock;
 mod get_lock;
 mod keeper;
 mod latch;

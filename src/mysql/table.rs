@@ -21,7 +21,9 @@ use mysql::prelude::Queryable;
 
 use super::client::{Inner, MySqlClient};
 use super::session::Session;
-use super::sql::{check_name, expire_sql, key_sql, look_sql, queue_sql, Record, RECORDS, RELEASED};
+use super::sql::{
+    check_name, dequeue_sql, expire_sql, key_sql, look_sql, queue_sql, Record, RECORDS, RELEASED,
+};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
@@ -98,7 +100,8 @@ impl Raw {
         let mut queued = None;
         let answer = self.poll(inner, deadline, stop, &owner, &mut queued);
         if queued.is_some() {
-            // Granted or not, its queue row goes; a row left behind stops counting anyway.
+            // A wait that ended without a grant (a grant deletes its row): the row goes, and
+            // stops counting anyway at the end of its life.
             inner.keeper.dequeue_later(self.key.clone(), owner);
         }
         answer
@@ -126,7 +129,7 @@ impl Raw {
             let seen = *inner.keeper.nap.lock();
             // A try without time to wait does not queue.
             let queue = deadline.remaining().is_none_or(|left| !left.is_zero());
-            match self.attempt(inner, owner, queue.then_some(&mut *queued)) {
+            match self.attempt(inner, owner, queue, queued) {
                 Ok(Some(granted)) => return Ok(Some(granted)),
                 Ok(None) => {
                     budget.reset();
@@ -161,11 +164,19 @@ impl Raw {
         &self,
         inner: &Inner,
         owner: &str,
-        queued: Option<&mut Option<Duration>>,
+        queue: bool,
+        queued: &mut Option<Duration>,
     ) -> Result<Option<Granted<Kept>>> {
         let session = inner.pooled()?;
         let live = queue_life(inner.poll_interval);
-        let taken = take(inner, &session, &self.key, owner, queued, live);
+        let taken = take(
+            inner,
+            &session,
+            &self.key,
+            owner,
+            queue.then_some(live),
+            queued,
+        );
         inner.put_back(session);
         let Some((version, sent)) = taken? else {
             return Ok(None);
@@ -282,15 +293,17 @@ impl Raw {
 /// Reads the record `key` on `session` and takes it for `owner` if it is missing, or has expired
 /// and no live queue row is ahead of `owner`'s, or is already `owner`'s (a take whose answer
 /// was lost): the version taken and the send time of the take, `None` if another holds it, is
-/// ahead in the queue or won the race. Not taken, `owner` is queued if `queued` is given (its
-/// row written when `queued`, the time of the last write, is `None` or a third of `live` ago).
+/// ahead in the queue or won the race. Not taken, `owner` is queued for a row life of `queue`,
+/// if given (its row written when `queued`, the time of the last write, is `None` or a third
+/// of the life ago); taken, its row is deleted (and `queued` emptied) on the same session, so
+/// that it does not stay ahead of the next waiters.
 fn take(
     inner: &Inner,
     session: &Session,
     key: &str,
     owner: &str,
-    queued: Option<&mut Option<Duration>>,
-    live: Duration,
+    queue: Option<Duration>,
+    queued: &mut Option<Duration>,
 ) -> Result<Option<(u64, Duration)>> {
     let op = inner.operation_timeout;
     let row: Option<(u64, String, i64, i64)> =
@@ -319,7 +332,7 @@ fn take(
             )
         }
         Some(_) => {
-            let Some(queued) = queued else {
+            let Some(live) = queue else {
                 return Ok(None);
             };
             let now = boot_clock();
@@ -337,7 +350,17 @@ fn take(
         Ok(c.affected_rows())
     });
     match matched {
-        Ok(1) => Ok(Some((version, sent))),
+        Ok(1) => {
+            if queued.is_some() {
+                let rows = [(key.to_owned(), owner.to_owned())];
+                let left = session.with(Some(op), op, |c| c.query_drop(dequeue_sql(&rows)));
+                // Not deleted: the keeper deletes it (the caller sees `queued`).
+                if left.is_ok() {
+                    *queued = None;
+                }
+            }
+            Ok(Some((version, sent)))
+        }
         Ok(_) => Ok(None),
         Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => Ok(None),
         Err(e) => Err(e),
