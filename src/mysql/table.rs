@@ -331,17 +331,7 @@ fn take(
                 version + 1,
             )
         }
-        Some(_) => {
-            let Some(live) = queue else {
-                return Ok(None);
-            };
-            let now = boot_clock();
-            if queued.is_none_or(|at| now.saturating_sub(at) >= live / 3) {
-                session.with(Some(op), op, |c| c.query_drop(queue_sql(key, owner, live)))?;
-                *queued = Some(now);
-            }
-            return Ok(None);
-        }
+        Some(_) => return wait(session, key, owner, queue, queued, op),
     };
     // The lease starts no later than the take is sent.
     let sent = boot_clock();
@@ -361,10 +351,35 @@ fn take(
             }
             Ok(Some((version, sent)))
         }
-        Ok(_) => Ok(None),
-        Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => Ok(None),
+        // Another was first: this one queues too, or the winner's next take would come
+        // before its next look.
+        Ok(_) => wait(session, key, owner, queue, queued, op),
+        Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => {
+            wait(session, key, owner, queue, queued, op)
+        }
         Err(e) => Err(e),
     }
+}
+
+/// Not taken: `owner` queues for `key` for a row life of `queue`, if given — its row written
+/// when `queued`, the time of the last write, is `None` or a third of the life ago.
+fn wait(
+    session: &Session,
+    key: &str,
+    owner: &str,
+    queue: Option<Duration>,
+    queued: &mut Option<Duration>,
+    op: Duration,
+) -> Result<Option<(u64, Duration)>> {
+    let Some(live) = queue else {
+        return Ok(None);
+    };
+    let now = boot_clock();
+    if queued.is_none_or(|at| now.saturating_sub(at) >= live / 3) {
+        session.with(Some(op), op, |c| c.query_drop(queue_sql(key, owner, live)))?;
+        *queued = Some(now);
+    }
+    Ok(None)
 }
 
 /// An owner for one acquisition: 128 random bits and a count, in hex.
