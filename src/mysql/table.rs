@@ -362,7 +362,9 @@ fn take(
 }
 
 /// Not taken: `owner` queues for `key` for a row life of `queue`, if given — its row written
-/// when `queued`, the time of the last write, is `None` or a third of the life ago.
+/// when `queued`, the time of the last write, is `None` or a third of the life ago. Without
+/// `queue` (a try, or the last look of a wait whose time is up) a row `owner` has is deleted
+/// now, so that a wait that ended holds no one back.
 fn wait(
     session: &Session,
     key: &str,
@@ -372,6 +374,16 @@ fn wait(
     op: Duration,
 ) -> Result<Option<(u64, Duration)>> {
     let Some(live) = queue else {
+        if queued.is_some() {
+            let rows = [(key.to_owned(), owner.to_owned())];
+            // Not deleted: the keeper deletes it (the caller sees `queued`).
+            if session
+                .with(Some(op), op, |c| c.query_drop(dequeue_sql(&rows)))
+                .is_ok()
+            {
+                *queued = None;
+            }
+        }
         return Ok(None);
     };
     let now = boot_clock();
