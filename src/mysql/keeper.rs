@@ -48,6 +48,8 @@ pub(crate) struct Keeper {
     waits: Mutex<Vec<(Weak<Session>, Arc<AtomicBool>)>>,
     /// The table mode's queue rows (key, waiter) of waits that ended, which the keeper deletes.
     dequeues: Mutex<Vec<(String, String)>>,
+    /// The queue rows of waits going on, which a close deletes.
+    queue_rows: Mutex<Vec<(String, String)>>,
     /// Wakes the table mode's waiters between polls (a cancel, a close, a lease let go of
     /// here); the count says how often.
     pub(crate) nap: Mutex<u64>,
@@ -100,6 +102,7 @@ impl Keeper {
             leases: Mutex::default(),
             releases: Mutex::default(),
             dequeues: Mutex::default(),
+            queue_rows: Mutex::default(),
             waits: Mutex::default(),
             nap: Mutex::new(0),
             naps: Condvar::new(),
@@ -134,7 +137,7 @@ impl Keeper {
     }
 
     /// At close: every table lease reported `Lost`, and let go of on the server at once, with
-    /// the queue rows of waits that ended.
+    /// the queue rows of the Client's waits.
     pub(crate) fn lose_leases(&self) {
         let leases: Vec<Leased> = self.leases.lock().drain(..).collect();
         let mut records: Vec<Record> = leases.iter().map(|l| l.record.clone()).collect();
@@ -142,7 +145,8 @@ impl Keeper {
             (leased.report)(LockHealth::Lost);
         }
         records.extend(self.releases.lock().drain(..));
-        let rows: Vec<(String, String)> = self.dequeues.lock().drain(..).collect();
+        let mut rows: Vec<(String, String)> = self.dequeues.lock().drain(..).collect();
+        rows.extend(self.queue_rows.lock().drain(..));
         if let Err(e) = self.expire_within(&records, &rows, self.operation_timeout) {
             tracing::debug!("zklock: could not let go of MySQL table leases at close: {e}");
         }
@@ -267,8 +271,23 @@ impl Keeper {
 
     /// Has the keeper delete the queue row of `waiter` for the record `key` (its wait ended).
     pub(crate) fn dequeue_later(&self, key: String, waiter: String) {
+        self.unqueued(&key, &waiter);
         self.dequeues.lock().push((key, waiter));
         self.wake.notify_all();
+    }
+
+    /// `waiter` has a queue row for `key`, which a close deletes.
+    pub(crate) fn queued(&self, key: &str, waiter: &str) {
+        self.queue_rows
+            .lock()
+            .push((key.to_owned(), waiter.to_owned()));
+    }
+
+    /// `waiter`'s queue row for `key` is deleted, or left to the keeper.
+    pub(crate) fn unqueued(&self, key: &str, waiter: &str) {
+        self.queue_rows
+            .lock()
+            .retain(|(k, w)| k != key || w != waiter);
     }
 
     /// Lets go of the table leases `records` on the Client's own session (also once closed),

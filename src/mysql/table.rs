@@ -331,7 +331,7 @@ fn take(
                 version + 1,
             )
         }
-        Some(_) => return wait(session, key, owner, queue, queued, op),
+        Some(_) => return wait(inner, session, key, owner, queue, queued),
     };
     // The lease starts no later than the take is sent.
     let sent = boot_clock();
@@ -342,20 +342,15 @@ fn take(
     match matched {
         Ok(1) => {
             if queued.is_some() {
-                let rows = [(key.to_owned(), owner.to_owned())];
-                let left = session.with(Some(op), op, |c| c.query_drop(dequeue_sql(&rows)));
-                // Not deleted: the keeper deletes it (the caller sees `queued`).
-                if left.is_ok() {
-                    *queued = None;
-                }
+                leave(inner, session, key, owner, queued);
             }
             Ok(Some((version, sent)))
         }
         // Another was first: this one queues too, or the winner's next take would come
         // before its next look.
-        Ok(_) => wait(session, key, owner, queue, queued, op),
+        Ok(_) => wait(inner, session, key, owner, queue, queued),
         Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => {
-            wait(session, key, owner, queue, queued, op)
+            wait(inner, session, key, owner, queue, queued)
         }
         Err(e) => Err(e),
     }
@@ -366,32 +361,46 @@ fn take(
 /// `queue` (a try, or the last look of a wait whose time is up) a row `owner` has is deleted
 /// now, so that a wait that ended holds no one back.
 fn wait(
+    inner: &Inner,
     session: &Session,
     key: &str,
     owner: &str,
     queue: Option<Duration>,
     queued: &mut Option<Duration>,
-    op: Duration,
 ) -> Result<Option<(u64, Duration)>> {
-    let Some(live) = queue else {
+    let op = inner.operation_timeout;
+    let Some(live) = queue.filter(|_| !inner.closed()) else {
         if queued.is_some() {
-            let rows = [(key.to_owned(), owner.to_owned())];
-            // Not deleted: the keeper deletes it (the caller sees `queued`).
-            if session
-                .with(Some(op), op, |c| c.query_drop(dequeue_sql(&rows)))
-                .is_ok()
-            {
-                *queued = None;
-            }
+            leave(inner, session, key, owner, queued);
         }
         return Ok(None);
     };
     let now = boot_clock();
     if queued.is_none_or(|at| now.saturating_sub(at) >= live / 3) {
         session.with(Some(op), op, |c| c.query_drop(queue_sql(key, owner, live)))?;
-        *queued = Some(now);
+        if queued.replace(now).is_none() {
+            inner.keeper.queued(key, owner);
+        }
+        // Closed meanwhile: its close may have deleted the queued rows before this one.
+        if inner.closed() {
+            leave(inner, session, key, owner, queued);
+        }
     }
     Ok(None)
+}
+
+/// Deletes `owner`'s queue row for `key` on `session`; deleted, `queued` is emptied (else the
+/// keeper deletes it: the caller sees `queued`).
+fn leave(inner: &Inner, session: &Session, key: &str, owner: &str, queued: &mut Option<Duration>) {
+    let op = inner.operation_timeout;
+    let rows = [(key.to_owned(), owner.to_owned())];
+    if session
+        .with(Some(op), op, |c| c.query_drop(dequeue_sql(&rows)))
+        .is_ok()
+    {
+        *queued = None;
+        inner.keeper.unqueued(key, owner);
+    }
 }
 
 /// An owner for one acquisition: 128 random bits and a count, in hex.
