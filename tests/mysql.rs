@@ -519,3 +519,321 @@ fn participants_show_the_holder_and_the_waiters() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Releases while a heartbeat (`GET_LOCK` mode) or a renewal (table mode) is out, made slow by
+/// a proxy that holds every packet 40 ms: 200 releases in each mode — guards dropped, `release`,
+/// and `release_timeout` of 20 ms, which ends the session rather than wait for the keeper's
+/// heartbeat — and no hold reads `Lost`, no `Lost` event, and the Client never leaves
+/// `Connected`.
+#[test]
+fn a_release_during_a_slow_renewal_is_not_a_loss() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zklock::testing::FaultProxy;
+    use zklock::ConnectionState;
+
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let proxy = FaultProxy::start_raw(("127.0.0.1", server.port())).unwrap();
+    let url = server.url().replace(
+        &format!(":{}/", server.port()),
+        &format!(":{}/", proxy.addr().port()),
+    );
+    assert_ne!(url, server.url());
+    for table in [false, true] {
+        let url = match table {
+            true => format!("{url}?lock_mode=table"),
+            false => url.clone(),
+        };
+        let c = MySqlClient::builder(&url)
+            .session_timeout(Duration::from_secs(3))
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .expect("connect");
+        let states = c.connection_states();
+        proxy.delay(Duration::from_millis(40));
+        let releases = AtomicUsize::new(0);
+        let lost = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (c, releases, lost) = (&c, &releases, &lost);
+                s.spawn(move || {
+                    let mutex = MySqlMutex::new(c, &format!("slow-{t}")).unwrap();
+                    let events = mutex.health_events();
+                    for i in 0..50 {
+                        let guard = mutex.lock().unwrap();
+                        std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
+                        if guard.health() == LockHealth::Lost {
+                            lost.fetch_add(1, Ordering::SeqCst);
+                        }
+                        match i % 3 {
+                            0 => drop(guard),
+                            1 => guard.release().unwrap(),
+                            // Ends the session if the keeper is using it; an answer that
+                            // does not come in time ends it too (which frees the lock).
+                            _ => match guard.release_timeout(Duration::from_millis(20)) {
+                                Ok(()) | Err(Error::Timeout | Error::ConnectionLoss) => {}
+                                Err(e) => panic!("{e:?}"),
+                            },
+                        }
+                        releases.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // The keeper's reports come through the events thread.
+                    std::thread::sleep(Duration::from_millis(500));
+                    let events: Vec<_> = events.try_iter().collect();
+                    let lost_events = events.iter().filter(|e| e.health == LockHealth::Lost);
+                    lost.fetch_add(lost_events.count(), Ordering::SeqCst);
+                });
+            }
+        });
+        proxy.delay(Duration::ZERO);
+        let changes: Vec<ConnectionState> = states.try_iter().collect();
+        let (releases, lost) = (releases.into_inner(), lost.into_inner());
+        println!("table mode {table}: {releases} releases, {lost} Lost, states {changes:?}");
+        assert_eq!(releases, 200);
+        assert_eq!(lost, 0, "a release during a renewal was reported Lost");
+        assert!(
+            changes.iter().all(|s| *s == ConnectionState::Connected),
+            "the Client left Connected: {changes:?}"
+        );
+        assert!(c.is_connected());
+        c.close();
+    }
+}
+
+/// A guard dropped while the keeper's heartbeat waits on a frozen server (SIGSTOP) returns
+/// within the drop bound (1 s) instead of waiting for the heartbeat's answer: its connection
+/// is ended, which frees the lock once the server reads it. Session timeout 30 s: the
+/// heartbeat goes out 10 s after connect and waits up to 5 s.
+#[test]
+fn a_drop_does_not_wait_for_the_heartbeat_on_a_frozen_server() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = MySqlClient::builder(&server.url())
+        .session_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let connected = Instant::now();
+    let mutex = MySqlMutex::new(&c, "frozen-drop").unwrap();
+    let guard = mutex.lock().unwrap();
+    server.pause().unwrap();
+    // The heartbeat is out from 10 s after connect until it fails, 5 s later.
+    std::thread::sleep(
+        (connected + Duration::from_millis(11_500)).saturating_duration_since(Instant::now()),
+    );
+    let t = Instant::now();
+    drop(guard);
+    let took = t.elapsed();
+    server.resume().unwrap();
+    println!("a guard's drop during a heartbeat on a frozen server: {took:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    // The lock is free once the server has read the end of the connection.
+    let other = MySqlMutex::new(&client(&server, Duration::from_secs(30)), "frozen-drop").unwrap();
+    assert!(other.acquire_timeout(patience()).unwrap());
+    other.release().unwrap();
+    server.stop().unwrap();
+}
+
+/// `acquire()` without a deadline on a frozen server ends once the Client reads `Lost`
+/// (the session timeout without an answer) — with the error, after the retry policy's tries
+/// against the still frozen server — in both modes, rather than wait on a socket for ever.
+#[test]
+fn an_acquire_without_deadline_ends_once_the_client_reads_lost() {
+    use zklock::ConnectionState;
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    for table in [false, true] {
+        let url = match table {
+            true => format!("{}?lock_mode=table", server.url()),
+            false => server.url(),
+        };
+        let connect = || {
+            MySqlClient::builder(&url)
+                .session_timeout(Duration::from_secs(3))
+                .connect_timeout(Duration::from_secs(1))
+                .connect()
+                .unwrap()
+        };
+        let (a, b) = (connect(), connect());
+        let held = MySqlMutex::new(&a, "frozen-wait").unwrap();
+        assert!(held.acquire_timeout(Duration::ZERO).unwrap());
+        let waiter = MySqlMutex::new(&b, "frozen-wait").unwrap();
+        let states = b.connection_states();
+        let (lost_at, ended) = std::thread::scope(|s| {
+            let wait = s.spawn(|| {
+                let answer = waiter.acquire();
+                (Instant::now(), answer)
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            server.pause().unwrap();
+            let frozen = Instant::now();
+            let lost = loop {
+                match states.recv_timeout(patience()) {
+                    Ok(ConnectionState::Lost) => break Instant::now(),
+                    Ok(_) => {}
+                    Err(e) => panic!("never Lost: {e:?}"),
+                }
+            };
+            let (at, answer) = wait.join().unwrap();
+            println!(
+                "table mode {table}: Lost {:?} after the freeze; acquire() ended {:?} after \
+                 Lost with {answer:?}",
+                lost - frozen,
+                at.saturating_duration_since(lost)
+            );
+            (lost, answer)
+        });
+        let _ = lost_at;
+        assert!(ended.is_err(), "{ended:?}");
+        server.resume().unwrap();
+        held.release().unwrap_or_default();
+        a.close();
+        b.close();
+    }
+    server.stop().unwrap();
+}
+
+/// A table-mode release that finds no usable idle connection (the server restarted) on a
+/// frozen server keeps its bound: a guard's drop (1 s) and a `release_timeout(500 ms)` open a
+/// connection only within it.
+#[test]
+fn a_table_mode_release_opens_a_connection_only_within_its_bound() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = MySqlClient::builder(&format!("{}?lock_mode=table", server.url()))
+        .session_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    let mutex = MySqlMutex::new(&c, "frozen-release").unwrap();
+    let mut took = Vec::new();
+    for drop_it in [true, false] {
+        let guard = mutex.lock().unwrap();
+        server.restart().unwrap();
+        server.pause().unwrap();
+        let t = Instant::now();
+        let answer = match drop_it {
+            true => {
+                drop(guard);
+                Ok(())
+            }
+            false => guard.release_timeout(Duration::from_millis(500)),
+        };
+        took.push(t.elapsed());
+        server.resume().unwrap();
+        println!("drop {drop_it}: {:?} ({answer:?})", t.elapsed());
+        // Let go of by the keeper, or expired: the next lock() waits for one or the other.
+    }
+    println!(
+        "table mode on a frozen server, no usable idle connection: drop {:?}, \
+         release_timeout(500 ms) {:?}",
+        took[0], took[1]
+    );
+    assert!(took[0] < Duration::from_millis(2500), "{took:?}");
+    assert!(took[1] < Duration::from_millis(2000), "{took:?}");
+    server.stop().unwrap();
+}
+
+/// A port that accepts and never answers (a silent host) fails the connect after the
+/// handshake's bound with an error that names the host and says it did not answer — not the
+/// driver's `CodecError … os error 11`.
+#[test]
+fn a_port_that_never_answers_is_named() {
+    let silent = zklock::testing::SilentListener::start().unwrap();
+    let url = format!("mysql://app:secret@127.0.0.1:{}/app", silent.port());
+    let t = Instant::now();
+    let e = MySqlClient::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .expect_err("nothing answers there");
+    let text = common::chain(&e);
+    println!("after {:?}: {text}", t.elapsed());
+    assert!(matches!(e, Error::ConnectFailed { .. }), "{e:?}");
+    assert!(text.contains(&silent.port().to_string()), "{text}");
+    assert!(text.contains("did not answer"), "{text}");
+    assert!(
+        !text.contains("CodecError") && !text.contains("os error 11"),
+        "{text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+}
+
+/// The DDL an administrator runs for each table (as `docs/mysql.md` gives it).
+const TABLES_DDL: [&str; 3] = [
+    "CREATE TABLE zklock_tokens (name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+     NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+    "CREATE TABLE zklock_lock_record (lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE \
+     utf8mb4_bin NOT NULL PRIMARY KEY, lock_owner VARCHAR(64) CHARACTER SET ascii COLLATE \
+     ascii_bin NOT NULL, expire_time DATETIME(6) NOT NULL, version BIGINT UNSIGNED NOT NULL) \
+     ENGINE=InnoDB",
+    "CREATE TABLE zklock_lock_queue (lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE \
+     utf8mb4_bin NOT NULL, waiter VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+     since DATETIME(6) NOT NULL, expire_time DATETIME(6) NOT NULL, \
+     PRIMARY KEY (lock_name, waiter)) ENGINE=InnoDB",
+];
+
+/// A user without `CREATE` works with the tables an administrator created and granted it
+/// (both modes: a lock, its token); without them, or without a privilege on them, the error
+/// names the table and the privilege.
+#[test]
+fn a_user_without_create_uses_tables_an_administrator_created() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    let root = |sql: &str| server.root_sql(sql).unwrap();
+    root("CREATE DATABASE admin_made");
+    root("CREATE USER 'plain'@'%' IDENTIFIED BY 'pw'");
+    root("CREATE USER 'plain'@'localhost' IDENTIFIED BY 'pw'");
+    let connect = |table: bool| {
+        let url = server.url_as("plain", "pw", "admin_made");
+        let url = match table {
+            true => format!("{url}?lock_mode=table"),
+            false => url,
+        };
+        MySqlClient::builder(&url)
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+    };
+    // No table, no CREATE: the error names the table and CREATE.
+    let grant_usage = "GRANT SELECT ON admin_made.* TO 'plain'@'%', 'plain'@'localhost'";
+    root(grant_usage);
+    let e = connect(false).expect_err("no table and no CREATE");
+    let text = common::chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("zklock_tokens") && text.contains("CREATE") && text.contains("missing"),
+        "{text}"
+    );
+    // The tables made by root; the user has SELECT but not INSERT: the error names INSERT.
+    for ddl in TABLES_DDL {
+        root(&format!("USE admin_made; {ddl}"));
+    }
+    let e = connect(false).expect_err("no INSERT");
+    let text = common::chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("zklock_tokens") && text.contains("INSERT"),
+        "{text}"
+    );
+    // Granted what the docs list: both modes work, with tokens.
+    for grant in [
+        "GRANT SELECT, INSERT, UPDATE ON admin_made.zklock_tokens TO 'plain'@'%', 'plain'@'localhost'",
+        "GRANT SELECT, INSERT, UPDATE ON admin_made.zklock_lock_record TO 'plain'@'%', 'plain'@'localhost'",
+    ] {
+        root(grant);
+    }
+    let c = connect(false).expect("the GET_LOCK mode with the admin's table");
+    let mutex = MySqlMutex::new(&c, "admin-made").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    drop(guard);
+    // The table mode without DELETE on the queue: named.
+    root("GRANT SELECT, INSERT, UPDATE ON admin_made.zklock_lock_queue TO 'plain'@'%', 'plain'@'localhost'");
+    let e = connect(true).expect_err("no DELETE on the queue");
+    let text = common::chain(&e);
+    println!("{text}");
+    assert!(
+        text.contains("zklock_lock_queue") && text.contains("DELETE"),
+        "{text}"
+    );
+    root("GRANT DELETE ON admin_made.zklock_lock_queue TO 'plain'@'%', 'plain'@'localhost'");
+    let c = connect(true).expect("the table mode with the admin's tables");
+    let mutex = MySqlMutex::new(&c, "admin-made").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    drop(guard);
+}

@@ -16,7 +16,7 @@
 //! * **zklock, token read**: the same, reading `guard.fencing_token()` in every hold (its bump,
 //!   one more request on the holding connection);
 //! * **zklock, table mode**: the same on `?lock_mode=table` (a lease row, waiters polling every
-//!   100 ms);
+//!   100 ms and queueing, the one that has waited longest taking the free row);
 //! * **floor (GET_LOCK + bump)**: `GET_LOCK` and a token's bump in one request, then
 //!   `RELEASE_LOCK`, on one bare `mysql::Conn` per session, kept open: the least a token in
 //!   every grant costs (no connection per hold, no heartbeat, no lease, no re-entrancy);

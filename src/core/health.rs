@@ -102,8 +102,9 @@ pub struct HealthEvent {
     pub health: LockHealth,
     /// The hold's lock node.
     pub node: String,
-    /// The hold's fencing token; 0 for a PostgreSQL hold whose token was never asked for (it
-    /// is read from the server when first asked, and an event never waits for the server).
+    /// The hold's fencing token; 0 for a PostgreSQL or MySQL (`GET_LOCK` mode) mutex hold
+    /// whose token was never asked for (it is read from the server when first asked, and an
+    /// event never waits for the server).
     pub fencing_token: u64,
 }
 

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::keeper::Keeper;
 use super::session::{connect_error, Session};
-use super::sql::{RECORDS, RECORDS_DDL, TOKENS, TOKENS_DDL};
+use super::sql::TOKENS;
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
@@ -46,14 +46,16 @@ use crate::core::retry::RetryPolicy;
 /// either, and the Client cannot tell: connect to one primary.
 ///
 /// The fencing tokens are counters in the table `zklock_tokens` of the URL's database, created
-/// at connect if missing (the user needs `CREATE`, `INSERT` and `UPDATE` on it).
+/// at connect if missing; a user without `CREATE` uses one an administrator created (with
+/// `SELECT`, `INSERT` and `UPDATE` on it), and the connect error names a missing privilege.
 ///
 /// # The table mode
 /// With [`MySqlMode::Table`] (or `?lock_mode=table` in the URL) a mutex is instead a lease row
 /// of the table `zklock_lock_record` (created at connect if missing): an owner, an expiry by the
 /// database's clock and a version that is the fencing token. The keeper thread renews every held
 /// row at a third of the session timeout on the Client's own session, waiters poll every
-/// [`poll_interval`](MySqlClientBuilder::poll_interval), and the setups refused above are not
+/// [`poll_interval`](MySqlClientBuilder::poll_interval) and queue in `zklock_lock_queue` (the
+/// one that has waited longest takes a free row), and the setups refused above are not
 /// refused. Leader latches poll for the same records; semaphores and read-write locks are
 /// refused in this mode. See
 /// `docs/mysql.md` for what a failover does to it.
@@ -358,22 +360,7 @@ impl MySqlClientBuilder {
         if let Some(why) = refusal(&version.0, &version.1).filter(|_| mode == MySqlMode::GetLock) {
             return Err(failed(Error::MySql(why)));
         }
-        let (table, ddl) = match mode {
-            MySqlMode::GetLock => (TOKENS, TOKENS_DDL),
-            MySqlMode::Table => (RECORDS, RECORDS_DDL),
-        };
-        probe
-            .with(Some(operation_timeout), operation_timeout, |c| {
-                c.query_drop(ddl)
-            })
-            .map_err(|e| {
-                failed(match e {
-                    Error::MySql(why) => {
-                        Error::MySql(format!("cannot create the lock table {table}: {why}"))
-                    }
-                    other => other,
-                })
-            })?;
+        super::tables::prepare(&probe, mode, operation_timeout).map_err(failed)?;
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-mysql-events", closed.clone())?;
         let dispatch: Dispatch = {
@@ -600,6 +587,31 @@ impl Inner {
         }
     }
 
+    /// An idle session, or a new one opened by `until` (its connection, handshake and set-up
+    /// each bounded by the time left); the new one is `true`, for the caller to close.
+    pub(crate) fn pooled_by(&self, until: std::time::Instant) -> Result<(Session, bool)> {
+        if let Some(session) = self.idle.lock().pop() {
+            if session.usable() {
+                return Ok((session, false));
+            }
+            session.close();
+        }
+        if self.closed() {
+            return Err(Error::Closed);
+        }
+        let left = until
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_millis(1));
+        let opts = mysql::OptsBuilder::from_opts(self.opts.clone())
+            .tcp_connect_timeout(Some(
+                left.min(self.opts.get_tcp_connect_timeout().unwrap_or(left)),
+            ))
+            .read_timeout(Some(left))
+            .write_timeout(Some(left));
+        let session = Session::open(&opts.into()).map_err(|e| super::session::error(&e))?;
+        Ok((session, true))
+    }
+
     /// Gives `session` back to the idle ones (or closes it).
     pub(crate) fn put_back(&self, session: Session) {
         if session.ended() || self.closed() {
@@ -616,6 +628,7 @@ impl Inner {
 
     /// Registers a waiter; it is taken out by [`forget_waiter`](Self::forget_waiter).
     pub(crate) fn add_waiter(&self, waiter: Waiter) {
+        self.keeper.watch_wait(&waiter.session, waiter.done.clone());
         self.waiters.lock().push(waiter);
     }
 

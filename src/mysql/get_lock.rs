@@ -416,9 +416,16 @@ pub(crate) fn let_go(
         .map(|u| u.saturating_duration_since(Instant::now()))
         .map_or(op, |left| left.min(op))
         .max(Duration::from_millis(1));
-    let released = session.with(Some(timeout), op, |c| {
+    let by = crate::core::deadline::instant_after(timeout);
+    let release = |c: &mut mysql::Conn| {
         c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({key})"))
-    });
+    };
+    // The keeper's heartbeat may be using the connection: waited for until the bound, then
+    // the connection is ended, which frees the lock as the server reads the end.
+    let Some(released) = session.try_with(by, Some(timeout), op, release) else {
+        session.end();
+        return Ok(());
+    };
     match (&released, reuse) {
         (Ok(Some(Some(1))), true) => match Arc::try_unwrap(session) {
             Ok(session) => inner.put_back(session),

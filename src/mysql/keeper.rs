@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use parking_lot::{Condvar, Mutex};
 
+use super::clock::{DbClock, Step, NOW_SQL};
 use super::session::{code, error, Session};
-use super::sql::{expire_sql, renew_sql, Record};
-use crate::core::connection::States;
+use super::sql::{dequeue_sql, expire_sql, renew_sql, Record};
+use crate::core::connection::{ConnectionState, States};
 use crate::core::error::{Error, Result};
-use crate::core::health::LockHealth;
+use crate::core::health::{worst, LockHealth};
 use crate::core::hold::Report;
 use crate::core::lease::{boot_clock, LocalLease};
 
@@ -42,10 +43,22 @@ pub(crate) struct Keeper {
     leases: Mutex<Vec<Leased>>,
     /// Table leases let go of in the background, which the keeper expires.
     releases: Mutex<Vec<Record>>,
+    /// The `GET_LOCK` waits out now (their session, and whether their answer is in), ended
+    /// when the Client reads `Lost`.
+    waits: Mutex<Vec<(Weak<Session>, Arc<AtomicBool>)>>,
+    /// The table mode's queue rows (key, waiter) of waits that ended, which the keeper deletes.
+    dequeues: Mutex<Vec<(String, String)>>,
+    /// The queue rows of waits going on, which a close deletes.
+    queue_rows: Mutex<Vec<(String, String)>>,
     /// Wakes the table mode's waiters between polls (a cancel, a close, a lease let go of
     /// here); the count says how often.
     pub(crate) nap: Mutex<u64>,
     pub(crate) naps: Condvar,
+    /// The database's clock as the keeper reads it while table leases are held, when it was
+    /// last read, and until when (the lease clock) a step it found keeps leases `Suspended`.
+    clock: Mutex<DbClock>,
+    clock_read: Mutex<Duration>,
+    doubt_until: Mutex<Option<Duration>>,
 }
 
 /// A table lease the keeper renews.
@@ -88,8 +101,14 @@ impl Keeper {
             thread: Mutex::new(None),
             leases: Mutex::default(),
             releases: Mutex::default(),
+            dequeues: Mutex::default(),
+            queue_rows: Mutex::default(),
+            waits: Mutex::default(),
             nap: Mutex::new(0),
             naps: Condvar::new(),
+            clock: Mutex::new(DbClock::new(session_timeout)),
+            clock_read: Mutex::new(Duration::ZERO),
+            doubt_until: Mutex::new(None),
         }
     }
 
@@ -117,7 +136,8 @@ impl Keeper {
         }
     }
 
-    /// At close: every table lease reported `Lost`, and let go of on the server at once.
+    /// At close: every table lease reported `Lost`, and let go of on the server at once, with
+    /// the queue rows of the Client's waits.
     pub(crate) fn lose_leases(&self) {
         let leases: Vec<Leased> = self.leases.lock().drain(..).collect();
         let mut records: Vec<Record> = leases.iter().map(|l| l.record.clone()).collect();
@@ -125,17 +145,24 @@ impl Keeper {
             (leased.report)(LockHealth::Lost);
         }
         records.extend(self.releases.lock().drain(..));
-        if let Err(e) = self.expire_within(&records, self.operation_timeout) {
+        let mut rows: Vec<(String, String)> = self.dequeues.lock().drain(..).collect();
+        rows.extend(self.queue_rows.lock().drain(..));
+        if let Err(e) = self.expire_within(&records, &rows, self.operation_timeout) {
             tracing::debug!("zklock: could not let go of MySQL table leases at close: {e}");
         }
         self.wake_waiters();
     }
 
-    /// At close: lets go of `records` within `bound` in all, waiting for the keeper's request
+    /// At close: lets go of `records` and deletes the queue `rows` within `bound` in all, waiting for the keeper's request
     /// on the Client's own session included; not at all if that session cannot be had by then
     /// or the server has closed it (the records expire by themselves within the lease).
-    fn expire_within(&self, records: &[Record], bound: Duration) -> Result<()> {
-        if records.is_empty() {
+    fn expire_within(
+        &self,
+        records: &[Record],
+        rows: &[(String, String)],
+        bound: Duration,
+    ) -> Result<()> {
+        if records.is_empty() && rows.is_empty() {
             return Ok(());
         }
         let until = crate::core::deadline::instant_after(bound);
@@ -148,7 +175,11 @@ impl Keeper {
         let left = until
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
-        let sql = expire_sql(records);
+        let sql = [expire_sql(records), dequeue_sql(rows)]
+            .into_iter()
+            .filter(|sql| !sql.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         let answer = session.with(Some(left), self.operation_timeout, |c| {
             let mut result = c.query_iter(&sql)?;
             while result.iter().is_some() {}
@@ -210,6 +241,53 @@ impl Keeper {
     pub(crate) fn release_later(&self, record: Record) {
         self.releases.lock().push(record);
         self.wake.notify_all();
+    }
+
+    /// Has the keeper end the wait on `session` if the Client reads `Lost` before `done` is
+    /// set (the wait's answer is in).
+    pub(crate) fn watch_wait(&self, session: &Arc<Session>, done: Arc<AtomicBool>) {
+        self.waits.lock().push((Arc::downgrade(session), done));
+    }
+
+    /// Judges the connection state; once it reads `Lost` (the server silent for the session
+    /// timeout), every wait still out is ended: a frozen server would never answer it.
+    fn judge(&self) {
+        self.states.judge();
+        let mut waits = self.waits.lock();
+        waits.retain(|(session, done)| session.strong_count() > 0 && !done.load(Ordering::SeqCst));
+        if self.states.state() != ConnectionState::Lost {
+            return;
+        }
+        for (session, _) in waits.drain(..) {
+            if let Some(session) = session.upgrade() {
+                tracing::debug!(
+                    "zklock: the MySQL server is lost: wait {} ended",
+                    session.id
+                );
+                session.end();
+            }
+        }
+    }
+
+    /// Has the keeper delete the queue row of `waiter` for the record `key` (its wait ended).
+    pub(crate) fn dequeue_later(&self, key: String, waiter: String) {
+        self.unqueued(&key, &waiter);
+        self.dequeues.lock().push((key, waiter));
+        self.wake.notify_all();
+    }
+
+    /// `waiter` has a queue row for `key`, which a close deletes.
+    pub(crate) fn queued(&self, key: &str, waiter: &str) {
+        self.queue_rows
+            .lock()
+            .push((key.to_owned(), waiter.to_owned()));
+    }
+
+    /// `waiter`'s queue row for `key` is deleted, or left to the keeper.
+    pub(crate) fn unqueued(&self, key: &str, waiter: &str) {
+        self.queue_rows
+            .lock()
+            .retain(|(k, w)| k != key || w != waiter);
     }
 
     /// Lets go of the table leases `records` on the Client's own session (also once closed),
@@ -304,9 +382,12 @@ impl Keeper {
         id
     }
 
-    /// Stops keeping hold `id` alive.
-    pub(crate) fn forget(&self, id: u64) {
-        self.holds.lock().retain(|k| k.id != id);
+    /// Stops keeping hold `id` alive; whether it was kept (not released meanwhile).
+    pub(crate) fn forget(&self, id: u64) -> bool {
+        let mut holds = self.holds.lock();
+        let before = holds.len();
+        holds.retain(|k| k.id != id);
+        holds.len() != before
     }
 
     /// Looks at every idle held session's socket: one the server has ended (`KILL`, a
@@ -320,12 +401,15 @@ impl Keeper {
             .map(|k| (k.id, k.session.clone(), k.report.clone()))
             .collect();
         for (id, session, report) in ended {
+            // Released meanwhile: its release ended the session, nothing was lost.
+            if !self.forget(id) {
+                continue;
+            }
             tracing::debug!(
                 "zklock: the server ended MySQL session {} of a hold",
                 session.id
             );
             session.end();
-            self.forget(id);
             report(LockHealth::Lost);
         }
     }
@@ -381,8 +465,52 @@ impl Keeper {
         heard
     }
 
-    /// Reports each table lease's local reading (`Suspended` when renewals fail, `Lost` once
-    /// a whole lease has passed since the last one that was answered).
+    /// While table leases are held, reads the database's clock (every twelfth of the lease,
+    /// from 100 to 500 ms apart); whether it stepped since the last reading. A step is logged,
+    /// and keeps every lease `Suspended` for a renewal period.
+    fn watch_clock(&self) -> bool {
+        if self.leases.lock().is_empty() {
+            self.clock.lock().forget();
+            return false;
+        }
+        let every = (self.session_timeout / 12)
+            .clamp(Duration::from_millis(100), Duration::from_millis(500));
+        let sent = boot_clock();
+        {
+            let mut read = self.clock_read.lock();
+            if sent.saturating_sub(*read) < every {
+                return false;
+            }
+            *read = sent;
+        }
+        let op = self
+            .operation_timeout
+            .min(self.session_timeout / 6)
+            .max(Duration::from_millis(10));
+        let Ok(Some(db_us)) = self.on_side(op, |c| c.query_first::<i64, _>(NOW_SQL)) else {
+            // Unanswered: the renewals judge the server.
+            return false;
+        };
+        let answered = boot_clock();
+        self.states.heard(sent);
+        let Some(step) = self.clock.lock().observe(i128::from(db_us), sent, answered) else {
+            return false;
+        };
+        let effect = match step {
+            Step::Forward(_) => "table leases expire early by up to as much (renewing now)",
+            Step::Back(_) => "table leases outlive their lease by up to as much",
+        };
+        tracing::warn!(
+            "zklock: the MySQL server's clock stepped {step} against this host's: {effect}; \
+             held leases read Suspended for a renewal period"
+        );
+        *self.doubt_until.lock() = Some(answered + self.session_timeout / 3);
+        true
+    }
+
+    /// Reports each table lease's local reading (`Suspended` when renewals fail or the
+    /// database's clock stepped lately, `Lost` once a whole lease has passed since the last
+    /// renewal that was answered).
     fn report_leases(&self) {
         let leases: Vec<(u64, Arc<LocalLease>, Report)> = self
             .leases
@@ -390,8 +518,16 @@ impl Keeper {
             .iter()
             .map(|l| (l.id, l.lease.clone(), l.report.clone()))
             .collect();
+        let doubt = {
+            let mut until = self.doubt_until.lock();
+            *until = until.filter(|&u| boot_clock() < u);
+            until.is_some()
+        };
         for (id, lease, report) in leases {
-            let health = lease.health();
+            let mut health = lease.health();
+            if doubt {
+                health = worst(health, LockHealth::Suspended);
+            }
             if health == LockHealth::Lost {
                 self.forget_lease(id);
             }
@@ -399,12 +535,27 @@ impl Keeper {
         }
     }
 
-    /// Lets go of the table leases released in the background.
+    /// Lets go of the table leases released in the background, and deletes the queue rows of
+    /// waits that ended.
     fn let_go(&self) {
         let records: Vec<Record> = std::mem::take(&mut *self.releases.lock());
         if let Err(e) = self.expire(&records, self.operation_timeout) {
             // They expire by themselves within the session timeout.
             tracing::debug!("zklock: could not let go of MySQL table leases: {e}");
+        }
+        let rows: Vec<(String, String)> = std::mem::take(&mut *self.dequeues.lock());
+        if rows.is_empty() {
+            return;
+        }
+        let sql = dequeue_sql(&rows);
+        let deleted = self.on_side(self.operation_timeout, |c| {
+            let mut result = c.query_iter(&sql)?;
+            while result.iter().is_some() {}
+            Ok(())
+        });
+        if let Err(e) = deleted {
+            // Dead rows do not count, and go with a later wait's.
+            tracing::debug!("zklock: could not delete MySQL queue rows: {e}");
         }
     }
 
@@ -429,12 +580,14 @@ impl Keeper {
                     self.states.heard(sent);
                     heard = true;
                 }
+                // Released while its heartbeat was out (the release ended the session): not
+                // a loss, and says nothing of the server.
+                Err(_) if !self.forget(id) => {}
                 Err(e) => {
                     // Its session is gone or its state unknown: the server has freed the lock
                     // or will, so the hold is lost, and its session is ended now.
                     tracing::debug!("zklock: a MySQL hold's heartbeat failed: {e}");
                     session.end();
-                    self.forget(id);
                     report(LockHealth::Lost);
                     self.states.failed();
                 }
@@ -462,7 +615,7 @@ impl Keeper {
                 }
             }
         }
-        self.states.judge();
+        self.judge();
     }
 }
 
@@ -482,16 +635,20 @@ fn keep_alive(keeper: Weak<Keeper>) {
             return;
         }
         inner.let_go();
-        if boot_clock().saturating_sub(last) >= timeout / 3 {
+        // A step of the database's clock: the leases are renewed now, so that one the step
+        // expired reads Lost at once.
+        let stepped = inner.watch_clock();
+        if stepped || boot_clock().saturating_sub(last) >= timeout / 3 {
             last = boot_clock();
             inner.beat();
+            inner.report_leases();
         } else {
             inner.watch();
             inner.report_leases();
-            inner.states.judge();
+            inner.judge();
         }
         let mut thread = inner.thread.lock();
-        if !inner.closed() && inner.releases.lock().is_empty() {
+        if !inner.closed() && inner.releases.lock().is_empty() && inner.dequeues.lock().is_empty() {
             inner.wake.wait_for(&mut thread, tick);
         }
     }

@@ -16,6 +16,7 @@
 
 pub(crate) mod any;
 mod client;
+mod clock;
 mod get_lock;
 mod keeper;
 mod latch;
@@ -26,6 +27,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod table;
+mod tables;
 mod tls;
 
 pub use client::{MySqlClient, MySqlClientBuilder, MySqlMode};

@@ -59,7 +59,8 @@ use crate::core::lock::Release;
 ///
 /// # The table mode
 /// A mutex of a Client in [`MySqlMode::Table`] is a lease row of `zklock_lock_record` instead:
-/// the same API, the token is the row's version, waiters poll (so not FIFO), the Client's keeper
+/// the same API, the token is the row's version, waiters poll and queue (the one that has
+/// waited longest takes the free row, by the database's clock), the Client's keeper
 /// renews the row, `health()` reads `Lost` once a renewal matches nothing (the row expired by
 /// the database's clock or was taken) or a whole session timeout has passed without one. See
 /// [`MySqlClient`].

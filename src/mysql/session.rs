@@ -1,9 +1,10 @@
 //! One server session (a connection) of a [`MySqlClient`](super::MySqlClient): what a waiter
 //! waits on and a hold holds on, and how another thread ends it.
 
+use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -80,6 +81,29 @@ impl Session {
         f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
     ) -> Result<T> {
         let mut conn = self.conn.lock();
+        self.run(&mut conn, timeout, op, f)
+    }
+
+    /// As [`with`](Self::with), but `None` if the connection is still in use by another thread
+    /// (the keeper's heartbeat) at `until`.
+    pub(crate) fn try_with<T>(
+        &self,
+        until: Instant,
+        timeout: Option<Duration>,
+        op: Duration,
+        f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Option<Result<T>> {
+        let mut conn = self.conn.try_lock_until(until)?;
+        Some(self.run(&mut conn, timeout, op, f))
+    }
+
+    fn run<T>(
+        &self,
+        conn: &mut Option<mysql::Conn>,
+        timeout: Option<Duration>,
+        op: Duration,
+        f: impl FnOnce(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T> {
         let Some(c) = conn.as_mut().filter(|_| !self.ended()) else {
             return Err(Error::ConnectionLoss);
         };
@@ -239,16 +263,37 @@ pub(crate) fn connect_error(e: &mysql::Error) -> Error {
             ));
         }
     }
-    match error(e) {
-        Error::ConnectionLoss => Error::Io {
+    let io = match e {
+        mysql::Error::IoError(io) => Some(io),
+        // The driver's packet codec wraps the socket's error.
+        mysql::Error::CodecError(c) => {
+            std::error::Error::source(c).and_then(|io| io.downcast_ref::<std::io::Error>())
+        }
+        _ => None,
+    };
+    match (error(e), io.map(std::io::Error::kind)) {
+        // The connection was accepted and nothing came back within the bound: the server's
+        // greeting or an answer of the set-up never arrived.
+        (Error::ConnectionLoss, Some(kind @ (ErrorKind::WouldBlock | ErrorKind::TimedOut))) => {
+            Error::Io {
+                context: "connecting".into(),
+                kind: if kind == ErrorKind::WouldBlock {
+                    ErrorKind::TimedOut
+                } else {
+                    kind
+                },
+                message: "the server accepted the connection but did not answer within the \
+                          operation timeout (a host that drops packets, a frozen server, or \
+                          not a MySQL server)"
+                    .into(),
+            }
+        }
+        (Error::ConnectionLoss, kind) => Error::Io {
             context: "connecting".into(),
-            kind: match e {
-                mysql::Error::IoError(io) => io.kind(),
-                _ => std::io::ErrorKind::Other,
-            },
+            kind: kind.unwrap_or(ErrorKind::Other),
             message: e.to_string(),
         },
-        other => other,
+        (other, _) => other,
     }
 }
 

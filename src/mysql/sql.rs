@@ -101,6 +101,61 @@ pub(crate) const RECORDS_DDL: &str = "CREATE TABLE IF NOT EXISTS zklock_lock_rec
     expire_time DATETIME(6) NOT NULL, \
     version BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB";
 
+/// The table mode's queue: one row per waiter that found a lock held, so that the waiter that
+/// has waited longest takes it next (see [`look_sql`]).
+pub(crate) const QUEUE: &str = "zklock_lock_queue";
+
+/// The queue, created at connect in the table mode if missing. A row counts while its expiry
+/// (by the database's clock) has not passed: its waiter refreshes it as it polls.
+pub(crate) const QUEUE_DDL: &str = "CREATE TABLE IF NOT EXISTS zklock_lock_queue (\
+    lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+    waiter VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+    since DATETIME(6) NOT NULL, \
+    expire_time DATETIME(6) NOT NULL, \
+    PRIMARY KEY (lock_name, waiter)) ENGINE=InnoDB";
+
+/// The look of `owner` at the record `key`: its version, owner, whether it has expired, and
+/// how many live queue rows are ahead of `owner`'s — rows of other waiters, not of the
+/// record's owner (a holder's row left behind), queued earlier (by `since`, then by waiter);
+/// every live row of another when `owner` has none. No row when the record is missing.
+pub(crate) fn look_sql(key: &str, owner: &str) -> String {
+    format!(
+        "SELECT r.version, r.lock_owner, r.expire_time < NOW(6), \
+         (SELECT COUNT(*) FROM {QUEUE} q WHERE q.lock_name = r.lock_name \
+         AND q.waiter <> '{owner}' AND q.waiter <> r.lock_owner AND q.expire_time >= NOW(6) \
+         AND (m.since IS NULL OR q.since < m.since \
+         OR (q.since = m.since AND q.waiter < m.waiter))) \
+         FROM {RECORDS} r LEFT JOIN {QUEUE} m \
+         ON m.lock_name = r.lock_name AND m.waiter = '{owner}' \
+         WHERE r.lock_name = {key}"
+    )
+}
+
+/// The statement that queues `owner` for `key` (its `since` now) or, when queued, keeps its row
+/// live for `live` more.
+pub(crate) fn queue_sql(key: &str, owner: &str, live: Duration) -> String {
+    let micros = live.as_micros();
+    format!(
+        "INSERT INTO {QUEUE} (lock_name, waiter, since, expire_time) \
+         VALUES ({key}, '{owner}', NOW(6), NOW(6) + INTERVAL {micros} MICROSECOND) \
+         ON DUPLICATE KEY UPDATE expire_time = NOW(6) + INTERVAL {micros} MICROSECOND"
+    )
+}
+
+/// The statements that take the queue rows `rows` (key, waiter) out, with the rows of their
+/// names that have been dead for a minute (waiters that crashed).
+pub(crate) fn dequeue_sql(rows: &[(String, String)]) -> String {
+    rows.iter()
+        .map(|(key, waiter)| {
+            format!(
+                "DELETE FROM {QUEUE} WHERE lock_name = {key} AND (waiter = '{waiter}' \
+                 OR expire_time < NOW(6) - INTERVAL 60 SECOND)"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The expiry a released record gets: before any `NOW(6)`, and telling a release from an
 /// expiry to whoever reads the table.
 pub(crate) const RELEASED: &str = "'1970-01-01 00:00:00'";

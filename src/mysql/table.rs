@@ -21,7 +21,9 @@ use mysql::prelude::Queryable;
 
 use super::client::{Inner, MySqlClient};
 use super::session::Session;
-use super::sql::{check_name, expire_sql, key_sql, Record, RECORDS, RELEASED};
+use super::sql::{
+    check_name, dequeue_sql, expire_sql, key_sql, look_sql, queue_sql, Record, RECORDS, RELEASED,
+};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
@@ -94,8 +96,28 @@ impl Raw {
         stop: &dyn Fn() -> bool,
     ) -> Result<Option<Granted<Kept>>> {
         let inner = self.client.inner();
-        let gen = self.cancelled.load(Ordering::SeqCst);
         let owner = new_owner();
+        let mut queued = None;
+        let answer = self.poll(inner, deadline, stop, &owner, &mut queued);
+        if queued.is_some() {
+            // A wait that ended without a grant (a grant deletes its row): the row goes, and
+            // stops counting anyway at the end of its life.
+            inner.keeper.dequeue_later(self.key.clone(), owner);
+        }
+        answer
+    }
+
+    /// Looks at the record until it is granted to `owner`, the deadline passes or `stop`
+    /// says so; `queued` is when `owner`'s queue row was last written, if it was.
+    fn poll(
+        &self,
+        inner: &Inner,
+        deadline: Deadline,
+        stop: &dyn Fn() -> bool,
+        owner: &str,
+        queued: &mut Option<Duration>,
+    ) -> Result<Option<Granted<Kept>>> {
+        let gen = self.cancelled.load(Ordering::SeqCst);
         let mut budget = RetryBudget::new(inner.retry.clone());
         loop {
             if inner.closed() {
@@ -105,7 +127,9 @@ impl Raw {
                 return Err(Error::Cancelled);
             }
             let seen = *inner.keeper.nap.lock();
-            match self.attempt(inner, &owner) {
+            // A try without time to wait does not queue.
+            let queue = deadline.remaining().is_none_or(|left| !left.is_zero());
+            match self.attempt(inner, owner, queue, queued) {
                 Ok(Some(granted)) => return Ok(Some(granted)),
                 Ok(None) => {
                     budget.reset();
@@ -136,9 +160,23 @@ impl Raw {
 
     /// One look at the record, and a take if it is missing or has expired: granted, held by
     /// another, or an error.
-    fn attempt(&self, inner: &Inner, owner: &str) -> Result<Option<Granted<Kept>>> {
+    fn attempt(
+        &self,
+        inner: &Inner,
+        owner: &str,
+        queue: bool,
+        queued: &mut Option<Duration>,
+    ) -> Result<Option<Granted<Kept>>> {
         let session = inner.pooled()?;
-        let taken = take(inner, &session, &self.key, owner);
+        let live = queue_life(inner.poll_interval);
+        let taken = take(
+            inner,
+            &session,
+            &self.key,
+            owner,
+            queue.then_some(live),
+            queued,
+        );
         inner.put_back(session);
         let Some((version, sent)) = taken? else {
             return Ok(None);
@@ -202,19 +240,27 @@ impl Raw {
             .map(|u| u.saturating_duration_since(Instant::now()))
             .map_or(op, |left| left.min(op))
             .max(Duration::from_millis(1));
-        let session = match inner.pooled() {
-            Ok(session) => session,
+        let by = crate::core::deadline::instant_after(timeout);
+        // An idle session, or a new one within the same bound.
+        let (session, new) = match inner.pooled_by(by) {
+            Ok(opened) => opened,
             Err(e) => {
                 inner.keeper.release_later(grant.record);
                 return Err(e);
             }
         };
+        let left = by
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
         let sql = expire_sql(std::slice::from_ref(&grant.record));
-        let matched = session.with(Some(timeout), op, |c| {
+        let matched = session.with(Some(left), op, |c| {
             c.query_drop(&sql)?;
             Ok(c.affected_rows())
         });
-        inner.put_back(session);
+        match new {
+            true => session.close(),
+            false => inner.put_back(session),
+        }
         match matched {
             Ok(1) => {
                 inner.keeper.wake_waiters();
@@ -244,22 +290,24 @@ impl Raw {
     }
 }
 
-/// Reads the record `key` on `session` and takes it for `owner` if it is missing, has expired
-/// or is already `owner`'s (a take whose answer was lost): the version taken and the send time
-/// of the take, `None` if another holds it or won the race.
+/// Reads the record `key` on `session` and takes it for `owner` if it is missing, or has expired
+/// and no live queue row is ahead of `owner`'s, or is already `owner`'s (a take whose answer
+/// was lost): the version taken and the send time of the take, `None` if another holds it, is
+/// ahead in the queue or won the race. Not taken, `owner` is queued for a row life of `queue`,
+/// if given (its row written when `queued`, the time of the last write, is `None` or a third
+/// of the life ago); taken, its row is deleted (and `queued` emptied) on the same session, so
+/// that it does not stay ahead of the next waiters.
 fn take(
     inner: &Inner,
     session: &Session,
     key: &str,
     owner: &str,
+    queue: Option<Duration>,
+    queued: &mut Option<Duration>,
 ) -> Result<Option<(u64, Duration)>> {
     let op = inner.operation_timeout;
-    let row: Option<(u64, String, i64)> = session.with(Some(op), op, |c| {
-        c.query_first(format!(
-            "SELECT version, lock_owner, expire_time < NOW(6) FROM {RECORDS} \
-             WHERE lock_name = {key}"
-        ))
-    })?;
+    let row: Option<(u64, String, i64, i64)> =
+        session.with(Some(op), op, |c| c.query_first(look_sql(key, owner)))?;
     let micros = inner.session_timeout.as_micros();
     let (sql, version) = match row {
         None => (
@@ -269,16 +317,21 @@ fn take(
             ),
             1,
         ),
-        Some((version, holder, expired)) if expired != 0 || holder == owner => (
-            format!(
-                "UPDATE {RECORDS} SET lock_owner = '{owner}', \
-                 expire_time = NOW(6) + INTERVAL {micros} MICROSECOND, version = version + 1 \
-                 WHERE lock_name = {key} AND version = {version} \
-                 AND (expire_time < NOW(6) OR lock_owner = '{owner}')"
-            ),
-            version + 1,
-        ),
-        Some(_) => return Ok(None),
+        Some((version, holder, expired, ahead))
+            if (expired != 0 && ahead == 0) || holder == owner =>
+        {
+            (
+                format!(
+                    "UPDATE {RECORDS} SET lock_owner = '{owner}', \
+                     expire_time = NOW(6) + INTERVAL {micros} MICROSECOND, \
+                     version = version + 1 \
+                     WHERE lock_name = {key} AND version = {version} \
+                     AND (expire_time < NOW(6) OR lock_owner = '{owner}')"
+                ),
+                version + 1,
+            )
+        }
+        Some(_) => return wait(inner, session, key, owner, queue, queued),
     };
     // The lease starts no later than the take is sent.
     let sent = boot_clock();
@@ -287,10 +340,66 @@ fn take(
         Ok(c.affected_rows())
     });
     match matched {
-        Ok(1) => Ok(Some((version, sent))),
-        Ok(_) => Ok(None),
-        Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => Ok(None),
+        Ok(1) => {
+            if queued.is_some() {
+                leave(inner, session, key, owner, queued);
+            }
+            Ok(Some((version, sent)))
+        }
+        // Another was first: this one queues too, or the winner's next take would come
+        // before its next look.
+        Ok(_) => wait(inner, session, key, owner, queue, queued),
+        Err(Error::MySql(why)) if why.contains(DUPLICATE) || why.contains(DEADLOCK) => {
+            wait(inner, session, key, owner, queue, queued)
+        }
         Err(e) => Err(e),
+    }
+}
+
+/// Not taken: `owner` queues for `key` for a row life of `queue`, if given — its row written
+/// when `queued`, the time of the last write, is `None` or a third of the life ago. Without
+/// `queue` (a try, or the last look of a wait whose time is up) a row `owner` has is deleted
+/// now, so that a wait that ended holds no one back.
+fn wait(
+    inner: &Inner,
+    session: &Session,
+    key: &str,
+    owner: &str,
+    queue: Option<Duration>,
+    queued: &mut Option<Duration>,
+) -> Result<Option<(u64, Duration)>> {
+    let op = inner.operation_timeout;
+    let Some(live) = queue.filter(|_| !inner.closed()) else {
+        if queued.is_some() {
+            leave(inner, session, key, owner, queued);
+        }
+        return Ok(None);
+    };
+    let now = boot_clock();
+    if queued.is_none_or(|at| now.saturating_sub(at) >= live / 3) {
+        session.with(Some(op), op, |c| c.query_drop(queue_sql(key, owner, live)))?;
+        if queued.replace(now).is_none() {
+            inner.keeper.queued(key, owner);
+        }
+        // Closed meanwhile: its close may have deleted the queued rows before this one.
+        if inner.closed() {
+            leave(inner, session, key, owner, queued);
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes `owner`'s queue row for `key` on `session`; deleted, `queued` is emptied (else the
+/// keeper deletes it: the caller sees `queued`).
+fn leave(inner: &Inner, session: &Session, key: &str, owner: &str, queued: &mut Option<Duration>) {
+    let op = inner.operation_timeout;
+    let rows = [(key.to_owned(), owner.to_owned())];
+    if session
+        .with(Some(op), op, |c| c.query_drop(dequeue_sql(&rows)))
+        .is_ok()
+    {
+        *queued = None;
+        inner.keeper.unqueued(key, owner);
     }
 }
 
@@ -303,6 +412,12 @@ fn new_owner() -> String {
         fastrand::u64(..),
         COUNT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// How long a waiter's queue row counts without being written again: three times its poll
+/// interval, at least 3 s (it is written again every third of that as the waiter polls).
+fn queue_life(poll: Duration) -> Duration {
+    3 * poll.max(Duration::from_secs(1))
 }
 
 /// `d` give or take a fifth, so that waiters that started together do not poll together.

@@ -63,6 +63,8 @@ pub struct TestingMariaDb {
     role: Role,
     /// A Galera node's ports and peers.
     galera: Option<Galera>,
+    /// The wall clock the test steps, if asked for.
+    clock: Option<super::clock::SteppedClock>,
     dir: tempfile::TempDir,
 }
 
@@ -100,6 +102,52 @@ impl TestingMariaDb {
     /// does not accept connections within 60 s.
     pub fn start() -> io::Result<TestingMariaDb> {
         TestingMariaDb::create(false, Role::Alone, None)
+    }
+
+    /// As [`start`](Self::start), with a wall clock — what `NOW()` reads — that the test steps
+    /// with [`set_clock_ahead`](Self::set_clock_ahead) and
+    /// [`set_clock_behind`](Self::set_clock_behind) while the machine's is not touched: a
+    /// small library preloaded into the server adds an offset to every reading of the wall
+    /// clock (built with the system's C compiler, `CC` or else `cc`).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); when the library cannot be built.
+    pub fn start_with_stepped_clock() -> io::Result<TestingMariaDb> {
+        let mut server = TestingMariaDb::start()?;
+        server.clock = Some(super::clock::SteppedClock::build(server.dir.path())?);
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// The server's wall clock reads the host's plus `by` from its next reading on (`ZERO`:
+    /// the host's again).
+    ///
+    /// # Errors
+    /// When the server was not started by
+    /// [`start_with_stepped_clock`](Self::start_with_stepped_clock), or the offset cannot be
+    /// written.
+    pub fn set_clock_ahead(&self, by: Duration) -> io::Result<()> {
+        self.stepped_clock()?
+            .set(super::clock::ClockOffset::Ahead(by).micros())
+    }
+
+    /// The server's wall clock reads the host's minus `by` from its next reading on.
+    ///
+    /// # Errors
+    /// As [`set_clock_ahead`](Self::set_clock_ahead).
+    pub fn set_clock_behind(&self, by: Duration) -> io::Result<()> {
+        self.stepped_clock()?
+            .set(super::clock::ClockOffset::Behind(by).micros())
+    }
+
+    fn stepped_clock(&self) -> io::Result<&super::clock::SteppedClock> {
+        self.clock.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the server's clock can be stepped only when it was started with \
+                 TestingMariaDb::start_with_stepped_clock",
+            )
+        })
     }
 
     /// A primary and its replica, each as from [`start`](Self::start) but for replication:
@@ -477,6 +525,7 @@ impl TestingMariaDb {
             tls,
             role,
             galera: None,
+            clock: None,
             dir,
         };
         let mut last = None;
@@ -520,6 +569,7 @@ impl TestingMariaDb {
             tls: None,
             role: Role::Galera,
             galera: None,
+            clock: None,
             dir,
         };
         let mut last = None;
@@ -647,6 +697,9 @@ impl TestingMariaDb {
                     std::env::var("PATH").unwrap_or_default()
                 ),
             );
+        }
+        if let Some(clock) = &self.clock {
+            cmd.envs(clock.env());
         }
         self.child = Some(spawn(cmd)?);
         let deadline = Instant::now() + START_TIMEOUT;

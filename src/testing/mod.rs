@@ -69,7 +69,7 @@
 
 use std::time::Duration;
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "mysql"))]
 mod clock;
 mod cluster;
 mod config;
@@ -95,8 +95,8 @@ mod session;
 mod silent;
 mod tls;
 
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[cfg(any(feature = "redis", feature = "mysql"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "redis", feature = "mysql"))))]
 pub use clock::ClockOffset;
 pub use cluster::TestingCluster;
 pub use fence::{
