@@ -272,7 +272,7 @@ forward_connection_api!(PgClient, inner.states);
 
 /// The Client's own heartbeat, on a task of its runtime until the Client closes or is dropped:
 /// judges the connection state as time passes, and sends a heartbeat on a pooled session when
-/// no hold's heartbeat was answered for a third of the session timeout.
+/// no hold is kept and the server was not heard for a third of the session timeout.
 async fn watch_connection(inner: std::sync::Weak<Inner>) {
     let Some(timeout) = inner.upgrade().map(|i| i.session_timeout) else {
         return;
@@ -287,7 +287,9 @@ async fn watch_connection(inner: std::sync::Weak<Inner>) {
             return;
         }
         inner.states.judge();
-        if inner.states.since_heard().is_some_and(|d| d < timeout / 3) {
+        // While a hold is kept, its heartbeats (a third of the session timeout apart) are the
+        // Client's; its own would only add a session to the pool.
+        if inner.keeper.keeps_any() || inner.states.since_heard().is_some_and(|d| d < timeout / 3) {
             continue;
         }
         // A heartbeat waits at most a sixth of the session timeout (or the operation timeout),
@@ -309,7 +311,9 @@ async fn watch_connection(inner: std::sync::Weak<Inner>) {
                 tracing::debug!("zklock: a PostgreSQL Client heartbeat failed: {e}");
                 inner.states.failed();
             }
-            Err(_) => inner.states.failed(),
+            // A slow answer is not a failed one: the time since the server last answered
+            // moves the state down (`judge`), as for a silent server.
+            Err(_) => tracing::debug!("zklock: a PostgreSQL Client heartbeat took over {limit:?}"),
         }
     }
 }

@@ -118,6 +118,15 @@ impl Keeper {
         Keeping(done)
     }
 
+    /// Whether a hold is kept now: its heartbeats tell the Client's connection state.
+    pub(crate) fn keeps_any(&self) -> bool {
+        self.holds
+            .lock()
+            .kept
+            .iter()
+            .any(|kept| !kept.done.load(Ordering::SeqCst))
+    }
+
     /// The Client closes: every hold's session ends now and the hold reads `Lost` when this
     /// returns; a hold taken later reads `Lost` at once.
     pub(crate) fn close(&self) {
@@ -212,14 +221,16 @@ async fn beat(
 ) {
     let beat = session.beat(timeout).await;
     beating.store(false, Ordering::SeqCst);
+    // An answer says the server is there, whatever became of the hold meanwhile (a release
+    // in flight): the Client's connection state hears it.
+    if let Ok(sent) = beat {
+        states.heard(sent);
+    }
     if done.load(Ordering::SeqCst) {
         return;
     }
     match beat {
-        Ok(sent) => {
-            lease.heard_at(sent);
-            states.heard(sent);
-        }
+        Ok(sent) => lease.heard_at(sent),
         Err(Error::Postgres(why)) => {
             tracing::warn!("zklock: a PostgreSQL lock was lost: {why}");
             done.store(true, Ordering::SeqCst);
