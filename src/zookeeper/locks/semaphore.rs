@@ -367,6 +367,11 @@ impl Lease {
         &self.path
     }
 
+    /// The Client the lease was taken through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The lease node's data.
     pub fn data(&self) -> Result<Vec<u8>> {
         self.client.data(&self.path).map(|(d, _)| d)
