@@ -288,4 +288,48 @@ mod tests {
             Error::ConnectionLoss
         );
     }
+
+    /// The server's check, with nothing local in the way: a hold whose node is gone is refused
+    /// by the transaction itself, and nothing of it is applied.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn the_server_refuses_a_write_behind_a_node_that_is_gone() {
+        use std::time::Duration;
+
+        let server = crate::testing::TestingServer::start().unwrap();
+        let client = Client::builder(&server.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connect()
+            .unwrap();
+        client
+            .create("/g/data")
+            .parents_as_containers()
+            .call()
+            .unwrap();
+        let mutex = InterProcessMutex::new(&client, "/g/lock").unwrap();
+        mutex.acquire().unwrap();
+        let node = mutex.lock_node().unwrap();
+        multi(
+            &client,
+            "/g/lock",
+            &node,
+            &[Op::set_data("/g/data", b"held")],
+        )
+        .unwrap();
+        client.delete(&node).unwrap();
+        let err = multi(
+            &client,
+            "/g/lock",
+            &node,
+            &[Op::set_data("/g/data", b"stale")],
+        );
+        assert!(
+            matches!(&err, Err(Error::HoldLost { lock, source })
+                if lock == "/g/lock" && **source == Error::NoNode(node.clone())),
+            "{err:?}"
+        );
+        assert_eq!(client.data("/g/data").unwrap().0, b"held");
+        let _ = mutex.release();
+        client.close();
+    }
 }
