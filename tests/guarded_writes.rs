@@ -14,7 +14,7 @@ use common::worker::{say, Worker};
 use common::*;
 use zklock::testing::TestingServer;
 use zklock::zookeeper::{Op, OpResult};
-use zklock::{Client, CreateMode, Error, InterProcessMutex, InterProcessReadWriteLock, Lock};
+use zklock::{Client, CreateMode, Error, InterProcessMutex, InterProcessReadWriteLock};
 
 const WORKER: &str = "ZKLOCK_GUARDED_WORKER";
 const LOCK: &str = "/guarded/lock";
