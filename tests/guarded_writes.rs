@@ -14,7 +14,10 @@ use common::worker::{say, Worker};
 use common::*;
 use zklock::testing::TestingServer;
 use zklock::zookeeper::{Op, OpResult};
-use zklock::{Client, CreateMode, Error, InterProcessMutex, InterProcessReadWriteLock};
+use zklock::{
+    Client, CreateMode, Error, InterProcessMutex, InterProcessReadWriteLock,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
+};
 
 const WORKER: &str = "ZKLOCK_GUARDED_WORKER";
 const LOCK: &str = "/guarded/lock";
@@ -163,6 +166,33 @@ fn a_guarded_write_lands_while_held_and_is_refused_once_the_node_is_gone() {
     assert!(matches!(err, Error::HoldLost { .. }), "{err:?}");
     assert_eq!(data_of(&admin, DATA), b"writer");
     drop(writing);
+
+    // So do the semaphore mutex and a semaphore's lease.
+    let semaphore_mutex = InterProcessSemaphoreMutex::new(&holder, "/guarded/sm").unwrap();
+    let held = semaphore_mutex.lock().unwrap();
+    held.guarded_multi(&[Op::set_data(DATA, b"semaphore mutex")])
+        .unwrap();
+    admin.delete(&semaphore_mutex.lock_node().unwrap()).unwrap();
+    let err = held
+        .guarded_multi(&[Op::set_data(DATA, b"stale semaphore mutex")])
+        .unwrap_err();
+    assert!(matches!(err, Error::HoldLost { .. }), "{err:?}");
+    drop(held);
+    let semaphore = InterProcessSemaphoreV2::new(&holder, "/guarded/semaphore", 2).unwrap();
+    let lease = semaphore.acquire().unwrap();
+    lease
+        .guarded_multi(&[Op::set_data(DATA, b"lease")])
+        .unwrap();
+    admin.delete(lease.path()).unwrap();
+    let err = lease
+        .guarded_multi(&[Op::set_data(DATA, b"stale lease")])
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::HoldLost { lock, .. } if lock == "/guarded/semaphore"),
+        "{err:?}"
+    );
+    assert_eq!(data_of(&admin, DATA), b"lease");
+    drop(lease);
     holder.close();
     admin.close();
 }

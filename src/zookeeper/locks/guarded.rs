@@ -13,6 +13,7 @@ use super::mutex::{InterProcessMutex, MutexGuard};
 use super::raw::{self, Reentrant};
 use super::read_write::{ReadLock, WriteLock};
 use super::semaphore::Lease;
+use super::semaphore_mutex::InterProcessSemaphoreMutex;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lock::LockGuard;
@@ -252,6 +253,58 @@ impl Lease {
         let semaphore = path::parent(path::parent(self.path()));
         refuse_if_lost(semaphore, Some(self.health()))?;
         multi(self.client(), semaphore, self.path(), ops)
+    }
+}
+
+impl InterProcessSemaphoreMutex {
+    /// As [`Lease::guarded_multi`], for the lease this object holds: `ops` as one transaction
+    /// that the server applies only while the hold lives.
+    ///
+    /// # Blocking and errors
+    /// As [`InterProcessMutex::guarded_multi`]; [`Error::NotOwner`] before any I/O if this
+    /// object does not hold the lock.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::zookeeper::Op;
+    /// # fn main() -> zklock::Result<()> {
+    /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+    /// let mutex = zklock::InterProcessSemaphoreMutex::new(&client, "/locks/batch")?;
+    /// let guard = mutex.lock()?;
+    /// guard.guarded_multi(&[Op::set_data("/batch/state", b"running")])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn guarded_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        let (client, node, health) = self
+            .with_lease(|l| (l.client().clone(), l.path().to_owned(), l.health()))
+            .ok_or(Error::NotOwner)?;
+        let semaphore = path::parent(path::parent(&node));
+        refuse_if_lost(semaphore, Some(health))?;
+        multi(&client, semaphore, &node, ops)
+    }
+}
+
+impl LockGuard<'_, InterProcessSemaphoreMutex> {
+    /// [`InterProcessSemaphoreMutex::guarded_multi`] for this guard's hold.
+    ///
+    /// # Blocking and errors
+    /// As [`InterProcessSemaphoreMutex::guarded_multi`]; [`Error::NotOwner`] before any I/O
+    /// if the hold was released through the lock meanwhile.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::zookeeper::Op;
+    /// # fn main() -> zklock::Result<()> {
+    /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+    /// let mutex = zklock::InterProcessSemaphoreMutex::new(&client, "/locks/batch")?;
+    /// let guard = mutex.lock()?;
+    /// guard.guarded_multi(&[Op::delete("/batch/pending")])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn guarded_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        self.current_lock()
+            .ok_or(Error::NotOwner)?
+            .guarded_multi(ops)
     }
 }
 
