@@ -332,26 +332,19 @@ async fn follow(
             }
             continue;
         }
-        let armed = match start.take() {
+        let read = match start.take() {
             Some(read) => Ok(Ok(read)),
             None => Box::pin(read_watched(&zk, &node.path, &cancel, ended, &wire.moved)).await,
         };
-        let watcher = match armed {
-            Err(Ev::Stop) => return End::Stopped,
-            Err(Ev::Moved) => {
+        let watcher = match after_read(node, read) {
+            Armed::Watching(watcher) => Some(watcher),
+            // The state watcher below says when to look again.
+            Armed::Disconnected => None,
+            Armed::Moved => {
                 recheck = true;
                 continue;
             }
-            Err(_) => return End::GivenUp,
-            Ok(Ok((data, version, watcher))) => {
-                node.tell(NodeNews::Read { data, version });
-                Some(watcher)
-            }
-            Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
-                return End::Gone;
-            }
-            // Disconnected: the state watcher below says when to look again.
-            Ok(Err(_)) => None,
+            Armed::Over(end) => return end,
         };
         let watching = watcher.is_some();
         let mut fired = pin!(async move {
@@ -444,6 +437,38 @@ async fn look_again(
             sleep(Duration::from_millis(10)).await;
             Ok(false)
         }
+    }
+}
+
+/// What a follower's read of its node came to.
+enum Armed {
+    /// Read, and told: the watch is set.
+    Watching(Fired),
+    /// Not read for lack of a connection.
+    Disconnected,
+    /// The session moved to another wire client.
+    Moved,
+    /// The follower ends so.
+    Over(End),
+}
+
+/// Tells what `read` (see [`read_watched`]) found, and what it means for the follower.
+fn after_read(
+    node: &Followed,
+    read: Result<Result<(Vec<u8>, i32, Fired), zk::Error>, Ev>,
+) -> Armed {
+    match read {
+        Err(Ev::Stop) => Armed::Over(End::Stopped),
+        Err(Ev::Moved) => Armed::Moved,
+        Err(_) => Armed::Over(End::GivenUp),
+        Ok(Ok((data, version, watcher))) => {
+            node.tell(NodeNews::Read { data, version });
+            Armed::Watching(watcher)
+        }
+        Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
+            Armed::Over(End::Gone)
+        }
+        Ok(Err(_)) => Armed::Disconnected,
     }
 }
 
