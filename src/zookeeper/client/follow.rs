@@ -440,6 +440,10 @@ async fn look_again(
     }
 }
 
+/// A follower's read of its node: its data, their version and the watch; the server's refusal;
+/// or what interrupted it.
+type Read = Result<Result<(Vec<u8>, i32, Fired), zk::Error>, Ev>;
+
 /// What a follower's read of its node came to.
 enum Armed {
     /// Read, and told: the watch is set.
@@ -453,10 +457,7 @@ enum Armed {
 }
 
 /// Tells what `read` (see [`read_watched`]) found, and what it means for the follower.
-fn after_read(
-    node: &Followed,
-    read: Result<Result<(Vec<u8>, i32, Fired), zk::Error>, Ev>,
-) -> Armed {
+fn after_read(node: &Followed, read: Read) -> Armed {
     match read {
         Err(Ev::Stop) => Armed::Over(End::Stopped),
         Err(Ev::Moved) => Armed::Moved,
@@ -481,7 +482,7 @@ async fn read_watched(
     cancel: &Signal,
     ended: &Signal,
     moved: &Signal,
-) -> Result<Result<(Vec<u8>, i32, Fired), zk::Error>, Ev> {
+) -> Read {
     let released = async {
         cancel.wait().await;
         sleep(LINGER).await;
