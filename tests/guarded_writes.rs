@@ -153,6 +153,21 @@ fn a_guarded_write_lands_while_held_and_is_refused_once_the_node_is_gone() {
     assert_eq!(data_of(&admin, DATA), b"held");
     drop(guard);
 
+    // An owned guard (`lock_arc`) guards the same way, and once released through the lock
+    // it refuses before any I/O.
+    let shared = std::sync::Arc::new(InterProcessMutex::new(&holder, "/guarded/owned").unwrap());
+    let owned = shared.lock_arc().unwrap();
+    owned
+        .guarded_multi(&[Op::set_data(DATA, b"owned")])
+        .unwrap();
+    shared.release().unwrap();
+    let err = owned
+        .guarded_multi(&[Op::set_data(DATA, b"released")])
+        .unwrap_err();
+    assert_eq!(err, Error::NotOwner);
+    assert_eq!(data_of(&admin, DATA), b"owned");
+    drop(owned);
+
     // The read-write lock's halves guard the same way.
     let rw = InterProcessReadWriteLock::new(&holder, "/guarded/rw").unwrap();
     let writing = rw.write_lock().lock().unwrap();

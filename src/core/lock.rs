@@ -594,6 +594,12 @@ impl<L: Lock> ArcLockGuard<L> {
         &self.held.lock
     }
 
+    /// The lock, while this guard's hold is still the lock's current hold (not released
+    /// through the lock meanwhile).
+    pub(crate) fn current_lock(&self) -> Option<&L> {
+        self.held.current().then_some(&*self.held.lock)
+    }
+
     /// Releases now, reporting errors. Bounded as [`Lock::release`].
     pub fn release(self) -> Result<()> {
         self.held.release(None)

@@ -16,7 +16,7 @@ use super::semaphore::Lease;
 use super::semaphore_mutex::InterProcessSemaphoreMutex;
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
-use crate::core::lock::LockGuard;
+use crate::core::lock::{ArcLockGuard, LockGuard};
 use crate::zookeeper::client::{Client, Op, OpResult};
 use crate::zookeeper::path;
 
@@ -307,6 +307,36 @@ impl LockGuard<'_, InterProcessSemaphoreMutex> {
             .guarded_multi(ops)
     }
 }
+
+/// `guarded_multi` on the owned guards ([`ArcLockGuard`]) of each lock named.
+macro_rules! owned_guard_forms {
+    ($($lock:ident),*) => {$(
+        impl ArcLockGuard<$lock> {
+            #[doc = concat!(
+                "[`", stringify!($lock), "::guarded_multi`] for this guard's hold: `ops` as one ",
+                "transaction that the server applies only while the hold lives."
+            )]
+            ///
+            /// # Blocking and errors
+            #[doc = concat!(
+                "As [`", stringify!($lock), "::guarded_multi`]; [`Error::NotOwner`] before any ",
+                "I/O if the hold was released through the lock meanwhile."
+            )]
+            pub fn guarded_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
+                self.current_lock()
+                    .ok_or(Error::NotOwner)?
+                    .guarded_multi(ops)
+            }
+        }
+    )*};
+}
+
+owned_guard_forms!(
+    InterProcessMutex,
+    ReadLock,
+    WriteLock,
+    InterProcessSemaphoreMutex
+);
 
 #[cfg(test)]
 mod tests {
