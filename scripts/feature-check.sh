@@ -31,7 +31,7 @@ if deps --features mysql | grep -Eq '^(zookeeper-client|redis|tokio-postgres) ';
   echo "feature-check: a build with only the mysql feature depends on another backend's client" >&2
   exit 1
 fi
-for feature in zookeeper redis postgres mysql testing metrics cli tls sasl-digest-md5; do
+for feature in zookeeper redis postgres postgres-sync postgres-async mysql testing metrics cli tls sasl-digest-md5; do
   echo "feature-check: $feature alone (${SECONDS}s)"
   cargo clippy --quiet --no-default-features --features "$feature" -- -D warnings
 done

@@ -3,6 +3,7 @@
 # themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/ensure-base.sh
 scripts/ensure-zookeeper.sh --interop
 scripts/ensure-redis.sh
 scripts/ensure-postgres.sh

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::connection::ConnectionState;
-use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lock::Lock;
+use crate::core::options::Options;
 
 /// Connects to the backend `url` names, with the default options (see [`AnyClientBuilder`]).
 ///
@@ -83,20 +83,31 @@ pub struct AnyClient {
 #[must_use = "a builder does nothing until `connect`"]
 pub struct AnyClientBuilder {
     pub(crate) url: String,
-    pub(crate) session_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    operation_timeout: Option<Duration>,
+    pub(crate) options: Options,
 }
 
 impl AnyClient {
-    /// A builder for `url`, with [`DEFAULT_SESSION_TIMEOUT`] and [`DEFAULT_CONNECT_TIMEOUT`].
+    /// A builder for `url`, with the default options (the crate docs' "Connection options").
     pub fn builder(url: &str) -> AnyClientBuilder {
         AnyClientBuilder {
             url: url.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            operation_timeout: None,
+            options: Options::default(),
         }
+    }
+
+    /// Every URL scheme [`connect`] takes, each with the backend it opens (as
+    /// [`backend`](Self::backend) names it), whether or not this build has that backend.
+    ///
+    /// # Example
+    /// ```
+    /// let redis: Vec<&str> = zklock::AnyClient::schemes()
+    ///     .filter(|(_, backend)| *backend == "redis")
+    ///     .map(|(scheme, _)| scheme)
+    ///     .collect();
+    /// assert!(redis.contains(&"redis+sentinel"));
+    /// ```
+    pub fn schemes() -> impl Iterator<Item = (&'static str, &'static str)> {
+        (crate::DRIVERS.iter()).flat_map(|d| d.schemes.iter().map(move |s| (*s, d.backend)))
     }
 
     /// Which backend the URL named: `"file"`, `"zookeeper"`, `"redis"`, `"postgres"` or
@@ -167,26 +178,9 @@ impl std::fmt::Debug for AnyClient {
     }
 }
 
+crate::core::options::connection_options!(AnyClientBuilder);
+
 impl AnyClientBuilder {
-    /// The server-side silence limit: ZooKeeper's session timeout, the Redis keys' TTL,
-    /// PostgreSQL's session timeout. Default [`DEFAULT_SESSION_TIMEOUT`].
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
-    /// How long connecting may take. Default [`DEFAULT_CONNECT_TIMEOUT`].
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The bound of one round trip. Default: the connect timeout.
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = Some(timeout);
-        self
-    }
-
     /// Connects to the backend the URL names.
     ///
     /// # Errors
@@ -209,7 +203,7 @@ impl AnyClientBuilder {
             )));
         };
         let connect = driver.connect.ok_or_else(|| not_built(driver.backend))?;
-        let op = self.operation_timeout.unwrap_or(self.connect_timeout);
+        let op = self.options.operation_timeout();
         Ok(AnyClient {
             inner: connect(&self, op)?,
         })
@@ -558,9 +552,7 @@ macro_rules! named_backend {
             op: std::time::Duration,
         ) -> $crate::Result<std::sync::Arc<dyn $crate::any::Backend>> {
             let client = <$client>::builder(&b.url)
-                .session_timeout(b.session_timeout)
-                .connect_timeout(b.connect_timeout)
-                .operation_timeout(op)
+                .with_options(&b.options.resolved(op))
                 .connect()?;
             Ok(std::sync::Arc::new(client))
         }
@@ -640,9 +632,8 @@ pub(crate) use driver;
 
 /// The URL schemes [`connect`] takes: every backend's, built or not.
 fn schemes() -> String {
-    let all: Vec<String> = crate::DRIVERS
-        .iter()
-        .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
+    let all: Vec<String> = AnyClient::schemes()
+        .map(|(s, _)| format!("{s}://"))
         .collect();
     all.join(", ")
 }

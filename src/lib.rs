@@ -1,5 +1,5 @@
 //! zklock — Apache Curator's distributed-lock recipes for Rust on ZooKeeper, and the same
-//! blocking API on Redis, PostgreSQL and MySQL/MariaDB.
+//! blocking API on Redis, PostgreSQL, MySQL/MariaDB, one host's files and in process.
 //!
 //! zklock gives plain threaded Rust programs what Java programs get from Apache Curator, with
 //! the same node layouts so that Rust and Java services can share one lock. Everything is
@@ -67,6 +67,7 @@
 //! | many readers or one writer on PostgreSQL | [`postgres::PgReadWriteLock`] (feature `postgres`) |
 //! | at most N holders on PostgreSQL | [`postgres::PgSemaphore`] (feature `postgres`) |
 //! | one leader among many on PostgreSQL | [`postgres::PgLeaderLatch`] (feature `postgres`) |
+//! | a lock inside your own PostgreSQL transaction, freed by its end | [`postgres::PgXactLock`] (features `postgres-sync`, `postgres-async`) |
 //! | a mutex on MySQL or MariaDB, shared with any SQL client | `mysql::MySqlMutex` (feature `mysql`) |
 //! | many readers or one writer on MySQL or MariaDB | `mysql::MySqlReadWriteLock` (feature `mysql`) |
 //! | at most N holders on MySQL or MariaDB | `mysql::MySqlSemaphore` (feature `mysql`) |
@@ -127,6 +128,35 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # Connection options
+//!
+//! Every backend's Client builder ([`ClientBuilder`], `RedisClientBuilder`, `PgClientBuilder`,
+//! `MySqlClientBuilder`, `MemClientBuilder`) and [`AnyClientBuilder`] take the same four
+//! options, with one default each:
+//!
+//! | option | what it bounds | default |
+//! |---|---|---|
+//! | `session_timeout` | how long after the Client's last heartbeat the server frees its holds: ZooKeeper's session timeout, the Redis keys' TTL, the PostgreSQL and MySQL sessions' limits | [`DEFAULT_SESSION_TIMEOUT`], 30 s |
+//! | `connect_timeout` | opening a connection | [`DEFAULT_CONNECT_TIMEOUT`], 10 s |
+//! | `operation_timeout` | one round trip to the server | the connect timeout |
+//! | `retry_policy` | how calls retry when a connection fails | [`ExponentialBackoffRetry`] from 100 ms, 3 retries |
+//!
+//! What differs is stated here, once. ZooKeeper's own builder keeps Curator's defaults where
+//! Curator users expect them: no operation timeout for the Client's own calls (the retry
+//! policy bounds them; recipes pass their own deadlines) and the retry policy of Curator's
+//! recipes, exponential backoff from 1 s, 3 retries (through a URL its operation timeout is the
+//! connect timeout, as on every backend). On PostgreSQL an unset connect timeout is the
+//! connection string's `connect_timeout`, or `PGCONNECT_TIMEOUT`, before the default. The
+//! `mem://` store has nothing to connect to: its connect timeout only stands in for an unset
+//! operation timeout (which bounds a call on a frozen Client), and it never retries.
+//! `connect` refuses, before any I/O, a value the backend cannot keep. On Redis and
+//! PostgreSQL every timeout lies between a millisecond and a day (the session timeout from
+//! 100 ms on Redis, from 1 s on PostgreSQL). MySQL takes a session timeout from 1 s to a day
+//! (rounded up to whole seconds) and any connect and operation timeout but zero, a longer one
+//! than a day as a day. ZooKeeper refuses zero anywhere and a connect timeout over a day, asks
+//! the server for its maximum for a longer session timeout, and takes an operation timeout over
+//! a day as none. `mem://` takes any value.
 //!
 //! # Blocking and Drop
 //!
@@ -264,6 +294,10 @@
 //!   `zklock-pg-io`, plus `zklock-pg-events` for callbacks), and on the calling thread while it
 //!   waits for a statement's answer; no async reaches the caller. What
 //!   PostgreSQL can and cannot promise is in the repository's `docs/postgres.md`.
+//! * `postgres-sync`, `postgres-async` — `postgres::PgXactLock::acquire` and `acquire_async`:
+//!   the same lock inside a transaction of the caller's own `postgres` or `tokio-postgres`
+//!   connection, released by its commit or rollback (so it works through PgBouncer in
+//!   transaction mode). `postgres-sync` pulls in the `postgres` crate.
 //! * `mysql` — the MySQL / MariaDB backend: `MySqlClient`, `mysql::MySqlMutex` on `GET_LOCK`,
 //!   `mysql::MySqlReadWriteLock`, `mysql::MySqlSemaphore` and `mysql::MySqlLeaderLatch`, a
 //!   connection per hold and per waiting thread, with `wait_timeout` set from the session
@@ -273,7 +307,8 @@
 //!   `mysql` crate's blocking API. See the repository's `docs/mysql.md`.
 //! * `testing` — [`testing`]: real ZooKeeper servers and 3-node ensembles started from Debian's
 //!   packages, session expiry, a TCP fault proxy and a fenced register, for your own tests
-//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`; with `mysql`, a
+//!   (with `postgres`, a real PostgreSQL server too: `TestingPostgres`, and PgBouncer in front
+//!   of it: `TestingPgBouncer`; with `mysql`, a
 //!   MariaDB server: `TestingMariaDb`). Pulls in `tempfile`
 //!   and `rustix`.
 //! * `metrics` — counters, histograms and gauges through the

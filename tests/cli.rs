@@ -1630,6 +1630,14 @@ mod on_mariadb {
         ));
         assert_eq!(e.code(), 124);
         assert!(!entered(&log, "e"));
+        // `holders` shows both leases without being told how many there are.
+        let out = zklock_my(&server, &["holders", "sem"]).output().unwrap();
+        let table = String::from_utf8_lossy(&out.stdout);
+        let leases = table_rows(&table)
+            .into_iter()
+            .filter(|row| row[1] == "lease" && row[2] == "yes")
+            .count();
+        assert_eq!(leases, 2, "{table}");
         fs::write(&go, "").unwrap();
     }
 

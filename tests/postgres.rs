@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use common::worker::{say, wait_to_be_killed, Worker};
 use common::{patience, wait_for};
 
 use zklock::postgres::PgMutex;
-use zklock::testing::{FencedRegister, TestingPostgres};
+use zklock::testing::{FencedRegister, TestingPgBouncer, TestingPostgres};
 use zklock::{Error, InterProcessMultiLock, LockHealth, PgClient};
 
 const WORKER: &str = "ZKLOCK_PG_WORKER";
@@ -484,98 +484,10 @@ fn a_frozen_psql_holder_keeps_its_lock_under_the_default_settings_a_killed_one_d
 // A pooler between zklock and the server.
 // ---------------------------------------------------------------------------
 
-/// PgBouncer (Debian's package) in front of `server`, in `pool_mode`, as the `postgres` user
-/// when the test runs as root (PgBouncer refuses root).
-struct PgBouncer {
-    child: Child,
-    port: u16,
-    password: String,
-    _dir: tempfile::TempDir,
-}
-
-impl PgBouncer {
-    fn start(server: &TestingPostgres, pool_mode: &str) -> PgBouncer {
-        use std::os::unix::process::CommandExt;
-        let dir = tempfile::Builder::new()
-            .prefix("zklock-pg-bouncer-")
-            .tempdir()
-            .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let d = dir.path().display();
-        let users = dir.path().join("users.txt");
-        std::fs::write(&users, format!("\"zklock\" \"{}\"\n", server.password())).unwrap();
-        let ini = dir.path().join("pgbouncer.ini");
-        std::fs::write(
-            &ini,
-            format!(
-                "[databases]\npostgres = host=127.0.0.1 port={} dbname=postgres\n\
-                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
-                 auth_type = plain\nauth_file = {d}/users.txt\npool_mode = {pool_mode}\n\
-                 unix_socket_dir =\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n\
-                 default_pool_size = 4\n",
-                server.port()
-            ),
-        )
-        .unwrap();
-        let mut cmd = Command::new("pgbouncer");
-        cmd.arg(&ini).stdout(Stdio::null()).stderr(Stdio::null());
-        if let Some((uid, gid)) = postgres_user() {
-            for path in [dir.path(), users.as_path(), ini.as_path()] {
-                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-            }
-            cmd.uid(uid).gid(gid);
-        }
-        let child = cmd
-            .spawn()
-            .expect("pgbouncer (Debian's pgbouncer package) runs");
-        let bouncer = PgBouncer {
-            child,
-            port,
-            password: server.password().to_owned(),
-            _dir: dir,
-        };
-        wait_for("pgbouncer to listen", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        bouncer
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "postgres://zklock:{}@127.0.0.1:{}/postgres",
-            self.password, self.port
-        )
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The uid and gid of `postgres` when this test runs as root.
-fn postgres_user() -> Option<(u32, u32)> {
-    let me = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
-        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-    };
-    Some((id("-u")?, id("-g")?))
-}
-
 #[test]
 fn a_transaction_mode_pooler_never_grants_one_lock_twice() {
     let server = TestingPostgres::start().unwrap();
-    let bouncer = PgBouncer::start(&server, "transaction");
+    let bouncer = TestingPgBouncer::start(&server, "transaction").unwrap();
     let a = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
     let b = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
     let (ma, mb) = (
@@ -597,7 +509,7 @@ fn a_transaction_mode_pooler_never_grants_one_lock_twice() {
 #[test]
 fn a_session_mode_pooler_works() {
     let server = TestingPostgres::start().unwrap();
-    let bouncer = PgBouncer::start(&server, "session");
+    let bouncer = TestingPgBouncer::start(&server, "session").unwrap();
     let a = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
     let b = PgClient::connect(&bouncer.url()).expect("connect through PgBouncer");
     let ma = PgMutex::new(&a, "pooled").unwrap();

@@ -32,7 +32,9 @@ pub(crate) type Dispatch = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 pub(crate) type Event = Box<dyn FnOnce() + Send>;
 
 /// Starts a backend's events thread, `name`: it runs the callbacks sent to it in order, until
-/// `closed` is set and nothing is left to run, or every sender is gone.
+/// `closed` is set and nothing is left to run, or every sender is gone. A Client that closes
+/// sends it one empty callback after setting `closed`, so that it ends at once rather than at
+/// its next poll.
 pub(crate) fn start_events_thread(
     name: &str,
     closed: Arc<AtomicBool>,
@@ -42,7 +44,12 @@ pub(crate) fn start_events_thread(
         .name(name.into())
         .spawn(move || loop {
             match rx.recv_timeout(Duration::from_millis(250)) {
-                Ok(f) => f(),
+                Ok(f) => {
+                    f();
+                    if closed.load(Ordering::Acquire) && rx.is_empty() {
+                        return;
+                    }
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     if closed.load(Ordering::Acquire) && rx.is_empty() {
                         return;

@@ -9,7 +9,9 @@ use super::client::{FileClient, Held};
 use super::queue::{Queue, Stop, Verdict};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthFeed, LockHealth};
+use crate::core::leased::{Leased, RawLease};
+use crate::core::lock::Release;
 
 /// A counting semaphore among every process of the host that opens the same directory: at
 /// most `max_leases` [`FileLease`]s are out at once. Fair: the first `max_leases` live entries
@@ -154,16 +156,13 @@ impl FileSemaphore {
         let held = Arc::new(Held::new(entry, &self.queue.dir));
         let (health, report) = self.feed.hold(inner.dispatch(), &self.name, &node, token);
         let kept = inner.keep(held.clone(), report)?;
-        Ok(Some(FileLease {
+        let raw = Entry {
             client: self.client.clone(),
-            name: self.name.clone(),
-            id,
-            token,
             held,
-            health,
             kept,
-            since: Instant::now(),
-            returned: false,
+        };
+        Ok(Some(FileLease {
+            lease: Leased::new(raw, &self.name, id, token, health),
         }))
     }
 }
@@ -179,8 +178,9 @@ impl std::fmt::Debug for FileSemaphore {
     }
 }
 
-/// One permit of a [`FileSemaphore`]: returned by [`release`](Self::release) or on drop (a
-/// file removal and a close: microseconds, nothing that can block on another process).
+/// One permit of a [`FileSemaphore`]; its `id()` is its entry's name in the semaphore's
+/// directory. Returned by [`release`](Self::release) or on drop (a file removal and a close:
+/// microseconds, nothing that can block on another process).
 ///
 /// # Example
 /// ```
@@ -198,70 +198,31 @@ impl std::fmt::Debug for FileSemaphore {
 /// ```
 #[must_use = "dropping a lease returns it at once"]
 pub struct FileLease {
+    lease: Leased<Entry>,
+}
+
+crate::core::leased::leased!(FileLease);
+
+/// A held lease: its entry in the semaphore's directory, under its operating-system lock.
+struct Entry {
     client: FileClient,
-    name: String,
-    id: String,
-    token: u64,
     held: Arc<Held>,
-    health: HealthCell,
     kept: u64,
-    since: Instant,
-    returned: bool,
 }
 
-impl FileLease {
-    /// The lease's entry name in the semaphore's directory.
-    pub fn id(&self) -> &str {
-        &self.id
+impl RawLease for Entry {
+    fn health(&self, reported: LockHealth) -> LockHealth {
+        worst(reported, self.held.check())
     }
 
-    /// The fencing token of this grant: above every token granted before it on this
-    /// semaphore.
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// The lease's health, computed now.
-    pub fn health(&self) -> LockHealth {
-        worst(*self.health.lock(), self.held.check())
-    }
-
-    /// Returns the lease.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] if the lease had been lost (its entry removed, the Client closed).
-    pub fn release(mut self) -> Result<()> {
-        self.give_back()
-    }
-
-    fn give_back(&mut self) -> Result<()> {
-        self.returned = true;
-        let lost = self.health() == LockHealth::Lost;
+    /// A removal and a close, whatever `how` says: nothing that can wait on another process.
+    fn release(&mut self, _: Release, _: bool) -> Result<()> {
         self.client.inner().forget(self.kept);
-        crate::core::metrics::released(&self.name, self.since.elapsed());
         self.held.remove();
-        if lost {
-            Err(Error::LockLost)
-        } else {
-            Ok(())
-        }
+        Ok(())
     }
-}
 
-impl Drop for FileLease {
-    fn drop(&mut self) {
-        if !self.returned {
-            let _ = self.give_back();
-        }
-    }
-}
-
-impl std::fmt::Debug for FileLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileLease")
-            .field("semaphore", &self.name)
-            .field("id", &self.id)
-            .field("fencing_token", &self.token)
-            .finish_non_exhaustive()
+    fn drop_release(&self) -> Release {
+        Release::Background
     }
 }

@@ -14,8 +14,7 @@ use crate::core::lock::Lock;
 pub(crate) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Backend>> {
     let name = b.url.strip_prefix("mem://").unwrap_or(&b.url);
     let client = MemClient::builder(name)
-        .session_timeout(b.session_timeout)
-        .operation_timeout(op)
+        .with_options(&b.options.resolved(op))
         .connect()?;
     Ok(Arc::new(client))
 }

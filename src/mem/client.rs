@@ -11,6 +11,7 @@ use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{become_listener_thread, start_events_thread, Dispatch, Event};
+use crate::core::options::Options;
 
 /// The longest store or lock name, in bytes.
 pub(crate) const MAX_NAME: usize = 1024;
@@ -83,8 +84,11 @@ pub(crate) struct Inner {
 #[must_use = "a builder does nothing until `connect`"]
 pub struct MemClientBuilder {
     name: String,
-    operation_timeout: Duration,
-    session_timeout: Duration,
+    /// The shared options: a frozen Client's calls wait at most the operation timeout, the
+    /// session timeout is the connection states' (no timer frees a `mem://` hold by itself),
+    /// and with no connection the connect timeout only stands in for an unset operation
+    /// timeout and the retry policy is not used.
+    options: Options,
 }
 
 impl MemClient {
@@ -106,13 +110,12 @@ impl MemClient {
     }
 
     /// Options for a Client of the store `name`: the operation timeout bounds each call on a
-    /// frozen Client (default [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT), as
-    /// through a URL).
+    /// frozen Client (see [`MemClient::freeze`]; default, as on every backend, the connect
+    /// timeout, [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT)).
     pub fn builder(name: &str) -> MemClientBuilder {
         MemClientBuilder {
             name: name.to_owned(),
-            operation_timeout: crate::DEFAULT_CONNECT_TIMEOUT,
-            session_timeout: crate::DEFAULT_SESSION_TIMEOUT,
+            options: Options::default(),
         }
     }
 
@@ -254,21 +257,9 @@ impl std::fmt::Debug for MemClient {
     }
 }
 
+crate::core::options::connection_options!(MemClientBuilder);
+
 impl MemClientBuilder {
-    /// The bound of each call on a frozen Client (see [`MemClient::freeze`]). Default
-    /// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT).
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
-    }
-
-    /// Kept for the URL factory's one set of options: no timer frees a `mem://` hold by
-    /// itself. Default [`DEFAULT_SESSION_TIMEOUT`](crate::DEFAULT_SESSION_TIMEOUT).
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
     /// The Client, on the store of its name (made if the process has none).
     ///
     /// # Errors
@@ -279,10 +270,15 @@ impl MemClientBuilder {
             inner: Arc::new(Inner {
                 id: next_id(),
                 store: Store::open(&self.name),
-                operation_timeout: self.operation_timeout,
-                session_timeout: self.session_timeout,
+                operation_timeout: self.options.operation_timeout(),
+                session_timeout: self.options.session_timeout(),
                 closed: AtomicBool::new(false),
-                states: States::new("mem", self.session_timeout, boot_clock(), dispatch()),
+                states: States::new(
+                    "mem",
+                    self.options.session_timeout(),
+                    boot_clock(),
+                    dispatch(),
+                ),
             }),
         })
     }

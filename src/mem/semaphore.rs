@@ -8,7 +8,8 @@ use super::mutex::release;
 use super::store::{next_id, Ask, Kind, MemParticipant, Place, Role};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{HealthCell, HealthFeed, LockHealth};
+use crate::core::health::{HealthFeed, LockHealth};
+use crate::core::leased::{Leased, RawLease};
 use crate::core::listeners::on_listener_thread;
 use crate::core::lock::Release;
 
@@ -144,14 +145,12 @@ impl MemSemaphore {
             }
             report(LockHealth::Lost);
         }
-        Ok(Some(MemLease {
+        let held = Held {
             client: self.client.clone(),
             place,
-            id,
-            token,
-            health,
-            since: Instant::now(),
-            returned: false,
+        };
+        Ok(Some(MemLease {
+            lease: Leased::new(held, &self.name, id, token, health),
         }))
     }
 }
@@ -167,8 +166,10 @@ impl std::fmt::Debug for MemSemaphore {
     }
 }
 
-/// One permit of a [`MemSemaphore`]. Returned by [`release`](Self::release), or on drop
-/// (at once; on a frozen Client within the drop bound, the rest at the thaw).
+/// One permit of a [`MemSemaphore`]; its `id()` is `NAME#ENTRY`. Returned by
+/// [`release`](Self::release) (on a frozen Client waiting at most its operation timeout for the
+/// thaw, the return then done at the thaw), or on drop (at once; on a frozen Client within the
+/// drop bound, the rest at the thaw).
 ///
 /// # Example
 /// ```
@@ -182,83 +183,30 @@ impl std::fmt::Debug for MemSemaphore {
 /// ```
 #[must_use = "dropping a lease returns it at once"]
 pub struct MemLease {
-    client: MemClient,
-    place: Place,
-    id: String,
-    token: u64,
-    health: HealthCell,
-    since: Instant,
-    returned: bool,
+    lease: Leased<Held>,
 }
 
-impl MemLease {
-    /// The lease's id: `NAME#ENTRY`.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
+crate::core::leased::leased!(MemLease);
 
-    /// The fencing token of this grant: above every token granted before it.
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
+/// A held lease in the store: its entry.
+struct Held {
+    client: MemClient,
+    place: Place,
+}
 
-    /// The lease's health now.
-    pub fn health(&self) -> LockHealth {
+impl RawLease for Held {
+    fn health(&self, reported: LockHealth) -> LockHealth {
         if self.client.inner().closed() {
             return LockHealth::Lost;
         }
-        *self.health.lock()
+        reported
     }
 
-    /// Returns the lease; on a frozen Client waits at most its operation timeout for the thaw
-    /// (the return is then done at the thaw).
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] if the lease had been lost; [`Error::ConnectionLoss`] on a frozen
-    /// Client.
-    pub fn release(mut self) -> Result<()> {
-        self.release_as(Release::Within(None))
+    fn release(&mut self, how: Release, lost: bool) -> Result<()> {
+        release(&self.client, self.place.clone(), how, lost)
     }
 
-    /// As [`release`](Self::release), waiting at most `timeout` on a frozen Client.
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
-        self.release_as(Release::Within(Some(crate::core::deadline::instant_after(
-            timeout,
-        ))))
-    }
-
-    fn release_as(&mut self, how: Release) -> Result<()> {
-        self.returned = true;
-        crate::core::metrics::released(&self.place.name, self.since.elapsed());
-        let lost = self.health() == LockHealth::Lost;
-        let released = release(&self.client, self.place.clone(), how, lost);
-        if lost {
-            return Err(Error::LockLost);
-        }
-        released
-    }
-}
-
-impl Drop for MemLease {
-    fn drop(&mut self) {
-        if !self.returned {
-            let by = crate::core::deadline::instant_after(self.client.inner().drop_bound());
-            if let Err(e) = self.release_as(Release::Within(Some(by))) {
-                tracing::warn!("zklock: returning a mem:// lease on drop: {e}");
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for MemLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemLease")
-            .field("id", &self.id)
-            .field("fencing_token", &self.token)
-            .field("health", &self.health())
-            .finish_non_exhaustive()
+    fn drop_release(&self) -> Release {
+        crate::core::leased::within(self.client.inner().drop_bound())
     }
 }

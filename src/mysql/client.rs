@@ -17,11 +17,11 @@ use super::keeper::Keeper;
 use super::session::{connect_error, Session};
 use super::sql::{RECORDS, RECORDS_DDL, TOKENS, TOKENS_DDL};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
-use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
-use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
+use crate::core::options::Options;
+use crate::core::retry::RetryPolicy;
 
 /// A connection to one MySQL or MariaDB server (the primary of a replicated set), shared by
 /// every MySQL lock made from it. Cheap to clone; its sessions and threads end with the last
@@ -147,16 +147,13 @@ pub(crate) struct Waiter {
 /// ```
 pub struct MySqlClientBuilder {
     url: String,
-    session_timeout: Duration,
-    connect_timeout: Duration,
-    operation_timeout: Option<Duration>,
-    retry: Option<Arc<dyn RetryPolicy>>,
+    options: Options,
     mode: Option<MySqlMode>,
     poll_interval: Duration,
 }
 
 impl MySqlClient {
-    /// Connects with the default options (session timeout 30 s, connection timeout 5 s).
+    /// Connects with the default options (session timeout 30 s, connection timeout 10 s).
     ///
     /// # Errors
     /// As [`MySqlClientBuilder::connect`].
@@ -172,10 +169,7 @@ impl MySqlClient {
     pub fn builder(url: &str) -> MySqlClientBuilder {
         MySqlClientBuilder {
             url: url.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            operation_timeout: None,
-            retry: None,
+            options: Options::default(),
             mode: None,
             poll_interval: Duration::from_millis(100),
         }
@@ -231,6 +225,8 @@ impl MySqlClient {
             session.close();
         }
         inner.keeper.stop();
+        // The events thread ends on the next callback once closed: this one.
+        (inner.dispatch)(Box::new(|| {}));
         if let Some(t) = inner.events_thread.lock().take() {
             let _ = t.join();
         }
@@ -252,36 +248,12 @@ impl MySqlClient {
 
 forward_connection_api!(MySqlClient, inner.states);
 
+// The shared options: the session timeout from 1 s to a day (the server's timers count whole
+// seconds: it is rounded up), the connect and operation timeouts more than zero (longer than a
+// day is a day); the operation timeout bounds each statement that does not wait for a lock.
+crate::core::options::connection_options!(MySqlClientBuilder);
+
 impl MySqlClientBuilder {
-    /// The session timeout (default 30 s, from 1 s to a day): how long the server keeps a
-    /// holder's session (and its locks) that has gone silent, and so how long the others wait
-    /// for a dead holder. The server's timers count whole seconds: it is rounded up.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
-    /// How long opening a session may take (default 10 s, more than zero; longer than a day is
-    /// a day).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one statement that does not wait for a lock may wait for its answer
-    /// (default: the connection timeout; more than zero, longer than a day is a day).
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = Some(timeout);
-        self
-    }
-
-    /// How calls retry when a session fails or cannot be opened (default: exponential backoff
-    /// from 100 ms, 3 retries).
-    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
-        self.retry = Some(Arc::new(policy));
-        self
-    }
-
     /// How the locks lock (default [`MySqlMode::GetLock`], or what the URL's `lock_mode`
     /// parameter says); this call overrides the URL.
     pub fn mode(mut self, mode: MySqlMode) -> Self {
@@ -313,13 +285,12 @@ impl MySqlClientBuilder {
     pub fn connect(self) -> Result<MySqlClient> {
         let (opts, shown, mode, tls) = self.check()?;
         // Longer than a day is a day: every sum of a deadline and these stays in range.
-        let connect_timeout = self.connect_timeout.min(LONGEST_TIMEOUT);
-        let operation_timeout = self
-            .operation_timeout
+        let connect_timeout = self.options.connect_timeout().min(LONGEST_TIMEOUT);
+        let operation_timeout = (self.options.operation_timeout)
             .unwrap_or(connect_timeout)
             .min(LONGEST_TIMEOUT);
-        let secs = whole_seconds(self.session_timeout);
-        let opts: mysql::Opts = mysql::OptsBuilder::from_opts(opts)
+        let secs = whole_seconds(self.options.session_timeout());
+        let builder = mysql::OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(connect_timeout))
             .read_timeout(Some(operation_timeout))
             .write_timeout(Some(operation_timeout))
@@ -328,10 +299,17 @@ impl MySqlClientBuilder {
             // A server whose machine or network is gone: the kernel ends the connection
             // within about the session timeout, so a wait without limit ends too.
             // In whole seconds, as the kernel counts them (0 would be refused).
-            .tcp_keepalive_time_ms(Some(1000 * whole_seconds(self.session_timeout / 3) as u32))
-            .tcp_keepalive_probe_interval_secs(Some(whole_seconds(self.session_timeout / 9) as u32))
-            .tcp_keepalive_probe_count(Some(3))
-            .tcp_user_timeout_ms(Some(millis(self.session_timeout)))
+            .tcp_keepalive_time_ms(Some(
+                1000 * whole_seconds(self.options.session_timeout() / 3) as u32,
+            ))
+            .tcp_keepalive_probe_interval_secs(Some(whole_seconds(
+                self.options.session_timeout() / 9,
+            ) as u32))
+            .tcp_keepalive_probe_count(Some(3));
+        // Linux: unacknowledged data also ends the connection within the session timeout.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let builder = builder.tcp_user_timeout_ms(Some(millis(self.options.session_timeout())));
+        let opts: mysql::Opts = builder
             .init(vec![format!(
                 "SET SESSION wait_timeout = {secs}, net_read_timeout = {secs}, \
                  net_write_timeout = {secs}, autocommit = 1{zone}",
@@ -406,13 +384,13 @@ impl MySqlClientBuilder {
         };
         let states = Arc::new(States::new(
             "MySQL",
-            self.session_timeout,
+            self.options.session_timeout(),
             sent,
             dispatch.clone(),
         ));
         let keeper = Arc::new(Keeper::new(
             opts.clone(),
-            self.session_timeout,
+            self.options.session_timeout(),
             operation_timeout,
             closed.clone(),
             states.clone(),
@@ -422,17 +400,12 @@ impl MySqlClientBuilder {
             opts,
             shown,
             version: version.0,
-            session_timeout: self.session_timeout,
+            session_timeout: self.options.session_timeout(),
             operation_timeout,
             mode,
             poll_interval: self.poll_interval,
             idle: Mutex::default(),
-            retry: self.retry.unwrap_or_else(|| {
-                Arc::new(
-                    ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
-                        .expect("constant parameters are valid"),
-                )
-            }),
+            retry: self.options.retry(),
             closed,
             dispatch,
             events_thread: Mutex::new(Some(events_thread)),
@@ -471,15 +444,17 @@ impl MySqlClientBuilder {
                 hide_password(url)
             )));
         }
-        if self.session_timeout < Duration::from_secs(1)
-            || self.session_timeout > Duration::from_secs(86_400)
+        if self.options.session_timeout() < Duration::from_secs(1)
+            || self.options.session_timeout() > Duration::from_secs(86_400)
         {
             return Err(Error::invalid(format!(
                 "the session timeout must be from 1 s to a day, not {:?}",
-                self.session_timeout
+                self.options.session_timeout()
             )));
         }
-        if self.connect_timeout.is_zero() || self.operation_timeout.is_some_and(|t| t.is_zero()) {
+        if self.options.connect_timeout().is_zero()
+            || self.options.operation_timeout.is_some_and(|t| t.is_zero())
+        {
             return Err(Error::invalid(
                 "the connection and operation timeouts must not be zero",
             ));
@@ -569,6 +544,7 @@ pub(crate) fn refusal(version: &str, vars: &[(String, String)]) -> Option<String
 }
 
 /// `d` in milliseconds, at least 1.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn millis(d: Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)
 }
@@ -691,8 +667,7 @@ impl fmt::Debug for MySqlClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MySqlClientBuilder")
             .field("url", &hide_password(&self.url))
-            .field("session_timeout", &self.session_timeout)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("options", &self.options)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }

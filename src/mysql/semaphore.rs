@@ -11,8 +11,9 @@ use super::get_lock::{attempt, granted, last_row, let_go, refuse_in_table_mode, 
 use super::sql::{check_name, key_sql, TOKENS};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthFeed, LockHealth};
 use crate::core::lease::boot_clock;
+use crate::core::leased::{Leased, RawLease};
 use crate::core::lock::Release;
 
 /// The most leases a semaphore may have (each a `GET_LOCK` name tried in one statement).
@@ -193,15 +194,17 @@ impl MySqlSemaphore {
         let kept = inner
             .keeper
             .keep(grant.session.clone(), grant.lease.clone(), report);
-        Ok(Some(MySqlLease {
+        let key = self.keys[index as usize - 1].clone();
+        let token = grant.token.unwrap_or_default();
+        let held = Held {
             client: self.client.clone(),
-            key: self.keys[index as usize - 1].clone(),
-            name: self.name.clone(),
-            index,
-            health,
+            key: key.clone(),
             kept,
-            since: Instant::now(),
             grant: Some(grant),
+        };
+        Ok(Some(MySqlLease {
+            index,
+            lease: Leased::new(held, &self.name, key, token, health),
         }))
     }
 
@@ -292,28 +295,19 @@ impl std::fmt::Debug for MySqlSemaphore {
 }
 
 /// One lease of a [`MySqlSemaphore`]: the `GET_LOCK` name of `NAME;index` held on a connection
-/// of its own, kept alive by its heartbeat while it is out. Returned by
-/// [`release`](Self::release), or on drop by closing its connection (dropping never blocks).
+/// of its own, kept alive by its heartbeat while it is out; its `id()` is that name, its
+/// fencing token the name's counter in `zklock_tokens`, rising across successive holders of
+/// the name. Returned by [`release`](Self::release) (the connection is closed either way,
+/// which frees the name), or on drop by closing its connection (dropping never blocks).
 #[must_use = "dropping a lease returns it at once"]
 pub struct MySqlLease {
-    client: MySqlClient,
-    name: String,
-    key: String,
     index: u32,
-    health: HealthCell,
-    kept: u64,
-    since: Instant,
-    /// Taken when the lease is returned.
-    grant: Option<Grant>,
+    lease: Leased<Held>,
 }
 
-impl MySqlLease {
-    /// The lease's identity: the `GET_LOCK` name it holds (what a lease's `id()` is on every
-    /// backend).
-    pub fn id(&self) -> &str {
-        &self.key
-    }
+crate::core::leased::leased!(MySqlLease);
 
+impl MySqlLease {
     /// Which of the semaphore's names this lease holds (1 to N).
     pub fn index(&self) -> u32 {
         self.index
@@ -321,74 +315,42 @@ impl MySqlLease {
 
     /// The server session (`CONNECTION_ID()`) of the lease.
     pub fn connection_id(&self) -> u32 {
-        self.grant.as_ref().map_or(0, |g| g.session.id)
+        (self.lease.raw.grant).as_ref().map_or(0, |g| g.session.id)
     }
+}
 
-    /// The fencing token of this grant: the counter of its name in `zklock_tokens`, rising
-    /// across successive holders of this lease's name.
-    pub fn fencing_token(&self) -> u64 {
-        self.grant
-            .as_ref()
-            .and_then(|g| g.token)
-            .unwrap_or_default()
-    }
+/// A held lease: its `GET_LOCK` name on a connection of its own, kept alive by the keeper.
+struct Held {
+    client: MySqlClient,
+    key: String,
+    kept: u64,
+    /// Taken when the lease is returned.
+    grant: Option<Grant>,
+}
 
-    /// The lease's health, computed now.
-    pub fn health(&self) -> LockHealth {
+impl RawLease for Held {
+    fn health(&self, reported: LockHealth) -> LockHealth {
         let Some(grant) = &self.grant else {
             return LockHealth::Lost;
         };
-        let ended = if grant.session.ended() {
-            LockHealth::Lost
-        } else {
-            LockHealth::Held
-        };
-        worst(worst(*self.health.lock(), grant.lease.health()), ended)
+        if grant.session.ended() {
+            return LockHealth::Lost;
+        }
+        worst(reported, grant.lease.health())
     }
 
-    /// Returns the lease, waiting at most the Client's operation timeout; the connection is
-    /// closed either way, which frees the name.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] if the lease had been lost; a connection error if the release could
-    /// not be confirmed.
-    pub fn release(mut self) -> Result<()> {
-        self.release_as(Release::Within(None))
-    }
-
-    /// As [`release`](Self::release), waiting at most `timeout`.
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
-        self.release_as(Release::Within(Instant::now().checked_add(timeout)))
-    }
-
-    fn release_as(&mut self, how: Release) -> Result<()> {
-        let lost = self.health() == LockHealth::Lost;
+    /// Releases the name within the deadline (in the background: closes the connection at
+    /// once); the connection is closed either way, which frees the name.
+    fn release(&mut self, how: Release, lost: bool) -> Result<()> {
         let Some(grant) = self.grant.take() else {
             return Ok(());
         };
         let inner = self.client.inner();
         inner.keeper.forget(self.kept);
-        crate::core::metrics::released(&self.name, self.since.elapsed());
         let_go(inner, &self.key, grant.session, how, lost, true)
     }
-}
 
-impl Drop for MySqlLease {
-    fn drop(&mut self) {
-        let _ = self.release_as(Release::Background);
-    }
-}
-
-impl std::fmt::Debug for MySqlLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlLease")
-            .field("semaphore", &self.name)
-            .field("index", &self.index)
-            .field("fencing_token", &self.fencing_token())
-            .field("health", &self.health())
-            .finish_non_exhaustive()
+    fn drop_release(&self) -> Release {
+        Release::Background
     }
 }

@@ -118,10 +118,12 @@ impl Session {
         let mut readable = false;
         with_fd(self.fd, |fd| {
             use rustix::event::{poll, PollFd, PollFlags};
-            let mut fds = [PollFd::from_borrowed_fd(
-                fd,
-                PollFlags::IN | PollFlags::RDHUP,
-            )];
+            // RDHUP (the peer shut its side) is Linux's; elsewhere the end reads as IN.
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            let flags = PollFlags::IN | PollFlags::RDHUP;
+            #[cfg(not(any(target_os = "linux", target_os = "android")))]
+            let flags = PollFlags::IN;
+            let mut fds = [PollFd::from_borrowed_fd(fd, flags)];
             let zero = rustix::time::Timespec {
                 tv_sec: 0,
                 tv_nsec: 0,

@@ -195,6 +195,13 @@ async fn ask(
                 session.cancel(inner.operation_timeout).await;
                 return Err(Error::Closed);
             }
+            // The server has not answered the Client for a session timeout: it has ended (or
+            // will end) this session too. The session is dropped, which closes it (a server
+            // that wakes sees the close and ends the wait), and the retry policy decides.
+            () = client_lost(inner, sent) => {
+                tracing::debug!("zklock: the PostgreSQL Client reads Lost: a wait gives up its session");
+                return Err(Error::ConnectionLoss);
+            }
             waited = bounded => match waited {
                 Ok(answer) => answer,
                 Err(_) => {
@@ -234,6 +241,42 @@ async fn ask(
         grant.sent = Box::pin(grant.session.beat(inner.operation_timeout)).await?;
     }
     Ok(Some(grant))
+}
+
+/// Ready once the Client reads `Lost` while a wait sent at `sent` has lasted half a session
+/// timeout, and a heartbeat on another session confirms it: the server has answered none of
+/// the Client's heartbeats for a whole session timeout, and does not answer this one (opened
+/// within the connection timeout, answered within the operation timeout). A server that
+/// answers it is alive and the wait goes on: the Client's heartbeat may have failed because
+/// its time (a sixth of the session timeout) was short for a loaded machine. (The half: a
+/// Client that read `Lost` as the wait began reads `Reconnected` within it if the server
+/// answers again.)
+async fn client_lost(inner: &Inner, sent: Duration) {
+    let timeout = inner.session_timeout;
+    let look = (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+    loop {
+        tokio::time::sleep(look).await;
+        if inner.states.state() != crate::core::connection::ConnectionState::Lost
+            || boot_clock().saturating_sub(sent) < timeout / 2
+        {
+            continue;
+        }
+        let beat = async {
+            let (session, _) = inner.session().await?;
+            let sent = session.beat(inner.operation_timeout).await?;
+            inner.give_back(session);
+            Ok::<_, Error>(sent)
+        };
+        match Box::pin(beat).await {
+            Ok(sent) => inner.states.heard(sent),
+            Err(e) => {
+                tracing::debug!(
+                    "zklock: the PostgreSQL server does not answer a waiter's heartbeat: {e}"
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// The grant in `row` (`pg_backend_pid()`, token or null, own) on `session`.

@@ -25,11 +25,12 @@ use super::sql;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
-use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
+use crate::core::defaults::DEFAULT_CONNECT_TIMEOUT;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
-use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
+use crate::core::options::Options;
+use crate::core::retry::RetryPolicy;
 
 /// A connection to one PostgreSQL server (or the primary of a replicated set), shared by every
 /// PostgreSQL lock made from it. Cheap to clone; its sessions and threads end with the last
@@ -143,12 +144,9 @@ pub(crate) struct Inner {
 /// ```
 pub struct PgClientBuilder {
     url: String,
-    session_timeout: Duration,
-    /// The connection timeout set on the builder; else the string's (or PGCONNECT_TIMEOUT's),
-    /// else 10 s.
-    connect_timeout: Option<Duration>,
-    operation_timeout: Option<Duration>,
-    retry: Option<Arc<dyn RetryPolicy>>,
+    /// The shared options; an unset connection timeout is the string's (or
+    /// PGCONNECT_TIMEOUT's), else the default.
+    options: Options,
     tls: tls::Options,
 }
 
@@ -194,10 +192,7 @@ impl PgClient {
     pub fn builder(url: &str) -> PgClientBuilder {
         PgClientBuilder {
             url: url.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            connect_timeout: None,
-            operation_timeout: None,
-            retry: None,
+            options: Options::default(),
             tls: tls::Options::default(),
         }
     }
@@ -246,6 +241,8 @@ impl PgClient {
                 inner.operation_timeout
             );
         }
+        // The events thread ends on the next callback once closed: this one.
+        (inner.dispatch)(Box::new(|| {}));
         if let Some(t) = inner.events_thread.lock().take() {
             let _ = t.join();
         }
@@ -317,40 +314,14 @@ async fn watch_connection(inner: std::sync::Weak<Inner>) {
     }
 }
 
+// The shared options: the session timeout from 1 s to a day (a holding session sends a
+// heartbeat at a third of it); the connect timeout bounds opening a session on one host, the
+// startup included (unset: the connection string's `connect_timeout`, or `PGCONNECT_TIMEOUT`,
+// else the default; with several hosts each gets this long, as in libpq); the operation timeout
+// bounds each statement that does not wait for a lock.
+crate::core::options::connection_options!(PgClientBuilder);
+
 impl PgClientBuilder {
-    /// The session timeout (default 30 s, from 1 s to a day): how long the server keeps a
-    /// holder's session (and its locks) that has gone silent — crashed, frozen, cut off — and so
-    /// how long the others wait for a dead holder. A holding session sends a heartbeat at a
-    /// third of it; a hold reads `Suspended` once half of it has passed since the last
-    /// acknowledged heartbeat was sent, `Lost` once all of it has.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
-    /// How long opening a session on one host may take, the startup included (default: the
-    /// connection string's `connect_timeout`, or `PGCONNECT_TIMEOUT`, else 10 s). With several
-    /// hosts each gets this long, as in libpq, the one that gave the last session first and
-    /// one that did not answer last.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
-        self
-    }
-
-    /// How long one statement that does not wait for a lock may wait for its answer
-    /// (default: the connection timeout).
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = Some(timeout);
-        self
-    }
-
-    /// How calls retry when a session fails or cannot be opened (default: exponential backoff
-    /// from 100 ms, 3 retries).
-    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
-        self.retry = Some(Arc::new(policy));
-        self
-    }
-
     /// The CA (PEM) that signs the server's certificate, instead of the system's CAs, for a URL
     /// with `sslmode=require`, `verify-ca` or `verify-full`.
     #[cfg(feature = "tls")]
@@ -446,7 +417,7 @@ impl PgClientBuilder {
         sql::check_version(version)
             .map_err(Error::Postgres)
             .map_err(failed)?;
-        let limits = connect::limits(version, self.session_timeout);
+        let limits = connect::limits(version, self.options.session_timeout());
         let synchronous_standbys = handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
@@ -456,7 +427,7 @@ impl PgClientBuilder {
                  fencing tokens may be handed out again"
             );
         }
-        connect::set_keepalives(&mut config, self.session_timeout);
+        connect::set_keepalives(&mut config, self.options.session_timeout());
         let closed = Arc::new(AtomicBool::new(false));
         let (events, events_thread) = start_events_thread("zklock-pg-events", closed.clone())?;
         let dispatch: Dispatch = {
@@ -467,14 +438,14 @@ impl PgClientBuilder {
         };
         let states = Arc::new(States::new(
             "PostgreSQL",
-            self.session_timeout,
+            self.options.session_timeout(),
             sent,
             dispatch.clone(),
         ));
         let keeper = Arc::new(Keeper::new(
             states.clone(),
             ended,
-            self.session_timeout,
+            self.options.session_timeout(),
             operation_timeout,
         ));
         let inner = Arc::new(Inner {
@@ -484,15 +455,10 @@ impl PgClientBuilder {
             shown,
             version,
             synchronous_standbys,
-            session_timeout: self.session_timeout,
+            session_timeout: self.options.session_timeout(),
             connect_timeout,
             operation_timeout,
-            retry: self.retry.unwrap_or_else(|| {
-                Arc::new(
-                    ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
-                        .expect("constant parameters are valid"),
-                )
-            }),
+            retry: self.options.retry(),
             runtime: Some(runtime),
             handle,
             pool: Mutex::new(vec![(Arc::new(probe), Instant::now())]),
@@ -519,8 +485,9 @@ impl PgClientBuilder {
         let input = self.url.as_str();
         let settings = libpq::resolve(input, env).map_err(|why| {
             Error::invalid(format!(
-                "{:?} is not a PostgreSQL connection string: {why}",
-                hide_password(input)
+                "{:?} is not a PostgreSQL connection string: {}",
+                hide_password(input),
+                libpq::hide_quoted(&why, input)
             ))
         })?;
         let mut config = settings.config;
@@ -538,14 +505,15 @@ impl PgClientBuilder {
             tokio_postgres::config::SslMode::Require
         });
         let connect_timeout = self
+            .options
             .connect_timeout
             .or(settings.connect_timeout)
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-        let operation_timeout = self.operation_timeout.unwrap_or(connect_timeout);
+        let operation_timeout = self.options.operation_timeout.unwrap_or(connect_timeout);
         for (what, d, min) in [
             (
                 "session timeout",
-                self.session_timeout,
+                self.options.session_timeout(),
                 Duration::from_secs(1),
             ),
             (
@@ -759,8 +727,7 @@ impl fmt::Debug for PgClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgClientBuilder")
             .field("url", &hide_password(&self.url))
-            .field("session_timeout", &self.session_timeout)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }

@@ -85,7 +85,8 @@ async fn by_tokio_postgres(
 ) -> Result<tokio_postgres::Client> {
     let n = host_count(config);
     let (client, connection) = if n <= 1 {
-        one_host(config, tls, connect_timeout, None).await?
+        let shown = (n == 1).then(|| shown_host(config));
+        one_host(config, tls, connect_timeout, shown.as_deref()).await?
     } else {
         let random =
             config.get_load_balance_hosts() == tokio_postgres::config::LoadBalanceHosts::Random;
@@ -196,11 +197,30 @@ async fn one_host(
             Some(host) => Error::Io {
                 context: format!("connecting to PostgreSQL at {host}"),
                 kind: std::io::ErrorKind::TimedOut,
-                message: format!("no session within {connect_timeout:?}"),
+                message: format!(
+                    "no session within {connect_timeout:?} (the connection timeout, per host): \
+                     no connection, or the connection was accepted and the server did not \
+                     answer"
+                ),
             },
             None => timed_out(connect_timeout),
         })?
-        .map_err(|e| open_error(&e, config))
+        .map_err(|e| match open_error(&e, config) {
+            // tokio-postgres's words for a name that does not resolve.
+            Error::Io {
+                context,
+                kind,
+                message,
+            } if message.contains("failed to lookup address") => Error::Io {
+                context,
+                kind,
+                message: format!(
+                    "the host name of {} does not resolve: {message}",
+                    host.unwrap_or("the connection string")
+                ),
+            },
+            other => other,
+        })
 }
 
 /// The stream of a connection tokio-postgres makes with the Client's TLS options.
@@ -359,7 +379,14 @@ fn open_error(e: &tokio_postgres::Error, config: &tokio_postgres::Config) -> Err
             config.get_user().unwrap_or_default()
         ));
     }
-    error(e, true)
+    match error(e, true) {
+        // PostgreSQL's words for a pg_hba.conf that has only `hostssl` lines for this client.
+        Error::AuthFailed(why) if why.contains("no encryption") => Error::AuthFailed(format!(
+            "the server accepts this client only over TLS (sslmode=require or verify-full, \
+             feature `tls`): {why}"
+        )),
+        other => other,
+    }
 }
 
 /// A server-side setting a session is opened with.

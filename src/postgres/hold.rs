@@ -59,6 +59,11 @@ impl Holding {
         worst(*self.health.lock(), self.lease.health())
     }
 
+    /// Stops the heartbeat: the session, still holding the lock, for [`let_go`].
+    pub(crate) fn stop(self) -> Arc<Session> {
+        self.session
+    }
+
     /// Lets go of the hold of `key` on `name` as `how` says; [`Error::LockLost`] if it had been
     /// lost. `shared` says that another hold uses the same session (a downgraded read-write
     /// lock): the session is then neither closed nor pooled, and a background release unlocks.

@@ -497,6 +497,12 @@ pub(crate) fn parse(s: &str) -> Result<Params, String> {
     parse_key_values(s)
 }
 
+/// Why a URL with a raw `@` outside its credentials is refused (quoting none of it).
+const RAW_AT: &str =
+    "a raw \"@\" after the credentials: a user name or password with \"@\", \"/\" \
+     or \":\" must be percent-encoded in a URL (%40, %2F, %3A), or given as PGPASSWORD or in the \
+     password file";
+
 /// libpq's URL: `[user[:password]@][host[:port][,host[:port]…]][/dbname][?key=value&…]`, each
 /// part percent-decoded.
 fn parse_url(s: &str) -> Result<Params, String> {
@@ -514,9 +520,21 @@ fn parse_url(s: &str) -> Result<Params, String> {
             p.set("user", decode(user)?);
         }
         if let Some(pw) = password {
-            p.set("password", decode(pw)?);
+            // Not quoted: the text is a password.
+            let pw = decode(pw).map_err(|_| {
+                "the password is not valid percent-encoding (a `%` must start `%XX`: write \
+                 `%25` for `%` itself)"
+                    .to_owned()
+            })?;
+            p.set("password", pw);
         }
         rest = &rest[end + 1..];
+    }
+    // A raw `@` before the parameters is a user name or password that holds `@`, `/` or `:`
+    // unencoded: read as hosts or a database, it would connect somewhere else with a part of
+    // the password shown as a host name.
+    if rest.split('?').next().is_some_and(|r| r.contains('@')) {
+        return Err(RAW_AT.to_owned());
     }
     // Hosts and ports, up to `/` or `?`.
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -565,7 +583,15 @@ fn parse_url(s: &str) -> Result<Params, String> {
             let (k, v) = pair
                 .split_once('=')
                 .ok_or_else(|| format!("missing \"=\" in the URL parameter {pair:?}"))?;
-            p.set(&decode(k)?, decode(v)?);
+            let k = decode(k)?;
+            let v = if k == "password" {
+                decode(v).map_err(|_| {
+                    "the password parameter is not valid percent-encoding".to_owned()
+                })?
+            } else {
+                decode(v)?
+            };
+            p.set(&k, v);
         }
     }
     Ok(p)
@@ -661,20 +687,86 @@ pub(crate) fn hide_password(s: &str) -> String {
     }
 }
 
-/// A URL's `user:PASSWORD@` hidden.
+/// A URL's `user:PASSWORD@` hidden. A malformed password may hold `@`, `/`, `:` or `?`
+/// unencoded, so the credentials are taken to end at the *last* `@` followed by what can be a
+/// host list (up to a `/`, `?` or the end), and to start after the user name (up to the first
+/// `:`, which holds no `/` or `?`: else the text is a host and path, and has no credentials).
+/// This hides more than the password when a parameter's value holds an `@`, never less.
 fn hide_url_password(url: &str) -> String {
-    let Some(s) = url.find("://") else {
-        return url.to_owned();
-    };
-    let after = &url[s + 3..];
-    let end = after.find(['@', '/']).unwrap_or(after.len());
-    if !after[end..].starts_with('@') {
-        return url.to_owned();
-    }
-    match after[..end].split_once(':') {
-        Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &after[end..]),
+    match credentials(url) {
+        Some((user_end, at)) => format!("{}:***{}", &url[..user_end], &url[at..]),
         None => url.to_owned(),
     }
+}
+
+/// Where a URL's credentials are: the end of the user name (its `:`) and the `@` that ends the
+/// password, when it has a password (see [`hide_url_password`]).
+fn credentials(url: &str) -> Option<(usize, usize)> {
+    let start = url.find("://")? + 3;
+    let after = &url[start..];
+    let ats: Vec<usize> = after.match_indices('@').map(|(i, _)| i).collect();
+    let host_like = |i: usize| {
+        let tail = &after[i + 1..];
+        let host = &tail[..tail.find(['/', '?']).unwrap_or(tail.len())];
+        host.chars()
+            .all(|c| c.is_alphanumeric() || ".-_:,[]%".contains(c))
+    };
+    // With no `@` before a host list, the last `@` of all.
+    let at = ats
+        .iter()
+        .rev()
+        .find(|&&i| host_like(i))
+        .or(ats.last())
+        .copied()?;
+    let colon = after[..at].find(':')?;
+    let user = &after[..colon];
+    if user.contains(['/', '?']) {
+        return None;
+    }
+    Some((start + colon, start + at))
+}
+
+/// `why`, an error about the connection string `input`, with every quoted text (`"…"`, as
+/// `{:?}` writes it) longer than one character hidden when `input` holds a password: a
+/// malformed string's parts are quoted as the parser saw them, and a password's pieces may be
+/// among them.
+pub(crate) fn hide_quoted(why: &str, input: &str) -> String {
+    let hidden = hide_password(input);
+    if hidden == input || hidden == input.trim() {
+        return why.to_owned();
+    }
+    let mut out = String::with_capacity(why.len());
+    let mut chars = why.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' {
+            continue;
+        }
+        let mut quoted = String::new();
+        let mut closed = false;
+        while let Some(q) = chars.next() {
+            match q {
+                '\\' => {
+                    quoted.push(q);
+                    quoted.extend(chars.next());
+                }
+                '"' => {
+                    closed = true;
+                    break;
+                }
+                _ => quoted.push(q),
+            }
+        }
+        if quoted.chars().count() > 1 || !closed {
+            out.push_str("***");
+        } else {
+            out.push_str(&quoted);
+        }
+        if closed {
+            out.push('"');
+        }
+    }
+    out
 }
 
 /// A URL's `password=` parameter hidden.
@@ -1222,5 +1314,66 @@ mod tests {
         assert!(!kv.contains("it") && kv.contains("password=***"), "{kv}");
         let broken = hide_password("host=h password='open");
         assert_eq!(broken, "host=h password=***");
+    }
+
+    /// Raw `@`, `:`, `/` and `?` in a password: no part of it is shown, however the URL reads.
+    #[test]
+    fn malformed_passwords_are_hidden_whole() {
+        let cases = [
+            (
+                "postgres://leak:p/w%9@x@k:p/w@host/db",
+                "postgres://leak:***@host/db",
+            ),
+            ("postgres://u:a@b@host:5/d", "postgres://u:***@host:5/d"),
+            ("postgres://u:a?b@c@h/d?x=1", "postgres://u:***@h/d?x=1"),
+            ("postgres://u:p/w@h", "postgres://u:***@h"),
+            ("postgres://a@b:pw@h", "postgres://a@b:***@h"),
+            ("postgres://u:pw@h st/d", "postgres://u:***@h st/d"),
+            ("postgresql://u:a:b@h", "postgresql://u:***@h"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(hide_password(url), shown, "{url}");
+        }
+        // A parameter's `@` after a path is not taken for credentials.
+        assert_eq!(
+            hide_password("postgres://h/d?options=a:b@c"),
+            "postgres://h/d?options=a:b@c"
+        );
+    }
+
+    #[test]
+    fn a_raw_at_after_the_credentials_is_refused_and_nothing_is_quoted() {
+        for url in [
+            "postgres://leak:p/w%9@x@k:p/w@host/db",
+            "postgres://u:a@b@host/db",
+            "postgres://u:p/w@host/db",
+        ] {
+            let why = parse(url).map(|_| ()).unwrap_err();
+            assert_eq!(why, RAW_AT, "{url}");
+        }
+        let why = parse("postgres://u:zq%9xv@h/d").map(|_| ()).unwrap_err();
+        assert!(!why.contains("zq") && !why.contains("xv"), "{why}");
+        let why = parse("postgres://h/d?password=zq%9xv")
+            .map(|_| ())
+            .unwrap_err();
+        assert!(!why.contains("zq") && !why.contains("xv"), "{why}");
+        // A parameter may hold an `@`.
+        assert!(parse("postgres://u:pw@h/d?options=a@b").is_ok());
+    }
+
+    #[test]
+    fn quoted_parts_of_an_error_are_hidden_when_the_string_has_a_password() {
+        // The password's second word is read as a keyword without `=`.
+        let input = "host=h password=it zq";
+        let why = parse(input).map(|_| ()).unwrap_err();
+        assert!(why.contains("\"zq\""), "{why}");
+        let shown = hide_quoted(&why, input);
+        assert!(
+            !shown.contains("zq") && shown.contains("\"***\""),
+            "{shown}"
+        );
+        let long = hide_quoted("bad \"secret\" and \"=\"", "host=h password=secret");
+        assert_eq!(long, "bad \"***\" and \"=\"");
+        assert_eq!(hide_quoted("bad \"x y\"", "host=h"), "bad \"x y\"");
     }
 }

@@ -1,5 +1,6 @@
 //! The PostgreSQL backend (feature `postgres`): [`PgClient`] and the PostgreSQL locks, on
-//! session-level advisory locks. See `docs/postgres.md` in the repository for what it
+//! session-level advisory locks; and [`PgXactLock`], the same lock inside a transaction of the
+//! caller's own connection (features `postgres-sync`, `postgres-async`). See `docs/postgres.md` in the repository for what it
 //! guarantees and what it cannot. The same names are at the crate root.
 //!
 //! # Example
@@ -33,6 +34,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod tls;
+mod xact;
 
 pub use client::{PgClient, PgClientBuilder};
 pub use latch::PgLeaderLatch;
@@ -40,3 +42,4 @@ pub use mutex::PgMutex;
 pub use participants::PgParticipant;
 pub use read_write::{PgReadLock, PgReadWriteLock, PgWriteLock};
 pub use semaphore::{PgLease, PgSemaphore};
+pub use xact::PgXactLock;

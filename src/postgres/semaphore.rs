@@ -11,13 +11,14 @@ use tokio_postgres::types::{ToSql, Type};
 use super::advisory::{attempt, check_name, granted, Grant, Key};
 use super::client::{Inner, PgClient};
 use super::error::retryable;
-use super::hold::Holding;
+use super::hold::{let_go, Holding};
 use super::session::{int, Session};
 use super::sql::own;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthFeed, LockHealth};
 use crate::core::lease::boot_clock;
+use crate::core::leased::{Leased, RawLease};
 use crate::core::lock::Release;
 
 /// The most leases a semaphore may have (each is an advisory lock tried in turn).
@@ -202,12 +203,17 @@ impl PgSemaphore {
             grant.token.unwrap_or_default(),
         );
         let lease = Holding::lease(inner, &grant);
-        Ok(Some(PgLease {
+        let holding = Holding::start(inner, grant, lease, health.clone(), report);
+        let token = holding.token;
+        let held = Held {
             client: self.client.clone(),
             name: self.name.clone(),
-            id: format!("{}:{index}", self.name),
             index,
-            holding: Some(Holding::start(inner, grant, lease, health, report)),
+            holding: Some(holding),
+        };
+        let id = format!("{}:{index}", self.name);
+        Ok(Some(PgLease {
+            lease: Leased::new(held, &self.name, id, token, health),
         }))
     }
 
@@ -305,8 +311,12 @@ impl std::fmt::Debug for PgSemaphore {
 }
 
 /// One lease of a [`PgSemaphore`]: advisory lock `hashtextextended(NAME, index)` held on a
-/// session of its own, kept alive by its heartbeat while it is out. Returned by
-/// [`release`](Self::release), or on drop by closing its session (dropping never blocks).
+/// session of its own, kept alive by its heartbeat while it is out. Its `id()` is `NAME:INDEX`;
+/// its fencing token the transaction id assigned at the grant, above every token granted
+/// before it on the server (see [`PgMutex`](super::PgMutex)). Returned by
+/// [`release`](Self::release) (if the unlock is not confirmed within the Client's operation
+/// timeout, the session is closed, which frees the key), or on drop by closing its session
+/// (dropping never blocks).
 ///
 /// # Example
 /// ```no_run
@@ -322,86 +332,60 @@ impl std::fmt::Debug for PgSemaphore {
 /// ```
 #[must_use = "dropping a lease returns it at once"]
 pub struct PgLease {
+    lease: Leased<Held>,
+}
+
+crate::core::leased::leased!(PgLease);
+
+impl PgLease {
+    /// Which of the semaphore's keys this lease holds (1 to N): its advisory lock is
+    /// `hashtextextended(NAME, index)`.
+    pub fn index(&self) -> u32 {
+        self.lease.raw.index
+    }
+
+    /// The server process (`pg_backend_pid()`) of the lease's session.
+    pub fn backend_pid(&self) -> i32 {
+        (self.lease.raw.holding)
+            .as_ref()
+            .map_or(0, |h| h.session.pid)
+    }
+}
+
+/// A held lease: its advisory lock on a session of its own, kept alive by its heartbeat.
+struct Held {
     client: PgClient,
     name: String,
-    /// `NAME:INDEX`.
-    id: String,
     index: u32,
     /// Taken when the lease is returned.
     holding: Option<Holding>,
 }
 
-impl PgLease {
-    /// The lease's identity, `NAME:INDEX` (its advisory lock is
-    /// `hashtextextended(NAME, INDEX)`): what a lease's `id()` is on every backend.
-    pub fn id(&self) -> &str {
-        &self.id
+impl RawLease for Held {
+    fn health(&self, reported: LockHealth) -> LockHealth {
+        (self.holding.as_ref()).map_or(LockHealth::Lost, |h| worst(reported, h.health()))
     }
 
-    /// Which of the semaphore's keys this lease holds (1 to N): its advisory lock is
-    /// `hashtextextended(NAME, index)`.
-    pub fn index(&self) -> u32 {
-        self.index
-    }
-
-    /// The fencing token of this grant: the transaction id assigned at the grant, above every
-    /// token granted before it on the server (see [`PgMutex`](super::PgMutex)).
-    pub fn fencing_token(&self) -> u64 {
-        self.holding.as_ref().map_or(0, |h| h.token)
-    }
-
-    /// The lease's health, computed now.
-    pub fn health(&self) -> LockHealth {
-        self.holding
-            .as_ref()
-            .map_or(LockHealth::Lost, Holding::health)
-    }
-
-    /// The server process (`pg_backend_pid()`) of the lease's session.
-    pub fn backend_pid(&self) -> i32 {
-        self.holding.as_ref().map_or(0, |h| h.session.pid)
-    }
-
-    /// Returns the lease, waiting at most the Client's operation timeout; if the unlock is not
-    /// confirmed by then, the session is closed, which frees the key.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] if the lease had been lost; a connection error if the unlock could
-    /// not be confirmed.
-    pub fn release(mut self) -> Result<()> {
-        self.release_as(Release::Within(None))
-    }
-
-    /// As [`release`](Self::release), waiting at most `timeout`.
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
-        self.release_as(Release::Within(Instant::now().checked_add(timeout)))
-    }
-
-    fn release_as(&mut self, how: Release) -> Result<()> {
+    /// Unlocks within the deadline; if the unlock is not confirmed by then (or in the
+    /// background), closes the session, which frees the key.
+    fn release(&mut self, how: Release, lost: bool) -> Result<()> {
         let Some(holding) = self.holding.take() else {
             return Ok(());
         };
         let key = Key::exclusive(i64::from(self.index));
-        holding.let_go(self.client.inner(), &self.name, key, how, false)
+        let session = holding.stop();
+        let_go(
+            self.client.inner(),
+            &self.name,
+            key,
+            session,
+            how,
+            lost,
+            false,
+        )
     }
-}
 
-impl Drop for PgLease {
-    fn drop(&mut self) {
-        let _ = self.release_as(Release::Background);
-    }
-}
-
-impl std::fmt::Debug for PgLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgLease")
-            .field("semaphore", &self.name)
-            .field("index", &self.index)
-            .field("fencing_token", &self.fencing_token())
-            .field("health", &self.health())
-            .finish_non_exhaustive()
+    fn drop_release(&self) -> Release {
+        Release::Background
     }
 }

@@ -25,12 +25,12 @@ use super::wake::{start_subscriber, Wakes};
 use crate::core::connection::ConnectionState;
 use crate::core::connection::States;
 use crate::core::deadline::Deadline;
-use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 use crate::core::listeners::{start_events_thread, Dispatch};
 use crate::core::lock::DROP_BOUND;
-use crate::core::retry::{ExponentialBackoffRetry, RetryBudget, RetryPolicy};
+use crate::core::options::Options;
+use crate::core::retry::{RetryBudget, RetryPolicy};
 
 /// The oldest Redis that runs the lock scripts as written (`TIME` before writes in a script).
 const MIN_VERSION: (u32, u32) = (5, 0);
@@ -107,10 +107,7 @@ pub struct RedisClientBuilder {
     url: String,
     /// The seed nodes' URLs of [`RedisClient::cluster_builder`], instead of `url`.
     seeds: Option<Vec<String>>,
-    ttl: Duration,
-    connect_timeout: Duration,
-    operation_timeout: Option<Duration>,
-    retry: Option<Arc<dyn RetryPolicy>>,
+    options: Options,
     replicas: Option<Replicas>,
     /// The CA to trust instead of the system's, and a client certificate and key (PEM).
     tls: Tls,
@@ -147,10 +144,7 @@ impl RedisClient {
         RedisClientBuilder {
             url: url.to_owned(),
             seeds: None,
-            ttl: DEFAULT_SESSION_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            operation_timeout: None,
-            retry: None,
+            options: Options::default(),
             replicas: None,
             tls: Tls::default(),
         }
@@ -242,33 +236,19 @@ impl RedisClient {
 
 crate::core::connection::forward_connection_api!(RedisClient, inner.states);
 
+// The shared options: the session timeout is the holds' TTL (see `ttl`), the operation
+// timeout bounds each command.
+crate::core::options::connection_options!(RedisClientBuilder);
+
 impl RedisClientBuilder {
-    /// The hold TTL (default 30 s, at least 100 ms): how long the server keeps a hold whose
-    /// holder has stopped renewing it (crashed, frozen, cut off), and so how long the others
-    /// wait for a dead holder. The Client renews every hold at a third of it; a hold reads
-    /// `Suspended` once half of it has passed since its last acknowledged renewal was sent,
-    /// `Lost` once all of it has.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// [`ttl`](Self::ttl) under the name every backend's builder uses for the server-side
-    /// silence limit.
-    pub fn session_timeout(self, timeout: Duration) -> Self {
-        self.ttl(timeout)
-    }
-
-    /// How long opening a connection may take (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one command may wait for its answer (default: the connection timeout).
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = Some(timeout);
-        self
+    /// The hold TTL, the Redis name of the [`session_timeout`](Self::session_timeout) (default
+    /// 30 s, at least 100 ms): how long the server keeps a hold whose holder has stopped
+    /// renewing it (crashed, frozen, cut off), and so how long the others wait for a dead
+    /// holder. The Client renews every hold at a third of it; a hold reads `Suspended` once
+    /// half of it has passed since its last acknowledged renewal was sent, `Lost` once all of
+    /// it has.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.session_timeout(ttl)
     }
 
     /// Replicated grants (off by default): after each grant, and with each renewal batch,
@@ -291,13 +271,6 @@ impl RedisClientBuilder {
             count: replicas,
             timeout,
         });
-        self
-    }
-
-    /// How calls retry when a connection fails (default: exponential backoff from 100 ms,
-    /// 3 retries).
-    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
-        self.retry = Some(Arc::new(policy));
         self
     }
 
@@ -339,7 +312,7 @@ impl RedisClientBuilder {
     /// answered).
     pub fn connect(self) -> Result<RedisClient> {
         let (server, shown) = self.check()?;
-        let operation_timeout = self.operation_timeout.unwrap_or(self.connect_timeout);
+        let operation_timeout = self.options.operation_timeout();
         let failed = |cause: Error| Error::ConnectFailed {
             hosts: shown.clone(),
             cause: Box::new(cause),
@@ -347,11 +320,11 @@ impl RedisClientBuilder {
         if let Some(cluster) = server.as_cluster() {
             // A seed that is not a cluster node, or a cluster without slots, is told here.
             cluster
-                .read_map(self.connect_timeout, operation_timeout)
+                .read_map(self.options.connect_timeout(), operation_timeout)
                 .map_err(|e| failed(error(e)))?;
         }
         let (node, mut conn) = server
-            .connect_route(None, self.connect_timeout, operation_timeout)
+            .connect_route(None, self.options.connect_timeout(), operation_timeout)
             .map_err(|e| failed(error(e)))?;
         let sent = boot_clock();
         check_version(&mut conn).map_err(failed)?;
@@ -362,18 +335,23 @@ impl RedisClientBuilder {
         let subscriber = start_subscriber(
             server.clone(),
             &id,
-            self.connect_timeout,
+            self.options.connect_timeout(),
             wakes.clone(),
             closed.clone(),
         )
         .map_err(failed)?;
         let (events, events_thread) = start_events_thread("zklock-redis-events", closed.clone())?;
-        let states = Arc::new(States::new("Redis", self.ttl, sent, dispatch(&events)));
-        let slots = Slots::new(server.clone(), &id, self.connect_timeout);
+        let states = Arc::new(States::new(
+            "Redis",
+            self.options.session_timeout(),
+            sent,
+            dispatch(&events),
+        ));
+        let slots = Slots::new(server.clone(), &id, self.options.connect_timeout());
         let keeper = Keeper::start(
             server.clone(),
             scripts.clone(),
-            self.ttl,
+            self.options.session_timeout(),
             operation_timeout,
             closed.clone(),
             (wakes.clone(), id.clone(), states.clone(), shown.clone()),
@@ -384,15 +362,10 @@ impl RedisClientBuilder {
                 server,
                 shown,
                 id,
-                ttl: self.ttl,
+                ttl: self.options.session_timeout(),
                 operation_timeout,
                 replicas: self.replicas,
-                retry: self.retry.unwrap_or_else(|| {
-                    Arc::new(
-                        ExponentialBackoffRetry::new(Duration::from_millis(100), 3)
-                            .expect("constant parameters are valid"),
-                    )
-                }),
+                retry: self.options.retry(),
                 pool: Mutex::new(vec![(node, conn)]),
                 scripts,
                 wakes,
@@ -435,15 +408,19 @@ impl RedisClientBuilder {
             Server::direct(tls.open(url).map_err(|e| not_redis(&e))?)
         };
         for (what, d, min) in [
-            ("TTL", self.ttl, Duration::from_millis(100)),
+            (
+                "TTL",
+                self.options.session_timeout(),
+                Duration::from_millis(100),
+            ),
             (
                 "connection timeout",
-                self.connect_timeout,
+                self.options.connect_timeout(),
                 Duration::from_millis(1),
             ),
             (
                 "operation timeout",
-                self.operation_timeout.unwrap_or(self.connect_timeout),
+                self.options.operation_timeout(),
                 Duration::from_millis(1),
             ),
         ] {
@@ -454,8 +431,8 @@ impl RedisClientBuilder {
             }
         }
         if let Some(r) = self.replicas {
-            let op = self.operation_timeout.unwrap_or(self.connect_timeout);
-            let bound = op.min(self.ttl / 6);
+            let op = self.options.operation_timeout();
+            let bound = op.min(self.options.session_timeout() / 6);
             if r.count == 0 || r.timeout.is_zero() || r.timeout >= bound {
                 return Err(Error::invalid(format!(
                     "wait_for_replicas needs at least one replica and a timeout above zero and \
@@ -947,6 +924,8 @@ impl Inner {
         };
         self.keeper.closing(give_up, wake);
         self.closed.store(true, Ordering::Release);
+        // The events thread ends on the next callback once closed: this one.
+        let _ = self.events.send(Box::new(|| {}));
         self.wakes.wake_all();
         self.keeper.stop(give_up);
         if all {
@@ -1013,8 +992,7 @@ impl fmt::Debug for RedisClientBuilder {
         f.debug_struct("RedisClientBuilder")
             .field("url", &shown_url(&self.url))
             .field("seeds", &seeds)
-            .field("ttl", &self.ttl)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }

@@ -12,8 +12,9 @@ use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
 use super::waiting::{How, Waiters};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{worst, HealthCell, HealthFeed, LockHealth};
+use crate::core::health::{worst, HealthFeed, LockHealth};
 use crate::core::lease::LocalLease;
+use crate::core::leased::{Leased, RawLease};
 use crate::core::lock::Release;
 
 /// A counting semaphore on Redis (Curator's `InterProcessSemaphoreV2`, Redisson's
@@ -172,17 +173,15 @@ impl RedisSemaphore {
                 .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
         let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
         inner.keep_unless_closed(&self.keys, &owner, kept)?;
-        Ok(Some(RedisLease {
+        let held = Held {
             client: self.client.clone(),
-            name: self.name.clone(),
             keys: self.keys.clone(),
-            owner,
-            token,
-            health,
+            owner: owner.clone(),
             lease,
             kept,
-            since: Instant::now(),
-            returned: false,
+        };
+        Ok(Some(RedisLease {
+            lease: Leased::new(held, &self.name, owner, token, health),
         }))
     }
 }
@@ -198,11 +197,12 @@ impl std::fmt::Debug for RedisSemaphore {
     }
 }
 
-/// One permit of a [`RedisSemaphore`], renewed by the Client while it is out. Returned by
-/// [`release`](Self::release), or on drop: in the caller, waiting at most 1 s (or the
-/// Client's operation timeout if shorter), so that once the drop returns with the server
-/// reachable another process can take the permit; what is not done by then goes on in the
-/// background.
+/// One permit of a [`RedisSemaphore`], renewed by the Client while it is out: its `id()` is
+/// its entry in the semaphore's sorted set (`CLIENT:SEQ`), its token as a
+/// [`RedisMutex`](super::RedisMutex)'s. Returned by [`release`](Self::release), or on drop: in
+/// the caller, waiting at most 1 s (or the Client's operation timeout if shorter), so that once
+/// the drop returns with the server reachable another process can take the permit; what is not
+/// done by then goes on in the background.
 ///
 /// # Example
 /// ```no_run
@@ -218,88 +218,38 @@ impl std::fmt::Debug for RedisSemaphore {
 /// ```
 #[must_use = "dropping a lease returns it at once"]
 pub struct RedisLease {
+    lease: Leased<Held>,
+}
+
+crate::core::leased::leased!(RedisLease);
+
+/// A held Redis lease: its entry in the semaphore's set, renewed by the Client's keeper.
+struct Held {
     client: RedisClient,
-    name: String,
     keys: Keys,
     owner: String,
-    token: u64,
-    health: HealthCell,
     lease: Arc<LocalLease>,
     kept: u64,
-    since: Instant,
-    returned: bool,
 }
 
-impl RedisLease {
-    /// The lease's id in the semaphore's sorted set (`CLIENT:SEQ`).
-    pub fn id(&self) -> &str {
-        &self.owner
+impl RawLease for Held {
+    fn health(&self, reported: LockHealth) -> LockHealth {
+        worst(reported, self.lease.health())
     }
 
-    /// The fencing token of this grant: above every token granted before it on this
-    /// semaphore, as for [`RedisMutex`](super::RedisMutex).
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// The lease's health, computed now.
-    pub fn health(&self) -> LockHealth {
-        worst(*self.health.lock(), self.lease.health())
-    }
-
-    /// Returns the lease, waiting at most the Client's operation timeout; what is not done by
-    /// then goes on in the background.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] if the lease had expired or been lost; a connection error if the
-    /// return could not be confirmed (it goes on in the background).
-    pub fn release(mut self) -> Result<()> {
-        self.release_as(Release::Within(None))
-    }
-
-    /// As [`release`](Self::release), waiting at most `timeout`.
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub fn release_timeout(mut self, timeout: Duration) -> Result<()> {
-        self.release_as(Release::Within(Instant::now().checked_add(timeout)))
-    }
-
-    fn release_as(&mut self, how: Release) -> Result<()> {
-        self.returned = true;
+    fn release(&mut self, how: Release, lost: bool) -> Result<()> {
         let inner = self.client.inner();
         inner.keeper.forget(self.kept);
-        crate::core::metrics::released(&self.name, self.since.elapsed());
-        let lost = self.health() == LockHealth::Lost;
-        let until = match how {
+        match how {
             Release::Background => {
                 inner.release_later(&self.keys, &self.owner);
-                return Ok(());
+                Ok(())
             }
-            Release::Within(until) => until,
-        };
-        inner.release_within(&self.keys, &self.owner, until, lost)
-    }
-}
-
-impl Drop for RedisLease {
-    fn drop(&mut self) {
-        if !self.returned {
-            let by = self.client.inner().drop_deadline();
-            if let Err(e) = self.release_as(Release::Within(Some(by))) {
-                tracing::warn!("zklock: returning a Redis lease on drop: {e}");
-            }
+            Release::Within(until) => inner.release_within(&self.keys, &self.owner, until, lost),
         }
     }
-}
 
-impl std::fmt::Debug for RedisLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisLease")
-            .field("semaphore", &self.name)
-            .field("id", &self.owner)
-            .field("fencing_token", &self.token)
-            .field("health", &self.health())
-            .finish_non_exhaustive()
+    fn drop_release(&self) -> Release {
+        Release::Within(Some(self.client.inner().drop_deadline()))
     }
 }

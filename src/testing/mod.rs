@@ -22,6 +22,8 @@
 //!   a log. Workers in other processes reach it with [`FenceClient`].
 //! * [`SilentListener`]: a host that accepts connections and never answers (a powered-off or
 //!   partitioned host, a frozen process), to put in a URL's host list in place of one member.
+//! * `TestingPgBouncer` (feature `postgres`): a throwaway PgBouncer in any pool mode in front of
+//!   a `TestingPostgres`, for what works through a connection pooler and what does not.
 //!
 //! # Requirements
 //!
@@ -77,6 +79,8 @@ mod instance;
 #[cfg(feature = "mysql")]
 mod mariadb;
 #[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod process;
 mod proxy;
@@ -102,6 +106,9 @@ pub use fence::{
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use mariadb::TestingMariaDb;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use pgbouncer::TestingPgBouncer;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::TestingPostgres;

@@ -372,6 +372,16 @@ impl TestingPostgres {
         )
     }
 
+    /// The (uid, gid) its processes run as: the `postgres` user's when the test runs as root.
+    pub(super) fn run_as(&self) -> Option<(u32, u32)> {
+        self.run_as
+    }
+
+    /// The superuser's name, `zklock`.
+    pub fn user(&self) -> &str {
+        USER
+    }
+
     /// The superuser's password.
     pub fn password(&self) -> &str {
         &self.password

@@ -23,10 +23,7 @@ pub(crate) fn connect(b: &AnyClientBuilder, op: Duration) -> Result<Arc<dyn Back
     if hosts.is_empty() {
         return Err(Error::invalid(format!("{:?} names no host", b.url)));
     }
-    let mut builder = Client::builder(hosts)
-        .session_timeout(b.session_timeout)
-        .connect_timeout(b.connect_timeout)
-        .operation_timeout(op);
+    let mut builder = Client::builder(hosts).with_options(&b.options.resolved(op));
     if !chroot.is_empty() {
         builder = builder.namespace(chroot);
     }

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 const EXAMPLES: &str = "\
 Examples:
   # Run a nightly job on at most one machine at a time; give up after 10 minutes of waiting
+  zklock --connect file:///var/lock/app run nightly -n -- ./nightly.sh  # one host, no server
   zklock --connect zk1:2181,zk2:2181 run nightly --timeout 10m -- ./nightly.sh
   zklock --connect redis://cache:6379 run nightly --timeout 10m -- ./nightly.sh
   zklock --connect postgres://app@db/app run nightly --timeout 10m -- ./nightly.sh
@@ -27,8 +28,8 @@ Examples:
   # Run a service only while this process leads, and take part again after it exits
   zklock elect billing-leader --id billing-1 --requeue -- ./billing
 
---connect (or $ZKLOCK_CONNECT) picks the backend: host:port,... or zk://host:port,.../chroot
-for ZooKeeper (a name is the path /name), redis://, rediss://,
+--connect (or $ZKLOCK_CONNECT) picks the backend: file:///dir for the processes of one host,
+host:port,... or zk://host:port,.../chroot for ZooKeeper (a name is the path /name), redis://, rediss://,
 redis+sentinel://host,.../primary or redis+cluster://host,... (rediss+sentinel://,
 rediss+cluster:// for TLS), postgres:// or postgresql://, mysql:// or mariadb://.
 
@@ -38,8 +39,8 @@ or -n found the lock busy, the command never ran; 125 zklock itself failed; 126 
 could not be executed; 127 the command was not found. Other commands: 0 success, 1 failure,
 2 bad usage (an unknown option or scheme, an option the backend does not have).";
 
-/// Distributed locks from the shell, on ZooKeeper (Apache Curator's recipes), Redis,
-/// PostgreSQL, MySQL or MariaDB: run a command under a lock (and stop it if the lock is lost),
+/// Distributed locks from the shell, on one host's files, ZooKeeper (Apache Curator's recipes),
+/// Redis, PostgreSQL, MySQL or MariaDB: run a command under a lock (and stop it if the lock is lost),
 /// see who holds what, elect a leader; on ZooKeeper also revoke and break.
 #[derive(Debug, Parser)]
 #[command(name = "zklock", version, after_help = EXAMPLES)]
@@ -53,26 +54,30 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// The server: a ZooKeeper connect string (host:port,...[/chroot], or
-    /// zk://host:port,.../chroot), a Redis URL (redis://[[user]:password@]host[:port][/db]), a
-    /// PostgreSQL URL (postgres://user:password@host[:port]/database) or a MySQL / MariaDB URL
-    /// (mysql://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT
+    /// Where the locks live: a directory of this host (file:///dir), a ZooKeeper connect string
+    /// (host:port,...[/chroot], or zk://host:port,.../chroot), a Redis URL
+    /// (redis://[[user]:password@]host[:port][/db]), a PostgreSQL URL
+    /// (postgres://user:password@host[:port]/database) or a MySQL / MariaDB URL
+    /// (mysql://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT (its
+    /// older name)
     #[arg(
         long,
         global = true,
         env = "ZK_CONNECT",
+        hide_env = true,
         default_value = "127.0.0.1:2181",
-        value_name = "HOSTS"
+        value_name = "URL"
     )]
     pub connect: String,
-    /// Every path is relative to /NAMESPACE (Curator's namespace)
+    /// ZooKeeper: every path is relative to /NAMESPACE (Curator's namespace)
     #[arg(long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
     /// How long the server keeps a silent holder's locks (ZooKeeper's session timeout, the TTL
-    /// on Redis, the database session's limit on PostgreSQL and MySQL), e.g. 30s, 500ms, 2m
+    /// on Redis, the database session's limit on PostgreSQL and MySQL; on file:// the kernel
+    /// frees a dead process's locks at once), e.g. 30s, 500ms, 2m
     #[arg(long, global = true, default_value = "30s", value_parser = parse_duration, value_name = "D")]
     pub session_timeout: Duration,
-    /// How long to wait for a connection to the server
+    /// How long to wait for a connection to the server (not on file://)
     #[arg(
         long,
         global = true,
@@ -82,7 +87,7 @@ pub struct Global {
         value_name = "D"
     )]
     pub connect_timeout: Duration,
-    /// Digest authentication as user:password. On the command line it is visible to every
+    /// ZooKeeper: digest authentication as user:password. On the command line it is visible to every
     /// user of the machine (ps) for as long as zklock runs: prefer ZKLOCK_DIGEST or
     /// --digest-file
     #[arg(
@@ -93,11 +98,11 @@ pub struct Global {
         value_name = "USER:PASS"
     )]
     pub digest: Option<String>,
-    /// Digest authentication read from FILE: user:password on its first line
+    /// ZooKeeper: digest authentication read from FILE: user:password on its first line
     #[arg(long, global = true, value_name = "FILE")]
     pub digest_file: Option<std::path::PathBuf>,
-    /// TLS: the PEM file of the CA that signs the servers' certificates (hosts as
-    /// tcp+tls://host:port)
+    /// TLS (ZooKeeper, Redis, PostgreSQL): the PEM file of the CA that signs the servers'
+    /// certificates (ZooKeeper hosts as tcp+tls://host:port)
     #[cfg(feature = "tls")]
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
@@ -113,7 +118,7 @@ pub struct Global {
     #[cfg(feature = "tls")]
     #[arg(long, global = true)]
     pub tls_no_hostname_verification: bool,
-    /// SASL DIGEST-MD5 authentication read from FILE: user:password on its first line
+    /// ZooKeeper: SASL DIGEST-MD5 authentication read from FILE: user:password on its first line
     #[cfg(feature = "sasl-digest-md5")]
     #[arg(long, global = true, value_name = "FILE")]
     pub sasl_file: Option<std::path::PathBuf>,

@@ -30,7 +30,7 @@ pub fn site(global: &Global) -> CliResult<Site> {
     let names = client.clone();
     let listing = move |name: &str, max_leases: Option<u32>| {
         let participants = names
-            .participants(name, max_leases.unwrap_or(0))
+            .participants(name, max_leases.unwrap_or(ALL_LEASES))
             .context(|| format!("cannot read {name}"))?;
         let entries: Vec<Entry> = participants.into_iter().map(entry).collect();
         Ok(Listing {
@@ -50,6 +50,10 @@ pub fn site(global: &Global) -> CliResult<Site> {
         lost: "its database connection ended",
     })
 }
+
+/// The most leases `holders` looks at when `--max-leases` is not given (a semaphore's most:
+/// ten `IS_USED_LOCK` statements of a hundred names).
+const ALL_LEASES: u32 = 1_000;
 
 /// One row of the listing: a connection that holds or waits (`GET_LOCK` mode), or the lease
 /// record (table mode).

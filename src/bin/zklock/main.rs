@@ -118,10 +118,15 @@ impl<T, E: std::error::Error + 'static> Context<T> for Result<T, E> {
 /// Why a ZooKeeper hold ends, in ZooKeeper's words.
 pub const ZOOKEEPER_LOST: &str = "its session expired or its node was deleted";
 
-/// The URL schemes `--connect` takes besides a bare ZooKeeper connect string.
-const SCHEMES: &str =
-    "file://, zk://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, \
-     rediss+cluster://, postgres://, postgresql://, mysql://, mariadb://";
+/// The URL schemes `--connect` takes, as the library lists them (every backend's but the
+/// in-process store's, which no other process can share).
+fn schemes() -> String {
+    let usable: Vec<String> = zklock::AnyClient::schemes()
+        .filter(|(_, backend)| *backend != "mem")
+        .map(|(scheme, _)| format!("{scheme}://"))
+        .collect();
+    usable.join(", ")
+}
 
 /// The server `--connect` names: a `file:///dir` URL, ZooKeeper hosts (or a `zk://` URL), a `redis://`
 /// (`rediss://`) URL, a `postgres://` (`postgresql://`) URL or a `mysql://` (`mariadb://`) URL.
@@ -151,26 +156,30 @@ impl Backend {
                 if port.is_some_and(|p| !p.is_some_and(digits)) {
                     return Err(Failure::usage(format!(
                         "--connect {connect:?} is neither host:port,… nor a URL: use one of \
-                         {SCHEMES}"
+                         {}",
+                        schemes()
                     )));
                 }
                 return Ok(Backend::ZooKeeper);
             }
         };
-        match scheme.as_str() {
+        let backend = zklock::AnyClient::schemes()
+            .find(|(s, _)| *s == scheme)
+            .map(|(_, backend)| backend);
+        match backend.unwrap_or_default() {
             "file" => Ok(Backend::File),
-            "zk" => Ok(Backend::ZooKeeper),
-            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-            | "rediss+cluster" => Ok(Backend::Redis),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            "mysql" | "mariadb" => Ok(Backend::MySql),
+            "zookeeper" => Ok(Backend::ZooKeeper),
+            "redis" => Ok(Backend::Redis),
+            "postgres" => Ok(Backend::Postgres),
+            "mysql" => Ok(Backend::MySql),
             "mem" => Err(Failure::usage(
                 "--connect mem://: an in-process store lives in one process, and a command's \
                  lock would exclude nobody else: use a server's URL",
             )),
-            other => Err(Failure::usage(format!(
-                "--connect: unknown scheme {other}://: use host:port,… for ZooKeeper or one of \
-                 {SCHEMES}"
+            _ => Err(Failure::usage(format!(
+                "--connect: unknown scheme {scheme}://: use host:port,… for ZooKeeper or one of \
+                 {}",
+                schemes()
             ))),
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
 
-use super::{open_error, timed_out, End};
+use super::{open_error, End};
 use crate::core::error::{Error, Result};
 use crate::postgres::drive::{Conn, Sock, Socket, Watch};
 use crate::postgres::error::error;
@@ -49,14 +49,28 @@ impl Own {
         let until = tokio::time::Instant::now() + connect_timeout;
         let (socket, domain) = tokio::time::timeout_at(until, peer.connect(config, watch))
             .await
-            .map_err(|_| timed_out(connect_timeout))??;
+            .map_err(|_| {
+                timed_out_at(
+                    &peer,
+                    format!("no connection within {connect_timeout:?} (the connection timeout)"),
+                )
+            })??;
         let tls_connect = MakeTlsConnect::<Socket>::make_tls_connect(&mut tls.clone(), &domain)
             .map_err(|e| Error::Tls(e.to_string()))?;
         let handle = socket.handle();
         let (client, connection) =
             tokio::time::timeout_at(until, config.connect_raw(socket, tls_connect))
                 .await
-                .map_err(|_| timed_out(connect_timeout))?
+                .map_err(|_| {
+                    timed_out_at(
+                        &peer,
+                        format!(
+                            "the connection was accepted and the server did not answer within \
+                             {connect_timeout:?} (the connection timeout, per host): a frozen \
+                             server or a host that drops what it is sent"
+                        ),
+                    )
+                })?
                 .map_err(|e| open_error(&e, config))?;
         let conn = Conn::new(handle, connection);
         let (monitored, closed) = (conn.clone(), conn.clone());
@@ -136,7 +150,11 @@ impl Peer {
             Peer::Tcp { host, port } => {
                 let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
                     .await
-                    .map_err(|e| failed(&e))?
+                    .map_err(|e| Error::Io {
+                        context: "connecting to PostgreSQL".into(),
+                        kind: e.kind(),
+                        message: format!("the host name {host:?} does not resolve: {e}"),
+                    })?
                     .collect();
                 let mut last = None;
                 let mut connected = None;
@@ -146,12 +164,18 @@ impl Peer {
                             connected = Some(s);
                             break;
                         }
-                        Err(e) => last = Some(e),
+                        Err(e) => last = Some((addr, e)),
                     }
                 }
                 let stream = match (connected, last) {
                     (Some(s), _) => s,
-                    (None, Some(e)) => return Err(failed(&e)),
+                    (None, Some((addr, e))) => {
+                        return Err(Error::Io {
+                            context: "connecting to PostgreSQL".into(),
+                            kind: e.kind(),
+                            message: format!("{addr}: {e}"),
+                        })
+                    }
                     (None, None) => {
                         return Err(Error::Io {
                             context: "connecting to PostgreSQL".into(),
@@ -229,4 +253,17 @@ fn keepalives(
         sockopt::set_tcp_user_timeout(stream, ms)?;
     }
     Ok(())
+}
+
+/// A connection to `peer` not made in time, saying which phase (`what`).
+fn timed_out_at(peer: &Peer, what: String) -> Error {
+    let at = match peer {
+        Peer::Tcp { host, port } => format!("{host}:{port}"),
+        Peer::Unix(path) => path.display().to_string(),
+    };
+    Error::Io {
+        context: format!("connecting to PostgreSQL at {at}"),
+        kind: std::io::ErrorKind::TimedOut,
+        message: what,
+    }
 }

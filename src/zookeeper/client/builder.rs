@@ -9,8 +9,8 @@ use super::hosts::{parse_hosts, probe, probe_tls, refused_by_every_host, TCP_PRE
 use super::limits::MAX_DATA_LEN;
 use super::types::{Acl, ErrorPolicy};
 use super::Client;
-use crate::core::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 use crate::core::error::{Error, Result};
+use crate::core::options::Options;
 use crate::core::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::zookeeper::path;
 
@@ -38,10 +38,7 @@ use crate::zookeeper::path;
 #[derive(Clone)]
 pub struct ClientBuilder {
     pub(crate) connect_string: String,
-    pub(crate) session_timeout: Duration,
-    pub(crate) connection_timeout: Duration,
-    pub(crate) operation_timeout: Option<Duration>,
-    pub(crate) retry: Arc<dyn RetryPolicy>,
+    pub(crate) options: Options,
     pub(crate) namespace: Option<String>,
     pub(crate) auth: Vec<(String, Vec<u8>)>,
     pub(crate) acl: SharedAcl,
@@ -59,10 +56,7 @@ impl std::fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientBuilder")
             .field("connect_string", &self.connect_string)
-            .field("session_timeout", &self.session_timeout)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("retry", &self.retry)
+            .field("options", &self.options)
             .field("namespace", &self.namespace)
             .field(
                 "auth_schemes",
@@ -74,16 +68,21 @@ impl std::fmt::Debug for ClientBuilder {
     }
 }
 
+// The shared options. The session timeout is asked of the server (it may grant less or more,
+// within its bounds; `Duration::MAX` asks for the server's maximum; zero is refused). The
+// connect timeout is how long one attempt waits for a connection before it counts as a
+// `ConnectionLoss` for the retry policy, and how long a silent connection lasts before it
+// counts as lost: zero or more than a day is refused. The operation timeout bounds the
+// Client's own calls (none by default: the retry policy bounds them; recipes pass their own
+// deadlines; more than a day is none). The retry policy's default is Curator's for its
+// recipes, exponential backoff from 1 s, 3 retries.
+crate::core::options::connection_options!(ClientBuilder);
+
 impl ClientBuilder {
     pub(crate) fn new(connect_string: &str) -> ClientBuilder {
         ClientBuilder {
             connect_string: connect_string.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            connection_timeout: DEFAULT_CONNECT_TIMEOUT,
-            operation_timeout: None,
-            retry: Arc::new(
-                ExponentialBackoffRetry::new(Duration::from_secs(1), 3).expect("valid default"),
-            ),
+            options: Options::default(),
             namespace: None,
             auth: Vec::new(),
             acl: Arc::new(vec![Acl::open_unsafe()]),
@@ -120,40 +119,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Session timeout asked of the server (it may grant less or more, within its bounds); any
-    /// length is accepted (`Duration::MAX` asks for the server's maximum). Zero is refused.
-    pub fn session_timeout(mut self, d: Duration) -> Self {
-        self.session_timeout = d;
-        self
-    }
-
-    /// How long one attempt waits for a connection before it counts as a `ConnectionLoss` for
-    /// the retry policy; also bounds [`ClientBuilder::connect`]. It is also how long a silent
-    /// connection lasts before it counts as lost, so it must be finite: zero or more than a day
-    /// is refused by [`connect`](ClientBuilder::connect) with [`Error::InvalidArgument`].
-    pub fn connection_timeout(mut self, d: Duration) -> Self {
-        self.connection_timeout = d;
-        self
-    }
-
-    /// [`connection_timeout`](Self::connection_timeout) under the name every backend's builder
-    /// uses.
-    pub fn connect_timeout(self, d: Duration) -> Self {
-        self.connection_timeout(d)
-    }
-
-    /// A deadline for every operation of the Client's own API (none by default: the retry policy
-    /// bounds them). Recipes pass their own deadlines. More than a day (`Duration::MAX`, say)
-    /// means no deadline; zero is refused.
-    pub fn operation_timeout(mut self, d: Duration) -> Self {
-        self.operation_timeout = Some(d);
-        self
-    }
-
-    /// The retry policy for connection losses.
-    pub fn retry_policy(mut self, policy: impl RetryPolicy) -> Self {
-        self.retry = Arc::new(policy);
-        self
+    /// [`connect_timeout`](Self::connect_timeout) under Curator's name.
+    pub fn connection_timeout(self, d: Duration) -> Self {
+        self.connect_timeout(d)
     }
 
     /// Every path is taken relative to `/<namespace>`, created on first connection (Curator's
@@ -294,7 +262,7 @@ impl ClientBuilder {
     /// it fails at once (within a few hundred milliseconds) instead of waiting out the timeout,
     /// as the Redis and PostgreSQL Clients do.
     pub fn connect(self) -> Result<Client> {
-        let timeout = self.connection_timeout;
+        let timeout = self.options.connect_timeout();
         let client = self.build()?;
         if let Some(refused) = wait_connected(&client, timeout) {
             client.close();
@@ -340,17 +308,17 @@ impl ClientBuilder {
         };
         // The server grants at most its own maximum (20 ticks by default): a longer request
         // asks for that maximum.
-        self.session_timeout = self
-            .session_timeout
-            .min(Duration::from_millis(i32::MAX as u64));
-        if self.session_timeout.is_zero() {
+        let session_timeout =
+            (self.options.session_timeout()).min(Duration::from_millis(i32::MAX as u64));
+        self.options.session_timeout = Some(session_timeout);
+        if session_timeout.is_zero() {
             return Err(Error::invalid("session timeout must be greater than zero"));
         }
         // It bounds how soon a dead connection is noticed (and a hold reads Suspended): "never"
         // cannot work.
-        timeout("connection timeout", self.connection_timeout)?;
+        timeout("connection timeout", self.options.connect_timeout())?;
         // "No limit" beyond a day, as without one.
-        self.operation_timeout = match self.operation_timeout {
+        self.options.operation_timeout = match self.options.operation_timeout {
             Some(d) if d > Duration::from_secs(24 * 3600) => None,
             Some(d) => {
                 timeout("operation timeout", d)?;
@@ -413,10 +381,10 @@ impl ClientBuilder {
             namespace,
             default_data,
             has_credentials: self.has_credentials(),
-            session_timeout: self.session_timeout,
-            connection_timeout: self.connection_timeout,
-            operation_timeout: self.operation_timeout,
-            retry: self.retry,
+            session_timeout: self.options.session_timeout(),
+            connection_timeout: self.options.connect_timeout(),
+            operation_timeout: self.options.operation_timeout,
+            retry: (self.options.retry).unwrap_or_else(curator_retry),
             auth: self.auth,
             acl: self.acl,
             can_be_read_only: self.can_be_read_only,
@@ -512,6 +480,15 @@ fn wait_connected(client: &Client, timeout: Duration) -> Option<Error> {
                 None => probing = false,
             }
         }
+    }
+}
+
+/// The retry policy of a ZooKeeper Client not given one: Curator's for its recipes,
+/// exponential backoff from 1 s, 3 retries.
+fn curator_retry() -> Arc<dyn RetryPolicy> {
+    match ExponentialBackoffRetry::new(Duration::from_secs(1), 3) {
+        Ok(policy) => Arc::new(policy),
+        Err(_) => unreachable!("1 s and 3 retries are a valid policy"),
     }
 }
 

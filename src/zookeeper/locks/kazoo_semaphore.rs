@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use super::internals::{LockInternals, Release};
 use super::kazoo::KazooDriver;
-use super::keeper::{keep_node, vouch, KeeperGuard};
+use super::keeper::keep_node;
+use super::semaphore::LeaseNode;
 use super::Leases;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::{HealthCell, HealthFeed, LockHealth};
-use crate::zookeeper::client::{on_io_thread, Call, Client, CreateMode, Doomed, NodeOps, NodeSpec};
+use crate::core::health::HealthFeed;
+use crate::core::leased::Leased;
+use crate::zookeeper::client::{Call, Client, CreateMode, NodeOps, NodeSpec};
 use crate::zookeeper::path::{self, Layout};
 
 /// kazoo's `Semaphore(path, identifier, max_leases)`, shared with Python processes that use
@@ -282,15 +284,14 @@ impl KazooSemaphore {
                     None,
                     None,
                 );
-                return Ok(Some(KazooLease {
+                let node = LeaseNode {
                     client: self.client.clone(),
-                    path: lease_path,
+                    path: lease_path.clone(),
                     session: stat.ephemeral_owner,
-                    token,
-                    health,
                     keeper: Some(keeper),
-                    returned: false,
-                }));
+                };
+                let lease = Leased::new(node, &self.path, lease_path, token, health);
+                return Ok(Some(KazooLease { lease }));
             }
             let fired = match deadline.remaining() {
                 None => watch.wait(),
@@ -304,8 +305,10 @@ impl KazooSemaphore {
     }
 }
 
-/// A lease of a [`KazooSemaphore`]; returned when dropped (in the calling thread within 1 s, or
-/// the Client's operation timeout if shorter; the rest in the background).
+/// A lease of a [`KazooSemaphore`]: an ephemeral node whose creation zxid is its fencing token
+/// (it rises with every lease taken on the ensemble). Returned when dropped (in the calling
+/// thread within 1 s, or the Client's operation timeout if shorter; the rest in the
+/// background).
 ///
 /// # Example
 /// ```no_run
@@ -321,86 +324,24 @@ impl KazooSemaphore {
 /// ```
 #[must_use = "the lease is returned when dropped"]
 pub struct KazooLease {
-    client: Client,
-    path: String,
-    session: i64,
-    token: u64,
-    health: HealthCell,
-    /// Follows the lease node for `health`; dropped when the lease is returned.
-    keeper: Option<KeeperGuard>,
-    returned: bool,
+    lease: Leased<LeaseNode>,
 }
 
-impl std::fmt::Debug for KazooLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KazooLease")
-            .field("path", &self.path)
-            .finish()
-    }
-}
+crate::core::leased::leased!(KazooLease);
 
 impl KazooLease {
-    /// The lease's node.
+    /// The lease's node (also its [`id`](Self::id)).
     pub fn path(&self) -> &str {
-        &self.path
+        &self.lease.raw.path
     }
 
-    /// [`path`](Self::path) under the name every backend's lease uses for its identity.
-    pub fn id(&self) -> &str {
-        &self.path
-    }
-
-    /// The lease node's creation zxid: it rises with every lease taken on the ensemble.
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// Held, Suspended or Lost (session expired or lease node deleted), computed now: a
-    /// process that stood still past its session reads Lost before its I/O thread notices.
-    pub fn health(&self) -> LockHealth {
-        vouch(&self.client, self.session, *self.health.lock())
-    }
-
-    /// Deletes the lease node, within the Client's operation (else connection) timeout; a
-    /// delete that cannot be done in time goes on in the background and the error is returned.
+    /// Deletes the lease node, within the Client's operation (else connection) timeout; the
+    /// same as [`release`](Self::release) (kazoo's name).
     ///
     /// # Errors
     /// [`Error::LockLost`] if the lease had been lost before; a connection error if the delete
-    /// could not be confirmed in time.
-    pub fn return_lease(mut self) -> Result<()> {
-        let deadline = Deadline::after(self.client.io_grace());
-        self.return_by(deadline)
-    }
-
-    fn return_by(&mut self, deadline: Deadline) -> Result<()> {
-        self.returned = true;
-        self.keeper.take();
-        let lost = self.health() == LockHealth::Lost;
-        let deleted = if on_io_thread() {
-            // The I/O thread cannot wait for its own reply.
-            let doomed = Doomed::node(&self.path, Some(self.session));
-            self.client.delete_in_background(doomed);
-            Ok(())
-        } else {
-            let mut call = self.client.new_call(deadline);
-            self.client.delete_guaranteed_in(&self.path, &mut call)
-        };
-        if lost {
-            return Err(Error::LockLost);
-        }
-        deleted
-    }
-}
-
-impl Drop for KazooLease {
-    /// Deletes the node in the calling thread within 1 s (or the Client's operation timeout, if
-    /// shorter); the rest goes on in the background.
-    fn drop(&mut self) {
-        if !self.returned {
-            let deadline = Deadline::after(self.client.drop_bound());
-            if let Err(e) = self.return_by(deadline) {
-                tracing::warn!("returning lease {} on drop: {e}", self.path);
-            }
-        }
+    /// could not be confirmed in time (it goes on in the background).
+    pub fn return_lease(self) -> Result<()> {
+        self.release()
     }
 }

@@ -7,7 +7,7 @@
 //! waiting means only the head acquirer waits on the leases.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::driver::{LockDriver, LockNode, StandardDriver};
 use super::internals::{shared_count, Leases, LockInternals};
@@ -15,8 +15,8 @@ use super::keeper::{keep_node, vouch, KeeperGuard};
 use super::shared_count::SharedCount;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
-use crate::core::health::LockHealth;
-use crate::core::health::{HealthCell, HealthFeed};
+use crate::core::health::{HealthFeed, LockHealth};
+use crate::core::leased::{Leased, RawLease};
 use crate::core::lock::Release;
 use crate::zookeeper::client::{on_io_thread, AclProvider, Client, CreateMode, Doomed, SharedAcl};
 use crate::zookeeper::path;
@@ -277,15 +277,15 @@ impl InterProcessSemaphoreV2 {
             None,
             acquired.primed,
         );
-        Ok(Some(Lease {
+        let node = LeaseNode {
             client: self.client.clone(),
-            path: acquired.path,
+            path: acquired.path.clone(),
             session: acquired.session,
-            token: acquired.token,
-            health,
             keeper: Some(keeper),
-            returned: false,
-            since: Instant::now(),
+        };
+        let name = path::parent(&acquired.path).to_owned();
+        Ok(Some(Lease {
+            lease: Leased::new(node, &name, acquired.path, acquired.token, health),
         }))
     }
 
@@ -340,55 +340,29 @@ impl InterProcessSemaphoreV2 {
 /// ```
 #[must_use = "the lease is returned when dropped"]
 pub struct Lease {
-    client: Client,
-    path: String,
-    session: i64,
-    token: u64,
-    health: HealthCell,
-    keeper: Option<KeeperGuard>,
-    returned: bool,
-    since: Instant,
+    lease: Leased<LeaseNode>,
 }
 
-impl std::fmt::Debug for Lease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease").field("path", &self.path).finish()
-    }
-}
+crate::core::leased::leased!(Lease);
 
 impl Lease {
-    /// The lease node's path.
+    /// The lease node's path (also its [`id`](Self::id)).
     pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// [`path`](Self::path) under the name every backend's lease uses for its identity.
-    pub fn id(&self) -> &str {
-        &self.path
+        &self.lease.raw.path
     }
 
     /// The Client the lease was taken through.
     pub(crate) fn client(&self) -> &Client {
-        &self.client
+        &self.lease.raw.client
     }
 
     /// The lease node's data.
     pub fn data(&self) -> Result<Vec<u8>> {
-        self.client.data(&self.path).map(|(d, _)| d)
+        self.lease.raw.client.data(self.path()).map(|(d, _)| d)
     }
 
-    /// The lease node's creation zxid: rises with every new lease of the semaphore.
-    pub fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    /// Held, Suspended or Lost (session expired or node deleted), computed now: a process
-    /// that stood still past its session reads Lost before its I/O thread notices.
-    pub fn health(&self) -> LockHealth {
-        vouch(&self.client, self.session, *self.health.lock())
-    }
-
-    /// Returns the lease now, reporting errors.
+    /// Returns the lease now, reporting errors (Curator's `returnLease`); the same as
+    /// [`release`](Self::release).
     ///
     /// # Blocking
     /// At most the Client's operation timeout (default: its connection timeout); a delete that
@@ -397,52 +371,49 @@ impl Lease {
     /// # Errors
     /// [`LockLost`](Error::LockLost) if the lease had been lost before; a connection error if
     /// the delete could not be confirmed in time.
-    pub fn return_lease(mut self) -> Result<()> {
-        self.return_as(Release::Within(None))
+    pub fn return_lease(self) -> Result<()> {
+        self.release()
     }
 
-    /// [`return_lease`](Self::return_lease) bounded by `timeout`; a delete that cannot be done
-    /// in time goes on in the background and the error is returned.
+    /// [`return_lease`](Self::return_lease) bounded by `timeout`; the same as
+    /// [`release_timeout`](Self::release_timeout).
     ///
     /// # Blocking and errors
     /// At most `timeout`; errors as [`return_lease`](Self::return_lease).
-    pub fn return_lease_timeout(mut self, timeout: Duration) -> Result<()> {
-        self.return_as(Release::Within(Instant::now().checked_add(timeout)))
-    }
-
-    /// [`return_lease`](Self::return_lease) under the name every backend's lease uses.
-    ///
-    /// # Blocking and errors
-    /// As [`return_lease`](Self::return_lease).
-    pub fn release(self) -> Result<()> {
-        self.return_lease()
-    }
-
-    /// [`return_lease_timeout`](Self::return_lease_timeout) under the name every backend's
-    /// lease uses.
-    ///
-    /// # Blocking and errors
-    /// As [`return_lease_timeout`](Self::return_lease_timeout).
-    pub fn release_timeout(self, timeout: Duration) -> Result<()> {
-        self.return_lease_timeout(timeout)
+    pub fn return_lease_timeout(self, timeout: Duration) -> Result<()> {
+        self.release_timeout(timeout)
     }
 
     pub(crate) fn return_as(&mut self, how: Release) -> Result<()> {
-        self.returned = true;
+        self.lease.release_as(how)
+    }
+}
+
+/// A held lease node of the Client's session (an [`InterProcessSemaphoreV2`]'s or a
+/// [`KazooSemaphore`](super::KazooSemaphore)'s), followed by its keeper for health.
+pub(super) struct LeaseNode {
+    pub(super) client: Client,
+    pub(super) path: String,
+    pub(super) session: i64,
+    /// Dropped when the lease is returned.
+    pub(super) keeper: Option<KeeperGuard>,
+}
+
+impl RawLease for LeaseNode {
+    /// `reported`, or Lost once the session expired: a process that stood still past its
+    /// session reads Lost before its I/O thread notices.
+    fn health(&self, reported: LockHealth) -> LockHealth {
+        vouch(&self.client, self.session, reported)
+    }
+
+    /// Deletes the node by the deadline (`None`: the Client's operation timeout, else its
+    /// connection timeout); what cannot be done in time goes on in the background.
+    fn release(&mut self, how: Release, _: bool) -> Result<()> {
         self.keeper.take();
-        crate::core::metrics::released(path::parent(&self.path), self.since.elapsed());
-        let lost = self.health() == LockHealth::Lost;
-        let how = match how {
+        match how {
             // The I/O thread cannot wait for its own reply.
-            Release::Within(_) if on_io_thread() => Release::Background,
-            how => how,
-        };
-        let deleted = match how {
-            Release::Background => {
-                let doomed = Doomed::node(&self.path, Some(self.session));
-                self.client.delete_in_background(doomed);
-                Ok(())
-            }
+            Release::Within(_) if on_io_thread() => self.delete_later(),
+            Release::Background => self.delete_later(),
             Release::Within(by) => {
                 let deadline = match by {
                     Some(at) => Deadline::at(at),
@@ -451,21 +422,18 @@ impl Lease {
                 let mut call = self.client.new_call(deadline);
                 self.client.delete_guaranteed_in(&self.path, &mut call)
             }
-        };
-        if lost {
-            return Err(Error::LockLost);
         }
-        deleted
+    }
+
+    fn drop_release(&self) -> Release {
+        crate::core::leased::within(self.client.drop_bound())
     }
 }
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if !self.returned {
-            let by = crate::core::deadline::instant_after(self.client.drop_bound());
-            if let Err(e) = self.return_as(Release::Within(Some(by))) {
-                tracing::warn!("returning lease {} on drop: {e}", self.path);
-            }
-        }
+impl LeaseNode {
+    fn delete_later(&self) -> Result<()> {
+        let doomed = Doomed::node(&self.path, Some(self.session));
+        self.client.delete_in_background(doomed);
+        Ok(())
     }
 }
