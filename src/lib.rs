@@ -332,6 +332,7 @@
 //! | `CuratorFrameworkFactory.builder()` | [`Client::builder`] → [`ClientBuilder`] |
 //! | `create().creatingParentContainersIfNeeded().withProtection().withMode(m).forPath(p)` | `client.create(p).parents_as_containers().protected().mode(m).call()` ([`Create`](zookeeper::Create)) |
 //! | `delete().guaranteed()` | [`Client::delete_guaranteed`] |
+//! | `transaction().forOperations(…)`, `transactionOp().check()/create()/setData()/delete()` | [`Client::multi`] with [`zookeeper::Op`]s → [`zookeeper::OpResult`]s; `guarded_multi` on a held lock for writes that commit only while the hold lives (docs/zookeeper.md) |
 //! | `authorization(scheme, auth)`, `aclProvider(p)`, `ACLProvider` | [`ClientBuilder::auth`] / [`ClientBuilder::digest_auth`], [`ClientBuilder::acl_provider`], [`AclProvider`] |
 //! | `ZooDefs.Ids.CREATOR_ALL_ACL`, `READ_ACL_UNSAFE`, `OPEN_ACL_UNSAFE`, `DigestAuthenticationProvider.generateDigest` | [`Acl::creator_all`], [`Acl::read_unsafe`], [`Acl::open_unsafe`], [`Acl::digest`] |
 //! | `getZooKeeper().addAuthInfo(s, a)`, `getACL()`, `setACL()` | [`Client::add_auth`], [`Client::acl`], [`Client::set_acl`] |

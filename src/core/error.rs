@@ -126,6 +126,33 @@ pub enum Error {
     /// it protected may have been touched by another holder meanwhile.
     #[error("the lock had been lost before it was released")]
     LockLost,
+    /// A transaction (ZooKeeper's multi) failed at one of its operations, so none of them
+    /// was applied: `index` counts from 0 in the caller's list, `op` describes the operation,
+    /// `source` is why it failed (a [`BadVersion`](Error::BadVersion), a
+    /// [`NoNode`](Error::NoNode), ...).
+    #[error("operation {index} of the transaction ({op}) failed, nothing was applied: {source}")]
+    TransactionFailed {
+        /// The failed operation's position in the caller's list.
+        index: usize,
+        /// What the operation was (`set_data /app/config at version 3`).
+        op: String,
+        /// Why the server refused it.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A write guarded by a lock was refused because the hold it was guarded by is gone (its
+    /// node was deleted, its session expired): nothing of it was applied. Another process
+    /// may hold the lock now; stop working on what it protects.
+    #[error("the hold on {lock:?} is gone, so the guarded write was not applied")]
+    HoldLost {
+        /// The lock's path.
+        lock: String,
+        /// What showed the hold gone: the holder's node missing ([`NoNode`](Error::NoNode)),
+        /// the session expired ([`SessionExpired`](Error::SessionExpired)), or the hold read
+        /// `Lost` before anything was sent ([`LockLost`](Error::LockLost)).
+        #[source]
+        source: Box<Error>,
+    },
     /// A call that parks until a ZooKeeper event arrives (an acquire that may wait) was made on a
     /// Client's watcher thread, i.e. from a connection-state listener, a lock-health callback or
     /// a revocation listener. Only that thread delivers the event it would wait for, so it would

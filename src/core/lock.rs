@@ -536,6 +536,12 @@ impl<'a, L: Lock + ?Sized> LockGuard<'a, L> {
     pub fn health(&self) -> LockHealth {
         self.held.health()
     }
+
+    /// The lock, while this guard's hold is still the lock's current hold (not released
+    /// through the lock meanwhile).
+    pub(crate) fn current_lock(&self) -> Option<&'a L> {
+        self.held.current().then_some(self.held.lock)
+    }
 }
 
 impl<L: Lock + ?Sized> std::fmt::Debug for LockGuard<'_, L> {
@@ -586,6 +592,12 @@ impl<L: Lock> ArcLockGuard<L> {
     /// The lock this guard holds.
     pub fn lock(&self) -> &Arc<L> {
         &self.held.lock
+    }
+
+    /// The lock, while this guard's hold is still the lock's current hold (not released
+    /// through the lock meanwhile).
+    pub(crate) fn current_lock(&self) -> Option<&L> {
+        self.held.current().then_some(&*self.held.lock)
     }
 
     /// Releases now, reporting errors. Bounded as [`Lock::release`].

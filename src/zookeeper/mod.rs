@@ -22,8 +22,8 @@ pub(crate) mod locks;
 pub(crate) mod path;
 
 pub use self::client::{
-    Acl, AclProvider, Client, ClientBuilder, Create, CreateMode, ErrorPolicy, Perms, Stat, Watch,
-    WatchEvent, WatchEventKind,
+    Acl, AclProvider, Client, ClientBuilder, Create, CreateMode, ErrorPolicy, Op, OpResult, Perms,
+    Stat, Watch, WatchEvent, WatchEventKind,
 };
 pub use self::leader::{
     elect, CloseMode, KazooElection, LeaderLatch, LeaderLatchBuilder, LeaderSelector,

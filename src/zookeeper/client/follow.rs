@@ -265,6 +265,20 @@ impl Wire {
     }
 }
 
+/// What interrupts a follower's wait.
+enum Ev {
+    /// Told to stop.
+    Stop,
+    /// The Client gave the session up.
+    Ended,
+    /// The session moved to another wire client.
+    Moved,
+    /// The node's watch fired.
+    Watch(zk::WatchedEvent),
+    /// The wire client's state changed.
+    State(zk::SessionState),
+}
+
 /// `start`: the node's data and watch, read already in this session. When the session moves
 /// to another wire client, the node is followed there (checked as after a reconnection).
 ///
@@ -279,43 +293,14 @@ async fn follow(
     node: &mut Followed,
     mut start: Option<(Vec<u8>, i32, Fired)>,
 ) -> End {
-    enum Ev {
-        Stop,
-        Ended,
-        Moved,
-        Watch(zk::WatchedEvent),
-        State(zk::SessionState),
-    }
-    let path = node.path.clone();
     let cancel = node.cancel.clone();
-    // Everything below races the stop (`cancel`), the Client giving the session up (`ended`)
-    // and the session moving to another wire client (`moved`): a request sent while
-    // disconnected may wait for the reconnection.
-    let interrupt = |moved: Signal| {
-        future::or(
-            async {
-                cancel.wait().await;
-                Ev::Stop
-            },
-            future::or(
-                async {
-                    ended.wait().await;
-                    Ev::Ended
-                },
-                async move {
-                    moved.wait().await;
-                    Ev::Moved
-                },
-            ),
-        )
-    };
     let mut zk = wire.zk.clone();
     let mut states = zk.state_watcher();
     // The caller has just seen the node in this session: a follower stopped within
     // `first_look` costs no read at all.
     if start.is_none() {
         let first_look = node.first_look;
-        match future::or(interrupt(wire.moved.clone()), async {
+        match future::or(interrupt(&cancel, ended, wire.moved.clone()), async {
             sleep(first_look).await;
             Ev::State(zk::SessionState::SyncConnected)
         })
@@ -334,75 +319,32 @@ async fn follow(
             return End::Stopped;
         }
         if recheck {
-            recheck = false;
             let Some(next) = wire.successor(shared) else {
                 return End::GivenUp;
             };
             wire = next;
             zk = wire.zk.clone();
             states = zk.state_watcher();
-            let checked = future::or(async { Err(interrupt(wire.moved.clone()).await) }, async {
-                Ok(zk.check_stat(&path).await)
-            });
-            match Box::pin(checked).await {
-                Err(Ev::Stop) => return End::Stopped,
-                Err(Ev::Moved) => recheck = true,
-                Err(_) => return End::GivenUp,
-                Ok(Ok(None)) => return End::Gone,
-                Ok(Ok(Some(_))) => node.tell(NodeNews::Seen),
-                Ok(Err(_)) => sleep(Duration::from_millis(10)).await,
+            let interrupted = interrupt(&cancel, ended, wire.moved.clone());
+            match Box::pin(look_again(&zk, node, interrupted)).await {
+                Ok(moved) => recheck = moved,
+                Err(end) => return end,
             }
             continue;
         }
-        if cancel.is_set() {
-            return End::Stopped;
-        }
-        let armed = match start.take() {
-            Some((data, version, watcher)) => Ok(Ok((data, version, watcher))),
-            None => {
-                // A read on its way is let finish after the stop (for a while): dropped before
-                // its answer, the watch it sets would cost a removeWatches of its own.
-                let released = async {
-                    cancel.wait().await;
-                    sleep(LINGER).await;
-                    Ev::Stop
-                };
-                let ended = async {
-                    ended.wait().await;
-                    Ev::Ended
-                };
-                let moved = async {
-                    wire.moved.wait().await;
-                    Ev::Moved
-                };
-                let gone = future::or(released, future::or(ended, moved));
-                Box::pin(future::or(async { Err(gone.await) }, async {
-                    Ok(zk
-                        .get_and_watch_data(&path)
-                        .await
-                        .map(|(data, stat, watcher)| {
-                            (data, stat.version, Box::pin(watcher.changed()) as Fired)
-                        }))
-                }))
-                .await
-            }
+        let read = match start.take() {
+            Some(read) => Ok(Ok(read)),
+            None => Box::pin(read_watched(&zk, &node.path, &cancel, ended, &wire.moved)).await,
         };
-        let watcher = match armed {
-            Err(Ev::Stop) => return End::Stopped,
-            Err(Ev::Moved) => {
+        let watcher = match after_read(node, read) {
+            Armed::Watching(watcher) => Some(watcher),
+            // The state watcher below says when to look again.
+            Armed::Disconnected => None,
+            Armed::Moved => {
                 recheck = true;
                 continue;
             }
-            Err(_) => return End::GivenUp,
-            Ok(Ok((data, version, watcher))) => {
-                node.tell(NodeNews::Read { data, version });
-                Some(watcher)
-            }
-            Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
-                return End::Gone;
-            }
-            // Disconnected: the state watcher below says when to look again.
-            Ok(Err(_)) => None,
+            Armed::Over(end) => return end,
         };
         let watching = watcher.is_some();
         let mut fired = pin!(async move {
@@ -412,7 +354,7 @@ async fn follow(
             }
         });
         let ev = future::or(
-            interrupt(wire.moved.clone()),
+            interrupt(&cancel, ended, wire.moved.clone()),
             future::or(async { Ev::Watch(fired.as_mut().await) }, async {
                 Ev::State(states.changed().await)
             }),
@@ -438,19 +380,130 @@ async fn follow(
             Ev::State(s) if s.is_terminated() => return End::Gone,
             Ev::State(_) => {
                 // Reconnected to the same session: told once the node is seen.
-                let checked =
-                    future::or(async { Err(interrupt(wire.moved.clone()).await) }, async {
-                        Ok(zk.check_stat(&path).await)
-                    });
-                match Box::pin(checked).await {
-                    Err(Ev::Stop) => return End::Stopped,
-                    Err(Ev::Moved) => recheck = true,
-                    Err(_) => return End::GivenUp,
-                    Ok(Ok(None)) => return End::Gone,
-                    Ok(Ok(Some(_))) => node.tell(NodeNews::Seen),
-                    Ok(Err(_)) => sleep(Duration::from_millis(10)).await,
+                let interrupted = interrupt(&cancel, ended, wire.moved.clone());
+                match Box::pin(look_again(&zk, node, interrupted)).await {
+                    Ok(moved) => recheck = moved,
+                    Err(end) => return end,
                 }
             }
         }
     }
+}
+
+/// What every step of a follower races: the stop (`cancel`), the Client giving the session up
+/// (`ended`) and the session moving to another wire client (`moved`). A request sent while
+/// disconnected may wait for the reconnection.
+async fn interrupt(cancel: &Signal, ended: &Signal, moved: Signal) -> Ev {
+    future::or(
+        async {
+            cancel.wait().await;
+            Ev::Stop
+        },
+        future::or(
+            async {
+                ended.wait().await;
+                Ev::Ended
+            },
+            async move {
+                moved.wait().await;
+                Ev::Moved
+            },
+        ),
+    )
+    .await
+}
+
+/// After a reconnection, or on the wire client the session moved to: checks that the node is
+/// still there and tells [`NodeNews::Seen`] if it is. `Ok(true)`: the session moved (again)
+/// meanwhile; `Err`: the follower ends so.
+async fn look_again(
+    zk: &zk::Client,
+    node: &Followed,
+    interrupted: impl std::future::Future<Output = Ev>,
+) -> Result<bool, End> {
+    let checked = future::or(async { Err(interrupted.await) }, async {
+        Ok(zk.check_stat(&node.path).await)
+    });
+    match checked.await {
+        Err(Ev::Stop) => Err(End::Stopped),
+        Err(Ev::Moved) => Ok(true),
+        Err(_) => Err(End::GivenUp),
+        Ok(Ok(None)) => Err(End::Gone),
+        Ok(Ok(Some(_))) => {
+            node.tell(NodeNews::Seen);
+            Ok(false)
+        }
+        Ok(Err(_)) => {
+            sleep(Duration::from_millis(10)).await;
+            Ok(false)
+        }
+    }
+}
+
+/// A follower's read of its node: its data, their version and the watch; the server's refusal;
+/// or what interrupted it.
+type Read = Result<Result<(Vec<u8>, i32, Fired), zk::Error>, Ev>;
+
+/// What a follower's read of its node came to.
+enum Armed {
+    /// Read, and told: the watch is set.
+    Watching(Fired),
+    /// Not read for lack of a connection.
+    Disconnected,
+    /// The session moved to another wire client.
+    Moved,
+    /// The follower ends so.
+    Over(End),
+}
+
+/// Tells what `read` (see [`read_watched`]) found, and what it means for the follower.
+fn after_read(node: &Followed, read: Read) -> Armed {
+    match read {
+        Err(Ev::Stop) => Armed::Over(End::Stopped),
+        Err(Ev::Moved) => Armed::Moved,
+        Err(_) => Armed::Over(End::GivenUp),
+        Ok(Ok((data, version, watcher))) => {
+            node.tell(NodeNews::Read { data, version });
+            Armed::Watching(watcher)
+        }
+        Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed)) => {
+            Armed::Over(End::Gone)
+        }
+        Ok(Err(_)) => Armed::Disconnected,
+    }
+}
+
+/// Reads the node and sets its watch; `Err` if the read was interrupted. A read on its way is
+/// let finish after the stop (for a while): dropped before its answer, the watch it sets would
+/// cost a removeWatches of its own.
+async fn read_watched(
+    zk: &zk::Client,
+    path: &str,
+    cancel: &Signal,
+    ended: &Signal,
+    moved: &Signal,
+) -> Read {
+    let released = async {
+        cancel.wait().await;
+        sleep(LINGER).await;
+        Ev::Stop
+    };
+    let ended = async {
+        ended.wait().await;
+        Ev::Ended
+    };
+    let moved = async {
+        moved.wait().await;
+        Ev::Moved
+    };
+    let gone = future::or(released, future::or(ended, moved));
+    future::or(async { Err(gone.await) }, async {
+        Ok(zk
+            .get_and_watch_data(path)
+            .await
+            .map(|(data, stat, watcher)| {
+                (data, stat.version, Box::pin(watcher.changed()) as Fired)
+            }))
+    })
+    .await
 }

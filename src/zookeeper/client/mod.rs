@@ -18,6 +18,7 @@ mod session;
 mod shared;
 #[cfg(feature = "tls")]
 mod tls;
+mod transaction;
 mod types;
 mod watch;
 mod watcher;
@@ -39,6 +40,7 @@ pub(crate) use self::ops::MultiOp;
 pub(crate) use self::runtime::Signal;
 pub(crate) use self::runtime::{on_io_thread, Runtime};
 use self::shared::Shared;
+pub use self::transaction::{Op, OpResult};
 pub(crate) use self::types::ConnectionState;
 pub use self::types::{
     Acl, CreateMode, ErrorPolicy, Perms, Stat, Watch, WatchEvent, WatchEventKind,

@@ -68,35 +68,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
             c.ended = ended.clone();
             c.moved = moved.clone();
         });
-        let end = loop {
-            let retired = Signal::default();
-            if shared.tracks_ensemble() {
-                let (shared, zk, retired) = (shared.clone(), zk.clone(), retired.clone());
-                shared.clone().spawn(async move {
-                    super::ensemble::track(&shared, zk, retired).await;
-                });
-            }
-            let end = monitor(&shared, &zk, &wire_hosts).await;
-            retired.set();
-            let End::Moved(next, hosts) = end else {
-                break end;
-            };
-            // The same session on another wire client: ops, followers and watches go over to
-            // it (every blocked call is woken by the state and looks again).
-            tracing::info!(
-                "ZooKeeper session 0x{:x} moved to {hosts}",
-                zk.session().id().0
-            );
-            let old = std::mem::replace(&mut zk, next);
-            wire_hosts = hosts;
-            let old_moved = std::mem::take(&mut moved);
-            shared.set(ConnectionState::Reconnected, |c| {
-                c.zk = Some(zk.clone());
-                c.moved = moved.clone();
-            });
-            old_moved.set();
-            retire(&shared, old);
-        };
+        let end = follow_session(&shared, &mut zk, &mut wire_hosts, &mut moved).await;
         {
             let mut conn = shared.conn.lock();
             conn.zk = None;
@@ -111,6 +83,46 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
         drop(zk);
     }
     shared.finished.set();
+}
+
+/// Follows the session on `zk` until it ends or the Client stops, through every move of the
+/// session to another wire client (`zk`, `wire_hosts` and `moved` are then the new one's),
+/// with the ensemble tracker running beside each wire client.
+async fn follow_session(
+    shared: &Arc<Shared>,
+    zk: &mut zk::Client,
+    wire_hosts: &mut String,
+    moved: &mut Signal,
+) -> End {
+    loop {
+        let retired = Signal::default();
+        if shared.tracks_ensemble() {
+            let (shared, zk, retired) = (shared.clone(), zk.clone(), retired.clone());
+            shared.clone().spawn(async move {
+                super::ensemble::track(&shared, zk, retired).await;
+            });
+        }
+        let end = monitor(shared, zk, wire_hosts).await;
+        retired.set();
+        let End::Moved(next, hosts) = end else {
+            return end;
+        };
+        // The same session on another wire client: ops, followers and watches go over to it
+        // (every blocked call is woken by the state and looks again).
+        tracing::info!(
+            "ZooKeeper session 0x{:x} moved to {hosts}",
+            zk.session().id().0
+        );
+        let old = std::mem::replace(zk, next);
+        *wire_hosts = hosts;
+        let old_moved = std::mem::take(moved);
+        shared.set(ConnectionState::Reconnected, |c| {
+            c.zk = Some(zk.clone());
+            c.moved = moved.clone();
+        });
+        old_moved.set();
+        retire(shared, old);
+    }
 }
 
 /// The wire client's connector for this Client's sessions.
@@ -242,38 +254,98 @@ fn retire(shared: &Arc<Shared>, old: zk::Client) {
 /// While every host the wire client knows (`wire_hosts`) is out of reach for a while and the
 /// member list names others, it tries to move the session to those ([`End::Moved`]).
 async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
-    enum Ev {
-        State(zk::SessionState),
-        LostTimer,
-        Beat,
-        Vouched(bool),
-        Stop,
-        LookForMembers,
-        Moved(Option<(zk::Client, String)>),
-        Confirmed(bool, zk::SessionState),
-    }
-    let negotiated = zk.session_timeout();
-    let idle = idle_timeout(shared.config.session_timeout / 3, negotiated);
-    let live = &shared.lease;
-    live.open(negotiated, idle);
-    let (period, late) = live.beat();
-    let mut watcher = zk.state_watcher();
-    let mut lost_at: Option<Instant> = None;
-    let mut last_beat = Instant::now();
-    // Whether a connected state seen on time renews the lease; after a stall only a round trip
-    // sent since does.
-    let mut trusted = true;
-    let mut vouching: Option<future::Boxed<bool>> = None;
-    // A reconnection is believed once a round trip went through it (see `Ev::State` below).
-    let mut confirming: Option<(future::Boxed<bool>, zk::SessionState)> = None;
-    let mut disconnected_at: Option<Instant> = None;
-    #[allow(clippy::type_complexity)]
-    let mut moving: Option<
-        std::pin::Pin<
-            Box<dyn std::future::Future<Output = Option<(zk::Client, String)>> + Send + '_>,
-        >,
-    > = None;
+    let mut session = Monitor::new(shared, zk, wire_hosts);
     loop {
+        let ev = session.next_event().await;
+        if let Some(end) = session.handle(ev) {
+            return end;
+        }
+    }
+}
+
+/// What wakes the [`Monitor`].
+enum Ev {
+    /// The wire client's state changed.
+    State(zk::SessionState),
+    /// A whole session timeout went by without an answer.
+    LostTimer,
+    /// The heartbeat of the local lease.
+    Beat,
+    /// The round trip sent after a stall came back (or failed).
+    Vouched(bool),
+    /// The Client is closing.
+    Stop,
+    /// Time to look at the member list for hosts the wire client does not know.
+    LookForMembers,
+    /// An attempt to move the session ended: the new wire client, or `None`.
+    Moved(Option<(zk::Client, String)>),
+    /// The round trip sent through a reconnection came back (or failed), with that state.
+    Confirmed(bool, zk::SessionState),
+}
+
+/// A round trip in flight, answering whether it went through.
+type RoundTrip = future::Boxed<bool>;
+
+/// An attempt to move the session (see [`move_session`]).
+type Moving<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<(zk::Client, String)>> + Send + 'a>>;
+
+/// The state [`monitor`] keeps on one session.
+struct Monitor<'a> {
+    shared: &'a Shared,
+    zk: &'a zk::Client,
+    wire_hosts: &'a str,
+    /// The session timeout the server granted.
+    negotiated: Duration,
+    /// The wire client's idle timeout (see [`idle_timeout`]).
+    idle: Duration,
+    /// The lease's heartbeat period, and how late a beat may come before the process counts
+    /// as having stood still.
+    period: Duration,
+    late: Duration,
+    watcher: zk::StateWatcher,
+    /// When the session is given up unless the connection comes back first.
+    lost_at: Option<Instant>,
+    last_beat: Instant,
+    /// Whether a connected state seen on time renews the lease; after a stall only a round
+    /// trip sent since does.
+    trusted: bool,
+    vouching: Option<RoundTrip>,
+    /// A reconnection is believed once a round trip went through it (see
+    /// [`on_connected`](Monitor::on_connected)).
+    confirming: Option<(RoundTrip, zk::SessionState)>,
+    disconnected_at: Option<Instant>,
+    moving: Option<Moving<'a>>,
+}
+
+impl<'a> Monitor<'a> {
+    fn new(shared: &'a Shared, zk: &'a zk::Client, wire_hosts: &'a str) -> Monitor<'a> {
+        let negotiated = zk.session_timeout();
+        let idle = idle_timeout(shared.config.session_timeout / 3, negotiated);
+        shared.lease.open(negotiated, idle);
+        let (period, late) = shared.lease.beat();
+        Monitor {
+            shared,
+            zk,
+            wire_hosts,
+            negotiated,
+            idle,
+            period,
+            late,
+            watcher: zk.state_watcher(),
+            lost_at: None,
+            last_beat: Instant::now(),
+            trusted: true,
+            vouching: None,
+            confirming: None,
+            disconnected_at: None,
+            moving: None,
+        }
+    }
+
+    /// Waits for whatever comes first.
+    async fn next_event(&mut self) -> Ev {
+        let lost_at = self.lost_at;
         let timer = async {
             match lost_at {
                 Some(at) => async_io::Timer::at(at).await,
@@ -281,28 +353,33 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
             };
             Ev::LostTimer
         };
+        let next_beat = self.last_beat + self.period;
         let beat = async {
-            async_io::Timer::at(last_beat + period).await;
+            async_io::Timer::at(next_beat).await;
             Ev::Beat
         };
+        let vouching = &mut self.vouching;
         let vouched = async {
             match vouching.as_mut() {
                 Some(round_trip) => Ev::Vouched(round_trip.await),
                 None => future::pending().await,
             }
         };
+        let confirming = &mut self.confirming;
         let confirmed = async {
             match confirming.as_mut() {
                 Some((round_trip, state)) => Ev::Confirmed(round_trip.await, *state),
                 None => future::pending().await,
             }
         };
+        let watcher = &mut self.watcher;
         let changed = async { Ev::State(watcher.changed().await) };
+        let shared = self.shared;
         let stop = async {
             shared.stop.wait().await;
             Ev::Stop
         };
-        let looking = disconnected_at.is_some() && moving.is_none();
+        let looking = self.disconnected_at.is_some() && self.moving.is_none();
         let look = async {
             match looking {
                 true => async_io::Timer::after(MOVE_POLL).await,
@@ -310,13 +387,14 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
             };
             Ev::LookForMembers
         };
+        let moving = &mut self.moving;
         let moved = async {
             match moving.as_mut() {
                 Some(attempt) => Ev::Moved(attempt.await),
                 None => future::pending().await,
             }
         };
-        let ev = future::or(
+        future::or(
             stop,
             future::or(
                 changed,
@@ -329,112 +407,139 @@ async fn monitor(shared: &Shared, zk: &zk::Client, wire_hosts: &str) -> End {
                 ),
             ),
         )
-        .await;
-        if live.timed_out() && !matches!(ev, Ev::Stop) {
+        .await
+    }
+
+    /// Acts on `ev`; the session's end, if it ended.
+    fn handle(&mut self, ev: Ev) -> Option<End> {
+        if self.shared.lease.timed_out() && !matches!(ev, Ev::Stop) {
             // This process stood still for longer than the session timeout.
             tracing::warn!(
                 "nothing heard from ZooKeeper for a whole session timeout; giving it up"
             );
-            shared.set(ConnectionState::Lost, |_| {});
-            return End::SessionOver;
+            return Some(self.lost());
         }
         match ev {
-            Ev::Stop => return End::Stop,
+            Ev::Stop => return Some(End::Stop),
             Ev::LostTimer => {
                 // Nothing received for a whole session timeout: the server may have expired us.
                 // Like Curator, give the session up and start a new one.
                 tracing::warn!(
-                    "session 0x{:x}: no answer from {wire_hosts} for too long; giving it up",
-                    zk.session().id().0
+                    "session 0x{:x}: no answer from {} for too long; giving it up",
+                    self.zk.session().id().0,
+                    self.wire_hosts
                 );
-                shared.set(ConnectionState::Lost, |_| {});
-                return End::SessionOver;
+                return Some(self.lost());
             }
-            Ev::Beat => {
-                let now = Instant::now();
-                if now - last_beat > late {
-                    tracing::debug!("the Client stood still for {:?}", now - last_beat);
-                    trusted = false;
-                    if vouching.is_none() {
-                        let zk = zk.clone();
-                        vouching = Some(Box::pin(async move { zk.check_stat("/").await.is_ok() }));
-                    }
-                } else if trusted && lost_at.is_none() {
-                    live.heard();
-                }
-                last_beat = now;
-            }
+            Ev::Beat => self.on_beat(),
             Ev::Vouched(ok) => {
-                vouching = None;
+                self.vouching = None;
                 if ok {
-                    live.heard();
-                    trusted = true;
+                    self.shared.lease.heard();
+                    self.trusted = true;
                 }
             }
-            Ev::LookForMembers => {
-                let long_enough =
-                    disconnected_at.is_some_and(|at| at.elapsed() >= move_grace(shared));
-                let members = shared.hosts.lock().clone();
-                let fresh = super::ensemble::new_hosts(&members, wire_hosts);
-                if long_enough && !fresh.is_empty() {
-                    let session = zk.session().clone();
-                    tracing::info!(
-                        "no answer from {wire_hosts}: moving session 0x{:x} to {members}",
-                        session.id().0
-                    );
-                    moving = Some(Box::pin(move_session(shared, session, fresh, members)));
-                }
-            }
-            Ev::Moved(None) => moving = None,
+            Ev::LookForMembers => self.look_for_members(),
+            Ev::Moved(None) => self.moving = None,
             // Taken even if the old wire client came back meanwhile: the server gave the
             // session to the newer connection.
-            Ev::Moved(Some((next, hosts))) => return End::Moved(next, hosts),
-            Ev::State(zk::SessionState::Disconnected) => {
-                confirming = None;
-                disconnected_at.get_or_insert_with(Instant::now);
-                if lost_at.is_none() {
-                    // The last byte arrived at least `idle` ago (or later, if the socket broke).
-                    let margin = idle + idle / 8;
-                    lost_at = Some(Instant::now() + negotiated.saturating_sub(margin));
-                    shared.set(ConnectionState::Suspended, |_| {});
-                }
-            }
-            // The wire client says it is connected as soon as the server answers the connect
-            // request; if that connection breaks before the session is set up on it, it goes
-            // back to its hosts without saying it is disconnected again (until one of them
-            // accepts a connection). So a reconnection counts once a request went through it:
-            // until then the Lost timer runs on and the session may still move.
+            Ev::Moved(Some((next, hosts))) => return Some(End::Moved(next, hosts)),
+            Ev::State(zk::SessionState::Disconnected) => self.on_disconnected(),
             Ev::State(
                 state @ (zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly),
-            ) => {
-                let zk = zk.clone();
-                confirming = Some((
-                    Box::pin(async move { zk.check_stat("/").await.is_ok() }),
-                    state,
-                ));
-            }
-            Ev::Confirmed(false, _) => confirming = None,
-            Ev::Confirmed(true, state) => {
-                confirming = None;
-                disconnected_at = None;
-                moving = None;
-                lost_at = None;
-                live.heard();
-                trusted = true;
-                shared.set(
-                    match state {
-                        zk::SessionState::ConnectedReadOnly => ConnectionState::ReadOnly,
-                        _ => ConnectionState::Reconnected,
-                    },
-                    |_| {},
-                );
-            }
+            ) => self.on_connected(state),
+            Ev::Confirmed(false, _) => self.confirming = None,
+            Ev::Confirmed(true, state) => self.on_confirmed(state),
             Ev::State(state) => {
                 tracing::warn!("ZooKeeper session ended: {state}");
-                shared.set(ConnectionState::Lost, |_| {});
-                return End::SessionOver;
+                return Some(self.lost());
             }
         }
+        None
+    }
+
+    /// The session is given up: `Lost` to the listeners.
+    fn lost(&self) -> End {
+        self.shared.set(ConnectionState::Lost, |_| {});
+        End::SessionOver
+    }
+
+    /// The lease's heartbeat: renews the lease while the connection is trusted; a beat that
+    /// comes late means the process stood still, and only a round trip sent since renews it.
+    fn on_beat(&mut self) {
+        let now = Instant::now();
+        if now - self.last_beat > self.late {
+            tracing::debug!("the Client stood still for {:?}", now - self.last_beat);
+            self.trusted = false;
+            if self.vouching.is_none() {
+                let zk = self.zk.clone();
+                self.vouching = Some(Box::pin(async move { zk.check_stat("/").await.is_ok() }));
+            }
+        } else if self.trusted && self.lost_at.is_none() {
+            self.shared.lease.heard();
+        }
+        self.last_beat = now;
+    }
+
+    /// Disconnected long enough, with members the wire client does not know: starts moving
+    /// the session to them.
+    fn look_for_members(&mut self) {
+        let long_enough = self
+            .disconnected_at
+            .is_some_and(|at| at.elapsed() >= move_grace(self.shared));
+        let members = self.shared.hosts.lock().clone();
+        let fresh = super::ensemble::new_hosts(&members, self.wire_hosts);
+        if long_enough && !fresh.is_empty() {
+            let session = self.zk.session().clone();
+            tracing::info!(
+                "no answer from {}: moving session 0x{:x} to {members}",
+                self.wire_hosts,
+                session.id().0
+            );
+            self.moving = Some(Box::pin(move_session(self.shared, session, fresh, members)));
+        }
+    }
+
+    /// `Suspended`, and the timer after which the session is given up.
+    fn on_disconnected(&mut self) {
+        self.confirming = None;
+        self.disconnected_at.get_or_insert_with(Instant::now);
+        if self.lost_at.is_none() {
+            // The last byte arrived at least `idle` ago (or later, if the socket broke).
+            let margin = self.idle + self.idle / 8;
+            self.lost_at = Some(Instant::now() + self.negotiated.saturating_sub(margin));
+            self.shared.set(ConnectionState::Suspended, |_| {});
+        }
+    }
+
+    /// The wire client says it is connected as soon as the server answers the connect
+    /// request; if that connection breaks before the session is set up on it, it goes back to
+    /// its hosts without saying it is disconnected again (until one of them accepts a
+    /// connection). So a reconnection counts once a request went through it: until then the
+    /// Lost timer runs on and the session may still move.
+    fn on_connected(&mut self, state: zk::SessionState) {
+        let zk = self.zk.clone();
+        self.confirming = Some((
+            Box::pin(async move { zk.check_stat("/").await.is_ok() }),
+            state,
+        ));
+    }
+
+    /// A round trip went through the reconnection: the session is back.
+    fn on_confirmed(&mut self, state: zk::SessionState) {
+        self.confirming = None;
+        self.disconnected_at = None;
+        self.moving = None;
+        self.lost_at = None;
+        self.shared.lease.heard();
+        self.trusted = true;
+        self.shared.set(
+            match state {
+                zk::SessionState::ConnectedReadOnly => ConnectionState::ReadOnly,
+                _ => ConnectionState::Reconnected,
+            },
+            |_| {},
+        );
     }
 }
 

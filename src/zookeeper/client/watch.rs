@@ -105,18 +105,7 @@ impl Client {
         cancel: Signal,
         on_move: WatchEventKind,
     ) {
-        let moved = {
-            let conn = self.shared().conn.lock();
-            let same = conn
-                .zk
-                .as_ref()
-                .is_some_and(|c| c.session_id() == zk.session_id());
-            if same {
-                conn.moved.clone()
-            } else {
-                Signal::default()
-            }
-        };
+        let moved = self.moved_signal(&zk);
         let events = self.shared().events.clone();
         let path = path.to_owned();
         // The Client's close: this task holds a clone of the wire handle, and the wire client
@@ -125,80 +114,119 @@ impl Client {
         self.shared().spawn(async move {
             let mut target = target;
             loop {
-                let fired = future::or(
-                    async { Some(Some(watcher.changed().await)) },
-                    future::or(
-                        async {
-                            future::or(cancel.wait(), closing.wait()).await;
-                            None
-                        },
-                        async {
-                            moved.wait().await;
-                            Some(None)
-                        },
-                    ),
-                )
-                .await;
-                // On cancel the watcher is dropped here, which removes the watch from the server;
-                // on close, a user's `Watch` sees its sender go and returns `None`.
-                let Some(event) = fired else { return };
-                let Some(event) = event else {
-                    let event = WatchEvent {
-                        kind: on_move,
-                        path: path.clone(),
-                    };
-                    match target {
-                        WatchTarget::Channel(tx) => {
-                            let _ = events.send(Message::Watch(tx, event));
-                        }
-                        WatchTarget::Call(call) => call(event),
-                        WatchTarget::Reading { mut deliver, .. } => deliver(event, None),
+                // On cancel the watcher is dropped here, which removes the watch from the
+                // server; on close, a user's `Watch` sees its sender go and returns `None`.
+                let event = match fired(watcher, &cancel, &closing, &moved).await {
+                    Fired::Stopped => return,
+                    Fired::Moved => {
+                        let event = WatchEvent {
+                            kind: on_move,
+                            path: path.clone(),
+                        };
+                        return target.deliver_alone(&events, event);
                     }
-                    return;
+                    Fired::Event(event) => WatchEvent::from_zk(event),
                 };
-                let event = WatchEvent::from_zk(event);
                 match target {
-                    WatchTarget::Channel(tx) => {
-                        let _ = events.send(Message::Watch(tx, event));
-                        return;
-                    }
-                    WatchTarget::Call(call) => return call(event),
                     WatchTarget::Reading {
                         parent,
                         mut deliver,
-                    } => {
-                        if event.kind != WatchEventKind::NodeDataChanged {
-                            return deliver(event, None);
-                        }
-                        // Both requests go out now, one behind the other: one round trip.
-                        let node = zk.get_and_watch_data(&path);
-                        let parent_stat = parent.then(|| zk.check_stat(path::parent(&path)));
-                        let node = node.await;
-                        let parent_stat = match parent_stat {
-                            Some(stat) => stat.await.ok().flatten().map(Stat::from_zk),
-                            None => None,
-                        };
-                        let (node, next) = match node {
-                            Ok((data, stat, next)) => {
-                                (Ok(Some((Stat::from_zk(stat), data))), Some(next))
-                            }
-                            Err(zk::Error::NoNode) => (Ok(None), None),
-                            Err(e) => (Err(Error::from_zk(e, &path)), None),
-                        };
-                        deliver(
-                            event,
-                            Some(Reread {
-                                node,
-                                parent: parent_stat,
-                            }),
-                        );
+                    } if event.kind == WatchEventKind::NodeDataChanged => {
+                        let (reread, next) = reread(&zk, &path, parent).await;
+                        deliver(event, Some(reread));
                         let Some(next) = next else { return };
                         watcher = next;
                         target = WatchTarget::Reading { parent, deliver };
                     }
+                    target => return target.deliver_alone(&events, event),
                 }
             }
         });
+    }
+
+    /// The signal set when the session of `zk` moves off it; one never set if the Client's
+    /// session is another already.
+    fn moved_signal(&self, zk: &zk::Client) -> Signal {
+        let conn = self.shared().conn.lock();
+        let same = conn
+            .zk
+            .as_ref()
+            .is_some_and(|c| c.session_id() == zk.session_id());
+        if same {
+            conn.moved.clone()
+        } else {
+            Signal::default()
+        }
+    }
+}
+
+/// What ended a forwarded watch's wait.
+enum Fired {
+    /// The watch fired.
+    Event(zk::WatchedEvent),
+    /// The session moved to another wire client, which does not have the watch.
+    Moved,
+    /// Cancelled, or the Client closed.
+    Stopped,
+}
+
+/// Waits for `watcher` to fire, `cancel` or `closing` to be set, or the session to move. A
+/// watcher dropped before it fired (with this future) is removed from the server.
+async fn fired(
+    watcher: zk::OneshotWatcher,
+    cancel: &Signal,
+    closing: &Signal,
+    moved: &Signal,
+) -> Fired {
+    future::or(
+        async { Fired::Event(watcher.changed().await) },
+        future::or(
+            async {
+                future::or(cancel.wait(), closing.wait()).await;
+                Fired::Stopped
+            },
+            async {
+                moved.wait().await;
+                Fired::Moved
+            },
+        ),
+    )
+    .await
+}
+
+/// Reads a node whose data changed again, with a new watch (and its parent's stat, with
+/// `parent`): what a [`WatchTarget::Reading`] is given, and the new watch if the node is there.
+async fn reread(zk: &zk::Client, path: &str, parent: bool) -> (Reread, Option<zk::OneshotWatcher>) {
+    // Both requests go out now, one behind the other: one round trip.
+    let node = zk.get_and_watch_data(path);
+    let parent_stat = parent.then(|| zk.check_stat(path::parent(path)));
+    let node = node.await;
+    let parent_stat = match parent_stat {
+        Some(stat) => stat.await.ok().flatten().map(Stat::from_zk),
+        None => None,
+    };
+    let (node, next) = match node {
+        Ok((data, stat, next)) => (Ok(Some((Stat::from_zk(stat), data))), Some(next)),
+        Err(zk::Error::NoNode) => (Ok(None), None),
+        Err(e) => (Err(Error::from_zk(e, path)), None),
+    };
+    let reread = Reread {
+        node,
+        parent: parent_stat,
+    };
+    (reread, next)
+}
+
+impl WatchTarget {
+    /// Hands `event` to the target, with nothing read again: the watch's last event.
+    fn deliver_alone(self, events: &crossbeam_channel::Sender<Message>, event: WatchEvent) {
+        match self {
+            WatchTarget::Channel(tx) => {
+                let _ = events.send(Message::Watch(tx, event));
+            }
+            WatchTarget::Call(call) => call(event),
+            WatchTarget::Reading { mut deliver, .. } => deliver(event, None),
+        }
     }
 }
 

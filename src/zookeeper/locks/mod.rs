@@ -1,6 +1,7 @@
 //! The ZooKeeper lock recipes: one algorithm (`internals`), drivers, and thin recipes on top.
 
 mod driver;
+mod guarded;
 mod internals;
 mod kazoo;
 mod kazoo_semaphore;

@@ -149,6 +149,11 @@ impl InterProcessMutex {
         &self.core.raw.internals.path
     }
 
+    /// The lock in the core's re-entrant shell.
+    pub(crate) fn reentrant(&self) -> &Reentrant {
+        &self.core
+    }
+
     /// Data for the lock nodes this object creates from now on (default: the Client's default
     /// data, the host's address).
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {

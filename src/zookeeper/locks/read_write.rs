@@ -306,6 +306,11 @@ impl ReadLock {
     pub fn lock_node(&self) -> Option<String> {
         raw::lock_node(&self.inner.read)
     }
+
+    /// The half in the core's re-entrant shell.
+    pub(crate) fn reentrant(&self) -> &Reentrant {
+        &self.inner.read
+    }
 }
 
 impl WriteLock {
@@ -362,6 +367,11 @@ impl WriteLock {
     /// The calling thread's write node, if it holds the write lock.
     pub fn lock_node(&self) -> Option<String> {
         raw::lock_node(&self.inner.write)
+    }
+
+    /// The half in the core's re-entrant shell.
+    pub(crate) fn reentrant(&self) -> &Reentrant {
+        &self.inner.write
     }
 }
 

@@ -351,6 +351,11 @@ impl Lease {
         &self.lease.raw.path
     }
 
+    /// The Client the lease was taken through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.lease.raw.client
+    }
+
     /// The lease node's data.
     pub fn data(&self) -> Result<Vec<u8>> {
         self.lease.raw.client.data(self.path()).map(|(d, _)| d)

@@ -77,6 +77,11 @@ impl InterProcessSemaphoreMutex {
         self.lease.lock().as_ref().map(|l| l.path().to_owned())
     }
 
+    /// `f` of the held lease, if this object holds the lock.
+    pub(crate) fn with_lease<R>(&self, f: impl FnOnce(&Lease) -> R) -> Option<R> {
+        self.lease.lock().as_ref().map(f)
+    }
+
     /// Data for the lock nodes this object creates from now on.
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.semaphore.set_node_data(data)
