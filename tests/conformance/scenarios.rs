@@ -964,6 +964,7 @@ pub fn extreme_durations(b: &dyn Backend) {
 
 /// How many holds [`release_during_slow_renewal`] releases while a renewal is in flight: 20,
 /// or `ZKLOCK_SLOW_RELEASES` (each takes about a renewal period, a second).
+#[cfg(feature = "metrics")]
 fn slow_releases_count() -> usize {
     std::env::var("ZKLOCK_SLOW_RELEASES")
         .ok()
