@@ -14,6 +14,7 @@ use mysql::prelude::Queryable;
 use parking_lot::Mutex;
 
 use super::keeper::Keeper;
+use super::mode::MySqlMode;
 use super::session::{connect_error, Session};
 use super::sql::TOKENS;
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
@@ -103,23 +104,6 @@ pub(crate) struct Inner {
     /// Idle sessions (at most [`IDLE_SESSIONS`]), holding no lock: the table mode's
     /// statements, and the `GET_LOCK` mode's next waits after a confirmed release.
     idle: Mutex<Vec<Session>>,
-}
-
-/// How the locks of a [`MySqlClient`] lock, chosen by [`MySqlClientBuilder::mode`] or the URL
-/// parameter `lock_mode=get_lock` / `lock_mode=table`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum MySqlMode {
-    /// `GET_LOCK` on one server (the default): a held connection per lock, FIFO hand-off,
-    /// every recipe. Refused where `GET_LOCK` is not one lock (Galera, multi-primary Group
-    /// Replication, TiDB).
-    #[default]
-    GetLock,
-    /// Leases as rows of the table `zklock_lock_record` (unique name, owner, an expiry by the
-    /// database's clock, a version that is the fencing token), renewed by the Client's keeper,
-    /// taken by waiters that poll: for the setups where `GET_LOCK` cannot exclude. Mutexes
-    /// only; see `docs/mysql.md`.
-    Table,
 }
 
 /// The longest connection and operation timeouts: a longer one is taken as this.

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
-use super::client::{Inner, MySqlClient, MySqlMode, Waiter};
+use super::client::{Inner, MySqlClient, Waiter};
+use super::mode::MySqlMode;
 use super::session::Session;
 use super::sql::{check_name, key_sql, token_sql, BUMP, TOKENS};
 use crate::core::deadline::Deadline;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::client::MySqlClient;
-use super::client::MySqlMode;
 use super::get_lock::{attempt, Waits};
+use super::mode::MySqlMode;
 use super::sql::{check_name, key_sql};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};

@@ -20,6 +20,7 @@ mod clock;
 mod get_lock;
 mod keeper;
 mod latch;
+mod mode;
 mod mutex;
 mod participants;
 mod read_write;
@@ -30,8 +31,9 @@ mod table;
 mod tables;
 mod tls;
 
-pub use client::{MySqlClient, MySqlClientBuilder, MySqlMode};
+pub use client::{MySqlClient, MySqlClientBuilder};
 pub use latch::MySqlLeaderLatch;
+pub use mode::MySqlMode;
 pub use mutex::MySqlMutex;
 pub use participants::MySqlParticipant;
 pub use read_write::{MySqlReadLock, MySqlReadWriteLock, MySqlWriteLock};

@@ -1,8 +1,9 @@
 //! [`MySqlMutex`]: a re-entrant mutex on MySQL's and MariaDB's `GET_LOCK` (or, in the table
 //! mode, a lease record), with health and fencing.
 
-use super::client::{MySqlClient, MySqlMode};
+use super::client::MySqlClient;
 use super::get_lock::{self, Mode};
+use super::mode::MySqlMode;
 use super::table;
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;

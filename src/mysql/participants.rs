@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use mysql::prelude::Queryable;
 
-use super::client::{Inner, MySqlClient, MySqlMode};
+use super::client::{Inner, MySqlClient};
+use super::mode::MySqlMode;
 use super::semaphore::MAX_LEASES;
 use super::sql::{check_name, key_sql, RECORDS};
 use crate::core::error::{Error, Result};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mysql::prelude::Queryable;
 
-use super::client::MySqlMode;
+use super::mode::MySqlMode;
 use super::session::Session;
 use super::sql::{QUEUE, QUEUE_DDL, RECORDS, RECORDS_DDL, TOKENS, TOKENS_DDL};
 use crate::core::error::{Error, Result};
