@@ -32,5 +32,6 @@ pub(crate) mod metrics;
 pub(crate) mod multi;
 pub(crate) mod options;
 pub(crate) mod retry;
+pub(crate) mod server_clock;
 pub(crate) mod thread_holds;
 pub(crate) mod token;

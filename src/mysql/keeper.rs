@@ -13,14 +13,15 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use parking_lot::{Condvar, Mutex};
 
-use super::clock::{DbClock, Step, NOW_SQL};
 use super::session::{code, error, Session};
+use super::sql::NOW_SQL;
 use super::sql::{dequeue_sql, expire_sql, renew_sql, Record};
 use crate::core::connection::{ConnectionState, States};
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
 use crate::core::hold::Report;
 use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::server_clock::{ServerClock, Step};
 
 /// The holds and leases of one Client, the Client's own session, and the keeper thread.
 pub(crate) struct Keeper {
@@ -56,7 +57,7 @@ pub(crate) struct Keeper {
     pub(crate) naps: Condvar,
     /// The database's clock as the keeper reads it while table leases are held, when it was
     /// last read, and until when (the lease clock) a step it found keeps leases `Suspended`.
-    clock: Mutex<DbClock>,
+    clock: Mutex<ServerClock>,
     clock_read: Mutex<Duration>,
     doubt_until: Mutex<Option<Duration>>,
 }
@@ -106,7 +107,7 @@ impl Keeper {
             waits: Mutex::default(),
             nap: Mutex::new(0),
             naps: Condvar::new(),
-            clock: Mutex::new(DbClock::new(session_timeout)),
+            clock: Mutex::new(ServerClock::new(session_timeout)),
             clock_read: Mutex::new(Duration::ZERO),
             doubt_until: Mutex::new(None),
         }

@@ -16,7 +16,6 @@
 
 pub(crate) mod any;
 mod client;
-mod clock;
 mod get_lock;
 mod keeper;
 mod latch;

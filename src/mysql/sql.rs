@@ -195,6 +195,10 @@ pub(crate) fn renew_sql(record: &Record, lease: Duration) -> String {
     )
 }
 
+/// The statement that reads the database's clock in µs since the epoch (every zklock session
+/// is in UTC).
+pub(crate) const NOW_SQL: &str = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', NOW(6))";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,8 +26,8 @@ const UNDO: &str = "ROLLBACK TO SAVEPOINT zklock_xact_lock; RELEASE SAVEPOINT zk
 const MAX_WAIT_MS: u128 = i32::MAX as u128;
 
 /// A transaction-scoped advisory lock held by the caller's own transaction: what
-/// [`PgXactLock::acquire`] (the synchronous `postgres` crate, feature `postgres-sync`) and
-/// [`PgXactLock::acquire_async`] (`tokio-postgres`, feature `postgres-async`) return when the
+/// `PgXactLock::acquire` (the synchronous `postgres` crate, feature `postgres-sync`) and
+/// `PgXactLock::acquire_async` (`tokio-postgres`, feature `postgres-async`) return when the
 /// lock is granted.
 ///
 /// The value only describes the hold: the lock belongs to the transaction, and its
@@ -123,7 +123,7 @@ impl PgXactLock {
     /// than `postgres` or `tokio-postgres` that wants to take the same lock.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire) for a bad name.
+    /// As `acquire` for a bad name.
     pub fn lock_sql(name: &str) -> Result<String> {
         check_name(name)?;
         Ok(format!(
@@ -167,7 +167,7 @@ impl PgXactLock {
 
 #[cfg(feature = "postgres-async")]
 impl PgXactLock {
-    /// As [`acquire`](Self::acquire), on a `tokio_postgres::Transaction` (or a
+    /// As `acquire` (feature `postgres-sync`), on a `tokio_postgres::Transaction` (or a
     /// `tokio_postgres::Client` inside a `BEGIN`). Feature `postgres-async`.
     ///
     /// # Errors

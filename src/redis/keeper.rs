@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::clock::ServerClock;
 use super::scripts::{Keys, Scripts};
 use super::server::{route, Route, Server};
 use super::wake::{Registered, Wakes};
@@ -30,6 +29,7 @@ use crate::core::connection::States;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
 use crate::core::lease::{boot_clock, LocalLease};
+use crate::core::server_clock::ServerClock;
 
 mod clock_check;
 mod owed;

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::Run;
-use crate::redis::clock::{time_us, ServerClock, Step};
+use crate::core::server_clock::{slack, ServerClock, Step};
+use crate::redis::clock::time_us;
 
 impl Run {
     /// A reading of the clock of `node` (its `TIME` answer to a round sent at `sent` and
@@ -52,7 +53,7 @@ impl Run {
                 "" | crate::redis::server::ANY => self.shown.clone(),
                 node => format!("{} (node {node})", self.shown),
             },
-            crate::redis::clock::slack(self.ttl).as_secs_f64()
+            slack(self.ttl).as_secs_f64()
         );
     }
 }

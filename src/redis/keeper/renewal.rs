@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{evalsha, ms, Renewing, Run};
 use crate::core::health::LockHealth;
 use crate::core::lease::boot_clock;
-use crate::redis::clock::Step;
+use crate::core::server_clock::Step;
 use crate::redis::cluster::Redirect;
 use crate::redis::server::{route as route_of, Route};
 
