@@ -16,7 +16,7 @@ echo "package-check: msrv-check rejects a rust-version below the dependencies' (
 # Publishing drops the path dev-dependency that turns `testing` on, so each [[test]] says so.
 for t in tests/*.rs; do
   name=$(basename "$t" .rs)
-  if ! grep -A2 "^name = \"$name\"\$" Cargo.toml | grep -qE 'required-features = \[("[a-z]+", )*"testing"(, "[a-z]+")*\]'; then
+  if ! grep -A2 "^name = \"$name\"\$" Cargo.toml | grep -qE 'required-features = \[("[a-z-]+", )*"testing"(, "[a-z-]+")*\]'; then
     echo "package-check: FAIL: tests/$name.rs has no [[test]] entry whose required-features list \"testing\" in Cargo.toml" >&2
     exit 1
   fi
