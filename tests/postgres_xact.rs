@@ -26,16 +26,19 @@ const SHORT: Duration = Duration::from_millis(300);
 
 /// Workers that each take `name(w)` in a transaction of their own through the pooler and
 /// write to the fenced register with the lock's token while they hold it: the register's log
-/// of enters, writes and exits is the checker.
+/// of enters, writes and exits is the checker. With `meet`, every worker waits for the
+/// others while it holds its first lock, so holders of different locks certainly overlap.
 fn run_workers(
     bouncer: &TestingPgBouncer,
     register: &FencedRegister,
     name: fn(usize) -> String,
+    meet: Option<Arc<Barrier>>,
 ) -> zklock::testing::FenceReport {
     let workers: Vec<_> = (0..3)
         .map(|w| {
             let mut db = connect(bouncer);
             let mut fence = register.client().unwrap();
+            let meet = meet.clone();
             thread::spawn(move || {
                 let me = format!("w{w}");
                 for i in 0..12 {
@@ -46,6 +49,9 @@ fn run_workers(
                     let token = lock.fencing_token().expect("a token");
                     fence.enter(token, &me).unwrap();
                     fence.write(token, &me, &i.to_string()).unwrap();
+                    if let (0, Some(meet)) = (i, &meet) {
+                        meet.wait();
+                    }
                     thread::sleep(Duration::from_millis(5));
                     fence.exit(token, &me).unwrap();
                     // Half the holds end with a commit, half with a rollback.
@@ -69,19 +75,25 @@ fn holders_through_a_transaction_mode_pooler_never_overlap_and_tokens_rise() {
     let server = TestingPostgres::start().unwrap();
     let bouncer = TestingPgBouncer::start(&server, "transaction").unwrap();
     let register = FencedRegister::start().unwrap();
-    let report = run_workers(&bouncer, &register, |_| "ledger".to_owned());
+    let report = run_workers(&bouncer, &register, |_| "ledger".to_owned(), None);
     println!("{report}");
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.rejected(), 0, "every token above the last: {report}");
 }
 
-/// The checker above can fail: the same workers, each on a lock of its own, overlap.
+/// The checker above can fail: the same workers, each on a lock of its own and meeting while
+/// they hold it, overlap.
 #[test]
 fn the_checker_sees_holders_of_different_locks_overlap() {
     let server = TestingPostgres::start().unwrap();
     let bouncer = TestingPgBouncer::start(&server, "transaction").unwrap();
     let register = FencedRegister::start().unwrap();
-    let report = run_workers(&bouncer, &register, |w| format!("own-{w}"));
+    let report = run_workers(
+        &bouncer,
+        &register,
+        |w| format!("own-{w}"),
+        Some(Arc::new(Barrier::new(3))),
+    );
     assert!(!report.is_clean(), "overlaps found: {report}");
 }
 
