@@ -5,6 +5,7 @@
 # `scripts/external-check.py` lists every external command and Python module the tests and
 # benches use, and which set-up script installs each.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 need=()
 for tool in ps pgrep; do command -v "$tool" >/dev/null 2>&1 || need+=(procps); done
@@ -12,15 +13,4 @@ for tool in ps pgrep; do command -v "$tool" >/dev/null 2>&1 || need+=(procps); d
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v flock >/dev/null 2>&1 || need+=(util-linux)
-[ ${#need[@]} -eq 0 ] && exit 0
-mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
-
-echo "zklock: installing ${need[*]} with apt-get" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+apt_install "${need[@]}"

@@ -7,6 +7,7 @@
 # MySQL is not in Debian's archive: the tests run on MariaDB only. Nothing is installed when
 # MARIADB_BINDIR names a directory with your own.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 need=()
 if [ -z "${MARIADB_BINDIR:-}" ] && ! [ -x /usr/sbin/mariadbd ]; then
@@ -19,20 +20,12 @@ if [ -z "${GALERA_PROVIDER:-}" ] && ! [ -e /usr/lib/galera/libgalera_smm.so ]; t
 fi
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 # The MySQL bench's peer row: PyMySQL's plain GET_LOCK (benches/python/pymysql_bench.py).
-python3 -c 'import pymysql' >/dev/null 2>&1 || need+=(python3-pymysql)
+/usr/bin/python3 -c 'import pymysql' >/dev/null 2>&1 || need+=(python3-pymysql)
 [ ${#need[@]} -eq 0 ] && exit 0
 
-echo "zklock: installing ${need[*]} with apt-get" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
 # The package's own server is not wanted running (the tests start theirs): no service start
 # where there is no init system; where there is one, it is stopped again.
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+apt_install "${need[@]}"
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet mariadb 2>/dev/null; then
-  $sudo systemctl stop mariadb || true
+  $apt_sudo systemctl stop mariadb || true
 fi

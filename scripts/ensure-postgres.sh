@@ -4,6 +4,7 @@
 # put PgBouncer in front of them), installing the packages with apt-get if not. The server is
 # not installed when PG_BINDIR names one of your own.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 need=()
 if [ -z "${PG_BINDIR:-}" ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
@@ -16,16 +17,8 @@ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need+=(pgb
 /usr/bin/python3 -c 'import psycopg2' >/dev/null 2>&1 || need+=(python3-psycopg2)
 [ ${#need[@]} -eq 0 ] && exit 0
 
-echo "zklock: installing ${need[*]} with apt-get" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
 # No cluster of the package's own (the tests create theirs).
-$sudo mkdir -p /etc/postgresql-common
+$apt_sudo mkdir -p /etc/postgresql-common
 grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
-  echo 'create_main_cluster = false' | $sudo tee -a /etc/postgresql-common/createcluster.conf >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  echo 'create_main_cluster = false' | $apt_sudo tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+apt_install "${need[@]}"

@@ -4,6 +4,7 @@
 # (installed from PyPI into a virtualenv), installing them with apt-get if not. redis-server
 # is not installed when REDIS_SERVER names a server of your own.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 need=()
 if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
@@ -11,14 +12,4 @@ if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
 fi
 /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || need+=(python3-redis)
 /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-[ ${#need[@]} -eq 0 ] && exit 0
-
-echo "zklock: installing ${need[*]} with apt-get" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+apt_install "${need[@]}"

@@ -4,6 +4,7 @@
 # and Debian's kazoo for Python 3 (python3-kazoo), for the kazoo interop tests; --kazoo installs only the latter beside the server.
 # ZooKeeper is not installed when ZOOKEEPER_CLASSPATH points at jars of your own.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 need=()
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
@@ -19,14 +20,4 @@ fi
 if [ "${1:-}" = "--interop" ] || [ "${1:-}" = "--kazoo" ]; then
   /usr/bin/python3 -c 'import kazoo' >/dev/null 2>&1 || need+=(python3-kazoo)
 fi
-[ ${#need[@]} -eq 0 ] && exit 0
-
-echo "zklock: installing ${need[*]} with apt-get" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "zklock: run as root or install sudo to install ${need[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+apt_install "${need[@]}"
