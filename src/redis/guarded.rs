@@ -35,7 +35,7 @@ local function lost()
   if not expiry then return 'has no entry for this hold' end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if tonumber(expiry) <= now then return 'has this hold''s entry expired' end
+  if tonumber(expiry) <= now then return 'has the entry of this hold expired' end
   return nil
 end
 local why = lost()
