@@ -128,8 +128,9 @@ pub(crate) fn multi(
         };
     }
     let answer = run(lock, &call)?;
-    let redis::Value::Array(results) = answer else {
-        return Err(unexpected(&answer));
+    let results = match answer {
+        redis::Value::Array(results) if results.len() == ops.len() => results,
+        other => return Err(unexpected(&other)),
     };
     ops.iter()
         .zip(results)
