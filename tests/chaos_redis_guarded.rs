@@ -14,7 +14,8 @@
 //!
 //! Workers are this test binary run again (`guarded_chaos_worker`); two of each three check
 //! `health()` before each write, the third does not (only the guard stops it).
-//! `ZKLOCK_CHAOS_FREEZES` sets how many holders are frozen (default 4).
+//! `ZKLOCK_CHAOS_FREEZES` sets how many holders are frozen (default 4), every other one a worker
+//! that does not check `health()`.
 
 mod common;
 
@@ -178,6 +179,11 @@ impl Lab<'_> {
 
     /// The index of the worker whose id the lock's key holds (waits for one).
     fn holder(&self) -> usize {
+        self.holder_that(|_| true)
+    }
+
+    /// As [`holder`](Self::holder), waiting for a holder that `fits`.
+    fn holder_that(&self, fits: impl Fn(&Running) -> bool) -> usize {
         let deadline = Instant::now() + patience();
         loop {
             let owner = self.server.command(&["GET", "zklock:{chaos}"]).unwrap();
@@ -186,7 +192,9 @@ impl Lab<'_> {
                 .split_once('.')
                 .and_then(|(_, rest)| rest.split_once('@'))
                 .and_then(|(pid, _)| pid.parse::<u32>().ok());
-            if let Some(i) = pid.and_then(|p| self.workers.iter().position(|w| w.pid == p)) {
+            if let Some(i) =
+                pid.and_then(|p| self.workers.iter().position(|w| w.pid == p && fits(w)))
+            {
                 return i;
             }
             assert!(Instant::now() < deadline, "nobody holds");
@@ -218,9 +226,10 @@ fn guarded_writes_alone_let_no_stale_write_in() {
     lab.start_worker();
     faults.push("kill -9 of the holder".to_owned());
 
-    // SIGSTOP of the holder past its TTL, again and again.
-    for _ in 0..freezes() {
-        let i = lab.holder();
+    // SIGSTOP of the holder past its TTL, again and again: every other time one that does not
+    // check `health()`.
+    for n in 0..freezes() {
+        let i = lab.holder_that(|w| n % 2 == 0 || !w.checks);
         let w = &lab.workers[i];
         let how = if w.checks {
             "checks health()"
