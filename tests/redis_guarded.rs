@@ -3,8 +3,9 @@
 //! taken by another, a lease's entry gone) with nothing applied; a user script's answers and
 //! errors; a holder frozen past its TTL (SIGSTOP of a worker process, this test binary run
 //! again) refused when it wakes and writes through its guard, while the same write through a
-//! plain Redis client lands; on a Redis Cluster, keys outside the lock's slot refused before
-//! any I/O.
+//! plain Redis client lands; a holder that still reads `Held` after a step of the server's
+//! clock refused by the server's check; on a Redis Cluster, keys outside the lock's slot
+//! refused before any I/O.
 //!
 //! `ZKLOCK_GUARDED_ROUNDS` sets how many times the frozen holder is tried (default 3).
 
@@ -277,6 +278,38 @@ fn a_guarded_script_runs_after_the_check_and_reports_its_errors() {
     assert_eq!(reading.guarded_script(&read).unwrap(), RedisValue::Nil);
     drop(reading);
     client.close();
+}
+
+/// The server's check where the holder cannot know yet: the server's clock steps an hour
+/// forward, the holder's key expires at once and another Client takes the lock while the
+/// holder still reads `Held` (its next renewal is a third of the TTL away). Its guarded write
+/// is refused by the server, not by its own health.
+#[test]
+fn a_holder_that_still_reads_held_is_refused_by_the_servers_check() {
+    let server = TestingRedis::start_with_stepped_clock().unwrap();
+    let ttl = Duration::from_secs(6);
+    let (client, other) = (connect(&server.url(), ttl), connect(&server.url(), ttl));
+    let mutex = RedisMutex::new(&client, "ledger").unwrap();
+    let guard = mutex.lock().unwrap();
+    guard.guarded_multi(&[RedisOp::set(DATA, "held")]).unwrap();
+    just_renewed(&server, "zklock:{ledger}");
+    server.set_clock_ahead(Duration::from_secs(3600)).unwrap();
+    let theirs = RedisMutex::new(&other, "ledger").unwrap();
+    let next = theirs
+        .try_lock()
+        .unwrap()
+        .expect("the key expired with the step");
+    next.guarded_multi(&[RedisOp::set(DATA, "next")]).unwrap();
+    assert_eq!(guard.health(), LockHealth::Held);
+    let err = guard
+        .guarded_multi(&[RedisOp::set(DATA, "stale")])
+        .unwrap_err();
+    refused_by_the_server(&err, "ledger", "names another holder");
+    assert_eq!(server.command(&["GET", DATA]).unwrap(), "next");
+    drop(next);
+    drop(guard);
+    client.close();
+    other.close();
 }
 
 /// With replicated grants, a guarded write is confirmed as a grant is: with the replica
