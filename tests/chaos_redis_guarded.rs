@@ -145,7 +145,7 @@ struct Running {
 impl Lab<'_> {
     fn start_worker(&mut self) {
         self.started += 1;
-        let checks = self.started % 3 != 0;
+        let checks = !self.started.is_multiple_of(3);
         let mode = if checks { "check" } else { "blind" };
         let name = format!("w{}", self.started);
         let args = format!("{} {name} {mode}", self.server.url());
