@@ -114,8 +114,10 @@ pub(crate) fn multi(
 ) -> Result<Vec<RedisOpResult>> {
     let keys: Vec<&str> = ops.iter().map(RedisOp::key).collect();
     let owner = refuse_before_io(lock, holding, &keys)?;
-    let script = redis::Script::new(&format!("{CHECK}{MULTI}"));
-    let mut call = script.prepare_invoke();
+    /// The check and the operations, hashed once.
+    static SCRIPT: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new(&format!("{CHECK}{MULTI}")));
+    let mut call = SCRIPT.prepare_invoke();
     call.key(lock.key);
     for key in &keys {
         call.key(*key);
