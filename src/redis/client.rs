@@ -659,6 +659,24 @@ impl Inner {
         Ok(())
     }
 
+    /// On a cluster, that every key of `keys` hashes to the slot of `lock_key` (a script over
+    /// keys of several slots is refused with `CROSSSLOT`, and it must run where the lock is).
+    pub(crate) fn check_slot_of(&self, lock_key: &str, keys: &[&str]) -> Result<()> {
+        if self.server.as_cluster().is_none() {
+            return Ok(());
+        }
+        let slot = super::cluster::slot(lock_key);
+        match keys.iter().find(|k| super::cluster::slot(k) != slot) {
+            None => Ok(()),
+            Some(other) => Err(Error::invalid(format!(
+                "the key {other:?} is in Redis Cluster hash slot {}, not in the lock's ({slot}, \
+                 of {lock_key:?}): a guarded write runs where the lock is, so give its keys the \
+                 lock's hash tag (the lock's name in braces)",
+                super::cluster::slot(other)
+            ))),
+        }
+    }
+
     pub(crate) fn operation_timeout(&self) -> Duration {
         self.operation_timeout
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::RedisClient;
+use super::guarded::{Check, Guarded, Holding};
 use super::keeper::ms;
 use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
@@ -167,6 +168,26 @@ impl RedisMutex {
     pub fn participants(&self) -> Result<Vec<RedisParticipant>> {
         let raw = &self.lock.raw;
         super::participants::read(raw.client.inner(), &raw.keys)
+    }
+}
+
+impl RedisMutex {
+    /// What a guarded write of the calling thread is checked against, and its hold.
+    pub(crate) fn guarded(&self) -> (Guarded<'_>, Holding) {
+        let raw = &self.lock.raw;
+        let check = match raw.mode {
+            Mode::Read => Check::Entry,
+            _ => Check::Holder,
+        };
+        let lock = Guarded {
+            client: &raw.client,
+            name: &raw.name,
+            keys: &raw.keys,
+            key: raw.key(),
+            check,
+        };
+        let owner = self.lock.mine(|h| h.grant.owner.clone());
+        (lock, owner.zip(self.lock.health()))
     }
 }
 
@@ -371,6 +392,8 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 }
 
 crate::core::hold::reentrant_lock!(RedisMutex, "the Client's events thread");
+super::guarded::lock_forms!(RedisMutex, "this mutex");
+super::guarded::guard_forms!(RedisMutex);
 
 impl std::fmt::Debug for RedisMutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,6 +1,7 @@
 //! [`RedisReadWriteLock`]: many readers or one writer, on Redis.
 
 use super::client::RedisClient;
+use super::guarded::{Guarded, Holding};
 use super::mutex::RedisMutex;
 use crate::core::error::Result;
 
@@ -88,6 +89,11 @@ crate::core::half::lock_half!(
 );
 
 impl RedisReadLock {
+    /// What a guarded write of the calling thread is checked against, and its hold.
+    pub(crate) fn guarded(&self) -> (Guarded<'_>, Holding) {
+        self.mutex.guarded()
+    }
+
     /// The half's key: the readers' sorted set, or the writer's key.
     pub fn key(&self) -> &str {
         self.mutex.key()
@@ -123,6 +129,11 @@ crate::core::half::lock_half!(
 );
 
 impl RedisWriteLock {
+    /// What a guarded write of the calling thread is checked against, and its hold.
+    pub(crate) fn guarded(&self) -> (Guarded<'_>, Holding) {
+        self.mutex.guarded()
+    }
+
     /// The half's key: the readers' sorted set, or the writer's key.
     pub fn key(&self) -> &str {
         self.mutex.key()
@@ -137,3 +148,9 @@ impl RedisWriteLock {
         self.mutex.participants()
     }
 }
+
+super::guarded::lock_forms!(RedisReadLock, "this read lock");
+super::guarded::guard_forms!(RedisReadLock);
+
+super::guarded::lock_forms!(RedisWriteLock, "this write lock");
+super::guarded::guard_forms!(RedisWriteLock);

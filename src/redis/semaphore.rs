@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::client::RedisClient;
+use super::guarded::{Check, Guarded, Holding};
 use super::keeper::ms;
 use super::mutex::check_name;
+use super::ops::{RedisOp, RedisOpResult, RedisScript, RedisValue};
 use super::participants::RedisParticipant;
 use super::scripts::{invocation, Keys, Layout, TOKEN_KEEP_TTLS};
 use super::waiting::{How, Waiters};
@@ -222,6 +224,56 @@ pub struct RedisLease {
 }
 
 crate::core::leased::leased!(RedisLease);
+
+impl RedisLease {
+    /// What a guarded write under this lease is checked against, and the lease (none once
+    /// it was released).
+    pub(crate) fn guarded(&self) -> (Guarded<'_>, Holding) {
+        let held = &self.lease.raw;
+        let lock = Guarded {
+            client: &held.client,
+            name: self.lease.name(),
+            keys: &held.keys,
+            key: &held.keys.holder,
+            check: Check::Entry,
+        };
+        (lock, Some((held.owner.clone(), self.lease.health())))
+    }
+
+    /// As [`RedisMutex::guarded_multi`](super::RedisMutex::guarded_multi), for this lease:
+    /// `ops` applied in one server-side step only while the lease lives (its entry in the
+    /// semaphore's set is there and has not expired by the server's clock).
+    ///
+    /// # Blocking and errors
+    /// As [`RedisMutex::guarded_multi`](super::RedisMutex::guarded_multi);
+    /// [`Error::HoldLost`] once the lease is gone (before any I/O once it reads `Lost`).
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::redis::{RedisOp, RedisSemaphore};
+    /// # fn main() -> zklock::Result<()> {
+    /// # let client = zklock::RedisClient::connect("redis://127.0.0.1:6379")?;
+    /// let pool = RedisSemaphore::new(&client, "uploads", 2)?;
+    /// let lease = pool.acquire()?;
+    /// lease.guarded_multi(&[RedisOp::set("{uploads}:job-42", lease.id())])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn guarded_multi(&self, ops: &[RedisOp]) -> Result<Vec<RedisOpResult>> {
+        let (lock, holding) = self.guarded();
+        super::guarded::multi(&lock, holding, ops)
+    }
+
+    /// As [`RedisMutex::guarded_script`](super::RedisMutex::guarded_script), for this lease:
+    /// `script` run in one server-side step only while the lease lives.
+    ///
+    /// # Blocking and errors
+    /// As [`RedisMutex::guarded_script`](super::RedisMutex::guarded_script);
+    /// [`Error::HoldLost`] once the lease is gone.
+    pub fn guarded_script(&self, script: &RedisScript) -> Result<RedisValue> {
+        let (lock, holding) = self.guarded();
+        super::guarded::script(&lock, holding, script)
+    }
+}
 
 /// A held Redis lease: its entry in the semaphore's set, renewed by the Client's keeper.
 struct Held {

@@ -9,6 +9,7 @@ mod common;
 
 mod backends;
 mod checker;
+mod guarded;
 mod scenarios;
 #[cfg(feature = "metrics")]
 mod slow;
