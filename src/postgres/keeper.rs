@@ -219,7 +219,13 @@ async fn beat(
     (done, beating): (Arc<AtomicBool>, Arc<AtomicBool>),
     timeout: Duration,
 ) {
+    // A guarded transaction runs on the session: its statements renew the hold instead.
+    let Ok(turn) = session.turn.try_lock() else {
+        beating.store(false, Ordering::SeqCst);
+        return;
+    };
     let beat = session.beat(timeout).await;
+    drop(turn);
     beating.store(false, Ordering::SeqCst);
     // An answer says the server is there, whatever became of the hold meanwhile (a release
     // in flight): the Client's connection state hears it.
