@@ -217,6 +217,28 @@ fn without_a_live_hold_nothing_is_sent() {
     c.close();
 }
 
+/// The server's own check, whether or not the hold reads `Lost` here yet: a write right after
+/// the holding session was terminated is refused, and nothing of it is applied.
+#[test]
+fn the_server_refuses_a_session_that_is_gone() {
+    init_logging();
+    let server = server_with_register();
+    let c = client(&server, Duration::from_secs(30));
+    let mutex = PgMutex::new(&c, LOCK).unwrap();
+    let guard = mutex.lock().unwrap();
+    assert!(server
+        .terminate_backend(mutex.backend_pid().unwrap())
+        .unwrap());
+    let err = guard.guarded_transaction(&[set("stale")]).unwrap_err();
+    assert!(
+        matches!(&err, Error::HoldLost { lock, .. } if lock == LOCK),
+        "{err:?}"
+    );
+    assert_eq!(register(&server), "none");
+    drop(guard);
+    c.close();
+}
+
 /// The worker: holds the lock, then answers `guarded` with a write through its guard and
 /// `plain` with the same write through a plain connection (`psql`).
 #[test]

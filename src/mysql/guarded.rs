@@ -176,6 +176,8 @@ fn transaction(
 /// One statement of the caller's, prepared and run; its rows read.
 fn one(c: &mut mysql::Conn, statement: &MySqlStatement) -> mysql::Result<MySqlRows> {
     let mut result = c.exec_iter(statement.sql(), statement.driver_params())?;
+    // Read before the set is: an `UPDATE`'s count is its OK packet's.
+    let changed = result.affected_rows();
     let mut rows = Vec::new();
     if let Some(set) = result.iter() {
         for row in set {
@@ -183,7 +185,7 @@ fn one(c: &mut mysql::Conn, statement: &MySqlStatement) -> mysql::Result<MySqlRo
         }
     }
     let affected = if rows.is_empty() {
-        result.affected_rows()
+        changed
     } else {
         rows.len() as u64
     };
