@@ -67,7 +67,7 @@ fn held(mutex: &MySqlMutex, statements: &[MySqlStatement]) -> Result<Vec<MySqlRo
     match hold {
         GuardedHold::GetLock { session, key } => {
             let check = format!("SELECT IS_USED_LOCK({key}) = CONNECTION_ID()");
-            transaction(inner, name, &session, &check, &lease, statements)
+            transaction(inner, name, &session, (&check, true), &lease, statements)
         }
         GuardedHold::Table(record) => {
             let check = format!(
@@ -76,7 +76,7 @@ fn held(mutex: &MySqlMutex, statements: &[MySqlStatement]) -> Result<Vec<MySqlRo
                 record.key, record.owner, record.version
             );
             let session = Arc::new(inner.pooled()?);
-            let outcome = transaction(inner, name, &session, &check, &lease, statements);
+            let outcome = transaction(inner, name, &session, (&check, false), &lease, statements);
             if let Ok(session) = Arc::try_unwrap(session) {
                 inner.put_back(session);
             }
@@ -87,12 +87,13 @@ fn held(mutex: &MySqlMutex, statements: &[MySqlStatement]) -> Result<Vec<MySqlRo
 
 /// `START TRANSACTION`, `check` (1 while the hold is the caller's), `statements`, `COMMIT` on
 /// `session`; a rollback after a refused check or a failed statement. Each answer is awaited
-/// for at most the operation timeout.
+/// for at most the operation timeout. `holds` says that `session` is the one that holds the
+/// lock (`GET_LOCK`): its end is the hold's, and its answers renew the hold.
 fn transaction(
     inner: &Inner,
     name: &str,
     session: &Session,
-    check: &str,
+    (check, holds): (&str, bool),
     lease: &LocalLease,
     statements: &[MySqlStatement],
 ) -> Result<Vec<MySqlRows>> {
@@ -134,10 +135,8 @@ fn transaction(
     });
     // An answer on the holding session renews a `GET_LOCK` hold, as a heartbeat's would (a
     // table lease is renewed by its record only).
-    if let (Some(sent), true) = (heard.get(), check.starts_with("SELECT IS_USED_LOCK")) {
-        if answer.is_ok() {
-            lease.heard_at(sent);
-        }
+    if let (Some(sent), true, true) = (heard.get(), holds, answer.is_ok()) {
+        lease.heard_at(sent);
     }
     match answer {
         Ok(Ok(answers)) => Ok(answers),
@@ -156,6 +155,18 @@ fn transaction(
             }
             Err(match (stage.get(), lost) {
                 (Stage::Commit, true) => Error::ConnectionLoss,
+                // A session of the Client's broke before the commit (the table mode): rolled
+                // back, and the lease is as it was.
+                (Stage::Check, true) if !holds => Error::TransactionFailed {
+                    index: 0,
+                    op: "the check of the hold".into(),
+                    source: Box::new(e),
+                },
+                (Stage::Statement(index), true) if !holds => Error::TransactionFailed {
+                    index,
+                    op: statements[index].shown(),
+                    source: Box::new(e),
+                },
                 (Stage::Commit, false) => Error::TransactionFailed {
                     index: statements.len(),
                     op: "COMMIT".into(),
@@ -221,10 +232,12 @@ impl MySqlMutex {
     /// any I/O if the calling thread does not hold the lock; [`Error::InvalidArgument`] before
     /// any I/O for a statement refused as above. [`Error::HoldLost`] if the hold is gone, with
     /// nothing applied: before any I/O when it reads `Lost` (source [`Error::LockLost`]), else
-    /// when the server no longer has it as the caller's ([`Error::MySql`]) or the session
-    /// broke before the commit was sent ([`Error::ConnectionLoss`]; with `GET_LOCK` the hold
-    /// then reads `Lost`). [`Error::TransactionFailed`] when a statement failed (`index` in
-    /// `statements`; `statements.len()` for a refused commit): rolled back, the hold kept.
+    /// when the server no longer has it as the caller's ([`Error::MySql`]) or, with
+    /// `GET_LOCK`, the holding session broke before the commit was sent
+    /// ([`Error::ConnectionLoss`]; the hold then reads `Lost`). [`Error::TransactionFailed`]
+    /// when a statement failed (`index` in `statements`; `statements.len()` for a refused
+    /// commit), or in the table mode when the session broke before the commit (source
+    /// [`Error::ConnectionLoss`]; `index` 0 during the check): rolled back, the hold kept.
     /// [`Error::ConnectionLoss`] when the commit's answer was lost: whether it committed is
     /// unknown.
     ///
