@@ -28,6 +28,9 @@ enum Mode {
     Write,
 }
 
+/// The calling thread's hold (its session, its lease, its health), for a guarded transaction.
+pub(super) type Held = (Arc<Session>, Arc<LocalLease>, LockHealth);
+
 /// A mutex on PostgreSQL: one holder at a time among every session that takes the same
 /// advisory lock, re-entrant per thread (through this object), with [`LockHealth`] and
 /// fencing tokens.
@@ -152,15 +155,7 @@ impl PgMutex {
 
     /// The lock's Client, name and key, and the calling thread's hold (its session, its lease, its
     /// health), if it holds the lock: what a guarded transaction runs on.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn guarded_hold(
-        &self,
-    ) -> (
-        &Inner,
-        &str,
-        Key,
-        Option<(Arc<Session>, Arc<LocalLease>, LockHealth)>,
-    ) {
+    pub(super) fn guarded_hold(&self) -> (&Inner, &str, Key, Option<Held>) {
         let raw = &self.lock.raw;
         let hold = self
             .lock
