@@ -328,7 +328,8 @@ macro_rules! guard_forms {
             /// use zklock::mysql::{MySqlMutex, MySqlStatement};
             /// # fn main() -> zklock::Result<()> {
             /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
-            /// let guard = MySqlMutex::new(&client, "ledger")?.lock()?;
+            /// let mutex = MySqlMutex::new(&client, "ledger")?;
+            /// let guard = mutex.lock()?;
             /// guard.guarded_transaction(&[MySqlStatement::new("DELETE FROM pending")])?;
             /// # Ok(()) }
             /// ```

@@ -378,7 +378,8 @@ macro_rules! guard_forms {
             /// use zklock::postgres::{PgMutex, PgStatement};
             /// # fn main() -> zklock::Result<()> {
             /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
-            /// let guard = PgMutex::new(&client, "ledger")?.lock()?;
+            /// let mutex = PgMutex::new(&client, "ledger")?;
+            /// let guard = mutex.lock()?;
             /// guard.guarded_transaction(&[PgStatement::new("DELETE FROM pending")])?;
             /// # Ok(()) }
             /// ```
