@@ -214,6 +214,44 @@ fn without_a_live_hold_nothing_is_sent() {
     c.close();
 }
 
+/// A transaction that spans several heartbeat periods: the heartbeats due meanwhile are
+/// skipped or wait (none lands inside it), and it commits; the hold is kept, on the server
+/// too, in both modes.
+#[test]
+fn a_transaction_longer_than_a_heartbeat_period_keeps_the_hold() {
+    init_logging();
+    let server = server_with_register();
+    let session = Duration::from_secs(3);
+    for mode in MODES {
+        let c = client(&server, mode, session);
+        let mutex = MySqlMutex::new(&c, LOCK).unwrap();
+        let guard = mutex.lock().unwrap();
+        let mut statements = vec![set(&format!("slow {mode:?}"))];
+        // Five statements of 0.4 s: 2 s in all, two heartbeat periods (a third of 3 s).
+        statements.extend((0..5).map(|_| MySqlStatement::new("SELECT SLEEP(0.4)")));
+        guard.guarded_transaction(&statements).unwrap();
+        assert_eq!(register(&server), format!("slow {mode:?}"));
+        let until = Instant::now() + session + session / 2;
+        while Instant::now() < until {
+            assert_ne!(guard.health(), LockHealth::Lost, "{mode:?}");
+            thread::sleep(Duration::from_millis(100));
+        }
+        let other = client(&server, mode, Duration::from_secs(30));
+        assert!(
+            MySqlMutex::new(&other, LOCK)
+                .unwrap()
+                .try_lock()
+                .unwrap()
+                .is_none(),
+            "{mode:?}"
+        );
+        guard.guarded_transaction(&[set("after")]).unwrap();
+        drop(guard);
+        other.close();
+        c.close();
+    }
+}
+
 /// The server's own check, before the hold reads `Lost` here: a table lease expired by the
 /// database (its record's time set past) and a killed `GET_LOCK` session are refused by the
 /// transaction, and nothing of it is applied.

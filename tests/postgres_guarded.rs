@@ -217,6 +217,37 @@ fn without_a_live_hold_nothing_is_sent() {
     c.close();
 }
 
+/// A transaction that spans several heartbeat periods: the heartbeats due meanwhile are
+/// skipped (none lands inside it), its answers renew the hold, and it commits; the hold is
+/// kept, on the server too.
+#[test]
+fn a_transaction_longer_than_a_heartbeat_period_keeps_the_hold() {
+    init_logging();
+    let server = server_with_register();
+    let session = Duration::from_secs(3);
+    let c = client(&server, session);
+    let mutex = PgMutex::new(&c, LOCK).unwrap();
+    let guard = mutex.lock().unwrap();
+    let mut statements = vec![set("slow")];
+    // Five statements of 0.4 s: 2 s in all, two heartbeat periods (a third of 3 s).
+    statements.extend((0..5).map(|_| PgStatement::new("SELECT pg_sleep(0.4)::text")));
+    guard.guarded_transaction(&statements).unwrap();
+    assert_eq!(register(&server), "slow");
+    assert_ne!(guard.health(), LockHealth::Lost);
+    // The keeper beats again afterwards: the hold reads Held past a whole session timeout.
+    let until = Instant::now() + session + session / 2;
+    while Instant::now() < until {
+        assert_ne!(guard.health(), LockHealth::Lost);
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (holders, _) = server.advisory_lock(LOCK).unwrap();
+    assert_eq!(holders, vec![mutex.backend_pid().unwrap()]);
+    guard.guarded_transaction(&[set("after")]).unwrap();
+    assert_eq!(register(&server), "after");
+    drop(guard);
+    c.close();
+}
+
 /// The server's own check, whether or not the hold reads `Lost` here yet: a write right after
 /// the holding session was terminated is refused, and nothing of it is applied.
 #[test]
