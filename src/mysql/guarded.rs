@@ -117,8 +117,12 @@ fn transaction(
         let mut answers = Vec::with_capacity(statements.len());
         for (index, statement) in statements.iter().enumerate() {
             stage.set(Stage::Statement(index));
+            let sent = boot_clock();
             match one(c, statement) {
-                Ok(rows) => answers.push(rows),
+                Ok(rows) => {
+                    heard.set(Some(sent));
+                    answers.push(rows);
+                }
                 Err(e) => {
                     let mapped = error(&e);
                     if matches!(mapped, Error::ConnectionLoss) {
@@ -133,9 +137,11 @@ fn transaction(
         c.query_drop("COMMIT")?;
         Ok(Ok(answers))
     });
-    // An answer on the holding session renews a `GET_LOCK` hold, as a heartbeat's would (a
-    // table lease is renewed by its record only).
-    if let (Some(sent), true, true) = (heard.get(), holds, answer.is_ok()) {
+    // The last answer on the holding session, the check's or a statement's, renews a
+    // `GET_LOCK` hold from its send time, as a heartbeat's would (a table lease is renewed
+    // by its record only).
+    let answered = matches!(answer, Ok(Ok(_) | Err(Refused::Failed(..))));
+    if let (Some(sent), true, true) = (heard.get(), holds, answered) {
         lease.heard_at(sent);
     }
     match answer {
