@@ -295,6 +295,48 @@ fn the_server_refuses_a_hold_that_is_gone() {
     c.close();
 }
 
+/// Against a frozen server (SIGSTOP) a guarded transaction returns within its bound (the
+/// first answer's operation timeout `O`, after at most `O` for a heartbeat on the session),
+/// nothing applied; the time is printed.
+#[test]
+fn a_guarded_transaction_returns_against_a_frozen_server() {
+    init_logging();
+    let server = server_with_register();
+    let op = Duration::from_secs(1);
+    for mode in MODES {
+        let c = MySqlClient::builder(&server.url())
+            .mode(mode)
+            .session_timeout(Duration::from_secs(30))
+            .connect_timeout(op)
+            .operation_timeout(op)
+            .connect()
+            .expect("connect");
+        let mutex = MySqlMutex::new(&c, LOCK).unwrap();
+        let guard = mutex.lock().unwrap();
+        server.pause().unwrap();
+        let started = Instant::now();
+        let err = guard.guarded_transaction(&[set("frozen")]).unwrap_err();
+        let took = started.elapsed();
+        server.resume().unwrap();
+        eprintln!(
+            "MySQL ({mode:?}) guarded_transaction against a frozen server: {took:?} (O = {op:?}): {err:?}"
+        );
+        match mode {
+            MySqlMode::GetLock => assert!(
+                matches!(&err, Error::HoldLost { source, .. } if **source == Error::ConnectionLoss),
+                "{err:?}"
+            ),
+            _ => assert!(
+                matches!(&err, Error::TransactionFailed { source, .. } if **source == Error::ConnectionLoss),
+                "{err:?}"
+            ),
+        }
+        assert_eq!(register(&server), "none", "{mode:?}");
+        drop(guard);
+        c.close();
+    }
+}
+
 /// The worker: holds the lock in the mode given, then answers `guarded` with a write through
 /// its guard and `plain` with the same write through a plain connection (`mariadb`).
 #[test]

@@ -270,6 +270,42 @@ fn the_server_refuses_a_session_that_is_gone() {
     c.close();
 }
 
+/// Against a frozen server (SIGSTOP of the postmaster and every backend) a guarded transaction
+/// returns within its bound, twice the operation timeout `O`, refused as the hold lost (its
+/// session is ended, which frees the lock once the server runs again); the time is printed.
+#[test]
+fn a_guarded_transaction_returns_against_a_frozen_server() {
+    init_logging();
+    let server = server_with_register();
+    let op = Duration::from_secs(1);
+    let c = PgClient::builder(&server.url())
+        .session_timeout(Duration::from_secs(30))
+        .operation_timeout(op)
+        .connect()
+        .expect("connect");
+    let mutex = PgMutex::new(&c, LOCK).unwrap();
+    let guard = mutex.lock().unwrap();
+    server.pause().unwrap();
+    let started = Instant::now();
+    let err = guard.guarded_transaction(&[set("frozen")]).unwrap_err();
+    let took = started.elapsed();
+    server.resume().unwrap();
+    eprintln!(
+        "guarded_transaction against a frozen server: {took:?} (bound 2 O = {:?}): {err:?}",
+        op * 2
+    );
+    assert!(
+        matches!(&err, Error::HoldLost { source, .. } if **source == Error::Timeout),
+        "{err:?}"
+    );
+    wait_for("the hold to read Lost", || {
+        guard.health() == LockHealth::Lost
+    });
+    assert_eq!(register(&server), "none");
+    drop(guard);
+    c.close();
+}
+
 /// The worker: holds the lock, then answers `guarded` with a write through its guard and
 /// `plain` with the same write through a plain connection (`psql`).
 #[test]
