@@ -61,8 +61,8 @@ pub(crate) struct Raw {
 /// extend, and its place in the keeper's list (`None` until kept).
 pub(crate) struct Kept {
     pub(crate) session: Arc<Session>,
-    key: String,
-    lease: Arc<LocalLease>,
+    pub(crate) key: String,
+    pub(crate) lease: Arc<LocalLease>,
     kept: Option<u64>,
 }
 
@@ -88,6 +88,11 @@ impl Raw {
             id: IDS.fetch_add(1, Ordering::Relaxed) as usize,
             cancelled: AtomicU64::new(0),
         })
+    }
+
+    /// The Client this lock is of.
+    pub(crate) fn client(&self) -> &MySqlClient {
+        &self.client
     }
 
     /// The SQL that takes this lock from any client, waiting up to a year.

@@ -575,7 +575,13 @@ impl Keeper {
         let mut heard = self.renew(op);
         for (id, session, lease, report) in holds {
             let sent = boot_clock();
-            match session.ping(op) {
+            // A guarded transaction on the session (a statement's time at most) renews the
+            // hold by its own answers: past `op` the heartbeat is skipped, not waited for.
+            let Some(pinged) = session.try_with(Instant::now() + op, Some(op), op, |c| c.ping())
+            else {
+                continue;
+            };
+            match pinged {
                 Ok(()) => {
                     lease.heard_at(sent);
                     self.states.heard(sent);

@@ -17,6 +17,7 @@
 pub(crate) mod any;
 mod client;
 mod get_lock;
+mod guarded;
 mod keeper;
 mod latch;
 mod mode;
@@ -29,6 +30,7 @@ mod sql;
 mod table;
 mod tables;
 mod tls;
+mod values;
 
 pub use client::{MySqlClient, MySqlClientBuilder};
 pub use latch::MySqlLeaderLatch;
@@ -37,3 +39,4 @@ pub use mutex::MySqlMutex;
 pub use participants::MySqlParticipant;
 pub use read_write::{MySqlReadLock, MySqlReadWriteLock, MySqlWriteLock};
 pub use semaphore::{MySqlLease, MySqlSemaphore};
+pub use values::{MySqlRows, MySqlStatement, MySqlValue};

@@ -1,14 +1,19 @@
 //! [`MySqlMutex`]: a re-entrant mutex on MySQL's and MariaDB's `GET_LOCK` (or, in the table
 //! mode, a lease record), with health and fencing.
 
-use super::client::MySqlClient;
+use std::sync::Arc;
+
+use super::client::{Inner, MySqlClient};
 use super::get_lock::{self, Mode};
 use super::mode::MySqlMode;
+use super::session::Session;
+use super::sql::Record;
 use super::table;
 use crate::core::deadline::Deadline;
 use crate::core::error::Result;
 use crate::core::health::LockHealth;
 use crate::core::hold::{Granted, RawLock, Reentrant, Report};
+use crate::core::lease::LocalLease;
 use crate::core::listeners::Dispatch;
 use crate::core::lock::Release;
 
@@ -157,6 +162,47 @@ impl MySqlMutex {
                 EitherKept::Table(_) => None,
             })
             .flatten()
+    }
+}
+
+/// The calling thread's hold, as a guarded transaction checks it.
+pub(super) enum GuardedHold {
+    /// Held by `session` under the `GET_LOCK` name `key` (an SQL expression).
+    GetLock { session: Arc<Session>, key: String },
+    /// The table mode's lease record.
+    Table(Record),
+}
+
+/// The calling thread's hold, with its local lease and health, for a guarded transaction.
+pub(super) type Held = (GuardedHold, Arc<LocalLease>, LockHealth);
+
+impl MySqlMutex {
+    /// The lock's Client and name, and the calling thread's hold (with its local lease and
+    /// health), if it holds the lock: what a guarded transaction checks and runs on.
+    pub(super) fn guarded_hold(&self) -> (&Inner, &str, Option<Held>) {
+        let inner = match &self.lock.raw {
+            Either::GetLock(raw) => raw.client().inner(),
+            Either::Table(raw) => raw.client().inner(),
+        };
+        let hold = self
+            .lock
+            .mine(|h| match &h.grant {
+                EitherKept::GetLock(kept) => (
+                    GuardedHold::GetLock {
+                        session: kept.session.clone(),
+                        key: kept.key.clone(),
+                    },
+                    kept.lease.clone(),
+                ),
+                EitherKept::Table(kept) => {
+                    (GuardedHold::Table(kept.record.clone()), kept.lease.clone())
+                }
+            })
+            .map(|(hold, lease)| {
+                let health = self.lock.health().unwrap_or(LockHealth::Lost);
+                (hold, lease, health)
+            });
+        (inner, self.name(), hold)
     }
 }
 

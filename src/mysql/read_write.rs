@@ -93,6 +93,11 @@ crate::core::half::lock_half!(
 );
 
 impl MySqlReadLock {
+    /// The mutex this half is.
+    pub(super) fn mutex(&self) -> &MySqlMutex {
+        &self.mutex
+    }
+
     /// The SQL that takes this half from any SQL client (see
     /// [`MySqlMutex::lock_sql`](super::MySqlMutex::lock_sql)).
     pub fn lock_sql(&self) -> String {
@@ -125,6 +130,11 @@ crate::core::half::lock_half!(
 );
 
 impl MySqlWriteLock {
+    /// The mutex this half is.
+    pub(super) fn mutex(&self) -> &MySqlMutex {
+        &self.mutex
+    }
+
     /// The SQL that takes this half from any SQL client (see
     /// [`MySqlMutex::lock_sql`](super::MySqlMutex::lock_sql)).
     pub fn lock_sql(&self) -> String {

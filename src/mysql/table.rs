@@ -66,6 +66,11 @@ impl Raw {
         })
     }
 
+    /// The Client this lock is of.
+    pub(crate) fn client(&self) -> &MySqlClient {
+        &self.client
+    }
+
     /// The SQL an outside client runs to take the same lease for `@ms` milliseconds as
     /// `@owner`, and to let it go.
     pub(crate) fn lock_sql(&self) -> String {

@@ -30,8 +30,9 @@ impl Drop for Keeping {
 /// heartbeat on each hold's session every third of the session timeout (each acknowledged one
 /// renews the hold's lease from its send time), `Lost` at once when a session's connection ends
 /// or a session turns out not to be its own, and each lease's reading reported as time passes.
-/// Each heartbeat's outcome also goes to the Client's connection states. Taking a hold into
-/// the keeper wakes no thread: it is looked at from the next tick on.
+/// Each heartbeat's outcome also goes to the Client's connection states. A heartbeat due while
+/// a guarded transaction runs on the session is skipped: the transaction's answers renew the
+/// hold. Taking a hold into the keeper wakes no thread: it is looked at from the next tick on.
 pub(crate) struct Keeper {
     holds: Mutex<Holds>,
     /// Notified when a session's connection ends, so that its hold reads `Lost` at once.
@@ -219,7 +220,13 @@ async fn beat(
     (done, beating): (Arc<AtomicBool>, Arc<AtomicBool>),
     timeout: Duration,
 ) {
+    // A guarded transaction runs on the session: its statements renew the hold instead.
+    let Ok(turn) = session.turn.try_lock() else {
+        beating.store(false, Ordering::SeqCst);
+        return;
+    };
     let beat = session.beat(timeout).await;
+    drop(turn);
     beating.store(false, Ordering::SeqCst);
     // An answer says the server is there, whatever became of the hold meanwhile (a release
     // in flight): the Client's connection state hears it.

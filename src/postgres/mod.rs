@@ -23,6 +23,7 @@ mod connect;
 #[cfg(target_os = "linux")]
 mod drive;
 mod error;
+mod guarded;
 mod hold;
 mod keeper;
 mod latch;
@@ -34,6 +35,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod tls;
+mod values;
 mod xact;
 
 pub use client::{PgClient, PgClientBuilder};
@@ -42,4 +44,5 @@ pub use mutex::PgMutex;
 pub use participants::PgParticipant;
 pub use read_write::{PgReadLock, PgReadWriteLock, PgWriteLock};
 pub use semaphore::{PgLease, PgSemaphore};
+pub use values::{PgRows, PgStatement, PgValue};
 pub use xact::PgXactLock;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::advisory::{attempt, check_name, read_token, try_on, Key};
-use super::client::PgClient;
+use super::client::{Inner, PgClient};
 use super::hold;
 use super::keeper::{Keeping, Report};
 use super::session::Session;
@@ -27,6 +27,9 @@ enum Mode {
     Read,
     Write,
 }
+
+/// The calling thread's hold (its session, its lease, its health), for a guarded transaction.
+pub(super) type Held = (Arc<Session>, Arc<LocalLease>, LockHealth);
 
 /// A mutex on PostgreSQL: one holder at a time among every session that takes the same
 /// advisory lock, re-entrant per thread (through this object), with [`LockHealth`] and
@@ -148,6 +151,20 @@ impl PgMutex {
     /// holds the lock: what `pg_locks` and `pg_stat_activity` show for it.
     pub fn backend_pid(&self) -> Option<i32> {
         self.lock.mine(|h| h.grant.session.pid)
+    }
+
+    /// The lock's Client, name and key, and the calling thread's hold (its session, its lease, its
+    /// health), if it holds the lock: what a guarded transaction runs on.
+    pub(super) fn guarded_hold(&self) -> (&Inner, &str, Key, Option<Held>) {
+        let raw = &self.lock.raw;
+        let hold = self
+            .lock
+            .mine(|h| (h.grant.session.clone(), h.grant.lease.clone()))
+            .map(|(session, lease)| {
+                let health = self.lock.health().unwrap_or(LockHealth::Lost);
+                (session, lease, health)
+            });
+        (raw.client.inner(), &raw.name, raw.key, hold)
     }
 }
 

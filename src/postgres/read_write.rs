@@ -93,6 +93,11 @@ crate::core::half::lock_half!(
 );
 
 impl PgReadLock {
+    /// The mutex this half is.
+    pub(super) fn mutex(&self) -> &PgMutex {
+        &self.mutex
+    }
+
     /// The SQL that takes this half from any SQL client.
     pub fn lock_sql(&self) -> String {
         self.mutex.lock_sql()
@@ -124,6 +129,11 @@ crate::core::half::lock_half!(
 );
 
 impl PgWriteLock {
+    /// The mutex this half is.
+    pub(super) fn mutex(&self) -> &PgMutex {
+        &self.mutex
+    }
+
     /// The SQL that takes this half from any SQL client.
     pub fn lock_sql(&self) -> String {
         self.mutex.lock_sql()

@@ -41,6 +41,10 @@ pub(crate) struct Session {
     /// once per session, where an unnamed statement is at every use (for the short statements
     /// of a lock, most of the server's work).
     prepared: Mutex<Vec<(&'static str, tokio_postgres::Statement)>>,
+    /// Held by a guarded transaction for its whole run, and by a hold's heartbeat for its
+    /// statement: a heartbeat that finds a transaction running is skipped (the transaction's
+    /// own statements renew the hold), so no heartbeat lands inside a caller's transaction.
+    pub(crate) turn: tokio::sync::Mutex<()>,
 }
 
 impl Session {
@@ -105,6 +109,7 @@ impl Session {
             ended,
             stop,
             prepared: Mutex::new(Vec::new()),
+            turn: tokio::sync::Mutex::new(()),
         };
         Ok((session, u32::try_from(version).unwrap_or(0)))
     }

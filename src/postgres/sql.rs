@@ -50,6 +50,22 @@ pub(crate) const TOKEN: &str = concat!(
     ", pg_logical_emit_message(true, 'zklock', '')"
 );
 
+/// A guarded transaction's check, its first statement after `BEGIN`: the backend, whether the
+/// session is its own (`$1`, the marker as `int8`), and whether it holds the advisory lock
+/// `hashtextextended($2, $3)` in mode `$4` (`ExclusiveLock` or `ShareLock`; a 64-bit key shows
+/// in `pg_locks` as its high and low 32 bits, `objsubid` 1). It also bounds each later
+/// statement of the transaction to `$5` (ms, as text) on the server (`statement_timeout`, and
+/// `lock_timeout` for a row lock it waits for); both settings end with the transaction.
+pub(crate) const GUARD: &str = concat!(
+    "SELECT pg_backend_pid(), ",
+    own!("$1"),
+    ", EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
+     AND pid = pg_backend_pid() AND mode = $4 AND objsubid = 1 \
+     AND classid = ((k >> 32) & 4294967295)::oid AND objid = (k & 4294967295)::oid), \
+     set_config('statement_timeout', $5, true), set_config('lock_timeout', $5, true) \
+     FROM (SELECT hashtextextended($2, $3) AS k) AS hashed"
+);
+
 /// The statements of one lock mode: exclusive (`pg_advisory_lock`) or shared
 /// (`pg_advisory_lock_shared`), on the key `hashtextextended($1, $3)` (the name and the seed);
 /// with the fencing token read in the lock statement, or later (the column `xid` null).
