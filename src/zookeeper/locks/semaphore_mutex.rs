@@ -142,6 +142,18 @@ impl Sealed for InterProcessSemaphoreMutex {
         self.semaphore.cancel_waiters()
     }
 
+    /// Refused: a semaphore's lease is not capped (see
+    /// [`Lock::set_max_hold`](crate::Lock::set_max_hold)).
+    fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
+        match max_hold {
+            None => Ok(()),
+            Some(_) => Err(Error::invalid(
+                "max_hold does not apply to a semaphore mutex: its hold is a semaphore lease, \
+                 which is not capped; use an InterProcessMutex",
+            )),
+        }
+    }
+
     fn acquired_here(&self) -> bool {
         self.is_acquired_in_this_process()
     }
