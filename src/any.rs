@@ -763,7 +763,8 @@ mod tests {
         assert!(refused("mem://max-hold?max_hold").contains("max_hold needs a value"));
         let zero = AnyClient::builder("mem://max-hold").max_hold(Some(Duration::ZERO));
         assert!(matches!(zero.connect(), Err(Error::InvalidArgument(_))));
-        let forever = AnyClient::builder("mem://max-hold?max_hold=1h").max_hold(Some(Duration::MAX));
+        let forever =
+            AnyClient::builder("mem://max-hold?max_hold=1h").max_hold(Some(Duration::MAX));
         assert_eq!(forever.connect().unwrap().max_hold(), None);
     }
 }

@@ -181,7 +181,9 @@ mod tests {
         let at = |ms| now + Duration::from_millis(ms);
         let send = |n: u32| {
             let tx = tx.clone();
-            Box::new(move || drop(tx.send(n))) as Job
+            Box::new(move || {
+                let _ = tx.send(n);
+            }) as Job
         };
         schedule(at(60), send(3)).unwrap();
         let gone = schedule(at(40), send(2)).unwrap();

@@ -9,6 +9,7 @@ mod common;
 
 mod backends;
 mod checker;
+mod max_hold;
 mod scenarios;
 #[cfg(feature = "metrics")]
 mod slow;
@@ -121,6 +122,18 @@ macro_rules! backend {
             #[test]
             fn release_during_slow_renewal() {
                 s::release_during_slow_renewal(B)
+            }
+            #[test]
+            fn max_hold_mutex_is_taken_over() {
+                crate::max_hold::capped_hold_is_taken_over(B, false)
+            }
+            #[test]
+            fn max_hold_write_lock_is_taken_over() {
+                crate::max_hold::capped_hold_is_taken_over(B, true)
+            }
+            #[test]
+            fn max_hold_bad_values_refused() {
+                crate::max_hold::bad_max_hold_refused(B)
             }
         }
     };
