@@ -110,6 +110,9 @@ pub fn contender(site: Site, args: &RunArgs) -> CliResult<Box<dyn Contend>> {
     } else {
         Target::Mutex(site.client.mutex(name).context(cannot)?)
     };
+    if let Some(lock) = target.lock() {
+        lock.set_max_hold(args.max_hold).context(cannot)?;
+    }
     Ok(Box::new(Contender {
         site,
         target,
