@@ -132,6 +132,10 @@ macro_rules! backend {
                 crate::max_hold::capped_hold_is_taken_over(B, true)
             }
             #[test]
+            fn max_hold_multi_lock_is_taken_over() {
+                crate::max_hold::capped_multi_lock(B)
+            }
+            #[test]
             fn max_hold_bad_values_refused() {
                 crate::max_hold::bad_max_hold_refused(B)
             }

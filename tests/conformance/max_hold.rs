@@ -228,3 +228,108 @@ fn lost_events() -> impl Fn(&str) -> Option<u64> {
 fn lost_events() -> impl Fn(&str) -> Option<u64> {
     |_| None
 }
+
+/// A multi-lock capped as one: each of its locks is capped from its own grant; past the cap the
+/// multi-lock reads `Lost`, another Client takes all its locks, and its release answers
+/// `LockLost` (after trying every lock).
+pub fn capped_multi_lock(b: &dyn Backend) {
+    let server = b.start();
+    let url = server.url();
+    let (a, other) = (b.connect(&url, opts()), b.connect(&url, opts()));
+    let names = ["max-hold-multi-1", "max-hold-multi-2"];
+    let multi = |c: &AnyClient| {
+        let locks = names.map(|n| Box::new(c.mutex(n).unwrap()) as Box<dyn Lock>);
+        zklock::InterProcessMultiLock::from_locks(locks.into()).unwrap()
+    };
+    let (mine, theirs) = (multi(&a), multi(&other));
+    assert!(matches!(
+        mine.set_max_hold(Some(Duration::ZERO)),
+        Err(Error::InvalidArgument(_))
+    ));
+    mine.set_max_hold(Some(CAP)).unwrap();
+    mine.acquire().unwrap();
+    let granted = Instant::now();
+    let bound = CAP + SESSION + Duration::from_secs(10) * crate::common::timing();
+    assert!(theirs.acquire_timeout(bound).unwrap(), "{}", b.name());
+    let after_cap = Instant::now().saturating_duration_since(granted + CAP);
+    println!(
+        "{}: max_hold multi-lock: B granted {} ms after A's cap passed",
+        b.name(),
+        after_cap.as_millis()
+    );
+    assert_eq!(mine.health(), Some(LockHealth::Lost), "{}", b.name());
+    assert!(
+        matches!(mine.release(), Err(Error::LockLost)),
+        "{}",
+        b.name()
+    );
+    theirs.release().unwrap();
+}
+
+/// The holder's own subscribers hear the cap: a channel and a callback, on the in-process
+/// backend, ZooKeeper and Redis (the shell is the same on every backend; these three deliver
+/// events on three different threads). A callback that calls into the lock does not deadlock.
+mod listeners {
+    use super::*;
+
+    /// Holds through `lock` with a channel and a callback subscribed; checks both hear `Lost`
+    /// once the cap passes, and that the callback's own call into the lock returned.
+    fn hears_the_cap<L: Lock + Send + Sync + 'static>(
+        lock: Arc<L>,
+        events: zklock::Receiver<zklock::HealthEvent>,
+        on_health: impl FnOnce(Box<dyn FnMut(zklock::HealthEvent) + Send>) -> u64,
+    ) {
+        let (called, heard) = mpsc::channel();
+        let me = lock.clone();
+        on_health(Box::new(move |event| {
+            // Into the lock from the callback's thread: holds nothing there.
+            let _ = called.send((event.health, me.health(), me.fencing_token()));
+        }));
+        lock.set_max_hold(Some(CAP)).unwrap();
+        let guard = lock.lock().unwrap();
+        let token = guard.fencing_token();
+        let event = events.recv_timeout(patience()).expect("a health event");
+        assert_eq!(event.health, LockHealth::Lost);
+        assert_eq!(event.fencing_token, token);
+        let (health, from_there, token_there) =
+            heard.recv_timeout(patience()).expect("the callback");
+        assert_eq!(health, LockHealth::Lost);
+        assert_eq!(
+            (from_there, token_there),
+            (None, None),
+            "the callback's thread holds nothing"
+        );
+        assert_eq!(guard.health(), LockHealth::Lost);
+        assert!(matches!(guard.release(), Err(Error::LockLost)));
+    }
+
+    #[test]
+    fn mem() {
+        let client = zklock::mem::MemClient::isolated();
+        let lock = Arc::new(zklock::mem::MemMutex::new(&client, "max-hold-events").unwrap());
+        let events = lock.health_events();
+        let l = lock.clone();
+        hears_the_cap(lock, events, move |f| l.on_health(f));
+    }
+
+    #[test]
+    fn zookeeper() {
+        let server = zklock::testing::TestingServer::start().unwrap();
+        let client = zklock::Client::connect(&server.connect_string()).unwrap();
+        let lock = Arc::new(zklock::InterProcessMutex::new(&client, "/max-hold").unwrap());
+        let events = lock.health_events();
+        let l = lock.clone();
+        hears_the_cap(lock, events, move |f| l.on_health(f));
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis() {
+        let server = zklock::testing::TestingRedis::start().unwrap();
+        let client = zklock::RedisClient::connect(&server.url()).unwrap();
+        let lock = Arc::new(zklock::redis::RedisMutex::new(&client, "max-hold").unwrap());
+        let events = lock.health_events();
+        let l = lock.clone();
+        hears_the_cap(lock, events, move |f| l.on_health(f));
+    }
+}
