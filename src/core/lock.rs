@@ -193,13 +193,13 @@ pub trait Lock: Sealed + Send + Sync {
     /// capped; [`ThreadStart`](crate::Error::ThreadStart) if the timer thread cannot start.
     ///
     /// # Example
-    /// ```
+    /// ```no_run
     /// use std::time::Duration;
     /// use zklock::Lock;
     ///
     /// # fn main() -> zklock::Result<()> {
-    /// let client = zklock::mem::MemClient::connect("max-hold-doc")?;
-    /// let mutex = zklock::mem::MemMutex::new(&client, "nightly-job")?;
+    /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+    /// let mutex = zklock::InterProcessMutex::new(&client, "/locks/nightly-job")?;
     /// mutex.set_max_hold(Some(Duration::from_secs(600)))?; // a stuck job frees it in 10 min
     /// assert!(mutex.set_max_hold(Some(Duration::ZERO)).is_err());
     /// # Ok(()) }

@@ -71,11 +71,14 @@ impl<H> ThreadHolds<H> {
     /// what its cap does. `None` if no thread has that hold (released meanwhile).
     pub(crate) fn cap(&self, id: u64, is: impl Fn(&H) -> bool) -> Option<(ThreadId, H)> {
         let mut map = self.map.lock();
-        let (thread, (_, slot)) = map
-            .iter_mut()
+        let (thread, _) = map
+            .iter()
             .find(|(_, (_, slot))| slot.held().is_some_and(&is))?;
-        match std::mem::replace(slot, Slot::Capped(id)) {
-            Slot::Held(hold) => Some((*thread, hold)),
+        let thread = *thread;
+        let (count, slot) = map.remove(&thread)?;
+        map.insert(thread, (count, Slot::Capped(id)));
+        match slot {
+            Slot::Held(hold) => Some((thread, hold)),
             Slot::Capped(_) => None,
         }
     }
