@@ -67,7 +67,7 @@ pub fn connect(url: &str) -> Result<AnyClient> {
 #[derive(Clone)]
 pub struct AnyClient {
     pub(crate) inner: Arc<dyn Backend>,
-    /// The cap set on every mutex and read-write lock it makes.
+    /// The cap set on every mutex, read-write lock and semaphore it makes.
     pub(crate) max_hold: Option<Duration>,
 }
 
@@ -150,7 +150,7 @@ impl AnyClient {
         Ok(AnyReadWriteLock { inner })
     }
 
-    /// The cap this Client sets on every mutex and read-write lock it makes (see
+    /// The cap this Client sets on every mutex, read-write lock and semaphore it makes (see
     /// [`AnyClientBuilder::max_hold`]); `None`: none.
     pub fn max_hold(&self) -> Option<Duration> {
         self.max_hold
@@ -159,22 +159,15 @@ impl AnyClient {
     /// A counting semaphore of `max_leases` leases named `name`.
     ///
     /// # Errors
-    /// As [`mutex`](Self::mutex); [`Error::InvalidArgument`] for no lease, and on a Client
-    /// with a `max_hold` (a semaphore's leases are not capped: a cap the caller asked for
-    /// is not dropped in silence).
+    /// As [`mutex`](Self::mutex); [`Error::InvalidArgument`] for no lease. Its leases are
+    /// capped at the Client's `max_hold`.
     pub fn semaphore(&self, name: &str, max_leases: u32) -> Result<AnySemaphore> {
         if max_leases == 0 {
             return Err(Error::invalid("a semaphore needs at least one lease"));
         }
-        if self.max_hold.is_some() {
-            return Err(Error::invalid(
-                "max_hold does not apply to semaphore leases: make the semaphore with a Client \
-                 without max_hold",
-            ));
-        }
-        Ok(AnySemaphore {
-            inner: self.inner.semaphore(name, max_leases)?,
-        })
+        let inner = self.inner.semaphore(name, max_leases)?;
+        inner.set_max_hold(self.max_hold)?;
+        Ok(AnySemaphore { inner })
     }
 
     /// A leader latch on the election `name`, taking part at once. A leadership term is not
@@ -211,14 +204,13 @@ impl std::fmt::Debug for AnyClient {
 crate::core::options::connection_options!(AnyClientBuilder);
 
 impl AnyClientBuilder {
-    /// Caps every hold of the mutexes and read-write locks the Client makes at `max_hold` after
-    /// its grant, even while its renewals succeed (see
+    /// Caps every hold of the mutexes, read-write locks and semaphores the Client makes at
+    /// `max_hold` after its grant, even while its renewals succeed (see
     /// [`Lock::set_max_hold`](crate::Lock::set_max_hold)); `None`: no cap. The URL can say it
     /// too, `?max_hold=2s` (`500ms`, `2s`, `1.5s`, `2m`, `1h`, a bare number of seconds, or
     /// `none`); this setting wins over the URL's. Default: no cap. `connect` refuses zero
-    /// before any I/O; a length past what the clock can count is no cap. Semaphores are not
-    /// capped: on a Client with a cap, [`AnyClient::semaphore`] refuses; leader latch terms
-    /// are not capped.
+    /// before any I/O; a length past what the clock can count is no cap. Leader latch terms are
+    /// not capped.
     ///
     /// # Example
     /// ```
@@ -385,6 +377,15 @@ impl AnySemaphore {
     pub fn cancel_waiters(&self) {
         self.inner.cancel_waiters()
     }
+
+    /// Caps every lease granted from now on at `max_hold` after its grant (see
+    /// [`Lock::set_max_hold`]); `None` removes the cap.
+    ///
+    /// # Errors
+    /// As [`Lock::set_max_hold`].
+    pub fn set_max_hold(&self, max_hold: Option<Duration>) -> Result<()> {
+        self.inner.set_max_hold(max_hold)
+    }
 }
 
 impl std::fmt::Debug for AnySemaphore {
@@ -527,6 +528,7 @@ pub(crate) trait Semaphore: Send + Sync {
     /// `None`: without limit.
     fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>>;
     fn cancel_waiters(&self);
+    fn set_max_hold(&self, max_hold: Option<Duration>) -> Result<()>;
 }
 
 pub(crate) trait Lease: Send + Sync {
@@ -586,6 +588,9 @@ macro_rules! adapters {
             }
             fn cancel_waiters(&self) {
                 <$sem>::cancel_waiters(self)
+            }
+            fn set_max_hold(&self, max_hold: Option<std::time::Duration>) -> $crate::Result<()> {
+                <$sem>::set_max_hold(self, max_hold)
             }
         }
         impl $crate::any::Lease for $lease {

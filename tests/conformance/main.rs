@@ -132,6 +132,10 @@ macro_rules! backend {
                 crate::max_hold::capped_hold_is_taken_over(B, true)
             }
             #[test]
+            fn max_hold_lease_is_taken_over() {
+                crate::max_hold::capped_lease_is_taken_over(B)
+            }
+            #[test]
             fn max_hold_multi_lock_is_taken_over() {
                 crate::max_hold::capped_multi_lock(B)
             }

@@ -179,7 +179,7 @@ impl Target {
 }
 
 /// The cap's bad values are refused before any I/O with `InvalidArgument`; `Duration::MAX` is
-/// no cap; a Client with a cap refuses to make a semaphore (its leases are not capped).
+/// no cap.
 pub fn bad_max_hold_refused(b: &dyn Backend) {
     let server = b.start();
     let url = server.url();
@@ -209,12 +209,54 @@ pub fn bad_max_hold_refused(b: &dyn Backend) {
     let forever = AnyClient::builder(&capped(&url)).max_hold(Some(Duration::MAX));
     assert_eq!(forever.connect().unwrap().max_hold(), None);
     if b.has_semaphore() {
-        let capped = b.connect(&capped(&url), opts());
+        let semaphore = client.semaphore("max-hold-bad", 2).unwrap();
         assert!(matches!(
-            capped.semaphore("max-hold-bad", 2),
+            semaphore.set_max_hold(Some(Duration::ZERO)),
             Err(Error::InvalidArgument(_))
         ));
+        semaphore.set_max_hold(Some(Duration::MAX)).unwrap();
+        let lease = semaphore.acquire().unwrap();
+        assert_eq!(lease.health(), LockHealth::Held);
+        lease.release().unwrap();
     }
+}
+
+/// A semaphore's lease capped through the URL: a holder of the only lease that never returns
+/// it and whose renewals succeed loses it at the cap, another Client gets it, and the late
+/// return answers `LockLost`.
+pub fn capped_lease_is_taken_over(b: &dyn Backend) {
+    if !b.has_semaphore() {
+        return println!("{}: SKIPPED max_hold lease: no semaphore", b.name());
+    }
+    let server = b.start();
+    let url = server.url();
+    let (a, other) = (b.connect(&capped(&url), opts()), b.connect(&url, opts()));
+    let name = format!("max-hold-lease-{}", b.name());
+    let (mine, theirs) = (
+        a.semaphore(&name, 1).unwrap(),
+        other.semaphore(&name, 1).unwrap(),
+    );
+    let lease = mine.acquire().unwrap();
+    let granted = Instant::now();
+    assert_eq!(lease.health(), LockHealth::Held);
+    let bound = CAP + SESSION + Duration::from_secs(10) * crate::common::timing();
+    let second = theirs.acquire_timeout(bound).unwrap();
+    let after_cap = Instant::now().saturating_duration_since(granted + CAP);
+    let second = second.unwrap_or_else(|| panic!("{}: no lease within {bound:?}", b.name()));
+    println!(
+        "{}: max_hold lease: B granted {} ms after A's cap of {CAP:?} passed",
+        b.name(),
+        after_cap.as_millis()
+    );
+    assert_eq!(lease.health(), LockHealth::Lost, "{}", b.name());
+    let late = lease.release();
+    assert!(
+        matches!(late, Err(Error::LockLost)),
+        "{}: {late:?}",
+        b.name()
+    );
+    assert_eq!(second.health(), LockHealth::Held);
+    second.release().unwrap();
 }
 
 /// Counts the Lost events of a lock by its name, where the `metrics` feature counts them.

@@ -194,9 +194,9 @@ pub struct RunArgs {
     /// After SIGTERM to the command (lock lost), wait D before SIGKILL
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "D")]
     pub kill_after: Duration,
-    /// Hold the lock for at most D: then the lock is let go of on the server (another process
-    /// can take it) and the command is stopped as on a lost lock (mutex and read-write only)
-    #[arg(long, value_parser = parse_max_hold, value_name = "D", conflicts_with = "semaphore")]
+    /// Hold the lock (or lease) for at most D: then it is let go of on the server (another
+    /// process can take it) and the command is stopped as on a lost lock
+    #[arg(long, value_parser = parse_max_hold, value_name = "D")]
     pub max_hold: Option<Duration>,
     /// Keep the command in zklock's process group, so that it can read from the terminal and
     /// gets the terminal's signals (Ctrl-C) itself; then only the command is stopped when the

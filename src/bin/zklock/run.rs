@@ -68,7 +68,7 @@ impl Contender {
             Contender::Mutex(m) => m.set_max_hold(args.max_hold)?,
             Contender::Read(r) => r.set_max_hold(args.max_hold)?,
             Contender::Write(w) => w.set_max_hold(args.max_hold)?,
-            Contender::Lease(_) => {}
+            Contender::Lease(s) => s.set_max_hold(args.max_hold)?,
         }
         Ok(contender)
     }

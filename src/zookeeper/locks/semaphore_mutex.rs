@@ -142,16 +142,9 @@ impl Sealed for InterProcessSemaphoreMutex {
         self.semaphore.cancel_waiters()
     }
 
-    /// Refused: a semaphore's lease is not capped (see
-    /// [`Lock::set_max_hold`](crate::Lock::set_max_hold)).
+    /// Its semaphore's: the hold is a lease of it.
     fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
-        match max_hold {
-            None => Ok(()),
-            Some(_) => Err(Error::invalid(
-                "max_hold does not apply to a semaphore mutex: its hold is a semaphore lease, \
-                 which is not capped; use an InterProcessMutex",
-            )),
-        }
+        self.semaphore.set_max_hold(max_hold)
     }
 
     fn acquired_here(&self) -> bool {
