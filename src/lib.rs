@@ -164,16 +164,17 @@
 //! Client renews the hold while the process lives. [`Lock::set_max_hold`] caps every hold
 //! granted through a lock object at a length counted from its grant (Redisson's `leaseTime`,
 //! ShedLock's `lockAtMostFor`), on every mutex, both halves of every read-write lock and
-//! [`InterProcessMultiLock`]; [`AnyClientBuilder::max_hold`] or `?max_hold=2s` in a URL sets it on
-//! every mutex and read-write lock an [`AnyClient`] makes. When the cap passes, even while
+//! [`InterProcessMultiLock`]; each semaphore's `set_max_hold` caps its leases (and
+//! [`InterProcessSemaphoreMutex`]'s hold); [`AnyClientBuilder::max_hold`] or `?max_hold=2s` in a
+//! URL sets it on every mutex, read-write lock and semaphore an [`AnyClient`] makes. When the cap passes, even while
 //! renewals succeed, the hold reads [`LockHealth::Lost`], its health subscribers hear it (a
 //! callback may call into the lock), the hold is let go of on the server in the background, and
 //! the holder's last `release()` answers [`Error::LockLost`]; a drop stays bounded as always.
 //! One process-wide thread, `zklock-max-hold`, runs every cap. Zero is refused with
 //! [`Error::InvalidArgument`] before any I/O; `Duration::MAX` (any length past what the clock
-//! counts) is no cap. Not capped: semaphore leases ([`InterProcessSemaphoreMutex`] and an
-//! `AnyClient` with a cap refuse to make one) and leader latch terms (a leader ends its term by
-//! closing the latch). `zklock run --max-hold D` stops its command at the cap.
+//! counts) is no cap. Leader latch terms are not capped (a leader ends its term by closing the
+//! latch: a term is no hold its leader could forget to release). `zklock run --max-hold D`
+//! stops its command at the cap.
 //!
 //! | backend | what frees the server's hold at the cap |
 //! |---|---|

@@ -1,7 +1,7 @@
 //! `zklock run --max-hold`: the hold ends when its cap passes although its renewals succeed —
 //! the lock is let go of on the server at once, so a waiting `run` gets it, and the command is
 //! stopped as on a lost lock (SIGTERM, then SIGKILL after `--kill-after`), exit code 123. On
-//! ZooKeeper and on `file://`.
+//! ZooKeeper and on `file://`, for a mutex, a write lock and a semaphore's lease.
 //!
 //! No assertion is about durations: every wait is on a condition with `patience()`.
 
@@ -43,7 +43,7 @@ fn log_has(log: &Path, what: &str) -> bool {
 /// file; B waits for the same lock. B runs while A's command still lingers in its grace (the
 /// cap let go of the lock on the server, not the command's end); then A's command stops and A
 /// exits 123, saying why.
-fn max_hold_stops_the_command(connect: &str, dir: &Path) {
+fn max_hold_stops_the_command(connect: &str, dir: &Path, kind: &[&str]) {
     let (log, go) = (dir.join("log"), dir.join("go"));
     let holder = format!(
         "trap 'echo term a >> {log}' TERM; echo enter a >> {log}; \
@@ -53,6 +53,7 @@ fn max_hold_stops_the_command(connect: &str, dir: &Path) {
     );
     let mut a = Proc(
         zklock(connect, &["run", "max-hold", "--max-hold", "2s"])
+            .args(kind)
             .args(["--kill-after", "600s", "--", "sh", "-c", &holder])
             .stderr(Stdio::piped())
             .spawn()
@@ -61,7 +62,9 @@ fn max_hold_stops_the_command(connect: &str, dir: &Path) {
     wait_for("a to enter", || log_has(&log, "enter a"));
     let waiter = format!("echo enter b >> {}", log.display());
     let mut b = Proc(
-        zklock(connect, &["run", "max-hold", "--", "sh", "-c", &waiter])
+        zklock(connect, &["run", "max-hold"])
+            .args(kind)
+            .args(["--", "sh", "-c", &waiter])
             .spawn()
             .unwrap(),
     );
@@ -85,7 +88,15 @@ fn max_hold_stops_the_command(connect: &str, dir: &Path) {
 fn max_hold_stops_the_command_on_zookeeper() {
     let server = zklock::testing::TestingServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    max_hold_stops_the_command(&server.connect_string(), dir.path());
+    max_hold_stops_the_command(&server.connect_string(), dir.path(), &[]);
+}
+
+#[test]
+fn max_hold_stops_the_command_of_a_lease_on_zookeeper() {
+    let server = zklock::testing::TestingServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = ["--semaphore", "1"];
+    max_hold_stops_the_command(&server.connect_string(), dir.path(), &lease);
 }
 
 #[test]
@@ -93,7 +104,14 @@ fn max_hold_stops_the_command_on_file() {
     let dir = tempfile::tempdir().unwrap();
     let locks = dir.path().join("locks");
     let url = format!("file://{}", locks.display());
-    max_hold_stops_the_command(&url, dir.path());
+    max_hold_stops_the_command(&url, dir.path(), &[]);
+}
+
+#[test]
+fn max_hold_stops_the_command_of_a_write_lock_on_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("locks").display());
+    max_hold_stops_the_command(&url, dir.path(), &["--write"]);
 }
 
 /// A command that ignores SIGTERM for good is killed after `--kill-after`.

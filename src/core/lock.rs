@@ -189,8 +189,8 @@ pub trait Lock: Sealed + Send + Sync {
     ///
     /// # Errors
     /// [`InvalidArgument`](crate::Error::InvalidArgument) for a zero cap (a length past what
-    /// the clock can count, such as `Duration::MAX`, is no cap) or for a lock that cannot be
-    /// capped; [`ThreadStart`](crate::Error::ThreadStart) if the timer thread cannot start.
+    /// the clock can count, such as `Duration::MAX`, is no cap);
+    /// [`ThreadStart`](crate::Error::ThreadStart) if the timer thread cannot start.
     ///
     /// # Example
     /// ```no_run
