@@ -760,8 +760,10 @@ where
             );
         } else if !self.released {
             let by = crate::core::deadline::instant_after(self.lock.drop_bound());
-            if let Err(e) = self.lock.release_as(Release::Within(Some(by))) {
-                tracing::warn!("releasing a lock on guard drop: {e}");
+            match self.lock.release_as(Release::Within(Some(by))) {
+                // Told already, as a health event (a cap that passed, a session that expired).
+                Ok(()) | Err(Error::LockLost) => {}
+                Err(e) => tracing::warn!("releasing a lock on guard drop: {e}"),
             }
         }
     }

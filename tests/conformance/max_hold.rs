@@ -316,7 +316,7 @@ mod listeners {
 
     /// Holds through `lock` with a channel and a callback subscribed; checks both hear `Lost`
     /// once the cap passes, and that the callback's own call into the lock returned.
-    fn hears_the_cap<L: Lock + Send + Sync + 'static>(
+    fn hears_the_cap<L: Lock + Send + Sync + std::fmt::Debug + 'static>(
         lock: Arc<L>,
         events: zklock::Receiver<zklock::HealthEvent>,
         on_health: impl FnOnce(Box<dyn FnMut(zklock::HealthEvent) + Send>) -> u64,
@@ -327,6 +327,7 @@ mod listeners {
             // Into the lock from the callback's thread: holds nothing there.
             let _ = called.send((event.health, me.health(), me.fencing_token()));
         }));
+        crate::common::warnings_naming("guard drop: the lock had been lost");
         lock.set_max_hold(Some(CAP)).unwrap();
         let guard = lock.lock().unwrap();
         let token = guard.fencing_token();
@@ -343,6 +344,19 @@ mod listeners {
         );
         assert_eq!(guard.health(), LockHealth::Lost);
         assert!(matches!(guard.release(), Err(Error::LockLost)));
+        // A guard dropped after its cap: quiet (no warning of a lost lock), and the lock is
+        // free for the next holder.
+        let name = format!("{lock:?}");
+        let guard = lock.lock().unwrap();
+        let event = events.recv_timeout(patience()).expect("the second cap");
+        assert_eq!(event.health, LockHealth::Lost);
+        drop(guard);
+        // The event comes before the background release: the lock is free soon after.
+        crate::common::wait_for("the lock free after the cap", || {
+            lock.try_lock().unwrap().is_some()
+        });
+        let warned = crate::common::warnings_naming("guard drop: the lock had been lost");
+        assert!(warned.is_empty(), "{name}: {warned:?}");
     }
 
     #[test]
