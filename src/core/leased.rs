@@ -55,10 +55,11 @@ pub(crate) struct Leased<R: RawLease> {
     cap: Option<Key>,
 }
 
-/// The backend's lease and whether its cap let go of it.
+/// The backend's lease, and who let go of it: its cap, or its holder.
 struct Raw<R> {
     lease: R,
     capped: bool,
+    released: bool,
 }
 
 impl<R: RawLease> Leased<R> {
@@ -68,6 +69,7 @@ impl<R: RawLease> Leased<R> {
             raw: Arc::new(Mutex::new(Raw {
                 lease: raw,
                 capped: false,
+                released: false,
             })),
             name: name.to_owned(),
             id,
@@ -141,6 +143,8 @@ impl<R: RawLease> Leased<R> {
         if raw.capped {
             return Err(Error::LockLost);
         }
+        // A cap's job tried again later finds it released.
+        raw.released = true;
         let lost = raw.lease.health(reported) == LockHealth::Lost;
         super::metrics::released(&self.name, self.since.elapsed());
         let released = raw.lease.release(how, lost);
@@ -165,7 +169,7 @@ fn cap_job<R: RawLease>(raw: Weak<Mutex<Raw<R>>>, name: String, report: Report) 
             max_hold::schedule(again, cap_job(raw, name, report));
             return;
         };
-        if held.capped {
+        if held.capped || held.released {
             return;
         }
         held.capped = true;
