@@ -86,7 +86,8 @@ impl<R: RawLease> Leased<R> {
     /// subscribers.
     pub(crate) fn capped(mut self, max_hold: Option<Duration>, report: Report) -> Self {
         if let Some(at) = max_hold.and_then(|cap| self.since.checked_add(cap)) {
-            let job = cap_job(Arc::downgrade(&self.raw), self.name.clone(), report);
+            let (name, since) = (self.name.clone(), self.since);
+            let job = cap_job(Arc::downgrade(&self.raw), name, since, report);
             self.cap = max_hold::schedule(at, job);
         }
         self
@@ -159,14 +160,19 @@ impl<R: RawLease> Leased<R> {
 /// released meanwhile), reports it `Lost`, and has the backend let go of it in the background.
 /// A lease being looked at or released right then is tried again shortly, so that the timer
 /// never waits on a release in progress.
-fn cap_job<R: RawLease>(raw: Weak<Mutex<Raw<R>>>, name: String, report: Report) -> Job {
+fn cap_job<R: RawLease>(
+    raw: Weak<Mutex<Raw<R>>>,
+    name: String,
+    since: Instant,
+    report: Report,
+) -> Job {
     Box::new(move || {
         let Some(shared) = raw.upgrade() else {
             return;
         };
         let Some(mut held) = shared.try_lock() else {
             let again = Instant::now() + Duration::from_millis(10);
-            max_hold::schedule(again, cap_job(raw, name, report));
+            max_hold::schedule(again, cap_job(raw, name, since, report));
             return;
         };
         if held.capped || held.released {
@@ -175,6 +181,7 @@ fn cap_job<R: RawLease>(raw: Weak<Mutex<Raw<R>>>, name: String, report: Report) 
         held.capped = true;
         let lost = held.lease.health(LockHealth::Held) == LockHealth::Lost;
         report(LockHealth::Lost);
+        super::metrics::released(&name, since.elapsed());
         tracing::info!("zklock: a lease of {name:?} reached its max_hold and was let go of");
         if let Err(e) = held.lease.release(Release::Background, lost) {
             tracing::debug!("zklock: letting go of a capped lease of {name:?}: {e}");
