@@ -67,6 +67,8 @@ pub fn connect(url: &str) -> Result<AnyClient> {
 #[derive(Clone)]
 pub struct AnyClient {
     pub(crate) inner: Arc<dyn Backend>,
+    /// The cap set on every mutex, read-write lock and semaphore it makes.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// How to connect an [`AnyClient`]: the URL and the options every backend shares.
@@ -84,6 +86,15 @@ pub struct AnyClient {
 pub struct AnyClientBuilder {
     pub(crate) url: String,
     pub(crate) options: Options,
+    /// `None`: not set (the URL's `max_hold`, if any, applies).
+    max_hold: Option<MaxHold>,
+}
+
+/// A `max_hold` as the builder was given it, checked at `connect`.
+#[derive(Debug, Clone, Copy)]
+enum MaxHold {
+    Cap(Duration),
+    None,
 }
 
 impl AnyClient {
@@ -92,6 +103,7 @@ impl AnyClient {
         AnyClientBuilder {
             url: url.to_owned(),
             options: Options::default(),
+            max_hold: None,
         }
     }
 
@@ -122,33 +134,44 @@ impl AnyClient {
     /// [`Error::InvalidArgument`] or [`Error::InvalidPath`] for a name the backend refuses;
     /// nothing is sent.
     pub fn mutex(&self, name: &str) -> Result<Arc<dyn Lock>> {
-        self.inner.mutex(name)
+        let mutex = self.inner.mutex(name)?;
+        mutex.set_max_hold(self.max_hold)?;
+        Ok(mutex)
     }
 
-    /// A read-write lock named `name`.
+    /// A read-write lock named `name`, both halves capped at the Client's `max_hold`.
     ///
     /// # Errors
     /// As [`mutex`](Self::mutex).
     pub fn read_write_lock(&self, name: &str) -> Result<AnyReadWriteLock> {
-        Ok(AnyReadWriteLock {
-            inner: self.inner.read_write(name)?,
-        })
+        let inner = self.inner.read_write(name)?;
+        inner.read().set_max_hold(self.max_hold)?;
+        inner.write().set_max_hold(self.max_hold)?;
+        Ok(AnyReadWriteLock { inner })
+    }
+
+    /// The cap this Client sets on every mutex, read-write lock and semaphore it makes (see
+    /// [`AnyClientBuilder::max_hold`]); `None`: none.
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
     }
 
     /// A counting semaphore of `max_leases` leases named `name`.
     ///
     /// # Errors
-    /// As [`mutex`](Self::mutex); [`Error::InvalidArgument`] for no lease.
+    /// As [`mutex`](Self::mutex); [`Error::InvalidArgument`] for no lease. Its leases are
+    /// capped at the Client's `max_hold`.
     pub fn semaphore(&self, name: &str, max_leases: u32) -> Result<AnySemaphore> {
         if max_leases == 0 {
             return Err(Error::invalid("a semaphore needs at least one lease"));
         }
-        Ok(AnySemaphore {
-            inner: self.inner.semaphore(name, max_leases)?,
-        })
+        let inner = self.inner.semaphore(name, max_leases)?;
+        inner.set_max_hold(self.max_hold)?;
+        Ok(AnySemaphore { inner })
     }
 
-    /// A leader latch on the election `name`, taking part at once.
+    /// A leader latch on the election `name`, taking part at once. A leadership term is not
+    /// capped by the Client's `max_hold`: a leader gives up its term by closing the latch.
     ///
     /// # Errors
     /// As [`mutex`](Self::mutex); a connection error if it cannot join the election.
@@ -181,6 +204,30 @@ impl std::fmt::Debug for AnyClient {
 crate::core::options::connection_options!(AnyClientBuilder);
 
 impl AnyClientBuilder {
+    /// Caps every hold of the mutexes, read-write locks and semaphores the Client makes at
+    /// `max_hold` after its grant, even while its renewals succeed (see
+    /// [`Lock::set_max_hold`](crate::Lock::set_max_hold)); `None`: no cap. The URL can say it
+    /// too, `?max_hold=2s` (`500ms`, `2s`, `1.5s`, `2m`, `1h`, a bare number of seconds, or
+    /// `none`); this setting wins over the URL's. Default: no cap. `connect` refuses zero
+    /// before any I/O; a length past what the clock can count is no cap. Leader latch terms are
+    /// not capped.
+    ///
+    /// # Example
+    /// ```
+    /// # fn main() -> zklock::Result<()> {
+    /// let dir = std::env::temp_dir().join("zklock-max-hold-doc");
+    /// let url = format!("file://{}?max_hold=10m", dir.display());
+    /// let locks = zklock::connect(&url)?;
+    /// assert_eq!(locks.max_hold(), Some(std::time::Duration::from_secs(600)));
+    /// let locks = zklock::AnyClient::builder(&url).max_hold(None).connect()?;
+    /// assert_eq!(locks.max_hold(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Option<Duration>) -> Self {
+        self.max_hold = Some(max_hold.map_or(MaxHold::None, MaxHold::Cap));
+        self
+    }
+
     /// Connects to the backend the URL names.
     ///
     /// # Errors
@@ -203,11 +250,41 @@ impl AnyClientBuilder {
             )));
         };
         let connect = driver.connect.ok_or_else(|| not_built(driver.backend))?;
+        let (url, in_url) = take_max_hold(&self.url)?;
+        let max_hold = match self.max_hold {
+            Some(MaxHold::Cap(cap)) => crate::core::max_hold::check(Some(cap))?,
+            Some(MaxHold::None) => None,
+            None => in_url,
+        };
         let op = self.options.operation_timeout();
+        let builder = AnyClientBuilder { url, ..self };
         Ok(AnyClient {
-            inner: connect(&self, op)?,
+            inner: connect(&builder, op)?,
+            max_hold,
         })
     }
+}
+
+/// `url` without its `max_hold` query parameter, and that parameter's cap (`None`: none).
+fn take_max_hold(url: &str) -> Result<(String, Option<Duration>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let (mut rest, mut cap) = (Vec::new(), None);
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("max_hold", value)) => cap = crate::core::max_hold::parse(value)?,
+            _ if pair == "max_hold" => {
+                return Err(Error::invalid("max_hold needs a value: ?max_hold=2s"))
+            }
+            _ => rest.push(pair),
+        }
+    }
+    let url = match rest.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", rest.join("&")),
+    };
+    Ok((url, cap))
 }
 
 /// The refusal of a URL whose backend this build left out.
@@ -299,6 +376,15 @@ impl AnySemaphore {
     /// Ends every acquisition waiting now with [`Error::Cancelled`].
     pub fn cancel_waiters(&self) {
         self.inner.cancel_waiters()
+    }
+
+    /// Caps every lease granted from now on at `max_hold` after its grant (see
+    /// [`Lock::set_max_hold`]); `None` removes the cap.
+    ///
+    /// # Errors
+    /// As [`Lock::set_max_hold`].
+    pub fn set_max_hold(&self, max_hold: Option<Duration>) -> Result<()> {
+        self.inner.set_max_hold(max_hold)
     }
 }
 
@@ -442,6 +528,7 @@ pub(crate) trait Semaphore: Send + Sync {
     /// `None`: without limit.
     fn acquire(&self, timeout: Option<Duration>) -> Result<Option<AnyLease>>;
     fn cancel_waiters(&self);
+    fn set_max_hold(&self, max_hold: Option<Duration>) -> Result<()>;
 }
 
 pub(crate) trait Lease: Send + Sync {
@@ -469,6 +556,7 @@ macro_rules! from_client {
             fn from(client: $client) -> $crate::AnyClient {
                 $crate::AnyClient {
                     inner: std::sync::Arc::new(client),
+                    max_hold: None,
                 }
             }
         }
@@ -500,6 +588,9 @@ macro_rules! adapters {
             }
             fn cancel_waiters(&self) {
                 <$sem>::cancel_waiters(self)
+            }
+            fn set_max_hold(&self, max_hold: Option<std::time::Duration>) -> $crate::Result<()> {
+                <$sem>::set_max_hold(self, max_hold)
             }
         }
         impl $crate::any::Lease for $lease {
@@ -658,5 +749,27 @@ mod tests {
         assert!(why.contains("redis://"), "{why}");
         #[cfg(feature = "zookeeper")]
         assert!(refused("zk:///chroot").contains("names no host"));
+    }
+
+    #[test]
+    fn max_hold_is_taken_out_of_the_url() {
+        let two = Some(Duration::from_secs(2));
+        let took = |url| take_max_hold(url).unwrap();
+        assert_eq!(took("redis://h:1"), ("redis://h:1".into(), None));
+        assert_eq!(took("redis://h:1?max_hold=2s"), ("redis://h:1".into(), two));
+        let url = "postgres://h/db?sslmode=disable&max_hold=2&application_name=x";
+        let want = "postgres://h/db?sslmode=disable&application_name=x";
+        assert_eq!(took(url), (want.into(), two));
+        assert_eq!(took("mem://a?max_hold=none").1, None);
+        for bad in ["0", "0ms", "-2s", "2 parsecs", "", "1e999"] {
+            let why = refused(&format!("mem://max-hold?max_hold={bad}"));
+            assert!(why.contains("max_hold"), "{bad}: {why}");
+        }
+        assert!(refused("mem://max-hold?max_hold").contains("max_hold needs a value"));
+        let zero = AnyClient::builder("mem://max-hold").max_hold(Some(Duration::ZERO));
+        assert!(matches!(zero.connect(), Err(Error::InvalidArgument(_))));
+        let forever =
+            AnyClient::builder("mem://max-hold?max_hold=1h").max_hold(Some(Duration::MAX));
+        assert_eq!(forever.connect().unwrap().max_hold(), None);
     }
 }

@@ -158,6 +158,33 @@
 //! the server for its maximum for a longer session timeout, and takes an operation timeout over
 //! a day as none. `mem://` takes any value.
 //!
+//! # Capping a hold (`max_hold`)
+//!
+//! A stuck holder (a thread in a loop, a deadlocked worker) keeps a lock for ever, because its
+//! Client renews the hold while the process lives. [`Lock::set_max_hold`] caps every hold
+//! granted through a lock object at a length counted from its grant (Redisson's `leaseTime`,
+//! ShedLock's `lockAtMostFor`), on every mutex, both halves of every read-write lock and
+//! [`InterProcessMultiLock`]; each semaphore's `set_max_hold` caps its leases (and
+//! [`InterProcessSemaphoreMutex`]'s hold); [`AnyClientBuilder::max_hold`] or `?max_hold=2s` in a
+//! URL sets it on every mutex, read-write lock and semaphore an [`AnyClient`] makes. When the cap passes, even while
+//! renewals succeed, the hold reads [`LockHealth::Lost`], its health subscribers hear it (a
+//! callback may call into the lock), the hold is let go of on the server in the background, and
+//! the holder's last `release()` answers [`Error::LockLost`]; a drop stays bounded as always.
+//! One process-wide thread, `zklock-max-hold`, runs every cap. Zero is refused with
+//! [`Error::InvalidArgument`] before any I/O; `Duration::MAX` (any length past what the clock
+//! counts) is no cap. Leader latch terms are not capped (a leader ends its term by closing the
+//! latch: a term is no hold its leader could forget to release). `zklock run --max-hold D`
+//! stops its command at the cap.
+//!
+//! | backend | what frees the server's hold at the cap |
+//! |---|---|
+//! | ZooKeeper | the lock node is deleted by the Client's guaranteed-delete queue |
+//! | Redis | the hold is removed from the key by the lock's owner-checked script, sent by the keeper |
+//! | PostgreSQL | the hold's session is ended (a downgraded read-write lock's shared session: the lock is unlocked on it) |
+//! | MySQL/MariaDB | the hold's connection is closed, which frees the `GET_LOCK` name; in the table mode the keeper deletes the lease's row |
+//! | `mem://` | the entry leaves the queue (on a frozen Client: at the thaw) |
+//! | `file://` | the entry file is removed and its lock closed |
+//!
 //! # Blocking and Drop
 //!
 //! Every call that can block has a bound its docs state, `Drop` included:
@@ -194,7 +221,8 @@
 //! start one process-wide `async-io` reactor thread. [`LeaderLatch`]es, and
 //! [`LeaderSelector`]s while they wait, have no thread each: their steps run on up to four
 //! process-wide `zklock-elect` threads and one `zklock-elect-timer`, which end when idle. A
-//! selector's closure runs on a `zklock-selector` thread for the length of its term. Nothing
+//! selector's closure runs on a `zklock-selector` thread for the length of its term. The first
+//! `max_hold` set starts the process's one `zklock-max-hold` thread, on every backend. Nothing
 //! else is spawned for ZooKeeper, and no thread runs user code except the watcher thread
 //! (listeners), a selector's term thread (its closure), and the thread that creates a node
 //! (ACL providers). The Redis and PostgreSQL Clients run

@@ -80,6 +80,10 @@ macro_rules! lock_half {
                 $crate::core::lock::Sealed::cancel(&self.mutex)
             }
 
+            fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> $crate::Result<()> {
+                $crate::core::lock::Sealed::cap_holds(&self.mutex, max_hold)
+            }
+
             fn acquired_here(&self) -> bool {
                 $crate::core::lock::Sealed::acquired_here(&self.mutex)
             }

@@ -114,11 +114,13 @@ impl PartialEq<LockHealth> for HealthEvent {
     }
 }
 
-/// The subscribers of one lock object: channels and removable callbacks.
+/// The subscribers of one lock object: channels and removable callbacks; and, for a semaphore,
+/// the cap (`max_hold`) of the leases it grants from now on, which their health ends.
 #[derive(Default)]
 pub(crate) struct HealthFeed {
     channels: Mutex<Vec<Sender<HealthEvent>>>,
     callbacks: Arc<Listeners<HealthEvent>>,
+    max_hold: Mutex<Option<std::time::Duration>>,
 }
 
 /// One hold's last reported health; once Lost it stays Lost.
@@ -137,6 +139,20 @@ impl HealthFeed {
 
     pub(crate) fn remove(&self, id: u64) -> bool {
         self.callbacks.remove(id)
+    }
+
+    /// Caps the holds granted from now on (checked: zero refused, past the clock none).
+    pub(crate) fn set_max_hold(
+        &self,
+        max_hold: Option<std::time::Duration>,
+    ) -> super::error::Result<()> {
+        *self.max_hold.lock() = super::max_hold::check(max_hold)?;
+        Ok(())
+    }
+
+    /// The cap of the holds granted now.
+    pub(crate) fn max_hold(&self) -> Option<std::time::Duration> {
+        *self.max_hold.lock()
     }
 
     /// A new hold's health cell (Held) and the report function its backend calls: it updates

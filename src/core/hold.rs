@@ -2,7 +2,7 @@
 //! re-entrancy once over any raw mutex): the backend provides one algorithm behind [`RawLock`]
 //! — acquire with a deadline, keep a grant, release it, cancel waiters — and [`Reentrant`]
 //! owns the sequence around it: closed → lost hold → re-entry → `WouldDeadlock` → metrics →
-//! acquire → the hold record and its health → release → `Drop`.
+//! acquire → the hold record and its health → its cap (`max_hold`) → release → `Drop`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use super::error::{Error, Result};
 use super::health::{HealthCell, HealthFeed, LockHealth};
 use super::listeners::Dispatch;
 use super::lock::Release;
+use super::max_hold::{self, Job, Key};
 use super::thread_holds::{Detached, ThreadHolds};
 use super::token::Token;
 
@@ -30,10 +31,10 @@ pub(crate) enum Half {
 }
 
 /// A backend's lock, without re-entrancy.
-pub(crate) trait RawLock: Send + Sync {
+pub(crate) trait RawLock: Send + Sync + 'static {
     /// What the backend keeps of one hold: what releasing and renewing it need (an owner id,
     /// a session, a node), its keeper handle among them.
-    type Grant: Send;
+    type Grant: Send + 'static;
 
     /// What the other half of a read-write lock needs of the same thread's hold (its owner id,
     /// its session): cheap to clone, taken out without holding any lock while it is used.
@@ -72,7 +73,8 @@ pub(crate) trait RawLock: Send + Sync {
 
     /// Lets go of a released hold as `how` says; `lost` says the hold had been lost (the
     /// shell then answers [`Error::LockLost`] whatever this returns). `partner` is the same
-    /// thread's hold of the other half, if any.
+    /// thread's hold of the other half, if any. A hold whose `max_hold` passed is let go of
+    /// here too, with `Release::Background`, from the cap timer's thread: that must not block.
     fn release(
         &self,
         grant: Self::Grant,
@@ -109,27 +111,46 @@ pub(crate) struct Hold<G> {
     id: u64,
     health: HealthCell,
     since: Instant,
+    /// The cap timer's job for this hold, cancelled by its release.
+    cap: Option<Key>,
 }
 
-/// Re-entrancy per thread over a [`RawLock`], with health and fencing.
+/// Re-entrancy per thread over a [`RawLock`], with health, fencing and a cap on each hold.
+///
+/// A capped hold (`max_hold`) is taken out of its thread's place by the process's cap timer
+/// when its time passes: its health reads `Lost` and its subscribers hear it, the backend lets
+/// go of it in the background (as a guard's drop does when the server is slow), and a mark
+/// stays in the thread's place so that the thread's last release answers
+/// [`Error::LockLost`]. The cap counts from the grant; a re-entry does not extend it.
 pub(crate) struct Reentrant<R: RawLock> {
-    pub(crate) raw: R,
+    /// Shared with the cap timer's jobs, which hold it weakly.
+    pub(crate) raw: Arc<R>,
     half: Half,
     holders: Arc<ThreadHolds<Hold<R::Grant>>>,
     /// A read-write lock's other half's holds.
     partner: Option<Arc<ThreadHolds<Hold<R::Grant>>>>,
     pub(crate) feed: Arc<HealthFeed>,
+    /// The cap of holds granted from now on; `None`: none.
+    max_hold: parking_lot::Mutex<Option<Duration>>,
 }
 
 impl<R: RawLock> Reentrant<R> {
     pub(crate) fn new(raw: R) -> Reentrant<R> {
         Reentrant {
-            raw,
+            raw: Arc::new(raw),
             half: Half::Whole,
             holders: Arc::default(),
             partner: None,
             feed: Arc::default(),
+            max_hold: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Caps every hold granted from now on at `max_hold` after its grant (see
+    /// [`Lock::set_max_hold`](super::lock::Lock::set_max_hold)).
+    pub(crate) fn set_max_hold(&self, max_hold: Option<Duration>) -> Result<()> {
+        *self.max_hold.lock() = max_hold::check(max_hold)?;
+        Ok(())
     }
 
     /// The two halves of a read-write lock over `read` and `write`.
@@ -177,25 +198,75 @@ impl<R: RawLock> Reentrant<R> {
         let (health, report) = self
             .feed
             .hold(self.raw.dispatch(), name, &node, token.clone());
-        self.raw.keep(&mut grant, report)?;
+        self.raw.keep(&mut grant, report.clone())?;
+        let since = Instant::now();
+        let id = HOLD_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.holders.insert(Hold {
             grant,
             token,
-            id: HOLD_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id,
             health,
-            since: Instant::now(),
+            since,
+            cap: None,
         });
+        // Scheduled once the hold is in place, so that a cap shorter than this step still
+        // finds it; a cap past what the clock can count is none.
+        let cap = *self.max_hold.lock();
+        if let Some(at) = cap.and_then(|cap| since.checked_add(cap)) {
+            if let Some(key) = max_hold::schedule(at, self.cap_job(id, report)) {
+                if self.holders.mine_mut(|h| h.cap = Some(key)).is_none() {
+                    max_hold::cancel(key);
+                }
+            }
+        }
         Ok(true)
+    }
+
+    /// What the cap timer does when hold `id`'s cap passes: takes the hold out of its thread's
+    /// place (nothing if it was released meanwhile), reports it `Lost` — its subscribers hear
+    /// it before anyone else can take the lock — and has the backend let go of it in the
+    /// background. Holds the lock object only weakly, and no lock of it while calling out.
+    fn cap_job(&self, id: u64, report: Report) -> Job {
+        let raw = Arc::downgrade(&self.raw);
+        let holders = Arc::downgrade(&self.holders);
+        let partner = self.partner.as_ref().map(Arc::downgrade);
+        Box::new(move || {
+            let (Some(raw), Some(holders)) = (raw.upgrade(), holders.upgrade()) else {
+                return;
+            };
+            let Some((thread, hold)) = holders.cap(id, |h| h.id == id) else {
+                return;
+            };
+            let lost = raw.health(&hold.grant, *hold.health.lock()) == LockHealth::Lost;
+            report(LockHealth::Lost);
+            super::metrics::released(raw.name(), hold.since.elapsed());
+            tracing::info!(
+                "zklock: a hold of {:?} reached its max_hold and was let go of",
+                raw.name()
+            );
+            drop(hold.health);
+            let partner = (partner.and_then(|p| p.upgrade()))
+                .and_then(|p| p.of(thread, |h| R::share(&h.grant)));
+            if let Err(e) = raw.release(hold.grant, Release::Background, lost, partner) {
+                if !matches!(e, Error::LockLost) {
+                    tracing::debug!("zklock: letting go of a capped hold: {e}");
+                }
+            }
+        })
     }
 
     pub(crate) fn release(&self, how: Release) -> Result<()> {
         match self.holders.detach()? {
             Detached::StillHeld => Ok(()),
             Detached::Released(hold) => self.finish(hold, how),
+            Detached::Capped => Err(Error::LockLost),
         }
     }
 
     fn finish(&self, hold: Hold<R::Grant>, how: Release) -> Result<()> {
+        if let Some(key) = hold.cap {
+            max_hold::cancel(key);
+        }
         super::metrics::released(self.raw.name(), hold.since.elapsed());
         let lost = self.raw.health(&hold.grant, *hold.health.lock()) == LockHealth::Lost;
         // The hold's record ends before its release is sent: what its keeper reports from here
@@ -246,11 +317,14 @@ impl<R: RawLock> Reentrant<R> {
 
     /// The calling thread's hold's id (see [`Sealed::hold_id`](super::lock::Sealed::hold_id)).
     pub(crate) fn hold_id(&self) -> Option<u64> {
-        self.mine(|h| h.id)
+        self.mine(|h| h.id).or_else(|| self.holders.capped())
     }
 
-    /// The calling thread's hold's health, computed now.
+    /// The calling thread's hold's health, computed now: `Lost` once its cap took it away.
     pub(crate) fn health(&self) -> Option<LockHealth> {
+        if self.holders.capped().is_some() {
+            return Some(LockHealth::Lost);
+        }
         self.mine(|h| self.raw.health(&h.grant, *h.health.lock()))
     }
 }
@@ -316,6 +390,10 @@ macro_rules! reentrant_lock {
 
             fn cancel(&self) {
                 self.lock.cancel_waiters();
+            }
+
+            fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> $crate::Result<()> {
+                self.lock.set_max_hold(max_hold)
             }
 
             fn acquired_here(&self) -> bool {

@@ -40,6 +40,8 @@ pub(crate) mod sealed {
         fn release_as(&self, how: Release) -> Result<()>;
         /// Ends every acquisition in progress with `Error::Cancelled`.
         fn cancel(&self);
+        /// Caps every later hold at `max_hold` (checked: see `Lock::set_max_hold`).
+        fn cap_holds(&self, max_hold: Option<Duration>) -> Result<()>;
         /// Whether any thread of this process holds the lock through this object.
         fn acquired_here(&self) -> bool;
         /// An id of the calling thread's hold that no later hold through this object has (a
@@ -171,6 +173,41 @@ pub trait Lock: Sealed + Send + Sync {
     /// The calling thread's fencing token, if it holds the lock.
     fn fencing_token(&self) -> Option<u64>;
 
+    /// Caps every hold granted through this object from now on at `max_hold` after its grant,
+    /// even while the Client keeps renewing it (Redisson's `leaseTime`, ShedLock's
+    /// `lockAtMostFor`); `None` removes the cap. Holds granted before the call keep theirs.
+    ///
+    /// When the cap passes, the hold reads [`Lost`](LockHealth::Lost), its health subscribers
+    /// hear it, and the hold is let go of on the server in the background (the lock node
+    /// deleted, the key deleted, the session's lock released, the file entry freed), so that
+    /// another Client can take the lock; the holder's last [`release`](Lock::release) then
+    /// answers [`LockLost`](crate::Error::LockLost), and dropping its guard stays quiet. A
+    /// re-entry neither extends the cap nor is allowed after it (`LockLost`). One timer thread
+    /// of the process runs every cap; no thread per hold. An
+    /// [`AnyClient`](crate::AnyClient) sets its `max_hold` option (`?max_hold=2s` in its URL)
+    /// on every lock it makes.
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::Error::InvalidArgument) for a zero cap (a length past what
+    /// the clock can count, such as `Duration::MAX`, is no cap);
+    /// [`ThreadStart`](crate::Error::ThreadStart) if the timer thread cannot start.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use zklock::Lock;
+    ///
+    /// # fn main() -> zklock::Result<()> {
+    /// # let client = zklock::Client::connect("127.0.0.1:2181")?;
+    /// let mutex = zklock::InterProcessMutex::new(&client, "/locks/nightly-job")?;
+    /// mutex.set_max_hold(Some(Duration::from_secs(600)))?; // a stuck job frees it in 10 min
+    /// assert!(mutex.set_max_hold(Some(Duration::ZERO)).is_err());
+    /// # Ok(()) }
+    /// ```
+    fn set_max_hold(&self, max_hold: Option<Duration>) -> Result<()> {
+        self.cap_holds(max_hold)
+    }
+
     /// The health of the calling thread's hold, if it holds the lock.
     fn health(&self) -> Option<LockHealth>;
 
@@ -274,6 +311,10 @@ impl<L: Lock + ?Sized> Sealed for Arc<L> {
         (**self).cancel()
     }
 
+    fn cap_holds(&self, max_hold: Option<Duration>) -> Result<()> {
+        (**self).cap_holds(max_hold)
+    }
+
     fn acquired_here(&self) -> bool {
         (**self).acquired_here()
     }
@@ -345,6 +386,18 @@ macro_rules! forward_lock_api {
             /// [`Error::Cancelled`](crate::Error::Cancelled); their nodes are deleted.
             pub fn cancel_waiters(&self) {
                 $crate::Lock::cancel_waiters(self)
+            }
+
+            /// Caps every later hold through this object at `max_hold` after its grant (see
+            /// [`Lock::set_max_hold`](crate::Lock::set_max_hold)).
+            ///
+            /// # Errors
+            /// As [`Lock::set_max_hold`](crate::Lock::set_max_hold).
+            pub fn set_max_hold(
+                &self,
+                max_hold: Option<std::time::Duration>,
+            ) -> $crate::Result<()> {
+                $crate::Lock::set_max_hold(self, max_hold)
             }
 
             /// [`acquire`](Self::acquire), returning a guard that releases on drop.
@@ -707,8 +760,10 @@ where
             );
         } else if !self.released {
             let by = crate::core::deadline::instant_after(self.lock.drop_bound());
-            if let Err(e) = self.lock.release_as(Release::Within(Some(by))) {
-                tracing::warn!("releasing a lock on guard drop: {e}");
+            match self.lock.release_as(Release::Within(Some(by))) {
+                // Told already, as a health event (a cap that passed, a session that expired).
+                Ok(()) | Err(Error::LockLost) => {}
+                Err(e) => tracing::warn!("releasing a lock on guard drop: {e}"),
             }
         }
     }

@@ -28,6 +28,7 @@ pub(crate) mod lease;
 pub(crate) mod leased;
 pub(crate) mod listeners;
 pub(crate) mod lock;
+pub(crate) mod max_hold;
 pub(crate) mod metrics;
 pub(crate) mod multi;
 pub(crate) mod options;

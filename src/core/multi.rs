@@ -110,6 +110,12 @@ impl Sealed for InterProcessMultiLock {
         self.locks.iter().for_each(|l| l.cancel_waiters())
     }
 
+    /// Every lock's: the multi-lock's holds are its locks' holds, each capped from its own
+    /// grant (the first granted is let go of first; the multi-lock then reads `Lost`).
+    fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
+        self.locks.iter().try_for_each(|l| l.cap_holds(max_hold))
+    }
+
     fn acquired_here(&self) -> bool {
         self.is_acquired_in_this_process()
     }
@@ -180,6 +186,9 @@ mod tests {
             }
         }
         fn cancel(&self) {}
+        fn cap_holds(&self, _max_hold: Option<Duration>) -> Result<()> {
+            Ok(())
+        }
         fn acquired_here(&self) -> bool {
             false
         }

@@ -155,19 +155,21 @@ impl FileSemaphore {
         let node = entry.path.display().to_string();
         let held = Arc::new(Held::new(entry, &self.queue.dir));
         let (health, report) = self.feed.hold(inner.dispatch(), &self.name, &node, token);
-        let kept = inner.keep(held.clone(), report)?;
+        let kept = inner.keep(held.clone(), report.clone())?;
         let raw = Entry {
             client: self.client.clone(),
             held,
             kept,
         };
         Ok(Some(FileLease {
-            lease: Leased::new(raw, &self.name, id, token, health),
+            lease: Leased::new(raw, &self.name, id, token, health)
+                .capped(self.feed.max_hold(), report),
         }))
     }
 }
 
 crate::core::health::forward_health_api!(FileSemaphore, feed, "the Client's events thread");
+crate::core::leased::capped_semaphore!(FileSemaphore, feed);
 
 impl std::fmt::Debug for FileSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -150,12 +150,14 @@ impl MemSemaphore {
             place,
         };
         Ok(Some(MemLease {
-            lease: Leased::new(held, &self.name, id, token, health),
+            lease: Leased::new(held, &self.name, id, token, health)
+                .capped(self.feed.max_hold(), report),
         }))
     }
 }
 
 crate::core::health::forward_health_api!(MemSemaphore, feed, "the mem:// events thread");
+crate::core::leased::capped_semaphore!(MemSemaphore, feed);
 
 impl std::fmt::Debug for MemSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -127,7 +127,7 @@ impl MySqlMutex {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        match &self.lock.raw {
+        match &*self.lock.raw {
             Either::GetLock(raw) => &raw.name,
             Either::Table(raw) => &raw.name,
         }
@@ -146,7 +146,7 @@ impl MySqlMutex {
     /// `@owner` and a lease of `@ms` milliseconds (set both first): the last row says whether
     /// it was taken and its token; the statement that lets it go follows as a comment.
     pub fn lock_sql(&self) -> String {
-        match &self.lock.raw {
+        match &*self.lock.raw {
             Either::GetLock(raw) => raw.lock_sql(),
             Either::Table(raw) => raw.lock_sql(),
         }

@@ -193,7 +193,7 @@ impl MySqlSemaphore {
         );
         let kept = inner
             .keeper
-            .keep(grant.session.clone(), grant.lease.clone(), report);
+            .keep(grant.session.clone(), grant.lease.clone(), report.clone());
         let key = self.keys[index as usize - 1].clone();
         let token = grant.token.unwrap_or_default();
         let held = Held {
@@ -204,7 +204,8 @@ impl MySqlSemaphore {
         };
         Ok(Some(MySqlLease {
             index,
-            lease: Leased::new(held, &self.name, key, token, health),
+            lease: Leased::new(held, &self.name, key, token, health)
+                .capped(self.feed.max_hold(), report),
         }))
     }
 
@@ -284,6 +285,7 @@ impl MySqlSemaphore {
 }
 
 crate::core::health::forward_health_api!(MySqlSemaphore, feed, "the Client's events thread");
+crate::core::leased::capped_semaphore!(MySqlSemaphore, feed);
 
 impl std::fmt::Debug for MySqlSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -315,7 +317,7 @@ impl MySqlLease {
 
     /// The server session (`CONNECTION_ID()`) of the lease.
     pub fn connection_id(&self) -> u32 {
-        (self.lease.raw.grant).as_ref().map_or(0, |g| g.session.id)
+        (self.lease).with_raw(|r| r.grant.as_ref().map_or(0, |g| g.session.id))
     }
 }
 

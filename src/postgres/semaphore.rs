@@ -203,7 +203,7 @@ impl PgSemaphore {
             grant.token.unwrap_or_default(),
         );
         let lease = Holding::lease(inner, &grant);
-        let holding = Holding::start(inner, grant, lease, health.clone(), report);
+        let holding = Holding::start(inner, grant, lease, health.clone(), report.clone());
         let token = holding.token;
         let held = Held {
             client: self.client.clone(),
@@ -213,7 +213,8 @@ impl PgSemaphore {
         };
         let id = format!("{}:{index}", self.name);
         Ok(Some(PgLease {
-            lease: Leased::new(held, &self.name, id, token, health),
+            lease: Leased::new(held, &self.name, id, token, health)
+                .capped(self.feed.max_hold(), report),
         }))
     }
 
@@ -300,6 +301,7 @@ impl PgSemaphore {
 }
 
 crate::core::health::forward_health_api!(PgSemaphore, feed, "the Client's events thread");
+crate::core::leased::capped_semaphore!(PgSemaphore, feed);
 
 impl std::fmt::Debug for PgSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -341,14 +343,12 @@ impl PgLease {
     /// Which of the semaphore's keys this lease holds (1 to N): its advisory lock is
     /// `hashtextextended(NAME, index)`.
     pub fn index(&self) -> u32 {
-        self.lease.raw.index
+        self.lease.with_raw(|r| r.index)
     }
 
     /// The server process (`pg_backend_pid()`) of the lease's session.
     pub fn backend_pid(&self) -> i32 {
-        (self.lease.raw.holding)
-            .as_ref()
-            .map_or(0, |h| h.session.pid)
+        (self.lease).with_raw(|r| r.holding.as_ref().map_or(0, |h| h.session.pid))
     }
 }
 

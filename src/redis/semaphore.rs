@@ -173,7 +173,7 @@ impl RedisSemaphore {
         let (health, report) =
             self.feed
                 .hold(inner.dispatch(), &self.name, &self.keys.holder, token);
-        let kept = inner.keeper.keep(&self.keys, &owner, lease.clone(), report);
+        let kept = (inner.keeper).keep(&self.keys, &owner, lease.clone(), report.clone());
         inner.keep_unless_closed(&self.keys, &owner, kept)?;
         let held = Held {
             client: self.client.clone(),
@@ -183,12 +183,14 @@ impl RedisSemaphore {
             kept,
         };
         Ok(Some(RedisLease {
-            lease: Leased::new(held, &self.name, owner, token, health),
+            lease: Leased::new(held, &self.name, owner, token, health)
+                .capped(self.feed.max_hold(), report),
         }))
     }
 }
 
 crate::core::health::forward_health_api!(RedisSemaphore, feed, "the Client's events thread");
+crate::core::leased::capped_semaphore!(RedisSemaphore, feed);
 
 impl std::fmt::Debug for RedisSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

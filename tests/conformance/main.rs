@@ -10,6 +10,7 @@ mod common;
 mod backends;
 mod checker;
 mod guarded;
+mod max_hold;
 mod scenarios;
 #[cfg(feature = "metrics")]
 mod slow;
@@ -122,6 +123,26 @@ macro_rules! backend {
             #[test]
             fn release_during_slow_renewal() {
                 s::release_during_slow_renewal(B)
+            }
+            #[test]
+            fn max_hold_mutex_is_taken_over() {
+                crate::max_hold::capped_hold_is_taken_over(B, false)
+            }
+            #[test]
+            fn max_hold_write_lock_is_taken_over() {
+                crate::max_hold::capped_hold_is_taken_over(B, true)
+            }
+            #[test]
+            fn max_hold_lease_is_taken_over() {
+                crate::max_hold::capped_lease_is_taken_over(B)
+            }
+            #[test]
+            fn max_hold_multi_lock_is_taken_over() {
+                crate::max_hold::capped_multi_lock(B)
+            }
+            #[test]
+            fn max_hold_bad_values_refused() {
+                crate::max_hold::bad_max_hold_refused(B)
             }
         }
     };

@@ -1059,7 +1059,7 @@ fn slow_releases(b: &dyn Backend) {
 
 /// Counts the health events of a lock, by its name: `(lost, suspended)`.
 #[cfg(feature = "metrics")]
-fn health_changes() -> impl Fn(&str) -> (u64, u64) {
+pub fn health_changes() -> impl Fn(&str) -> (u64, u64) {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use std::sync::OnceLock;
 

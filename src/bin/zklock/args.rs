@@ -194,6 +194,10 @@ pub struct RunArgs {
     /// After SIGTERM to the command (lock lost), wait D before SIGKILL
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "D")]
     pub kill_after: Duration,
+    /// Hold the lock (or lease) for at most D: then it is let go of on the server (another
+    /// process can take it) and the command is stopped as on a lost lock
+    #[arg(long, value_parser = parse_max_hold, value_name = "D")]
+    pub max_hold: Option<Duration>,
     /// Keep the command in zklock's process group, so that it can read from the terminal and
     /// gets the terminal's signals (Ctrl-C) itself; then only the command is stopped when the
     /// lock is lost, not the processes it started (as `timeout --foreground`). By default the
@@ -290,6 +294,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
     };
     Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// A duration above zero (a hold capped at zero would end as it begins).
+pub fn parse_max_hold(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("--max-hold must be above zero".into()),
+        d => Ok(d),
+    }
 }
 
 #[cfg(test)]

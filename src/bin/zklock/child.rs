@@ -244,6 +244,9 @@ pub struct Watchdog<'a> {
     pub revoked: Receiver<()>,
     pub suspended_grace: Option<Duration>,
     pub kill_after: Duration,
+    /// When the hold's `--max-hold` passes, and its length: the command is stopped then, as on
+    /// a lost hold (the library lets go of the hold on the server at the same time).
+    pub max_hold: Option<(Instant, Duration)>,
 }
 
 impl Watchdog<'_> {
@@ -274,8 +277,19 @@ impl Watchdog<'_> {
                 }
                 default(Duration::from_millis(100)) => {}
             }
-            let lost = match (self.health)() {
+            let health = (self.health)();
+            // The library's cap counts from the grant inside the acquire, a moment before
+            // `at`: a hold that reads Lost that close to its cap was taken away by it.
+            let near = |at: Instant| Instant::now() + Duration::from_secs(1) >= at;
+            let capped = self.max_hold.filter(|(at, _)| {
+                Instant::now() >= *at || (health == LockHealth::Lost && near(*at))
+            });
+            let lost = match health {
                 _ if (self.cancelled)() => Some("leadership ended".to_owned()),
+                _ if capped.is_some() => {
+                    let cap = capped.map(|(_, d)| d).unwrap_or_default();
+                    Some(format!("held for its --max-hold of {cap:?}"))
+                }
                 LockHealth::Lost => Some(self.lost.to_owned()),
                 LockHealth::Suspended => {
                     let since = *suspended_since.get_or_insert_with(Instant::now);

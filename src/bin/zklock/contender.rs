@@ -110,6 +110,11 @@ pub fn contender(site: Site, args: &RunArgs) -> CliResult<Box<dyn Contend>> {
     } else {
         Target::Mutex(site.client.mutex(name).context(cannot)?)
     };
+    match &target {
+        Target::Lease(s) => s.set_max_hold(args.max_hold),
+        other => (other.lock()).map_or(Ok(()), |lock| lock.set_max_hold(args.max_hold)),
+    }
+    .context(cannot)?;
     Ok(Box::new(Contender {
         site,
         target,

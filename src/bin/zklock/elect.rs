@@ -74,6 +74,7 @@ pub fn elect(global: &Global, args: ElectArgs) -> CliResult<u8> {
                     revoked: never(),
                     suspended_grace: grace,
                     kill_after,
+                    max_hold: None,
                 };
                 let end = match watchdog.supervise(&mut child) {
                     Outcome::Exited(status) => TermEnd::Exited(status_code(status)),

@@ -85,6 +85,7 @@ fn elect_on_latch(
             revoked: never(),
             suspended_grace: args.suspended_grace,
             kill_after: args.kill_after,
+            max_hold: None,
         };
         // Signals for zklock go to the command, and end the election after its term.
         let stopping = Arc::new(AtomicBool::new(false));

@@ -64,6 +64,12 @@ impl Contender {
             m.set_node_data(data.as_bytes())?;
             Contender::Mutex(Arc::new(m))
         };
+        match &contender {
+            Contender::Mutex(m) => m.set_max_hold(args.max_hold)?,
+            Contender::Read(r) => r.set_max_hold(args.max_hold)?,
+            Contender::Write(w) => w.set_max_hold(args.max_hold)?,
+            Contender::Lease(s) => s.set_max_hold(args.max_hold)?,
+        }
         Ok(contender)
     }
 
@@ -261,6 +267,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     };
     let acquired = contender.acquire(timeout);
     waiting.store(false, Ordering::SeqCst);
+    let granted = std::time::Instant::now();
     let hold = match acquired {
         Ok(Some(hold)) => hold,
         Ok(None) => {
@@ -330,6 +337,7 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
         revoked,
         suspended_grace: args.suspended_grace,
         kill_after: args.kill_after,
+        max_hold: args.max_hold.map(|cap| (capped_at(granted, cap), cap)),
     };
     let outcome = watchdog.supervise(&mut child);
     let result = match outcome {
@@ -346,4 +354,10 @@ pub fn run(global: &Global, args: RunArgs) -> CliResult<u8> {
     };
     contender.close();
     Ok(result)
+}
+
+/// When a hold granted at `granted` reaches its cap; far in the future for a cap past what the
+/// clock can count (the library caps nothing then either).
+fn capped_at(granted: std::time::Instant, cap: Duration) -> std::time::Instant {
+    (granted.checked_add(cap)).unwrap_or_else(|| granted + Duration::from_secs(100 * 365 * 86_400))
 }

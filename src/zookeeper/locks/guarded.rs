@@ -252,7 +252,7 @@ impl Lease {
     pub fn guarded_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
         let semaphore = path::parent(path::parent(self.path()));
         refuse_if_lost(semaphore, Some(self.health()))?;
-        multi(self.client(), semaphore, self.path(), ops)
+        multi(&self.client(), semaphore, self.path(), ops)
     }
 }
 
@@ -276,7 +276,7 @@ impl InterProcessSemaphoreMutex {
     /// ```
     pub fn guarded_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
         let (client, node, health) = self
-            .with_lease(|l| (l.client().clone(), l.path().to_owned(), l.health()))
+            .with_lease(|l| (l.client(), l.path().to_owned(), l.health()))
             .ok_or(Error::NotOwner)?;
         let semaphore = path::parent(path::parent(&node));
         refuse_if_lost(semaphore, Some(health))?;

@@ -72,6 +72,7 @@ pub struct KazooSemaphore {
 }
 
 crate::core::health::forward_health_api!(KazooSemaphore, feed, "the Client's watcher thread");
+crate::core::leased::capped_semaphore!(KazooSemaphore, feed);
 
 impl std::fmt::Debug for KazooSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -280,7 +281,7 @@ impl KazooSemaphore {
                     &self.client,
                     &lease_path,
                     stat.ephemeral_owner,
-                    report,
+                    report.clone(),
                     None,
                     None,
                 );
@@ -290,7 +291,8 @@ impl KazooSemaphore {
                     session: stat.ephemeral_owner,
                     keeper: Some(keeper),
                 };
-                let lease = Leased::new(node, &self.path, lease_path, token, health);
+                let lease = Leased::new(node, &self.path, lease_path, token, health)
+                    .capped(self.feed.max_hold(), report);
                 return Ok(Some(KazooLease { lease }));
             }
             let fired = match deadline.remaining() {
@@ -332,7 +334,7 @@ crate::core::leased::leased!(KazooLease);
 impl KazooLease {
     /// The lease's node (also its [`id`](Self::id)).
     pub fn path(&self) -> &str {
-        &self.lease.raw.path
+        self.lease.id()
     }
 
     /// Deletes the lease node, within the Client's operation (else connection) timeout; the

@@ -245,6 +245,10 @@ impl Sealed for InterProcessMutex {
         self.core.cancel_waiters()
     }
 
+    fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
+        self.core.set_max_hold(max_hold)
+    }
+
     fn acquired_here(&self) -> bool {
         self.core.is_acquired_in_this_process()
     }

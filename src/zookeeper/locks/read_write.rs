@@ -391,6 +391,10 @@ impl Sealed for ReadLock {
         self.inner.read.cancel_waiters()
     }
 
+    fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
+        self.inner.read.set_max_hold(max_hold)
+    }
+
     fn acquired_here(&self) -> bool {
         self.inner.read.is_acquired_in_this_process()
     }
@@ -415,6 +419,10 @@ impl Sealed for WriteLock {
 
     fn cancel(&self) {
         self.inner.write.cancel_waiters()
+    }
+
+    fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
+        self.inner.write.set_max_hold(max_hold)
     }
 
     fn acquired_here(&self) -> bool {

@@ -73,6 +73,7 @@ crate::core::health::forward_health_api!(
     feed,
     "the Client's watcher thread"
 );
+crate::core::leased::capped_semaphore!(InterProcessSemaphoreV2, feed);
 
 impl std::fmt::Debug for InterProcessSemaphoreV2 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -273,7 +274,7 @@ impl InterProcessSemaphoreV2 {
             &self.client,
             &acquired.path,
             acquired.session,
-            report,
+            report.clone(),
             None,
             acquired.primed,
         );
@@ -285,7 +286,8 @@ impl InterProcessSemaphoreV2 {
         };
         let name = path::parent(&acquired.path).to_owned();
         Ok(Some(Lease {
-            lease: Leased::new(node, &name, acquired.path, acquired.token, health),
+            lease: Leased::new(node, &name, acquired.path, acquired.token, health)
+                .capped(self.feed.max_hold(), report),
         }))
     }
 
@@ -348,17 +350,17 @@ crate::core::leased::leased!(Lease);
 impl Lease {
     /// The lease node's path (also its [`id`](Self::id)).
     pub fn path(&self) -> &str {
-        &self.lease.raw.path
+        self.lease.id()
     }
 
     /// The Client the lease was taken through.
-    pub(crate) fn client(&self) -> &Client {
-        &self.lease.raw.client
+    pub(crate) fn client(&self) -> Client {
+        self.lease.with_raw(|r| r.client.clone())
     }
 
     /// The lease node's data.
     pub fn data(&self) -> Result<Vec<u8>> {
-        self.lease.raw.client.data(self.path()).map(|(d, _)| d)
+        self.client().data(self.path()).map(|(d, _)| d)
     }
 
     /// Returns the lease now, reporting errors (Curator's `returnLease`); the same as

@@ -142,6 +142,11 @@ impl Sealed for InterProcessSemaphoreMutex {
         self.semaphore.cancel_waiters()
     }
 
+    /// Its semaphore's: the hold is a lease of it.
+    fn cap_holds(&self, max_hold: Option<std::time::Duration>) -> Result<()> {
+        self.semaphore.set_max_hold(max_hold)
+    }
+
     fn acquired_here(&self) -> bool {
         self.is_acquired_in_this_process()
     }
