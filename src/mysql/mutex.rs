@@ -180,7 +180,7 @@ impl MySqlMutex {
     /// The lock's Client and name, and the calling thread's hold (with its local lease and
     /// health), if it holds the lock: what a guarded transaction checks and runs on.
     pub(super) fn guarded_hold(&self) -> (&Inner, &str, Option<Held>) {
-        let inner = match &self.lock.raw {
+        let inner = match &*self.lock.raw {
             Either::GetLock(raw) => raw.client().inner(),
             Either::Table(raw) => raw.client().inner(),
         };

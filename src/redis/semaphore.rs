@@ -228,18 +228,19 @@ pub struct RedisLease {
 crate::core::leased::leased!(RedisLease);
 
 impl RedisLease {
-    /// What a guarded write under this lease is checked against, and the lease (none once
-    /// it was released).
-    pub(crate) fn guarded(&self) -> (Guarded<'_>, Holding) {
-        let held = &self.lease.raw;
+    /// `f` of what a guarded write under this lease is checked against, and the lease.
+    fn with_guarded<T>(&self, f: impl FnOnce(&Guarded<'_>, Holding) -> T) -> T {
+        let (client, keys, owner) = self.lease.with_raw(|held| {
+            (held.client.clone(), held.keys.clone(), held.owner.clone())
+        });
         let lock = Guarded {
-            client: &held.client,
+            client: &client,
             name: self.lease.name(),
-            keys: &held.keys,
-            key: &held.keys.holder,
+            keys: &keys,
+            key: &keys.holder,
             check: Check::Entry,
         };
-        (lock, Some((held.owner.clone(), self.lease.health())))
+        f(&lock, Some((owner, self.lease.health())))
     }
 
     /// As [`RedisMutex::guarded_multi`](super::RedisMutex::guarded_multi), for this lease:
@@ -261,8 +262,7 @@ impl RedisLease {
     /// # Ok(()) }
     /// ```
     pub fn guarded_multi(&self, ops: &[RedisOp]) -> Result<Vec<RedisOpResult>> {
-        let (lock, holding) = self.guarded();
-        super::guarded::multi(&lock, holding, ops)
+        self.with_guarded(|lock, holding| super::guarded::multi(lock, holding, ops))
     }
 
     /// As [`RedisMutex::guarded_script`](super::RedisMutex::guarded_script), for this lease:
@@ -272,8 +272,7 @@ impl RedisLease {
     /// As [`RedisMutex::guarded_script`](super::RedisMutex::guarded_script);
     /// [`Error::HoldLost`] once the lease is gone.
     pub fn guarded_script(&self, script: &RedisScript) -> Result<RedisValue> {
-        let (lock, holding) = self.guarded();
-        super::guarded::script(&lock, holding, script)
+        self.with_guarded(|lock, holding| super::guarded::script(lock, holding, script))
     }
 }
 
