@@ -230,9 +230,9 @@ crate::core::leased::leased!(RedisLease);
 impl RedisLease {
     /// `f` of what a guarded write under this lease is checked against, and the lease.
     fn with_guarded<T>(&self, f: impl FnOnce(&Guarded<'_>, Holding) -> T) -> T {
-        let (client, keys, owner) = self.lease.with_raw(|held| {
-            (held.client.clone(), held.keys.clone(), held.owner.clone())
-        });
+        let (client, keys, owner) = self
+            .lease
+            .with_raw(|held| (held.client.clone(), held.keys.clone(), held.owner.clone()));
         let lock = Guarded {
             client: &client,
             name: self.lease.name(),
