@@ -9,13 +9,20 @@
 //! overlap, no stale write accepted) and prints a report per fault: the longest gap between
 //! accepted writes, the writes the fence refused, and the late writes of a frozen holder.
 //!
+//! A second run, on a Galera cluster of three nodes in table mode: two workers on each node
+//! (a Client reaches one node), and the node of the holder silenced — SIGSTOP: the kernel
+//! accepts connections and nothing answers, as a node powered off or partitioned away — until
+//! the two others have dropped it from the cluster and their workers' writes went on; then it
+//! runs again and rejoins (`ZKLOCK_CHAOS_FAILOVERS` rounds, 2 by default; `scripts/chaos.sh`
+//! runs 10).
+//!
 //! Workers are this test binary run again (`mysql_chaos_worker`), one Client and one thread
 //! each (`chaos_lab` has the loop, the lab and the report).
 
 mod chaos_lab;
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chaos_lab::{patience, row, Lab};
 use zklock::mysql::MySqlMutex;
@@ -130,4 +137,59 @@ fn mysql_chaos_schedule() {
     lab.finish_with(&rows, 100, |o, log| {
         chaos_lab::began_across(o, log, killed_at)
     });
+}
+
+/// Silent Galera nodes under the fenced register: each round freezes the node of the worker
+/// that holds the lock (its lease row stays, renewed by nobody) until the two other nodes have
+/// gone on without it: their workers are granted once the lease has run out by the database's
+/// clock, and write. Then the node runs again and rejoins the cluster (if it cannot, it is
+/// restarted, which rejoins it), and the writes go on on all three.
+#[test]
+fn galera_silent_node_chaos() {
+    let rounds = chaos_lab::failovers();
+    let started = Instant::now();
+    let mut nodes = TestingMariaDb::start_galera(3).unwrap();
+    println!("3 Galera nodes Synced in {:?}", started.elapsed());
+    let url = |node: &TestingMariaDb| format!("{}?lock_mode=table", node.url());
+    let mut lab = Lab::new(url(&nodes[0]), "mysql_chaos_worker", WORKER);
+    // Worker i (in start order) on node i % 3.
+    for i in 0..6 {
+        lab.url = url(&nodes[i % 3]);
+        lab.start_worker();
+    }
+    lab.progress(20, "before the first fault");
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        let from = lab.next_seq();
+        let n = lab.holder() % 3;
+        let struck = Instant::now();
+        nodes[n].pause().unwrap();
+        lab.progress(10, "while a node was silent");
+        let others = struck.elapsed();
+        // The two others have a cluster of their own (a silent node's own view says nothing
+        // until it runs again).
+        let other = (n + 1) % 3;
+        nodes[other].await_galera(2).unwrap();
+        nodes[n].resume().unwrap();
+        let rejoined = match nodes.iter().try_for_each(|node| node.await_galera(3)) {
+            Ok(()) => "rejoined",
+            Err(e) => {
+                println!("node {n} did not rejoin when it ran again ({e}); restarted");
+                nodes[n].kill().unwrap();
+                nodes[n].restart().unwrap();
+                for node in &nodes {
+                    node.await_galera(3).unwrap();
+                }
+                "restarted"
+            }
+        };
+        lab.progress(10, "after the silent node ran again");
+        println!(
+            "round {round}: node {n} silent; 10 writes accepted on the others {others:?} after \
+             the fault; the node {rejoined} {:?} after the fault",
+            struck.elapsed()
+        );
+        rows.push(row("SIGSTOP of the holder's Galera node", &lab, from, None));
+    }
+    lab.finish(&rows, 20 * rounds);
 }
