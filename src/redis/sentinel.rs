@@ -202,8 +202,9 @@ impl Sentinels {
     /// again only while no other has answered. So a silent sentinel costs one share, a
     /// third of `timeout` with three sentinels, once per call.
     ///
-    /// When no primary is found, the connections the Client has are dropped as well (see
-    /// [`primary_moved`](Self::primary_moved)): their primary is not confirmed either.
+    /// When sentinels answered but no primary was found, the connections the Client has are
+    /// dropped as well (see [`primary_moved`](Self::primary_moved)): their primary is not
+    /// confirmed either.
     ///
     /// The error says what each sentinel answered: a refused connection when no sentinel
     /// answered; a lost connection (retried by the caller's policy) when the sentinels
@@ -224,8 +225,11 @@ impl Sentinels {
                 Round::Again(why, answered) => {
                     let left = until.saturating_duration_since(Instant::now());
                     if left < RETRY {
-                        // The connections open are not to a primary a majority names either.
-                        self.unconfirmed(&current);
+                        if heard.any {
+                            // Sentinels answered, and no majority named a primary: the
+                            // connections open are not to one a majority names either.
+                            self.unconfirmed(&current);
+                        }
                         let master = &self.url.master;
                         let (kind, what) = match answered {
                             true => (std::io::ErrorKind::NotConnected, "no primary"),
@@ -257,10 +261,11 @@ impl Sentinels {
     /// answer as a primary for as long as it lasts. No majority for the current primary within
     /// `timeout` (a Client on the minority side of a partition, or sentinels that disagree) is
     /// a move too, to no primary: the connections are dropped, and new ones open only where a
-    /// majority names (`true`).
+    /// majority names (`true`). A `timeout` under 10 ms decides nothing.
     pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
         let current = self.primary.lock().clone();
-        if current.is_empty() {
+        // Too little time to hear any sentinel decides nothing.
+        if current.is_empty() || timeout < DECIDE {
             return false;
         }
         let until = Instant::now() + timeout;
@@ -573,6 +578,10 @@ fn node_address(host: String, port: u16) -> String {
 
 /// How long between two rounds of questions to the sentinels.
 const RETRY: Duration = Duration::from_millis(100);
+
+/// The least time [`Sentinels::primary_moved`] asks the sentinels in: with less, it decides
+/// nothing (a loopback sentinel answers in about a millisecond).
+const DECIDE: Duration = Duration::from_millis(10);
 
 /// The least time a candidate is given, however little is left for each.
 const MIN_SHARE: Duration = Duration::from_millis(200);
