@@ -16,6 +16,12 @@
 //! runs again and rejoins (`ZKLOCK_CHAOS_FAILOVERS` rounds, 2 by default; `scripts/chaos.sh`
 //! runs 10).
 //!
+//! A third run, on a primary with a semi-synchronous replica (a commit answered once the
+//! replica has it, or after 1 s without): the replica silenced — SIGSTOP — while the workers go
+//! on, then let run again to catch up (`ZKLOCK_CHAOS_FAILOVERS` rounds, 2 by default;
+//! `scripts/chaos.sh` runs 10); then the primary silenced and the replica promoted, new workers
+//! on its URL (a Client names one server), and the silent primary killed once they wrote.
+//!
 //! Workers are this test binary run again (`mysql_chaos_worker`), one Client and one thread
 //! each (`chaos_lab` has the loop, the lab and the report).
 
@@ -191,5 +197,85 @@ fn galera_silent_node_chaos() {
         );
         rows.push(row("SIGSTOP of the holder's Galera node", &lab, from, None));
     }
+    lab.finish(&rows, 20 * rounds);
+}
+
+/// Silent MariaDB replicas under the fenced register: each round freezes the semi-synchronous
+/// replica while the workers contend on the primary (each grant's token commit waits up to the
+/// 1 s semi-synchronous timeout, then the primary goes on alone), and lets it run again until
+/// it acknowledges again. Then the primary is frozen with the replica acknowledging, and the
+/// replica promoted: what was granted is on it (tokens there are above every earlier one), and
+/// new workers on its URL go on while the old ones, on the silent primary, read `Lost`.
+#[test]
+fn replica_silent_node_chaos() {
+    let rounds = chaos_lab::failovers();
+    let (mut primary, replica) =
+        TestingMariaDb::start_with_semi_sync_replica(Duration::from_secs(1)).unwrap();
+    let acknowledging = |primary: &TestingMariaDb| {
+        primary
+            .root_sql("SHOW STATUS LIKE 'Rpl_semi_sync_master_status'")
+            .is_ok_and(|rows| {
+                rows.iter()
+                    .any(|r| r.get(1).map(String::as_str) == Some("ON"))
+            })
+    };
+    let mut lab = Lab::new(primary.url(), "mysql_chaos_worker", WORKER);
+    for _ in 0..3 {
+        lab.start_worker();
+    }
+    lab.progress(20, "before the first fault");
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        let from = lab.next_seq();
+        lab.holder();
+        let struck = Instant::now();
+        replica.pause().unwrap();
+        lab.progress(10, "while the replica was silent");
+        let went_on = struck.elapsed();
+        replica.resume().unwrap();
+        let deadline = Instant::now() + patience();
+        while !acknowledging(&primary) {
+            assert!(
+                Instant::now() < deadline,
+                "the replica does not acknowledge again"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        lab.progress(5, "after the replica ran again");
+        println!(
+            "round {round}: 10 writes accepted {went_on:?} after the replica went silent; it \
+             acknowledged again {:?} after",
+            struck.elapsed()
+        );
+        rows.push(row(
+            "SIGSTOP of the semi-synchronous replica",
+            &lab,
+            from,
+            None,
+        ));
+    }
+    // The primary goes silent; the replica, which has every grant the primary answered, is
+    // promoted and new workers go to it.
+    let from = lab.next_seq();
+    lab.holder();
+    let struck = Instant::now();
+    primary.pause().unwrap();
+    replica.promote().unwrap();
+    lab.url = replica.url();
+    for _ in 0..3 {
+        lab.start_worker();
+    }
+    lab.progress(10, "after the replica was promoted");
+    println!(
+        "the primary silent, the replica promoted: 10 writes accepted {:?} after the fault",
+        struck.elapsed()
+    );
+    primary.kill().unwrap();
+    rows.push(row(
+        "SIGSTOP of the primary, replica promoted",
+        &lab,
+        from,
+        None,
+    ));
     lab.finish(&rows, 20 * rounds);
 }
