@@ -21,9 +21,9 @@
 //!
 //! Then the same on a Redis Cluster (three primaries, three replicas) through its
 //! `redis+cluster://` URL: the primary of the lock's slot is killed (and started again, to
-//! rejoin as a replica), then failed over with `CLUSTER FAILOVER` on its replica and, from the
-//! third failover on, every other time frozen (SIGSTOP: a silent primary) until its replica has
-//! taken over, with and without replicated grants.
+//! rejoin as a replica), then, in turn, frozen (SIGSTOP: a silent primary) until its replica has
+//! taken over and failed over with `CLUSTER FAILOVER` on its replica (CI's 2 failovers: a kill
+//! and a silent primary), with and without replicated grants.
 //!
 //! Workers are this test binary run again (`redis_chaos_worker`,
 //! `redis_replicated_chaos_worker`), one Client and one thread each (`chaos_lab` has the loop,
@@ -264,11 +264,10 @@ fn cluster_failovers_without_replicated_grants() {
 
 /// Failovers of the primary of the lock's slot on a cluster under the fenced register: the
 /// first kills it (it is started again once its replica has taken over, and rejoins as that
-/// one's replica), the even ones are `CLUSTER FAILOVER`s on its replica, the odd ones after
-/// the first freeze it (SIGSTOP: a silent primary, let run again once its replica has taken
-/// over); after each the run waits
-/// for the nodes to agree on the new primary and for the workers' writes to go on. Returns how
-/// many holds overlapped.
+/// one's replica), the even ones freeze it (SIGSTOP: a silent primary, let run again once its
+/// replica has taken over), the others are `CLUSTER FAILOVER`s on its replica; after each the
+/// run waits for the nodes to agree on the new primary and for the workers' writes to go on.
+/// Returns how many holds overlapped.
 fn cluster_failovers(replicated: bool) -> usize {
     let rounds = chaos_lab::failovers();
     let key = format!("zklock:{{{LOCK}}}");
@@ -299,7 +298,7 @@ fn cluster_failovers(replicated: bool) -> usize {
             let old = cluster.kill_primary_of(&key).unwrap();
             let new = cluster.wait_for_new_primary(&key, old).unwrap();
             ("kill -9 of the lock's primary", old, new)
-        } else if round % 2 == 1 {
+        } else if round % 2 == 0 {
             // A silent primary: it accepts connections and answers nothing until its replica
             // has taken over; then it runs again, and rejoins as that one's replica.
             let old = cluster.pause_primary_of(&key).unwrap();
