@@ -46,6 +46,11 @@ fn mysql_chaos_worker() {
         return; // only as a worker process
     };
     let stop = chaos_lab::stop_on_stdin();
+    // `RUST_LOG=zklock=debug` shows what the Client did.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let client = chaos_lab::connect_until_up(|| {
         MySqlClient::builder(&url)
             .session_timeout(SESSION_TIMEOUT)
