@@ -2,9 +2,9 @@
 # Makes sure Debian's MariaDB server and client are present (the MySQL backend's tests start
 # their own servers with mariadb-install-db and mariadbd, and talk to them as root with the
 # `mariadb` client over their socket), installing the package with apt-get if not; also
-# Debian's galera-4 and rsync, for the Galera cluster of tests/mysql_galera.rs, and
-# python3-pymysql, the MySQL bench's peer. Oracle's
-# MySQL is not in Debian's archive: the tests run on MariaDB only. Nothing is installed when
+# Debian's galera-4 and rsync, for the Galera clusters of tests/mysql_galera.rs and
+# tests/chaos_mysql.rs, and python3-pymysql, the MySQL bench's peer. Oracle's MySQL is not in
+# Debian's archive: the tests run on MariaDB only. Nothing is installed when
 # MARIADB_BINDIR names a directory with your own.
 set -euo pipefail
 . "$(dirname "$0")/lib/apt.sh"

@@ -8,8 +8,12 @@
 //! accepted writes, the writes the fence refused, and the late writes of a frozen holder.
 //!
 //! A second run fails the server over: the workers reach a primary and its synchronous standby
-//! through one two-host URL, the primary is killed (kill -9) and the standby promoted, again and
-//! again (`ZKLOCK_CHAOS_FAILOVERS` rounds, 2 by default; `scripts/chaos.sh` runs 10).
+//! through one two-host URL, the primary is killed (kill -9) or, every other round, silenced
+//! (SIGSTOP of all its processes: the kernel accepts connections, nothing answers, as a host
+//! powered off or partitioned away) and the standby promoted, again and again
+//! (`ZKLOCK_CHAOS_FAILOVERS` rounds, 2 by default: a kill and a silent primary;
+//! `scripts/chaos.sh` runs 10). A silent primary is killed once the workers' writes went on
+//! without it (as a failover manager fences an old primary before it could run again).
 //!
 //! Workers are this test binary run again (`postgres_chaos_worker`), one Client and one thread
 //! each (`chaos_lab` has the loop, the lab and the report).
@@ -124,12 +128,13 @@ fn postgres_chaos_schedule() {
 }
 
 /// Failovers under the fenced register. Each round: three workers on the URL of the primary
-/// and its synchronous standby contend; the primary is killed while a worker holds, and the
-/// standby promoted. The holder's session died with the primary: it reads `Lost` (a worker that
-/// checks `health()` stops writing, a blind one is refused by the fence, as tokens on the new
-/// primary are above every earlier one); the others are served on the new primary. For the
-/// next round the new primary gets a standby of its own and the workers are replaced by ones
-/// whose URL names the two.
+/// and its synchronous standby contend; the primary is killed, or every other round silenced
+/// (SIGSTOP), while a worker holds, and the standby promoted. The holder's session died or went
+/// silent with the primary: it reads `Lost` (a worker that checks `health()` stops writing, a
+/// blind one is refused by the fence, as tokens on the new primary are above every earlier
+/// one); the others are served on the new primary, their new sessions opened past the silent
+/// host within the per-host connection timeout. For the next round the new primary gets a
+/// standby of its own and the workers are replaced by ones whose URL names the two.
 #[test]
 fn postgres_failover_chaos() {
     let rounds = chaos_lab::failovers();
@@ -145,23 +150,30 @@ fn postgres_failover_chaos() {
     }
     lab.progress(20, "before the first failover");
     let mut rows = Vec::new();
+    let mut silenced = 0;
     for round in 1..=rounds {
         let from = lab.next_seq();
         lab.holder();
-        let killed = Instant::now();
-        primary.kill().unwrap();
+        let struck = Instant::now();
+        let silent = round % 2 == 0;
+        let fault = if silent {
+            primary.pause().unwrap();
+            silenced += 1;
+            "SIGSTOP of the primary (silent host), standby promoted"
+        } else {
+            primary.kill().unwrap();
+            "kill -9 of the primary, standby promoted"
+        };
         standby.promote().unwrap();
         lab.progress(10, "after the standby was promoted");
         println!(
-            "failover {round}: 10 writes accepted {:?} after the kill",
-            killed.elapsed()
+            "failover {round} ({fault}): 10 writes accepted {:?} after the fault",
+            struck.elapsed()
         );
-        rows.push(row(
-            "kill -9 of the primary, standby promoted",
-            &lab,
-            from,
-            None,
-        ));
+        if silent {
+            primary.kill().unwrap();
+        }
+        rows.push(row(fault, &lab, from, None));
         if round < rounds {
             let next = standby.start_standby(true).unwrap();
             primary = std::mem::replace(&mut standby, next);
@@ -176,4 +188,5 @@ fn postgres_failover_chaos() {
         }
     }
     lab.finish(&rows, 20 * rounds);
+    println!("{rounds} failovers, {silenced} of them with a silent primary");
 }

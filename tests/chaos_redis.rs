@@ -8,17 +8,22 @@
 //! writes, the writes the fence refused, and the late writes of a frozen holder.
 //!
 //! Then Sentinel failovers: the workers reach a Sentinel set (a primary, two replicas, three
-//! sentinels) through its `redis+sentinel://` URL, and the primary is killed, then failed over
-//! with `SENTINEL FAILOVER` (`ZKLOCK_CHAOS_FAILOVERS` failovers, 2 by default; `scripts/chaos.sh`
-//! runs 20) — once with replicated grants (each grant and renewal confirmed by a replica), where
-//! no two holders may overlap, and once without, where a grant the new primary never received
-//! can let two overlap and the fence must refuse every stale write.
+//! sentinels) through its `redis+sentinel://` URL, whose first sentinel they reach through a
+//! proxy. The primary is killed, then silenced — frozen (SIGSTOP) together with the workers'
+//! first sentinel (the proxy stops forwarding: it accepts and answers nothing), as when the host
+//! of both goes quiet — until the other sentinels have promoted a replica (the sentinel stays
+//! silent until the workers' writes went on), then failed over with `SENTINEL FAILOVER`, the
+//! silent round every other time (`ZKLOCK_CHAOS_FAILOVERS` failovers, 2 by default: a kill and
+//! a silent round; `scripts/chaos.sh` runs 20) — once with replicated grants (each grant and
+//! renewal confirmed by a replica), where no two holders may overlap, and once without, where a
+//! grant the new primary never received can let two overlap and the fence must refuse every
+//! stale write.
 //!
 //! Then the same on a Redis Cluster (three primaries, three replicas) through its
 //! `redis+cluster://` URL: the primary of the lock's slot is killed (and started again, to
-//! rejoin as a replica), then failed over with `CLUSTER FAILOVER` on its replica and, from the
-//! third failover on, every other time frozen (SIGSTOP: a silent primary) until its replica has
-//! taken over, with and without replicated grants.
+//! rejoin as a replica), then, in turn, frozen (SIGSTOP: a silent primary) until its replica has
+//! taken over and failed over with `CLUSTER FAILOVER` on its replica (CI's 2 failovers: a kill
+//! and a silent primary), with and without replicated grants.
 //!
 //! Workers are this test binary run again (`redis_chaos_worker`,
 //! `redis_replicated_chaos_worker`), one Client and one thread each (`chaos_lab` has the loop,
@@ -31,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use chaos_lab::{patience, row, Lab};
 use zklock::redis::RedisMutex;
-use zklock::testing::{TestingRedis, TestingRedisCluster, TestingSentinel};
+use zklock::testing::{FaultProxy, TestingRedis, TestingRedisCluster, TestingSentinel};
 use zklock::RedisClient;
 
 const WORKER: &str = "ZKLOCK_REDIS_CHAOS_WORKER";
@@ -158,37 +163,62 @@ fn sentinel_failovers_without_replicated_grants() {
 }
 
 /// Failovers of a Sentinel set under the fenced register: the first kills the primary, the
-/// others are `SENTINEL FAILOVER`s; after each the run waits for the sentinels to agree on the
-/// new primary and for the workers' writes to go on. Returns how many holds overlapped.
+/// even ones silence it and the workers' first sentinel, the others are `SENTINEL FAILOVER`s;
+/// after each the run waits for the sentinels to agree on the new primary and for the workers'
+/// writes to go on. Returns how many holds overlapped.
 fn sentinel_failovers(replicated: bool) -> usize {
     let rounds = chaos_lab::failovers();
     let mut set = TestingSentinel::start().unwrap();
+    // The workers' first sentinel, behind a proxy that can go silent.
+    let first = FaultProxy::start_raw(("127.0.0.1", set.sentinel_ports()[0])).unwrap();
+    let ports = set.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://{},127.0.0.1:{},127.0.0.1:{}/{}",
+        first.connect_string(),
+        ports[1],
+        ports[2],
+        set.master_name()
+    );
     let mut lab = if replicated {
-        Lab::new(
-            set.url(),
-            "redis_replicated_chaos_worker",
-            REPLICATED_WORKER,
-        )
+        Lab::new(url, "redis_replicated_chaos_worker", REPLICATED_WORKER)
     } else {
-        Lab::new(set.url(), "redis_chaos_worker", WORKER)
+        Lab::new(url, "redis_chaos_worker", WORKER)
     };
     for _ in 0..3 {
         lab.start_worker();
     }
     lab.progress(20, "before the first failover");
     let mut rows = Vec::new();
+    let mut silenced = 0;
     for round in 1..=rounds {
         let from = lab.next_seq();
         lab.holder();
         let started = Instant::now();
         let (fault, old) = if round == 1 {
             ("kill -9 of the primary", set.kill_primary().unwrap())
+        } else if round % 2 == 0 {
+            // A silent primary and a silent first sentinel: both accept connections and
+            // answer nothing until the other sentinels have promoted a replica; then the old
+            // primary runs again (they make it a replica), and the first sentinel answers
+            // once the workers' writes went on without it.
+            first.blackhole(true);
+            let old = set.pause_primary().unwrap();
+            silenced += 1;
+            ("SIGSTOP of the primary, first sentinel silent", old)
         } else {
             ("SENTINEL FAILOVER", failover(&set))
         };
         set.wait_for_new_primary(old).unwrap();
         let agreed = started.elapsed();
+        let silent = round != 1 && round % 2 == 0;
+        if silent {
+            // Replicated grants need a replica of the new primary: the old one, once it runs.
+            set.resume(old).unwrap();
+        }
         lab.progress(10, "after the failover");
+        if silent {
+            first.heal();
+        }
         println!(
             "failover {round} ({fault}): the sentinels agreed in {agreed:?}, 10 writes \
              accepted {:?} after the fault",
@@ -199,7 +229,8 @@ fn sentinel_failovers(replicated: bool) -> usize {
     // Without replicated grants a failover may lose a grant: holders may overlap then.
     let overlaps = lab.finish_with(&rows, 20 * rounds, |_, _| !replicated);
     println!(
-        "{rounds} failovers {} replicated grants: {overlaps} overlapping holds",
+        "{rounds} failovers {} replicated grants ({silenced} with the primary and the first \
+         sentinel silent): {overlaps} overlapping holds",
         if replicated { "with" } else { "without" }
     );
     overlaps
@@ -233,11 +264,10 @@ fn cluster_failovers_without_replicated_grants() {
 
 /// Failovers of the primary of the lock's slot on a cluster under the fenced register: the
 /// first kills it (it is started again once its replica has taken over, and rejoins as that
-/// one's replica), the even ones are `CLUSTER FAILOVER`s on its replica, the odd ones after
-/// the first freeze it (SIGSTOP: a silent primary, let run again once its replica has taken
-/// over); after each the run waits
-/// for the nodes to agree on the new primary and for the workers' writes to go on. Returns how
-/// many holds overlapped.
+/// one's replica), the even ones freeze it (SIGSTOP: a silent primary, let run again once its
+/// replica has taken over), the others are `CLUSTER FAILOVER`s on its replica; after each the
+/// run waits for the nodes to agree on the new primary and for the workers' writes to go on.
+/// Returns how many holds overlapped.
 fn cluster_failovers(replicated: bool) -> usize {
     let rounds = chaos_lab::failovers();
     let key = format!("zklock:{{{LOCK}}}");
@@ -268,7 +298,7 @@ fn cluster_failovers(replicated: bool) -> usize {
             let old = cluster.kill_primary_of(&key).unwrap();
             let new = cluster.wait_for_new_primary(&key, old).unwrap();
             ("kill -9 of the lock's primary", old, new)
-        } else if round % 2 == 1 {
+        } else if round % 2 == 0 {
             // A silent primary: it accepts connections and answers nothing until its replica
             // has taken over; then it runs again, and rejoins as that one's replica.
             let old = cluster.pause_primary_of(&key).unwrap();

@@ -4,10 +4,6 @@
 //! asks the stale sentinel first still goes to the primary the majority names, so it never
 //! holds a lock that a Client of the majority's primary holds too.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,85 +11,9 @@ use zklock::redis::RedisMutex;
 use zklock::testing::{FaultProxy, TestingRedis, TestingSentinel};
 use zklock::RedisClient;
 
-/// A sentinel that names `127.0.0.1:port` as the primary for ever and answers `+OK` to
-/// anything else (the client's set-up commands): the view of a sentinel partitioned away with
-/// an old primary.
-struct StaleSentinel {
-    port: u16,
-    stop: Arc<AtomicBool>,
-}
-
-impl StaleSentinel {
-    fn start(primary: u16) -> StaleSentinel {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        thread::spawn(move || {
-            while !stopped.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        thread::spawn(move || serve(conn, primary));
-                    }
-                    Err(_) => thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        StaleSentinel { port, stop }
-    }
-}
-
-impl Drop for StaleSentinel {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Answers each command (a RESP array of bulk strings) on `conn` until it closes.
-fn serve(conn: TcpStream, primary: u16) {
-    let _ = conn.set_nonblocking(false);
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut conn = conn;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let Some(n) = line
-            .trim()
-            .strip_prefix('*')
-            .and_then(|n| n.parse::<usize>().ok())
-        else {
-            return;
-        };
-        let mut args = Vec::new();
-        for _ in 0..n {
-            let mut len = String::new();
-            let mut arg = String::new();
-            if reader.read_line(&mut len).unwrap_or(0) == 0
-                || reader.read_line(&mut arg).unwrap_or(0) == 0
-            {
-                return;
-            }
-            args.push(arg.trim_end().to_ascii_uppercase());
-        }
-        let answer = match args.first().map(String::as_str) {
-            Some("SENTINEL")
-                if args.get(1).map(String::as_str) == Some("GET-MASTER-ADDR-BY-NAME") =>
-            {
-                let port = primary.to_string();
-                format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len())
-            }
-            Some("PING") => "+PONG\r\n".to_owned(),
-            _ => "+OK\r\n".to_owned(),
-        };
-        if conn.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
+#[path = "redis_common/stale_sentinel.rs"]
+mod stale_sentinel;
+use stale_sentinel::StaleSentinel;
 
 const TRIALS: usize = 20;
 

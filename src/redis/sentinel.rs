@@ -202,6 +202,10 @@ impl Sentinels {
     /// again only while no other has answered. So a silent sentinel costs one share, a
     /// third of `timeout` with three sentinels, once per call.
     ///
+    /// When sentinels answered but no primary was found, the connections the Client has are
+    /// dropped as well (see [`primary_moved`](Self::primary_moved)): their primary is not
+    /// confirmed either.
+    ///
     /// The error says what each sentinel answered: a refused connection when no sentinel
     /// answered; a lost connection (retried by the caller's policy) when the sentinels
     /// answered but no primary could be reached; an error of its own kind when every
@@ -212,6 +216,7 @@ impl Sentinels {
         io: Duration,
     ) -> redis::RedisResult<redis::Connection> {
         let until = Instant::now() + timeout;
+        let current = self.primary.lock().clone();
         let mut heard = Heard::new(self.sentinels.len());
         loop {
             match self.round(until, io, &mut heard) {
@@ -220,6 +225,11 @@ impl Sentinels {
                 Round::Again(why, answered) => {
                     let left = until.saturating_duration_since(Instant::now());
                     if left < RETRY {
+                        if heard.any {
+                            // Sentinels answered, and no majority named a primary: the
+                            // connections open are not to one a majority names either.
+                            self.unconfirmed(&current);
+                        }
                         let master = &self.url.master;
                         let (kind, what) = match answered {
                             true => (std::io::ErrorKind::NotConnected, "no primary"),
@@ -248,10 +258,14 @@ impl Sentinels {
     /// keeper asks at every renewal round: after a `SENTINEL FAILOVER` the old primary goes on
     /// answering as a primary, and its connections stay open, until the sentinels reconfigure
     /// it (about 10 s later with Redis 7's sentinels), and a node cut off by a partition may
-    /// answer as a primary for as long as it lasts. No majority is no move.
+    /// answer as a primary for as long as it lasts. No majority for the current primary within
+    /// `timeout` (a Client on the minority side of a partition, or sentinels that disagree) is
+    /// a move too, to no primary: the connections are dropped, and new ones open only where a
+    /// majority names (`true`). A `timeout` under 10 ms decides nothing.
     pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
         let current = self.primary.lock().clone();
-        if current.is_empty() {
+        // Too little time to hear any sentinel decides nothing.
+        if current.is_empty() || timeout < DECIDE {
             return false;
         }
         let until = Instant::now() + timeout;
@@ -260,7 +274,7 @@ impl Sentinels {
         let mut tally = Tally::new(current, n);
         for (j, &i) in order.iter().enumerate() {
             let Some(share) = share(until, n - j) else {
-                return false;
+                break;
             };
             let asked = self.ask(i, share, share);
             let Ok(Some((host, port))) = asked else {
@@ -288,7 +302,29 @@ impl Sentinels {
             self.moves.fetch_add(1, Ordering::AcqRel);
             return true;
         }
-        false
+        // No majority named the current primary within the bound (the Client is cut off from
+        // most sentinels, or they disagree).
+        self.unconfirmed(&tally.current)
+    }
+
+    /// No majority of the sentinels named `current`, the primary the Client's connections go
+    /// to: unless they moved meanwhile, they are dropped (the count of moves raised), and the
+    /// next ones open only where a majority names — none while the Client is cut off from most
+    /// sentinels. Whether they were.
+    fn unconfirmed(&self, current: &str) -> bool {
+        let mut primary = self.primary.lock();
+        if primary.is_empty() || *primary != current {
+            return false;
+        }
+        tracing::warn!(
+            "zklock: no majority of the {} sentinels confirmed {primary} as the Redis primary \
+             {:?}: this Client's connections to it are dropped",
+            self.sentinels.len(),
+            self.url.master
+        );
+        primary.clear();
+        self.moves.fetch_add(1, Ordering::AcqRel);
+        true
     }
 
     /// The order to ask the sentinels in: the one that answered last first, then the others
@@ -542,6 +578,10 @@ fn node_address(host: String, port: u16) -> String {
 
 /// How long between two rounds of questions to the sentinels.
 const RETRY: Duration = Duration::from_millis(100);
+
+/// The least time [`Sentinels::primary_moved`] asks the sentinels in: with less, it decides
+/// nothing (a loopback sentinel answers in about a millisecond).
+const DECIDE: Duration = Duration::from_millis(10);
 
 /// The least time a candidate is given, however little is left for each.
 const MIN_SHARE: Duration = Duration::from_millis(200);

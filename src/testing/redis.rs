@@ -337,8 +337,15 @@ impl TestingRedis {
 
     fn launch(&mut self) -> io::Result<()> {
         let mut cmd = Command::new(program());
+        // A cluster node also listens on `::1`, where the loopback has it (`-`: skipped if
+        // not), so that a cluster can announce itself there (`cluster-announce-ip ::1`).
+        let bind: &[&str] = match self.cluster {
+            Some(_) => &["--bind", "127.0.0.1", "-::1"],
+            None => &["--bind", "127.0.0.1"],
+        };
         cmd.current_dir(self.dir.path())
-            .args(["--bind", "127.0.0.1", "--port"])
+            .args(bind)
+            .arg("--port")
             .arg(self.port.to_string())
             .args(["--dir"])
             .arg(self.dir.path())

@@ -20,7 +20,9 @@ const SLOTS: u32 = 16384;
 /// `cluster-node-timeout 1000`, so that a primary killed or paused is replaced by its replica
 /// within a few seconds. The slots are split in three even ranges (`CLUSTER ADDSLOTSRANGE`),
 /// the nodes introduced with `CLUSTER MEET` and the replicas attached with `CLUSTER
-/// REPLICATE`, as `redis-cli --cluster create … --cluster-replicas 1` does.
+/// REPLICATE`, as `redis-cli --cluster create … --cluster-replicas 1` does. Every node also
+/// listens on `::1` where the loopback has IPv6, so that `CONFIG SET cluster-announce-ip ::1`
+/// on each makes it a cluster whose maps and redirects name `::1`.
 ///
 /// [`url`](Self::url) is the `redis+cluster://` URL a Client connects with. Faults:
 /// [`kill_primary_of`](Self::kill_primary_of) (`kill -9`),

@@ -313,6 +313,14 @@ impl Lab {
         let report = self.register.check();
         println!("\n{report}");
         print_rows(rows);
+        println!(
+            "chaos summary: {} faults injected, {} acquisitions, {} overlaps, {} stale writes \
+             accepted",
+            rows.len(),
+            report.workers.values().map(|w| w.acquisitions).sum::<u64>(),
+            report.overlaps.len(),
+            report.stale_accepted.len()
+        );
         let unexpected = report.overlaps.iter().filter(|o| !allowed(o, &log)).count();
         assert!(
             report.stale_accepted.is_empty() && unexpected == 0,
