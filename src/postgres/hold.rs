@@ -163,8 +163,12 @@ pub(crate) fn let_go(
     }
 }
 
-/// The local lease of `grant`'s hold, from the send time of the statement that took it.
+/// The local lease of `grant`'s hold, from the send time of the statement that took it. The
+/// grant is an answer of the server's, so the Client's connection state hears it too: while
+/// holds are kept their heartbeats are the Client's, and a hold taken just before the last one
+/// was released would otherwise leave up to a whole heartbeat period unheard.
 pub(crate) fn lease(inner: &Inner, grant: &Grant) -> Arc<LocalLease> {
+    inner.states.heard(grant.sent);
     let lease = LocalLease::new();
     lease.open_at(inner.session_timeout, inner.session_timeout / 2, grant.sent);
     Arc::new(lease)
