@@ -10,8 +10,9 @@
 //! order is the order their transactions committed in (the counter's row lock is held until
 //! the commit). At the end the whole log is read in that order: an entry whose token is below
 //! one written before it is a stale write the guard let through, and the run fails on any. The
-//! writes the guard refused are counted (the worker inserts them, with the reason, into
-//! `chaos_refused` through a plain connection) and the report printed.
+//! writes the guard refused, and those that failed otherwise, are counted (the worker inserts
+//! them, with the reason, into `chaos_refused` through a plain connection) and the report
+//! printed.
 //!
 //! Workers are this test binary run again (`guarded_chaos_worker`); two of each three check
 //! `health()` before each write, the third does not (only the guard stops it). Each hold first
@@ -115,7 +116,7 @@ fn guarded_chaos_worker() {
                     };
                     note_refusal(&mut plain, url, &format!("{entry} {why}"));
                 }
-                Err(_) => {}
+                Err(e) => note_refusal(&mut plain, url, &format!("{entry} failed: {e}")),
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -323,6 +324,8 @@ fn guarded_writes_alone_let_no_stale_write_in() {
         .iter()
         .filter_map(|row| row.first()?.as_deref())
         .collect();
+    let (failed, refused): (Vec<&str>, Vec<&str>) =
+        refused.into_iter().partition(|r| r.contains(" failed: "));
     let before_sending = refused
         .iter()
         .filter(|r| r.contains("before sending"))
@@ -330,11 +333,13 @@ fn guarded_writes_alone_let_no_stale_write_in() {
     println!("faults: {faults:?}");
     println!(
         "{} holds, {accepted} guarded writes accepted, {} stale writes accepted, {} refused by \
-         the guard ({before_sending} before sending, {} by the server): {refused:?}; {:?} in all",
+         the guard ({before_sending} before sending, {} by the server): {refused:?}; {} failed \
+         otherwise: {failed:?}; {:?} in all",
         holds.len(),
         stale.len(),
         refused.len(),
         refused.len() - before_sending,
+        failed.len(),
         started.elapsed()
     );
     assert!(stale.is_empty(), "stale writes accepted: {stale:?}");
