@@ -241,8 +241,9 @@ fn guarded_writes_alone_let_no_stale_write_in() {
     lab.progress(20, "before the first fault");
     let mut faults = Vec::new();
 
-    // kill -9 of the holder.
-    let i = lab.holder_that(|_| true);
+    // kill -9 of the holder: one that checks `health()`, so that one that does not is left to
+    // be frozen.
+    let i = lab.holder_that(|w| w.checks);
     let killed = lab.workers.remove(i);
     killed.worker.signal("-KILL");
     drop(killed);
