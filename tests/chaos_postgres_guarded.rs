@@ -90,10 +90,9 @@ fn guarded_chaos_worker() {
             }
         };
         let token = guard.fencing_token();
-        if guard
-            .guarded_transaction(std::slice::from_ref(&me))
-            .is_err()
-        {
+        if let Err(e) = guard.guarded_transaction(std::slice::from_ref(&me)) {
+            let what = format!("{token} {name} - failed: the record of the holder: {e:?}");
+            note_refusal(&mut plain, url, &what);
             continue;
         }
         for i in 0..5 {
@@ -212,7 +211,14 @@ impl Lab<'_> {
             {
                 return i;
             }
-            assert!(Instant::now() < deadline, "nobody holds");
+            assert!(
+                Instant::now() < deadline,
+                "no worker that fits holds; the last writers: {:?}; refused or failed: {:?}",
+                self.server
+                    .sql("SELECT entry FROM chaos_log ORDER BY n DESC LIMIT 12")
+                    .ok(),
+                self.server.sql("SELECT what FROM chaos_refused").ok()
+            );
             thread::sleep(Duration::from_millis(5));
         }
     }

@@ -2,7 +2,9 @@
 //! provider on loopback (`TestingMariaDb::start_galera`). The `GET_LOCK` mode is refused at
 //! connect; the table mode excludes across nodes, one contender of many takes an expired record
 //! over whatever node each runs on, and a holder's node killed: the holder reads `Lost` and a
-//! Client on a surviving node is granted once the lease has run out by the database's clock.
+//! Client on a surviving node is granted once the lease has run out by the database's clock;
+//! and a guarded transaction of a holder whose lease is taken over on another node meanwhile is
+//! refused, nothing applied.
 
 mod common;
 
