@@ -213,7 +213,14 @@ impl Lab<'_> {
             }
             assert!(
                 Instant::now() < deadline,
-                "no worker that fits holds; the last writers: {:?}; refused or failed: {:?}",
+                "no worker that fits holds; the lock (holders, waiters): {:?}; the holders' \
+                 record: {:?}; the workers: {:?}; the last writers: {:?}; refused or failed: {:?}",
+                self.server.advisory_lock(LOCK).ok(),
+                self.server.sql("SELECT * FROM chaos_holder").ok(),
+                self.workers
+                    .iter()
+                    .map(|w| (&w.name, w.pid, w.checks))
+                    .collect::<Vec<_>>(),
                 self.server
                     .sql("SELECT entry FROM chaos_log ORDER BY n DESC LIMIT 12")
                     .ok(),
