@@ -2,7 +2,9 @@
 //! provider on loopback (`TestingMariaDb::start_galera`). The `GET_LOCK` mode is refused at
 //! connect; the table mode excludes across nodes, one contender of many takes an expired record
 //! over whatever node each runs on, and a holder's node killed: the holder reads `Lost` and a
-//! Client on a surviving node is granted once the lease has run out by the database's clock.
+//! Client on a surviving node is granted once the lease has run out by the database's clock;
+//! and a guarded transaction of a holder whose lease is taken over on another node meanwhile is
+//! refused, nothing applied.
 
 mod common;
 
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::mysql::{client, one_winner_per_round, Sections};
 use common::{chain, patience, wait_for};
-use zklock::mysql::{MySqlMode, MySqlMutex};
+use zklock::mysql::{MySqlMode, MySqlMutex, MySqlStatement};
 use zklock::testing::TestingMariaDb;
 use zklock::{Error, LockHealth, MySqlClient};
 
@@ -364,4 +366,96 @@ fn a_holder_whose_node_is_killed() {
         .collect();
     assert!(left.is_empty(), "processes left: {left:?}");
     assert!(dirs.iter().all(|d| !std::path::Path::new(d).exists()));
+}
+
+/// A holder on node 0 runs a guarded transaction (its check, then a statement that waits
+/// longer than its lease); meanwhile its lease runs out and a Client on node 1 takes it over.
+/// The guarded transaction's check is a write of the lease record, so the take-over, certified
+/// first, aborts it or fails its certification: refused, nothing applied; the new holder keeps
+/// the lock and its record.
+#[test]
+fn a_guarded_write_of_a_lease_taken_over_on_another_node_is_refused() {
+    let nodes = start(2);
+    nodes[0]
+        .root_sql(
+            "CREATE TABLE zklock.guarded (k VARCHAR(10) PRIMARY KEY, v TEXT) ENGINE=InnoDB; \
+             INSERT INTO zklock.guarded VALUES ('x', 'none')",
+        )
+        .unwrap();
+    let lease = Duration::from_secs(3);
+    let statuses = ["wsrep_local_cert_failures", "wsrep_local_bf_aborts"];
+    let before = counted(&nodes, &statuses);
+    let rounds = 3;
+    for round in 0..rounds {
+        let name = format!("guarded{round}");
+        // Each answer of the guarded transaction may take a whole lease and more.
+        let a = MySqlClient::builder(&format!("{}?lock_mode=table", nodes[0].url()))
+            .session_timeout(lease)
+            .connect_timeout(Duration::from_secs(5))
+            .operation_timeout(Duration::from_secs(30))
+            .connect()
+            .expect("connect");
+        let held = MySqlMutex::new(&a, &name).unwrap();
+        assert!(held.acquire_timeout(Duration::ZERO).unwrap());
+        let held_token = held.fencing_token().unwrap();
+        let b = client(&nodes[1], Duration::from_secs(30));
+        let other = MySqlMutex::new(&b, &name).unwrap();
+        let t = Instant::now();
+        let (checked, check) = std::sync::mpsc::channel::<()>();
+        thread::scope(|s| {
+            // The holder's keeper cannot renew the record while the transaction has it: the
+            // lease runs out, and node 1 gives it to its Client, which keeps it until the
+            // data are checked.
+            let (took, taken) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                assert!(
+                    other.acquire_timeout(patience()).unwrap(),
+                    "round {round}: node 1's Client was not granted the expired lease"
+                );
+                took.send((other.fencing_token().unwrap(), t.elapsed()))
+                    .unwrap();
+                check.recv().unwrap();
+                assert_eq!(other.health(), Some(LockHealth::Held), "round {round}");
+                other.release().unwrap();
+            });
+            let refusal = held.guarded_transaction(&[
+                MySqlStatement::new("SELECT SLEEP(?)").bind(lease.as_secs() as i64 * 3),
+                MySqlStatement::new("UPDATE guarded SET v = ? WHERE k = 'x'").bind("stale"),
+            ]);
+            let (token, taken_at) = taken.recv().unwrap();
+            println!(
+                "round {round}: taken over on node 1 at {taken_at:?} (token {token} after \
+                 {held_token}); the guarded transaction on node 0 answered at {:?}: \
+                 {refusal:?}",
+                t.elapsed()
+            );
+            assert!(token > held_token, "round {round}");
+            match &refusal {
+                Err(Error::HoldLost { .. }) => {}
+                Err(Error::TransactionFailed { source, .. }) if matches!(**source, Error::MySql(ref m) if m.contains("1213")) =>
+                    {}
+                other => {
+                    panic!("round {round}: the guarded transaction was not refused: {other:?}")
+                }
+            }
+            for node in &nodes {
+                applied(node);
+                assert_eq!(
+                    node.root_sql("SELECT v FROM zklock.guarded WHERE k = 'x'")
+                        .unwrap(),
+                    [["none"]],
+                    "round {round}: a stale write landed"
+                );
+            }
+            checked.send(()).unwrap();
+        });
+        drop(held);
+        a.close();
+        b.close();
+    }
+    println!(
+        "{rounds} of {rounds} guarded transactions refused; the nodes counted {} certification \
+         failures and brute-force aborts",
+        counted(&nodes, &statuses) - before
+    );
 }

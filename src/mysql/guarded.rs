@@ -6,10 +6,14 @@
 //! session lets go of it or ends, and a session's end rolls its open transaction back: once the
 //! check has seen the lock held by this very session, what commits was written under the hold.
 //!
-//! The table mode: the transaction reads the hold's lease record with `SELECT … FOR UPDATE`
-//! (this owner, this version, not expired by the database's clock). The row stays locked until
-//! the transaction ends, and taking an expired lease is an update of that row: no competitor
-//! can take the lease before the commit, whenever the lease's time runs out meanwhile.
+//! The table mode: the transaction begins with the keeper's renewal of the hold's lease record
+//! (this owner, this version, not expired by the database's clock), and goes on only if it
+//! matched the record. The renewal is a write of the row: on one server it locks the row until
+//! the transaction ends, and taking an expired lease is an update of that row, so no competitor
+//! can take the lease before the commit, whenever the lease's time runs out meanwhile; on
+//! Galera, where a row lock reaches no other node, the row is in the transaction's write set, so
+//! a take-over certified on another node first fails this transaction's certification (or
+//! aborts it while it runs), and one certified here first makes the take-over match nothing.
 //!
 //! A holder that stood still past its session timeout is refused: before any I/O when its
 //! hold reads `Lost`, else by the server (its session is gone, or its record has expired or
@@ -24,7 +28,7 @@ use super::client::Inner;
 use super::mutex::{GuardedHold, MySqlMutex};
 use super::read_write::{MySqlReadLock, MySqlWriteLock};
 use super::session::{error, Session};
-use super::sql::RECORDS;
+use super::sql::renew_sql;
 use super::values::{values, MySqlRows, MySqlStatement};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
@@ -66,15 +70,12 @@ fn held(mutex: &MySqlMutex, statements: &[MySqlStatement]) -> Result<Vec<MySqlRo
     }
     match hold {
         GuardedHold::GetLock { session, key } => {
-            let check = format!("SELECT IS_USED_LOCK({key}) = CONNECTION_ID()");
+            let check = Check::Select(format!("SELECT IS_USED_LOCK({key}) = CONNECTION_ID()"));
             transaction(inner, name, &session, (&check, true), &lease, statements)
         }
         GuardedHold::Table(record) => {
-            let check = format!(
-                "SELECT 1 FROM {RECORDS} WHERE lock_name = {} AND lock_owner = '{}' AND \
-                 version = {} AND expire_time >= NOW(6) FOR UPDATE",
-                record.key, record.owner, record.version
-            );
+            // The table mode's sessions count matched rows (`CLIENT_FOUND_ROWS`).
+            let check = Check::Update(renew_sql(&record, inner.session_timeout));
             let session = Arc::new(inner.pooled()?);
             let outcome = transaction(inner, name, &session, (&check, false), &lease, statements);
             if let Ok(session) = Arc::try_unwrap(session) {
@@ -85,7 +86,15 @@ fn held(mutex: &MySqlMutex, statements: &[MySqlStatement]) -> Result<Vec<MySqlRo
     }
 }
 
-/// `START TRANSACTION`, `check` (1 while the hold is the caller's), `statements`, `COMMIT` on
+/// The first statement of a guarded transaction: it finds the hold still the caller's, or not.
+enum Check {
+    /// A query whose answer is 1 while the hold is the caller's.
+    Select(String),
+    /// An update that matches one row while the hold is the caller's.
+    Update(String),
+}
+
+/// `START TRANSACTION`, `check`, `statements`, `COMMIT` on
 /// `session`; a rollback after a refused check or a failed statement. Each answer is awaited
 /// for at most the operation timeout. `holds` says that `session` is the one that holds the
 /// lock (`GET_LOCK`): its end is the hold's, and its answers renew the hold.
@@ -93,7 +102,7 @@ fn transaction(
     inner: &Inner,
     name: &str,
     session: &Session,
-    (check, holds): (&str, bool),
+    (check, holds): (&Check, bool),
     lease: &LocalLease,
     statements: &[MySqlStatement],
 ) -> Result<Vec<MySqlRows>> {
@@ -106,8 +115,14 @@ fn transaction(
     let answer = session.with(Some(op), op, |c| {
         c.query_drop("START TRANSACTION")?;
         let sent = boot_clock();
-        let holds: Option<Option<i64>> = c.query_first(check)?;
-        if holds.flatten() != Some(1) {
+        let held = match check {
+            Check::Select(sql) => c.query_first::<Option<i64>, _>(sql)?.flatten() == Some(1),
+            Check::Update(sql) => {
+                c.query_drop(sql)?;
+                c.affected_rows() == 1
+            }
+        };
+        if !held {
             c.query_drop("ROLLBACK")?;
             return Ok(Err(Refused::Gone(format!(
                 "the server no longer has the hold on {name:?} as this session's"
