@@ -662,6 +662,82 @@ fn processes_are_granted_in_arrival_order_and_tokens_rise_across_a_restart() {
     );
 }
 
+/// The server's own race between a lock timeout and a grant: a wait that its `lock_timeout`
+/// ends just as the lock is handed to it fails with `lock_not_available`, yet its session holds
+/// the lock (a session-level advisory lock outlives the statement's error). Here the waiting
+/// backend is frozen while the holder lets go (the lock is handed to it) and past its lock
+/// timeout, then woken. The try reports "not granted", and must leave nothing held: a session
+/// kept for the next acquisition would be granted the lock again at once (a session's own lock
+/// needs no queueing), ahead of every other waiter, hold after hold.
+#[test]
+fn a_wait_timed_out_as_the_lock_is_handed_over_leaves_nothing_held() {
+    let server = TestingPostgres::start().unwrap();
+    let name = "handover";
+    let mut holder = Psql::start(&server);
+    holder.run("SELECT pg_advisory_lock(hashtextextended('handover', 0))");
+    // The Client hears the server's answer long after the lock timeout (its operation timeout
+    // is longer), and none of its sessions is ended for being idle (its session timeout).
+    let c = PgClient::builder(&server.url())
+        .session_timeout(Duration::from_secs(3600))
+        .operation_timeout(Duration::from_secs(600))
+        .connect()
+        .unwrap();
+    let mutex = Arc::new(PgMutex::new(&c, name).unwrap());
+    let wait = Duration::from_secs(5);
+    let started = Instant::now();
+    let waiter = thread::spawn({
+        let mutex = mutex.clone();
+        move || mutex.try_lock_for(wait).map(|guard| guard.is_some())
+    });
+    let mut waiting = Vec::new();
+    wait_for("the Client to wait on the server", || {
+        waiting = server.advisory_lock(name).unwrap().1;
+        !waiting.is_empty()
+    });
+    let pid = waiting[0].to_string();
+    let signal = |how: &str| {
+        assert!(Command::new("kill")
+            .args([how, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP");
+    wait_for("the waiting backend to stop", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, s)| s.starts_with('T'))
+        })
+    });
+    assert!(
+        server.advisory_lock(name).unwrap().1 == waiting,
+        "the wait was frozen before its lock timeout"
+    );
+    holder.run("SELECT pg_advisory_unlock(hashtextextended('handover', 0))");
+    wait_for("the lock to be handed to the frozen waiter", || {
+        server.advisory_lock(name).unwrap() == (waiting.clone(), Vec::new())
+    });
+    // Past the lock timeout (at most `wait` from the statement's start), then woken.
+    thread::sleep(
+        (started + wait + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
+    );
+    signal("-CONT");
+    assert!(
+        !waiter.join().unwrap().unwrap(),
+        "the server answered lock_not_available"
+    );
+    // Another session can take the lock: nothing of the Client's holds it.
+    let mut other = Psql::start(&server);
+    wait_for("another session to take the lock", || {
+        other.run("SELECT pg_try_advisory_lock(hashtextextended('handover', 0))") == ["t"]
+    });
+    assert!(
+        mutex.try_lock().unwrap().is_none(),
+        "held by another session"
+    );
+    c.close();
+}
+
 /// A session zklock connects itself (one host: TCP as everywhere else here, or a Unix socket)
 /// and one tokio-postgres connects (several hosts) lock alike, and a terminated backend reads
 /// `Lost` at once on both.

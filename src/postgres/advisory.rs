@@ -224,10 +224,12 @@ async fn ask(
         return Err(Error::Closed);
     }
     let rows = match rows {
-        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-            inner.give_back(session);
-            return Ok(None);
-        }
+        // The server's lock timeout. The lock may have been handed to the session as the
+        // timeout fired: the server then reports the timeout and keeps the grant, and a
+        // session-level lock outlives the statement's error. So the session is dropped, which
+        // closes it and frees such a grant, rather than pooled: pooled, the next acquisition
+        // on it would be granted at once (its own lock), ahead of every waiter, hold after hold.
+        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
         other => other.map_err(|e| error(&e, false))?,
     };
     let row = rows
