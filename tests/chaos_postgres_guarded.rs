@@ -232,7 +232,6 @@ impl Lab<'_> {
 }
 
 #[test]
-#[ignore = "about one run in six stops early: a waiter starved (docs/postgres.md); scripts/chaos.sh runs it"]
 fn guarded_writes_alone_let_no_stale_write_in() {
     let started = Instant::now();
     let mut server = TestingPostgres::start().unwrap();
