@@ -694,17 +694,9 @@ fn a_wait_timed_out_as_the_lock_is_handed_over_leaves_nothing_held() {
         waiting = server.advisory_lock(name).unwrap().1;
         !waiting.is_empty()
     });
-    let pid = waiting[0].to_string();
-    let signal = |how: &str| {
-        assert!(Command::new("kill")
-            .args([how, &pid])
-            .status()
-            .unwrap()
-            .success());
-    };
-    signal("-STOP");
+    let frozen = Frozen::stop(waiting[0]);
     wait_for("the waiting backend to stop", || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        std::fs::read_to_string(format!("/proc/{}/stat", waiting[0])).is_ok_and(|stat| {
             stat.rsplit_once(") ")
                 .is_some_and(|(_, s)| s.starts_with('T'))
         })
@@ -721,7 +713,7 @@ fn a_wait_timed_out_as_the_lock_is_handed_over_leaves_nothing_held() {
     thread::sleep(
         (started + wait + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
     );
-    signal("-CONT");
+    drop(frozen);
     assert!(
         !waiter.join().unwrap().unwrap(),
         "the server answered lock_not_available"
@@ -736,6 +728,27 @@ fn a_wait_timed_out_as_the_lock_is_handed_over_leaves_nothing_held() {
         "held by another session"
     );
     c.close();
+}
+
+/// A process stopped with SIGSTOP until this is dropped (SIGCONT), also when a test fails.
+struct Frozen(String);
+
+impl Frozen {
+    fn stop(pid: i32) -> Frozen {
+        let pid = pid.to_string();
+        assert!(Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success());
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
 }
 
 /// A session zklock connects itself (one host: TCP as everywhere else here, or a Unix socket)
