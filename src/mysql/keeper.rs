@@ -573,12 +573,16 @@ impl Keeper {
             .map(|k| (k.id, k.session.clone(), k.lease.clone(), k.report.clone()))
             .collect();
         let mut heard = self.renew(op);
+        // A hold's session busy past `op` (a guarded transaction, a release) is no sign of a
+        // silent server: its own answer will tell; no heartbeat of the Client's stands in.
+        let mut busy = false;
         for (id, session, lease, report) in holds {
             let sent = boot_clock();
             // A guarded transaction on the session (a statement's time at most) renews the
             // hold by its own answers: past `op` the heartbeat is skipped, not waited for.
             let Some(pinged) = session.try_with(Instant::now() + op, Some(op), op, |c| c.ping())
             else {
+                busy = true;
                 continue;
             };
             match pinged {
@@ -600,7 +604,7 @@ impl Keeper {
                 }
             }
         }
-        if !heard && !self.closed() {
+        if !heard && !busy && !self.closed() {
             let sent = boot_clock();
             let mut side = self.side.lock();
             let beat = match side.take().filter(|s| s.usable()) {
