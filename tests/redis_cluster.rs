@@ -108,7 +108,8 @@ fn each_lock_goes_to_the_primary_of_its_slot() {
 /// are served there one after the other with higher tokens; the old holder, writing to the
 /// fenced register without looking at its health, reads not-`Held` and then `Lost` (its
 /// renewal finds the key gone, or its TTL runs out), and every write it made after a waiter's
-/// first write is refused by the fence.
+/// first write is refused by the fence. Until its renewal finds the key gone it may still read
+/// `Held` beside a waiter: that window is what the fence is for.
 #[test]
 fn a_killed_primary_that_missed_the_grant_is_replaced_and_the_fence_refuses_the_old_holder() {
     let ttl = Duration::from_secs(6);
@@ -224,9 +225,20 @@ fn a_killed_primary_that_missed_the_grant_is_replaced_and_the_fence_refuses_the_
         // Lost by the renewal that finds the key gone, or at the latest when the TTL since the
         // last renewal before the kill has run out.
         assert!(lost < ttl + Duration::from_secs(5), "Lost after {lost:?}");
+        // Replication is asynchronous, so the old holder may read `Held` for a moment after a
+        // waiter was granted on the new primary (docs/redis.md, "What it cannot promise"): an
+        // overlap with `old` is that window. What must hold is the fence — no write of the old
+        // token accepted after a waiter's — and that the waiters never overlap each other.
         let report = register.check();
         println!("{report}");
-        assert!(report.is_clean(), "{report}");
+        assert!(report.stale_accepted.is_empty(), "{report}");
+        assert!(
+            report
+                .overlaps
+                .iter()
+                .all(|o| o.first_worker == "old" || o.second_worker == "old"),
+            "{report}"
+        );
         assert!(matches!(guard.release(), Err(Error::LockLost)));
     });
 }
