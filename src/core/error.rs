@@ -241,6 +241,14 @@ impl Error {
     pub(crate) fn invalid(what: impl fmt::Display) -> Error {
         Error::InvalidArgument(what.to_string())
     }
+
+    /// [`Error::HoldLost`] for the lock `lock`, shown gone by `source`.
+    pub(crate) fn hold_lost(lock: &str, source: Error) -> Error {
+        Error::HoldLost {
+            lock: lock.to_owned(),
+            source: Box::new(source),
+        }
+    }
 }
 
 #[cfg(test)]

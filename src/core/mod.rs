@@ -20,6 +20,7 @@ pub(crate) mod connection;
 pub(crate) mod deadline;
 pub(crate) mod defaults;
 pub(crate) mod error;
+pub(crate) mod guarded;
 pub(crate) mod half;
 pub(crate) mod health;
 pub(crate) mod hold;

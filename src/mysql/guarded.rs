@@ -33,7 +33,6 @@ use super::values::{values, MySqlRows, MySqlStatement};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lease::{boot_clock, LocalLease};
-use crate::core::lock::{ArcLockGuard, LockGuard};
 
 /// Where the transaction stands, for the error a broken connection gives.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -63,7 +62,7 @@ fn held(mutex: &MySqlMutex, statements: &[MySqlStatement]) -> Result<Vec<MySqlRo
         statement.check()?;
     }
     if health == LockHealth::Lost {
-        return Err(hold_lost(name, Error::LockLost));
+        return Err(Error::hold_lost(name, Error::LockLost));
     }
     if inner.closed() {
         return Err(Error::Closed);
@@ -107,7 +106,7 @@ fn transaction(
     statements: &[MySqlStatement],
 ) -> Result<Vec<MySqlRows>> {
     if session.ended() {
-        return Err(hold_lost(name, Error::ConnectionLoss));
+        return Err(Error::hold_lost(name, Error::ConnectionLoss));
     }
     let op = inner.operation_timeout;
     let stage = Cell::new(Stage::Check);
@@ -161,7 +160,7 @@ fn transaction(
     }
     match answer {
         Ok(Ok(answers)) => Ok(answers),
-        Ok(Err(Refused::Gone(why))) => Err(hold_lost(name, Error::MySql(why))),
+        Ok(Err(Refused::Gone(why))) => Err(Error::hold_lost(name, Error::MySql(why))),
         Ok(Err(Refused::Failed(index, source))) => Err(Error::TransactionFailed {
             index,
             op: statements[index].shown(),
@@ -193,7 +192,7 @@ fn transaction(
                     op: "COMMIT".into(),
                     source: Box::new(e),
                 },
-                (_, true) => hold_lost(name, e),
+                (_, true) => Error::hold_lost(name, e),
                 (_, false) => {
                     // A server error to the beginning, the check or a rollback: the session's
                     // state is not known, so it ends (the server rolls back).
@@ -223,13 +222,6 @@ fn one(c: &mut mysql::Conn, statement: &MySqlStatement) -> mysql::Result<MySqlRo
     };
     drop(result);
     Ok(MySqlRows::new(affected, rows))
-}
-
-fn hold_lost(name: &str, source: Error) -> Error {
-    Error::HoldLost {
-        lock: name.to_owned(),
-        source: Box::new(source),
-    }
 }
 
 impl MySqlMutex {
@@ -329,62 +321,20 @@ impl MySqlWriteLock {
     }
 }
 
-/// `guarded_transaction` on the guards ([`LockGuard`], [`ArcLockGuard`]) of each lock named.
-macro_rules! guard_forms {
-    ($($lock:ident),*) => {$(
-        impl LockGuard<'_, $lock> {
-            #[doc = concat!(
-                "[`", stringify!($lock), "::guarded_transaction`] for this guard's hold: ",
-                "`statements` as one transaction that commits only while the hold lives."
-            )]
-            ///
-            /// # Blocking and errors
-            #[doc = concat!(
-                "As [`", stringify!($lock), "::guarded_transaction`]; [`Error::NotOwner`] ",
-                "before any I/O if the hold was released through the lock meanwhile."
-            )]
-            ///
-            /// # Example
-            /// ```no_run
-            /// use zklock::mysql::{MySqlMutex, MySqlStatement};
-            /// # fn main() -> zklock::Result<()> {
-            /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
-            /// let mutex = MySqlMutex::new(&client, "ledger")?;
-            /// let guard = mutex.lock()?;
-            /// guard.guarded_transaction(&[MySqlStatement::new("DELETE FROM pending")])?;
-            /// # Ok(()) }
-            /// ```
-            pub fn guarded_transaction(
-                &self,
-                statements: &[MySqlStatement],
-            ) -> Result<Vec<MySqlRows>> {
-                self.current_lock()
-                    .ok_or(Error::NotOwner)?
-                    .guarded_transaction(statements)
-            }
-        }
-
-        impl ArcLockGuard<$lock> {
-            #[doc = concat!(
-                "[`", stringify!($lock), "::guarded_transaction`] for this guard's hold: ",
-                "`statements` as one transaction that commits only while the hold lives."
-            )]
-            ///
-            /// # Blocking and errors
-            #[doc = concat!(
-                "As [`", stringify!($lock), "::guarded_transaction`]; [`Error::NotOwner`] ",
-                "before any I/O if the hold was released through the lock meanwhile."
-            )]
-            pub fn guarded_transaction(
-                &self,
-                statements: &[MySqlStatement],
-            ) -> Result<Vec<MySqlRows>> {
-                self.current_lock()
-                    .ok_or(Error::NotOwner)?
-                    .guarded_transaction(statements)
-            }
-        }
-    )*};
-}
-
-guard_forms!(MySqlMutex, MySqlReadLock, MySqlWriteLock);
+crate::core::guarded::guard_forms!(
+    fn guarded_transaction(&self, statements: &[MySqlStatement]) -> Result<Vec<MySqlRows>>;
+    "`statements` as one transaction that commits only while the hold lives.";
+    example {
+        /// # Example
+        /// ```no_run
+        /// use zklock::mysql::{MySqlMutex, MySqlStatement};
+        /// # fn main() -> zklock::Result<()> {
+        /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
+        /// let mutex = MySqlMutex::new(&client, "ledger")?;
+        /// let guard = mutex.lock()?;
+        /// guard.guarded_transaction(&[MySqlStatement::new("DELETE FROM pending")])?;
+        /// # Ok(()) }
+        /// ```
+    };
+    MySqlMutex, MySqlReadLock, MySqlWriteLock
+);

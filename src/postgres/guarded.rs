@@ -28,7 +28,6 @@ use super::values::{param, values, PgRows, PgStatement};
 use crate::core::error::{Error, Result};
 use crate::core::health::LockHealth;
 use crate::core::lease::{boot_clock, LocalLease};
-use crate::core::lock::{ArcLockGuard, LockGuard};
 
 /// The transaction's steps that can go wrong, for the error each gives.
 enum Failed {
@@ -58,7 +57,7 @@ fn transaction(
         statement.check()?;
     }
     if session.ended() {
-        return Err(hold_lost(name, Error::ConnectionLoss));
+        return Err(Error::hold_lost(name, Error::ConnectionLoss));
     }
     let limit = inner.operation_timeout;
     let committing = AtomicBool::new(false);
@@ -82,7 +81,7 @@ fn transaction(
                 session.end();
             }
             Err(match failed {
-                Failed::Hold(source) => hold_lost(name, source),
+                Failed::Hold(source) => Error::hold_lost(name, source),
                 Failed::Statement(index, op, source) => Error::TransactionFailed {
                     index,
                     op,
@@ -92,13 +91,6 @@ fn transaction(
                 Failed::Unknown => Error::ConnectionLoss,
             })
         }
-    }
-}
-
-fn hold_lost(name: &str, source: Error) -> Error {
-    Error::HoldLost {
-        lock: name.to_owned(),
-        source: Box::new(source),
     }
 }
 
@@ -259,7 +251,7 @@ fn held(mutex: &PgMutex, statements: &[PgStatement]) -> Result<Vec<PgRows>> {
     let (inner, name, key, hold) = mutex.guarded_hold();
     let (session, lease, health) = hold.ok_or(Error::NotOwner)?;
     if health == LockHealth::Lost {
-        return Err(hold_lost(name, Error::LockLost));
+        return Err(Error::hold_lost(name, Error::LockLost));
     }
     transaction(inner, name, key, &session, &lease, statements)
 }
@@ -358,59 +350,23 @@ impl PgWriteLock {
     }
 }
 
-/// `guarded_transaction` on the guards ([`LockGuard`], [`ArcLockGuard`]) of each lock named.
-macro_rules! guard_forms {
-    ($($lock:ident),*) => {$(
-        impl LockGuard<'_, $lock> {
-            #[doc = concat!(
-                "[`", stringify!($lock), "::guarded_transaction`] for this guard's hold: ",
-                "`statements` as one transaction that commits only while the hold lives."
-            )]
-            ///
-            /// # Blocking and errors
-            #[doc = concat!(
-                "As [`", stringify!($lock), "::guarded_transaction`]; [`Error::NotOwner`] ",
-                "before any I/O if the hold was released through the lock meanwhile."
-            )]
-            ///
-            /// # Example
-            /// ```no_run
-            /// use zklock::postgres::{PgMutex, PgStatement};
-            /// # fn main() -> zklock::Result<()> {
-            /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
-            /// let mutex = PgMutex::new(&client, "ledger")?;
-            /// let guard = mutex.lock()?;
-            /// guard.guarded_transaction(&[PgStatement::new("DELETE FROM pending")])?;
-            /// # Ok(()) }
-            /// ```
-            pub fn guarded_transaction(&self, statements: &[PgStatement]) -> Result<Vec<PgRows>> {
-                self.current_lock()
-                    .ok_or(Error::NotOwner)?
-                    .guarded_transaction(statements)
-            }
-        }
-
-        impl ArcLockGuard<$lock> {
-            #[doc = concat!(
-                "[`", stringify!($lock), "::guarded_transaction`] for this guard's hold: ",
-                "`statements` as one transaction that commits only while the hold lives."
-            )]
-            ///
-            /// # Blocking and errors
-            #[doc = concat!(
-                "As [`", stringify!($lock), "::guarded_transaction`]; [`Error::NotOwner`] ",
-                "before any I/O if the hold was released through the lock meanwhile."
-            )]
-            pub fn guarded_transaction(&self, statements: &[PgStatement]) -> Result<Vec<PgRows>> {
-                self.current_lock()
-                    .ok_or(Error::NotOwner)?
-                    .guarded_transaction(statements)
-            }
-        }
-    )*};
-}
-
-guard_forms!(PgMutex, PgReadLock, PgWriteLock);
+crate::core::guarded::guard_forms!(
+    fn guarded_transaction(&self, statements: &[PgStatement]) -> Result<Vec<PgRows>>;
+    "`statements` as one transaction that commits only while the hold lives.";
+    example {
+        /// # Example
+        /// ```no_run
+        /// use zklock::postgres::{PgMutex, PgStatement};
+        /// # fn main() -> zklock::Result<()> {
+        /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
+        /// let mutex = PgMutex::new(&client, "ledger")?;
+        /// let guard = mutex.lock()?;
+        /// guard.guarded_transaction(&[PgStatement::new("DELETE FROM pending")])?;
+        /// # Ok(()) }
+        /// ```
+    };
+    PgMutex, PgReadLock, PgWriteLock
+);
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
