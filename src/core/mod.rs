@@ -35,5 +35,6 @@ pub(crate) mod multi;
 pub(crate) mod options;
 pub(crate) mod retry;
 pub(crate) mod server_clock;
+pub(crate) mod statement;
 pub(crate) mod thread_holds;
 pub(crate) mod token;

@@ -2,6 +2,7 @@
 //! as prepared statements (the binary protocol: numbers stay numbers).
 
 use crate::core::error::{Error, Result};
+use crate::core::statement::first_word;
 
 /// A value bound to a `?` of a [`MySqlStatement`], or read from a column of its rows.
 ///
@@ -35,97 +36,50 @@ pub enum MySqlValue {
     Bytes(Vec<u8>),
 }
 
-impl From<i32> for MySqlValue {
-    fn from(v: i32) -> Self {
-        MySqlValue::Int(v.into())
-    }
-}
+crate::core::statement::sql_value_from!(MySqlValue);
 
-impl From<i64> for MySqlValue {
-    fn from(v: i64) -> Self {
-        MySqlValue::Int(v)
+crate::core::statement::sql_statement! {
+    /// One statement of a guarded transaction: SQL with `?` parameters and their values.
+    ///
+    /// # Example
+    /// ```
+    /// use zklock::mysql::MySqlStatement;
+    ///
+    /// let update = MySqlStatement::new("UPDATE account SET balance = balance + ? WHERE id = ?")
+    ///     .bind(100)
+    ///     .bind("acct-7");
+    /// assert_eq!(update.params().len(), 2);
+    /// ```
+    pub struct MySqlStatement(MySqlValue) {
+        bind: "Binds the next `?`.",
+        params: "The values bound, the first `?`'s first.",
     }
-}
 
-impl From<f64> for MySqlValue {
-    fn from(v: f64) -> Self {
-        MySqlValue::Float(v)
-    }
-}
-
-impl From<&str> for MySqlValue {
-    fn from(v: &str) -> Self {
-        MySqlValue::Text(v.to_owned())
-    }
-}
-
-impl From<String> for MySqlValue {
-    fn from(v: String) -> Self {
-        MySqlValue::Text(v)
-    }
-}
-
-impl From<&[u8]> for MySqlValue {
-    fn from(v: &[u8]) -> Self {
-        MySqlValue::Bytes(v.to_vec())
-    }
-}
-
-impl From<Vec<u8>> for MySqlValue {
-    fn from(v: Vec<u8>) -> Self {
-        MySqlValue::Bytes(v)
-    }
-}
-
-impl<T: Into<MySqlValue>> From<Option<T>> for MySqlValue {
-    fn from(v: Option<T>) -> Self {
-        v.map_or(MySqlValue::Null, Into::into)
-    }
-}
-
-/// One statement of a guarded transaction: SQL with `?` parameters and their values.
-///
-/// # Example
-/// ```
-/// use zklock::mysql::MySqlStatement;
-///
-/// let update = MySqlStatement::new("UPDATE account SET balance = balance + ? WHERE id = ?")
-///     .bind(100)
-///     .bind("acct-7");
-/// assert_eq!(update.params().len(), 2);
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct MySqlStatement {
-    sql: String,
-    params: Vec<MySqlValue>,
+    /// What one statement of a guarded transaction returned: its rows (none for a statement that
+    /// returns none) and how many rows it affected (for a `SELECT`, how many it returned).
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::mysql::{MySqlMutex, MySqlStatement, MySqlValue};
+    ///
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
+    /// let mutex = MySqlMutex::new(&client, "ledger")?;
+    /// let guard = mutex.lock()?;
+    /// let answers = guard.guarded_transaction(&[
+    ///     MySqlStatement::new("UPDATE account SET balance = balance - 5 WHERE id = 7"),
+    ///     MySqlStatement::new("SELECT balance FROM account WHERE id = 7"),
+    /// ])?;
+    /// assert_eq!(answers[0].affected(), 1);
+    /// if let [MySqlValue::Int(balance)] = answers[1].rows()[0].as_slice() {
+    ///     println!("balance now {balance}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct MySqlRows;
 }
 
 impl MySqlStatement {
-    /// A statement of `sql`, without parameters yet.
-    pub fn new(sql: impl Into<String>) -> MySqlStatement {
-        MySqlStatement {
-            sql: sql.into(),
-            params: Vec::new(),
-        }
-    }
-
-    /// Binds the next `?`.
-    #[must_use]
-    pub fn bind(mut self, value: impl Into<MySqlValue>) -> MySqlStatement {
-        self.params.push(value.into());
-        self
-    }
-
-    /// The SQL.
-    pub fn sql(&self) -> &str {
-        &self.sql
-    }
-
-    /// The values bound, the first `?`'s first.
-    pub fn params(&self) -> &[MySqlValue] {
-        &self.params
-    }
-
     /// [`Error::InvalidArgument`] for empty SQL, or SQL that begins, ends or commits a
     /// transaction (MySQL commits implicitly before and after DDL, `LOCK TABLES` and the
     /// like: such a statement would commit the guard's transaction before its end).
@@ -135,7 +89,7 @@ impl MySqlStatement {
                 "a guarded statement's SQL must not be empty",
             ));
         }
-        let word = first_word(&self.sql);
+        let word = first_word(&self.sql, &["--", "#"]);
         if COMMITS.contains(&word.as_str()) {
             return Err(Error::invalid(format!(
                 "a guarded statement cannot begin, end or implicitly commit a transaction \
@@ -143,15 +97,6 @@ impl MySqlStatement {
             )));
         }
         Ok(())
-    }
-
-    /// The statement, shortened, for an error's message.
-    pub(crate) fn shown(&self) -> String {
-        const MAX: usize = 120;
-        match self.sql.char_indices().nth(MAX) {
-            Some((end, _)) => format!("{}…", &self.sql[..end]),
-            None => self.sql.clone(),
-        }
     }
 
     /// The values as the driver's parameters.
@@ -201,72 +146,6 @@ const COMMITS: &[&str] = &[
     "RESET",
     "CHECK",
 ];
-
-/// `sql`'s first word (after blanks and comments), in upper case.
-fn first_word(sql: &str) -> String {
-    let mut rest = sql.trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix("--").or_else(|| rest.strip_prefix('#')) {
-            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
-        } else {
-            break;
-        }
-    }
-    rest.chars()
-        .take_while(char::is_ascii_alphabetic)
-        .collect::<String>()
-        .to_ascii_uppercase()
-}
-
-/// What one statement of a guarded transaction returned: its rows (none for a statement that
-/// returns none) and how many rows it affected (for a `SELECT`, how many it returned).
-///
-/// # Example
-/// ```no_run
-/// use zklock::mysql::{MySqlMutex, MySqlStatement, MySqlValue};
-///
-/// # fn main() -> zklock::Result<()> {
-/// let client = zklock::MySqlClient::connect("mysql://app@127.0.0.1/app")?;
-/// let mutex = MySqlMutex::new(&client, "ledger")?;
-/// let guard = mutex.lock()?;
-/// let answers = guard.guarded_transaction(&[
-///     MySqlStatement::new("UPDATE account SET balance = balance - 5 WHERE id = 7"),
-///     MySqlStatement::new("SELECT balance FROM account WHERE id = 7"),
-/// ])?;
-/// assert_eq!(answers[0].affected(), 1);
-/// if let [MySqlValue::Int(balance)] = answers[1].rows()[0].as_slice() {
-///     println!("balance now {balance}");
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct MySqlRows {
-    affected: u64,
-    rows: Vec<Vec<MySqlValue>>,
-}
-
-impl MySqlRows {
-    /// The rows the statement affected (inserted, updated, deleted) or returned.
-    pub fn affected(&self) -> u64 {
-        self.affected
-    }
-
-    /// The rows returned, each a value per column.
-    pub fn rows(&self) -> &[Vec<MySqlValue>] {
-        &self.rows
-    }
-
-    /// The rows returned, owned.
-    pub fn into_rows(self) -> Vec<Vec<MySqlValue>> {
-        self.rows
-    }
-
-    pub(crate) fn new(affected: u64, rows: Vec<Vec<MySqlValue>>) -> MySqlRows {
-        MySqlRows { affected, rows }
-    }
-}
 
 /// A row's values.
 pub(crate) fn values(row: mysql::Row) -> Vec<MySqlValue> {

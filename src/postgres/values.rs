@@ -5,6 +5,7 @@
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::core::error::{Error, Result};
+use crate::core::statement::first_word;
 
 /// A value bound to a parameter of a [`PgStatement`], or read from a column of its rows.
 ///
@@ -48,97 +49,49 @@ impl From<bool> for PgValue {
     }
 }
 
-impl From<i32> for PgValue {
-    fn from(v: i32) -> Self {
-        PgValue::Int(v.into())
-    }
-}
+crate::core::statement::sql_value_from!(PgValue);
 
-impl From<i64> for PgValue {
-    fn from(v: i64) -> Self {
-        PgValue::Int(v)
+crate::core::statement::sql_statement! {
+    /// One statement of a guarded transaction: SQL with parameters `$1`, `$2`, … and their values.
+    ///
+    /// # Example
+    /// ```
+    /// use zklock::postgres::PgStatement;
+    ///
+    /// let update = PgStatement::new("UPDATE account SET balance = balance + $1 WHERE id = $2")
+    ///     .bind(100)
+    ///     .bind("acct-7");
+    /// assert_eq!(update.params().len(), 2);
+    /// ```
+    pub struct PgStatement(PgValue) {
+        bind: "Binds the next parameter (`$1` first).",
+        params: "The values bound, `$1` first.",
     }
-}
 
-impl From<f64> for PgValue {
-    fn from(v: f64) -> Self {
-        PgValue::Float(v)
-    }
-}
-
-impl From<&str> for PgValue {
-    fn from(v: &str) -> Self {
-        PgValue::Text(v.to_owned())
-    }
-}
-
-impl From<String> for PgValue {
-    fn from(v: String) -> Self {
-        PgValue::Text(v)
-    }
-}
-
-impl From<&[u8]> for PgValue {
-    fn from(v: &[u8]) -> Self {
-        PgValue::Bytes(v.to_vec())
-    }
-}
-
-impl From<Vec<u8>> for PgValue {
-    fn from(v: Vec<u8>) -> Self {
-        PgValue::Bytes(v)
-    }
-}
-
-impl<T: Into<PgValue>> From<Option<T>> for PgValue {
-    fn from(v: Option<T>) -> Self {
-        v.map_or(PgValue::Null, Into::into)
-    }
-}
-
-/// One statement of a guarded transaction: SQL with parameters `$1`, `$2`, … and their values.
-///
-/// # Example
-/// ```
-/// use zklock::postgres::PgStatement;
-///
-/// let update = PgStatement::new("UPDATE account SET balance = balance + $1 WHERE id = $2")
-///     .bind(100)
-///     .bind("acct-7");
-/// assert_eq!(update.params().len(), 2);
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct PgStatement {
-    sql: String,
-    params: Vec<PgValue>,
+    /// What one statement of a guarded transaction returned: its rows (none for a statement
+    /// that returns none, such as an `UPDATE` without `RETURNING`) and how many rows it affected.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use zklock::postgres::{PgMutex, PgStatement, PgValue};
+    ///
+    /// # fn main() -> zklock::Result<()> {
+    /// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
+    /// let mutex = PgMutex::new(&client, "ledger")?;
+    /// let guard = mutex.lock()?;
+    /// let answers = guard.guarded_transaction(&[PgStatement::new(
+    ///     "UPDATE account SET balance = balance - 5 WHERE id = 7 RETURNING balance",
+    /// )])?;
+    /// assert_eq!(answers[0].affected(), 1);
+    /// if let [PgValue::Int(balance)] = answers[0].rows()[0].as_slice() {
+    ///     println!("balance now {balance}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct PgRows;
 }
 
 impl PgStatement {
-    /// A statement of `sql`, without parameters yet.
-    pub fn new(sql: impl Into<String>) -> PgStatement {
-        PgStatement {
-            sql: sql.into(),
-            params: Vec::new(),
-        }
-    }
-
-    /// Binds the next parameter (`$1` first).
-    #[must_use]
-    pub fn bind(mut self, value: impl Into<PgValue>) -> PgStatement {
-        self.params.push(value.into());
-        self
-    }
-
-    /// The SQL.
-    pub fn sql(&self) -> &str {
-        &self.sql
-    }
-
-    /// The values bound, `$1` first.
-    pub fn params(&self) -> &[PgValue] {
-        &self.params
-    }
-
     /// [`Error::InvalidArgument`] for SQL that is empty or holds a NUL character, or a text
     /// value that holds one (PostgreSQL's text cannot).
     pub(crate) fn check(&self) -> Result<()> {
@@ -171,35 +124,12 @@ impl PgStatement {
         }
         Ok(())
     }
-
-    /// The statement, shortened, for an error's message.
-    pub(crate) fn shown(&self) -> String {
-        const MAX: usize = 120;
-        match self.sql.char_indices().nth(MAX) {
-            Some((end, _)) => format!("{}…", &self.sql[..end]),
-            None => self.sql.clone(),
-        }
-    }
 }
 
 /// Whether `sql`'s first word (after blanks and comments) begins, ends or splits a
 /// transaction.
 fn ends_transaction(sql: &str) -> bool {
-    let mut rest = sql.trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix("--") {
-            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
-        } else {
-            break;
-        }
-    }
-    let word: String = rest
-        .chars()
-        .take_while(char::is_ascii_alphabetic)
-        .collect::<String>()
-        .to_ascii_uppercase();
+    let word = first_word(sql, &["--"]);
     matches!(
         word.as_str(),
         "BEGIN"
@@ -212,53 +142,6 @@ fn ends_transaction(sql: &str) -> bool {
             | "SAVEPOINT"
             | "RELEASE"
     )
-}
-
-/// What one statement of a guarded transaction returned: its rows (none for a statement
-/// that returns none, such as an `UPDATE` without `RETURNING`) and how many rows it affected.
-///
-/// # Example
-/// ```no_run
-/// use zklock::postgres::{PgMutex, PgStatement, PgValue};
-///
-/// # fn main() -> zklock::Result<()> {
-/// let client = zklock::PgClient::connect("postgres://app@127.0.0.1/app")?;
-/// let mutex = PgMutex::new(&client, "ledger")?;
-/// let guard = mutex.lock()?;
-/// let answers = guard.guarded_transaction(&[PgStatement::new(
-///     "UPDATE account SET balance = balance - 5 WHERE id = 7 RETURNING balance",
-/// )])?;
-/// assert_eq!(answers[0].affected(), 1);
-/// if let [PgValue::Int(balance)] = answers[0].rows()[0].as_slice() {
-///     println!("balance now {balance}");
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct PgRows {
-    affected: u64,
-    rows: Vec<Vec<PgValue>>,
-}
-
-impl PgRows {
-    /// The rows the statement affected (inserted, updated, deleted) or returned.
-    pub fn affected(&self) -> u64 {
-        self.affected
-    }
-
-    /// The rows returned, each a value per column.
-    pub fn rows(&self) -> &[Vec<PgValue>] {
-        &self.rows
-    }
-
-    /// The rows returned, owned.
-    pub fn into_rows(self) -> Vec<Vec<PgValue>> {
-        self.rows
-    }
-
-    pub(crate) fn new(affected: u64, rows: Vec<Vec<PgValue>>) -> PgRows {
-        PgRows { affected, rows }
-    }
 }
 
 /// `value` as a parameter of type `ty`, or why it cannot be.
