@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use rustix::process::Signal;
 
 use super::config::free_ports;
+use super::lifecycle::ServerChild;
 use super::process::{all_threads_stopped, signal, spawn};
 
 /// How long a server may take to accept its first connection, or to stop.
@@ -702,34 +703,11 @@ impl TestingMariaDb {
             cmd.envs(clock.env());
         }
         self.child = Some(spawn(cmd)?);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if self.root_sql("SELECT 1").is_ok() {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(io::Error::other(format!(
-                    "mariadbd exited ({status}); its log:\n{}",
-                    self.log_tail()
-                )));
-            }
-            if Instant::now() > deadline {
-                let _ = self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "mariadbd did not accept connections within 60 s; its log:\n{}",
-                        self.log_tail()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_answering(
+            START_TIMEOUT,
+            Duration::from_millis(20),
+            "did not accept connections",
+        )
     }
 
     /// The TLS options of a server from [`start_tls`](Self::start_tls).
@@ -799,22 +777,7 @@ impl TestingMariaDb {
         };
         self.resume_all();
         let _ = signal(pid, Signal::TERM);
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                self.child = Some(child);
-                let _ = self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "mariadbd did not stop within 60 s and was killed",
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
+        self.wait_exited(START_TIMEOUT)
     }
 
     /// Stops the server and starts it again on the same port and data.
@@ -949,15 +912,25 @@ impl TestingMariaDb {
             .map(|l| l.split('\t').map(str::to_owned).collect())
             .collect())
     }
+}
 
-    fn log(&self) -> String {
-        fs::read_to_string(self.log_file()).unwrap_or_default()
+impl ServerChild for TestingMariaDb {
+    const PROGRAM: &'static str = "mariadbd";
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
     }
 
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+    fn answers(&self) -> bool {
+        self.root_sql("SELECT 1").is_ok()
+    }
+
+    fn kill_server(&mut self) -> io::Result<()> {
+        self.kill()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.log_file()
     }
 }
 

@@ -76,6 +76,8 @@ mod config;
 mod fence;
 mod four_letter;
 mod instance;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+mod lifecycle;
 #[cfg(feature = "mysql")]
 mod mariadb;
 #[cfg(feature = "postgres")]

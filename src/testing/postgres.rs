@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 use rustix::process::Signal;
 
 use super::config::free_ports;
-use super::process::{all_threads_stopped, spawn};
+use super::lifecycle::ServerChild;
+use super::process::{all_threads_stopped, signal, spawn};
 
 /// How long a server may take to accept its first connection, or to stop.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -319,34 +320,11 @@ impl TestingPostgres {
             cmd.uid(uid).gid(gid);
         }
         self.child = Some(spawn(cmd)?);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if self.sql("SELECT 1").is_ok() {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(io::Error::other(format!(
-                    "postgres exited ({status}); its log:\n{}",
-                    self.log_tail()
-                )));
-            }
-            if Instant::now() > deadline {
-                let _ = self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "postgres did not accept connections within 60 s; its log:\n{}",
-                        self.log_tail()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_answering(
+            START_TIMEOUT,
+            Duration::from_millis(20),
+            "did not accept connections",
+        )
     }
 
     /// `postgres://zklock:PASSWORD@127.0.0.1:PORT/postgres`: the superuser, with its password.
@@ -417,23 +395,8 @@ impl TestingPostgres {
             return Ok(());
         };
         self.resume_all();
-        let _ = kill(pid, Signal::INT);
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                self.child = Some(child);
-                let _ = self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "postgres did not stop within 60 s and was killed",
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
+        let _ = signal(pid, Signal::INT);
+        self.wait_exited(START_TIMEOUT)
     }
 
     /// Stops the server and starts it again on the same port and data.
@@ -455,9 +418,9 @@ impl TestingPostgres {
             return Ok(());
         };
         let children = children_of(child.id());
-        let killed = kill(child.id(), Signal::KILL);
+        let killed = signal(child.id(), Signal::KILL);
         for &c in &children {
-            let _ = kill(c, Signal::KILL);
+            let _ = signal(c, Signal::KILL);
         }
         let _ = child.wait();
         self.paused.lock().clear();
@@ -482,7 +445,7 @@ impl TestingPostgres {
         let mut all = vec![pid];
         all.extend(children_of(pid));
         for &p in &all {
-            let _ = kill(p, Signal::STOP);
+            let _ = signal(p, Signal::STOP);
         }
         for &p in &all {
             while !all_threads_stopped(p) {
@@ -505,7 +468,7 @@ impl TestingPostgres {
 
     fn resume_all(&self) {
         for p in self.paused.lock().drain(..) {
-            let _ = kill(p, Signal::CONT);
+            let _ = signal(p, Signal::CONT);
         }
     }
 
@@ -594,15 +557,25 @@ impl TestingPostgres {
                 .collect())
         })
     }
+}
 
-    fn log(&self) -> String {
-        fs::read_to_string(self.log_file()).unwrap_or_default()
+impl ServerChild for TestingPostgres {
+    const PROGRAM: &'static str = "postgres";
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
     }
 
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+    fn answers(&self) -> bool {
+        self.sql("SELECT 1").is_ok()
+    }
+
+    fn kill_server(&mut self) -> io::Result<()> {
+        self.kill()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.log_file()
     }
 }
 
@@ -682,14 +655,6 @@ fn stat_field(pid: u32, n: usize) -> Option<String> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(n).map(str::to_owned)
-}
-
-fn kill(pid: u32, sig: Signal) -> io::Result<()> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    Ok(rustix::process::kill_process(pid, sig)?)
 }
 
 fn not_running() -> io::Error {

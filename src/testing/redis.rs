@@ -11,6 +11,7 @@ use rustix::process::Signal;
 
 use super::clock::{ClockOffset, SteppedClock};
 use super::config::free_ports;
+use super::lifecycle::ServerChild;
 use super::process::{all_threads_stopped, signal, spawn};
 
 /// How long a server may take to answer its first `PING`.
@@ -408,36 +409,7 @@ impl TestingRedis {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         self.child = Some(spawn(cmd)?);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Ok(answer) = self.command(&["PING"]) {
-                if answer == "PONG" {
-                    return Ok(());
-                }
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(io::Error::other(format!(
-                    "redis-server exited ({status}); its log:\n{}",
-                    self.log_tail()
-                )));
-            }
-            if Instant::now() > deadline {
-                let _ = self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "redis-server did not answer within 30 s; its log:\n{}",
-                        self.log_tail()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.wait_answering(START_TIMEOUT, Duration::from_millis(10), "did not answer")
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -494,7 +466,7 @@ impl TestingRedis {
             return Ok(());
         }
         let _ = self.command(&["SHUTDOWN", "NOSAVE"]);
-        self.reap(START_TIMEOUT)
+        self.wait_exited(START_TIMEOUT)
     }
 
     /// Stops the server and starts it again on the same port and directory: a persistent
@@ -586,34 +558,25 @@ impl TestingRedis {
         let mut answers = BufReader::new(stream);
         commands.iter().map(|_| read_reply(&mut answers)).collect()
     }
+}
 
-    fn reap(&mut self, within: Duration) -> io::Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + within;
-        while child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "redis-server did not stop within 30 s and was killed",
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
+impl ServerChild for TestingRedis {
+    const PROGRAM: &'static str = "redis-server";
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
     }
 
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log_file()).unwrap_or_default()
+    fn answers(&self) -> bool {
+        self.command(&["PING"]).is_ok_and(|answer| answer == "PONG")
     }
 
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+    fn kill_server(&mut self) -> io::Result<()> {
+        self.kill()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.log_file()
     }
 }
 
