@@ -185,10 +185,7 @@ fn refuse_before_io(lock: &Guarded<'_>, holding: Holding, keys: &[&str]) -> Resu
     inner.check_slot_of(lock.key, keys)?;
     let (owner, health) = holding.ok_or(Error::NotOwner)?;
     if health == LockHealth::Lost {
-        return Err(Error::HoldLost {
-            lock: lock.name.to_owned(),
-            source: Box::new(Error::LockLost),
-        });
+        return Err(Error::hold_lost(lock.name, Error::LockLost));
     }
     Ok(owner)
 }
@@ -251,14 +248,14 @@ fn verdict(lock: &Guarded<'_>, answer: redis::Value) -> Result<redis::Value> {
     match (code, second) {
         (1, None) => Ok(V::Nil),
         (1, Some(answer)) => Ok(answer),
-        (0, Some(V::BulkString(why))) => Err(Error::HoldLost {
-            lock: lock.name.to_owned(),
-            source: Box::new(Error::Redis(format!(
+        (0, Some(V::BulkString(why))) => Err(Error::hold_lost(
+            lock.name,
+            Error::Redis(format!(
                 "the lock's key {:?} {}",
                 lock.key,
                 String::from_utf8_lossy(&why)
-            ))),
-        }),
+            )),
+        )),
         (2, Some(V::BulkString(message))) => Err(Error::Redis(format!(
             "the guarded script failed (the hold was checked; what the script wrote before \
              failing stays written, as for any Redis script): {}",
@@ -350,45 +347,24 @@ macro_rules! lock_forms {
 /// [`ArcLockGuard`](crate::ArcLockGuard)) of a lock type of [`lock_forms!`].
 macro_rules! guard_forms {
     ($lock:ident) => {
-        $crate::redis::guarded::guard_forms!($lock, $crate::LockGuard<'_, $lock>);
-        $crate::redis::guarded::guard_forms!($lock, $crate::ArcLockGuard<$lock>);
-    };
-    ($lock:ident, $guard:ty) => {
-        impl $guard {
-            #[doc = concat!(
-                "[`", stringify!($lock), "::guarded_multi`] for this guard's hold: `ops` ",
-                "applied in one server-side step only while the hold lives.\n\n",
-                "# Blocking and errors\n",
-                "As [`", stringify!($lock), "::guarded_multi`]; ",
-                "[`Error::NotOwner`](crate::Error::NotOwner) before any I/O if the hold was ",
-                "released through the lock meanwhile."
-            )]
-            pub fn guarded_multi(
+        $crate::core::guarded::guard_forms!(
+            fn guarded_multi(
                 &self,
-                ops: &[$crate::redis::RedisOp],
-            ) -> $crate::Result<Vec<$crate::redis::RedisOpResult>> {
-                self.current_lock()
-                    .ok_or($crate::Error::NotOwner)?
-                    .guarded_multi(ops)
-            }
-
-            #[doc = concat!(
-                "[`", stringify!($lock), "::guarded_script`] for this guard's hold: `script` ",
-                "run in one server-side step only while the hold lives.\n\n",
-                "# Blocking and errors\n",
-                "As [`", stringify!($lock), "::guarded_script`]; ",
-                "[`Error::NotOwner`](crate::Error::NotOwner) before any I/O if the hold was ",
-                "released through the lock meanwhile."
-            )]
-            pub fn guarded_script(
+                ops: &[$crate::redis::RedisOp]
+            ) -> $crate::Result<Vec<$crate::redis::RedisOpResult>>;
+            "`ops` applied in one server-side step only while the hold lives.";
+            example {};
+            $lock
+        );
+        $crate::core::guarded::guard_forms!(
+            fn guarded_script(
                 &self,
-                script: &$crate::redis::RedisScript,
-            ) -> $crate::Result<$crate::redis::RedisValue> {
-                self.current_lock()
-                    .ok_or($crate::Error::NotOwner)?
-                    .guarded_script(script)
-            }
-        }
+                script: &$crate::redis::RedisScript
+            ) -> $crate::Result<$crate::redis::RedisValue>;
+            "`script` run in one server-side step only while the hold lives.";
+            example {};
+            $lock
+        );
     };
 }
 

@@ -51,10 +51,7 @@ fn unguarded(lock: &str, err: Error) -> Error {
             op,
             source,
         },
-        Error::SessionExpired => Error::HoldLost {
-            lock: lock.to_owned(),
-            source: Box::new(Error::SessionExpired),
-        },
+        Error::SessionExpired => Error::hold_lost(lock, Error::SessionExpired),
         other => other,
     }
 }
@@ -73,10 +70,7 @@ fn held_multi(lock: &Reentrant, ops: &[Op]) -> Result<Vec<OpResult>> {
 /// stood still past its session reads this the moment it wakes).
 fn refuse_if_lost(lock: &str, health: Option<LockHealth>) -> Result<()> {
     match health {
-        Some(LockHealth::Lost) | None => Err(Error::HoldLost {
-            lock: lock.to_owned(),
-            source: Box::new(Error::LockLost),
-        }),
+        Some(LockHealth::Lost) | None => Err(Error::hold_lost(lock, Error::LockLost)),
         Some(_) => Ok(()),
     }
 }
