@@ -88,6 +88,7 @@ def main():
                   plain)
                  for name, _, exe in binaries if name in PLAIN_PATH]
     runs = order(runs)
+    print(f"run-tests: built; {len(runs)} runs, {jobs} at a time", flush=True)
     printing = threading.Lock()
     failed = []
     took_by_name = {}
