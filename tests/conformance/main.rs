@@ -21,7 +21,8 @@ mod zookeeper_kinds;
 use std::time::Duration;
 
 /// The tests of one backend's module, each counted as it ends ([`backends::Ended`]: the last
-/// stops the server they shared).
+/// stops the server they shared; so none of them may be `#[ignore]`d, or the server would
+/// outlive the run).
 macro_rules! scenarios {
     ($($(#[$doc:meta])* $test:ident => $run:expr;)*) => {
         /// How many tests the module has.
