@@ -118,7 +118,7 @@ pub trait Backend: Sync {
     }
 }
 
-/// The servers the scenarios share, by backend name.
+/// One backend's shared server, and how far its module's tests have got.
 #[derive(Default)]
 struct SharedServer {
     server: Option<Arc<dyn Server>>,
@@ -126,6 +126,7 @@ struct SharedServer {
     ended: usize,
 }
 
+/// The shared servers, by backend name.
 fn shared_servers() -> &'static Mutex<HashMap<&'static str, SharedServer>> {
     static SERVERS: OnceLock<Mutex<HashMap<&'static str, SharedServer>>> = OnceLock::new();
     SERVERS.get_or_init(Default::default)
