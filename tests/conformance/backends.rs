@@ -1,7 +1,12 @@
 //! The backends the scenarios run on: how to start a throwaway server of each and the URL
 //! that reaches it. Clients are the library's own [`AnyClient`], made from that URL with one
 //! set of options, so a new backend is one implementation here and one line in `main.rs`.
+//!
+//! The scenarios that neither pause nor restart the server share one per backend
+//! ([`Backend::shared`]), each on lock names no other scenario uses; the others start their own.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use zklock::AnyClient;
@@ -34,6 +39,30 @@ pub trait Backend: Sync {
     }
     /// Starts a throwaway server on a free loopback port.
     fn start(&self) -> Box<dyn Server>;
+    /// Whether starting a server costs enough to share one between scenarios (not for a
+    /// `mem://` store or a `file://` directory).
+    fn worth_sharing(&self) -> bool {
+        true
+    }
+    /// The server the scenarios of this backend share: started by the first that asks, stopped
+    /// once every test of the backend's module has ended ([`Ended`]). Where the run leaves some
+    /// of the module's tests out (a name filter that not all of them match, `--skip`,
+    /// `--exact`), the module's tests could never all end, so each scenario starts its own.
+    fn shared(&self) -> Arc<dyn Server> {
+        if !self.worth_sharing() || !runs_whole_module(self.name()) {
+            return Arc::from(self.start());
+        }
+        let mut servers = shared_servers()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entry = servers.entry(self.name()).or_default();
+        if let Some(server) = &entry.server {
+            return server.clone();
+        }
+        let server: Arc<dyn Server> = Arc::from(self.start());
+        entry.server = Some(server.clone());
+        server
+    }
     /// Starts a server that keeps its locks on disk across a restart, as the backend's docs ask
     /// of a setup that must exclude across one (the throwaway server where it always does).
     fn start_durable(&self) -> Box<dyn Server> {
@@ -86,6 +115,78 @@ pub trait Backend: Sync {
             .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
         assert_eq!(client.backend(), self.client_backend());
         client
+    }
+}
+
+/// One backend's shared server, and how far its module's tests have got.
+#[derive(Default)]
+struct SharedServer {
+    server: Option<Arc<dyn Server>>,
+    /// How many of the backend's tests have ended.
+    ended: usize,
+}
+
+/// The shared servers, by backend name.
+fn shared_servers() -> &'static Mutex<HashMap<&'static str, SharedServer>> {
+    static SERVERS: OnceLock<Mutex<HashMap<&'static str, SharedServer>>> = OnceLock::new();
+    SERVERS.get_or_init(Default::default)
+}
+
+/// Whether this run of the test binary runs every test of `module` (whose tests are named
+/// `module::...`): no `--skip` nor `--exact`, and no name filter or one that every name in the
+/// module contains.
+fn runs_whole_module(module: &str) -> bool {
+    let prefix = format!("{module}::");
+    let mut filters = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--exact" => return false,
+            _ if arg.starts_with("--skip") => return false,
+            // The options that take a value as the next argument.
+            "--test-threads" | "--color" | "--format" | "--logfile" | "--shuffle-seed" | "-Z" => {
+                args.next();
+            }
+            _ if arg.starts_with('-') => {}
+            _ => filters.push(arg),
+        }
+    }
+    filters.is_empty() || filters.iter().any(|f| prefix.contains(f.as_str()))
+}
+
+/// Counts a test of a backend's module as ended when dropped; the last of the module's
+/// `tests` to end stops the server they shared.
+pub struct Ended {
+    backend: &'static str,
+    tests: usize,
+}
+
+impl Ended {
+    /// For a test of `b`'s module, which has `tests` tests.
+    pub fn on_drop(b: &dyn Backend, tests: usize) -> Ended {
+        Ended {
+            backend: b.name(),
+            tests,
+        }
+    }
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let stopped = {
+            let mut servers = shared_servers()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let entry = servers.entry(self.backend).or_default();
+            entry.ended += 1;
+            if entry.ended == self.tests {
+                entry.server.take()
+            } else {
+                None
+            }
+        };
+        // Stopped outside the lock: the other backends' tests go on meanwhile.
+        drop(stopped);
     }
 }
 
@@ -147,6 +248,9 @@ impl Backend for Mem {
     }
     fn start(&self) -> Box<dyn Server> {
         Box::new(MemStore(zklock::mem::MemClient::isolated()))
+    }
+    fn worth_sharing(&self) -> bool {
+        false
     }
     fn fifo(&self) -> bool {
         true
@@ -366,6 +470,9 @@ impl Backend for File {
     }
     fn start(&self) -> Box<dyn Server> {
         Box::new(TempDir(tempfile::tempdir().expect("a temporary directory")))
+    }
+    fn worth_sharing(&self) -> bool {
+        false
     }
     fn fifo(&self) -> bool {
         true

@@ -87,7 +87,7 @@ pub fn capped_hold_is_taken_over(b: &dyn Backend, read_write: bool) {
     if read_write && !b.has_read_write() {
         return println!("{}: SKIPPED max_hold {what}: no read-write lock", b.name());
     }
-    let server = b.start();
+    let server = b.shared();
     let url = server.url();
     let a = b.connect(&capped(&url), opts());
     assert_eq!(a.max_hold(), Some(CAP));
@@ -181,7 +181,7 @@ impl Target {
 /// The cap's bad values are refused before any I/O with `InvalidArgument`; `Duration::MAX` is
 /// no cap.
 pub fn bad_max_hold_refused(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let url = server.url();
     let sep = if url.contains('?') { '&' } else { '?' };
     for bad in ["0", "0s", "-1s", "2 weeks", "", "1e999"] {
@@ -228,7 +228,7 @@ pub fn capped_lease_is_taken_over(b: &dyn Backend) {
     if !b.has_semaphore() {
         return println!("{}: SKIPPED max_hold lease: no semaphore", b.name());
     }
-    let server = b.start();
+    let server = b.shared();
     let url = server.url();
     let (a, other) = (b.connect(&capped(&url), opts()), b.connect(&url, opts()));
     let name = format!("max-hold-lease-{}", b.name());
@@ -275,7 +275,7 @@ fn lost_events() -> impl Fn(&str) -> Option<u64> {
 /// multi-lock reads `Lost`, another Client takes all its locks, and its release answers
 /// `LockLost` (after trying every lock).
 pub fn capped_multi_lock(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let url = server.url();
     let (a, other) = (b.connect(&url, opts()), b.connect(&url, opts()));
     let names = ["max-hold-multi-1", "max-hold-multi-2"];

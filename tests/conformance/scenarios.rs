@@ -24,7 +24,7 @@ fn connect(b: &dyn Backend, url: &str) -> AnyClient {
 /// Two Clients, three threads each on one lock object per Client, 60 sections in all: the log
 /// shows no two inside at once.
 pub fn exclusion(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let log = Arc::new(Log::default());
     let sections = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
@@ -60,7 +60,7 @@ pub fn fifo(b: &dyn Backend) {
         );
         return;
     }
-    let server = b.start();
+    let server = b.shared();
     let holder = connect(b, &server.url());
     let lock = holder.mutex("fifo").unwrap();
     lock.acquire().unwrap();
@@ -88,7 +88,7 @@ pub fn fifo(b: &dyn Backend) {
 /// A thread re-enters its hold; the lock is free only after as many releases; another thread
 /// cannot release it.
 pub fn reentrancy_and_not_owner(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let (a, other) = (connect(b, &server.url()), connect(b, &server.url()));
     let lock = a.mutex("reentrant").unwrap();
     let theirs = other.mutex("reentrant").unwrap();
@@ -118,7 +118,7 @@ pub fn reentrancy_and_not_owner(b: &dyn Backend) {
 /// A waiter on another Client is granted within [`HAND_OFF_BOUND`] of the release, after holds
 /// of `hold`, three times.
 pub fn hand_off(b: &dyn Backend, hold: Duration) {
-    let server = b.start();
+    let server = b.shared();
     let (a, w) = (connect(b, &server.url()), connect(b, &server.url()));
     let name = format!("hand-off-{}", hold.as_millis());
     let lock = a.mutex(&name).unwrap();
@@ -154,7 +154,7 @@ pub fn hand_off(b: &dyn Backend, hold: Duration) {
 /// Against a held lock: `try_lock` answers at once, `acquire_timeout(d)` after about `d`, and
 /// neither leaves anything that delays the next holder.
 pub fn try_and_timeout(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let (a, w) = (connect(b, &server.url()), connect(b, &server.url()));
     let lock = a.mutex("busy").unwrap();
     let other = w.mutex("busy").unwrap();
@@ -188,7 +188,7 @@ pub fn try_and_timeout(b: &dyn Backend) {
 /// `cancel_waiters` ends a waiting thread with `Cancelled` at once, and leaves no queue entry:
 /// the next waiter is served as soon as the holder lets go.
 pub fn cancel_waiters(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let (a, w, n) = (
         connect(b, &server.url()),
         connect(b, &server.url()),
@@ -237,7 +237,7 @@ pub fn cancel_waiters(b: &dyn Backend) {
 /// `close()` on a Client with a waiting thread: the waiter ends with `Closed` at once, and a
 /// waiter of another Client queued behind it is served as soon as the holder lets go.
 pub fn close_while_waiting(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let (a, w, n) = (
         connect(b, &server.url()),
         connect(b, &server.url()),
@@ -288,7 +288,7 @@ pub fn close_while_waiting(b: &dyn Backend) {
 /// `close()` on a Client with holds: they read `Lost` when it returns, and another Client
 /// takes the lock at once.
 pub fn close_while_holding(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let (a, w) = (connect(b, &server.url()), connect(b, &server.url()));
     let lock = a.mutex("close-holding").unwrap();
     lock.acquire().unwrap();
@@ -384,7 +384,7 @@ fn skipped(b: &dyn Backend, scenario: &str, recipe: &str) {
 
 /// Names and durations that cannot work are refused before any I/O, and none panics.
 pub fn bad_input(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let a = connect(b, &server.url());
     match a.mutex("") {
         Err(Error::InvalidArgument(_) | Error::InvalidPath { .. }) => {}
@@ -410,7 +410,7 @@ pub fn bad_input(b: &dyn Backend) {
             "a semaphore the backend does not have is refused"
         );
     }
-    let lock = a.mutex("durations").unwrap();
+    let lock = a.mutex("bad-input-durations").unwrap();
     assert!(lock.acquire_timeout(Duration::MAX).unwrap());
     assert!(lock.release_timeout(Duration::MAX).is_ok());
 }
@@ -421,7 +421,7 @@ pub fn semaphore_at_most_n(b: &dyn Backend) {
     if !b.has_semaphore() {
         return skipped(b, "semaphore_at_most_n", "semaphore");
     }
-    let server = b.start();
+    let server = b.shared();
     let log = Arc::new(Log::default());
     let mut threads = Vec::new();
     let conns: Vec<AnyClient> = (0..3).map(|_| connect(b, &server.url())).collect();
@@ -479,7 +479,7 @@ pub fn read_write(b: &dyn Backend) {
     if !b.has_read_write() {
         return skipped(b, "read_write", "read-write lock");
     }
-    let server = b.start();
+    let server = b.shared();
     let log = Arc::new(Log::default());
     let conns: Vec<AnyClient> = (0..2).map(|_| connect(b, &server.url())).collect();
     let mut threads = Vec::new();
@@ -539,7 +539,7 @@ pub fn leader_latch(b: &dyn Backend) {
     if !b.has_latch() {
         return skipped(b, "leader_latch", "leader latch");
     }
-    let server = b.start();
+    let server = b.shared();
     let conns: Vec<_> = (0..3).map(|_| connect(b, &server.url())).collect();
     let mut latches: Vec<_> = conns
         .iter()
@@ -726,7 +726,7 @@ pub fn silent_holder(b: &dyn Backend, signal: &str) {
     if signal == "-STOP" && b.frozen_holder_keeps_the_lock() {
         return frozen_holder_keeps_the_lock(b);
     }
-    let server = b.start();
+    let server = b.shared();
     let name = format!("silent{}", signal.to_lowercase());
     let test = format!("{}::holder_worker", b.name());
     let mut worker =
@@ -755,7 +755,7 @@ pub fn silent_holder(b: &dyn Backend, signal: &str) {
 
 /// The frozen holder of a backend without a server-side timer keeps its lock.
 fn frozen_holder_keeps_the_lock(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let test = format!("{}::holder_worker", b.name());
     let mut worker =
         crate::common::worker::Worker::start(&test, WORKER, &format!("{} frozen", server.url()));
@@ -812,7 +812,7 @@ pub fn exit_frees_the_lock(b: &dyn Backend) {
     if b.in_process() {
         return skipped_in_process(b, "exit_frees_the_lock");
     }
-    let server = b.start();
+    let server = b.shared();
     let test = format!("{}::exit_worker", b.name());
     let mut worker =
         crate::common::worker::Worker::start(&test, EXIT_WORKER, &format!("{} exit", server.url()));
@@ -852,7 +852,7 @@ pub fn exit_frees_the_lock(b: &dyn Backend) {
 /// `drop(guard)` and at once `try_lock()` on another Client: granted, 20 times of 20 (the drop
 /// releases in the caller when the server answers).
 pub fn drop_then_try_lock(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let (a, c) = (connect(b, &server.url()), connect(b, &server.url()));
     let (mine, theirs) = (a.mutex("drop-try").unwrap(), c.mutex("drop-try").unwrap());
     let mut granted = 0;
@@ -873,7 +873,7 @@ pub fn drop_then_try_lock(b: &dyn Backend) {
 /// a panic, never a hang. A release given no time may answer `Timeout` and finish in the
 /// background; the lock is free for others either way.
 pub fn extreme_durations(b: &dyn Backend) {
-    let server = b.start();
+    let server = b.shared();
     let url = server.url();
     let other = connect(b, &url);
     let builders = [
@@ -997,7 +997,7 @@ fn slow_releases(b: &dyn Backend) {
     use crate::slow::SlowProxy;
     use zklock::ConnectionState;
 
-    let server = b.start();
+    let server = b.shared();
     let port = server
         .port()
         .expect("a server a proxy can stand in front of");
