@@ -315,9 +315,12 @@ fn polling_costs_one_select_per_interval_per_waiter() {
             t.elapsed(),
             1.0 / poll.as_secs_f64()
         );
+        // The cost is the claim: never more than one look per interval (give or take a fifth);
+        // a loaded machine can only make the waiters look less often, so the floor is loose
+        // (at least one look a second).
         let expected = 1.0 / poll.as_secs_f64();
         assert!(
-            rate > expected / 2.0 && rate < expected * 1.5,
+            rate >= 1.0 && rate < expected * 1.5,
             "{rate:.1} per waiter per second at {poll:?}"
         );
     }
@@ -729,7 +732,19 @@ fn renewals_and_tokens_across_restarts_and_kills() {
             !other.acquire_timeout(Duration::ZERO).unwrap_or(false),
             "round {round}: taken while the lease runs"
         );
-        wait_for("a renewal after the restart", || expiry(&server) != before);
+        let end = Instant::now() + patience();
+        while expiry(&server) == before {
+            assert!(
+                Instant::now() < end,
+                "round {round}: no renewal {:?} after the restart (down {down:?}); the hold \
+                 reads {:?}, the Client {:?}, the record's expiry {:?}",
+                t.elapsed(),
+                mutex.health(),
+                c.state(),
+                expiry(&server)
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
         let renewed = t.elapsed();
         wait_for("the hold to read Held", || {
             mutex.health() == Some(LockHealth::Held)
