@@ -27,8 +27,8 @@
 //! for unit tests). Each backend also has types of its own, for what only it has: the
 //! ZooKeeper [`Client`] and Curator's recipes at the crate root; [`RedisClient`] and the
 //! [`zklock::redis`](crate::redis) module (feature `redis`); [`PgClient`] and the
-//! [`zklock::postgres`](crate::postgres) module (feature `postgres`); `MySqlClient` and the
-//! `zklock::mysql` module (feature `mysql`); [`FileClient`] and [`file`](mod@file);
+//! [`zklock::postgres`](crate::postgres) module (feature `postgres`); [`MySqlClient`] and the
+//! [`zklock::mysql`](crate::mysql) module (feature `mysql`); [`FileClient`] and [`file`](mod@file);
 //! [`MemClient`] and [`mem`].
 //!
 //! # Which backend?
@@ -68,11 +68,11 @@
 //! | at most N holders on PostgreSQL | [`postgres::PgSemaphore`] (feature `postgres`) |
 //! | one leader among many on PostgreSQL | [`postgres::PgLeaderLatch`] (feature `postgres`) |
 //! | a lock inside your own PostgreSQL transaction, freed by its end | [`postgres::PgXactLock`] (features `postgres-sync`, `postgres-async`) |
-//! | a mutex on MySQL or MariaDB, shared with any SQL client | `mysql::MySqlMutex` (feature `mysql`) |
-//! | many readers or one writer on MySQL or MariaDB | `mysql::MySqlReadWriteLock` (feature `mysql`) |
-//! | at most N holders on MySQL or MariaDB | `mysql::MySqlSemaphore` (feature `mysql`) |
-//! | one leader among many on MySQL or MariaDB | `mysql::MySqlLeaderLatch` (feature `mysql`) |
-//! | a mutex or a leader on Galera, Group Replication or TiDB | `mysql::MySqlMutex`, `mysql::MySqlLeaderLatch` of a `MySqlClient` in `mysql::MySqlMode::Table` (feature `mysql`) |
+//! | a mutex on MySQL or MariaDB, shared with any SQL client | [`mysql::MySqlMutex`] (feature `mysql`) |
+//! | many readers or one writer on MySQL or MariaDB | [`mysql::MySqlReadWriteLock`] (feature `mysql`) |
+//! | at most N holders on MySQL or MariaDB | [`mysql::MySqlSemaphore`] (feature `mysql`) |
+//! | one leader among many on MySQL or MariaDB | [`mysql::MySqlLeaderLatch`] (feature `mysql`) |
+//! | a mutex or a leader on Galera, Group Replication or TiDB | [`mysql::MySqlMutex`], [`mysql::MySqlLeaderLatch`] of a [`MySqlClient`] in [`mysql::MySqlMode::Table`] (feature `mysql`) |
 //! | one leader among many, elected in the background | [`LeaderLatch`] |
 //! | a leader that runs a closure while it leads, then lets the next | [`LeaderSelector`], [`elect`](zookeeper::elect) |
 //! | any of these shared with Python services using kazoo | [`InterProcessMutex::kazoo`], [`InterProcessReadWriteLock::kazoo`], [`KazooSemaphore`](zookeeper::KazooSemaphore), [`KazooElection`](zookeeper::KazooElection) (kazoo's layout; see below) |

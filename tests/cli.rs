@@ -1630,14 +1630,19 @@ mod on_mariadb {
         ));
         assert_eq!(e.code(), 124);
         assert!(!entered(&log, "e"));
-        // `holders` shows both leases without being told how many there are.
+        // `holders` shows both leases without being told how many there are, each with the
+        // token its command was given.
         let out = zklock_my(&server, &["holders", "sem"]).output().unwrap();
         let table = String::from_utf8_lossy(&out.stdout);
-        let leases = table_rows(&table)
+        let mut shown: Vec<String> = table_rows(&table)
             .into_iter()
             .filter(|row| row[1] == "lease" && row[2] == "yes")
-            .count();
-        assert_eq!(leases, 2, "{table}");
+            .map(|row| row[3].clone())
+            .collect();
+        shown.sort();
+        let mut given = [token(&log, "c"), token(&log, "d")].map(|t| t.to_string());
+        given.sort();
+        assert_eq!(shown, given, "{table}");
         fs::write(&go, "").unwrap();
     }
 

@@ -101,3 +101,46 @@ fn a_removed_lock_directory_stops_the_command() {
     println!("stopped {:?} after the removal", removed.elapsed());
     assert_eq!(status.code(), Some(123));
 }
+
+/// What a user of `file://` (or any backend but ZooKeeper) reads in the help: no ZooKeeper
+/// variable, and every ZooKeeper-only option says so.
+#[test]
+fn the_help_marks_what_is_zookeepers_only() {
+    for args in [&["--help"][..], &["run", "--help"], &["elect", "--help"]] {
+        let out = Command::new(ZKLOCK).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!help.contains("ZK_CONNECT"), "{args:?}: {help}");
+        assert!(help.contains("$ZKLOCK_CONNECT"), "{args:?}: {help}");
+        for option in ["--namespace", "--digest", "--digest-file", "--revocable"] {
+            let text = option_text(&help, option);
+            if option == "--revocable" && args[0] != "run" {
+                assert!(text.is_empty(), "{args:?}: {text}");
+                continue;
+            }
+            assert!(text.contains("ZooKeeper"), "{args:?} {option}: {text:?}");
+        }
+    }
+}
+
+/// The lines of `help` that describe `option`: its own, and those after it up to the next
+/// option's; empty when `help` has no such option.
+fn option_text(help: &str, option: &str) -> String {
+    let named = |l: &&str| is_option(l) && l.split_whitespace().next() == Some(option);
+    let mut lines = help.lines().skip_while(|l| !named(l));
+    let Some(first) = lines.next() else {
+        return String::new();
+    };
+    let rest = lines.take_while(|l| !is_option(l));
+    std::iter::once(first)
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `line` starts an option's entry (clap indents it by 2 or 6 spaces; the text of an
+/// entry, which may begin a line with an option's name, by more).
+fn is_option(line: &str) -> bool {
+    let text = line.trim_start();
+    text.starts_with('-') && line.len() - text.len() <= 6
+}

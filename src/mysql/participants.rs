@@ -9,7 +9,7 @@ use mysql::prelude::Queryable;
 use super::client::{Inner, MySqlClient};
 use super::mode::MySqlMode;
 use super::semaphore::MAX_LEASES;
-use super::sql::{check_name, key_sql, RECORDS};
+use super::sql::{check_name, key_sql, RECORDS, TOKENS};
 use crate::core::error::{Error, Result};
 
 /// A connection that holds or waits for one of the locks of a name — the mutex's (and the
@@ -49,7 +49,11 @@ pub struct MySqlParticipant {
     pub waiting: Option<Duration>,
     /// The table mode's record: its owner (a random id per hold).
     pub owner: Option<String>,
-    /// The table mode's record: its version, the hold's fencing token.
+    /// The hold's fencing token, where the server shows whose it is: in the table mode the
+    /// record's version; in the `GET_LOCK` mode a lease holder's (its lease's counter, bumped
+    /// by its grant). `None` for a waiter, and for a mutex's or leader latch's holder in the
+    /// `GET_LOCK` mode (a mutex bumps its counter only when its holder asks for the token, so
+    /// no table says whose the count is).
     pub token: Option<u64>,
     /// The table mode's record: how long until the lease expires unless renewed.
     pub expires_in: Option<Duration>,
@@ -83,7 +87,8 @@ impl MySqlClient {
     /// poll and are not seen. Holders first, then waiters, longest first.
     ///
     /// # Blocking
-    /// Two statements on the Client's own session, each within the operation timeout.
+    /// Two statements on the Client's own session (one more per hundred leases, and one more
+    /// per hundred held leases for their tokens), each within the operation timeout.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or more leases than a semaphore has, before
@@ -179,9 +184,45 @@ fn get_lock(
             }
         }
     }
+    lease_tokens(c, keys, &mut holders)?;
     waiters.sort_by_key(|p| std::cmp::Reverse(p.waiting));
     holders.extend(waiters);
     Ok(holders)
+}
+
+/// The fencing token of each lease holder in `holders`: its key's counter in the tokens'
+/// table, which the lease's grant bumped while holding the key, so it is the holder's until
+/// the key passes on. A mutex's holder bumps its counter only when asked for its token, and a
+/// leader latch's term shares the mutex's key, so a `lock` holder's counter may be an earlier
+/// holder's: it is left out.
+fn lease_tokens(
+    c: &mut mysql::Conn,
+    keys: &[(Option<u32>, String)],
+    holders: &mut [MySqlParticipant],
+) -> mysql::Result<()> {
+    let mut leases: Vec<(&mut MySqlParticipant, &str)> = holders
+        .iter_mut()
+        .filter_map(|p| {
+            let lease = p.lease?;
+            let (_, key) = keys.iter().find(|(l, _)| *l == Some(lease))?;
+            Some((p, key.as_str()))
+        })
+        .collect();
+    for chunk in leases.chunks_mut(100) {
+        let sql = chunk
+            .iter()
+            .map(|(_, key)| format!("(SELECT token FROM {TOKENS} WHERE name = {key})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let row: Option<mysql::Row> = c.query_first(format!("SELECT {sql}"))?;
+        let tokens: Vec<Option<u64>> = row.map_or_else(Vec::new, |row| {
+            (0..row.len()).map(|i| row.get(i).flatten()).collect()
+        });
+        for ((p, _), token) in chunk.iter_mut().zip(tokens) {
+            p.token = token;
+        }
+    }
+    Ok(())
 }
 
 /// The table mode's lease record of `name`, if it holds (unexpired by the database's clock).

@@ -58,14 +58,15 @@ pub struct Global {
     /// (host:port,...[/chroot], or zk://host:port,.../chroot), a Redis URL
     /// (redis://[[user]:password@]host[:port][/db]), a PostgreSQL URL
     /// (postgres://user:password@host[:port]/database) or a MySQL / MariaDB URL
-    /// (mysql://user:password@host[:port]/database); $ZKLOCK_CONNECT, else $ZK_CONNECT (its
-    /// older name)
+    /// (mysql://user:password@host[:port]/database). Default: $ZKLOCK_CONNECT, else a
+    /// ZooKeeper server on 127.0.0.1:2181
     #[arg(
         long,
         global = true,
         env = "ZK_CONNECT",
         hide_env = true,
         default_value = "127.0.0.1:2181",
+        hide_default_value = true,
         value_name = "URL"
     )]
     pub connect: String,
@@ -184,7 +185,8 @@ pub struct RunArgs {
     /// Take the write half of a read-write lock
     #[arg(long, conflicts_with = "semaphore")]
     pub write: bool,
-    /// Take one lease of a semaphore of N leases (Curator's InterProcessSemaphoreV2)
+    /// Take one lease of a semaphore of N leases (on ZooKeeper Curator's
+    /// InterProcessSemaphoreV2)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub semaphore: Option<u32>,
     /// Treat a connection suspended longer than D as a lost lock (default: only a lost
@@ -204,8 +206,8 @@ pub struct RunArgs {
     /// command leads a process group of its own, and the whole group is stopped.
     #[arg(long)]
     pub foreground: bool,
-    /// Honour `zklock revoke`: on a revocation request, SIGTERM the command and release when
-    /// it exits (mutex and read-write only)
+    /// ZooKeeper: honour `zklock revoke`: on a revocation request, SIGTERM the command and
+    /// release when it exits (mutex and read-write only)
     #[arg(long, conflicts_with = "semaphore")]
     pub revocable: bool,
     /// Say nothing while waiting, even on a terminal

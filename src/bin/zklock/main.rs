@@ -301,8 +301,9 @@ pub fn hostname() -> String {
         .into_owned()
 }
 
-/// The parsed command line; `$ZKLOCK_CONNECT` (a ZooKeeper connect string, a `redis://` or a
-/// `postgres://` URL) stands in for `--connect` when it is not given, ahead of `$ZK_CONNECT`.
+/// The parsed command line; `$ZKLOCK_CONNECT` (any URL `--connect` takes) stands in for
+/// `--connect` when it is not given, ahead of `$ZK_CONNECT` (its older name, which the help
+/// leaves out: it reads as ZooKeeper's to a user of any other backend).
 fn parse() -> Cli {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
