@@ -215,7 +215,8 @@ mod tests {
             assert!(!patience.expired(), "never suspended");
             std::thread::sleep(Duration::from_millis(20));
         }
-        // The delete a release sent just before the Client heard of it is queued there.
+        // A release's delete that took this wire client just before the Client heard of the
+        // loss: it is queued there, behind the reconnection.
         let mut call = client.new_call(patience);
         let started = Instant::now();
         let first = client.run_on(zk.clone(), generation, moved, &mut call, |zk, _| {
