@@ -539,6 +539,13 @@ impl Lab {
                 stats.expired
             ));
         }
+        for w in workers.iter_mut() {
+            w.pump();
+            for e in w.events.iter().filter(|e| e.starts_with("expired ")) {
+                row.notes
+                    .push(format!("a call failed with SessionExpired: {e}"));
+            }
+        }
         // The workers' own view: a write that returned more than a session after the step
         // before it (its request may have left before a stall: the register's log, above,
         // is what counts).

@@ -190,13 +190,20 @@ fn phase(name: &str, phase: &'static str, token: Option<u64>) {
     }
 }
 
-/// Records the last error of slot `name`, and counts it.
+/// Records the last error of slot `name` and counts it; a `SessionExpired` is also told
+/// (`expired <slot> while <phase>`).
 fn failed(name: &str, error: &zklock::Error, stats: &mut SlotStats) {
     stats.errors += 1;
-    if *error == zklock::Error::SessionExpired {
-        stats.expired += 1;
-    }
+    let expired = *error == zklock::Error::SessionExpired;
+    stats.expired += u64::from(expired);
     if let Some(s) = STATUS.lock().unwrap().get_mut(name) {
+        if expired {
+            say(&format!(
+                "expired {name} while {} (session 0x{:x})",
+                s.phase,
+                s.client.session_id().unwrap_or(0) as u64
+            ));
+        }
         s.last_error = Some((Instant::now(), error.to_string().replace('\n', " ")));
     }
 }
