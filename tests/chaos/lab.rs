@@ -437,6 +437,11 @@ impl Lab {
         if row.recovery_all.is_none() {
             row.violations
                 .push("a lock was not written again after the fault".to_owned());
+            let stalled: Vec<&Register> = regs
+                .iter()
+                .filter(|r| r.first_accepted_after(end, |_| true).is_none())
+                .collect();
+            self.stall_report(&stalled, &mut workers, &mut row);
         }
         if let Some(victim) = &outcome.victim_held {
             let mut worst = Some(Duration::ZERO);
@@ -480,6 +485,9 @@ impl Lab {
         if !flowing {
             row.violations
                 .push("a lock was not taken twice more after the fault's aftermath".to_owned());
+            let stalled: Vec<&Register> =
+                regs.iter().filter(|r| r.enters_after(more) < 2).collect();
+            self.stall_report(&stalled, &mut workers, &mut row);
         }
         if let Some(check) = &outcome.given_up {
             self.given_up_nodes(check, &regs, &mut workers, end, &mut row);
@@ -521,6 +529,22 @@ impl Lab {
         if fault.keeps_sessions() && row.lost > 0 {
             row.violations
                 .push(format!("{} sessions lost through the fault", row.lost));
+        }
+        // A call that fails as if its session had expired while the session goes on (a
+        // request left on a wire client the session moved off) can leave a released lock's
+        // node behind in that session.
+        if fault.keeps_sessions() && stats.expired > 0 {
+            row.violations.push(format!(
+                "{} zklock calls failed with SessionExpired through the fault",
+                stats.expired
+            ));
+        }
+        for w in workers.iter_mut() {
+            w.pump();
+            for e in w.events.iter().filter(|e| e.starts_with("expired ")) {
+                row.notes
+                    .push(format!("a call failed with SessionExpired: {e}"));
+            }
         }
         // The workers' own view: a write that returned more than a session after the step
         // before it (its request may have left before a stall: the register's log, above,

@@ -31,6 +31,7 @@ mod kazoo;
 mod lab;
 mod procs;
 mod report;
+mod stall;
 mod worker;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

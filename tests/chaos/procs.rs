@@ -182,18 +182,23 @@ impl WorkerProc {
     }
 
     pub(crate) fn send_stop(&mut self) {
+        self.send("stop");
+    }
+
+    /// Sends a command line (`stop`; `dump` to a zklock worker) while it runs.
+    pub(crate) fn send(&mut self, command: &str) {
         if self.killed {
             return;
         }
         match &mut self.proc {
             Proc::Piped { stdin, .. } => {
                 if let Some(s) = stdin.as_mut() {
-                    let _ = writeln!(s, "stop").and_then(|_| s.flush());
+                    let _ = writeln!(s, "{command}").and_then(|_| s.flush());
                 }
             }
             Proc::Java(j) => {
                 if j.status().is_none() {
-                    j.send("stop");
+                    j.send(command);
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! The zklock worker: this test binary run again, one thread and one Client per slot, driven
-//! over stdin (`stop`) and reporting on stdout lines marked `chaos: `.
+//! over stdin (`stop`; `dump` has every slot say what it is doing) and reporting on stdout
+//! lines marked `chaos: `.
 
 use super::*;
 
@@ -100,11 +101,13 @@ pub(crate) struct SlotStats {
     pub(crate) reads: u64,
     pub(crate) timeouts: u64,
     pub(crate) errors: u64,
+    /// Of the errors, calls that failed with `SessionExpired`.
+    pub(crate) expired: u64,
     pub(crate) lost: u64,
 }
 
 impl SlotStats {
-    pub(crate) const KEYS: [&'static str; 11] = [
+    pub(crate) const KEYS: [&'static str; 12] = [
         "acq",
         "accepted",
         "rejected",
@@ -115,10 +118,11 @@ impl SlotStats {
         "reads",
         "timeouts",
         "errors",
+        "expired",
         "lost",
     ];
 
-    pub(crate) fn fields(&mut self) -> [&mut u64; 11] {
+    pub(crate) fn fields(&mut self) -> [&mut u64; 12] {
         [
             &mut self.acq,
             &mut self.accepted,
@@ -130,6 +134,7 @@ impl SlotStats {
             &mut self.reads,
             &mut self.timeouts,
             &mut self.errors,
+            &mut self.expired,
             &mut self.lost,
         ]
     }
@@ -164,6 +169,65 @@ impl SlotStats {
     }
 }
 
+/// What each slot of this worker is doing now, for `dump`: its Client, its phase and since
+/// when, the token of its hold, its last error.
+static STATUS: Mutex<BTreeMap<String, SlotStatus>> = Mutex::new(BTreeMap::new());
+
+struct SlotStatus {
+    client: Client,
+    phase: &'static str,
+    since: Instant,
+    token: Option<u64>,
+    last_error: Option<(Instant, String)>,
+}
+
+/// Records that slot `name` entered `phase` (with `token` while it holds).
+fn phase(name: &str, phase: &'static str, token: Option<u64>) {
+    if let Some(s) = STATUS.lock().unwrap().get_mut(name) {
+        s.phase = phase;
+        s.since = Instant::now();
+        s.token = token;
+    }
+}
+
+/// Records the last error of slot `name` and counts it; a `SessionExpired` is also told
+/// (`expired <slot> while <phase>`).
+fn failed(name: &str, error: &zklock::Error, stats: &mut SlotStats) {
+    stats.errors += 1;
+    let expired = *error == zklock::Error::SessionExpired;
+    stats.expired += u64::from(expired);
+    if let Some(s) = STATUS.lock().unwrap().get_mut(name) {
+        if expired {
+            say(&format!(
+                "expired {name} while {} (session 0x{:x})",
+                s.phase,
+                s.client.session_id().unwrap_or(0) as u64
+            ));
+        }
+        s.last_error = Some((Instant::now(), error.to_string().replace('\n', " ")));
+    }
+}
+
+/// `dump`: one `state` line per slot: phase and for how long, token, session, connection
+/// state, the members its Client knows, and its last error.
+fn dump() {
+    for (name, s) in STATUS.lock().unwrap().iter() {
+        say(&format!(
+            "state {name} {} for {:.1} s; token {}; session 0x{:x}; {:?}; members {}; last error {}",
+            s.phase,
+            s.since.elapsed().as_secs_f64(),
+            s.token.map_or("-".to_owned(), |t| t.to_string()),
+            s.client.session_id().unwrap_or(0) as u64,
+            s.client.state(),
+            s.client.connect_string(),
+            s.last_error.as_ref().map_or("none".to_owned(), |(at, e)| format!(
+                "{:.1} s ago: {e}",
+                at.elapsed().as_secs_f64()
+            )),
+        ));
+    }
+}
+
 pub(crate) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{MARK}{line}");
@@ -194,6 +258,16 @@ pub(crate) fn run_slot(
         });
     }
     let mut session_id = client.session_id().unwrap_or(0);
+    STATUS.lock().unwrap().insert(
+        slot.name.clone(),
+        SlotStatus {
+            client: client.clone(),
+            phase: "ready",
+            since: Instant::now(),
+            token: None,
+            last_error: None,
+        },
+    );
     say(&format!("ready {} {:x}", slot.name, session_id as u64));
     let monitor_stop = Arc::new(AtomicBool::new(false));
     let monitor = {
@@ -221,9 +295,11 @@ pub(crate) fn run_slot(
                 InterProcessMutex::new(&client, &slot.path).unwrap()
             };
             while !stopped() {
+                phase(name, "acquiring", None);
                 match mutex.try_lock_for(slot.attempt) {
                     Ok(Some(guard)) => {
                         let token = guard.fencing_token();
+                        phase(name, "holding", Some(token));
                         hold(
                             &mut fence,
                             name,
@@ -233,12 +309,13 @@ pub(crate) fn run_slot(
                             || false,
                             &mut stats,
                         );
-                        if guard.release().is_err() {
-                            stats.errors += 1;
+                        phase(name, "releasing", Some(token));
+                        if let Err(e) = guard.release() {
+                            failed(name, &e, &mut stats);
                         }
                     }
                     Ok(None) => stats.timeouts += 1,
-                    Err(_) => backoff(&mut stats),
+                    Err(e) => backoff(name, &e, &mut stats),
                 }
             }
         }
@@ -248,24 +325,29 @@ pub(crate) fn run_slot(
             while !stopped() {
                 round += 1;
                 if round.is_multiple_of(READ_EVERY) {
+                    phase(name, "acquiring read", None);
                     match rw.read_lock().try_lock_for(slot.attempt) {
                         Ok(Some(guard)) => {
+                            phase(name, "reading", Some(guard.fencing_token()));
                             match fence.read() {
                                 Ok(_) => stats.reads += 1,
                                 Err(_) => stats.errors += 1,
                             }
-                            if guard.release().is_err() {
-                                stats.errors += 1;
+                            phase(name, "releasing read", None);
+                            if let Err(e) = guard.release() {
+                                failed(name, &e, &mut stats);
                             }
                         }
                         Ok(None) => stats.timeouts += 1,
-                        Err(_) => backoff(&mut stats),
+                        Err(e) => backoff(name, &e, &mut stats),
                     }
                     continue;
                 }
+                phase(name, "acquiring write", None);
                 match rw.write_lock().try_lock_for(slot.attempt) {
                     Ok(Some(guard)) => {
                         let token = guard.fencing_token();
+                        phase(name, "holding write", Some(token));
                         hold(
                             &mut fence,
                             name,
@@ -275,21 +357,24 @@ pub(crate) fn run_slot(
                             || false,
                             &mut stats,
                         );
-                        if guard.release().is_err() {
-                            stats.errors += 1;
+                        phase(name, "releasing write", Some(token));
+                        if let Err(e) = guard.release() {
+                            failed(name, &e, &mut stats);
                         }
                     }
                     Ok(None) => stats.timeouts += 1,
-                    Err(_) => backoff(&mut stats),
+                    Err(e) => backoff(name, &e, &mut stats),
                 }
             }
         }
         Recipe::Semaphore => {
             let semaphore = InterProcessSemaphoreV2::new(&client, &slot.path, 1).unwrap();
             while !stopped() {
+                phase(name, "acquiring", None);
                 match semaphore.acquire_timeout(slot.attempt) {
                     Ok(Some(lease)) => {
                         let token = lease.fencing_token();
+                        phase(name, "holding", Some(token));
                         hold(
                             &mut fence,
                             name,
@@ -299,12 +384,13 @@ pub(crate) fn run_slot(
                             || false,
                             &mut stats,
                         );
-                        if lease.return_lease().is_err() {
-                            stats.errors += 1;
+                        phase(name, "releasing", Some(token));
+                        if let Err(e) = lease.return_lease() {
+                            failed(name, &e, &mut stats);
                         }
                     }
                     Ok(None) => stats.timeouts += 1,
-                    Err(_) => backoff(&mut stats),
+                    Err(e) => backoff(name, &e, &mut stats),
                 }
             }
         }
@@ -335,6 +421,7 @@ pub(crate) fn run_slot(
                     .expect("a leader selector")
             };
             selector.start().expect("start the selector");
+            phase(name, "leader selector", None);
             while !stopped() {
                 thread::sleep(Duration::from_millis(20));
             }
@@ -345,14 +432,16 @@ pub(crate) fn run_slot(
         }
     }
     stats.lost = lost.load(Ordering::Relaxed);
+    phase(name, "stopped", None);
     say(&format!("stats {name} {}", stats.line()));
     monitor_stop.store(true, Ordering::SeqCst);
     let _ = monitor.join();
     client.close();
 }
 
-pub(crate) fn backoff(stats: &mut SlotStats) {
-    stats.errors += 1;
+pub(crate) fn backoff(name: &str, error: &zklock::Error, stats: &mut SlotStats) {
+    failed(name, error, stats);
+    phase(name, "backoff", None);
     thread::sleep(Duration::from_millis(50));
 }
 
@@ -459,6 +548,7 @@ pub(crate) fn run() {
             for line in std::io::stdin().lock().lines() {
                 match line {
                     Ok(l) if l.trim() == "stop" => break,
+                    Ok(l) if l.trim() == "dump" => dump(),
                     Ok(_) => {}
                     Err(_) => break,
                 }

@@ -87,7 +87,36 @@ impl Client {
         F: FnOnce(zk::Client, u64) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let (zk, generation) = self.shared().session(call.deadline, call.cancel.as_ref())?;
+        let (zk, generation, moved) = self.shared().session(call.deadline, call.cancel.as_ref())?;
+        self.run_on(zk, generation, moved, call, op)
+    }
+
+    /// Runs `op` on the wire client `zk` of session generation `generation`, until it ends, the
+    /// call is cancelled or its deadline passes, the Client closes, the connection stays down
+    /// for the connection timeout, or the session moves off `zk` (`moved`).
+    ///
+    /// A session that moved lives on on another wire client, but a request still queued on
+    /// this one (sent while it was reconnecting, the Client not yet told) waits there until
+    /// that wire client gives up and then fails as if the session had expired: a release's
+    /// delete would leave its lock node in a live session for good. So the move ends the
+    /// attempt as a connection loss, whose outcome is unknown and which the call retries on the
+    /// wire client the session moved to.
+    fn run_on<T, F, Fut>(
+        &self,
+        zk: zk::Client,
+        generation: u64,
+        moved: Signal,
+        call: &mut Call,
+        op: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(zk::Client, u64) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let moved_off = async {
+            moved.wait().await;
+            Err(Error::ConnectionLoss)
+        };
         let cancelled = async {
             match &call.cancel {
                 Some(c) => c.wait().await,
@@ -105,7 +134,10 @@ impl Client {
         let result = runtime::block_on(
             future::or(
                 op(zk, generation),
-                future::or(cancelled, future::or(closing, stalled)),
+                future::or(
+                    cancelled,
+                    future::or(closing, future::or(stalled, moved_off)),
+                ),
             ),
             call.deadline,
         )
@@ -135,5 +167,78 @@ impl Client {
             return Err(Error::Cancelled);
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::testing::{FaultProxy, TestingServer};
+    use crate::zookeeper::client::CreateMode;
+    use crate::ConnectionState;
+
+    /// A request queued on a wire client while it reconnects (the Client not yet told it is
+    /// disconnected), then the session moves to another wire client: the attempt ends as a
+    /// connection loss at the move and its retry deletes the node through the moved session,
+    /// instead of waiting for the old wire client to give up and failing as if the session had
+    /// expired, which left the node — a released lock's — in the live session.
+    #[test]
+    fn a_request_queued_on_a_wire_client_the_session_moved_off_is_retried() {
+        let server = TestingServer::start().unwrap();
+        let (old, new) = (
+            FaultProxy::for_server(&server).unwrap(),
+            FaultProxy::for_server(&server).unwrap(),
+        );
+        // The chaos workers' settings: the old wire client gives up (1.4 sessions after it last
+        // heard from its server) before it has been disconnected for a connection timeout.
+        let client = Client::builder(&old.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(30))
+            .connect()
+            .unwrap();
+        let node = client
+            .create("/moved/node")
+            .mode(CreateMode::Ephemeral)
+            .parents_as_containers()
+            .call()
+            .unwrap();
+        let session = client.session_id();
+        client.update_connect_string(&new.connect_string()).unwrap();
+        let patience = Deadline::after(Duration::from_secs(60));
+        let (zk, generation, moved) = client.shared().session(patience, None).unwrap();
+        // The old proxy goes silent: its wire client finds its connection dead and keeps
+        // reconnecting through it, where nothing answers.
+        old.blackhole(true);
+        while client.state() != Some(ConnectionState::Suspended) {
+            assert!(!patience.expired(), "never suspended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // A release's delete that took this wire client just before the Client heard of the
+        // loss: it is queued there, behind the reconnection.
+        let mut call = client.new_call(patience);
+        let started = Instant::now();
+        let first = client.run_on(zk.clone(), generation, moved, &mut call, |zk, _| {
+            let path = node.clone();
+            async move {
+                zk.delete(&path, None)
+                    .await
+                    .map_err(|e| Error::from_zk(e, &path))
+            }
+        });
+        assert_eq!(
+            first,
+            Err(Error::ConnectionLoss),
+            "after {:?}; the old wire client is {}",
+            started.elapsed(),
+            zk.state_watcher().peek_state()
+        );
+        assert_eq!(client.session_id(), session, "the same session, moved");
+        assert_eq!(client.state(), Some(ConnectionState::Reconnected));
+        // The retry goes through the wire client the session moved to.
+        client.delete_guaranteed_in(&node, &mut call).unwrap();
+        assert_eq!(client.exists(&node).unwrap(), None);
+        assert_eq!(client.session_id(), session);
     }
 }

@@ -134,14 +134,15 @@ impl Shared {
         conn.zk.clone().filter(|_| conn.connected)
     }
 
-    /// Waits until a session is connected. `deadline` is the call's; a wait longer than the
-    /// connection timeout counts as a connection loss for the retry policy. `cancel` ends the
-    /// wait with [`Error::Cancelled`].
+    /// Waits until a session is connected: its wire client, its generation, and the signal set
+    /// when the session moves off that wire client. `deadline` is the call's; a wait longer
+    /// than the connection timeout counts as a connection loss for the retry policy. `cancel`
+    /// ends the wait with [`Error::Cancelled`].
     pub(crate) fn session(
         &self,
         deadline: Deadline,
         cancel: Option<&Signal>,
-    ) -> Result<(zk::Client, u64)> {
+    ) -> Result<(zk::Client, u64, Signal)> {
         let wait = deadline.min_after(self.config.connection_timeout);
         let mut conn = self.conn.lock();
         loop {
@@ -153,7 +154,7 @@ impl Shared {
             }
             if conn.connected {
                 if let Some(zk) = &conn.zk {
-                    return Ok((zk.clone(), conn.generation));
+                    return Ok((zk.clone(), conn.generation, conn.moved.clone()));
                 }
             }
             let at = wait.instant().expect("bounded by the connection timeout");
