@@ -375,6 +375,9 @@ pub(crate) fn granted(
 ) -> Result<Grant> {
     let lease = LocalLease::new();
     lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
+    // The grant is an answer of the server's, which the Client's connection state hears too:
+    // while holds are kept, their heartbeats are the Client's only other news of the server.
+    inner.states.heard(sent);
     // After a long wait, the send time says little about when the server's idle timer
     // restarted: a heartbeat gives the lease a recent start.
     if boot_clock().saturating_sub(sent) > inner.session_timeout / 4 {
@@ -384,6 +387,7 @@ pub(crate) fn granted(
             return Err(e);
         }
         lease.heard_at(sent);
+        inner.states.heard(sent);
     }
     Ok(Grant {
         session,
@@ -428,10 +432,15 @@ pub(crate) fn let_go(
     };
     // The keeper's heartbeat may be using the connection: waited for until the bound, then
     // the connection is ended, which frees the lock as the server reads the end.
+    let sent = boot_clock();
     let Some(released) = session.try_with(by, Some(timeout), op, release) else {
         session.end();
         return Ok(());
     };
+    // An answer, whatever it says, is news of the server for the Client's connection state.
+    if released.is_ok() {
+        inner.states.heard(sent);
+    }
     match (&released, reuse) {
         (Ok(Some(Some(1))), true) => match Arc::try_unwrap(session) {
             Ok(session) => inner.put_back(session),

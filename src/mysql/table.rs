@@ -188,6 +188,8 @@ impl Raw {
         };
         let lease = LocalLease::new();
         lease.open_at(inner.session_timeout, inner.session_timeout / 2, sent);
+        // The take is an answer of the server's, which the Client's connection state hears.
+        inner.states.heard(sent);
         Ok(Some(Granted {
             node: format!("{RECORDS} {} version {version}", self.key),
             token: version.into(),
