@@ -170,12 +170,14 @@ fn get_lock(
                 holders.push(p);
             }
             // The statement of a waiter names the key as the lock's SQL does:
-            // `GET_LOCK(<key>, <seconds>)`.
+            // `GET_LOCK(<key>, <seconds>)`. The holder's own grant can still show there for a
+            // moment after its answer (or was a wait when the list was read): it holds, it
+            // does not wait.
             let needle = format!("GET_LOCK({key}, ");
-            for (id, user, host, time, info) in &list {
-                if info.as_deref().is_some_and(|i| i.contains(&needle)) {
+            for (row_id, user, host, time, info) in &list {
+                if Some(*row_id) != id && info.as_deref().is_some_and(|i| i.contains(&needle)) {
                     let mut p = MySqlParticipant::at(kind(*lease), *lease, false);
-                    p.connection = Some(*id);
+                    p.connection = Some(*row_id);
                     p.user = Some(user.clone());
                     p.client = Some(host.clone());
                     p.waiting = time.map(Duration::from_secs);
