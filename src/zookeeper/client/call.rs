@@ -241,4 +241,53 @@ mod tests {
         assert_eq!(client.exists(&node).unwrap(), None);
         assert_eq!(client.session_id(), session);
     }
+
+    /// A guaranteed delete sent just as its connection went silent, for longer than the session
+    /// lives: however its first attempt ends (retried through the next session, or answered
+    /// with the expiry and then retried in the background), the persistent node is not left
+    /// behind.
+    #[test]
+    fn a_guaranteed_delete_that_fails_with_an_expired_session_goes_on_in_the_background() {
+        let server = TestingServer::start().unwrap();
+        let proxy = FaultProxy::for_server(&server).unwrap();
+        let client = Client::builder(&proxy.connect_string())
+            .session_timeout(Duration::from_secs(2))
+            .connection_timeout(Duration::from_secs(60))
+            .connect()
+            .unwrap();
+        let node = client.create("/guaranteed").call().unwrap();
+        let session = client.session_id();
+        // The connection goes silent with the delete on its way: the Client has not heard of it.
+        proxy.blackhole(true);
+        let deleting = {
+            let (client, node) = (client.clone(), node.clone());
+            std::thread::spawn(move || client.delete_guaranteed(&node))
+        };
+        let patience = Deadline::after(Duration::from_secs(60));
+        while client.state() != Some(ConnectionState::Suspended) {
+            assert!(!patience.expired(), "never suspended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The server ends the session it hears nothing from; then the connection comes back.
+        let observer = Client::connect(&server.connect_string()).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        proxy.blackhole(false);
+        let first = deleting.join().unwrap();
+        assert!(
+            matches!(
+                first,
+                Err(Error::SessionExpired) | Err(Error::ConnectionLoss) | Ok(())
+            ),
+            "{first:?}"
+        );
+        while observer.exists(&node).unwrap().is_some() {
+            assert!(
+                !patience.expired(),
+                "the node is still there: the first attempt said {first:?}, session {session:?} \
+                 is now {:?}",
+                client.session_id()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }

@@ -43,9 +43,10 @@ impl Client {
     }
 
     /// Curator's guaranteed delete: deletes the node (a missing node counts as deleted); if that
-    /// fails for lack of a connection, the error is returned and the delete is retried in the
-    /// background, through whatever session is current, until the node is gone or the Client
-    /// closes.
+    /// fails for lack of a connection or because the session expired under it, the error is
+    /// returned and the delete is retried in the background, through whatever session is
+    /// current, until the node is gone or the Client closes (an ephemeral node of the expired
+    /// session is gone already: the retry finds nothing to delete).
     ///
     /// # Blocking and errors
     /// As [`delete`](Client::delete); a delete that cannot be confirmed goes on in the
@@ -57,7 +58,7 @@ impl Client {
     pub(crate) fn delete_guaranteed_in(&self, path: &str, call: &mut Call) -> Result<()> {
         match self.delete_in(path, None, call) {
             Ok(()) | Err(Error::NoNode(_)) => Ok(()),
-            Err(e) if e.outcome_unknown() => {
+            Err(e) if e.outcome_unknown() || e == Error::SessionExpired => {
                 self.delete_in_background(Doomed::node(path, None));
                 Err(e)
             }
