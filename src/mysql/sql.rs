@@ -287,6 +287,36 @@ mod tests {
     }
 
     #[test]
+    fn every_bump_marks_its_connection_and_time() {
+        for sql in [
+            bump_granted(),
+            bump_sql("@zklock_key", "@zklock_slot > 0"),
+            token_sql("'ledger'"),
+        ] {
+            let (insert, update) = sql.split_once("ON DUPLICATE KEY UPDATE").unwrap();
+            assert!(
+                insert.contains("(name, token, holder, marked)")
+                    && insert.contains("CONNECTION_ID(), UTC_TIMESTAMP(6)"),
+                "{sql}"
+            );
+            assert!(
+                update.contains("holder = CONNECTION_ID(), marked = UTC_TIMESTAMP(6)"),
+                "{sql}"
+            );
+        }
+        // The release comes first: its answer is the first row, whatever the mark's update does.
+        let release = release_unmark_sql("'ledger'");
+        assert!(
+            release.starts_with("SELECT RELEASE_LOCK('ledger');"),
+            "{release}"
+        );
+        assert!(
+            release.ends_with("AND holder = CONNECTION_ID()"),
+            "{release}"
+        );
+    }
+
+    #[test]
     fn renewals_and_releases_name_the_version() {
         let r = Record {
             key: "'ledger'".into(),
