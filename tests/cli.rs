@@ -1714,6 +1714,27 @@ mod on_mariadb {
             rows[0]["session"],
             mutex.connection_id().unwrap().to_string()
         );
+        // No token until the holder asks for one; then the one it was given (a mark of the
+        // server's first second is not believed: asked for after it).
+        assert_eq!(rows[0]["fencing_token"], serde_json::Value::Null);
+        wait_for("the server's first seconds", || {
+            let rows = server.root_sql("SHOW GLOBAL STATUS LIKE 'Uptime'").unwrap();
+            rows[0][1].parse::<u64>().unwrap() >= 3
+        });
+        let token = guard.fencing_token();
+        let out = zklock_my(&server, &["holders", "seen", "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(entries_of(&json(&out.stdout))[0]["fencing_token"], token);
+        let out = zklock_my(&server, &["holders", "seen"]).output().unwrap();
+        let table = String::from_utf8_lossy(&out.stdout);
+        println!("{table}");
+        assert!(
+            table.lines().any(|l| l
+                .contains(&format!("connection {}", mutex.connection_id().unwrap()))
+                && l.split_whitespace().any(|w| w == token.to_string())),
+            "{table}"
+        );
         guard.release().unwrap();
         client.close();
     }

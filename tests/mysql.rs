@@ -1,5 +1,6 @@
 //! The MySQL backend on a real MariaDB: what the conformance suite does not cover (the SQL any
-//! client runs, a killed session, tokens across restarts, refusals with their cause).
+//! client runs, a killed session, tokens across restarts and the holders' tokens shown,
+//! refusals with their cause).
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{patience, wait_for};
-use zklock::mysql::{MySqlClient, MySqlLeaderLatch, MySqlMutex, MySqlSemaphore};
+use zklock::mysql::{MySqlClient, MySqlLeaderLatch, MySqlMutex, MySqlParticipant, MySqlSemaphore};
 use zklock::testing::TestingMariaDb;
 use zklock::{Error, LockHealth};
 
@@ -441,7 +442,7 @@ fn participants_show_the_holder_and_the_waiters() {
         assert_eq!(held.len(), 1, "{held:?}");
         assert!(held[0].holds && held[0].kind == "lock", "{held:?}");
         assert_eq!(held[0].user.as_deref(), Some("zklock"), "{held:?}");
-        // A mutex's counter may be an earlier holder's: no token is shown for it.
+        // A holder that has not asked for its token has none shown.
         assert_eq!(held[0].token, None, "{held:?}");
         let waiter = {
             let other = other.clone();
@@ -760,7 +761,8 @@ fn a_port_that_never_answers_is_named() {
 /// The DDL an administrator runs for each table (as `docs/mysql.md` gives it).
 const TABLES_DDL: [&str; 3] = [
     "CREATE TABLE zklock_tokens (name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
-     NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+     NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL, holder BIGINT UNSIGNED NULL, \
+     marked DATETIME(6) NULL) ENGINE=InnoDB",
     "CREATE TABLE zklock_lock_record (lock_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE \
      utf8mb4_bin NOT NULL PRIMARY KEY, lock_owner VARCHAR(64) CHARACTER SET ascii COLLATE \
      ascii_bin NOT NULL, expire_time DATETIME(6) NOT NULL, version BIGINT UNSIGNED NOT NULL) \
@@ -838,5 +840,220 @@ fn a_user_without_create_uses_tables_an_administrator_created() {
     let mutex = MySqlMutex::new(&c, "admin-made").unwrap();
     let guard = mutex.lock().unwrap();
     assert_eq!(guard.fencing_token(), 1);
+    drop(guard);
+}
+
+// The fencing tokens `participants` shows for a mutex's and a leader latch's holder.
+
+fn connect_to(url: &str) -> zklock::Result<MySqlClient> {
+    MySqlClient::builder(url)
+        .session_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+}
+
+/// The one holder of `name`'s lock that `participants` lists.
+fn holder(c: &MySqlClient, name: &str) -> MySqlParticipant {
+    let listed = c.participants(name, 0).unwrap();
+    let held: Vec<_> = listed.into_iter().filter(|p| p.holds).collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].kind, "lock", "{held:?}");
+    held[0].clone()
+}
+
+/// Waits until the server has run for a few whole seconds: a mark made in its first second is
+/// not believed (its start is known to the second only).
+fn past_its_first_seconds(server: &TestingMariaDb) {
+    wait_for("the server's first seconds", || {
+        let rows = server.root_sql("SHOW GLOBAL STATUS LIKE 'Uptime'").unwrap();
+        rows[0][1].parse::<u64>().unwrap() >= 3
+    });
+}
+
+/// The mark of `name`'s token as root reads it: the marking connection (or `NULL`).
+fn mark(server: &TestingMariaDb, db: &str, name: &str) -> String {
+    let rows = server
+        .root_sql(&format!(
+            "SELECT COALESCE(holder, 'NULL') FROM {db}.zklock_tokens WHERE name = '{name}'"
+        ))
+        .unwrap();
+    rows[0][0].clone()
+}
+
+/// A mutex holder shows no token until it asks for one, then the one it was given; its release
+/// clears the mark, so a later hold on the same pooled connection that has not asked shows none
+/// again, and the next token it asks for is shown.
+#[test]
+fn a_mutex_holder_shows_its_token_once_it_asked_for_it() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    past_its_first_seconds(&server);
+    let c = connect_to(&server.url()).unwrap();
+    let mutex = MySqlMutex::new(&c, "shown").unwrap();
+    let guard = mutex.lock().unwrap();
+    let id = mutex.connection_id().unwrap();
+    let p = holder(&c, "shown");
+    assert_eq!(p.connection, Some(u64::from(id)), "{p:?}");
+    assert_eq!(p.token, None, "no token asked for yet: {p:?}");
+    let token = guard.fencing_token();
+    assert_eq!(holder(&c, "shown").token, Some(token));
+    assert_eq!(mark(&server, "zklock", "shown"), id.to_string());
+    guard.release().unwrap();
+    assert_eq!(
+        mark(&server, "zklock", "shown"),
+        "NULL",
+        "the release cleared the mark"
+    );
+
+    let guard = mutex.lock().unwrap();
+    assert_eq!(
+        mutex.connection_id(),
+        Some(id),
+        "the released connection holds again"
+    );
+    let p = holder(&c, "shown");
+    assert_eq!(
+        p.token, None,
+        "the earlier hold's token is not this one's: {p:?}"
+    );
+    let next = guard.fencing_token();
+    assert!(next > token, "{next} after {token}");
+    assert_eq!(holder(&c, "shown").token, Some(next));
+    guard.release().unwrap();
+
+    // A hold whose connection ended (a guard dropped) leaves its mark on a connection that is
+    // gone: the next holder, on another connection, shows none until it asks.
+    let guard = mutex.lock().unwrap();
+    let _ = guard.fencing_token();
+    drop(guard);
+    let other = connect_to(&server.url()).unwrap();
+    let theirs = MySqlMutex::new(&other, "shown").unwrap();
+    assert!(theirs.acquire_timeout(patience()).unwrap());
+    assert_eq!(holder(&c, "shown").token, None);
+    let last = theirs.fencing_token().unwrap();
+    assert_eq!(holder(&c, "shown").token, Some(last));
+    theirs.release().unwrap();
+}
+
+/// A leader latch's leader shows its epoch (its term's token, bumped with its grant); the next
+/// leader shows its own.
+#[test]
+fn a_latch_leader_shows_its_epoch() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    past_its_first_seconds(&server);
+    let c = connect_to(&server.url()).unwrap();
+    let first = MySqlLeaderLatch::start(&c, "elected").unwrap();
+    assert!(first.await_leadership_timeout(patience()).unwrap());
+    let epoch = first.epoch().unwrap();
+    assert_eq!(holder(&c, "elected").token, Some(epoch));
+    let second = MySqlLeaderLatch::start(&c, "elected").unwrap();
+    first.close();
+    assert!(second.await_leadership_timeout(patience()).unwrap());
+    let next = second.epoch().unwrap();
+    assert!(next > epoch, "{next} after {epoch}");
+    wait_for("the new leader's epoch", || {
+        c.participants("elected", 0)
+            .unwrap()
+            .iter()
+            .any(|p| p.holds && p.token == Some(next))
+    });
+    second.close();
+}
+
+/// A mark made before the server restarted is not believed, even when it names the holding
+/// connection (connection ids start again at a restart); the same mark made since is.
+#[test]
+fn a_mark_from_before_a_restart_is_not_believed() {
+    let mut server = TestingMariaDb::start().expect("mariadbd starts");
+    let c = connect_to(&server.url()).unwrap();
+    let mutex = MySqlMutex::new(&c, "restarted").unwrap();
+    let guard = mutex.lock().unwrap();
+    let token = guard.fencing_token();
+    // Dropped: its connection ends without clearing the mark.
+    drop(guard);
+    c.close();
+    server.restart().unwrap();
+    past_its_first_seconds(&server);
+    let c = connect_to(&server.url()).unwrap();
+    let mutex = MySqlMutex::new(&c, "restarted").unwrap();
+    assert!(mutex.acquire_timeout(patience()).unwrap());
+    let id = mutex.connection_id().unwrap();
+    // As if the connection of that id before the restart had marked it.
+    server
+        .root_sql(&format!(
+            "UPDATE zklock.zklock_tokens SET holder = {id} WHERE name = 'restarted'"
+        ))
+        .unwrap();
+    let p = holder(&c, "restarted");
+    assert_eq!(p.connection, Some(u64::from(id)));
+    assert_eq!(p.token, None, "a mark from before the restart: {p:?}");
+    // The same mark, made now: believed.
+    server
+        .root_sql(
+            "UPDATE zklock.zklock_tokens SET marked = UTC_TIMESTAMP(6) WHERE name = 'restarted'",
+        )
+        .unwrap();
+    assert_eq!(holder(&c, "restarted").token, Some(token));
+    mutex.release().unwrap();
+}
+
+/// The tokens' table as made before it had the mark's columns.
+const EARLIER_DDL: &str = "CREATE TABLE zklock_tokens (name VARCHAR(64) CHARACTER SET utf8mb4 \
+     COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB";
+
+/// A tokens' table made before the mark's columns gets them at connect, its counts kept; a user
+/// who may not alter it is told the statement to run, which then lets it connect.
+#[test]
+fn a_tokens_table_made_before_the_mark_gets_its_columns_at_connect() {
+    let server = TestingMariaDb::start().expect("mariadbd starts");
+    past_its_first_seconds(&server);
+    let root = |sql: &str| server.root_sql(sql).unwrap();
+    root(&format!(
+        "CREATE DATABASE earlier; USE earlier; {EARLIER_DDL}; \
+         INSERT INTO zklock_tokens VALUES ('kept', 5)"
+    ));
+    let c = connect_to(&server.url_as("zklock", server.password(), "earlier")).unwrap();
+    let columns = root(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = 'earlier' AND TABLE_NAME = 'zklock_tokens' ORDER BY ORDINAL_POSITION",
+    );
+    let columns: Vec<&str> = columns.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(columns, ["name", "token", "holder", "marked"]);
+    let mutex = MySqlMutex::new(&c, "kept").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.fencing_token(), 6, "the count was kept");
+    assert_eq!(holder(&c, "kept").token, Some(6));
+    drop(guard);
+    // A second connect finds the columns there.
+    connect_to(&server.url_as("zklock", server.password(), "earlier"))
+        .unwrap()
+        .close();
+
+    // A user with what the table needs but not ALTER: told the statement.
+    root(&format!(
+        "CREATE DATABASE old_admin; USE old_admin; {EARLIER_DDL}"
+    ));
+    root("CREATE USER 'plain'@'%' IDENTIFIED BY 'pw'");
+    root("CREATE USER 'plain'@'localhost' IDENTIFIED BY 'pw'");
+    root("GRANT SELECT, INSERT, UPDATE ON old_admin.* TO 'plain'@'%', 'plain'@'localhost'");
+    let url = server.url_as("plain", "pw", "old_admin");
+    let e = connect_to(&url).expect_err("no ALTER");
+    let text = common::chain(&e);
+    println!("{text}");
+    let statement = text
+        .split("run ")
+        .nth(1)
+        .expect("the error gives the statement to run")
+        .trim();
+    assert!(
+        statement.starts_with("ALTER TABLE old_admin.zklock_tokens ADD COLUMN holder")
+            && statement.contains("ADD COLUMN marked"),
+        "{text}"
+    );
+    root(statement);
+    let c = connect_to(&url).expect("connects once the administrator ran it");
+    let mutex = MySqlMutex::new(&c, "plain").unwrap();
+    let guard = mutex.lock().unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    assert_eq!(holder(&c, "plain").token, Some(1));
     drop(guard);
 }

@@ -47,8 +47,10 @@ use crate::core::retry::RetryPolicy;
 /// either, and the Client cannot tell: connect to one primary.
 ///
 /// The fencing tokens are counters in the table `zklock_tokens` of the URL's database, created
-/// at connect if missing; a user without `CREATE` uses one an administrator created (with
-/// `SELECT`, `INSERT` and `UPDATE` on it), and the connect error names a missing privilege.
+/// at connect if missing (and given the columns of the bumping connection's mark, if made
+/// before them); a user without `CREATE` uses one an administrator created (with `SELECT`,
+/// `INSERT` and `UPDATE` on it), and the connect error names a missing privilege, or gives the
+/// `ALTER TABLE` that adds the missing columns.
 ///
 /// # The table mode
 /// With [`MySqlMode::Table`] (or `?lock_mode=table` in the URL) a mutex is instead a lease row

@@ -13,7 +13,7 @@ use mysql::prelude::Queryable;
 use super::client::{Inner, MySqlClient, Waiter};
 use super::mode::MySqlMode;
 use super::session::Session;
-use super::sql::{check_name, key_sql, token_sql, BUMP, TOKENS};
+use super::sql::{bump_granted, check_name, key_sql, release_unmark_sql, token_sql, TOKENS};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, LockHealth};
@@ -58,12 +58,14 @@ pub(crate) struct Raw {
 }
 
 /// One thread's hold: its session, the name it releases, the local lease its heartbeats
-/// extend, and its place in the keeper's list (`None` until kept).
+/// extend, its place in the keeper's list (`None` until kept), and for a mutex's hold, set
+/// once its token was asked for (its session may have marked the token as its own).
 pub(crate) struct Kept {
     pub(crate) session: Arc<Session>,
     pub(crate) key: String,
     pub(crate) lease: Arc<LocalLease>,
     kept: Option<u64>,
+    marked: Arc<AtomicBool>,
 }
 
 impl Raw {
@@ -117,9 +119,10 @@ impl Raw {
         format!(
             "SET @zklock_key = {gate}; SET @zklock_got = GET_LOCK(@zklock_key, {wait}); \
              SET @zklock_got = IF(@zklock_got = 1, CASE {tries}ELSE 0 END, @zklock_got); \
-             {BUMP} DO RELEASE_LOCK(@zklock_key); \
+             {bump} DO RELEASE_LOCK(@zklock_key); \
              SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)",
-            gate = self.key
+            gate = self.key,
+            bump = bump_granted()
         )
     }
 
@@ -138,9 +141,10 @@ impl Raw {
             .collect();
         format!(
             "SET @zklock_key = {gate}; SET @zklock_t0 = UNIX_TIMESTAMP(SYSDATE(6)); \
-             SET @zklock_got = GET_LOCK(@zklock_key, {wait}); {readers}{BUMP} \
+             SET @zklock_got = GET_LOCK(@zklock_key, {wait}); {readers}{bump} \
              SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)",
-            gate = self.key
+            gate = self.key,
+            bump = bump_granted()
         )
     }
 
@@ -178,12 +182,18 @@ impl Raw {
                     .unwrap_or_else(|| self.key.clone()),
                 Mode::Mutex | Mode::Write => self.key.clone(),
             };
+            let marked = Arc::new(AtomicBool::new(false));
             let token = match grant.token {
                 Some(token) => token.into(),
                 None => {
                     let (session, key) = (Arc::downgrade(&grant.session), key.clone());
                     let op = inner.operation_timeout;
-                    Token::later(move || read_token(&session, &key, op))
+                    let marked = marked.clone();
+                    Token::later(move || {
+                        // Set before the bump is sent: its answer may be lost after it was done.
+                        marked.store(true, Ordering::SeqCst);
+                        read_token(&session, &key, op)
+                    })
                 }
             };
             Granted {
@@ -194,6 +204,7 @@ impl Raw {
                     key,
                     lease: grant.lease,
                     kept: None,
+                    marked,
                 },
             }
         }))
@@ -232,10 +243,11 @@ pub(crate) fn attempt(
     deadline: Deadline,
     waits: &Waits<'_>,
 ) -> Result<Option<Grant>> {
+    let bump = bump_granted();
     let sql = |wait: &str| {
         format!(
             "SET @zklock_key = {key}; SET @zklock_got = GET_LOCK({key}, {wait}); \
-             {BUMP} SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)"
+             {bump} SELECT @zklock_got, IF(@zklock_got >= 1, LAST_INSERT_ID(), NULL)"
         )
     };
     Ok(attempt_sql(inner, &sql, Bump::WithGrant, deadline, waits)?.map(|(_, grant)| grant))
@@ -400,7 +412,9 @@ pub(crate) fn granted(
 /// [`Error::LockLost`] if it had been `lost` or the server did not have it as ours. With
 /// `reuse` (the session held `key` alone), a session whose `RELEASE_LOCK` the server confirmed
 /// holds nothing and goes to the Client's idle sessions for the next acquisition; otherwise it
-/// is closed.
+/// is closed. With `marked` (the session may have marked `key`'s token as its own), the same
+/// request clears the mark, so that a later hold of `key` on the reused session is not shown
+/// this hold's token; a session whose mark was not cleared is closed.
 pub(crate) fn let_go(
     inner: &Inner,
     key: &str,
@@ -408,6 +422,7 @@ pub(crate) fn let_go(
     how: Release,
     lost: bool,
     reuse: bool,
+    marked: bool,
 ) -> Result<()> {
     let until = match how {
         // Closing the connection frees the lock as the server reads the end.
@@ -427,8 +442,28 @@ pub(crate) fn let_go(
         .map_or(op, |left| left.min(op))
         .max(Duration::from_millis(1));
     let by = crate::core::deadline::instant_after(timeout);
-    let release = |c: &mut mysql::Conn| {
-        c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({key})"))
+    // The answer of RELEASE_LOCK, and whether the mark is known cleared.
+    let release = |c: &mut mysql::Conn| -> mysql::Result<(Option<Option<i64>>, bool)> {
+        if !marked {
+            let released =
+                c.query_first::<Option<i64>, _>(format!("SELECT RELEASE_LOCK({key})"))?;
+            return Ok((released, true));
+        }
+        let mut result = c.query_iter(release_unmark_sql(key))?;
+        let mut released = None;
+        if let Some(set) = result.iter() {
+            for row in set {
+                released = Some(mysql::from_row_opt::<Option<i64>>(row?).unwrap_or(None));
+            }
+        }
+        // The mark's UPDATE: an error there leaves the mark, and the session is not reused.
+        let mut unmarked = true;
+        while let Some(set) = result.iter() {
+            for row in set {
+                unmarked &= row.is_ok();
+            }
+        }
+        Ok((released, unmarked))
     };
     // The keeper's heartbeat may be using the connection: waited for until the bound, then
     // the connection is ended, which frees the lock as the server reads the end.
@@ -441,7 +476,11 @@ pub(crate) fn let_go(
     if released.is_ok() {
         inner.states.heard(sent);
     }
-    match (&released, reuse) {
+    let (released, unmarked) = match released {
+        Ok((released, unmarked)) => (Ok(released), unmarked),
+        Err(e) => (Err(e), false),
+    };
+    match (&released, reuse && unmarked) {
         (Ok(Some(Some(1))), true) => match Arc::try_unwrap(session) {
             Ok(session) => inner.put_back(session),
             // The keeper is beating on it this moment.
@@ -547,7 +586,8 @@ impl Raw {
         }
         // A writer's session holds the reader names too: it is closed, not reused.
         let reuse = self.mode != Mode::Write;
-        let_go(inner, &grant.key, grant.session, how, lost, reuse)
+        let marked = grant.marked.load(Ordering::SeqCst);
+        let_go(inner, &grant.key, grant.session, how, lost, reuse, marked)
     }
 
     pub(crate) fn cancel_waiters(&self) {

@@ -55,8 +55,11 @@ use crate::core::lock::Release;
 /// The token is a counter in the table `zklock_tokens`, one row per `GET_LOCK` name, bumped
 /// the first time the hold's token is asked for ([`fencing_token`](Self::fencing_token) or the
 /// guard's), on the holding session and only while it holds the lock (`INSERT … ON DUPLICATE
-/// KEY UPDATE token = token + 1`, committed before the answer comes back), then kept for the
-/// hold: a hold whose token is never asked for writes nothing. The tokens read rise across
+/// KEY UPDATE token = token + 1`, committed before the answer comes back, marking the row as
+/// the holding connection's), then kept for the hold: a hold whose token is never asked for
+/// writes nothing. A hold whose token was read clears the mark in its release's request, so
+/// that [`participants`](super::MySqlClient::participants) shows a holder's token only once
+/// that hold asked for it. The tokens read rise across
 /// successive holders that go through zklock, also across a restart or a kill -9 of the server
 /// with InnoDB's default `innodb_flush_log_at_trx_commit = 1` (with 2, across a kill of the
 /// server but not a crash of its machine). Once the hold's session is gone, a token not read

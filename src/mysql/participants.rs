@@ -9,7 +9,7 @@ use mysql::prelude::Queryable;
 use super::client::{Inner, MySqlClient};
 use super::mode::MySqlMode;
 use super::semaphore::MAX_LEASES;
-use super::sql::{check_name, key_sql, RECORDS, TOKENS};
+use super::sql::{check_name, key_sql, marked_token_sql, RECORDS, TOKENS};
 use crate::core::error::{Error, Result};
 
 /// A connection that holds or waits for one of the locks of a name — the mutex's (and the
@@ -51,9 +51,11 @@ pub struct MySqlParticipant {
     pub owner: Option<String>,
     /// The hold's fencing token, where the server shows whose it is: in the table mode the
     /// record's version; in the `GET_LOCK` mode a lease holder's (its lease's counter, bumped
-    /// by its grant). `None` for a waiter, and for a mutex's or leader latch's holder in the
-    /// `GET_LOCK` mode (a mutex bumps its counter only when its holder asks for the token, so
-    /// no table says whose the count is).
+    /// by its grant) and a mutex's or leader latch's holder's (the name's counter, when the
+    /// counter's mark names the holding connection and was made since the server started: a
+    /// latch's term bumps it with its grant, a mutex's holder when it first asks for its
+    /// token). `None` for a waiter, for a mutex holder that has not asked for its token yet,
+    /// and for a holder that took the lock with plain SQL.
     pub token: Option<u64>,
     /// The table mode's record: how long until the lease expires unless renewed.
     pub expires_in: Option<Duration>,
@@ -82,13 +84,16 @@ impl MySqlClient {
     /// holds each (`IS_USED_LOCK`), and the connections whose statement waits in `GET_LOCK` on
     /// it — zklock's and any SQL client's that runs the form of
     /// [`lock_sql`](super::MySqlMutex::lock_sql) — from the process list (the `PROCESS`
-    /// privilege shows other users' connections). In the table
+    /// privilege shows other users' connections) — with each holder's fencing token where
+    /// the server shows whose it is (see [`MySqlParticipant::token`]). In the table
     /// mode: the lease record, if unexpired, with its owner, token and time left; its waiters
     /// poll and are not seen. Holders first, then waiters, longest first.
     ///
     /// # Blocking
-    /// Two statements on the Client's own session (one more per hundred leases, and one more
-    /// per hundred held leases for their tokens), each within the operation timeout.
+    /// In the `GET_LOCK` mode two requests on the Client's own session (one more per hundred
+    /// leases, and one more per hundred held leases for their tokens), each within the
+    /// operation timeout: the server's uptime and the process list, then the holders with the
+    /// lock's token. In the table mode one.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or more leases than a semaphore has, before
@@ -132,18 +137,44 @@ pub(crate) fn read(
 /// A process list row: id, user, client host, seconds in the current statement, statement.
 type Process = (u64, String, String, Option<u64>, Option<String>);
 
+/// The server's uptime in seconds (`None` if it does not say) and its process list, in one
+/// request.
+fn uptime_and_processes(c: &mut mysql::Conn) -> mysql::Result<(Option<u64>, Vec<Process>)> {
+    let mut result = c.query_iter(
+        "SHOW GLOBAL STATUS LIKE 'Uptime'; \
+         SELECT ID, USER, HOST, TIME, INFO FROM information_schema.PROCESSLIST \
+         WHERE COMMAND <> 'Daemon'",
+    )?;
+    let mut uptime = None;
+    if let Some(set) = result.iter() {
+        for row in set {
+            uptime = mysql::from_row_opt::<(String, String)>(row?)
+                .ok()
+                .and_then(|(_, value)| value.parse().ok());
+        }
+    }
+    let mut list = Vec::new();
+    if let Some(set) = result.iter() {
+        for row in set {
+            if let Ok(process) = mysql::from_row_opt::<Process>(row?) {
+                list.push(process);
+            }
+        }
+    }
+    Ok((uptime, list))
+}
+
 /// The holder of each key (`IS_USED_LOCK`) and the connections whose statement waits in
 /// `GET_LOCK` on it, as the process list shows them: holders first, in key order, then the
-/// waiters, longest first.
+/// waiters, longest first. The lock's holder (the first key's) gets the name's token when the
+/// counter's mark names its connection and was made within the server's `uptime`, read in
+/// the statement that reads the holders.
 fn get_lock(
     c: &mut mysql::Conn,
     keys: &[(Option<u32>, String)],
 ) -> mysql::Result<Vec<MySqlParticipant>> {
     let kind = |lease: Option<u32>| if lease.is_some() { "lease" } else { "lock" };
-    let list: Vec<Process> = c.query(
-        "SELECT ID, USER, HOST, TIME, INFO FROM information_schema.PROCESSLIST \
-         WHERE COMMAND <> 'Daemon'",
-    )?;
+    let (uptime, list) = uptime_and_processes(c)?;
     let shown = |id: u64, p: &mut MySqlParticipant| {
         if let Some((_, user, host, ..)) = list.iter().find(|row| row.0 == id) {
             p.user = Some(user.clone());
@@ -152,21 +183,46 @@ fn get_lock(
     };
     let mut holders = Vec::new();
     let mut waiters = Vec::new();
-    for chunk in keys.chunks(100) {
+    for (n, chunk) in keys.chunks(100).enumerate() {
         let sql = chunk
             .iter()
             .map(|(_, key)| format!("IS_USED_LOCK({key})"))
             .collect::<Vec<_>>()
             .join(", ");
-        let row: Option<mysql::Row> = c.query_first(format!("SELECT {sql}"))?;
-        let ids: Vec<Option<u64>> = row.map_or_else(Vec::new, |row| {
-            (0..row.len()).map(|i| row.get(i).flatten()).collect()
+        // The first key is the lock's: its token's mark is read with the holders.
+        let marked = match (n, uptime, chunk.first()) {
+            (0, Some(uptime), Some((None, key))) => Some(marked_token_sql(&sql, key, uptime)),
+            _ => None,
+        };
+        let row: Option<mysql::Row> = match &marked {
+            Some(sql) => c.query_first(sql)?,
+            None => c.query_first(format!("SELECT {sql}"))?,
+        };
+        let column = |i: usize| {
+            row.as_ref()
+                .and_then(|row| row.get::<Option<u64>, _>(i))
+                .flatten()
+        };
+        let ids: Vec<Option<u64>> = (0..chunk.len()).map(column).collect();
+        // The mark's connection, the token, and whether the mark is from this server's run.
+        let mark = marked.is_some().then(|| {
+            (
+                column(chunk.len()),
+                column(chunk.len() + 1),
+                column(chunk.len() + 2),
+            )
         });
         for ((lease, key), id) in chunk.iter().zip(ids) {
             if let Some(id) = id {
                 let mut p = MySqlParticipant::at(kind(*lease), *lease, true);
                 p.connection = Some(id);
                 shown(id, &mut p);
+                if lease.is_none() {
+                    p.token = match mark {
+                        Some((Some(holder), token, Some(1))) if holder == id => token,
+                        _ => None,
+                    };
+                }
                 holders.push(p);
             }
             // The statement of a waiter names the key as the lock's SQL does:
@@ -194,9 +250,8 @@ fn get_lock(
 
 /// The fencing token of each lease holder in `holders`: its key's counter in the tokens'
 /// table, which the lease's grant bumped while holding the key, so it is the holder's until
-/// the key passes on. A mutex's holder bumps its counter only when asked for its token, and a
-/// leader latch's term shares the mutex's key, so a `lock` holder's counter may be an earlier
-/// holder's: it is left out.
+/// the key passes on. (A `lock` holder's counter is the holder's only when its mark says so:
+/// read with the holders.)
 fn lease_tokens(
     c: &mut mysql::Conn,
     keys: &[(Option<u32>, String)],

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::client::{MySqlClient, Waiter};
 use super::get_lock::{attempt, granted, last_row, let_go, refuse_in_table_mode, Grant, Waits};
-use super::sql::{check_name, key_sql, TOKENS};
+use super::sql::{bump_sql, check_name, key_sql};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthFeed, LockHealth};
@@ -229,10 +229,9 @@ impl MySqlSemaphore {
         let sql = format!(
             "SET @zklock_slot = CASE {tries}ELSE 0 END; \
              SET @zklock_key = ELT(@zklock_slot, {keys}); \
-             INSERT INTO {TOKENS} (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) FROM DUAL \
-             WHERE @zklock_slot > 0 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
-             SELECT @zklock_slot, IF(@zklock_slot > 0, LAST_INSERT_ID(), NULL)",
-            keys = self.keys.join(", ")
+             {bump}; SELECT @zklock_slot, IF(@zklock_slot > 0, LAST_INSERT_ID(), NULL)",
+            keys = self.keys.join(", "),
+            bump = bump_sql("@zklock_key", "@zklock_slot > 0")
         );
         let op = inner.operation_timeout;
         let sent = boot_clock();
@@ -349,7 +348,7 @@ impl RawLease for Held {
         };
         let inner = self.client.inner();
         inner.keeper.forget(self.kept);
-        let_go(inner, &self.key, grant.session, how, lost, true)
+        let_go(inner, &self.key, grant.session, how, lost, true, false)
     }
 
     fn drop_release(&self) -> Release {

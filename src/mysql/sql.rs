@@ -63,29 +63,81 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 /// The table of fencing tokens: one counter row per lock key, bumped when a mutex's token is
 /// first asked for, and in the grant of a semaphore lease, a read-write half or a latch term.
+/// Each bump marks the row with the bumping connection (`holder`) and the database's UTC time
+/// (`marked`), so that a reader can tell whose the count is: the holder's of the key, if the
+/// mark names its connection and was made since the server started (connection ids start
+/// again at a restart).
 pub(crate) const TOKENS: &str = "zklock_tokens";
 
 /// The fencing tokens' table, created at connect if missing.
 pub(crate) const TOKENS_DDL: &str = "CREATE TABLE IF NOT EXISTS zklock_tokens (\
     name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
-    token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB";
+    token BIGINT UNSIGNED NOT NULL, holder BIGINT UNSIGNED NULL, marked DATETIME(6) NULL) \
+    ENGINE=InnoDB";
+
+/// The columns of the mark, each with the statement that adds it to a tokens' table made
+/// before it had them.
+pub(crate) const MARK_COLUMNS: [(&str, &str); 2] = [
+    (
+        "holder",
+        "ALTER TABLE zklock_tokens ADD COLUMN holder BIGINT UNSIGNED NULL",
+    ),
+    (
+        "marked",
+        "ALTER TABLE zklock_tokens ADD COLUMN marked DATETIME(6) NULL",
+    ),
+];
+
+/// The statement that bumps the token of `key` (an SQL expression) when `when` (an SQL
+/// condition) holds, leaving it in `LAST_INSERT_ID()` and marking the row with this
+/// connection and the time.
+pub(crate) fn bump_sql(key: &str, when: &str) -> String {
+    format!(
+        "INSERT INTO zklock_tokens (name, token, holder, marked) \
+         SELECT {key}, LAST_INSERT_ID(1), CONNECTION_ID(), UTC_TIMESTAMP(6) FROM DUAL \
+         WHERE {when} ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), \
+         holder = CONNECTION_ID(), marked = UTC_TIMESTAMP(6)"
+    )
+}
 
 /// Bumps the token of the name in `@zklock_key` when `@zklock_got` is 1 or more (granted),
-/// leaving it in `LAST_INSERT_ID()`.
-pub(crate) const BUMP: &str =
-    "INSERT INTO zklock_tokens (name, token) SELECT @zklock_key, LAST_INSERT_ID(1) \
-    FROM DUAL WHERE @zklock_got >= 1 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);";
+/// leaving it in `LAST_INSERT_ID()` (a statement with its `;`).
+pub(crate) fn bump_granted() -> String {
+    format!("{};", bump_sql("@zklock_key", "@zklock_got >= 1"))
+}
 
 /// Bumps the token of `key` (an SQL expression) if this session holds its `GET_LOCK`, in two
 /// statements: the last row is (1, the token), or (0 or `NULL`, `NULL`) when the session does
 /// not hold it (and bumped nothing).
 pub(crate) fn token_sql(key: &str) -> String {
     format!(
-        "INSERT INTO zklock_tokens (name, token) SELECT {key}, LAST_INSERT_ID(1) FROM DUAL \
-         WHERE IS_USED_LOCK({key}) = CONNECTION_ID() \
-         ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1); \
-         SELECT IS_USED_LOCK({key}) = CONNECTION_ID(), \
-         IF(IS_USED_LOCK({key}) = CONNECTION_ID(), LAST_INSERT_ID(), NULL)"
+        "{}; SELECT IS_USED_LOCK({key}) = CONNECTION_ID(), \
+         IF(IS_USED_LOCK({key}) = CONNECTION_ID(), LAST_INSERT_ID(), NULL)",
+        bump_sql(key, &format!("IS_USED_LOCK({key}) = CONNECTION_ID()"))
+    )
+}
+
+/// The statements that release `key` (an SQL expression) and clear this connection's mark on
+/// its token: the first row is `RELEASE_LOCK`'s answer.
+pub(crate) fn release_unmark_sql(key: &str) -> String {
+    format!(
+        "SELECT RELEASE_LOCK({key}); UPDATE zklock_tokens SET holder = NULL \
+         WHERE name = {key} AND holder = CONNECTION_ID()"
+    )
+}
+
+/// The statement that reads `columns` (SQL expressions, such as `IS_USED_LOCK` of some keys)
+/// and, in the same statement, the mark of the token of `key` (an SQL expression): its row is
+/// the columns, then the mark's connection, the token, and whether the mark was made since
+/// the server started, by the server's `uptime` read before (whole seconds, counted from the
+/// whole second it started in). A mark of the server's first second is not believed either:
+/// its start is known to the second only, and a mark in that second may be the previous run's.
+/// `NULL`s for a key without a token.
+pub(crate) fn marked_token_sql(columns: &str, key: &str, uptime: u64) -> String {
+    format!(
+        "SELECT {columns}, t.holder, t.token, \
+         t.marked >= UTC_TIMESTAMP() - INTERVAL {uptime} SECOND + INTERVAL 1 SECOND \
+         FROM (SELECT 1) AS one LEFT JOIN zklock_tokens t ON t.name = {key}"
     )
 }
 
@@ -232,6 +284,36 @@ mod tests {
         let hex = "ee69eb4afc76aae085cdfb153ca55d587b819e19d84145b5438be7f2bc25ec83";
         assert_eq!(key_sql(hex), format!("SHA2('{hex}', 256)"));
         assert_eq!(key_sql(&hex[1..]), format!("'{}'", &hex[1..]));
+    }
+
+    #[test]
+    fn every_bump_marks_its_connection_and_time() {
+        for sql in [
+            bump_granted(),
+            bump_sql("@zklock_key", "@zklock_slot > 0"),
+            token_sql("'ledger'"),
+        ] {
+            let (insert, update) = sql.split_once("ON DUPLICATE KEY UPDATE").unwrap();
+            assert!(
+                insert.contains("(name, token, holder, marked)")
+                    && insert.contains("CONNECTION_ID(), UTC_TIMESTAMP(6)"),
+                "{sql}"
+            );
+            assert!(
+                update.contains("holder = CONNECTION_ID(), marked = UTC_TIMESTAMP(6)"),
+                "{sql}"
+            );
+        }
+        // The release comes first: its answer is the first row, whatever the mark's update does.
+        let release = release_unmark_sql("'ledger'");
+        assert!(
+            release.starts_with("SELECT RELEASE_LOCK('ledger');"),
+            "{release}"
+        );
+        assert!(
+            release.ends_with("AND holder = CONNECTION_ID()"),
+            "{release}"
+        );
     }
 
     #[test]
