@@ -14,7 +14,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::client::Inner;
 use super::error::{error, retryable};
 use super::session::{int, Session};
-use super::sql::{self, Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SHARED};
+use super::sql::{Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
@@ -112,7 +112,7 @@ pub(crate) async fn try_on(
     let row = session
         .row(
             inner.operation_timeout,
-            key.sql.try_lock,
+            inner.try_lock_sql(key),
             &[
                 (name, Type::TEXT),
                 (&session.marker, Type::INT8),
@@ -177,7 +177,7 @@ async fn ask(
             (seed, Type::INT8),
             (limit, Type::TEXT),
         ];
-        let lock = pin!(session.query(key.sql.lock, &params));
+        let lock = pin!(session.query(inner.lock_sql(key), &params));
         let driven = session.drive(lock);
         let bounded = async {
             match hard.remaining() {
@@ -305,9 +305,15 @@ fn token(row: &tokio_postgres::Row) -> Result<u64> {
         .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))
 }
 
-/// The fencing token of the hold on `session`, read now ([`sql::TOKEN`]); refused when the
-/// session is gone or is not its own.
-pub(crate) fn read_token(client: &Weak<Inner>, session: &Weak<Session>) -> Result<u64> {
+/// The fencing token of the hold of `key` on `name` on `session`, read now ([`sql::TOKEN`],
+/// recorded in the table of tokens if the Client writes it); refused when the session is gone
+/// or is not its own.
+pub(crate) fn read_token(
+    client: &Weak<Inner>,
+    session: &Weak<Session>,
+    name: &str,
+    key: Key,
+) -> Result<u64> {
     let (Some(inner), Some(session)) = (client.upgrade(), session.upgrade()) else {
         return Err(Error::LockLost);
     };
@@ -318,11 +324,18 @@ pub(crate) fn read_token(client: &Weak<Inner>, session: &Weak<Session>) -> Resul
         return Err(Error::LockLost);
     }
     inner.block_on(async {
+        let name: &(dyn ToSql + Sync) = &name;
+        let shared: &(dyn ToSql + Sync) = &key.sql.shared;
         let row = session
             .row(
                 inner.operation_timeout,
-                sql::TOKEN,
-                &[(&session.marker, Type::INT8)],
+                inner.token_sql().0,
+                &[
+                    (&session.marker, Type::INT8),
+                    (name, Type::TEXT),
+                    (&key.seed, Type::INT8),
+                    (shared, Type::BOOL),
+                ],
             )
             .await?;
         session.check_own(&row, 0, 2)?;

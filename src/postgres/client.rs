@@ -20,8 +20,10 @@ use super::connect::{self, Limit, Watch};
 use super::connect::{HostOrder, Live, Ties};
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
+use super::advisory::Key;
 use super::session::Session;
 use super::sql;
+use super::tokens::Table;
 use super::tls::{self, Tls};
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
@@ -105,6 +107,9 @@ pub(crate) struct Inner {
     version: u32,
     /// The server's `synchronous_standby_names` at connect.
     synchronous_standbys: String,
+    /// The table of tokens (`tokens.rs`), when it was found at connect and the role may read
+    /// it; its statements are used when the role may write it too.
+    pub(crate) tokens: Option<Table>,
     pub(crate) session_timeout: Duration,
     connect_timeout: Duration,
     pub(crate) operation_timeout: Duration,
@@ -422,7 +427,7 @@ impl PgClientBuilder {
             .map_err(Error::Postgres)
             .map_err(failed)?;
         let limits = connect::limits(version, self.options.session_timeout());
-        let synchronous_standbys = handle
+        let (synchronous_standbys, tokens) = handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
         if synchronous_standbys.is_empty() {
@@ -459,6 +464,7 @@ impl PgClientBuilder {
             shown,
             version,
             synchronous_standbys,
+            tokens,
             session_timeout: self.options.session_timeout(),
             connect_timeout,
             operation_timeout,
@@ -689,6 +695,38 @@ impl Inner {
             // Sessions idle longer than the pool keeps them are dropped (closed) here.
             pool.retain(|(_, used)| used.elapsed() < self.session_timeout / 2);
             pool.push((s, Instant::now()));
+        }
+    }
+
+    /// The statement that waits for `key`: the plain one, or the one that records the token
+    /// too when the Client writes the table of tokens.
+    pub(crate) fn lock_sql(&self, key: Key) -> &str {
+        (self.tokens.as_ref())
+            .and_then(|t| t.lock(key))
+            .unwrap_or(key.sql.lock)
+    }
+
+    /// The statement that tries `key` once (as [`lock_sql`](Self::lock_sql)).
+    pub(crate) fn try_lock_sql(&self, key: Key) -> &str {
+        (self.tokens.as_ref())
+            .and_then(|t| t.try_lock(key))
+            .unwrap_or(key.sql.try_lock)
+    }
+
+    /// The statement that lets go of `key` (deleting the hold's row of the table of tokens
+    /// when the Client writes it).
+    pub(crate) fn unlock_sql(&self, key: Key) -> &str {
+        (self.tokens.as_ref())
+            .and_then(|t| t.unlock(key))
+            .unwrap_or(key.sql.unlock)
+    }
+
+    /// The statements that read a token later, and that try every key of a semaphore (each
+    /// recording its token when the Client writes the table of tokens).
+    pub(crate) fn token_sql(&self) -> (&str, &str) {
+        match self.tokens.as_ref().and_then(|t| t.writes.as_ref()) {
+            Some(w) => (&w.token, &w.try_any),
+            None => (sql::TOKEN, super::semaphore::TRY_ANY),
         }
     }
 

@@ -102,11 +102,12 @@ pub(crate) fn let_go(
     let until = match how {
         Release::Background if shared && !lost => {
             let (name, timeout) = (name.to_owned(), inner.operation_timeout);
+            let unlock = inner.unlock_sql(key).to_owned();
             inner.spawn(async move {
                 let seed: &(dyn ToSql + Sync) = &key.seed;
                 let name: &(dyn ToSql + Sync) = &name;
                 let params = [(name, Type::TEXT), (seed, Type::INT8)];
-                if let Err(e) = session.row(timeout, key.sql.unlock, &params).await {
+                if let Err(e) = session.row(timeout, &unlock, &params).await {
                     tracing::debug!("zklock: a background PostgreSQL unlock failed: {e}");
                 }
             });
@@ -133,7 +134,7 @@ pub(crate) fn let_go(
         let row = session
             .row(
                 timeout,
-                key.sql.unlock,
+                inner.unlock_sql(key),
                 &[(name, Type::TEXT), (seed, Type::INT8)],
             )
             .await;

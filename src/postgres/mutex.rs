@@ -250,7 +250,8 @@ impl RawLock for Raw {
                     None => {
                         let client = self.client.downgrade();
                         let session = Arc::downgrade(&grant.session);
-                        Token::later(move || read_token(&client, &session))
+                        let (name, key) = (self.name.clone(), self.key);
+                        Token::later(move || read_token(&client, &session, &name, key))
                     }
                 },
                 grant: Kept {

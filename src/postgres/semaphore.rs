@@ -31,7 +31,7 @@ const WAIT_SLICE: Duration = Duration::from_secs(1);
 /// waiting (`LIMIT 1` stops at the first lock taken), then reads what [`granted`] reads and
 /// the key's seed `i` (column 5). `OFFSET 0` keeps each subquery from being flattened, so the
 /// pick runs once.
-const TRY_ANY: &str = concat!(
+pub(super) const TRY_ANY: &str = concat!(
     "SELECT pid, xid, own, ",
     "CASE WHEN k IS NOT NULL AND NOT own THEN pg_advisory_unlock(hashtextextended($1, k)) END, ",
     "m, k FROM (SELECT pg_backend_pid() AS pid, k, ",
@@ -281,7 +281,7 @@ impl PgSemaphore {
         let row = session
             .row(
                 inner.operation_timeout,
-                TRY_ANY,
+                inner.token_sql().1,
                 &[
                     (name, Type::TEXT),
                     (&session.marker, Type::INT8),
