@@ -1447,7 +1447,9 @@ mod on_postgres {
         let row = holder();
         assert_eq!(row["fencing_token"], token, "{row}");
         assert_eq!(row["session"], mutex.backend_pid().unwrap().to_string());
-        let table = zklock_pg(&server, &["holders", "tokened"]).output().unwrap();
+        let table = zklock_pg(&server, &["holders", "tokened"])
+            .output()
+            .unwrap();
         let table = String::from_utf8_lossy(&table.stdout);
         assert!(
             table_rows(&table)[0].contains(&token.to_string()),

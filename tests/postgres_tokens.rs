@@ -51,7 +51,9 @@ fn holders(viewer: &PgClient, name: &str, leases: u32) -> Vec<PgParticipant> {
 fn token_of(viewer: &PgClient, name: &str, leases: u32, pid: i32) -> Option<u64> {
     let found = holders(viewer, name, leases);
     let holder = found.iter().find(|p| p.backend_pid == pid);
-    holder.unwrap_or_else(|| panic!("no holder {pid}: {found:?}")).token
+    holder
+        .unwrap_or_else(|| panic!("no holder {pid}: {found:?}"))
+        .token
 }
 
 /// How many rows of the table are the backend `pid`'s.
@@ -100,10 +102,7 @@ fn without_the_table_no_holder_shows_a_token_and_nothing_names_it() {
     let semaphore = PgSemaphore::new(&c, "untabled-sem", 1).unwrap();
     let lease = semaphore.acquire().unwrap();
     assert!(lease.fencing_token() > token);
-    assert_eq!(
-        token_of(&c, "untabled-sem", 1, lease.backend_pid()),
-        None
-    );
+    assert_eq!(token_of(&c, "untabled-sem", 1, lease.backend_pid()), None);
     drop((guard, lease));
     c.close();
 }
@@ -135,7 +134,11 @@ fn a_mutex_holder_shows_its_token_once_read_and_a_new_hold_none_until_asked() {
     assert_eq!(rows_of(&server, pid), 0, "the release deleted its row");
     let guard = mutex.lock().unwrap();
     assert_eq!(mutex.backend_pid(), Some(pid), "the same pooled session");
-    assert_eq!(token_of(&viewer, "ledger", 0, pid), None, "a new hold, not read");
+    assert_eq!(
+        token_of(&viewer, "ledger", 0, pid),
+        None,
+        "a new hold, not read"
+    );
     let second = guard.fencing_token();
     assert!(second > first);
     assert_eq!(token_of(&viewer, "ledger", 0, pid), Some(second));
@@ -247,7 +250,11 @@ fn a_row_of_a_session_that_ended_is_not_shown_and_is_pruned() {
              now() - interval '1 day', false, 42)"
         ))
         .unwrap();
-    assert_eq!(token_of(&viewer, "pruned", 0, pid), None, "another session's row");
+    assert_eq!(
+        token_of(&viewer, "pruned", 0, pid),
+        None,
+        "another session's row"
+    );
     // The same row with this session's start is this session's: shown.
     server
         .sql(&format!(
@@ -259,7 +266,11 @@ fn a_row_of_a_session_that_ended_is_not_shown_and_is_pruned() {
     // Reading the token records it, and deletes the killed session's row.
     let token = guard.fencing_token();
     assert_eq!(token_of(&viewer, "pruned", 0, pid), Some(token));
-    assert_eq!(rows_of(&server, dead), 0, "the record write pruned the dead row");
+    assert_eq!(
+        rows_of(&server, dead),
+        0,
+        "the record write pruned the dead row"
+    );
     guard.release().unwrap();
     c.close();
     viewer.close();
@@ -314,4 +325,56 @@ fn roles_that_cannot_write_the_table_lock_with_rising_tokens() {
     guard.release().unwrap();
     ops.close();
     writer.close();
+}
+
+/// A table dropped while Clients that found it run: each path that used it (a release, a token
+/// read, a lease's grant, a latch's grant, the participants) falls back to the plain statement
+/// and works, with rising tokens.
+#[test]
+fn a_table_dropped_under_running_clients_leaves_every_call_working() {
+    let server = TestingPostgres::start().unwrap();
+    make_the_table(&server);
+    let clients: Vec<PgClient> = (0..5).map(|_| client_as(&server, "app")).collect();
+    let mutex = PgMutex::new(&clients[0], "dropped").unwrap();
+    let guard = mutex.lock().unwrap();
+    let first = guard.fencing_token();
+    let reader = PgMutex::new(&clients[1], "dropped-read").unwrap();
+    // Each Client prepares its statements on its session before the table goes.
+    reader.lock().unwrap().release().unwrap();
+    let semaphore = PgSemaphore::new(&clients[2], "dropped-sem", 2).unwrap();
+    drop(semaphore.acquire().unwrap());
+    assert_eq!(
+        token_of(&clients[4], "dropped", 0, mutex.backend_pid().unwrap()),
+        Some(first)
+    );
+    server.sql("DROP TABLE zklock_tokens").unwrap();
+
+    guard
+        .release()
+        .expect("the release falls back to the plain unlock");
+    let guard = reader.lock().unwrap();
+    let second = guard.fencing_token();
+    assert!(
+        second > first,
+        "the token read falls back: {second} after {first}"
+    );
+    guard.release().unwrap();
+    let lease = semaphore
+        .acquire_timeout(Duration::from_secs(30))
+        .unwrap()
+        .expect("a lease, granted by the plain statements");
+    assert!(lease.fencing_token() > second);
+    let latch = PgLeaderLatch::start(&clients[3], "dropped-latch").unwrap();
+    assert!(latch
+        .await_leadership_timeout(Duration::from_secs(60))
+        .unwrap());
+    assert!(latch.epoch().unwrap() > lease.fencing_token());
+    let found = holders(&clients[4], "dropped-sem", 2);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].token, None);
+    drop(lease);
+    latch.close();
+    for c in clients {
+        c.close();
+    }
 }

@@ -14,7 +14,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::client::Inner;
 use super::error::{error, retryable};
 use super::session::{int, Session};
-use super::sql::{Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SHARED};
+use super::sql::{self, Statements, EXCLUSIVE, EXCLUSIVE_WITH_TOKEN, SHARED};
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
@@ -109,17 +109,19 @@ pub(crate) async fn try_on(
 ) -> Result<std::result::Result<Grant, Arc<Session>>> {
     let name: &(dyn ToSql + Sync) = &name;
     let sent = boot_clock();
+    let sql = inner.try_lock_sql(key);
     let row = session
         .row(
             inner.operation_timeout,
-            inner.try_lock_sql(key),
+            sql,
             &[
                 (name, Type::TEXT),
                 (&session.marker, Type::INT8),
                 (&key.seed, Type::INT8),
             ],
         )
-        .await?;
+        .await
+        .map_err(|e| refused(inner, sql, e))?;
     session.check_own(&row, 0, 2)?;
     if !row.try_get::<_, bool>(5).unwrap_or(false) {
         return Ok(Err(session));
@@ -230,7 +232,7 @@ async fn ask(
         // closes it and frees such a grant, rather than pooled: pooled, the next acquisition
         // on it would be granted at once (its own lock), ahead of every waiter, hold after hold.
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
-        other => other.map_err(|e| error(&e, false))?,
+        other => other.map_err(|e| refused(inner, inner.lock_sql(key), error(&e, false)))?,
     };
     let row = rows
         .into_iter()
@@ -281,6 +283,18 @@ async fn client_lost(inner: &Inner, sent: Duration) {
     }
 }
 
+/// `e`, the answer to the lock statement `sql`; [`Error::ConnectionLoss`] when it is the
+/// server refusing the table of tokens (see [`Inner::tokens_refused`]), so that the caller
+/// drops the session (which frees a lock the statement may have taken) and asks again, now
+/// with the plain statement.
+pub(crate) fn refused(inner: &Inner, sql: &str, e: Error) -> Error {
+    if inner.tokens_refused(sql, &e) {
+        Error::ConnectionLoss
+    } else {
+        e
+    }
+}
+
 /// The grant in `row` (`pg_backend_pid()`, token or null, own) on `session`.
 pub(crate) fn granted(
     session: Arc<Session>,
@@ -326,18 +340,20 @@ pub(crate) fn read_token(
     inner.block_on(async {
         let name: &(dyn ToSql + Sync) = &name;
         let shared: &(dyn ToSql + Sync) = &key.sql.shared;
-        let row = session
-            .row(
-                inner.operation_timeout,
-                inner.token_sql().0,
-                &[
-                    (&session.marker, Type::INT8),
-                    (name, Type::TEXT),
-                    (&key.seed, Type::INT8),
-                    (shared, Type::BOOL),
-                ],
-            )
-            .await?;
+        let params = [
+            (&session.marker as &(dyn ToSql + Sync), Type::INT8),
+            (name, Type::TEXT),
+            (&key.seed, Type::INT8),
+            (shared, Type::BOOL),
+        ];
+        let sql = inner.token_sql().0;
+        let row = match session.row(inner.operation_timeout, sql, &params).await {
+            // Refused before it read anything: read again without the table.
+            Err(e) if inner.tokens_refused(sql, &e) => {
+                (session.row(inner.operation_timeout, sql::TOKEN, &params)).await?
+            }
+            row => row?,
+        };
         session.check_own(&row, 0, 2)?;
         token(&row)
     })

@@ -16,15 +16,16 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use super::advisory::Key;
 use super::connect::{self, Limit, Watch};
 use super::connect::{HostOrder, Live, Ties};
+use super::error::sqlstate;
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
-use super::advisory::Key;
 use super::session::Session;
 use super::sql;
-use super::tokens::Table;
 use super::tls::{self, Tls};
+use super::tokens::Table;
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
 use crate::core::defaults::DEFAULT_CONNECT_TIMEOUT;
@@ -109,7 +110,11 @@ pub(crate) struct Inner {
     synchronous_standbys: String,
     /// The table of tokens (`tokens.rs`), when it was found at connect and the role may read
     /// it; its statements are used when the role may write it too.
-    pub(crate) tokens: Option<Table>,
+    tokens: Option<Table>,
+    /// Set when a statement that uses the table of tokens failed with the server's answer
+    /// (the table dropped, changed or no longer granted): the Client uses the plain statements
+    /// from then on.
+    tokens_failed: AtomicBool,
     pub(crate) session_timeout: Duration,
     connect_timeout: Duration,
     pub(crate) operation_timeout: Duration,
@@ -465,6 +470,7 @@ impl PgClientBuilder {
             version,
             synchronous_standbys,
             tokens,
+            tokens_failed: AtomicBool::new(false),
             session_timeout: self.options.session_timeout(),
             connect_timeout,
             operation_timeout,
@@ -698,17 +704,46 @@ impl Inner {
         }
     }
 
+    /// The table of tokens, unless a statement that used it failed.
+    pub(crate) fn tokens(&self) -> Option<&Table> {
+        let failed = self.tokens_failed.load(Ordering::Relaxed);
+        self.tokens.as_ref().filter(|_| !failed)
+    }
+
+    /// Whether `e`, the answer to `sql`, is the server refusing a statement that uses the
+    /// table of tokens: the table dropped, changed or no longer granted (an error of class 42,
+    /// or an integrity error of class 23 from a constraint or policy the table was given). If
+    /// it is, the Client uses the plain statements from then on, and the caller runs the plain
+    /// statement instead (a lock's on another session: the refused statement may have taken
+    /// the lock before it failed).
+    pub(crate) fn tokens_refused(&self, sql: &str, e: &Error) -> bool {
+        let uses_table = self.tokens().is_some_and(|t| sql.contains(t.name.as_str()));
+        if !uses_table
+            || !matches!(sqlstate(e), Some(code) if code.starts_with("42") || code.starts_with("23"))
+        {
+            return false;
+        }
+        if !self.tokens_failed.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "zklock: a statement using the table of tokens failed ({e}); {} records and \
+                 shows no more tokens",
+                self.shown
+            );
+        }
+        true
+    }
+
     /// The statement that waits for `key`: the plain one, or the one that records the token
     /// too when the Client writes the table of tokens.
     pub(crate) fn lock_sql(&self, key: Key) -> &str {
-        (self.tokens.as_ref())
+        (self.tokens())
             .and_then(|t| t.lock(key))
             .unwrap_or(key.sql.lock)
     }
 
     /// The statement that tries `key` once (as [`lock_sql`](Self::lock_sql)).
     pub(crate) fn try_lock_sql(&self, key: Key) -> &str {
-        (self.tokens.as_ref())
+        (self.tokens())
             .and_then(|t| t.try_lock(key))
             .unwrap_or(key.sql.try_lock)
     }
@@ -716,7 +751,7 @@ impl Inner {
     /// The statement that lets go of `key` (deleting the hold's row of the table of tokens
     /// when the Client writes it).
     pub(crate) fn unlock_sql(&self, key: Key) -> &str {
-        (self.tokens.as_ref())
+        (self.tokens())
             .and_then(|t| t.unlock(key))
             .unwrap_or(key.sql.unlock)
     }
@@ -724,7 +759,7 @@ impl Inner {
     /// The statements that read a token later, and that try every key of a semaphore (each
     /// recording its token when the Client writes the table of tokens).
     pub(crate) fn token_sql(&self) -> (&str, &str) {
-        match self.tokens.as_ref().and_then(|t| t.writes.as_ref()) {
+        match self.tokens().and_then(|t| t.writes.as_ref()) {
             Some(w) => (&w.token, &w.try_any),
             None => (sql::TOKEN, super::semaphore::TRY_ANY),
         }

@@ -130,14 +130,18 @@ pub(crate) fn let_go(
     let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
     let name: &(dyn ToSql + Sync) = &name;
     let seed: &(dyn ToSql + Sync) = &key.seed;
+    let sql = inner.unlock_sql(key);
     let unlocked = inner.block_on(async {
-        let row = session
-            .row(
-                timeout,
-                inner.unlock_sql(key),
-                &[(name, Type::TEXT), (seed, Type::INT8)],
-            )
-            .await;
+        let params = [(name, Type::TEXT), (seed, Type::INT8)];
+        let row = match session.row(timeout, sql, &params).await {
+            // The table of tokens refused (dropped, changed, no longer granted: an error
+            // of its parse, plan or permission check, before the statement ran): the plain
+            // unlock.
+            Err(e) if inner.tokens_refused(sql, &e) => {
+                session.row(timeout, key.sql.unlock, &params).await
+            }
+            row => row,
+        };
         row.and_then(|r| {
             r.try_get::<_, bool>(0)
                 .map_err(|e| Error::Postgres(format!("unexpected answer to unlock: {e}")))
@@ -152,6 +156,7 @@ pub(crate) fn let_go(
         }
         // The server did not have it: the session was not the one that took it.
         Ok(false) => Err(Error::LockLost),
+
         // Not confirmed in time: the session is ended now (unless the other half of a
         // downgraded lock holds on it), so the server frees the lock as it reads the end,
         // with nothing left for the background.

@@ -88,7 +88,7 @@ const VIEW: &str = view!("NULL::int8", "");
 /// of tokens (`tokens.rs`), the same joined with it: a holder's token is its live session's
 /// row for the key and mode.
 fn view(inner: &Inner) -> Cow<'static, str> {
-    match &inner.tokens {
+    match inner.tokens() {
         None => Cow::Borrowed(VIEW),
         Some(table) => Cow::Owned(view!("t.token", "{join}").replace("{join}", &join(&table.name))),
     }
@@ -122,7 +122,13 @@ impl PgClient {
             let (session, _) = inner.session().await?;
             let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
                 [(&name, Type::TEXT), (&leases, Type::INT4)];
-            let rows = session.rows(inner.operation_timeout, &view(inner), &params).await;
+            let sql = view(inner);
+            let rows = match session.rows(inner.operation_timeout, &sql, &params).await {
+                Err(e) if inner.tokens_refused(&sql, &e) => {
+                    session.rows(inner.operation_timeout, VIEW, &params).await
+                }
+                rows => rows,
+            };
             inner.give_back(session);
             rows
         })?;

@@ -186,7 +186,10 @@ mod tests {
         assert!(table.lock(Key::exclusive(0)).is_none());
         assert!(table.try_lock(Key::shared(0)).is_none());
         assert!(table.lock(Key::exclusive_with_token(3)).is_some());
-        assert!(table.unlock(Key::shared(0)).unwrap().contains("shared = true"));
+        assert!(table
+            .unlock(Key::shared(0))
+            .unwrap()
+            .contains("shared = true"));
         assert!(Table::new("t".into(), false)
             .unlock(Key::exclusive(0))
             .is_none());
