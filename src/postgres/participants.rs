@@ -21,6 +21,9 @@ use crate::core::error::{Error, Result};
 /// for p in client.participants("nightly", 0)? {
 ///     let what = if p.holds { "holds" } else { "waits" };
 ///     println!("backend {} ({}) {what} the {}", p.backend_pid, p.user, p.kind);
+///     if let Some(token) = p.token {
+///         println!("  with fencing token {token}");
+///     }
 /// }
 /// # Ok(()) }
 /// ```
@@ -98,11 +101,14 @@ impl PgClient {
     /// Who holds and who waits for the advisory locks of `name` in this database — its mutex
     /// (and leader latch), its read-write lock, and leases 1 to `max_leases` of its semaphore
     /// — zklock's sessions and any other SQL client's, from `pg_locks` and
-    /// `pg_stat_activity` (PostgreSQL 14 or later, for the time a wait began). Holders first,
+    /// `pg_stat_activity` (PostgreSQL 14 or later, for the time a wait began), and a holder's
+    /// fencing token from the table `zklock_tokens` when the database has it. Holders first,
     /// then waiters in the server's queue order.
     ///
     /// # Blocking
-    /// One statement on a pooled session, within the operation timeout.
+    /// One statement on a pooled session, within the operation timeout (a second, once, when
+    /// the server refuses the table of tokens the Client found: dropped since, or no longer
+    /// granted).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name, before any I/O; [`Error::Closed`];
