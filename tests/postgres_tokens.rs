@@ -33,10 +33,17 @@ fn make_the_table(server: &TestingPostgres) {
     server.sql(&documented_sql()).unwrap();
 }
 
-/// A Client of `server` as `role` (its password is its name).
+/// A Client of `server` as `role` (its password is its name). Its session timeout is long, so
+/// that no heartbeat comes between a statement and a look at the session's last statement.
 fn client_as(server: &TestingPostgres, role: &str) -> PgClient {
-    PgClient::builder(&server.url_as(role, role, "postgres"))
+    let url = if role == server.user() {
+        server.url()
+    } else {
+        server.url_as(role, role, "postgres")
+    };
+    PgClient::builder(&url)
         .retry_policy(RetryForever::new(Duration::from_millis(100)).unwrap())
+        .session_timeout(Duration::from_secs(600))
         .connect()
         .expect("connect")
 }
@@ -87,7 +94,7 @@ fn next_xid(server: &TestingPostgres) -> u64 {
 #[test]
 fn without_the_table_no_holder_shows_a_token_and_nothing_names_it() {
     let server = TestingPostgres::start().unwrap();
-    let c = client(&server);
+    let c = client_as(&server, server.user());
     let mutex = PgMutex::new(&c, "untabled").unwrap();
     let guard = mutex.lock().unwrap();
     let pid = mutex.backend_pid().unwrap();
