@@ -166,6 +166,7 @@ async fn ask(
         |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
     );
     let hard = inner.statement_deadline(deadline);
+    let sql = inner.lock_sql(key);
     // The lease starts no later than the lock statement is sent.
     let sent = boot_clock();
     // The statement's future borrows the session until the answer is in.
@@ -179,7 +180,7 @@ async fn ask(
             (seed, Type::INT8),
             (limit, Type::TEXT),
         ];
-        let lock = pin!(session.query(inner.lock_sql(key), &params));
+        let lock = pin!(session.query(sql, &params));
         let driven = session.drive(lock);
         let bounded = async {
             match hard.remaining() {
@@ -232,7 +233,7 @@ async fn ask(
         // closes it and frees such a grant, rather than pooled: pooled, the next acquisition
         // on it would be granted at once (its own lock), ahead of every waiter, hold after hold.
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
-        other => other.map_err(|e| refused(inner, inner.lock_sql(key), error(&e, false)))?,
+        other => other.map_err(|e| refused(inner, sql, error(&e, false)))?,
     };
     let row = rows
         .into_iter()
@@ -348,7 +349,7 @@ pub(crate) fn read_token(
         ];
         let sql = inner.token_sql().0;
         let row = match session.row(inner.operation_timeout, sql, &params).await {
-            // Refused before it read anything: read again without the table.
+            // Refused (its transaction rolled back): read again without the table.
             Err(e) if inner.tokens_refused(sql, &e) => {
                 (session.row(inner.operation_timeout, sql::TOKEN, &params)).await?
             }

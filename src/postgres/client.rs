@@ -717,7 +717,8 @@ impl Inner {
     /// statement instead (a lock's on another session: the refused statement may have taken
     /// the lock before it failed).
     pub(crate) fn tokens_refused(&self, sql: &str, e: &Error) -> bool {
-        let uses_table = self.tokens().is_some_and(|t| sql.contains(t.name.as_str()));
+        // The table as found, failed or not: two statements refused at once are both told.
+        let uses_table = (self.tokens.as_ref()).is_some_and(|t| sql.contains(t.name.as_str()));
         if !uses_table
             || !matches!(sqlstate(e), Some(code) if code.starts_with("42") || code.starts_with("23"))
         {

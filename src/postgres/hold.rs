@@ -156,7 +156,6 @@ pub(crate) fn let_go(
         }
         // The server did not have it: the session was not the one that took it.
         Ok(false) => Err(Error::LockLost),
-
         // Not confirmed in time: the session is ended now (unless the other half of a
         // downgraded lock holds on it), so the server frees the lock as it reads the end,
         // with nothing left for the background.
