@@ -119,8 +119,9 @@ fn recorded(table: &str, plain: &str, key: &str, shared: &str) -> String {
     format!(
         "WITH answer AS ({plain}), \
          recorded AS (INSERT INTO {table} (key, pid, backend_start, shared, token) \
-         SELECT {key}, pid, (SELECT backend_start FROM pg_stat_activity \
-         WHERE pid = pg_backend_pid()), {shared}, xid FROM answer \
+         SELECT {key}, pid, \
+         (SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())), \
+         {shared}, xid FROM answer \
          WHERE own AND xid IS NOT NULL \
          ON CONFLICT (key, pid, shared) DO UPDATE \
          SET backend_start = excluded.backend_start, token = excluded.token), \
