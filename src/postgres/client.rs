@@ -719,9 +719,8 @@ impl Inner {
     pub(crate) fn tokens_refused(&self, sql: &str, e: &Error) -> bool {
         // The table as found, failed or not: two statements refused at once are both told.
         let uses_table = (self.tokens.as_ref()).is_some_and(|t| sql.contains(t.name.as_str()));
-        if !uses_table
-            || !matches!(sqlstate(e), Some(code) if code.starts_with("42") || code.starts_with("23"))
-        {
+        let refused = sqlstate(e).is_some_and(|c| c.starts_with("42") || c.starts_with("23"));
+        if !uses_table || !refused {
             return false;
         }
         if !self.tokens_failed.swap(true, Ordering::Relaxed) {
