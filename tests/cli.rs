@@ -1419,6 +1419,46 @@ mod on_postgres {
         client.close();
     }
 
+    /// With the table `zklock_tokens` made as `docs/postgres.md` says, `holders` prints a
+    /// holder's token once the holder has read it.
+    #[test]
+    fn holders_on_postgres_prints_a_holders_token_from_the_table_of_tokens() {
+        let server = TestingPostgres::start().unwrap();
+        let docs = include_str!("../docs/postgres.md");
+        let section = docs.split("### Tokens in `holders`").nth(1).unwrap();
+        let sql = section.split("```sql\n").nth(1).unwrap();
+        server
+            .sql("CREATE ROLE app LOGIN PASSWORD 'app'; CREATE ROLE ops LOGIN PASSWORD 'ops'")
+            .unwrap();
+        server.sql(sql.split("```").next().unwrap()).unwrap();
+        let client = PgClient::connect(&server.url()).unwrap();
+        let mutex = PgMutex::new(&client, "tokened").unwrap();
+        let guard = mutex.lock().unwrap();
+        let holder = || {
+            let out = zklock_pg(&server, &["holders", "tokened", "--json"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{err}");
+            entries_of(&json(&out.stdout))[0].clone()
+        };
+        assert!(holder()["fencing_token"].is_null(), "not read yet");
+        let token = guard.fencing_token();
+        let row = holder();
+        assert_eq!(row["fencing_token"], token, "{row}");
+        assert_eq!(row["session"], mutex.backend_pid().unwrap().to_string());
+        let table = zklock_pg(&server, &["holders", "tokened"])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&table.stdout);
+        assert!(
+            table_rows(&table)[0].contains(&token.to_string()),
+            "{table}"
+        );
+        guard.release().unwrap();
+        client.close();
+    }
+
     #[test]
     fn a_run_whose_backend_is_terminated_stops_its_command_with_123() {
         let server = TestingPostgres::start().unwrap();

@@ -109,17 +109,19 @@ pub(crate) async fn try_on(
 ) -> Result<std::result::Result<Grant, Arc<Session>>> {
     let name: &(dyn ToSql + Sync) = &name;
     let sent = boot_clock();
+    let sql = inner.try_lock_sql(key);
     let row = session
         .row(
             inner.operation_timeout,
-            key.sql.try_lock,
+            sql,
             &[
                 (name, Type::TEXT),
                 (&session.marker, Type::INT8),
                 (&key.seed, Type::INT8),
             ],
         )
-        .await?;
+        .await
+        .map_err(|e| refused(inner, sql, e))?;
     session.check_own(&row, 0, 2)?;
     if !row.try_get::<_, bool>(5).unwrap_or(false) {
         return Ok(Err(session));
@@ -164,6 +166,7 @@ async fn ask(
         |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
     );
     let hard = inner.statement_deadline(deadline);
+    let sql = inner.lock_sql(key);
     // The lease starts no later than the lock statement is sent.
     let sent = boot_clock();
     // The statement's future borrows the session until the answer is in.
@@ -177,7 +180,7 @@ async fn ask(
             (seed, Type::INT8),
             (limit, Type::TEXT),
         ];
-        let lock = pin!(session.query(key.sql.lock, &params));
+        let lock = pin!(session.query(sql, &params));
         let driven = session.drive(lock);
         let bounded = async {
             match hard.remaining() {
@@ -230,7 +233,7 @@ async fn ask(
         // closes it and frees such a grant, rather than pooled: pooled, the next acquisition
         // on it would be granted at once (its own lock), ahead of every waiter, hold after hold.
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
-        other => other.map_err(|e| error(&e, false))?,
+        other => other.map_err(|e| refused(inner, sql, error(&e, false)))?,
     };
     let row = rows
         .into_iter()
@@ -281,6 +284,18 @@ async fn client_lost(inner: &Inner, sent: Duration) {
     }
 }
 
+/// `e`, the answer to the lock statement `sql`; [`Error::ConnectionLoss`] when it is the
+/// server refusing the table of tokens (see [`Inner::tokens_refused`]), so that the caller
+/// drops the session (which frees a lock the statement may have taken) and asks again, now
+/// with the plain statement.
+pub(crate) fn refused(inner: &Inner, sql: &str, e: Error) -> Error {
+    if inner.tokens_refused(sql, &e) {
+        Error::ConnectionLoss
+    } else {
+        e
+    }
+}
+
 /// The grant in `row` (`pg_backend_pid()`, token or null, own) on `session`.
 pub(crate) fn granted(
     session: Arc<Session>,
@@ -305,9 +320,15 @@ fn token(row: &tokio_postgres::Row) -> Result<u64> {
         .map_err(|_| Error::Postgres("the server gave a negative transaction id".into()))
 }
 
-/// The fencing token of the hold on `session`, read now ([`sql::TOKEN`]); refused when the
-/// session is gone or is not its own.
-pub(crate) fn read_token(client: &Weak<Inner>, session: &Weak<Session>) -> Result<u64> {
+/// The fencing token of the hold of `key` on `name` on `session`, read now ([`sql::TOKEN`],
+/// recorded in the table of tokens if the Client writes it); refused when the session is gone
+/// or is not its own.
+pub(crate) fn read_token(
+    client: &Weak<Inner>,
+    session: &Weak<Session>,
+    name: &str,
+    key: Key,
+) -> Result<u64> {
     let (Some(inner), Some(session)) = (client.upgrade(), session.upgrade()) else {
         return Err(Error::LockLost);
     };
@@ -318,13 +339,22 @@ pub(crate) fn read_token(client: &Weak<Inner>, session: &Weak<Session>) -> Resul
         return Err(Error::LockLost);
     }
     inner.block_on(async {
-        let row = session
-            .row(
-                inner.operation_timeout,
-                sql::TOKEN,
-                &[(&session.marker, Type::INT8)],
-            )
-            .await?;
+        let name: &(dyn ToSql + Sync) = &name;
+        let shared: &(dyn ToSql + Sync) = &key.sql.shared;
+        let params = [
+            (&session.marker as &(dyn ToSql + Sync), Type::INT8),
+            (name, Type::TEXT),
+            (&key.seed, Type::INT8),
+            (shared, Type::BOOL),
+        ];
+        let sql = inner.token_sql().0;
+        let row = match session.row(inner.operation_timeout, sql, &params).await {
+            // Refused (its transaction rolled back): read again without the table.
+            Err(e) if inner.tokens_refused(sql, &e) => {
+                (session.row(inner.operation_timeout, sql::TOKEN, &params)).await?
+            }
+            row => row?,
+        };
         session.check_own(&row, 0, 2)?;
         token(&row)
     })

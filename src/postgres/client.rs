@@ -16,13 +16,16 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use super::advisory::Key;
 use super::connect::{self, Limit, Watch};
 use super::connect::{HostOrder, Live, Ties};
+use super::error::sqlstate;
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
 use super::session::Session;
 use super::sql;
 use super::tls::{self, Tls};
+use super::tokens::Table;
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
 use crate::core::deadline::Deadline;
 use crate::core::defaults::DEFAULT_CONNECT_TIMEOUT;
@@ -105,6 +108,13 @@ pub(crate) struct Inner {
     version: u32,
     /// The server's `synchronous_standby_names` at connect.
     synchronous_standbys: String,
+    /// The table of tokens (`tokens.rs`), when it was found at connect and the role may read
+    /// it; its statements are used when the role may write it too.
+    tokens: Option<Table>,
+    /// Set when a statement that uses the table of tokens failed with the server's answer
+    /// (the table dropped, changed or no longer granted): the Client uses the plain statements
+    /// from then on.
+    tokens_failed: AtomicBool,
     pub(crate) session_timeout: Duration,
     connect_timeout: Duration,
     pub(crate) operation_timeout: Duration,
@@ -422,7 +432,7 @@ impl PgClientBuilder {
             .map_err(Error::Postgres)
             .map_err(failed)?;
         let limits = connect::limits(version, self.options.session_timeout());
-        let synchronous_standbys = handle
+        let (synchronous_standbys, tokens) = handle
             .block_on(probe.apply(&limits, operation_timeout))
             .map_err(failed)?;
         if synchronous_standbys.is_empty() {
@@ -459,6 +469,8 @@ impl PgClientBuilder {
             shown,
             version,
             synchronous_standbys,
+            tokens,
+            tokens_failed: AtomicBool::new(false),
             session_timeout: self.options.session_timeout(),
             connect_timeout,
             operation_timeout,
@@ -689,6 +701,67 @@ impl Inner {
             // Sessions idle longer than the pool keeps them are dropped (closed) here.
             pool.retain(|(_, used)| used.elapsed() < self.session_timeout / 2);
             pool.push((s, Instant::now()));
+        }
+    }
+
+    /// The table of tokens, unless a statement that used it failed.
+    pub(crate) fn tokens(&self) -> Option<&Table> {
+        let failed = self.tokens_failed.load(Ordering::Relaxed);
+        self.tokens.as_ref().filter(|_| !failed)
+    }
+
+    /// Whether `e`, the answer to `sql`, is the server refusing a statement that uses the
+    /// table of tokens: the table dropped, changed or no longer granted (an error of class 42,
+    /// or an integrity error of class 23 from a constraint or policy the table was given). If
+    /// it is, the Client uses the plain statements from then on, and the caller runs the plain
+    /// statement instead (a lock's on another session: the refused statement may have taken
+    /// the lock before it failed).
+    pub(crate) fn tokens_refused(&self, sql: &str, e: &Error) -> bool {
+        // The table as found, failed or not: two statements refused at once are both told.
+        let uses_table = (self.tokens.as_ref()).is_some_and(|t| sql.contains(t.name.as_str()));
+        let refused = sqlstate(e).is_some_and(|c| c.starts_with("42") || c.starts_with("23"));
+        if !uses_table || !refused {
+            return false;
+        }
+        if !self.tokens_failed.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "zklock: a statement using the table of tokens failed ({e}); {} records and \
+                 shows no more tokens",
+                self.shown
+            );
+        }
+        true
+    }
+
+    /// The statement that waits for `key`: the plain one, or the one that records the token
+    /// too when the Client writes the table of tokens.
+    pub(crate) fn lock_sql(&self, key: Key) -> &str {
+        (self.tokens())
+            .and_then(|t| t.lock(key))
+            .unwrap_or(key.sql.lock)
+    }
+
+    /// The statement that tries `key` once (as [`lock_sql`](Self::lock_sql)).
+    pub(crate) fn try_lock_sql(&self, key: Key) -> &str {
+        (self.tokens())
+            .and_then(|t| t.try_lock(key))
+            .unwrap_or(key.sql.try_lock)
+    }
+
+    /// The statement that lets go of `key` (deleting the hold's row of the table of tokens
+    /// when the Client writes it).
+    pub(crate) fn unlock_sql(&self, key: Key) -> &str {
+        (self.tokens())
+            .and_then(|t| t.unlock(key))
+            .unwrap_or(key.sql.unlock)
+    }
+
+    /// The statements that read a token later, and that try every key of a semaphore (each
+    /// recording its token when the Client writes the table of tokens).
+    pub(crate) fn token_sql(&self) -> (&str, &str) {
+        match self.tokens().and_then(|t| t.writes.as_ref()) {
+            Some(w) => (&w.token, &w.try_any),
+            None => (sql::TOKEN, super::semaphore::TRY_ANY),
         }
     }
 

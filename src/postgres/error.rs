@@ -76,8 +76,31 @@ pub(crate) fn error(e: &tokio_postgres::Error, connecting: bool) -> Error {
     Error::Postgres(e.to_string())
 }
 
+/// The SQLSTATE of the server's answer in `e` (an [`Error::Postgres`] made by [`error`]).
+pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
+    let Error::Postgres(text) = e else {
+        return None;
+    };
+    let (_, rest) = text.split_once(" (")?;
+    let (code, _) = rest.split_once("): ")?;
+    (code.len() == 5).then_some(code)
+}
+
 /// Whether the retry policy may try again after `e`: a session lost, or one that could not be
 /// opened for a reason of the network.
 pub(crate) fn retryable(e: &Error) -> bool {
     matches!(e, Error::ConnectionLoss | Error::Io { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sqlstate_is_read_back_from_the_message() {
+        let e = Error::Postgres("ERROR (42P01): relation \"t (x)\" does not exist".into());
+        assert_eq!(sqlstate(&e), Some("42P01"));
+        assert_eq!(sqlstate(&Error::Postgres(not_own_session())), None);
+        assert_eq!(sqlstate(&Error::ConnectionLoss), None);
+    }
 }

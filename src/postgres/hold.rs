@@ -102,11 +102,12 @@ pub(crate) fn let_go(
     let until = match how {
         Release::Background if shared && !lost => {
             let (name, timeout) = (name.to_owned(), inner.operation_timeout);
+            let unlock = inner.unlock_sql(key).to_owned();
             inner.spawn(async move {
                 let seed: &(dyn ToSql + Sync) = &key.seed;
                 let name: &(dyn ToSql + Sync) = &name;
                 let params = [(name, Type::TEXT), (seed, Type::INT8)];
-                if let Err(e) = session.row(timeout, key.sql.unlock, &params).await {
+                if let Err(e) = session.row(timeout, &unlock, &params).await {
                     tracing::debug!("zklock: a background PostgreSQL unlock failed: {e}");
                 }
             });
@@ -129,14 +130,18 @@ pub(crate) fn let_go(
     let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
     let name: &(dyn ToSql + Sync) = &name;
     let seed: &(dyn ToSql + Sync) = &key.seed;
+    let sql = inner.unlock_sql(key);
     let unlocked = inner.block_on(async {
-        let row = session
-            .row(
-                timeout,
-                key.sql.unlock,
-                &[(name, Type::TEXT), (seed, Type::INT8)],
-            )
-            .await;
+        let params = [(name, Type::TEXT), (seed, Type::INT8)];
+        let row = match session.row(timeout, sql, &params).await {
+            // The table of tokens refused (dropped, changed, no longer granted: an error
+            // of its parse, plan or permission check, before the statement ran): the plain
+            // unlock.
+            Err(e) if inner.tokens_refused(sql, &e) => {
+                session.row(timeout, key.sql.unlock, &params).await
+            }
+            row => row,
+        };
         row.and_then(|r| {
             r.try_get::<_, bool>(0)
                 .map_err(|e| Error::Postgres(format!("unexpected answer to unlock: {e}")))

@@ -35,6 +35,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod tls;
+mod tokens;
 mod values;
 mod xact;
 

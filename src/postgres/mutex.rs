@@ -74,7 +74,9 @@ pub(super) type Held = (Arc<Session>, Arc<LocalLease>, LockHealth);
 /// again. Once the hold's session is gone a token not read before cannot be: 0 on the guard
 /// (a guard keeps a token it read), `None` on the mutex. It needs no privilege.
 /// It can fail to rise after a failover to a replica that had not received the holder's commit
-/// (asynchronous replication) or after `pg_resetwal`.
+/// (asynchronous replication) or after `pg_resetwal`. When the database has the opt-in table
+/// `zklock_tokens` (see `docs/postgres.md`), the same statement records the token there, so
+/// that [`PgClient::participants`] shows it.
 ///
 /// # Example
 /// ```no_run
@@ -250,7 +252,8 @@ impl RawLock for Raw {
                     None => {
                         let client = self.client.downgrade();
                         let session = Arc::downgrade(&grant.session);
-                        Token::later(move || read_token(&client, &session))
+                        let (name, key) = (self.name.clone(), self.key);
+                        Token::later(move || read_token(&client, &session, &name, key))
                     }
                 },
                 grant: Kept {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::advisory::{attempt, check_name, granted, Grant, Key};
+use super::advisory::{attempt, check_name, granted, refused, Grant, Key};
 use super::client::{Inner, PgClient};
 use super::error::retryable;
 use super::hold::{let_go, Holding};
@@ -31,7 +31,7 @@ const WAIT_SLICE: Duration = Duration::from_secs(1);
 /// waiting (`LIMIT 1` stops at the first lock taken), then reads what [`granted`] reads and
 /// the key's seed `i` (column 5). `OFFSET 0` keeps each subquery from being flattened, so the
 /// pick runs once.
-const TRY_ANY: &str = concat!(
+pub(super) const TRY_ANY: &str = concat!(
     "SELECT pid, xid, own, ",
     "CASE WHEN k IS NOT NULL AND NOT own THEN pg_advisory_unlock(hashtextextended($1, k)) END, ",
     "m, k FROM (SELECT pg_backend_pid() AS pid, k, ",
@@ -278,17 +278,19 @@ impl PgSemaphore {
         let name: &(dyn ToSql + Sync) = &self.name;
         let n = i64::from(self.max_leases);
         let sent = boot_clock();
+        let sql = inner.token_sql().1;
         let row = session
             .row(
                 inner.operation_timeout,
-                TRY_ANY,
+                sql,
                 &[
                     (name, Type::TEXT),
                     (&session.marker, Type::INT8),
                     (&n, Type::INT8),
                 ],
             )
-            .await?;
+            .await
+            .map_err(|e| refused(inner, sql, e))?;
         session.check_own(&row, 0, 2)?;
         if row.try_get::<_, Option<i64>>(5).ok().flatten().is_none() {
             inner.give_back(session);

@@ -15,6 +15,7 @@ use super::connect::{self, set_sql, Limit, Own, Ties};
 use super::error::{error, not_own_session};
 use super::sql;
 use super::tls::Tls;
+use super::tokens::{self, Table};
 use crate::core::error::{Error, Result};
 use crate::core::lease::boot_clock;
 
@@ -40,7 +41,7 @@ pub(crate) struct Session {
     /// The statements prepared on this session, by their text: each is parsed and planned
     /// once per session, where an unnamed statement is at every use (for the short statements
     /// of a lock, most of the server's work).
-    prepared: Mutex<Vec<(&'static str, tokio_postgres::Statement)>>,
+    prepared: Mutex<Vec<(Box<str>, tokio_postgres::Statement)>>,
     /// Held by a guarded transaction for its whole run, and by a hold's heartbeat for its
     /// statement: a heartbeat that finds a transaction running is skipped (the transaction's
     /// own statements renew the hold), so no heartbeat lands inside a caller's transaction.
@@ -115,29 +116,38 @@ impl Session {
     }
 
     /// Sets `limits` on this session (one opened without them) and, in the same round trip,
-    /// reads the server's `synchronous_standby_names`.
+    /// reads the server's `synchronous_standby_names` and looks for the table of tokens
+    /// (`tokens.rs`): the table, if the role may read it.
     pub(crate) async fn apply(
         &self,
         limits: &[Limit],
         operation_timeout: Duration,
-    ) -> Result<String> {
+    ) -> Result<(String, Option<Table>)> {
         let sql = format!(
-            "{}SELECT current_setting('synchronous_standby_names')",
-            set_sql(limits)
+            "{}SELECT current_setting('synchronous_standby_names'), {}",
+            set_sql(limits),
+            tokens::FIND
         );
         let answer = tokio::time::timeout(operation_timeout, self.client.simple_query(&sql))
             .await
             .map_err(|_| Error::Timeout)?
             .map_err(|e| error(&e, false))?;
-        answer
+        let row = answer
             .iter()
             .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
                 _ => None,
             })
-            .ok_or_else(|| {
-                Error::Postgres("no value of synchronous_standby_names in the answer".into())
-            })
+            .ok_or_else(|| Error::Postgres("no answer to the connect statement".into()))?;
+        let standbys = row.get(0).map(str::to_owned).ok_or_else(|| {
+            Error::Postgres("no value of synchronous_standby_names in the answer".into())
+        })?;
+        let yes = |i| row.get(i) == Some("t");
+        let table = match row.get(1) {
+            Some(name) if yes(2) => Some(Table::new(name.to_owned(), yes(3))),
+            _ => None,
+        };
+        Ok((standbys, table))
     }
 
     pub(crate) fn ended(&self) -> bool {
@@ -160,7 +170,7 @@ impl Session {
     pub(crate) async fn rows(
         &self,
         timeout: Duration,
-        sql: &'static str,
+        sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>> {
         let rows = pin!(self.query(sql, params));
@@ -171,7 +181,7 @@ impl Session {
     pub(crate) async fn row(
         &self,
         timeout: Duration,
-        sql: &'static str,
+        sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Row> {
         let rows = pin!(self.query(sql, params));
@@ -182,21 +192,21 @@ impl Session {
     /// round trip more, once). Unbounded: the caller bounds it and drives the session.
     pub(crate) async fn query(
         &self,
-        sql: &'static str,
+        sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         let known = self
             .prepared
             .lock()
             .iter()
-            .find(|(q, _)| *q == sql)
+            .find(|(q, _)| **q == *sql)
             .map(|(_, s)| s.clone());
         let statement = match known {
             Some(statement) => statement,
             None => {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let statement = self.client.prepare_typed(sql, &types).await?;
-                self.prepared.lock().push((sql, statement.clone()));
+                self.prepared.lock().push((sql.into(), statement.clone()));
                 statement
             }
         };

@@ -44,10 +44,13 @@ pub(crate) const BEAT: &str = concat!("SELECT pg_backend_pid(), ", own!("$1"));
 /// asynchronously and could be handed out again after a crash. That flush is what a token
 /// costs, so a mutex reads it only when asked for; the semaphore and the latch, whose tokens
 /// come with the grant, read it in their lock statement.
+/// The columns are named as the lock statements' (`pid`, `xid`, `own`, `m`), for the variant
+/// that records the token (`tokens.rs`); it is sent with that variant's parameters (`$2` to
+/// `$4`), which it does not use.
 pub(crate) const TOKEN: &str = concat!(
-    "SELECT pg_backend_pid(), txid_current(), ",
+    "SELECT pg_backend_pid() AS pid, txid_current() AS xid, ",
     own!("$1"),
-    ", pg_logical_emit_message(true, 'zklock', '')"
+    " AS own, pg_logical_emit_message(true, 'zklock', '') AS m"
 );
 
 /// A guarded transaction's check, its first statement after `BEGIN`: the backend, whether the
@@ -85,10 +88,14 @@ pub(crate) struct Statements {
     pub(crate) unlock: &'static str,
     /// The SQL function that takes the lock, for `PgMutex::lock_sql`.
     pub(crate) function: &'static str,
+    /// Whether the lock is shared (a read half).
+    pub(crate) shared: bool,
+    /// Whether the token is read in the lock statement.
+    pub(crate) token: bool,
 }
 
 macro_rules! statements {
-    ($suffix:literal, $token:literal, $no_token:literal) => {
+    ($suffix:literal, $shared:literal, $with_token:literal, $token:literal, $no_token:literal) => {
         Statements {
             lock: concat!(
                 "SELECT pid, xid, own, CASE WHEN NOT own THEN pg_advisory_unlock",
@@ -121,6 +128,8 @@ macro_rules! statements {
                 "(hashtextextended($1, $2))"
             ),
             function: concat!("pg_advisory_lock", $suffix),
+            shared: $shared,
+            token: $with_token,
         }
     };
 }
@@ -128,18 +137,24 @@ macro_rules! statements {
 /// A mutex's and a read-write lock's write half: the token read when asked for.
 pub(crate) const EXCLUSIVE: Statements = statements!(
     "",
+    false,
+    false,
     "NULL::int8 AS xid, NULL::pg_lsn AS m",
     "NULL::int8 AS xid, NULL::pg_lsn AS m"
 );
 /// A read-write lock's read half.
 pub(crate) const SHARED: Statements = statements!(
     "_shared",
+    true,
+    false,
     "NULL::int8 AS xid, NULL::pg_lsn AS m",
     "NULL::int8 AS xid, NULL::pg_lsn AS m"
 );
 /// The leader latch's: the token (its epoch) with the grant.
 pub(crate) const EXCLUSIVE_WITH_TOKEN: Statements = statements!(
     "",
+    false,
+    true,
     "txid_current() AS xid, pg_logical_emit_message(true, 'zklock', '') AS m",
     "CASE WHEN l THEN txid_current() END AS xid, \
      CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m"

@@ -1,5 +1,6 @@
 //! PostgreSQL (`--connect postgres://…`) as the commands see it: the Client from the global
-//! options, and `holders` from its participants (`pg_locks` joined with `pg_stat_activity`).
+//! options, and `holders` from its participants (`pg_locks` joined with `pg_stat_activity`,
+//! and with the table `zklock_tokens` for the holders' tokens when the database has it).
 //! The session timeout is `--session-timeout`.
 
 use std::sync::Arc;
@@ -85,7 +86,7 @@ fn entry(p: PgParticipant) -> Entry {
         },
         owner: Some(owner),
         session: Some(p.backend_pid.to_string()),
-        token: None,
+        token: p.token,
         age: p.waiting,
         expires_in: None,
     }
