@@ -109,7 +109,7 @@ pub(crate) async fn try_on(
 ) -> Result<std::result::Result<Grant, Arc<Session>>> {
     let name: &(dyn ToSql + Sync) = &name;
     let sent = boot_clock();
-    let sql = inner.try_lock_sql(key);
+    let sql = inner.try_lock_sql(key.sql);
     let row = session
         .row(
             inner.operation_timeout,
@@ -166,7 +166,7 @@ async fn ask(
         |d| d.as_millis().clamp(1, i32::MAX as u128).to_string(),
     );
     let hard = inner.statement_deadline(deadline);
-    let sql = inner.lock_sql(key);
+    let sql = inner.lock_sql(key.sql);
     // The lease starts no later than the lock statement is sent.
     let sent = boot_clock();
     // The statement's future borrows the session until the answer is in.

@@ -16,14 +16,13 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::advisory::Key;
 use super::connect::{self, Limit, Watch};
 use super::connect::{HostOrder, Live, Ties};
 use super::error::sqlstate;
 use super::keeper::Keeper;
 use super::libpq::{self, hide_password};
 use super::session::Session;
-use super::sql;
+use super::sql::{self, Statements};
 use super::tls::{self, Tls};
 use super::tokens::Table;
 use crate::core::connection::{forward_connection_api, ConnectionState, States};
@@ -735,25 +734,25 @@ impl Inner {
 
     /// The statement that waits for `key`: the plain one, or the one that records the token
     /// too when the Client writes the table of tokens.
-    pub(crate) fn lock_sql(&self, key: Key) -> &str {
+    pub(crate) fn lock_sql(&self, key: &'static Statements) -> &str {
         (self.tokens())
             .and_then(|t| t.lock(key))
-            .unwrap_or(key.sql.lock)
+            .unwrap_or(key.lock)
     }
 
     /// The statement that tries `key` once (as [`lock_sql`](Self::lock_sql)).
-    pub(crate) fn try_lock_sql(&self, key: Key) -> &str {
+    pub(crate) fn try_lock_sql(&self, key: &'static Statements) -> &str {
         (self.tokens())
             .and_then(|t| t.try_lock(key))
-            .unwrap_or(key.sql.try_lock)
+            .unwrap_or(key.try_lock)
     }
 
     /// The statement that lets go of `key` (deleting the hold's row of the table of tokens
     /// when the Client writes it).
-    pub(crate) fn unlock_sql(&self, key: Key) -> &str {
+    pub(crate) fn unlock_sql(&self, key: &'static Statements) -> &str {
         (self.tokens())
             .and_then(|t| t.unlock(key))
-            .unwrap_or(key.sql.unlock)
+            .unwrap_or(key.unlock)
     }
 
     /// The statements that read a token later, and that try every key of a semaphore (each
@@ -761,7 +760,7 @@ impl Inner {
     pub(crate) fn token_sql(&self) -> (&str, &str) {
         match self.tokens().and_then(|t| t.writes.as_ref()) {
             Some(w) => (&w.token, &w.try_any),
-            None => (sql::TOKEN, super::semaphore::TRY_ANY),
+            None => (sql::TOKEN, sql::TRY_ANY),
         }
     }
 

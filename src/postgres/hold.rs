@@ -102,7 +102,7 @@ pub(crate) fn let_go(
     let until = match how {
         Release::Background if shared && !lost => {
             let (name, timeout) = (name.to_owned(), inner.operation_timeout);
-            let unlock = inner.unlock_sql(key).to_owned();
+            let unlock = inner.unlock_sql(key.sql).to_owned();
             inner.spawn(async move {
                 let seed: &(dyn ToSql + Sync) = &key.seed;
                 let name: &(dyn ToSql + Sync) = &name;
@@ -130,7 +130,7 @@ pub(crate) fn let_go(
     let timeout = deadline.remaining().unwrap_or(inner.operation_timeout);
     let name: &(dyn ToSql + Sync) = &name;
     let seed: &(dyn ToSql + Sync) = &key.seed;
-    let sql = inner.unlock_sql(key);
+    let sql = inner.unlock_sql(key.sql);
     let unlocked = inner.block_on(async {
         let params = [(name, Type::TEXT), (seed, Type::INT8)];
         let row = match session.row(timeout, sql, &params).await {

@@ -13,7 +13,6 @@ use super::client::{Inner, PgClient};
 use super::error::retryable;
 use super::hold::{let_go, Holding};
 use super::session::{int, Session};
-use super::sql::own;
 use crate::core::deadline::Deadline;
 use crate::core::error::{Error, Result};
 use crate::core::health::{worst, HealthFeed, LockHealth};
@@ -26,22 +25,6 @@ const MAX_LEASES: u32 = 10_000;
 
 /// How long a waiter waits on the one key it queues for before it tries all the keys again.
 const WAIT_SLICE: Duration = Duration::from_secs(1);
-
-/// Takes the first free lease key, `hashtextextended($1, i)` for `i` from 1 to `$3`, without
-/// waiting (`LIMIT 1` stops at the first lock taken), then reads what [`granted`] reads and
-/// the key's seed `i` (column 5). `OFFSET 0` keeps each subquery from being flattened, so the
-/// pick runs once.
-pub(super) const TRY_ANY: &str = concat!(
-    "SELECT pid, xid, own, ",
-    "CASE WHEN k IS NOT NULL AND NOT own THEN pg_advisory_unlock(hashtextextended($1, k)) END, ",
-    "m, k FROM (SELECT pg_backend_pid() AS pid, k, ",
-    "CASE WHEN k IS NOT NULL THEN txid_current() END AS xid, ",
-    own!("$2"),
-    " AS own, CASE WHEN k IS NOT NULL THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
-    "FROM (SELECT (SELECT i FROM generate_series(1, $3) AS i ",
-    "WHERE pg_try_advisory_lock(hashtextextended($1, i)) LIMIT 1) AS k OFFSET 0) AS pick ",
-    "OFFSET 0) AS attempt",
-);
 
 /// A counting semaphore on PostgreSQL (Curator's `InterProcessSemaphoreV2`): at most
 /// `max_leases` [`PgLease`]s are out at once among every session using the same name.

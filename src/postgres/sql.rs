@@ -21,7 +21,6 @@ macro_rules! own {
         )
     };
 }
-pub(crate) use own;
 
 /// A session's first statement: its backend, the server's version, whether its marker (`$1`,
 /// an `int4`) was new to the server session, and the marker added (see [`own!`]).
@@ -158,6 +157,22 @@ pub(crate) const EXCLUSIVE_WITH_TOKEN: Statements = statements!(
     "txid_current() AS xid, pg_logical_emit_message(true, 'zklock', '') AS m",
     "CASE WHEN l THEN txid_current() END AS xid, \
      CASE WHEN l THEN pg_logical_emit_message(true, 'zklock', '') END AS m"
+);
+
+/// Takes the first free lease key, `hashtextextended($1, i)` for `i` from 1 to `$3`, without
+/// waiting (`LIMIT 1` stops at the first lock taken), then reads what a grant's statement reads
+/// (the columns of [`Statements::lock`]) and the key's seed `i` (column 5). `OFFSET 0` keeps each subquery from being flattened, so the
+/// pick runs once.
+pub(crate) const TRY_ANY: &str = concat!(
+    "SELECT pid, xid, own, ",
+    "CASE WHEN k IS NOT NULL AND NOT own THEN pg_advisory_unlock(hashtextextended($1, k)) END, ",
+    "m, k FROM (SELECT pg_backend_pid() AS pid, k, ",
+    "CASE WHEN k IS NOT NULL THEN txid_current() END AS xid, ",
+    own!("$2"),
+    " AS own, CASE WHEN k IS NOT NULL THEN pg_logical_emit_message(true, 'zklock', '') END AS m ",
+    "FROM (SELECT (SELECT i FROM generate_series(1, $3) AS i ",
+    "WHERE pg_try_advisory_lock(hashtextextended($1, i)) LIMIT 1) AS k OFFSET 0) AS pick ",
+    "OFFSET 0) AS attempt",
 );
 
 /// `text` as an SQL string literal that reads as `text` under every setting: `'…'` with each

@@ -11,9 +11,7 @@
 //! that ended holding leaves its row, which is never shown (its session is gone) and is
 //! deleted by the next session that records a token on the same key.
 
-use super::advisory::Key;
-use super::semaphore::TRY_ANY;
-use super::sql::{self, EXCLUSIVE_WITH_TOKEN};
+use super::sql::{self, Statements, EXCLUSIVE_WITH_TOKEN, TRY_ANY};
 
 /// Columns added to the statement a Client runs when it connects: the schema-qualified name
 /// (quoted as an identifier) of the table `zklock_tokens` when the connecting session's
@@ -74,21 +72,21 @@ impl Table {
     }
 
     /// The lock statement of `key` (the plain one unless the token comes with the grant).
-    pub(crate) fn lock(&self, key: Key) -> Option<&str> {
+    pub(crate) fn lock(&self, key: &Statements) -> Option<&str> {
         let writes = self.writes.as_ref()?;
-        key.sql.token.then_some(writes.lock.as_str())
+        key.token.then_some(writes.lock.as_str())
     }
 
     /// The one-attempt statement of `key`.
-    pub(crate) fn try_lock(&self, key: Key) -> Option<&str> {
+    pub(crate) fn try_lock(&self, key: &Statements) -> Option<&str> {
         let writes = self.writes.as_ref()?;
-        key.sql.token.then_some(writes.try_lock.as_str())
+        key.token.then_some(writes.try_lock.as_str())
     }
 
     /// The unlock statement of `key`.
-    pub(crate) fn unlock(&self, key: Key) -> Option<&str> {
+    pub(crate) fn unlock(&self, key: &Statements) -> Option<&str> {
         let writes = self.writes.as_ref()?;
-        Some(if key.sql.shared {
+        Some(if key.shared {
             &writes.unlock_shared
         } else {
             &writes.unlock
@@ -184,15 +182,15 @@ mod tests {
     #[test]
     fn only_a_token_statement_records() {
         let table = Table::new("t".into(), true);
-        assert!(table.lock(Key::exclusive(0)).is_none());
-        assert!(table.try_lock(Key::shared(0)).is_none());
-        assert!(table.lock(Key::exclusive_with_token(3)).is_some());
+        assert!(table.lock(&sql::EXCLUSIVE).is_none());
+        assert!(table.try_lock(&sql::SHARED).is_none());
+        assert!(table.lock(&EXCLUSIVE_WITH_TOKEN).is_some());
         assert!(table
-            .unlock(Key::shared(0))
+            .unlock(&sql::SHARED)
             .unwrap()
             .contains("shared = true"));
         assert!(Table::new("t".into(), false)
-            .unlock(Key::exclusive(0))
+            .unlock(&sql::EXCLUSIVE)
             .is_none());
     }
 }
