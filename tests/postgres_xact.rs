@@ -6,7 +6,8 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -24,15 +25,60 @@ fn connect(bouncer: &TestingPgBouncer) -> Client {
 /// A short wait, for the cases that must time out.
 const SHORT: Duration = Duration::from_millis(300);
 
+/// Where the workers of [`run_workers`] meet while they hold their first lock: all have
+/// entered before any writes, then they write one at a time in the order of their tokens (so
+/// the register accepts every write: none is below one accepted before), then all exit. Every
+/// write then falls inside every other holder's tenure, and the checker must see overlaps.
+struct Meeting {
+    all: Barrier,
+    tokens: Mutex<Vec<u64>>,
+    turn: AtomicUsize,
+}
+
+impl Meeting {
+    fn new(workers: usize) -> Arc<Meeting> {
+        Arc::new(Meeting {
+            all: Barrier::new(workers),
+            tokens: Mutex::new(Vec::new()),
+            turn: AtomicUsize::new(0),
+        })
+    }
+
+    /// Writes through `write` once every worker has entered and those with lower tokens have
+    /// written; returns once every worker has written.
+    fn write_in_turn(&self, token: u64, write: impl FnOnce()) {
+        self.tokens.lock().unwrap().push(token);
+        self.all.wait();
+        let rank = self
+            .tokens
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|&&t| t < token)
+            .count();
+        let deadline = std::time::Instant::now() + patience();
+        while self.turn.load(Ordering::SeqCst) != rank {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "turn {rank} never came"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        write();
+        self.turn.fetch_add(1, Ordering::SeqCst);
+        self.all.wait();
+    }
+}
+
 /// Workers that each take `name(w)` in a transaction of their own through the pooler and
 /// write to the fenced register with the lock's token while they hold it: the register's log
-/// of enters, writes and exits is the checker. With `meet`, every worker waits for the
-/// others while it holds its first lock, so holders of different locks certainly overlap.
+/// of enters, writes and exits is the checker. With `meet`, the first holds of the workers
+/// meet (see [`Meeting`]), so holders of different locks certainly overlap.
 fn run_workers(
     bouncer: &TestingPgBouncer,
     register: &FencedRegister,
     name: fn(usize) -> String,
-    meet: Option<Arc<Barrier>>,
+    meet: Option<Arc<Meeting>>,
 ) -> zklock::testing::FenceReport {
     let workers: Vec<_> = (0..3)
         .map(|w| {
@@ -48,9 +94,13 @@ fn run_workers(
                         .expect("granted within the patience");
                     let token = lock.fencing_token().expect("a token");
                     fence.enter(token, &me).unwrap();
-                    fence.write(token, &me, &i.to_string()).unwrap();
-                    if let (0, Some(meet)) = (i, &meet) {
-                        meet.wait();
+                    match (i, &meet) {
+                        (0, Some(meet)) => meet.write_in_turn(token, || {
+                            fence.write(token, &me, &i.to_string()).unwrap();
+                        }),
+                        _ => {
+                            fence.write(token, &me, &i.to_string()).unwrap();
+                        }
                     }
                     thread::sleep(Duration::from_millis(5));
                     fence.exit(token, &me).unwrap();
@@ -92,7 +142,7 @@ fn the_checker_sees_holders_of_different_locks_overlap() {
         &bouncer,
         &register,
         |w| format!("own-{w}"),
-        Some(Arc::new(Barrier::new(3))),
+        Some(Meeting::new(3)),
     );
     assert!(!report.is_clean(), "overlaps found: {report}");
 }
